@@ -1,0 +1,27 @@
+//===- StateModel.h - roles of a traced step's arguments ------------------===//
+//
+// DESIGN principle 3: a step's state is explicit. Entry-function arguments
+// carry `jit.role`, results that replace state carry `jit.tied`.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef AMPJIT_DIALECT_JIT_IR_STATEMODEL_H
+#define AMPJIT_DIALECT_JIT_IR_STATEMODEL_H
+
+#include "llvm/ADT/StringRef.h"
+
+#include <optional>
+
+namespace ampjit::ir {
+
+enum class ArgumentRole { Input, Param, Grad, OptState, ScalerState, Hyper };
+
+/// The spelling used in `jit.role = "<name>"`.
+llvm::StringRef stringifyArgumentRole(ArgumentRole role);
+std::optional<ArgumentRole> parseArgumentRole(llvm::StringRef name);
+/// All valid spellings, for diagnostics: "input, param, grad, ...".
+llvm::StringRef allArgumentRoleNames();
+
+} // namespace ampjit::ir
+
+#endif // AMPJIT_DIALECT_JIT_IR_STATEMODEL_H

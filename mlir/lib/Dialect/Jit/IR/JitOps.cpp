@@ -1,0 +1,632 @@
+//===- JitOps.cpp - verifiers, type inference and folders of jit ops ------===//
+
+#include "ampjit/Dialect/Jit/IR/JitOps.h"
+
+#include "ampjit/Dialect/Jit/IR/ShapeInference.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/OpImplementation.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallSet.h"
+
+using namespace mlir;
+using namespace ampjit::ir;
+
+#include "ampjit/Dialect/Jit/IR/JitEnums.cpp.inc"
+
+#define GET_OP_CLASSES
+#include "ampjit/Dialect/Jit/IR/JitOps.cpp.inc"
+
+namespace {
+
+NamedOperand named(StringRef name, Value value) {
+  return {name, value ? value.getType() : Type()};
+}
+
+RankedTensorType tensorOf(ArrayRef<int64_t> shape, Type elementType) {
+  return RankedTensorType::get(shape, elementType);
+}
+
+/// Statistics of normalisation ops are kept in fp32 (fp64 for fp64 inputs),
+/// as PyTorch's accumulate type.
+Type statisticsElementType(Type inputElement) {
+  return inputElement.isF64() ? inputElement : Float32Type::get(inputElement.getContext());
+}
+
+/// A loss's result: rank 0 when reduced, one value per row otherwise.
+RankedTensorType lossResultType(Reduction reduction, ArrayRef<int64_t> unreducedShape,
+                                Type elementType) {
+  if (reduction == Reduction::none)
+    return tensorOf(unreducedShape, elementType);
+  return tensorOf({}, elementType);
+}
+
+LogicalResult requireSameType(std::optional<Location> loc, StringRef opName,
+                              const NamedOperand &reference, const NamedOperand &operand) {
+  if (operand.type != reference.type)
+    return emitOptionalError(loc, "'", opName, "' operand '", operand.name, "' of type ", operand.type,
+                             " must have the type of operand '", reference.name, "', ",
+                             reference.type);
+  return success();
+}
+
+LogicalResult requireAxisInRange(std::optional<Location> loc, StringRef opName, int64_t axis,
+                                 const NamedOperand &operand) {
+  int64_t rank = cast<RankedTensorType>(operand.type).getRank();
+  if (axis < 0 || axis >= rank)
+    return emitOptionalError(loc, "'", opName, "' axis ", axis, " is out of range for operand '",
+                             operand.name, "' of rank ", rank, " (expected 0 <= axis < ", rank,
+                             ")");
+  return success();
+}
+
+template <typename OpTy>
+LogicalResult inferBroadcastBinary(std::optional<Location> loc, typename OpTy::Adaptor adaptor,
+                                   SmallVectorImpl<Type> &inferred) {
+  NamedOperand operands[] = {named("lhs", adaptor.getLhs()), named("rhs", adaptor.getRhs())};
+  FailureOr<SmallVector<int64_t>> shape = broadcastShapes(loc, OpTy::getOperationName(), operands);
+  if (failed(shape) || failed(requireSameElementType(loc, OpTy::getOperationName(), operands)))
+    return failure();
+  inferred.push_back(tensorOf(*shape, getElementTypeOrSelf(operands[0].type)));
+  return success();
+}
+
+template <typename OpTy>
+LogicalResult inferReduction(std::optional<Location> loc, typename OpTy::Adaptor adaptor,
+                             SmallVectorImpl<Type> &inferred) {
+  StringRef opName = OpTy::getOperationName();
+  FailureOr<RankedTensorType> input =
+      requireStaticTensor(loc, opName, named("input", adaptor.getInput()));
+  if (failed(input))
+    return failure();
+  ArrayRef<int64_t> axes = adaptor.getAxes();
+  int64_t rank = input->getRank();
+  if (axes.empty() && rank != 0)
+    return emitOptionalError(loc, "'", opName,
+                             "' axes must not be empty; list every axis to reduce to a scalar");
+  for (auto [index, axis] : llvm::enumerate(axes)) {
+    if (axis < 0 || axis >= rank)
+      return emitOptionalError(loc, "'", opName, "' axis ", axis,
+                               " is out of range for operand 'input' of rank ", rank);
+    if (index > 0 && axis <= axes[index - 1])
+      return emitOptionalError(loc, "'", opName, "' axes must be strictly increasing, but ", axis,
+                               " follows ", axes[index - 1]);
+  }
+  SmallVector<int64_t> shape;
+  for (int64_t dim = 0; dim < rank; ++dim) {
+    if (!llvm::is_contained(axes, dim))
+      shape.push_back(input->getDimSize(dim));
+    else if (adaptor.getKeepdim())
+      shape.push_back(1);
+  }
+  inferred.push_back(tensorOf(shape, input->getElementType()));
+  return success();
+}
+
+/// Checks the [N, C] scores and [N] labels of a classification loss and
+/// returns N.
+FailureOr<int64_t> verifyClassificationOperands(std::optional<Location> loc, StringRef opName,
+                                                const NamedOperand &scores,
+                                                const NamedOperand &labels) {
+  FailureOr<RankedTensorType> scoresType = requireStaticTensor(loc, opName, scores);
+  FailureOr<RankedTensorType> labelsType = requireStaticTensor(loc, opName, labels);
+  if (failed(scoresType) || failed(labelsType))
+    return failure();
+  if (scoresType->getRank() != 2)
+    return emitOptionalError(loc, "'", opName, "' operand '", scores.name, "' of type ", scores.type,
+                             " must have rank 2: [batch, classes]");
+  if (labelsType->getRank() != 1 || labelsType->getDimSize(0) != scoresType->getDimSize(0))
+    return emitOptionalError(loc, "'", opName, "' operand '", labels.name, "' of type ", labels.type,
+                             " must have shape [", scoresType->getDimSize(0),
+                             "]: one class index per row of '", scores.name, "'");
+  return scoresType->getDimSize(0);
+}
+
+/// Checks a loss gradient's incoming gradient against the loss's result shape.
+LogicalResult verifyLossGradOutput(std::optional<Location> loc, StringRef opName,
+                                   const NamedOperand &gradOutput, Reduction reduction,
+                                   ArrayRef<int64_t> unreducedShape, Type elementType) {
+  RankedTensorType expected = lossResultType(reduction, unreducedShape, elementType);
+  if (gradOutput.type != expected)
+    return emitOptionalError(loc, "'", opName, "' operand '", gradOutput.name, "' of type ",
+                             gradOutput.type, " must be ", expected,
+                             ", the type of the loss it differentiates (reduction = ",
+                             stringifyReduction(reduction), ")");
+  return success();
+}
+
+/// The shared checks of jit.layer_norm and jit.layer_norm_grad: the axis, and
+/// the weight (and bias) shaped like the normalised dimensions.
+LogicalResult verifyNormalizedOperands(std::optional<Location> loc, StringRef opName,
+                                       RankedTensorType input, int64_t axis,
+                                       ArrayRef<NamedOperand> affine) {
+  if (axis < 0 || axis >= input.getRank())
+    return emitOptionalError(loc, "'", opName, "' axis ", axis,
+                             " is out of range for operand 'input' of rank ", input.getRank(),
+                             " (expected 0 <= axis < ", input.getRank(), ")");
+  ArrayRef<int64_t> normalized = input.getShape().drop_front(axis);
+  RankedTensorType expected = tensorOf(normalized, input.getElementType());
+  for (const NamedOperand &operand : affine) {
+    if (!operand.type)
+      continue;
+    if (operand.type != expected)
+      return emitOptionalError(loc, "'", opName, "' operand '", operand.name, "' of type ", operand.type,
+                               " must be ", expected,
+                               ": the normalised dimensions of 'input' in its element type");
+  }
+  return success();
+}
+
+LogicalResult verifyStatistics(std::optional<Location> loc, StringRef opName,
+                               RankedTensorType input, int64_t axis,
+                               ArrayRef<NamedOperand> statistics) {
+  RankedTensorType expected = tensorOf(input.getShape().take_front(axis),
+                                       statisticsElementType(input.getElementType()));
+  for (const NamedOperand &operand : statistics)
+    if (operand.type != expected)
+      return emitOptionalError(loc, "'", opName, "' operand '", operand.name, "' of type ", operand.type,
+                               " must be ", expected,
+                               ": one statistic per normalised row, as jit.layer_norm yields it");
+  return success();
+}
+
+LogicalResult requireNonNegative(Operation *op, StringRef name, double value) {
+  if (!(value >= 0.0))
+    return op->emitOpError() << name << " must be non-negative, but is " << value;
+  return success();
+}
+
+/// The gradient of an optimizer update has the parameter's shape but may be
+/// in any floating-point precision (the low-precision gradient is read as is).
+LogicalResult verifyGradientMatchesParam(std::optional<Location> loc, StringRef opName,
+                                         Value param, Value grad) {
+  auto paramType = cast<RankedTensorType>(param.getType());
+  auto gradType = cast<RankedTensorType>(grad.getType());
+  if (paramType.getShape() != gradType.getShape())
+    return emitOptionalError(loc, "'", opName, "' operand 'grad' of type ", gradType,
+                             " must have the shape of operand 'param' of type ", paramType);
+  return success();
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+#define AMPJIT_BROADCAST_BINARY_INFERENCE(OP)                                                      \
+  LogicalResult OP::inferReturnTypes(MLIRContext *, std::optional<Location> loc,                  \
+                                     Adaptor adaptor, SmallVectorImpl<Type> &inferred) {           \
+    return inferBroadcastBinary<OP>(loc, adaptor, inferred);                                       \
+  }
+AMPJIT_BROADCAST_BINARY_INFERENCE(AddOp)
+AMPJIT_BROADCAST_BINARY_INFERENCE(SubOp)
+AMPJIT_BROADCAST_BINARY_INFERENCE(MulOp)
+AMPJIT_BROADCAST_BINARY_INFERENCE(DivOp)
+#undef AMPJIT_BROADCAST_BINARY_INFERENCE
+
+LogicalResult CompareOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc,
+                                          Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  NamedOperand operands[] = {named("lhs", adaptor.getLhs()), named("rhs", adaptor.getRhs())};
+  FailureOr<SmallVector<int64_t>> shape = broadcastShapes(loc, getOperationName(), operands);
+  if (failed(shape) || failed(requireSameElementType(loc, getOperationName(), operands)))
+    return failure();
+  inferred.push_back(tensorOf(*shape, IntegerType::get(context, 1)));
+  return success();
+}
+
+LogicalResult SelectOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  NamedOperand operands[] = {named("condition", adaptor.getCondition()),
+                             named("true_value", adaptor.getTrueValue()),
+                             named("false_value", adaptor.getFalseValue())};
+  FailureOr<SmallVector<int64_t>> shape = broadcastShapes(loc, getOperationName(), operands);
+  if (failed(shape) ||
+      failed(requireSameElementType(loc, getOperationName(), ArrayRef(operands).drop_front())))
+    return failure();
+  inferred.push_back(tensorOf(*shape, getElementTypeOrSelf(operands[1].type)));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Matmul
+//===----------------------------------------------------------------------===//
+
+LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  StringRef opName = getOperationName();
+  NamedOperand lhsOperand = named("lhs", adaptor.getLhs());
+  NamedOperand rhsOperand = named("rhs", adaptor.getRhs());
+  FailureOr<RankedTensorType> lhs = requireStaticTensor(loc, opName, lhsOperand);
+  FailureOr<RankedTensorType> rhs = requireStaticTensor(loc, opName, rhsOperand);
+  if (failed(lhs) || failed(rhs) ||
+      failed(requireSameElementType(loc, opName, {lhsOperand, rhsOperand})))
+    return failure();
+  for (auto [operand, type] : {std::pair{lhsOperand, *lhs}, std::pair{rhsOperand, *rhs}})
+    if (type.getRank() < 2)
+      return emitOptionalError(loc, "'", opName, "' operand '", operand.name, "' of type ", type,
+                               " must have rank >= 2 (reshape a vector to a matrix first)");
+
+  auto matrixDims = [](RankedTensorType type, bool transposed) {
+    int64_t rows = type.getDimSize(type.getRank() - 2);
+    int64_t cols = type.getDimSize(type.getRank() - 1);
+    return transposed ? std::pair{cols, rows} : std::pair{rows, cols};
+  };
+  auto [m, lhsK] = matrixDims(*lhs, adaptor.getTransposeLhs());
+  auto [rhsK, n] = matrixDims(*rhs, adaptor.getTransposeRhs());
+  if (lhsK != rhsK)
+    return emitOptionalError(
+        loc, "'", opName, "' contraction dimensions differ: operand 'lhs' of type ", *lhs,
+        adaptor.getTransposeLhs() ? " (transposed)" : "", " has ", lhsK,
+        " columns but operand 'rhs' of type ", *rhs,
+        adaptor.getTransposeRhs() ? " (transposed)" : "", " has ", rhsK, " rows");
+
+  // Batch dimensions broadcast like any elementwise operands.
+  Type element = lhs->getElementType();
+  NamedOperand batches[] = {
+      {"lhs", tensorOf(lhs->getShape().drop_back(2), element)},
+      {"rhs", tensorOf(rhs->getShape().drop_back(2), element)}};
+  FailureOr<SmallVector<int64_t>> shape = broadcastShapes(loc, opName, batches);
+  if (failed(shape))
+    return failure();
+  shape->push_back(m);
+  shape->push_back(n);
+  inferred.push_back(tensorOf(*shape, element));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+#define AMPJIT_REDUCTION_INFERENCE(OP)                                                             \
+  LogicalResult OP::inferReturnTypes(MLIRContext *, std::optional<Location> loc,                  \
+                                     Adaptor adaptor, SmallVectorImpl<Type> &inferred) {           \
+    return inferReduction<OP>(loc, adaptor, inferred);                                             \
+  }
+AMPJIT_REDUCTION_INFERENCE(SumOp)
+AMPJIT_REDUCTION_INFERENCE(MeanOp)
+AMPJIT_REDUCTION_INFERENCE(MaxOp)
+#undef AMPJIT_REDUCTION_INFERENCE
+
+//===----------------------------------------------------------------------===//
+// Shape and data movement
+//===----------------------------------------------------------------------===//
+
+LogicalResult BroadcastToOp::verify() {
+  auto input = getInput().getType();
+  auto result = getResult().getType();
+  if (input.getElementType() != result.getElementType())
+    return emitOpError() << "result " << result << " must have the element type of operand 'input', "
+                         << input;
+  if (!isBroadcastableTo(input.getShape(), result.getShape()))
+    return emitOpError() << "operand 'input' of type " << input << " cannot be broadcast to " << result
+                         << ": each input dimension, aligned from the right, must be 1 or equal";
+  return success();
+}
+
+OpFoldResult BroadcastToOp::fold(FoldAdaptor adaptor) {
+  if (getInput().getType() == getType())
+    return getInput();
+  if (auto splat = dyn_cast_or_null<SplatElementsAttr>(adaptor.getInput()))
+    return SplatElementsAttr::get(getType(), splat.getSplatValue<Attribute>());
+  return {};
+}
+
+LogicalResult ReshapeOp::verify() {
+  auto input = getInput().getType();
+  auto result = getResult().getType();
+  if (input.getElementType() != result.getElementType())
+    return emitOpError() << "result " << result << " must have the element type of operand 'input', "
+                         << input;
+  if (input.getNumElements() != result.getNumElements())
+    return emitOpError() << "operand 'input' of type " << input << " has " << input.getNumElements()
+                         << " elements but the result of type " << result << " has "
+                         << result.getNumElements();
+  return success();
+}
+
+OpFoldResult ReshapeOp::fold(FoldAdaptor adaptor) {
+  if (getInput().getType() == getType())
+    return getInput();
+  if (auto dense = dyn_cast_or_null<DenseElementsAttr>(adaptor.getInput()))
+    return dense.reshape(getType());
+  return {};
+}
+
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  FailureOr<RankedTensorType> input =
+      requireStaticTensor(loc, getOperationName(), named("input", adaptor.getInput()));
+  if (failed(input))
+    return failure();
+  ArrayRef<int64_t> perm = adaptor.getPerm();
+  int64_t rank = input->getRank();
+  if (static_cast<int64_t>(perm.size()) != rank)
+    return emitOptionalError(loc, "'", getOperationName(), "' perm has ", perm.size(),
+                             " entries but operand 'input' of type ", *input, " has rank ", rank);
+  llvm::SmallSet<int64_t, 8> seen;
+  SmallVector<int64_t> shape;
+  for (int64_t dim : perm) {
+    if (dim < 0 || dim >= rank || !seen.insert(dim).second)
+      return emitOptionalError(loc, "'", getOperationName(), "' perm must be a permutation of [0, ",
+                               rank, "), but contains ", dim,
+                               dim < 0 || dim >= rank ? " (out of range)" : " twice");
+    shape.push_back(input->getDimSize(dim));
+  }
+  inferred.push_back(tensorOf(shape, input->getElementType()));
+  return success();
+}
+
+OpFoldResult TransposeOp::fold(FoldAdaptor) {
+  for (auto [index, dim] : llvm::enumerate(getPerm()))
+    if (static_cast<int64_t>(index) != dim)
+      return {};
+  return getInput();
+}
+
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
+
+LogicalResult ConvertOp::verify() {
+  auto input = getInput().getType();
+  auto result = getResult().getType();
+  if (input.getShape() != result.getShape())
+    return emitOpError() << "result " << result << " must have the shape of operand 'input', "
+                         << input << "; use jit.reshape to change shapes";
+  return success();
+}
+
+OpFoldResult ConvertOp::fold(FoldAdaptor) {
+  if (getInput().getType() == getType())
+    return getInput();
+  return {};
+}
+
+//===----------------------------------------------------------------------===//
+// Normalisation, activations with axes, dropout
+//===----------------------------------------------------------------------===//
+
+LogicalResult SoftmaxOp::verify() {
+  return requireAxisInRange(getLoc(), getOperationName(), getAxis(), named("input", getInput()));
+}
+LogicalResult LogSoftmaxOp::verify() {
+  return requireAxisInRange(getLoc(), getOperationName(), getAxis(), named("input", getInput()));
+}
+LogicalResult SoftmaxGradOp::verify() {
+  return requireAxisInRange(getLoc(), getOperationName(), getAxis(),
+                            named("grad_output", getGradOutput()));
+}
+LogicalResult LogSoftmaxGradOp::verify() {
+  return requireAxisInRange(getLoc(), getOperationName(), getAxis(),
+                            named("grad_output", getGradOutput()));
+}
+
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  StringRef opName = getOperationName();
+  FailureOr<RankedTensorType> input =
+      requireStaticTensor(loc, opName, named("input", adaptor.getInput()));
+  if (failed(input))
+    return failure();
+  int64_t axis = adaptor.getAxis();
+  if (failed(verifyNormalizedOperands(
+          loc, opName, *input, axis,
+          {named("weight", adaptor.getWeight()), named("bias", adaptor.getBias())})))
+    return failure();
+  RankedTensorType statistics = tensorOf(input->getShape().take_front(axis),
+                                         statisticsElementType(input->getElementType()));
+  inferred.append({*input, statistics, statistics});
+  return success();
+}
+
+LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  StringRef opName = getOperationName();
+  NamedOperand inputOperand = named("input", adaptor.getInput());
+  FailureOr<RankedTensorType> input = requireStaticTensor(loc, opName, inputOperand);
+  if (failed(input))
+    return failure();
+  int64_t axis = adaptor.getAxis();
+  if (failed(requireSameType(loc, opName, inputOperand,
+                             named("grad_output", adaptor.getGradOutput()))) ||
+      failed(verifyNormalizedOperands(loc, opName, *input, axis,
+                                      {named("weight", adaptor.getWeight())})) ||
+      failed(verifyStatistics(loc, opName, *input, axis,
+                              {named("mean", adaptor.getMean()), named("rstd", adaptor.getRstd())})))
+    return failure();
+  RankedTensorType affine = tensorOf(input->getShape().drop_front(axis), input->getElementType());
+  inferred.append({*input, affine, affine});
+  return success();
+}
+
+LogicalResult DropoutOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc,
+                                          Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  StringRef opName = getOperationName();
+  FailureOr<RankedTensorType> input =
+      requireStaticTensor(loc, opName, named("input", adaptor.getInput()));
+  FailureOr<RankedTensorType> rng =
+      requireStaticTensor(loc, opName, named("rng_state", adaptor.getRngState()));
+  if (failed(input) || failed(rng))
+    return failure();
+  double p = adaptor.getP().convertToDouble();
+  if (!(p >= 0.0 && p < 1.0))
+    return emitOptionalError(loc, "'", opName, "' probability p = ", p,
+                             " must be in [0, 1)");
+  if (rng->getShape() != ArrayRef<int64_t>{2})
+    return emitOptionalError(loc, "'", opName, "' operand 'rng_state' of type ", *rng,
+                             " must be tensor<2xi64>: [seed, offset]");
+  inferred.append({*input, tensorOf(input->getShape(), IntegerType::get(context, 1)), *rng});
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Losses and their gradients
+//===----------------------------------------------------------------------===//
+
+LogicalResult MseLossOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                          Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  NamedOperand input = named("input", adaptor.getInput());
+  FailureOr<RankedTensorType> inputType = requireStaticTensor(loc, getOperationName(), input);
+  if (failed(inputType) ||
+      failed(requireSameType(loc, getOperationName(), input, named("target", adaptor.getTarget()))))
+    return failure();
+  inferred.push_back(
+      lossResultType(adaptor.getReduction(), inputType->getShape(), inputType->getElementType()));
+  return success();
+}
+
+LogicalResult MseLossGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                              Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  StringRef opName = getOperationName();
+  NamedOperand input = named("input", adaptor.getInput());
+  FailureOr<RankedTensorType> inputType = requireStaticTensor(loc, opName, input);
+  if (failed(inputType) ||
+      failed(requireSameType(loc, opName, input, named("target", adaptor.getTarget()))) ||
+      failed(verifyLossGradOutput(loc, opName, named("grad_output", adaptor.getGradOutput()),
+                                  adaptor.getReduction(), inputType->getShape(),
+                                  inputType->getElementType())))
+    return failure();
+  inferred.push_back(*inputType);
+  return success();
+}
+
+LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                               Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  FailureOr<int64_t> rows = verifyClassificationOperands(
+      loc, getOperationName(), named("logits", adaptor.getLogits()),
+      named("labels", adaptor.getLabels()));
+  if (failed(rows))
+    return failure();
+  inferred.push_back(lossResultType(adaptor.getReduction(), {*rows},
+                                    getElementTypeOrSelf(adaptor.getLogits().getType())));
+  return success();
+}
+
+static LogicalResult verifyLabelSmoothing(Operation *op, double labelSmoothing) {
+  if (!(labelSmoothing >= 0.0 && labelSmoothing <= 1.0))
+    return op->emitOpError() << "label_smoothing = " << labelSmoothing << " must be in [0, 1]";
+  return success();
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  return verifyLabelSmoothing(*this, getLabelSmoothing().convertToDouble());
+}
+
+LogicalResult CrossEntropyGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                   Adaptor adaptor,
+                                                   SmallVectorImpl<Type> &inferred) {
+  NamedOperand logits = named("logits", adaptor.getLogits());
+  FailureOr<int64_t> rows = verifyClassificationOperands(loc, getOperationName(), logits,
+                                                         named("labels", adaptor.getLabels()));
+  if (failed(rows) ||
+      failed(verifyLossGradOutput(loc, getOperationName(),
+                                  named("grad_output", adaptor.getGradOutput()),
+                                  adaptor.getReduction(), {*rows}, getElementTypeOrSelf(logits.type))))
+    return failure();
+  inferred.push_back(logits.type);
+  return success();
+}
+
+LogicalResult CrossEntropyGradOp::verify() {
+  return verifyLabelSmoothing(*this, getLabelSmoothing().convertToDouble());
+}
+
+LogicalResult NllLossOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                          Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  FailureOr<int64_t> rows = verifyClassificationOperands(
+      loc, getOperationName(), named("log_probs", adaptor.getLogProbs()),
+      named("labels", adaptor.getLabels()));
+  if (failed(rows))
+    return failure();
+  inferred.push_back(lossResultType(adaptor.getReduction(), {*rows},
+                                    getElementTypeOrSelf(adaptor.getLogProbs().getType())));
+  return success();
+}
+
+LogicalResult NllLossGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                              Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  NamedOperand logProbs = named("log_probs", adaptor.getLogProbs());
+  FailureOr<int64_t> rows = verifyClassificationOperands(loc, getOperationName(), logProbs,
+                                                         named("labels", adaptor.getLabels()));
+  if (failed(rows) ||
+      failed(verifyLossGradOutput(loc, getOperationName(),
+                                  named("grad_output", adaptor.getGradOutput()),
+                                  adaptor.getReduction(), {*rows},
+                                  getElementTypeOrSelf(logProbs.type))))
+    return failure();
+  inferred.push_back(logProbs.type);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer updates
+//===----------------------------------------------------------------------===//
+
+LogicalResult SgdUpdateOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  StringRef opName = getOperationName();
+  NamedOperand param = named("param", adaptor.getParam());
+  if (failed(requireStaticTensor(loc, opName, param)) ||
+      failed(requireStaticTensor(loc, opName, named("grad", adaptor.getGrad()))) ||
+      failed(verifyGradientMatchesParam(loc, opName, adaptor.getParam(), adaptor.getGrad())))
+    return failure();
+  inferred.push_back(param.type);
+  if (Value buffer = adaptor.getMomentumBuffer()) {
+    if (failed(requireSameType(loc, opName, param, named("momentum_buffer", buffer))))
+      return failure();
+    inferred.push_back(buffer.getType());
+  }
+  return success();
+}
+
+LogicalResult SgdUpdateOp::verify() {
+  double momentum = getMomentum().convertToDouble();
+  double dampening = getDampening().convertToDouble();
+  if (failed(requireNonNegative(*this, "momentum", momentum)) ||
+      failed(requireNonNegative(*this, "weight_decay", getWeightDecay().convertToDouble())))
+    return failure();
+  bool hasBuffer = static_cast<bool>(getMomentumBuffer());
+  if (momentum != 0.0 && !hasBuffer)
+    return emitOpError() << "momentum = " << momentum
+                         << " needs operand 'momentum_buffer' to hold the velocity";
+  if (momentum == 0.0 && hasBuffer)
+    return emitOpError() << "operand 'momentum_buffer' is given but momentum = 0 never uses it";
+  if (getNesterov() && (momentum <= 0.0 || dampening != 0.0))
+    return emitOpError() << "nesterov needs momentum > 0 and dampening = 0 (as in PyTorch), got "
+                         << "momentum = " << momentum << ", dampening = " << dampening;
+  if (hasBuffer && dampening != 0.0 && !getStep())
+    return emitOpError() << "dampening = " << dampening
+                         << " needs operand 'step': PyTorch starts the buffer as the undampened "
+                            "gradient on the first step";
+  if (getStep() && !hasBuffer)
+    return emitOpError() << "operand 'step' is only used to start a momentum buffer";
+  return success();
+}
+
+LogicalResult AdamUpdateOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                             Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  StringRef opName = getOperationName();
+  NamedOperand param = named("param", adaptor.getParam());
+  if (failed(requireStaticTensor(loc, opName, param)) ||
+      failed(requireStaticTensor(loc, opName, named("grad", adaptor.getGrad()))) ||
+      failed(verifyGradientMatchesParam(loc, opName, adaptor.getParam(), adaptor.getGrad())) ||
+      failed(requireSameType(loc, opName, param, named("exp_avg", adaptor.getExpAvg()))) ||
+      failed(requireSameType(loc, opName, param, named("exp_avg_sq", adaptor.getExpAvgSq()))))
+    return failure();
+  inferred.append(3, param.type);
+  return success();
+}
+
+LogicalResult AdamUpdateOp::verify() {
+  for (auto [name, beta] : {std::pair{"beta1", getBeta1().convertToDouble()},
+                            std::pair{"beta2", getBeta2().convertToDouble()}})
+    if (!(beta >= 0.0 && beta < 1.0))
+      return emitOpError() << name << " = " << beta << " must be in [0, 1)";
+  if (failed(requireNonNegative(*this, "eps", getEps().convertToDouble())) ||
+      failed(requireNonNegative(*this, "weight_decay", getWeightDecay().convertToDouble())))
+    return failure();
+  return success();
+}

@@ -1,0 +1,25 @@
+//===- InitAmpjit.cpp - what ampjit's tools register ----------------------===//
+
+#include "ampjit/InitAmpjit.h"
+
+#include "ampjit/Dialect/Amp/IR/AmpDialect.h"
+#include "ampjit/Dialect/Jit/IR/JitDialect.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+namespace ampjit {
+
+void registerAmpjitDialects(mlir::DialectRegistry &registry) {
+  registry.insert<ir::JitDialect, ir::amp::AmpDialect, mlir::func::FuncDialect,
+                  mlir::arith::ArithDialect>();
+}
+
+void registerAmpjitPasses() {
+  mlir::registerCanonicalizerPass();
+  mlir::registerCSEPass();
+}
+
+} // namespace ampjit
