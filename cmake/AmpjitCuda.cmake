@@ -21,3 +21,6 @@ if(NOT AMPJIT_ENABLE_CUDA STREQUAL "OFF")
 else()
   message(STATUS "CUDA backend: off (AMPJIT_ENABLE_CUDA=OFF)")
 endif()
+
+# Cached so that scripts (CI) can read what this build tree decided.
+set(AMPJIT_CUDA_ENABLED ${AMPJIT_CUDA_ENABLED} CACHE INTERNAL "Whether this build contains the CUDA backend")
