@@ -91,13 +91,15 @@ LogicalResult verifyDerivedFrom(FunctionOpInterface function, unsigned argIndex,
     return function->emitError() << owner << " is derived from argument #" << *source
                                  << ", which is not state (it needs a 'jit.role' other than "
                                     "\"input\")";
-  auto derivedType = dyn_cast<ShapedType>(function.getArgument(argIndex).getType());
-  auto sourceType = dyn_cast<ShapedType>(function.getArgument(*source).getType());
+  // Argument types come from the signature: a declaration has no entry block.
+  Type derivedArgType = function.getArgumentTypes()[argIndex];
+  Type sourceArgType = function.getArgumentTypes()[*source];
+  auto derivedType = dyn_cast<ShapedType>(derivedArgType);
+  auto sourceType = dyn_cast<ShapedType>(sourceArgType);
   if (!derivedType || !sourceType || derivedType.getShape() != sourceType.getShape())
-    return function->emitError() << owner << " of type " << function.getArgument(argIndex).getType()
+    return function->emitError() << owner << " of type " << derivedArgType
                                  << " must have the shape of argument #" << *source
-                                 << ", which it is derived from ("
-                                 << function.getArgument(*source).getType() << ")";
+                                 << ", which it is derived from (" << sourceArgType << ")";
   return success();
 }
 
@@ -113,7 +115,7 @@ LogicalResult verifyTied(FunctionOpInterface function, unsigned resultIndex, Nam
   if (*role == ArgumentRole::Input)
     return function->emitError() << owner << " is tied to argument #" << *argIndex
                                  << ", an \"input\"; only state can be updated in place";
-  Type argType = function.getArgument(*argIndex).getType();
+  Type argType = function.getArgumentTypes()[*argIndex];
   Type resultType = function.getResultTypes()[resultIndex];
   if (argType != resultType)
     return function->emitError() << owner << " of type " << resultType << " is tied to argument #"
