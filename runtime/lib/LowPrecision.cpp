@@ -57,8 +57,9 @@ uint16_t doubleToHalf(double value) { return roundDoubleTo16BitFloat<5, 10>(valu
 
 uint16_t doubleToBFloat16(double value) { return roundDoubleTo16BitFloat<8, 7>(value); }
 
-// Plain indexed loops over the inline scalar conversions: the conversions are
-// branch-free, so GCC and Clang vectorise these at -O2/-O3.
+// Plain indexed loops over the inline scalar conversions, which are branch-free
+// so that these loops vectorise (GCC: at -O3, or -O2 with the cost model that
+// runtime/CMakeLists.txt sets for this file).
 
 void widenHalf(const uint16_t* in, float* out, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i)
