@@ -191,6 +191,36 @@ LogicalResult verifyGradientMatchesParam(std::optional<Location> loc, StringRef 
   return success();
 }
 
+/// O2's low-precision parameter copy: f16 or bf16, the shape of `param`, and
+/// narrower than it (the fp32 master it is rounded from).
+LogicalResult verifyParamCopy(std::optional<Location> loc, StringRef opName, Value param,
+                              Value copy) {
+  auto paramType = cast<RankedTensorType>(param.getType());
+  auto copyType = cast<RankedTensorType>(copy.getType());
+  Type copyElement = copyType.getElementType();
+  if (!copyElement.isF16() && !copyElement.isBF16())
+    return emitOptionalError(loc, "'", opName, "' operand 'param_copy' of type ", copyType,
+                             " must hold f16 or bf16: it is the low-precision copy of operand "
+                             "'param'");
+  if (copyType.getShape() != paramType.getShape())
+    return emitOptionalError(loc, "'", opName, "' operand 'param_copy' of type ", copyType,
+                             " must have the shape of operand 'param' of type ", paramType);
+  if (copyElement == paramType.getElementType() ||
+      !isExactlyRepresentableIn(copyElement, paramType.getElementType()))
+    return emitOptionalError(loc, "'", opName, "' operand 'param_copy' of type ", copyType,
+                             " is a low-precision copy, so operand 'param' must be a wider "
+                             "master (f32 or f64), not ",
+                             paramType);
+  return success();
+}
+
+/// A missing or extra optional result is reported by the ops' verifiers,
+/// which can name the operand it belongs to; only same-length lists are
+/// compared here.
+bool sameTypesOrDifferentCounts(TypeRange inferred, TypeRange actual) {
+  return inferred.size() != actual.size() || llvm::equal(inferred, actual);
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -579,10 +609,56 @@ LogicalResult SgdUpdateOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
       return failure();
     inferred.push_back(buffer.getType());
   }
+  if (Value copy = adaptor.getParamCopy()) {
+    if (failed(requireStaticTensor(loc, opName, named("param_copy", copy))) ||
+        failed(verifyParamCopy(loc, opName, adaptor.getParam(), copy)))
+      return failure();
+    inferred.push_back(copy.getType());
+  }
   return success();
 }
 
+bool SgdUpdateOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
+  return sameTypesOrDifferentCounts(inferred, actual);
+}
+
+TypedValue<RankedTensorType> SgdUpdateOp::getNewMomentumBuffer() {
+  ResultRange optionalState = getNewOptionalState();
+  if (!getMomentumBuffer() || optionalState.empty())
+    return {};
+  return cast<TypedValue<RankedTensorType>>(optionalState[0]);
+}
+
+TypedValue<RankedTensorType> SgdUpdateOp::getNewParamCopy() {
+  ResultRange optionalState = getNewOptionalState();
+  unsigned position = getMomentumBuffer() ? 1 : 0;
+  if (!getParamCopy() || optionalState.size() <= position)
+    return {};
+  return cast<TypedValue<RankedTensorType>>(optionalState[position]);
+}
+
+void SgdUpdateOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
+  setNameFn(getNewParam(), "new_param");
+  if (Value buffer = getNewMomentumBuffer())
+    setNameFn(buffer, "new_momentum_buffer");
+  if (Value copy = getNewParamCopy())
+    setNameFn(copy, "new_param_copy");
+}
+
 LogicalResult SgdUpdateOp::verify() {
+  bool hasCopy = static_cast<bool>(getParamCopy());
+  unsigned expectedResults = 1 + (getMomentumBuffer() ? 1 : 0) + (hasCopy ? 1 : 0);
+  if (getNumResults() != expectedResults) {
+    InFlightDiagnostic diag = emitOpError()
+                              << "has " << getNumResults() << " results but needs "
+                              << expectedResults << ": 'new_param'";
+    if (getMomentumBuffer())
+      diag << ", 'new_momentum_buffer' (for operand 'momentum_buffer')";
+    if (hasCopy)
+      diag << ", 'new_param_copy' (for operand 'param_copy')";
+    diag << "; an optional state operand and its new value come together";
+    return diag;
+  }
   double momentum = getMomentum().convertToDouble();
   double dampening = getDampening().convertToDouble();
   if (failed(requireNonNegative(*this, "momentum", momentum)) ||
@@ -617,10 +693,26 @@ LogicalResult AdamUpdateOp::inferReturnTypes(MLIRContext *, std::optional<Locati
       failed(requireSameType(loc, opName, param, named("exp_avg_sq", adaptor.getExpAvgSq()))))
     return failure();
   inferred.append(3, param.type);
+  if (Value copy = adaptor.getParamCopy()) {
+    if (failed(requireStaticTensor(loc, opName, named("param_copy", copy))) ||
+        failed(verifyParamCopy(loc, opName, adaptor.getParam(), copy)))
+      return failure();
+    inferred.push_back(copy.getType());
+  }
   return success();
 }
 
+bool AdamUpdateOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
+  return sameTypesOrDifferentCounts(inferred, actual);
+}
+
 LogicalResult AdamUpdateOp::verify() {
+  unsigned expectedResults = getParamCopy() ? 4 : 3;
+  if (getNumResults() != expectedResults)
+    return emitOpError() << "has " << getNumResults() << " results but needs " << expectedResults
+                         << ": 'new_param', 'new_exp_avg', 'new_exp_avg_sq'"
+                         << (getParamCopy() ? ", 'new_param_copy' (for operand 'param_copy')" : "")
+                         << "; an optional state operand and its new value come together";
   for (auto [name, beta] : {std::pair{"beta1", getBeta1().convertToDouble()},
                             std::pair{"beta2", getBeta2().convertToDouble()}})
     if (!(beta >= 0.0 && beta < 1.0))

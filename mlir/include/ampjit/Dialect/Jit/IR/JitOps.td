@@ -9,6 +9,7 @@
 #define AMPJIT_DIALECT_JIT_IR_JITOPS_TD
 
 include "ampjit/Dialect/Jit/IR/JitBase.td"
+include "mlir/IR/OpAsmInterface.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
@@ -513,7 +514,8 @@ def Jit_NllLossGradOp : Jit_Op<"nll_loss_grad", [Pure, InferTypeOpAdaptor]> {
 // Fused optimizer updates
 //===----------------------------------------------------------------------===//
 
-def Jit_SgdUpdateOp : Jit_Op<"sgd_update", [Pure, AttrSizedOperandSegments, InferTypeOpAdaptor]> {
+def Jit_SgdUpdateOp : Jit_Op<"sgd_update", [Pure, AttrSizedOperandSegments,
+    InferTypeOpAdaptorWithIsCompatible, DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>]> {
   let summary = "one SGD step of one parameter, fused";
   let description = [{
     PyTorch's SGD on one parameter, reading the gradient in whatever precision
@@ -540,6 +542,24 @@ def Jit_SgdUpdateOp : Jit_Op<"sgd_update", [Pure, AttrSizedOperandSegments, Infe
         : (tensor<512x784xf32>, tensor<512x784xf16>, tensor<512x784xf32>, tensor<f32>, tensor<f32>, tensor<i1>)
           -> (tensor<512x784xf32>, tensor<512x784xf32>)
     ```
+
+    `param_copy` (O2's master weights, added by `amp-master-weights`) is the
+    low-precision copy of `param` that the step's forward and backward read:
+    f16 or bf16, the shape of the fp32 `param`. The update then also yields
+    `new_param_copy = round_to_nearest_even(new_param)` in the copy's type,
+    written by the same kernel from the new fp32 value, so no step casts its
+    parameters. With `predicate` false it returns `param_copy` unchanged, like
+    every other piece of state. The optional results follow the optional
+    state operands in order: `new_momentum_buffer` when `momentum_buffer` is
+    given, then `new_param_copy` when `param_copy` is.
+
+    ```mlir
+    %w1, %buf1, %w16_1 = jit.sgd_update %w, %gw momentum_buffer %buf lr %lr inv_scale %inv
+        predicate %ok param_copy %w16 {momentum = 9.0e-01}
+        : (tensor<512x784xf32>, tensor<512x784xf16>, tensor<512x784xf32>, tensor<f32>, tensor<f32>,
+           tensor<i1>, tensor<512x784xf16>)
+          -> (tensor<512x784xf32>, tensor<512x784xf32>, tensor<512x784xf16>)
+    ```
   }];
   let arguments = (ins Jit_FloatTensor:$param, Jit_FloatTensor:$grad,
                        Optional<Jit_FloatTensor>:$momentum_buffer,
@@ -547,21 +567,45 @@ def Jit_SgdUpdateOp : Jit_Op<"sgd_update", [Pure, AttrSizedOperandSegments, Infe
                        Jit_F32Scalar:$lr,
                        Optional<Jit_F32Scalar>:$inv_scale,
                        Optional<Jit_BoolScalar>:$predicate,
+                       Optional<Jit_FloatTensor>:$param_copy,
                        DefaultValuedAttr<F64Attr, "0.0">:$momentum,
                        DefaultValuedAttr<F64Attr, "0.0">:$dampening,
                        DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
                        UnitAttr:$nesterov,
                        UnitAttr:$maximize);
-  let results = (outs Jit_FloatTensor:$new_param, Optional<Jit_FloatTensor>:$new_momentum_buffer);
+  // Two optional results would need AttrSizedResultSegments, whose segment
+  // sizes neither the inferring builders nor functional-type(operands,
+  // results) can fill in. The optional results are therefore one group whose
+  // members follow from the optional operands; getNewMomentumBuffer() and
+  // getNewParamCopy() (and the printed SSA names) name them.
+  let results = (outs Jit_FloatTensor:$new_param, Variadic<Jit_FloatTensor>:$new_optional_state);
   let assemblyFormat = [{
     $param `,` $grad (`momentum_buffer` $momentum_buffer^)? (`step` $step^)? `lr` $lr
-    (`inv_scale` $inv_scale^)? (`predicate` $predicate^)? attr-dict
+    (`inv_scale` $inv_scale^)? (`predicate` $predicate^)? (`param_copy` $param_copy^)? attr-dict
     `:` functional-type(operands, results)
+  }];
+  let builders = [
+    // An update without a low-precision copy (every level but O2/O3 after master weights).
+    OpBuilder<(ins "::mlir::Value":$param, "::mlir::Value":$grad, "::mlir::Value":$momentum_buffer,
+                   "::mlir::Value":$step, "::mlir::Value":$lr, "::mlir::Value":$inv_scale,
+                   "::mlir::Value":$predicate, "::llvm::APFloat":$momentum,
+                   "::llvm::APFloat":$dampening, "::llvm::APFloat":$weight_decay,
+                   CArg<"bool", "false">:$nesterov, CArg<"bool", "false">:$maximize), [{
+      build($_builder, $_state, param, grad, momentum_buffer, step, lr, inv_scale, predicate,
+            /*param_copy=*/::mlir::Value(), momentum, dampening, weight_decay, nesterov, maximize);
+    }]>
+  ];
+  let extraClassDeclaration = [{
+    /// The new momentum buffer: null unless operand `momentum_buffer` is given.
+    ::mlir::TypedValue<::mlir::RankedTensorType> getNewMomentumBuffer();
+    /// The new low-precision parameter copy: null unless operand `param_copy` is given.
+    ::mlir::TypedValue<::mlir::RankedTensorType> getNewParamCopy();
   }];
   let hasVerifier = 1;
 }
 
-def Jit_AdamUpdateOp : Jit_Op<"adam_update", [Pure, AttrSizedOperandSegments, InferTypeOpAdaptor]> {
+def Jit_AdamUpdateOp : Jit_Op<"adam_update", [Pure, AttrSizedOperandSegments,
+                                            InferTypeOpAdaptorWithIsCompatible]> {
   let summary = "one Adam or AdamW step of one parameter, fused";
   let description = [{
     PyTorch's Adam (`decoupled_weight_decay` unset) or AdamW (set) on one
@@ -577,6 +621,19 @@ def Jit_AdamUpdateOp : Jit_Op<"adam_update", [Pure, AttrSizedOperandSegments, In
         : (tensor<512xf32>, tensor<512xf16>, tensor<512xf32>, tensor<512xf32>, tensor<i64>, tensor<f32>,
            tensor<f32>, tensor<i1>) -> (tensor<512xf32>, tensor<512xf32>, tensor<512xf32>)
     ```
+
+    `param_copy` (O2's master weights) is the f16 or bf16 copy of the fp32
+    `param` that the rest of the step reads; the update also yields
+    `new_param_copy = round_to_nearest_even(new_param)` in the copy's type,
+    and `param_copy` unchanged when `predicate` is false:
+
+    ```mlir
+    %w1, %m1, %v1, %w16_1 = jit.adam_update %w, %gw, %m, %v step %t lr %lr inv_scale %inv
+        predicate %ok param_copy %w16
+        : (tensor<512xf32>, tensor<512xf16>, tensor<512xf32>, tensor<512xf32>, tensor<i64>, tensor<f32>,
+           tensor<f32>, tensor<i1>, tensor<512xf16>)
+          -> (tensor<512xf32>, tensor<512xf32>, tensor<512xf32>, tensor<512xf16>)
+    ```
   }];
   let arguments = (ins Jit_FloatTensor:$param, Jit_FloatTensor:$grad,
                        Jit_FloatTensor:$exp_avg, Jit_FloatTensor:$exp_avg_sq,
@@ -584,6 +641,7 @@ def Jit_AdamUpdateOp : Jit_Op<"adam_update", [Pure, AttrSizedOperandSegments, In
                        Jit_F32Scalar:$lr,
                        Optional<Jit_F32Scalar>:$inv_scale,
                        Optional<Jit_BoolScalar>:$predicate,
+                       Optional<Jit_FloatTensor>:$param_copy,
                        DefaultValuedAttr<F64Attr, "0.9">:$beta1,
                        DefaultValuedAttr<F64Attr, "0.999">:$beta2,
                        DefaultValuedAttr<F64Attr, "1e-8">:$eps,
@@ -591,12 +649,25 @@ def Jit_AdamUpdateOp : Jit_Op<"adam_update", [Pure, AttrSizedOperandSegments, In
                        UnitAttr:$decoupled_weight_decay,
                        UnitAttr:$maximize);
   let results = (outs Jit_FloatTensor:$new_param, Jit_FloatTensor:$new_exp_avg,
-                      Jit_FloatTensor:$new_exp_avg_sq);
+                      Jit_FloatTensor:$new_exp_avg_sq, Optional<Jit_FloatTensor>:$new_param_copy);
   let assemblyFormat = [{
     $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `step` $step `lr` $lr
-    (`inv_scale` $inv_scale^)? (`predicate` $predicate^)? attr-dict
+    (`inv_scale` $inv_scale^)? (`predicate` $predicate^)? (`param_copy` $param_copy^)? attr-dict
     `:` functional-type(operands, results)
   }];
+  let builders = [
+    // An update without a low-precision copy (every level but O2/O3 after master weights).
+    OpBuilder<(ins "::mlir::Value":$param, "::mlir::Value":$grad, "::mlir::Value":$exp_avg,
+                   "::mlir::Value":$exp_avg_sq, "::mlir::Value":$step, "::mlir::Value":$lr,
+                   "::mlir::Value":$inv_scale, "::mlir::Value":$predicate,
+                   "::llvm::APFloat":$beta1, "::llvm::APFloat":$beta2, "::llvm::APFloat":$eps,
+                   "::llvm::APFloat":$weight_decay, CArg<"bool", "false">:$decoupled_weight_decay,
+                   CArg<"bool", "false">:$maximize), [{
+      build($_builder, $_state, param, grad, exp_avg, exp_avg_sq, step, lr, inv_scale, predicate,
+            /*param_copy=*/::mlir::Value(), beta1, beta2, eps, weight_decay,
+            decoupled_weight_decay, maximize);
+    }]>
+  ];
   let hasVerifier = 1;
 }
 
