@@ -616,3 +616,33 @@ func.func @step(%x: tensor<4x8xf32> {jit.role = "input"},
 func.func private @declared_step(tensor<8xf32> {jit.role = "param"},
                                  tensor<8xbf16> {jit.role = "param", jit.derived_from = 0 : i64})
     -> (tensor<8xf32> {jit.tied = 0 : i64})
+
+// O2's master weights: the update also writes the low-precision parameter copy
+// (`param_copy` in, `new_param_copy` out, after any momentum buffer), for SGD
+// with and without momentum and for Adam, f16 and bf16.
+// CHECK-LABEL: func.func @update_with_param_copy(
+func.func @update_with_param_copy(%w: tensor<4x8xf32>, %gw: tensor<4x8xf16>, %buf: tensor<4x8xf32>,
+                                  %lr: tensor<f32>, %inv: tensor<f32>, %ok: tensor<i1>,
+                                  %w16: tensor<4x8xf16>, %a: tensor<8xf32>, %ga: tensor<8xbf16>,
+                                  %m: tensor<8xf32>, %v: tensor<8xf32>, %step: tensor<i64>,
+                                  %a16: tensor<8xbf16>)
+    -> (tensor<4x8xf32>, tensor<4x8xf16>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf16>,
+        tensor<8xf32>, tensor<8xbf16>) {
+  // CHECK-NEXT: %[[P0:.*]], %[[C0:.*]] = jit.sgd_update %arg0, %arg1 lr %arg3 param_copy %arg6 : (tensor<4x8xf32>, tensor<4x8xf16>, tensor<f32>, tensor<4x8xf16>) -> (tensor<4x8xf32>, tensor<4x8xf16>)
+  // CHECK-NEXT: %[[P1:.*]], %[[B1:.*]], %[[C1:.*]] = jit.sgd_update %arg0, %arg1 momentum_buffer %arg2 lr %arg3 inv_scale %arg4 predicate %arg5 param_copy %arg6 {momentum = 9.000000e-01 : f64} : (tensor<4x8xf32>, tensor<4x8xf16>, tensor<4x8xf32>, tensor<f32>, tensor<f32>, tensor<i1>, tensor<4x8xf16>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf16>)
+  // CHECK-NEXT: %[[W2:.*]], %[[M2:.*]], %[[V2:.*]], %[[C2:.*]] = jit.adam_update %arg7, %arg8, %arg9, %arg10 step %arg11 lr %arg3 inv_scale %arg4 predicate %arg5 param_copy %arg12 : (tensor<8xf32>, tensor<8xbf16>, tensor<8xf32>, tensor<8xf32>, tensor<i64>, tensor<f32>, tensor<f32>, tensor<i1>, tensor<8xbf16>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xbf16>)
+  // CHECK-NEXT: return %[[P0]], %[[C0]], %[[P1]], %[[B1]], %[[C1]], %[[W2]], %[[C2]]
+  %p0, %c0 = jit.sgd_update %w, %gw lr %lr param_copy %w16
+      : (tensor<4x8xf32>, tensor<4x8xf16>, tensor<f32>, tensor<4x8xf16>) -> (tensor<4x8xf32>, tensor<4x8xf16>)
+  %p1, %b1, %c1 = jit.sgd_update %w, %gw momentum_buffer %buf lr %lr inv_scale %inv predicate %ok
+      param_copy %w16 {momentum = 9.0e-01}
+      : (tensor<4x8xf32>, tensor<4x8xf16>, tensor<4x8xf32>, tensor<f32>, tensor<f32>, tensor<i1>,
+         tensor<4x8xf16>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf16>)
+  %w2, %m2, %v2, %c2 = jit.adam_update %a, %ga, %m, %v step %step lr %lr inv_scale %inv predicate %ok
+      param_copy %a16
+      : (tensor<8xf32>, tensor<8xbf16>, tensor<8xf32>, tensor<8xf32>, tensor<i64>, tensor<f32>,
+         tensor<f32>, tensor<i1>, tensor<8xbf16>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xbf16>)
+  return %p0, %c0, %p1, %b1, %c1, %w2, %c2
+      : tensor<4x8xf32>, tensor<4x8xf16>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf16>,
+        tensor<8xf32>, tensor<8xbf16>
+}
