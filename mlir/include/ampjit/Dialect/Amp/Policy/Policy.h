@@ -139,7 +139,9 @@ public:
   /// "default"); `allow:`/`deny:`/`infer:`/`clear:`/`promote:` each take
   /// `add:` and `remove:` lists of op names (an added op takes that category,
   /// a removed op must have it and becomes `promote`, i.e. it never lowers
-  /// precision itself); `ops:` replaces whole entries.
+  /// precision itself); `ops:` replaces whole entries. Each op appears at
+  /// most once. policies/README.md has the details. A file that cannot be
+  /// opened or read is an error naming `path`.
   static PolicyOrError loadUserFile(const std::string &path,
                                     const std::vector<std::string> &knownOps);
   /// The same, from text already in memory.
