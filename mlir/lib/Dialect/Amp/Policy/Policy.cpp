@@ -477,26 +477,24 @@ std::vector<AttributeCondition> PolicyParser::conditionsOf(const Field &field) c
                      describe(item));
     std::vector<Field> parts =
         fieldsOf(item, "a 'when' condition", {"attribute", "equals", "category"});
-    AttributeCondition condition;
-    condition.source = at(item);
-    bool seen[3] = {false, false, false};
+    std::optional<std::string> attribute, equals;
+    std::optional<Category> category;
     for (const Field &part : parts) {
-      if (part.key == "attribute") {
-        condition.attribute = scalarOf(part.value, locatable(part), "an attribute name");
-        seen[0] = true;
-      } else if (part.key == "equals") {
-        condition.equals = scalarOf(part.value, locatable(part), "a value");
-        seen[1] = true;
-      } else {
-        condition.category = categoryOf(part.value, locatable(part));
-        seen[2] = true;
-      }
+      if (part.key == "attribute")
+        attribute = scalarOf(part.value, locatable(part), "an attribute name");
+      else if (part.key == "equals")
+        equals = scalarOf(part.value, locatable(part), "a value");
+      else
+        category = categoryOf(part.value, locatable(part));
     }
-    const char *required[] = {"attribute", "equals", "category"};
-    for (int i = 0; i < 3; ++i)
-      if (!seen[i])
-        fail(item, std::string("condition has no '") + required[i] + "'");
-    conditions.push_back(std::move(condition));
+    if (!attribute)
+      fail(item, "condition has no 'attribute'");
+    if (!equals)
+      fail(item, "condition has no 'equals'");
+    if (!category)
+      fail(item, "condition has no 'category'");
+    conditions.push_back(AttributeCondition{
+        .attribute = *attribute, .equals = *equals, .category = *category, .source = at(item)});
   }
   return conditions;
 }
