@@ -378,7 +378,7 @@ TEST(BuiltinPolicies, DesignCategoriesInDefault) {
     EXPECT_TRUE(rule->alwaysFp32) << op;
   }
   EXPECT_EQ(policy.find("jit.sgd_update")->anyPrecisionOperands,
-            std::vector<std::string>{"grad"});
+            (std::vector<std::string>{"grad", "param_copy"}));
   const OpRule *matmul = policy.find("jit.matmul");
   EXPECT_EQ(matmul->minimumTarget.at(F16).str(), "sm_70");
   EXPECT_EQ(matmul->minimumTarget.at(BF16).str(), "sm_80");

@@ -101,7 +101,7 @@ deny:
   EXPECT_EQ(sgd->category, Category::Allow);
   // always_fp32 contradicts allow; which operands are read as they come does not.
   EXPECT_FALSE(sgd->alwaysFp32);
-  EXPECT_EQ(sgd->anyPrecisionOperands, std::vector<std::string>{"grad"});
+  EXPECT_EQ(sgd->anyPrecisionOperands, (std::vector<std::string>{"grad", "param_copy"}));
   const OpRule *matmul = policy.find("jit.matmul");
   EXPECT_EQ(matmul->category, Category::Deny);
   EXPECT_EQ(matmul->minimumTarget.at(BF16).str(), "sm_80");
