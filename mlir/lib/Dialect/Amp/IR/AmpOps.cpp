@@ -7,6 +7,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace ampjit::ir;
 using namespace ampjit::ir::amp;
@@ -69,16 +71,22 @@ LogicalResult UpdateScaleOp::verify() {
   double growth = getGrowthFactor().convertToDouble();
   double backoff = getBackoffFactor().convertToDouble();
   double minScale = getMinScale().convertToDouble();
-  if (!(growth > 1.0))
-    return emitOpError() << "growth_factor = " << growth << " must be greater than 1";
+  // An infinite growth_factor would silently never grow the scale (growth is
+  // skipped when the product is not finite), and an infinite min_scale would
+  // make the first backoff set it to inf.
+  if (!(growth > 1.0) || std::isinf(growth))
+    return emitOpError() << "growth_factor = " << growth << " must be finite and greater than 1";
   if (!(backoff > 0.0 && backoff < 1.0))
     return emitOpError() << "backoff_factor = " << backoff << " must be in (0, 1)";
-  if (getGrowthInterval() < 1)
-    return emitOpError() << "growth_interval = " << getGrowthInterval() << " must be at least 1";
-  if (getBackoffInterval() < 1)
-    return emitOpError() << "backoff_interval = " << getBackoffInterval()
-                         << " must be at least 1";
-  if (!(minScale >= 0.0))
-    return emitOpError() << "min_scale = " << minScale << " must be non-negative";
+  // The ODS getters of I64Attr return uint64_t, which would turn a negative
+  // interval into a huge valid-looking one; read the signed value.
+  int64_t growthInterval = getGrowthIntervalAttr().getInt();
+  int64_t backoffInterval = getBackoffIntervalAttr().getInt();
+  if (growthInterval < 1)
+    return emitOpError() << "growth_interval = " << growthInterval << " must be at least 1";
+  if (backoffInterval < 1)
+    return emitOpError() << "backoff_interval = " << backoffInterval << " must be at least 1";
+  if (!(minScale >= 0.0) || std::isinf(minScale))
+    return emitOpError() << "min_scale = " << minScale << " must be finite and non-negative";
   return success();
 }

@@ -58,8 +58,8 @@ LogicalResult requireAxisInRange(std::optional<Location> loc, StringRef opName, 
   int64_t rank = cast<RankedTensorType>(operand.type).getRank();
   if (axis < 0 || axis >= rank)
     return emitOptionalError(loc, "'", opName, "' axis ", axis, " is out of range for operand '",
-                             operand.name, "' of rank ", rank, " (expected 0 <= axis < ", rank,
-                             ")");
+                             operand.name, "' of type ", operand.type, " (expected 0 <= axis < ",
+                             rank, ")");
   return success();
 }
 
@@ -85,12 +85,13 @@ LogicalResult inferReduction(std::optional<Location> loc, typename OpTy::Adaptor
   ArrayRef<int64_t> axes = adaptor.getAxes();
   int64_t rank = input->getRank();
   if (axes.empty() && rank != 0)
-    return emitOptionalError(loc, "'", opName,
-                             "' axes must not be empty; list every axis to reduce to a scalar");
+    return emitOptionalError(loc, "'", opName, "' axes must not be empty for operand 'input' of type ",
+                             *input, "; list every axis to reduce to a scalar");
   for (auto [index, axis] : llvm::enumerate(axes)) {
     if (axis < 0 || axis >= rank)
       return emitOptionalError(loc, "'", opName, "' axis ", axis,
-                               " is out of range for operand 'input' of rank ", rank);
+                               " is out of range for operand 'input' of type ", *input,
+                               " (expected 0 <= axis < ", rank, ")");
     if (index > 0 && axis <= axes[index - 1])
       return emitOptionalError(loc, "'", opName, "' axes must be strictly increasing, but ", axis,
                                " follows ", axes[index - 1]);
@@ -145,7 +146,7 @@ LogicalResult verifyNormalizedOperands(std::optional<Location> loc, StringRef op
                                        ArrayRef<NamedOperand> affine) {
   if (axis < 0 || axis >= input.getRank())
     return emitOptionalError(loc, "'", opName, "' axis ", axis,
-                             " is out of range for operand 'input' of rank ", input.getRank(),
+                             " is out of range for operand 'input' of type ", input,
                              " (expected 0 <= axis < ", input.getRank(), ")");
   ArrayRef<int64_t> normalized = input.getShape().drop_front(axis);
   RankedTensorType expected = tensorOf(normalized, input.getElementType());
@@ -449,6 +450,15 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
   RankedTensorType statistics = tensorOf(input->getShape().take_front(axis),
                                          statisticsElementType(input->getElementType()));
   inferred.append({*input, statistics, statistics});
+  return success();
+}
+
+LogicalResult LayerNormOp::verify() {
+  // rsqrt(var + eps) needs var + eps > 0: a negative (or NaN) eps turns
+  // near-constant rows into NaN.
+  double eps = getEps().convertToDouble();
+  if (!(eps >= 0.0))
+    return emitOpError() << "eps = " << eps << " must be non-negative";
   return success();
 }
 

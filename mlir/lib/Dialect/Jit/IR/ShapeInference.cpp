@@ -61,10 +61,11 @@ LogicalResult requireSameElementType(std::optional<Location> loc, StringRef opNa
   Type expected = getElementTypeOrSelf(operands.front().type);
   for (const NamedOperand &operand : operands.drop_front()) {
     if (getElementTypeOrSelf(operand.type) != expected)
-      return emitOptionalError(loc, "'", opName, "' operand '", operand.name,
-                               "' has element type ", getElementTypeOrSelf(operand.type),
-                               " but operand '", operands.front().name, "' has ", expected,
-                               "; insert an explicit conversion");
+      return emitOptionalError(loc, "'", opName, "' operand '", operand.name, "' of type ",
+                               operand.type, " has element type ",
+                               getElementTypeOrSelf(operand.type), " but operand '",
+                               operands.front().name, "' of type ", operands.front().type,
+                               " has ", expected, "; insert an explicit conversion");
   }
   return success();
 }

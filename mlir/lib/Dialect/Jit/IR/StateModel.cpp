@@ -6,8 +6,8 @@
 //   * `jit.role` on a function argument names one of the roles;
 //   * `jit.tied = i` on a function result names a state argument (any role but
 //     `input`) of the same type, and no two results tie the same argument;
-//   * `jit.derived_from = i` on an argument names another state argument of the
-//     same shape (O2's low-precision parameter copy of an fp32 master);
+//   * `jit.derived_from = i` on a state argument names another state argument
+//     of the same shape (O2's low-precision parameter copy of an fp32 master);
 //   * `jit.op_id` / `jit.vjp_of` on ops are non-negative integers.
 //
 //===----------------------------------------------------------------------===//
@@ -86,6 +86,12 @@ LogicalResult verifyDerivedFrom(FunctionOpInterface function, unsigned argIndex,
     return failure();
   if (*source == argIndex)
     return function->emitError() << owner << " cannot be derived from itself";
+  // The runtime keeps a derived copy alive across steps and re-derives it,
+  // which only state has; an "input" is replaced by the caller every step.
+  std::optional<ArgumentRole> ownRole = roleOfArgument(function, argIndex);
+  if (!ownRole || *ownRole == ArgumentRole::Input)
+    return function->emitError() << owner << " has 'jit.derived_from' but is not state (it needs "
+                                    "a 'jit.role' other than \"input\")";
   std::optional<ArgumentRole> sourceRole = roleOfArgument(function, *source);
   if (!sourceRole || *sourceRole == ArgumentRole::Input)
     return function->emitError() << owner << " is derived from argument #" << *source

@@ -297,6 +297,7 @@ def Jit_LayerNormOp : Jit_Op<"layer_norm", [Pure, AttrSizedOperandSegments, Infe
     $input (`weight` $weight^)? (`bias` $bias^)? `axis` `=` $axis `eps` `=` $eps attr-dict
     `:` functional-type(operands, results)
   }];
+  let hasVerifier = 1;
 }
 
 def Jit_DropoutOp : Jit_Op<"dropout", [Pure, InferTypeOpAdaptor]> {
