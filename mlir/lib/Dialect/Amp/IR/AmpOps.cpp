@@ -2,10 +2,16 @@
 
 #include "ampjit/Dialect/Amp/IR/AmpOps.h"
 
+#include "ampjit/Dialect/Jit/IR/JitOps.h"
 #include "ampjit/Dialect/Jit/IR/ShapeInference.h"
 
+#include "mlir/IR/AsmState.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+
+#include "llvm/Support/Endian.h"
 
 #include <cmath>
 
@@ -25,9 +31,65 @@ LogicalResult CastOp::verify() {
   return success();
 }
 
-OpFoldResult CastOp::fold(FoldAdaptor) {
+/// The first `count` elements of a float constant as APFloat. Dense attributes
+/// iterate as APFloat; a resource blob (`dense_resource`, how large traced
+/// weights are stored) is read as the host-endian bit patterns it holds.
+static std::optional<SmallVector<APFloat>> readFloats(ElementsAttr attr, FloatType elementType,
+                                                      int64_t count) {
+  SmallVector<APFloat> values;
+  values.reserve(count);
+  if (auto range = attr.tryGetValues<APFloat>()) {
+    for (const APFloat &value : *range) {
+      if (static_cast<int64_t>(values.size()) == count)
+        break;
+      values.push_back(value);
+    }
+    return values;
+  }
+  auto resource = dyn_cast<DenseResourceElementsAttr>(attr);
+  AsmResourceBlob *blob = resource ? resource.getRawHandle().getBlob() : nullptr;
+  unsigned width = elementType.getWidth();
+  if (!blob || (width != 16 && width != 32 && width != 64))
+    return std::nullopt;
+  ArrayRef<char> data = blob->getData();
+  size_t bytes = width / 8;
+  if (data.size() < static_cast<size_t>(count) * bytes)
+    return std::nullopt;
+  for (int64_t i = 0; i < count; ++i) {
+    const char *element = data.data() + i * bytes;
+    uint64_t bits = width == 16   ? llvm::support::endian::read16(element, llvm::endianness::native)
+                    : width == 32 ? llvm::support::endian::read32(element, llvm::endianness::native)
+                                  : llvm::support::endian::read64(element, llvm::endianness::native);
+    values.push_back(APFloat(elementType.getFloatSemantics(), APInt(width, bits)));
+  }
+  return values;
+}
+
+/// The cast of a constant, rounded to nearest even by APFloat. That is the
+/// rounding of the runtime's conversions (overflow to inf, NaN kept quiet with
+/// its sign and top payload bits), so folding never changes a step's results.
+static Attribute foldConstantCast(ElementsAttr input, RankedTensorType resultType) {
+  auto target = dyn_cast<FloatType>(resultType.getElementType());
+  auto source = dyn_cast<FloatType>(input.getElementType());
+  if (!target || !source)
+    return {};
+  int64_t count = input.isSplat() ? 1 : input.getNumElements();
+  std::optional<SmallVector<APFloat>> values = readFloats(input, source, count);
+  if (!values || static_cast<int64_t>(values->size()) != count)
+    return {};
+  for (APFloat &value : *values) {
+    bool losesInfo = false;
+    (void)value.convert(target.getFloatSemantics(), APFloat::rmNearestTiesToEven, &losesInfo);
+  }
+  return DenseElementsAttr::get(resultType, *values);
+}
+
+OpFoldResult CastOp::fold(FoldAdaptor adaptor) {
   if (getInput().getType() == getType())
     return getInput();
+  if (auto constant = dyn_cast_or_null<ElementsAttr>(adaptor.getInput()))
+    if (Attribute folded = foldConstantCast(constant, getType()))
+      return folded;
   // x -> wider -> x's type again is exact: the round trip returns x itself.
   if (auto producer = getInput().getDefiningOp<CastOp>()) {
     Value source = producer.getInput();
@@ -89,4 +151,14 @@ LogicalResult UpdateScaleOp::verify() {
   if (!(minScale >= 0.0) || std::isinf(minScale))
     return emitOpError() << "min_scale = " << minScale << " must be finite and non-negative";
   return success();
+}
+
+// The amp dialect has no constant op: the constants its folders produce are
+// jit.constant, like every other tensor constant of a step.
+Operation *AmpDialect::materializeConstant(OpBuilder &builder, Attribute value, Type type,
+                                           Location loc) {
+  auto elements = dyn_cast<ElementsAttr>(value);
+  if (!elements || elements.getType() != type)
+    return nullptr;
+  return ampjit::ir::ConstantOp::create(builder, loc, elements);
 }

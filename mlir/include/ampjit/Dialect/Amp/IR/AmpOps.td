@@ -31,6 +31,8 @@ def Amp_Dialect : Dialect {
     ```
   }];
   let dependentDialects = ["::ampjit::ir::JitDialect"];
+  // Constants folded from amp ops are built as jit.constant.
+  let hasConstantMaterializer = 1;
 }
 
 class Amp_Op<string mnemonic, list<Trait> traits = []>

@@ -1,0 +1,99 @@
+// RUN: amp-opt %s -split-input-file -canonicalize | FileCheck %s
+
+// The folders of the jit dialect: jit.broadcast_to, jit.reshape,
+// jit.transpose and jit.convert fold when they do not change the value (and
+// broadcast_to/reshape of suitable constants fold to constants); jit.constant
+// is ConstantLike, so equal constants are shared.
+
+// CHECK-LABEL: func.func @broadcast_to(
+// CHECK-SAME:    %[[X:[^:]*]]: tensor<4x8xf32>, %[[B:[^:]*]]: tensor<8xf32>)
+// CHECK-DAG:     %[[SPLAT:.*]] = jit.constant dense<2.500000e-01> : tensor<4x8xf32>
+// CHECK-DAG:     %[[SPLATI:.*]] = jit.constant dense<true> : tensor<2x3xi1>
+// CHECK-DAG:     %[[ROWS:.*]] = jit.constant dense<[1.000000e+00, 2.000000e+00]> : tensor<2xf32>
+// CHECK-DAG:     %[[BB:.*]] = jit.broadcast_to %[[B]] : tensor<8xf32> -> tensor<4x8xf32>
+// CHECK-DAG:     %[[BR:.*]] = jit.broadcast_to %[[ROWS]] : tensor<2xf32> -> tensor<3x2xf32>
+// CHECK:         return %[[X]], %[[SPLAT]], %[[SPLATI]], %[[BB]], %[[BR]]
+func.func @broadcast_to(%x: tensor<4x8xf32>, %b: tensor<8xf32>)
+    -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<2x3xi1>, tensor<4x8xf32>, tensor<3x2xf32>) {
+  // To its own shape: the input itself.
+  %0 = jit.broadcast_to %x : tensor<4x8xf32> -> tensor<4x8xf32>
+  // A splat constant: a larger splat.
+  %c = jit.constant dense<0.25> : tensor<8xf32>
+  %1 = jit.broadcast_to %c : tensor<8xf32> -> tensor<4x8xf32>
+  %t = jit.constant dense<true> : tensor<i1>
+  %2 = jit.broadcast_to %t : tensor<i1> -> tensor<2x3xi1>
+  // A real broadcast of a value, or of a non-splat constant, stays.
+  %3 = jit.broadcast_to %b : tensor<8xf32> -> tensor<4x8xf32>
+  %rows = jit.constant dense<[1.0, 2.0]> : tensor<2xf32>
+  %4 = jit.broadcast_to %rows : tensor<2xf32> -> tensor<3x2xf32>
+  return %0, %1, %2, %3, %4 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<2x3xi1>, tensor<4x8xf32>, tensor<3x2xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @reshape(
+// CHECK-SAME:    %[[X:[^:]*]]: tensor<2x8xf32>)
+// CHECK-DAG:     %[[C:.*]] = jit.constant dense<{{\[}}[1, 2, 3], [4, 5, 6]]> : tensor<2x3xi64>
+// CHECK-DAG:     %[[S:.*]] = jit.constant dense<5.000000e-01> : tensor<1x1xf16>
+// CHECK-DAG:     %[[R:.*]] = jit.reshape %[[X]] : tensor<2x8xf32> -> tensor<16xf32>
+// CHECK:         return %[[X]], %[[C]], %[[S]], %[[R]]
+func.func @reshape(%x: tensor<2x8xf32>) -> (tensor<2x8xf32>, tensor<2x3xi64>, tensor<1x1xf16>, tensor<16xf32>) {
+  %0 = jit.reshape %x : tensor<2x8xf32> -> tensor<2x8xf32>
+  // Constants keep their row-major elements under the new shape.
+  %c = jit.constant dense<[1, 2, 3, 4, 5, 6]> : tensor<6xi64>
+  %1 = jit.reshape %c : tensor<6xi64> -> tensor<2x3xi64>
+  %s = jit.constant dense<0.5> : tensor<f16>
+  %2 = jit.reshape %s : tensor<f16> -> tensor<1x1xf16>
+  %3 = jit.reshape %x : tensor<2x8xf32> -> tensor<16xf32>
+  return %0, %1, %2, %3 : tensor<2x8xf32>, tensor<2x3xi64>, tensor<1x1xf16>, tensor<16xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @transpose(
+// CHECK-SAME:    %[[X:[^:]*]]: tensor<2x3x4xf32>, %[[S:[^:]*]]: tensor<bf16>)
+// CHECK-NEXT:    %[[T:.*]] = jit.transpose %[[X]] perm = [0, 2, 1] : tensor<2x3x4xf32> -> tensor<2x4x3xf32>
+// CHECK-NEXT:    return %[[X]], %[[S]], %[[T]]
+func.func @transpose(%x: tensor<2x3x4xf32>, %s: tensor<bf16>) -> (tensor<2x3x4xf32>, tensor<bf16>, tensor<2x4x3xf32>) {
+  // The identity permutation (also of a rank-0 tensor) is the input.
+  %0 = jit.transpose %x perm = [0, 1, 2] : tensor<2x3x4xf32> -> tensor<2x3x4xf32>
+  %1 = jit.transpose %s perm = [] : tensor<bf16> -> tensor<bf16>
+  %2 = jit.transpose %x perm = [0, 2, 1] : tensor<2x3x4xf32> -> tensor<2x4x3xf32>
+  return %0, %1, %2 : tensor<2x3x4xf32>, tensor<bf16>, tensor<2x4x3xf32>
+}
+
+// -----
+
+// jit.convert is the user's own conversion: only the identity folds.
+// CHECK-LABEL: func.func @convert(
+// CHECK-SAME:    %[[H:[^:]*]]: tensor<4xf16>, %[[M:[^:]*]]: tensor<4xi1>)
+// CHECK-NEXT:    %[[F:.*]] = jit.convert %[[M]] : tensor<4xi1> -> tensor<4xf32>
+// CHECK-NEXT:    %[[W:.*]] = jit.convert %[[H]] : tensor<4xf16> -> tensor<4xf32>
+// CHECK-NEXT:    %[[N:.*]] = jit.convert %[[W]] : tensor<4xf32> -> tensor<4xf16>
+// CHECK-NEXT:    return %[[H]], %[[F]], %[[N]]
+func.func @convert(%h: tensor<4xf16>, %m: tensor<4xi1>) -> (tensor<4xf16>, tensor<4xf32>, tensor<4xf16>) {
+  %0 = jit.convert %h : tensor<4xf16> -> tensor<4xf16>
+  %1 = jit.convert %m : tensor<4xi1> -> tensor<4xf32>
+  // Unlike amp.cast, a round trip through jit.convert is left as written.
+  %2 = jit.convert %h : tensor<4xf16> -> tensor<4xf32>
+  %3 = jit.convert %2 : tensor<4xf32> -> tensor<4xf16>
+  return %0, %1, %3 : tensor<4xf16>, tensor<4xf32>, tensor<4xf16>
+}
+
+// -----
+
+// Equal constants become one, hoisted to the start of the function; unused
+// ones disappear.
+// CHECK-LABEL: func.func @constants_are_shared(
+// CHECK-NEXT:    %[[C:.*]] = jit.constant dense<1.000000e+00> : tensor<4xf32>
+// CHECK-NEXT:    %[[A:.*]] = jit.add %arg0, %[[C]]
+// CHECK-NEXT:    %[[M:.*]] = jit.mul %[[A]], %[[C]]
+// CHECK-NEXT:    return %[[M]]
+func.func @constants_are_shared(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %c0 = jit.constant dense<1.0> : tensor<4xf32>
+  %0 = jit.add %x, %c0 : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %unused = jit.constant dense<2.0> : tensor<4xf32>
+  %c1 = jit.constant dense<1.0> : tensor<4xf32>
+  %1 = jit.mul %0, %c1 : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %1 : tensor<4xf32>
+}
