@@ -1,0 +1,168 @@
+// RUN: amp-opt %s -split-input-file --amp-verify -verify-diagnostics | FileCheck %s
+// RUN: amp-opt %s -split-input-file --amp-verify="level=O2" -verify-diagnostics
+// At O3 deny ops may run in low precision; always_fp32 ops and redundant casts
+// are still errors.
+// RUN: not amp-opt %s -split-input-file --amp-verify="level=O3" 2>&1 | FileCheck %s --check-prefix=O3
+// RUN: not amp-opt %s -split-input-file --amp-verify="level=O7" 2>&1 | FileCheck %s --check-prefix=BADLEVEL
+
+// BADLEVEL: unknown AMP level 'O7'
+// (amp-opt echoes the expected-error lines, hence "error: '" in the patterns.)
+// O3-NOT: error: '{{[a-z_.]+}}' op {{.*}} is deny
+// O3: error: 'jit.sgd_update' op computes in 'f16', but policy 'default'{{.*}} marks it always_fp32
+// O3: error: 'amp.cast' op is dead
+// O3-NOT: error: '{{[a-z_.]+}}' op {{.*}} is deny
+
+// A correctly rewritten O1 step passes: the matmul in f16, softmax (deny) and
+// the loss in fp32, sum in bf16 (infer for bf16), the gradient read in f16 by
+// the fp32 update, scaler ops on f16 gradients, one cast per (value, type).
+// CHECK-LABEL: func.func @valid_step
+func.func @valid_step(%x: tensor<4x8xf32> {jit.role = "input"},
+                      %w: tensor<8x8xf32> {jit.role = "param"},
+                      %t: tensor<4x8xf32> {jit.role = "input"},
+                      %lr: tensor<f32> {jit.role = "hyper"},
+                      %scale: tensor<f32> {jit.role = "scaler_state"})
+    -> (tensor<f32>, tensor<8x8xf32> {jit.tied = 1 : i64}, tensor<8xbf16>) {
+  %xh = amp.cast %x : tensor<4x8xf32> to tensor<4x8xf16>
+  %wh = amp.cast %w : tensor<8x8xf32> to tensor<8x8xf16>
+  %y = jit.matmul %xh, %wh : (tensor<4x8xf16>, tensor<8x8xf16>) -> tensor<4x8xf16>
+  %yf = amp.cast %y : tensor<4x8xf16> to tensor<4x8xf32>
+  %p = jit.softmax %yf axis = 1 : tensor<4x8xf32>
+  %loss = jit.mse_loss %p, %t reduction = mean : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<f32>
+  %scaled = amp.scale_loss %loss, %scale : tensor<f32>
+  %yb = amp.cast %y : tensor<4x8xf16> to tensor<4x8xbf16>
+  %s = jit.sum %yb axes = [0] : tensor<4x8xbf16> -> tensor<8xbf16>
+  %dw = jit.matmul %xh, %y {transpose_lhs} : (tensor<4x8xf16>, tensor<4x8xf16>) -> tensor<8x8xf16>
+  %ok = amp.all_finite %dw : tensor<8x8xf16>
+  %w1 = jit.sgd_update %w, %dw lr %lr predicate %ok
+      : (tensor<8x8xf32>, tensor<8x8xf16>, tensor<f32>, tensor<i1>) -> tensor<8x8xf32>
+  return %scaled, %w1, %s : tensor<f32>, tensor<8x8xf32>, tensor<8xbf16>
+}
+
+// -----
+
+// O2's master weights: the update writes the f16 copy, which is fine.
+// CHECK-LABEL: func.func @valid_master_weights
+func.func @valid_master_weights(%w: tensor<8xf32> {jit.role = "param"},
+                                %g: tensor<8xf16> {jit.role = "input"},
+                                %lr: tensor<f32> {jit.role = "hyper"},
+                                %w16: tensor<8xf16> {jit.role = "param", jit.derived_from = 0 : i64})
+    -> (tensor<8xf32> {jit.tied = 0 : i64}, tensor<8xf16> {jit.tied = 3 : i64}) {
+  %w1, %c1 = jit.sgd_update %w, %g lr %lr param_copy %w16
+      : (tensor<8xf32>, tensor<8xf16>, tensor<f32>, tensor<8xf16>) -> (tensor<8xf32>, tensor<8xf16>)
+  return %w1, %c1 : tensor<8xf32>, tensor<8xf16>
+}
+
+// -----
+
+// A user's amp.force_type region may run a deny op in low precision.
+// CHECK-LABEL: func.func @forced_region
+func.func @forced_region(%x: tensor<4x8xf16>) -> tensor<4x8xf16> {
+  %p = jit.softmax %x axis = 1 {amp.force_type = f16} : tensor<4x8xf16>
+  return %p : tensor<4x8xf16>
+}
+
+// -----
+
+func.func @deny_in_f16(%x: tensor<4x8xf16>) -> tensor<4x8xf16> {
+  // expected-error @below {{'jit.softmax' op computes in 'f16', but its category for 'f16' is deny (policy 'default', entry at}}
+  %p = jit.softmax %x axis = 1 : tensor<4x8xf16>
+  return %p : tensor<4x8xf16>
+}
+
+// -----
+
+// sum is deny for f16 (it is infer for bf16, see @valid_step).
+func.func @sum_in_f16(%x: tensor<4x8xf16>) -> tensor<8xf16> {
+  // expected-error @below {{'jit.sum' op computes in 'f16', but its category for 'f16' is deny}}
+  %s = jit.sum %x axes = [0] : tensor<4x8xf16> -> tensor<8xf16>
+  return %s : tensor<8xf16>
+}
+
+// -----
+
+// The policy's attribute condition decides: pow with exponent 2 is deny.
+func.func @deny_by_condition(%x: tensor<4xf16>) -> tensor<4xf16> {
+  // expected-error @below {{'jit.pow' op computes in 'f16', but its category for 'f16' is deny (policy 'default', entry at}}
+  %p = jit.pow %x exponent = 2.0 : tensor<4xf16>
+  return %p : tensor<4xf16>
+}
+
+// -----
+
+// Optimizer arithmetic is fp32 at every level: an update of an f16 parameter.
+func.func @optimizer_in_f16(%w: tensor<8xf16>, %g: tensor<8xf16>, %lr: tensor<f32>) -> tensor<8xf16> {
+  // expected-error @below {{'jit.sgd_update' op computes in 'f16', but policy 'default'}}
+  %w1 = jit.sgd_update %w, %g lr %lr : (tensor<8xf16>, tensor<8xf16>, tensor<f32>) -> tensor<8xf16>
+  return %w1 : tensor<8xf16>
+}
+
+// -----
+
+func.func @dead_cast(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'amp.cast' op is dead: nothing reads its result}}
+  %h = amp.cast %x : tensor<4xf32> to tensor<4xf16>
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+func.func @identity_cast(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'amp.cast' op casts 'tensor<4xf32>' to itself}}
+  %same = amp.cast %x : tensor<4xf32> to tensor<4xf32>
+  return %same : tensor<4xf32>
+}
+
+// -----
+
+func.func @foldable_round_trip(%h: tensor<4xf16>) -> tensor<4xf16> {
+  // expected-note @below {{the cast it reads}}
+  %w = amp.cast %h : tensor<4xf16> to tensor<4xf32>
+  // expected-error @below {{'amp.cast' op reads a cast from 'f16' to 'f32', which loses nothing, so the chain is exactly the original value}}
+  %back = amp.cast %w : tensor<4xf32> to tensor<4xf16>
+  return %back : tensor<4xf16>
+}
+
+// -----
+
+func.func @foldable_chain(%h: tensor<4xf16>) -> tensor<4xbf16> {
+  // expected-note @below {{the cast it reads}}
+  %w = amp.cast %h : tensor<4xf16> to tensor<4xf32>
+  // expected-error @below {{so the chain is exactly one cast from 'f16' to 'bf16'}}
+  %b = amp.cast %w : tensor<4xf32> to tensor<4xbf16>
+  return %b : tensor<4xbf16>
+}
+
+// -----
+
+// A lossy round trip is not foldable by default: no error.
+// CHECK-LABEL: func.func @lossy_round_trip_is_kept
+func.func @lossy_round_trip_is_kept(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %h = amp.cast %x : tensor<4xf32> to tensor<4xf16>
+  %w = amp.cast %h : tensor<4xf16> to tensor<4xf32>
+  return %w : tensor<4xf32>
+}
+
+// -----
+
+func.func @duplicate_cast(%x: tensor<4xf32>) -> tensor<4xf16> {
+  %e = jit.exp %x : tensor<4xf32>
+  // expected-note @below {{the earlier cast}}
+  %a = amp.cast %e : tensor<4xf32> to tensor<4xf16>
+  // expected-error @below {{'amp.cast' op duplicates an earlier cast of the same value to 'tensor<4xf16>'}}
+  %b = amp.cast %e : tensor<4xf32> to tensor<4xf16>
+  %s = jit.add %a, %b : (tensor<4xf16>, tensor<4xf16>) -> tensor<4xf16>
+  return %s : tensor<4xf16>
+}
+
+// -----
+
+func.func @parameter_cast_twice(%x: tensor<4x8xf16> {jit.role = "input"},
+                                %w: tensor<8x8xf32> {jit.role = "param"}) -> tensor<4x8xf16> {
+  // expected-note @below {{the earlier cast}}
+  %w1 = amp.cast %w : tensor<8x8xf32> to tensor<8x8xf16>
+  %y = jit.matmul %x, %w1 : (tensor<4x8xf16>, tensor<8x8xf16>) -> tensor<4x8xf16>
+  // expected-error @below {{'amp.cast' op casts fp32 parameter argument #1 to 'tensor<8x8xf16>' a second time}}
+  %w2 = amp.cast %w : tensor<8x8xf32> to tensor<8x8xf16>
+  %z = jit.matmul %y, %w2 : (tensor<4x8xf16>, tensor<8x8xf16>) -> tensor<4x8xf16>
+  return %z : tensor<4x8xf16>
+}
