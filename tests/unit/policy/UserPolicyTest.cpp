@@ -90,7 +90,7 @@ infer:
   EXPECT_EQ(policy.find("jit.pow")->source.str(), "user.yaml:3:18");
 }
 
-TEST(UserPolicy, AddKeepsHardwareAndOperandFacts) {
+TEST(UserPolicy, AddKeepsHardwareFacts) {
   Policy policy = expectPolicy(parseUser(R"(version: 1
 allow:
   add: [jit.sgd_update]
@@ -99,9 +99,8 @@ deny:
 )"));
   const OpRule *sgd = policy.find("jit.sgd_update");
   EXPECT_EQ(sgd->category, Category::Allow);
-  // always_fp32 contradicts allow; which operands are read as they come does not.
+  // always_fp32 contradicts allow.
   EXPECT_FALSE(sgd->alwaysFp32);
-  EXPECT_EQ(sgd->anyPrecisionOperands, (std::vector<std::string>{"grad", "param_copy"}));
   const OpRule *matmul = policy.find("jit.matmul");
   EXPECT_EQ(matmul->category, Category::Deny);
   EXPECT_EQ(matmul->minimumTarget.at(BF16).str(), "sm_80");

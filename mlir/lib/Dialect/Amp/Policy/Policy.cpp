@@ -515,8 +515,7 @@ OpRule PolicyParser::ruleOf(const std::string &op, const Field &entry) const {
 
   std::vector<Field> fields =
       fieldsOf(value, "the entry for " + quoted(op),
-               {"category", "f16", "bf16", "when", "min_target", "always_fp32",
-                "any_precision_operands"});
+               {"category", "f16", "bf16", "when", "min_target", "always_fp32"});
   bool hasCategoryKey = false;
   const Field *alwaysFp32Field = nullptr;
   for (const Field &field : fields) {
@@ -541,17 +540,9 @@ OpRule PolicyParser::ruleOf(const std::string &op, const Field &entry) const {
                                   " (expected 'cpu' or 'sm_<NN>', e.g. 'sm_80')");
         rule.minimumTarget[*parseLowPrecisionType(minimum.key)] = *target;
       }
-    } else if (field.key == "always_fp32") {
+    } else { // always_fp32
       rule.alwaysFp32 = booleanOf(field.value, locatable(field));
       alwaysFp32Field = &field;
-    } else { // any_precision_operands
-      for (const YAML::Node &node : itemsOf(field, "operand names")) {
-        std::string name = scalarOf(node, node, "an operand name");
-        if (std::find(rule.anyPrecisionOperands.begin(), rule.anyPrecisionOperands.end(), name) !=
-            rule.anyPrecisionOperands.end())
-          fail(node, "operand " + quoted(name) + " is listed twice");
-        rule.anyPrecisionOperands.push_back(name);
-      }
     }
   }
   if (!hasCategoryKey)
@@ -699,7 +690,7 @@ Policy PolicyParser::parseUser(std::string_view text) {
             rule.source = at(node);
           } else {
             // The op takes this category for every type and attribute; what
-            // the base says about hardware and operands still holds.
+            // the base says about hardware (min_target) still holds.
             OpRule rule = existing == policy.rules_.end() ? OpRule() : existing->second;
             rule.category = *category;
             rule.categoryByType.clear();
@@ -853,7 +844,7 @@ const OpRule *Policy::find(std::string_view opName) const {
 // The canonical form: "ampjit-policy", kFormatVersion, then per rule in op
 // name order: name, category, per-type categories (f16 before bf16),
 // conditions in order (attribute, equals as written, category), minimum
-// targets, always_fp32, operands; every field length-prefixed ("5:allow").
+// targets, always_fp32; every field length-prefixed ("5:allow").
 // Sources are left out, so moving an entry or editing a comment keeps the hash.
 uint64_t Policy::hash() const {
   std::string canonical;
@@ -879,9 +870,6 @@ uint64_t Policy::hash() const {
       appendField(canonical, target.str());
     }
     appendField(canonical, rule.alwaysFp32 ? "always_fp32" : "-");
-    appendField(canonical, std::to_string(rule.anyPrecisionOperands.size()));
-    for (const std::string &operand : rule.anyPrecisionOperands)
-      appendField(canonical, operand);
   }
   // FNV-1a (64-bit): defined by two constants, identical on every platform and run.
   uint64_t value = 0xcbf29ce484222325ull;

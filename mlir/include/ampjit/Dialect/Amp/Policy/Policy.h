@@ -3,7 +3,9 @@
 // The AMP policy is data, not a switch in a pass (DESIGN principle 1): for
 // every op it gives a category, per low-precision type where they differ,
 // conditions on the op's attributes, the minimum target that runs the op in
-// low precision, and which operands the op reads in any precision.
+// low precision, and whether it runs in fp32 at every level. Which operands an
+// op reads in any precision is part of the op's definition, not of a policy
+// (anyPrecisionOperandIndices in mlir/lib/Dialect/Amp/Transforms/AmpConfig.cpp).
 //
 // This library is plain C++ (it uses yaml-cpp, which throws, so it is built
 // with exceptions and catches them at this boundary): nothing here includes
@@ -90,7 +92,6 @@ struct OpRule {
   std::vector<AttributeCondition> conditions;            // first match wins over both
   std::map<LowPrecisionType, Target> minimumTarget;      // to run in that type
   bool alwaysFp32 = false; // fp32 at every level, O3 included (scaler, optimizer)
-  std::vector<std::string> anyPrecisionOperands; // read as they come, never cast
   PolicySource source;
 
   /// Looks up an attribute of the op being classified, printed as in the IR,
