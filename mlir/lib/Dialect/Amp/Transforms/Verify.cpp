@@ -15,10 +15,12 @@
 //     of the same value to the same type; for an fp32 parameter argument the
 //     last is reported as the parameter being cast more than once per step.
 //
-// "Computes in": the floating-point type of the op's first floating-point
-// operand (of its first result for ops without one, e.g. jit.constant), not
-// counting the operands an op reads in whatever precision they come (the
-// gradients of the optimizer and scaler ops, the loss of amp.scale_loss) nor
+// "Computes in low precision": one of the op's floating-point operands is f16
+// or bf16 (for an op without floating-point operands, such as jit.constant,
+// one of its results). An op's result type alone says what it writes, not what
+// it computes in: jit.convert from f32 to f16 computes on the f32 value. Not
+// counted are the operands an op reads in whatever precision they come (the
+// gradients of the optimizer and scaler ops, the loss of amp.scale_loss) and
 // the optimizer updates' low-precision parameter copy, which they only write.
 //
 //===----------------------------------------------------------------------===//
@@ -79,8 +81,8 @@ SmallVector<unsigned> operandsNotComputedWith(Operation *op) {
   return indices;
 }
 
-/// See the file comment.
-std::optional<FloatType> computedIn(Operation *op) {
+/// The low-precision type `op` computes in, if any (see the file comment).
+std::optional<FloatType> lowPrecisionComputeType(Operation *op) {
   SmallVector<unsigned> skipped = operandsNotComputedWith(op);
   bool anyFloatOperand = false;
   for (OpOperand &operand : op->getOpOperands()) {
@@ -88,13 +90,17 @@ std::optional<FloatType> computedIn(Operation *op) {
     if (!element)
       continue;
     anyFloatOperand = true;
-    if (!llvm::is_contained(skipped, operand.getOperandNumber()))
+    if (!llvm::is_contained(skipped, operand.getOperandNumber()) &&
+        lowPrecisionTypeOf(*element))
       return element;
   }
+  // The result of an op that reads floats says what it writes, not what it
+  // computes in (jit.convert f32 -> f16 computes on the f32 value).
   if (anyFloatOperand)
-    return std::nullopt; // it reads only operands that carry no precision of its own
+    return std::nullopt;
   for (Type type : op->getResultTypes())
-    if (std::optional<FloatType> element = floatElementOf(type))
+    if (std::optional<FloatType> element = floatElementOf(type);
+        element && lowPrecisionTypeOf(*element))
       return element;
   return std::nullopt;
 }
@@ -125,12 +131,10 @@ private:
 
 LogicalResult AmpVerifier::verifyPrecision(Operation *op) {
   const OpRule *rule = policy.find(op->getName().getStringRef());
-  std::optional<FloatType> computeType = computedIn(op);
+  std::optional<FloatType> computeType = lowPrecisionComputeType(op);
   if (!rule || !computeType)
     return success();
-  std::optional<LowPrecisionType> lowType = lowPrecisionTypeOf(*computeType);
-  if (!lowType)
-    return success();
+  LowPrecisionType lowType = *lowPrecisionTypeOf(*computeType);
 
   if (rule->alwaysFp32)
     return op->emitOpError() << "computes in " << *computeType << ", but " << describeSource(policy, rule->source)
@@ -143,7 +147,7 @@ LogicalResult AmpVerifier::verifyPrecision(Operation *op) {
   if (!denyMeansFp32 || forcedComputeType(op) || isAmpDisabled(op))
     return success();
   const ampjit::amp::AttributeCondition *condition = nullptr;
-  Category category = rule->resolve(*lowType, attributeLookupFor(op), &condition);
+  Category category = rule->resolve(lowType, attributeLookupFor(op), &condition);
   if (category != Category::Deny)
     return success();
   InFlightDiagnostic diag = op->emitOpError()

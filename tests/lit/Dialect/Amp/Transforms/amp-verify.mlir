@@ -13,8 +13,8 @@
 // O3-NOT: error: '{{[a-z_.]+}}' op {{.*}} is deny
 
 // A correctly rewritten O1 step passes: the matmul in f16, softmax (deny) and
-// the loss in fp32, sum in bf16 (infer for bf16), the gradient read in f16 by
-// the fp32 update, scaler ops on f16 gradients, one cast per (value, type).
+// the loss in fp32, sum in bf16 (infer for bf16), the scaler's checks on f16
+// gradients, which the fp32 update reads as they are; one cast per (value, type).
 // CHECK-LABEL: func.func @valid_step
 func.func @valid_step(%x: tensor<4x8xf32> {jit.role = "input"},
                       %w: tensor<8x8xf32> {jit.role = "param"},
@@ -33,7 +33,11 @@ func.func @valid_step(%x: tensor<4x8xf32> {jit.role = "input"},
   %s = jit.sum %yb axes = [0] : tensor<4x8xbf16> -> tensor<8xbf16>
   %dw = jit.matmul %xh, %y {transpose_lhs} : (tensor<4x8xf16>, tensor<4x8xf16>) -> tensor<8x8xf16>
   %ok = amp.all_finite %dw : tensor<8x8xf16>
-  %w1 = jit.sgd_update %w, %dw lr %lr predicate %ok
+  %one = jit.constant dense<1.0> : tensor<f32>
+  %inv = jit.div %one, %scale : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %dw_unscaled, %ok2 = amp.unscale_and_check %inv, %dw
+      : (tensor<f32>, tensor<8x8xf16>) -> (tensor<8x8xf16>, tensor<i1>)
+  %w1 = jit.sgd_update %w, %dw_unscaled lr %lr predicate %ok
       : (tensor<8x8xf32>, tensor<8x8xf16>, tensor<f32>, tensor<i1>) -> tensor<8x8xf32>
   return %scaled, %w1, %s : tensor<f32>, tensor<8x8xf32>, tensor<8xbf16>
 }
@@ -50,6 +54,16 @@ func.func @valid_master_weights(%w: tensor<8xf32> {jit.role = "param"},
   %w1, %c1 = jit.sgd_update %w, %g lr %lr param_copy %w16
       : (tensor<8xf32>, tensor<8xf16>, tensor<f32>, tensor<8xf16>) -> (tensor<8xf32>, tensor<8xf16>)
   return %w1, %c1 : tensor<8xf32>, tensor<8xf16>
+}
+
+// -----
+
+// A user's own conversion to f16 (jit.convert, deny) computes on the fp32
+// value it reads: fine at O1.
+// CHECK-LABEL: func.func @user_conversion
+func.func @user_conversion(%x: tensor<4xf32>) -> tensor<4xf16> {
+  %h = jit.convert %x : tensor<4xf32> -> tensor<4xf16>
+  return %h : tensor<4xf16>
 }
 
 // -----
