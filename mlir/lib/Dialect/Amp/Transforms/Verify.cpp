@@ -20,8 +20,8 @@
 // one of its results). An op's result type alone says what it writes, not what
 // it computes in: jit.convert from f32 to f16 computes on the f32 value. Not
 // counted are the operands an op reads in whatever precision they come (the
-// gradients of the optimizer and scaler ops, the loss of amp.scale_loss) and
-// the optimizer updates' low-precision parameter copy, which they only write.
+// gradients of the optimizer and scaler ops, the optimizer updates' O2
+// parameter copy, the loss of amp.scale_loss).
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,12 +29,10 @@
 #include "ampjit/Dialect/Amp/Transforms/AmpRewrites.h"
 #include "ampjit/Dialect/Amp/Transforms/Passes.h"
 #include "ampjit/Dialect/Jit/IR/JitDialect.h"
-#include "ampjit/Dialect/Jit/IR/JitOps.h"
 #include "ampjit/Dialect/Jit/IR/ShapeInference.h"
 
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/TypeSwitch.h"
 
 namespace ampjit::ir::amp {
 
@@ -66,18 +64,14 @@ std::optional<FloatType> floatElementOf(Type type) {
   return std::nullopt;
 }
 
-/// Operands whose type says nothing about the precision the op computes in.
+/// Operands whose type says nothing about the precision the op computes in:
+/// those it reads in any precision (gradients, O2's parameter copy), and
+/// amp.scale_loss's loss, which it multiplies by the scale in fp32 and rounds
+/// back to the loss's own type.
 SmallVector<unsigned> operandsNotComputedWith(Operation *op) {
   SmallVector<unsigned> indices = anyPrecisionOperandIndices(op);
-  llvm::TypeSwitch<Operation *>(op)
-      .Case<SgdUpdateOp, AdamUpdateOp>([&](auto update) {
-        for (OpOperand &copy : update.getParamCopyMutable())
-          indices.push_back(copy.getOperandNumber());
-      })
-      .Case([&](ScaleLossOp scale) {
-        // Multiplied by the scale in fp32 and rounded back to its own type.
-        indices.push_back(scale.getLossMutable().getOperandNumber());
-      });
+  if (auto scale = dyn_cast<ScaleLossOp>(op))
+    indices.push_back(scale.getLossMutable().getOperandNumber());
   return indices;
 }
 
