@@ -216,3 +216,36 @@ func.func @update_scale_counter_type(%s: tensor<f32>, %n: tensor<i32>, %ok: tens
       : (tensor<f32>, tensor<i32>, tensor<i32>, tensor<i32>, tensor<i1>) -> (tensor<f32>, tensor<i32>, tensor<i32>, tensor<i32>)
   return
 }
+
+// -----
+
+// Region attributes recorded by autocast scopes.
+func.func @disabled_not_unit(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'jit.relu' op attribute 'amp.disabled' must be a unit attribute, got true}}
+  %0 = jit.relu %x {amp.disabled = true} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @force_type_not_float(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'jit.relu' op attribute 'amp.force_type' must be one of f16, bf16, f32, got i8}}
+  %0 = jit.relu %x {amp.force_type = i8} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @disabled_and_forced(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'jit.relu' op has both 'amp.disabled' and 'amp.force_type': AMP cannot be off and forced at once}}
+  %0 = jit.relu %x {amp.disabled, amp.force_type = f16} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @unknown_amp_attribute(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'jit.relu' op unknown amp attribute 'amp.fast' (known: 'amp.disabled', 'amp.force_type')}}
+  %0 = jit.relu %x {amp.fast} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}

@@ -16,3 +16,26 @@ void AmpDialect::initialize() {
 #include "ampjit/Dialect/Amp/IR/AmpOps.cpp.inc"
       >();
 }
+
+LogicalResult AmpDialect::verifyOperationAttribute(Operation *op, NamedAttribute attribute) {
+  StringRef name = attribute.getName().getValue();
+  if (name == kDisabledAttrName) {
+    if (!isa<UnitAttr>(attribute.getValue()))
+      return op->emitOpError() << "attribute '" << name << "' must be a unit attribute, got "
+                               << attribute.getValue();
+    if (op->hasAttr(kForceTypeAttrName))
+      return op->emitOpError() << "has both '" << kDisabledAttrName << "' and '"
+                               << kForceTypeAttrName << "': AMP cannot be off and forced at once";
+    return success();
+  }
+  if (name == kForceTypeAttrName) {
+    auto typeAttr = dyn_cast<TypeAttr>(attribute.getValue());
+    Type forced = typeAttr ? typeAttr.getValue() : Type();
+    if (!forced || !(forced.isF16() || forced.isBF16() || forced.isF32()))
+      return op->emitOpError() << "attribute '" << name << "' must be one of f16, bf16, f32, got "
+                               << attribute.getValue();
+    return success();
+  }
+  return op->emitOpError() << "unknown amp attribute '" << name << "' (known: '"
+                           << kDisabledAttrName << "', '" << kForceTypeAttrName << "')";
+}

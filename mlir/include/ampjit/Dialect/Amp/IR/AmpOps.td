@@ -33,6 +33,14 @@ def Amp_Dialect : Dialect {
   let dependentDialects = ["::ampjit::ir::JitDialect"];
   // Constants folded from amp ops are built as jit.constant.
   let hasConstantMaterializer = 1;
+  // Scoped AMP regions of the user's code are recorded on the ops they
+  // contain: `amp.disabled` (AMP off) and `amp.force_type = f16|bf16|f32`
+  // (forced compute precision). They win over every policy list.
+  let hasOperationAttrVerify = 1;
+  let extraClassDeclaration = [{
+    static constexpr ::llvm::StringLiteral kDisabledAttrName = "amp.disabled";
+    static constexpr ::llvm::StringLiteral kForceTypeAttrName = "amp.force_type";
+  }];
 }
 
 class Amp_Op<string mnemonic, list<Trait> traits = []>
