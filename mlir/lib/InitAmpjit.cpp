@@ -3,6 +3,7 @@
 #include "ampjit/InitAmpjit.h"
 
 #include "ampjit/Dialect/Amp/IR/AmpDialect.h"
+#include "ampjit/Dialect/Amp/Transforms/Passes.h"
 #include "ampjit/Dialect/Jit/IR/JitDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -20,6 +21,7 @@ void registerAmpjitDialects(mlir::DialectRegistry &registry) {
 void registerAmpjitPasses() {
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
+  ir::amp::registerAmpPasses();
 }
 
 } // namespace ampjit

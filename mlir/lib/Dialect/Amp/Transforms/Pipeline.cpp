@@ -1,0 +1,94 @@
+//===- Pipeline.cpp - amp-pipeline: the whole AMP sequence ----------------===//
+//
+// Runs the rewrites as functions rather than as nested passes so that one
+// report covers them all (decisions from auto-cast, casts removed by fusion
+// and cleanup, copies made by master weights).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ampjit/Dialect/Amp/IR/AmpOps.h"
+#include "ampjit/Dialect/Amp/Transforms/AmpRewrites.h"
+#include "ampjit/Dialect/Amp/Transforms/Passes.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
+
+namespace ampjit::ir::amp {
+
+#define GEN_PASS_DEF_AMPPIPELINE
+#include "ampjit/Dialect/Amp/Transforms/Passes.h.inc"
+
+using namespace mlir;
+
+namespace {
+
+unsigned countCasts(ModuleOp module) {
+  unsigned count = 0;
+  module.walk([&](CastOp) { ++count; });
+  return count;
+}
+
+struct AmpPipelinePass : impl::AmpPipelineBase<AmpPipelinePass> {
+  using AmpPipelineBase::AmpPipelineBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto emitError = [&] { return mlir::emitError(module.getLoc()); };
+    FailureOr<AmpConfig> config =
+        AmpConfig::parse(level, dtype, semantics, target, policy, &getContext(), emitError);
+    if (failed(config))
+      return signalPassFailure();
+
+    bool lowPrecisionParameters = config->level == AmpLevel::O2 || config->level == AmpLevel::O3;
+    bool withMasterWeights = lowPrecisionParameters;
+    if (masterWeights == "on") {
+      if (!lowPrecisionParameters) {
+        emitError() << "master-weights=on needs level O2 or O3: at "
+                    << stringifyAmpLevel(config->level)
+                    << " parameters are read in fp32 (or cast per use), so there is no "
+                       "low-precision copy to keep";
+        return signalPassFailure();
+      }
+    } else if (masterWeights == "off") {
+      withMasterWeights = false;
+    } else if (masterWeights != "auto") {
+      emitError() << "unknown master-weights value '" << masterWeights
+                  << "': expected auto, on or off";
+      return signalPassFailure();
+    }
+
+    AmpReport report;
+    if (failed(autoCast(module, *config, &report, remarks)))
+      return signalPassFailure();
+    unsigned castsAfterAutoCast = countCasts(module);
+
+    // Fusion first as well, so that a parameter read through a cast chain
+    // (cast of a transpose) is seen as read only through casts.
+    fuseCasts(module, *config->policy, foldRoundTrips);
+    if (withMasterWeights) {
+      FailureOr<unsigned> copies = addMasterWeights(module);
+      if (failed(copies))
+        return signalPassFailure();
+      report.masterCopies = *copies;
+    }
+    fuseCasts(module, *config->policy, foldRoundTrips);
+
+    OpPassManager cleanup(ModuleOp::getOperationName());
+    cleanup.addPass(createCanonicalizerPass());
+    cleanup.addPass(createCSEPass());
+    if (failed(runPipeline(cleanup, module)))
+      return signalPassFailure();
+
+    unsigned castsAtEnd = countCasts(module);
+    report.castsRemoved = castsAfterAutoCast > castsAtEnd ? castsAfterAutoCast - castsAtEnd : 0;
+    if (failed(verifyAmp(module, config->level, *config->policy)))
+      return signalPassFailure();
+    if ((!this->report.empty() || !reportDot.empty()) &&
+        failed(writeReportFiles(report, module, this->report, reportDot)))
+      return signalPassFailure();
+  }
+};
+
+} // namespace
+
+} // namespace ampjit::ir::amp
