@@ -1,0 +1,451 @@
+#ifndef AMPJIT_RUNTIME_PLAN_H
+#define AMPJIT_RUNTIME_PLAN_H
+
+// The ExecutionPlan: what codegen produces from an optimised module and what
+// every backend executes. A plan is a buffer table, the function's arguments
+// and results expressed as buffers, and an ordered list of steps, each one
+// kernel or library call reading and writing buffers by id.
+//
+// The plan owns no memory. Argument buffers are the caller's tensors (state is
+// updated in place through them), output buffers are allocated per run, and
+// temporaries live at fixed offsets in one arena that codegen laid out by
+// liveness. verifyPlan() checks every rule stated here, so a backend can
+// trust a verified plan and a corrupt file is an error message, not a crash.
+//
+// Printing (printPlan) is stable text for lit tests of codegen;
+// PlanFile.h reads and writes the binary form (docs/plan-format.md).
+
+#include "ampjit/runtime/DType.h"
+#include "ampjit/runtime/Shape.h"
+#include "ampjit/runtime/Status.h"
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace ampjit::runtime {
+
+/// Index into Plan::buffers.
+using BufferId = uint32_t;
+/// An absent optional slot (a layer norm without weight, an SGD step without
+/// momentum buffer).
+inline constexpr BufferId kNoBuffer = 0xFFFFFFFFu;
+
+/// Alignment of every temporary's arena offset (and of the arena itself).
+inline constexpr uint64_t kArenaAlignment = 64;
+
+//===----------------------------------------------------------------------===//
+// Buffers
+//===----------------------------------------------------------------------===//
+
+/// What a buffer is. The first six are function arguments and mirror the
+/// `jit.role` attribute of the entry function (DESIGN principle 3); the last
+/// three are the plan's own.
+enum class BufferRole : uint8_t {
+  Input,       ///< data fed each step (read-only)
+  Param,       ///< model parameter
+  Grad,        ///< accumulated gradient
+  OptState,    ///< optimizer buffer or step count
+  ScalerState, ///< loss scale and scaler counters
+  Hyper,       ///< learning rate and other tensors that may change between steps
+  Temporary,   ///< lives in the arena at `arenaOffset`, dead between runs
+  Constant,    ///< immutable data stored in the plan (`constantData`)
+  Output,      ///< a function result that is not state; allocated per run
+};
+inline constexpr int kBufferRoleCount = 9;
+
+std::string_view bufferRoleName(BufferRole role);
+bool isArgumentRole(BufferRole role);
+
+struct BufferDesc {
+  TensorType type{};
+  BufferRole role = BufferRole::Temporary;
+  /// For argument roles: the index of the function argument this buffer is.
+  /// A result tied to it (PlanResult::tiedArgument) is written here in place.
+  /// -1 for temporaries, constants and outputs.
+  int32_t argument = -1;
+  /// For state a pass derived from another argument (O2's low-precision
+  /// parameter copy, `jit.derived_from`): the source argument's index. The
+  /// buffer holds the source rounded to nearest even into this dtype;
+  /// rederiveArgument() re-establishes that after the user writes the source.
+  int32_t derivedFrom = -1;
+  /// For temporaries: byte offset in the arena, a multiple of 64.
+  uint64_t arenaOffset = 0;
+  /// For constants: the elements, little-endian, exactly `type.byteSize()` bytes.
+  std::vector<uint8_t> constantData{};
+  /// Optional, for people: the IR value or argument name.
+  std::string name{};
+
+  friend bool operator==(const BufferDesc&, const BufferDesc&) = default;
+};
+
+//===----------------------------------------------------------------------===//
+// Elementwise operations (one table for Elementwise steps and fused programs)
+//===----------------------------------------------------------------------===//
+
+/// Every scalar operation an Elementwise step or a FusedElementwise
+/// instruction can perform. Arithmetic on f16/bf16/f32 values runs in f32 and
+/// on f64 values in f64; the result is rounded once to the result dtype.
+enum class ElementwiseOp : uint8_t {
+  // Fused programs only.
+  Load,     ///< operands[0] = input slot; the register holds the input element
+  Constant, ///< `scalar`, rounded to the register's dtype
+  // Unary on floating types.
+  Neg, Relu, Tanh, Sigmoid, Exp, Log, Sqrt, Rsqrt,
+  Gelu,     ///< x * Phi(x) with Phi through erf
+  GeluTanh, ///< PyTorch's tanh approximation
+  Pow,      ///< x ^ scalar
+  // Binary on floating types.
+  Add, Sub, Mul, Div,
+  ReluGrad,     ///< (dy, y): y > 0 ? dy : 0
+  GeluGrad,     ///< (dy, x)
+  GeluTanhGrad, ///< (dy, x)
+  // Comparisons of two values of one dtype (any), yielding i1.
+  CmpEq, CmpNe, CmpLt, CmpLe, CmpGt, CmpGe,
+  Select,  ///< (condition i1, a, b): condition ? a : b
+  Convert, ///< any dtype to any dtype (float rounding to nearest even, float to
+           ///< i64 truncating toward zero and saturating with NaN as 0, to i1 != 0)
+};
+inline constexpr int kElementwiseOpCount = int(ElementwiseOp::Convert) + 1;
+
+std::string_view elementwiseOpName(ElementwiseOp op);
+/// Operand count (Load and Constant: 0; they take a slot or a scalar).
+int elementwiseOpArity(ElementwiseOp op);
+/// Whether the op's result dtype must be stated (Convert, Constant, Load).
+bool elementwiseOpChoosesResultType(ElementwiseOp op);
+/// Checks the dtypes of one operation: operands as `elementwiseOpArity` says,
+/// same-dtype rules, floating-only ops, i1 results of comparisons.
+Status checkElementwiseTypes(ElementwiseOp op, std::span<const DType> operands, DType result);
+
+//===----------------------------------------------------------------------===//
+// Step kinds and their parameters
+//===----------------------------------------------------------------------===//
+
+enum class StepKind : uint8_t {
+  Gemm,             ///< batched C = op(A) @ op(B); inputs [A, B], outputs [C]
+  Elementwise,      ///< one ElementwiseOp over broadcast operands
+  FusedElementwise, ///< a small program over broadcast inputs, several outputs
+  Reduction,        ///< sum/mean/max over axes
+  Softmax,          ///< inputs [x], outputs [y]
+  LogSoftmax,       ///< inputs [x], outputs [y]
+  SoftmaxGrad,      ///< inputs [dy, y], outputs [dx]
+  LogSoftmaxGrad,   ///< inputs [dy, y], outputs [dx]
+  LayerNorm,        ///< inputs [x, weight?, bias?], outputs [y, mean, rstd]
+  LayerNormGrad,    ///< inputs [dy, x, mean, rstd, weight?], outputs [dx, dweight, dbias]
+  Dropout,          ///< inputs [x, rng_state], outputs [y, mask, next_rng_state]
+  Loss,             ///< inputs [input|logits|log_probs, target|labels], outputs [loss]
+  LossGrad,         ///< inputs [grad_output, input..., target|labels], outputs [grad]
+  BroadcastTo,      ///< inputs [x], outputs [y]
+  Reshape,          ///< inputs [x], outputs [y]
+  Transpose,        ///< inputs [x], outputs [y]
+  Constant,         ///< inputs [], outputs [y]
+  OptimizerUpdate,  ///< SGD or Adam on one parameter (slots: see optimizerSlotNames)
+  ScaleLoss,        ///< inputs [loss, scale], outputs [scaled]
+  AllFinite,        ///< inputs [grad...], outputs [all_finite]
+  UnscaleAndCheck,  ///< inputs [inv_scale, grad...], outputs [unscaled..., all_finite]
+  UpdateScale,      ///< inputs [scale, good, bad, skipped, all_finite], outputs the four new values
+};
+inline constexpr int kStepKindCount = int(StepKind::UpdateScale) + 1;
+
+std::string_view stepKindName(StepKind kind);
+
+/// Parameters of kinds that need none (layout copies, scaler ops but update).
+struct NoParams {
+  template <typename Visit> void forEachField(Visit&&) {}
+  friend bool operator==(const NoParams&, const NoParams&) = default;
+};
+
+/// Operands A [batch..., M, K] (or [..., K, M] transposed) and B [batch..., K, N]
+/// (or [..., N, K]); batch dimensions broadcast; C = [broadcast batch..., M, N].
+/// Low-precision operands are widened exactly, products accumulate in the
+/// step's computeType, and C is rounded once. No bias or beta: a bias add is
+/// a separate elementwise step, so fused and unfused plans agree bit for bit.
+struct GemmParams {
+  bool transposeA = false;
+  bool transposeB = false;
+  template <typename Visit> void forEachField(Visit&& visit) {
+    visit("transpose_a", transposeA);
+    visit("transpose_b", transposeB);
+  }
+  friend bool operator==(const GemmParams&, const GemmParams&) = default;
+};
+
+struct ElementwiseParams {
+  ElementwiseOp op = ElementwiseOp::Add;
+  /// Pow's exponent; unused otherwise.
+  double scalar = 0.0;
+  template <typename Visit> void forEachField(Visit&& visit) {
+    visit("op", op);
+    visit("scalar", scalar);
+  }
+  friend bool operator==(const ElementwiseParams&, const ElementwiseParams&) = default;
+};
+
+/// One instruction of a fused elementwise program. Registers are numbered by
+/// instruction (SSA): instruction i defines register i. A register holds one
+/// element of its dtype, so an f16 register is rounded after every operation
+/// exactly as an unfused plan rounds when it stores to an f16 buffer; that is
+/// what makes fused and unfused plans bit-identical.
+struct FusedInstruction {
+  ElementwiseOp op = ElementwiseOp::Load;
+  DType type = DType::F32;
+  /// Registers read (earlier instructions); for Load, operands[0] is the step's input slot.
+  std::array<uint32_t, 3> operands{};
+  /// Constant's value (rounded to `type`), Pow's exponent.
+  double scalar = 0.0;
+  friend bool operator==(const FusedInstruction&, const FusedInstruction&) = default;
+};
+
+/// Inputs broadcast to the outputs' common shape; output slot k stores
+/// register `outputs[k]`, whose dtype is that output's.
+struct FusedElementwiseParams {
+  std::vector<FusedInstruction> program{};
+  std::vector<uint32_t> outputs{};
+  template <typename Visit> void forEachField(Visit&& visit) {
+    visit("program", program);
+    visit("outputs", outputs);
+  }
+  friend bool operator==(const FusedElementwiseParams&, const FusedElementwiseParams&) = default;
+};
+
+enum class ReduceOp : uint8_t { Sum, Mean, Max };
+inline constexpr int kReduceOpCount = 3;
+std::string_view reduceOpName(ReduceOp op);
+
+/// Reduces `axes` (strictly increasing; empty only for a rank-0 input), keeping
+/// them as size 1 under keepdim. Accumulates in computeType; max propagates NaN.
+struct ReductionParams {
+  ReduceOp op = ReduceOp::Sum;
+  std::vector<int64_t> axes{};
+  bool keepdim = false;
+  template <typename Visit> void forEachField(Visit&& visit) {
+    visit("op", op);
+    visit("axes", axes);
+    visit("keepdim", keepdim);
+  }
+  friend bool operator==(const ReductionParams&, const ReductionParams&) = default;
+};
+
+/// Softmax family and LayerNormGrad: the axis (for layer norm, the first
+/// normalised dimension).
+struct AxisParams {
+  int64_t axis = 0;
+  template <typename Visit> void forEachField(Visit&& visit) { visit("axis", axis); }
+  friend bool operator==(const AxisParams&, const AxisParams&) = default;
+};
+
+/// Normalises dimensions [axis, rank); mean and rstd are f32 (f64 for f64
+/// input) of shape input.shape[:axis]; rstd = 1 / sqrt(biased variance + eps).
+struct LayerNormParams {
+  int64_t axis = 0;
+  double eps = 1e-5;
+  template <typename Visit> void forEachField(Visit&& visit) {
+    visit("axis", axis);
+    visit("eps", eps);
+  }
+  friend bool operator==(const LayerNormParams&, const LayerNormParams&) = default;
+};
+
+/// See Philox.h for the random stream: element i of the input draws at
+/// counter offset + i of the generator keyed by seed.
+struct DropoutParams {
+  double p = 0.0;
+  template <typename Visit> void forEachField(Visit&& visit) { visit("p", p); }
+  friend bool operator==(const DropoutParams&, const DropoutParams&) = default;
+};
+
+enum class LossKind : uint8_t { Mse, CrossEntropy, Nll };
+inline constexpr int kLossKindCount = 3;
+std::string_view lossKindName(LossKind kind);
+
+enum class LossReduction : uint8_t { None, Mean, Sum };
+inline constexpr int kLossReductionCount = 3;
+std::string_view lossReductionName(LossReduction reduction);
+
+/// Loss and LossGrad. Classification losses take [N, C] scores and [N] i64
+/// labels; rows labelled `ignoreIndex` count for nothing (mean divides by the
+/// other rows); labelSmoothing is cross-entropy's (0 for the others).
+struct LossParams {
+  LossKind loss = LossKind::Mse;
+  LossReduction reduction = LossReduction::Mean;
+  int64_t ignoreIndex = -100;
+  double labelSmoothing = 0.0;
+  template <typename Visit> void forEachField(Visit&& visit) {
+    visit("loss", loss);
+    visit("reduction", reduction);
+    visit("ignore_index", ignoreIndex);
+    visit("label_smoothing", labelSmoothing);
+  }
+  friend bool operator==(const LossParams&, const LossParams&) = default;
+};
+
+/// Output dimension i is input dimension perm[i].
+struct TransposeParams {
+  std::vector<int64_t> perm{};
+  template <typename Visit> void forEachField(Visit&& visit) { visit("perm", perm); }
+  friend bool operator==(const TransposeParams&, const TransposeParams&) = default;
+};
+
+/// The output's elements, little-endian in its dtype: one element (a splat)
+/// or all of them.
+struct ConstantParams {
+  std::vector<uint8_t> data{};
+  template <typename Visit> void forEachField(Visit&& visit) { visit("data", data); }
+  friend bool operator==(const ConstantParams&, const ConstantParams&) = default;
+};
+
+enum class OptimizerKind : uint8_t { Sgd, Adam };
+inline constexpr int kOptimizerKindCount = 2;
+std::string_view optimizerKindName(OptimizerKind kind);
+
+/// jit.sgd_update / jit.adam_update (JitOps.td has the formulas). Fields an
+/// optimizer does not use stay at their defaults.
+struct OptimizerParams {
+  OptimizerKind optimizer = OptimizerKind::Sgd;
+  double momentum = 0.0;     // sgd
+  double dampening = 0.0;    // sgd
+  bool nesterov = false;     // sgd
+  double beta1 = 0.9;        // adam
+  double beta2 = 0.999;      // adam
+  double eps = 1e-8;         // adam
+  bool decoupledWeightDecay = false; // adam (AdamW)
+  double weightDecay = 0.0;
+  bool maximize = false;
+  template <typename Visit> void forEachField(Visit&& visit) {
+    visit("optimizer", optimizer);
+    visit("momentum", momentum);
+    visit("dampening", dampening);
+    visit("nesterov", nesterov);
+    visit("beta1", beta1);
+    visit("beta2", beta2);
+    visit("eps", eps);
+    visit("decoupled_weight_decay", decoupledWeightDecay);
+    visit("weight_decay", weightDecay);
+    visit("maximize", maximize);
+  }
+  friend bool operator==(const OptimizerParams&, const OptimizerParams&) = default;
+};
+
+/// amp.update_scale (AmpOps.td). PyTorch's GradScaler is the defaults;
+/// Paddle sets backoffInterval (decr_every_n_nan_or_inf) and minScale = 1.
+struct UpdateScaleParams {
+  double growthFactor = 2.0;
+  double backoffFactor = 0.5;
+  int64_t growthInterval = 2000;
+  int64_t backoffInterval = 1;
+  double minScale = 0.0;
+  template <typename Visit> void forEachField(Visit&& visit) {
+    visit("growth_factor", growthFactor);
+    visit("backoff_factor", backoffFactor);
+    visit("growth_interval", growthInterval);
+    visit("backoff_interval", backoffInterval);
+    visit("min_scale", minScale);
+  }
+  friend bool operator==(const UpdateScaleParams&, const UpdateScaleParams&) = default;
+};
+
+/// Input slot positions of the optimizer updates (outputs: new_param, then
+/// the new value of each state input present, in input order).
+namespace sgd_slot {
+inline constexpr std::size_t kParam = 0, kGrad = 1, kMomentumBuffer = 2, kStep = 3, kLr = 4,
+                             kInvScale = 5, kPredicate = 6, kParamCopy = 7;
+inline constexpr std::size_t kNewParam = 0, kNewMomentumBuffer = 1, kNewParamCopy = 2;
+} // namespace sgd_slot
+namespace adam_slot {
+inline constexpr std::size_t kParam = 0, kGrad = 1, kExpAvg = 2, kExpAvgSq = 3, kStep = 4, kLr = 5,
+                             kInvScale = 6, kPredicate = 7, kParamCopy = 8;
+inline constexpr std::size_t kNewParam = 0, kNewExpAvg = 1, kNewExpAvgSq = 2, kNewParamCopy = 3;
+} // namespace adam_slot
+
+using StepParams =
+    std::variant<NoParams, GemmParams, ElementwiseParams, FusedElementwiseParams, ReductionParams,
+                 AxisParams, LayerNormParams, DropoutParams, LossParams, TransposeParams,
+                 ConstantParams, OptimizerParams, UpdateScaleParams>;
+
+/// The StepParams alternative (variant index) each kind carries.
+std::size_t paramsIndexOf(StepKind kind);
+/// Default-constructed parameters of the right alternative for `kind`.
+StepParams defaultParamsFor(StepKind kind);
+
+//===----------------------------------------------------------------------===//
+// Steps and plans
+//===----------------------------------------------------------------------===//
+
+struct Step {
+  StepKind kind = StepKind::Elementwise;
+  /// The precision arithmetic runs in: f64 when the data is f64, otherwise f32
+  /// (low-precision inputs are widened, as tensor cores do). Recorded so that
+  /// a backend and the printed plan need not re-derive it.
+  DType computeType = DType::F32;
+  StepParams params{};
+  /// Buffers read and written, in the kind's slot order (slotNames()). Absent
+  /// optional slots hold kNoBuffer.
+  std::vector<BufferId> inputs{};
+  std::vector<BufferId> outputs{};
+  /// Where the step came from, for messages ("jit.matmul", "jit.matmul #12").
+  std::string origin{};
+
+  template <typename P> const P& as() const { return std::get<P>(params); }
+  template <typename P> P& as() { return std::get<P>(params); }
+  friend bool operator==(const Step&, const Step&) = default;
+};
+
+/// A function result: a buffer, and when the result is the new value of a
+/// state argument, that argument's index (the buffer is then the argument's
+/// own: state is updated in place, never copied).
+struct PlanResult {
+  BufferId buffer = 0;
+  int32_t tiedArgument = -1;
+  friend bool operator==(const PlanResult&, const PlanResult&) = default;
+};
+
+struct Plan {
+  /// The traced function's name.
+  std::string name{};
+  std::vector<BufferDesc> buffers{};
+  std::vector<PlanResult> results{};
+  std::vector<Step> steps{};
+  /// Bytes of the temporaries' arena.
+  uint64_t arenaBytes = 0;
+
+  /// Number of function arguments (buffers with an argument index).
+  std::size_t argumentCount() const;
+  /// The buffer of argument `index`, or kNoBuffer.
+  BufferId argumentBuffer(std::size_t index) const;
+  friend bool operator==(const Plan&, const Plan&) = default;
+};
+
+/// The slot names of a step's inputs or outputs, in order ("A", "B";
+/// "param", "grad", "momentum_buffer", ...). Optional slots are included.
+std::vector<std::string> slotNames(const Step& step, bool outputs);
+/// Whether an input slot may hold kNoBuffer.
+bool isOptionalInputSlot(const Step& step, std::size_t slot);
+
+/// Checks every rule of the plan model: buffer table, arguments and results,
+/// ties, slot counts and ids, dtypes and shapes of every step, arena bounds
+/// and that no two temporaries share arena bytes while both are live, that
+/// nothing reads a buffer before it is written, and that only tied state,
+/// temporaries and outputs are written. The message names the step or buffer
+/// and what is wrong.
+Status verifyPlan(const Plan& plan);
+
+/// Checks one step against buffer types (used by verifyPlan and by the
+/// StepBuilder, which checks a step against its operand types).
+Status verifyStepTypes(const Step& step, std::span<const TensorType> inputTypes,
+                       std::span<const TensorType> outputTypes);
+
+/// The plan as stable, readable text (see docs/plan-format.md for an example).
+std::string printPlan(const Plan& plan);
+/// One step as printed inside printPlan, without the trailing newline:
+/// `step 3: gemm f16 x f16 -> f16 (acc f32) A=%5 B=%2^T C=%7`.
+std::string printStep(const Plan& plan, std::size_t index);
+
+/// Shortest decimal that reads back as the same double ("0.1", "1e-08", "nan").
+std::string formatDouble(double value);
+
+} // namespace ampjit::runtime
+
+#endif // AMPJIT_RUNTIME_PLAN_H

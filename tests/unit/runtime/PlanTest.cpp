@@ -1,0 +1,581 @@
+// The plan model: verification rules, the text form, and the binary file
+// (round trip, and a clear error for every kind of bad file).
+
+#include "ampjit/runtime/Plan.h"
+#include "ampjit/runtime/PlanFile.h"
+#include "ampjit/runtime/StepBuilder.h"
+
+#include "RuntimeTestUtil.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+namespace {
+
+using namespace ampjit::runtime;
+using namespace ampjit::runtime::test;
+
+/// A small mixed-precision train step touching most step kinds and every
+/// kind of parameter field, so that the file round trip covers each encoding.
+Plan sampleTrainStep() {
+  PlanBuilder b("train_step");
+  BufferId x = b.argument(tt(DType::F32, {4, 8}), BufferRole::Input, "x");
+  BufferId w = b.argument(tt(DType::F32, {3, 8}), BufferRole::Param, "w");
+  BufferId w16 = b.argument(tt(DType::F16, {3, 8}), BufferRole::Param, "w16");
+  b.raw().buffers[w16].derivedFrom = 1;
+  BufferId bias = b.argument(tt(DType::F32, {3}), BufferRole::Param, "b");
+  BufferId labels = b.argument(tt(DType::I64, {4}), BufferRole::Input, "labels");
+  BufferId momentum = b.argument(tt(DType::F32, {3, 8}), BufferRole::OptState, "buf");
+  BufferId lr = b.argument(tt(DType::F32, {}), BufferRole::Hyper, "lr");
+  BufferId scale = b.argument(tt(DType::F32, {}), BufferRole::ScalerState, "scale");
+  BufferId good = b.argument(tt(DType::I64, {}), BufferRole::ScalerState, "good");
+  BufferId bad = b.argument(tt(DType::I64, {}), BufferRole::ScalerState, "bad");
+  BufferId skipped = b.argument(tt(DType::I64, {}), BufferRole::ScalerState, "skipped");
+  BufferId rng = b.argument(tt(DType::I64, {2}), BufferRole::OptState, "rng");
+
+  BufferId x16 = b.temporary(tt(DType::F16, {4, 8}));
+  b.op("amp.cast", {x}, {x16});
+  BufferId h = b.temporary(tt(DType::F16, {4, 3}));
+  b.op("jit.matmul", {x16, w16}, {h}, {{"transpose_rhs", true}});
+  BufferId b16 = b.temporary(tt(DType::F16, {3}));
+  b.op("amp.cast", {bias}, {b16});
+
+  // relu(h + b) in f16, also widened to f32: one fused step, two outputs.
+  BufferId act16 = b.output(tt(DType::F16, {4, 3}));
+  BufferId act = b.temporary(tt(DType::F32, {4, 3}));
+  Step fused;
+  fused.kind = StepKind::FusedElementwise;
+  FusedElementwiseParams program;
+  program.program = {
+      {ElementwiseOp::Load, DType::F16, {0, 0, 0}, 0.0},
+      {ElementwiseOp::Load, DType::F16, {1, 0, 0}, 0.0},
+      {ElementwiseOp::Add, DType::F16, {0, 1, 0}, 0.0},
+      {ElementwiseOp::Relu, DType::F16, {2, 0, 0}, 0.0},
+      {ElementwiseOp::Convert, DType::F32, {3, 0, 0}, 0.0},
+      {ElementwiseOp::Constant, DType::F32, {0, 0, 0}, 0.5},
+      {ElementwiseOp::Pow, DType::F32, {4, 0, 0}, 2.0},
+  };
+  program.outputs = {3, 6};
+  fused.params = program;
+  fused.inputs = {h, b16};
+  fused.outputs = {act16, act};
+  fused.origin = "fused(jit.add, jit.relu, amp.cast, jit.pow)";
+  b.step(fused);
+
+  BufferId dropped = b.temporary(tt(DType::F32, {4, 3}));
+  BufferId mask = b.temporary(tt(DType::I1, {4, 3}));
+  b.op("jit.dropout", {act, rng}, {dropped, mask, rng}, {{"p", 0.25}});
+  BufferId loss = b.output(tt(DType::F32, {}));
+  b.op("jit.cross_entropy", {dropped, labels}, {loss}, {{"label_smoothing", 0.1}});
+  BufferId scaled = b.temporary(tt(DType::F32, {}));
+  b.op("amp.scale_loss", {loss, scale}, {scaled});
+  BufferId dlogits = b.temporary(tt(DType::F32, {4, 3}));
+  b.op("jit.cross_entropy_grad", {scaled, dropped, labels}, {dlogits}, {{"label_smoothing", 0.1}});
+  BufferId gw = b.temporary(tt(DType::F32, {3, 8}));
+  b.op("jit.matmul", {dlogits, x}, {gw}, {{"transpose_lhs", true}});
+  BufferId ok = b.temporary(tt(DType::I1, {}));
+  b.op("amp.all_finite", {gw}, {ok});
+  BufferId invScale = b.temporary(tt(DType::F32, {}));
+  b.op("jit.div", {scale, scale}, {invScale});
+  b.op("jit.sgd_update", {w, gw, momentum, kNoBuffer, lr, invScale, ok, w16}, {w, momentum, w16},
+       {{"momentum", 0.9}, {"nesterov", true}});
+  b.op("amp.update_scale", {scale, good, bad, skipped, ok}, {scale, good, bad, skipped},
+       {{"growth_interval", int64_t(1000)}});
+  BufferId rowSums = b.output(tt(DType::F32, {4, 1}));
+  b.op("jit.sum", {act}, {rowSums}, {{"axes", std::vector<int64_t>{1}}, {"keepdim", true}});
+  BufferId normed = b.output(tt(DType::F32, {4, 8}));
+  BufferId mean = b.temporary(tt(DType::F32, {4}));
+  BufferId rstd = b.temporary(tt(DType::F32, {4}));
+  b.op("jit.layer_norm", {x, kNoBuffer, kNoBuffer}, {normed, mean, rstd}, {{"axis", int64_t(1)}});
+  BufferId wt = b.output(tt(DType::F32, {8, 3}));
+  b.op("jit.transpose", {w}, {wt}, {{"perm", std::vector<int64_t>{1, 0}}});
+  BufferId half = b.constant(tt(DType::F32, {3}), std::vector<double>{0.5, 1.5, -2});
+  BufferId shifted = b.output(tt(DType::F32, {4, 3}));
+  b.op("jit.add", {act, half}, {shifted});
+
+  b.result(loss);
+  b.result(act16);
+  b.result(rowSums);
+  b.result(normed);
+  b.result(wt);
+  b.result(shifted);
+  b.result(w, 1);
+  b.result(momentum, 5);
+  b.result(w16, 2);
+  b.result(scale, 7);
+  b.result(good, 8);
+  b.result(bad, 9);
+  b.result(skipped, 10);
+  b.result(rng, 11);
+  return b.finish();
+}
+
+TEST(Plan, SampleTrainStepVerifies) {
+  Plan plan = sampleTrainStep();
+  Status status = verifyPlan(plan);
+  EXPECT_TRUE(status.ok()) << status.message() << "\n" << printPlan(plan);
+  EXPECT_EQ(plan.argumentCount(), 12u);
+}
+
+TEST(Plan, PrintsStableReadableText) {
+  PlanBuilder b("linear");
+  BufferId x = b.argument(tt(DType::F16, {64, 784}), BufferRole::Input, "x");
+  BufferId w = b.argument(tt(DType::F16, {512, 784}), BufferRole::Param, "w");
+  BufferId y = b.temporary(tt(DType::F16, {64, 512}));
+  b.op("jit.matmul", {x, w}, {y}, {{"transpose_rhs", true}});
+  BufferId out = b.output(tt(DType::F32, {64}));
+  BufferId mean = b.temporary(tt(DType::F16, {64}));
+  b.op("jit.mean", {y}, {mean}, {{"axes", std::vector<int64_t>{1}}});
+  b.op("jit.convert", {mean}, {out});
+  b.result(out);
+  Plan plan = b.finish();
+  ASSERT_TRUE(verifyPlan(plan).ok()) << verifyPlan(plan).message();
+  EXPECT_EQ(printPlan(plan), "plan @linear\n"
+                             "  arena 65664 bytes\n"
+                             "  %0 = arg 0 input f16[64x784] \"x\"\n"
+                             "  %1 = arg 1 param f16[512x784] \"w\"\n"
+                             "  %2 = temporary f16[64x512] @0\n"
+                             "  %3 = output f32[64]\n"
+                             "  %4 = temporary f16[64] @65536\n"
+                             "  return %3\n"
+                             "  step 0: gemm f16 x f16 -> f16 (acc f32) A=%0 B=%1^T C=%2  // jit.matmul\n"
+                             "  step 1: reduction mean axes=[1] f16 -> f16 (acc f32) x=%2 y=%4  // jit.mean\n"
+                             "  step 2: elementwise convert f16 -> f32 (compute f32) x=%4 out=%3  // jit.convert\n");
+}
+
+TEST(Plan, PrintsFusedProgramsOptimizerAndConstants) {
+  Plan plan = sampleTrainStep();
+  std::string text = printPlan(plan);
+  EXPECT_NE(text.find("%2 = arg 2 param f16[3x8] derived_from arg 1 \"w16\""), std::string::npos) << text;
+  EXPECT_NE(text.find("fused_elementwise f16, f16 -> f16, f32 (compute f32) in0=%13 in1=%14 out0=%15 out1=%16  // fused(jit.add, jit.relu, amp.cast, jit.pow)\n"
+                      "    r0 = load in0 : f16\n"
+                      "    r1 = load in1 : f16\n"
+                      "    r2 = add r0, r1 : f16\n"
+                      "    r3 = relu r2 : f16\n"
+                      "    r4 = convert r3 : f32\n"
+                      "    r5 = constant 0.5 : f32\n"
+                      "    r6 = pow r4 exponent=2 : f32\n"
+                      "    out0 = r3\n"
+                      "    out1 = r6"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("optimizer_update sgd momentum=0.9 dampening=0 nesterov weight_decay=0 "
+                      "f32, f32, f32, f32, f32, i1, f16 -> f32, f32, f16 (compute f32) param=%1 grad=%22 "
+                      "momentum_buffer=%5 lr=%6 inv_scale=%24 predicate=%23 param_copy=%2 "
+                      "new_param=%1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("= constant f32[3] = [0.5, 1.5, -2]"), std::string::npos) << text;
+  EXPECT_NE(text.find("update_scale growth_factor=2 backoff_factor=0.5 growth_interval=1000 backoff_interval=1 "
+                      "min_scale=0"),
+            std::string::npos)
+      << text;
+}
+
+//===----------------------------------------------------------------------===//
+// File round trip
+//===----------------------------------------------------------------------===//
+
+TEST(PlanFile, RoundTripIsBitExact) {
+  Plan plan = sampleTrainStep();
+  std::vector<uint8_t> bytes = encodePlan(plan);
+  Expected<Plan> decoded = decodePlan(bytes, "memory");
+  ASSERT_TRUE(decoded.ok()) << decoded.message();
+  EXPECT_TRUE(*decoded == plan);
+  EXPECT_EQ(encodePlan(*decoded), bytes);
+  EXPECT_EQ(printPlan(*decoded), printPlan(plan));
+}
+
+TEST(PlanFile, SaveAndLoadThroughAFile) {
+  Plan plan = sampleTrainStep();
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("ampjit-plan-" + std::to_string(::getpid()) + ".bin")).string();
+  ASSERT_TRUE(savePlan(plan, path).ok());
+  Expected<Plan> loaded = loadPlan(path);
+  std::remove(path.c_str());
+  ASSERT_TRUE(loaded.ok()) << loaded.message();
+  EXPECT_TRUE(*loaded == plan);
+}
+
+TEST(PlanFile, MissingFileIsAnError) {
+  Expected<Plan> loaded = loadPlan("/nonexistent/dir/plan.bin");
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.message().find("/nonexistent/dir/plan.bin: cannot open"), std::string::npos);
+}
+
+TEST(PlanFile, SaveRefusesAnInvalidPlan) {
+  Plan plan = sampleTrainStep();
+  plan.steps[1].inputs[0] = 999;
+  Status status = savePlan(plan, "/tmp/never-written.bin");
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("refusing to save an invalid plan"), std::string::npos);
+}
+
+TEST(PlanFile, EveryTruncationIsAClearError) {
+  std::vector<uint8_t> bytes = encodePlan(sampleTrainStep());
+  for (size_t length = 0; length < bytes.size(); ++length) {
+    Expected<Plan> decoded = decodePlan(std::span(bytes).first(length), "cut.bin");
+    ASSERT_FALSE(decoded.ok()) << "length " << length;
+    EXPECT_EQ(decoded.message().rfind("cut.bin: truncated", 0), 0u) << decoded.message();
+  }
+}
+
+TEST(PlanFile, WrongMagicIsAClearError) {
+  std::vector<uint8_t> bytes = encodePlan(sampleTrainStep());
+  bytes[0] = 'X';
+  Expected<Plan> decoded = decodePlan(bytes, "x.bin");
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.message(), "x.bin: not an ampjit plan (the file does not start with \"AMPJPLAN\")");
+}
+
+TEST(PlanFile, OtherVersionIsAClearError) {
+  std::vector<uint8_t> bytes = encodePlan(sampleTrainStep());
+  bytes[8] = 2;
+  Expected<Plan> decoded = decodePlan(bytes, "old.bin");
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.message(), "old.bin: plan format version 2, but this runtime reads version 1; "
+                               "recompile the step with this version of ampjit");
+}
+
+TEST(PlanFile, CorruptionFailsTheChecksum) {
+  std::vector<uint8_t> bytes = encodePlan(sampleTrainStep());
+  bytes[bytes.size() / 2] ^= 0x10;
+  Expected<Plan> decoded = decodePlan(bytes, "bad.bin");
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.message(), "bad.bin: checksum mismatch (the file is corrupted)");
+}
+
+TEST(PlanFile, TrailingBytesAreAnError) {
+  std::vector<uint8_t> bytes = encodePlan(sampleTrainStep());
+  bytes.push_back(0);
+  Expected<Plan> decoded = decodePlan(bytes, "long.bin");
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_NE(decoded.message().find("unexpected bytes after the checksum"), std::string::npos);
+}
+
+/// Re-seals a file after a deliberate edit, so that the checks past the
+/// checksum are what reject it.
+void reseal(std::vector<uint8_t>& bytes) {
+  uint64_t checksum = planChecksum(std::span(bytes).first(bytes.size() - 8));
+  for (int i = 0; i < 8; ++i)
+    bytes[bytes.size() - 8 + i] = uint8_t(checksum >> (8 * i));
+}
+
+TEST(PlanFile, BadBufferIdNamesTheStepAndSlot) {
+  Plan plan = sampleTrainStep();
+  plan.steps[1].inputs[1] = 77;
+  Expected<Plan> decoded = decodePlan(encodePlan(plan), "ids.bin");
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.message(), "ids.bin: invalid plan: step 1 (gemm from jit.matmul): input 'B' refers to "
+                               "buffer %77 but the plan has " +
+                                   std::to_string(plan.buffers.size()) + " buffers");
+}
+
+TEST(PlanFile, MismatchedShapesNameTheOperands) {
+  Plan plan = sampleTrainStep();
+  plan.buffers[2].type.shape = {3, 9}; // w16: the gemm's B no longer matches x16
+  plan.buffers[1].type.shape = {3, 9}; // keep the derived-from pair consistent
+  Expected<Plan> decoded = decodePlan(encodePlan(plan), "shapes.bin");
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.message(),
+            "shapes.bin: invalid plan: step 1 (gemm from jit.matmul): contraction dimensions differ: "
+            "input 'A' (f16[4x8]) has 8 columns but input 'B' (f16[3x9]) transposed has 9 rows");
+}
+
+TEST(PlanFile, InvalidEnumValueIsNamed) {
+  Plan plan;
+  plan.name = "p";
+  plan.buffers.push_back(BufferDesc{.type = tt(DType::F32, {2}), .role = BufferRole::Input, .argument = 0});
+  std::vector<uint8_t> bytes = encodePlan(plan);
+  // The BUFS section starts after the header (24), the INFO section header
+  // (16) and its payload (4-byte length, "p", 8-byte arena size).
+  size_t bufs = 24 + 16 + 4 + 1 + 8;
+  size_t firstDType = bufs + 16 + 4;
+  ASSERT_EQ(bytes[firstDType], uint8_t(DType::F32));
+  bytes[firstDType] = 42;
+  reseal(bytes);
+  Expected<Plan> decoded = decodePlan(bytes, "enum.bin");
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.message(), "enum.bin: section 'BUFS', buffer %0: invalid value 42 (expected 0..5)");
+}
+
+TEST(PlanFile, HugeCountsAreRefusedBeforeAllocating) {
+  Plan plan;
+  plan.name = "p";
+  std::vector<uint8_t> bytes = encodePlan(plan);
+  size_t bufferCount = 24 + 16 + 4 + 1 + 8 + 16;
+  for (int i = 0; i < 4; ++i)
+    bytes[bufferCount + i] = 0xFF;
+  reseal(bytes);
+  Expected<Plan> decoded = decodePlan(bytes, "huge.bin");
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_NE(decoded.message().find("section 'BUFS', claims 4294967295 buffers but only 0 bytes remain"),
+            std::string::npos)
+      << decoded.message();
+}
+
+TEST(PlanFile, RandomCorruptionNeverCrashes) {
+  std::vector<uint8_t> original = encodePlan(sampleTrainStep());
+  std::mt19937_64 rng(7);
+  int rejected = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::vector<uint8_t> bytes = original;
+    int edits = 1 + int(rng() % 4);
+    for (int e = 0; e < edits; ++e)
+      bytes[24 + rng() % (bytes.size() - 32)] = uint8_t(rng());
+    reseal(bytes);
+    Expected<Plan> decoded = decodePlan(bytes, "fuzz.bin");
+    if (!decoded.ok()) {
+      ++rejected;
+      EXPECT_EQ(decoded.message().rfind("fuzz.bin: ", 0), 0u);
+    } else {
+      EXPECT_TRUE(verifyPlan(*decoded).ok());
+    }
+  }
+  EXPECT_GT(rejected, 1000);
+}
+
+//===----------------------------------------------------------------------===//
+// Verifier rules
+//===----------------------------------------------------------------------===//
+
+std::string verifyMessage(const Plan& plan) { return verifyPlan(plan).message(); }
+
+TEST(PlanVerifier, WritingAnInputIsRejected) {
+  PlanBuilder b("p");
+  BufferId x = b.argument(tt(DType::F32, {4}), BufferRole::Input);
+  b.op("jit.relu", {x}, {x});
+  b.result(x);
+  EXPECT_EQ(verifyMessage(b.finish()),
+            "step 0 (elementwise from jit.relu): output 'out' writes buffer %0, which is an input and read-only");
+}
+
+TEST(PlanVerifier, WritingUntiedStateIsRejected) {
+  PlanBuilder b("p");
+  BufferId w = b.argument(tt(DType::F32, {4}), BufferRole::Param);
+  b.op("jit.relu", {w}, {w});
+  EXPECT_EQ(verifyMessage(b.finish()),
+            "step 0 (elementwise from jit.relu): output 'out' writes argument 0 (buffer %0) but no result is "
+            "tied to it");
+}
+
+TEST(PlanVerifier, ReadingBeforeWritingIsRejected) {
+  PlanBuilder b("p");
+  BufferId t = b.temporary(tt(DType::F32, {4}));
+  BufferId out = b.output(tt(DType::F32, {4}));
+  b.op("jit.relu", {t}, {out});
+  b.result(out);
+  EXPECT_EQ(verifyMessage(b.finish()),
+            "step 0 (elementwise from jit.relu): input 'x' reads buffer %0 before any step writes it");
+}
+
+TEST(PlanVerifier, InPlaceOnlyForElementwiseKinds) {
+  PlanBuilder b("p");
+  BufferId w = b.argument(tt(DType::F32, {4, 4}), BufferRole::Param);
+  b.op("jit.softmax", {w}, {w}, {{"axis", int64_t(1)}});
+  b.result(w, 0);
+  EXPECT_NE(verifyMessage(b.finish()).find("which it also reads; only elementwise, optimizer and scaler steps "
+                                           "update in place"),
+            std::string::npos);
+}
+
+TEST(PlanVerifier, LiveTemporariesMustNotShareArenaBytes) {
+  PlanBuilder b("p");
+  BufferId x = b.argument(tt(DType::F32, {16}), BufferRole::Input);
+  BufferId t1 = b.temporary(tt(DType::F32, {16}));
+  BufferId t2 = b.temporary(tt(DType::F32, {16}));
+  BufferId out = b.output(tt(DType::F32, {16}));
+  b.op("jit.relu", {x}, {t1});
+  b.op("jit.neg", {x}, {t2});
+  b.op("jit.add", {t1, t2}, {out});
+  b.result(out);
+  Plan plan = b.finish();
+  ASSERT_TRUE(verifyPlan(plan).ok()) << verifyMessage(plan);
+  plan.buffers[t2].arenaOffset = plan.buffers[t1].arenaOffset;
+  EXPECT_EQ(verifyMessage(plan),
+            "buffer %1 (steps 0..2) and buffer %2 (steps 1..2) share arena bytes while both are live");
+}
+
+TEST(PlanVerifier, TemporaryOutsideTheArena) {
+  PlanBuilder b("p");
+  BufferId x = b.argument(tt(DType::F32, {16}), BufferRole::Input);
+  BufferId t = b.temporary(tt(DType::F32, {16}));
+  BufferId out = b.output(tt(DType::F32, {16}));
+  b.op("jit.relu", {x}, {t});
+  b.op("jit.relu", {t}, {out});
+  b.result(out);
+  Plan plan = b.finish();
+  plan.arenaBytes = 32;
+  EXPECT_EQ(verifyMessage(plan), "buffer %1 (64 bytes at offset 0) does not fit in the arena of 32 bytes");
+  plan.arenaBytes = 1024;
+  plan.buffers[t].arenaOffset = 8;
+  EXPECT_EQ(verifyMessage(plan), "buffer %1 has arena offset 8, not a multiple of 64");
+}
+
+TEST(PlanVerifier, TiesAndResults) {
+  PlanBuilder b("p");
+  BufferId x = b.argument(tt(DType::F32, {4}), BufferRole::Input);
+  BufferId w = b.argument(tt(DType::F32, {4}), BufferRole::Param);
+  BufferId t = b.temporary(tt(DType::F32, {4}));
+  b.op("jit.relu", {x}, {t});
+  b.op("jit.add", {w, t}, {w});
+  b.result(w, 1);
+  Plan plan = b.finish();
+  ASSERT_TRUE(verifyPlan(plan).ok()) << verifyMessage(plan);
+
+  Plan tiedToInput = plan;
+  tiedToInput.results[0] = PlanResult{x, 0};
+  EXPECT_EQ(verifyMessage(tiedToInput), "result 0 is tied to argument 0, which is an input, not state");
+  Plan wrongBuffer = plan;
+  wrongBuffer.results[0] = PlanResult{t, 1};
+  EXPECT_NE(verifyMessage(wrongBuffer).find("is the temporary buffer %2"), std::string::npos);
+  Plan twice = plan;
+  twice.results.push_back(PlanResult{w, 1});
+  EXPECT_EQ(verifyMessage(twice), "result 1 ties argument 1, which another result already ties");
+  Plan gap = plan;
+  gap.buffers[w].argument = 2;
+  EXPECT_EQ(verifyMessage(gap), "no buffer is argument 1 (arguments are numbered from 0 without gaps)");
+}
+
+TEST(PlanVerifier, DerivedStateMustMatchItsSource) {
+  PlanBuilder b("p");
+  b.argument(tt(DType::F32, {4}), BufferRole::Param);
+  BufferId copy = b.argument(tt(DType::F16, {5}), BufferRole::Param);
+  b.raw().buffers[copy].derivedFrom = 0;
+  EXPECT_EQ(verifyMessage(b.finish()),
+            "buffer %1 of type f16[5] cannot be derived from argument 0 of type f32[4]: both must be "
+            "floating-point of one shape");
+}
+
+TEST(PlanVerifier, ConstantDataSizeIsChecked) {
+  PlanBuilder b("p");
+  BufferId c = b.constant(tt(DType::F32, {2}), std::vector<double>{1, 2});
+  b.raw().buffers[c].constantData.pop_back();
+  EXPECT_EQ(verifyMessage(b.finish()),
+            "buffer %0 is a constant of type f32[2] (8 bytes) but holds 7 bytes of data");
+}
+
+TEST(PlanVerifier, FusedProgramRules) {
+  Plan plan = sampleTrainStep();
+  size_t fusedIndex = 3;
+  ASSERT_EQ(plan.steps[fusedIndex].kind, StepKind::FusedElementwise);
+  auto message = [&](auto edit) {
+    Plan copy = plan;
+    edit(copy.steps[fusedIndex].template as<FusedElementwiseParams>());
+    return verifyMessage(copy);
+  };
+  EXPECT_NE(message([](FusedElementwiseParams& p) { p.program[2].operands[1] = 5; })
+                .find("instruction r2 (add) reads r5, which is not defined before it"),
+            std::string::npos);
+  EXPECT_NE(message([](FusedElementwiseParams& p) { p.program[1].operands[0] = 9; })
+                .find("instruction r1 (load) loads input slot 9 but the step has 2 inputs"),
+            std::string::npos);
+  EXPECT_NE(message([](FusedElementwiseParams& p) { p.program[2].type = DType::F32; })
+                .find("instruction r2 (add): 'add' yields its operands' dtype f16, not f32"),
+            std::string::npos);
+  EXPECT_NE(message([](FusedElementwiseParams& p) { p.outputs[1] = 3; })
+                .find("output 'out1' (f32[4x3]) stores r3 of dtype f16"),
+            std::string::npos);
+}
+
+TEST(PlanVerifier, ComputeTypeIsChecked) {
+  Plan plan = sampleTrainStep();
+  plan.steps[1].computeType = DType::F16;
+  EXPECT_NE(verifyMessage(plan).find("compute type is f16 but must be f32"), std::string::npos);
+}
+
+//===----------------------------------------------------------------------===//
+// StepBuilder
+//===----------------------------------------------------------------------===//
+
+std::vector<std::optional<TensorType>> operands(std::initializer_list<std::optional<TensorType>> list) {
+  return list;
+}
+
+TEST(StepBuilder, UnknownOpIsAClearError) {
+  Expected<Step> step = buildStep("jit.conv9d", {}, {}, {});
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.message(), "'jit.conv9d' has no runtime step: the StepBuilder does not know this op");
+}
+
+TEST(StepBuilder, UnknownAndMissingAttributes) {
+  TensorType x = tt(DType::F32, {4, 4});
+  auto in = operands({x});
+  std::vector<TensorType> out = {x};
+  Expected<Step> typo = buildStep("jit.softmax", in, out, {{"axis", int64_t(1)}, {"axes", int64_t(1)}});
+  ASSERT_FALSE(typo.ok());
+  EXPECT_EQ(typo.message(), "jit.softmax: unknown attribute 'axes'");
+  Expected<Step> missing = buildStep("jit.softmax", in, out, {});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.message(), "jit.softmax: missing required attribute 'axis'");
+  Expected<Step> discardable = buildStep("jit.softmax", in, out, {{"axis", int64_t(1)}, {"jit.op_id", int64_t(3)}});
+  EXPECT_TRUE(discardable.ok()) << discardable.message();
+  Expected<Step> keyword = buildStep("jit.gelu", in, out, {{"approximate", std::string("erf")}});
+  ASSERT_FALSE(keyword.ok());
+  EXPECT_EQ(keyword.message(), "jit.gelu: attribute 'approximate' is 'erf'; expected one of none, tanh");
+}
+
+TEST(StepBuilder, UnsupportedCombinationsAreClearErrors) {
+  Expected<Step> matmul = buildStep("jit.matmul", operands({tt(DType::F16, {4, 8}), tt(DType::F16, {7, 3})}),
+                                    std::vector<TensorType>{tt(DType::F16, {4, 3})}, {});
+  ASSERT_FALSE(matmul.ok());
+  EXPECT_EQ(matmul.message(), "jit.matmul: contraction dimensions differ: input 'A' (f16[4x8]) has 8 columns but "
+                              "input 'B' (f16[7x3]) has 7 rows");
+  Expected<Step> mixed = buildStep("jit.add", operands({tt(DType::F16, {4}), tt(DType::F32, {4})}),
+                                   std::vector<TensorType>{tt(DType::F32, {4})}, {});
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_EQ(mixed.message(), "jit.add: 'add' needs operands of one dtype, got (f16, f32); convert first");
+  Expected<Step> intCast = buildStep("amp.cast", operands({tt(DType::I64, {4})}),
+                                     std::vector<TensorType>{tt(DType::F32, {4})}, {});
+  ASSERT_FALSE(intCast.ok());
+  EXPECT_NE(intCast.message().find("floating-point types only"), std::string::npos);
+  Expected<Step> sgd = buildStep("jit.sgd_update", operands({tt(DType::F32, {4})}), {}, {});
+  ASSERT_FALSE(sgd.ok());
+  EXPECT_NE(sgd.message().find("expects 8 operand positions"), std::string::npos);
+}
+
+TEST(StepBuilder, OptimizerResultsFollowTheOptionalState) {
+  TensorType p = tt(DType::F32, {8}), g = tt(DType::F16, {8}), copy = tt(DType::F16, {8});
+  TensorType f32 = tt(DType::F32, {}), flag = tt(DType::I1, {});
+  // No momentum buffer, but a param copy: results are [new_param, new_param_copy].
+  Expected<Step> step = buildStep("jit.sgd_update",
+                                  operands({p, g, std::nullopt, std::nullopt, f32, f32, flag, copy}),
+                                  std::vector<TensorType>{p, copy}, {});
+  ASSERT_TRUE(step.ok()) << step.message();
+  EXPECT_EQ(step->outputs, (std::vector<BufferId>{0, kNoBuffer, 1}));
+  EXPECT_EQ(step->inputs[sgd_slot::kMomentumBuffer], kNoBuffer);
+  Expected<Step> wrong = buildStep("jit.sgd_update",
+                                   operands({p, g, std::nullopt, std::nullopt, f32, f32, flag, copy}),
+                                   std::vector<TensorType>{p}, {});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.message().find("has 1 results but its state operands need 2"), std::string::npos);
+}
+
+TEST(StepBuilder, EveryOpMapsToOneKindOnce) {
+  std::set<std::string_view> seen;
+  for (const OpDescription& op : supportedOps()) {
+    EXPECT_TRUE(seen.insert(op.name).second) << op.name;
+    EXPECT_EQ(stepKindOf(op.name), op.kind);
+  }
+  // Every op of JitOps.td (42) and AmpOps.td (5).
+  EXPECT_EQ(seen.size(), 47u);
+}
+
+TEST(StepBuilder, SingleOpPlanForEagerExecution) {
+  Expected<Plan> plan = buildSingleOpPlan("jit.add", operands({tt(DType::F32, {2, 3}), tt(DType::F32, {3})}),
+                                          std::vector<TensorType>{tt(DType::F32, {2, 3})}, {});
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  EXPECT_EQ(printPlan(*plan), "plan @jit.add\n"
+                              "  arena 0 bytes\n"
+                              "  %0 = arg 0 input f32[2x3]\n"
+                              "  %1 = arg 1 input f32[3]\n"
+                              "  %2 = output f32[2x3]\n"
+                              "  return %2\n"
+                              "  step 0: elementwise add f32, f32 -> f32 (compute f32) lhs=%0 rhs=%1 out=%2  "
+                              "// jit.add\n");
+}
+
+} // namespace

@@ -1,0 +1,208 @@
+#ifndef AMPJIT_TESTS_UNIT_RUNTIME_RUNTIMETESTUTIL_H
+#define AMPJIT_TESTS_UNIT_RUNTIME_RUNTIMETESTUTIL_H
+
+// Helpers shared by the runtime tests: building plans by hand the way
+// codegen will (StepBuilder + bindStep), with a simple liveness-based arena
+// layout so that temporaries really share bytes.
+
+#include "ampjit/runtime/Plan.h"
+#include "ampjit/runtime/StepBuilder.h"
+#include "ampjit/runtime/Tensor.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace ampjit::runtime::test {
+
+inline TensorType tt(DType dtype, Shape shape) { return TensorType{dtype, std::move(shape)}; }
+
+/// Builds a plan one op at a time, as codegen does.
+class PlanBuilder {
+public:
+  explicit PlanBuilder(std::string name) { plan_.name = std::move(name); }
+
+  BufferId argument(TensorType type, BufferRole role, std::string name = "") {
+    BufferDesc buffer;
+    buffer.type = std::move(type);
+    buffer.role = role;
+    buffer.argument = nextArgument_++;
+    buffer.name = std::move(name);
+    return add(std::move(buffer));
+  }
+  BufferId temporary(TensorType type) {
+    BufferDesc buffer;
+    buffer.type = std::move(type);
+    buffer.role = BufferRole::Temporary;
+    return add(std::move(buffer));
+  }
+  BufferId output(TensorType type) {
+    BufferDesc buffer;
+    buffer.type = std::move(type);
+    buffer.role = BufferRole::Output;
+    return add(std::move(buffer));
+  }
+  BufferId constant(TensorType type, std::span<const double> values) {
+    Tensor tensor = *Tensor::fromDoubles(type.dtype, type.shape, values);
+    BufferDesc buffer;
+    buffer.type = std::move(type);
+    buffer.role = BufferRole::Constant;
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(tensor.bytes());
+    buffer.constantData.assign(bytes, bytes + tensor.byteSize());
+    return add(std::move(buffer));
+  }
+
+  /// Adds the step for `op`, reading `operands` (kNoBuffer for an absent
+  /// optional operand) and writing `results`.
+  void op(std::string_view name, std::vector<BufferId> operands, std::vector<BufferId> results,
+          const AttributeMap& attributes = {}) {
+    std::vector<std::optional<TensorType>> operandTypes;
+    for (BufferId id : operands)
+      operandTypes.push_back(id == kNoBuffer ? std::nullopt : std::optional(plan_.buffers[id].type));
+    std::vector<TensorType> resultTypes;
+    for (BufferId id : results)
+      resultTypes.push_back(plan_.buffers[id].type);
+    Expected<Step> step = buildStep(name, operandTypes, resultTypes, attributes);
+    ASSERT_TRUE(step.ok()) << step.message();
+    ASSERT_TRUE(bindStep(*step, operands, results).ok());
+    plan_.steps.push_back(std::move(*step));
+  }
+
+  void step(Step step) { plan_.steps.push_back(std::move(step)); }
+
+  void result(BufferId buffer, int32_t tiedArgument = -1) {
+    plan_.results.push_back(PlanResult{buffer, tiedArgument});
+  }
+
+  /// Lays temporaries out by liveness (first fit, 64-byte aligned), reusing
+  /// the bytes of dead ones, and returns the plan.
+  Plan finish() {
+    Plan plan = plan_;
+    size_t count = plan.buffers.size();
+    std::vector<size_t> first(count, SIZE_MAX), last(count, 0);
+    for (size_t s = 0; s < plan.steps.size(); ++s) {
+      for (BufferId id : plan.steps[s].inputs)
+        if (id != kNoBuffer)
+          last[id] = std::max(last[id], s);
+      for (BufferId id : plan.steps[s].outputs)
+        if (id != kNoBuffer) {
+          first[id] = std::min(first[id], s);
+          last[id] = std::max(last[id], s);
+        }
+    }
+    struct Placed {
+      uint64_t offset, end;
+      size_t first, last;
+    };
+    std::vector<Placed> placed;
+    uint64_t arena = 0;
+    for (BufferId id = 0; id < count; ++id) {
+      BufferDesc& buffer = plan.buffers[id];
+      if (buffer.role != BufferRole::Temporary)
+        continue;
+      if (first[id] == SIZE_MAX) // never written (a broken plan under test): live throughout
+        first[id] = 0, last[id] = plan.steps.size();
+      uint64_t size = (uint64_t(buffer.type.byteSize()) + 63) / 64 * 64;
+      uint64_t offset = 0;
+      bool moved = true;
+      while (moved) {
+        moved = false;
+        for (const Placed& other : placed) {
+          bool liveTogether = first[id] <= other.last && other.first <= last[id];
+          if (liveTogether && offset < other.end && other.offset < offset + size) {
+            offset = other.end;
+            moved = true;
+          }
+        }
+      }
+      buffer.arenaOffset = offset;
+      placed.push_back({offset, offset + size, first[id], last[id]});
+      arena = std::max(arena, offset + size);
+    }
+    plan.arenaBytes = arena;
+    return plan;
+  }
+
+  Plan& raw() { return plan_; }
+
+private:
+  BufferId add(BufferDesc buffer) {
+    plan_.buffers.push_back(std::move(buffer));
+    return BufferId(plan_.buffers.size() - 1);
+  }
+
+  Plan plan_;
+  int32_t nextArgument_ = 0;
+};
+
+/// A tensor of uniformly random values in [low, high), rounded to its dtype.
+inline Tensor randomTensor(DType dtype, Shape shape, std::mt19937_64& rng, double low = -1.0,
+                           double high = 1.0) {
+  Tensor tensor = *Tensor::allocate(dtype, std::move(shape));
+  std::uniform_real_distribution<double> uniform(low, high);
+  for (int64_t i = 0; i < tensor.elementCount(); ++i)
+    tensor.set(i, uniform(rng));
+  return tensor;
+}
+
+inline Tensor filled(DType dtype, Shape shape, std::vector<double> values) {
+  Expected<Tensor> tensor = Tensor::fromDoubles(dtype, std::move(shape), values);
+  EXPECT_TRUE(tensor.ok()) << tensor.message();
+  return std::move(*tensor);
+}
+
+/// DESIGN's tolerances: rtol for a result that was rounded once to `dtype`.
+struct Tolerance {
+  double rtol;
+  double atol;
+};
+inline Tolerance toleranceFor(DType dtype) {
+  switch (dtype) {
+  case DType::F16: return {1e-3, 1e-5};
+  case DType::BF16: return {1.6e-2, 1e-5};
+  case DType::F32: return {1.3e-6, 1e-5};
+  default: return {1e-12, 1e-12};
+  }
+}
+
+/// Checks every element of `actual` against `expected` within
+/// atol + rtol * |expected| + extra[i] (extra: an accumulation bound, e.g.
+/// K * eps32 * sum|terms| for a dot product; empty for none). NaN must
+/// match NaN and infinities must match exactly.
+inline ::testing::AssertionResult allClose(const Tensor& actual, const std::vector<double>& expected,
+                                           Tolerance tolerance, const std::vector<double>& extra = {}) {
+  if (actual.elementCount() != int64_t(expected.size()))
+    return ::testing::AssertionFailure() << "element count " << actual.elementCount() << " vs "
+                                         << expected.size();
+  int failures = 0;
+  ::testing::AssertionResult result = ::testing::AssertionSuccess();
+  for (size_t i = 0; i < expected.size(); ++i) {
+    double got = actual.at(int64_t(i)), want = expected[i];
+    bool ok;
+    if (std::isnan(want) || std::isinf(want))
+      ok = std::isnan(want) ? std::isnan(got) : got == want;
+    else
+      ok = std::abs(got - want) <= tolerance.atol + tolerance.rtol * std::abs(want) +
+                                        (extra.empty() ? 0.0 : extra[i]);
+    if (!ok) {
+      if (failures == 0)
+        result = ::testing::AssertionFailure();
+      if (failures < 8)
+        result << "element " << i << ": got " << got << ", want " << want << " (diff " << got - want
+               << ")\n";
+      ++failures;
+    }
+  }
+  if (failures > 8)
+    result << "... " << failures << " elements differ";
+  return result;
+}
+
+} // namespace ampjit::runtime::test
+
+#endif // AMPJIT_TESTS_UNIT_RUNTIME_RUNTIMETESTUTIL_H
