@@ -173,20 +173,21 @@ ampjit::amp::OpRule::AttributeLookup attributeLookupFor(Operation *op) {
   };
 }
 
-std::optional<FloatType> computeElementType(Operation *op) {
-  auto floatElementOf = [](Type type) -> std::optional<FloatType> {
-    auto tensorType = dyn_cast<RankedTensorType>(type);
-    if (!tensorType)
-      return std::nullopt;
-    if (auto floatType = dyn_cast<FloatType>(tensorType.getElementType()))
-      return floatType;
+std::optional<FloatType> floatElementTypeOf(Type type) {
+  auto tensorType = dyn_cast<RankedTensorType>(type);
+  if (!tensorType)
     return std::nullopt;
-  };
+  if (auto floatType = dyn_cast<FloatType>(tensorType.getElementType()))
+    return floatType;
+  return std::nullopt;
+}
+
+std::optional<FloatType> computeElementType(Operation *op) {
   for (Type type : op->getResultTypes())
-    if (std::optional<FloatType> element = floatElementOf(type))
+    if (std::optional<FloatType> element = floatElementTypeOf(type))
       return element;
   for (Type type : op->getOperandTypes())
-    if (std::optional<FloatType> element = floatElementOf(type))
+    if (std::optional<FloatType> element = floatElementTypeOf(type))
       return element;
   return std::nullopt;
 }

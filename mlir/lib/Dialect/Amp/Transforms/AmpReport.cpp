@@ -117,10 +117,7 @@ void AmpReport::writeDot(ModuleOp module, llvm::raw_ostream &os) const {
       std::string role;
       if (auto roleAttr = function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "jit.role"))
         role = llvm::formatv(" {0}", roleAttr.getValue()).str();
-      std::optional<FloatType> element;
-      if (auto tensorType = dyn_cast<RankedTensorType>(argument.getType()))
-        if (auto floatType = dyn_cast<FloatType>(tensorType.getElementType()))
-          element = floatType;
+      std::optional<FloatType> element = floatElementTypeOf(argument.getType());
       std::string typeText;
       if (element) {
         llvm::raw_string_ostream typeOs(typeText);

@@ -90,11 +90,6 @@ bool isFloatTensorOf(Type type, Type element) {
   return tensorType && tensorType.getElementType() == element;
 }
 
-bool isFloatTensor(Type type) {
-  auto tensorType = dyn_cast<RankedTensorType>(type);
-  return tensorType && isa<FloatType>(tensorType.getElementType());
-}
-
 /// What is known about one op before deciding.
 struct Node {
   Operation *op = nullptr;
@@ -418,21 +413,9 @@ private:
       }
       if (decideFixed(node))
         continue;
-      if (allow.contains(i)) {
-        node.computeType = low;
-        if (auto from = paintedFrom.find(i); from != paintedFrom.end()) {
-          node.reason = DecisionReason::Inferred;
-          node.source = nodes[from->second.first].op;
-          node.detail = from->second.second + " " + describeOp(node.source);
-        } else {
-          node.reason = node.condition ? DecisionReason::Condition : DecisionReason::List;
-          node.detail = listDetail(node);
-        }
+      if (!allow.contains(i) && !node.decided)
         continue;
-      }
-      if (!node.decided)
-        continue;
-      node.computeType = f32;
+      node.computeType = allow.contains(i) ? Type(low) : Type(f32);
       if (auto from = paintedFrom.find(i); from != paintedFrom.end()) {
         node.reason = DecisionReason::Inferred;
         node.source = nodes[from->second.first].op;
@@ -440,7 +423,8 @@ private:
       } else {
         node.reason = node.condition ? DecisionReason::Condition : DecisionReason::List;
         node.detail = listDetail(node);
-        if (node.category == Category::Infer || node.category == Category::Clear)
+        if (!allow.contains(i) &&
+            (node.category == Category::Infer || node.category == Category::Clear))
           node.detail += ", not between allow ops";
       }
     }

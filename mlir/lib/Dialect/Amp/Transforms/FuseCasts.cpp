@@ -99,11 +99,6 @@ bool isExactWidening(Type from, Type to) {
   return from != to && isExactlyRepresentableIn(from, to);
 }
 
-bool isFloatTensor(Type type) {
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  return tensor && isa<FloatType>(tensor.getElementType());
-}
-
 /// The bytes a tensor of `type` occupies when its elements are `element`.
 int64_t bytesAs(Type type, Type element) {
   auto tensor = dyn_cast<RankedTensorType>(type);

@@ -55,15 +55,6 @@ std::optional<LowPrecisionType> lowPrecisionTypeOf(Type element) {
   return std::nullopt;
 }
 
-std::optional<FloatType> floatElementOf(Type type) {
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  if (!tensor)
-    return std::nullopt;
-  if (auto element = dyn_cast<FloatType>(tensor.getElementType()))
-    return element;
-  return std::nullopt;
-}
-
 /// Operands whose type says nothing about the precision the op computes in:
 /// those it reads in any precision (gradients, O2's parameter copy), and
 /// amp.scale_loss's loss, which it multiplies by the scale in fp32 and rounds
@@ -80,7 +71,7 @@ std::optional<FloatType> lowPrecisionComputeType(Operation *op) {
   SmallVector<unsigned> skipped = operandsNotComputedWith(op);
   bool anyFloatOperand = false;
   for (OpOperand &operand : op->getOpOperands()) {
-    std::optional<FloatType> element = floatElementOf(operand.get().getType());
+    std::optional<FloatType> element = floatElementTypeOf(operand.get().getType());
     if (!element)
       continue;
     anyFloatOperand = true;
@@ -93,7 +84,7 @@ std::optional<FloatType> lowPrecisionComputeType(Operation *op) {
   if (anyFloatOperand)
     return std::nullopt;
   for (Type type : op->getResultTypes())
-    if (std::optional<FloatType> element = floatElementOf(type);
+    if (std::optional<FloatType> element = floatElementTypeOf(type);
         element && lowPrecisionTypeOf(*element))
       return element;
   return std::nullopt;
@@ -166,7 +157,7 @@ std::optional<unsigned> AmpVerifier::fp32ParameterIndex(Value value) const {
     return std::nullopt;
   auto role =
       function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), JitDialect::kRoleAttrName);
-  std::optional<FloatType> element = floatElementOf(value.getType());
+  std::optional<FloatType> element = floatElementTypeOf(value.getType());
   if (!role || role.getValue() != "param" || !element || !element->isF32())
     return std::nullopt;
   return argument.getArgNumber();

@@ -69,6 +69,10 @@ ampjit::amp::OpRule::AttributeLookup attributeLookupFor(mlir::Operation *op);
 /// operand; nullopt for ops that touch no floating-point tensor.
 std::optional<mlir::FloatType> computeElementType(mlir::Operation *op);
 
+/// The element type of a ranked tensor of floats; nullopt for anything else.
+std::optional<mlir::FloatType> floatElementTypeOf(mlir::Type type);
+inline bool isFloatTensor(mlir::Type type) { return floatElementTypeOf(type).has_value(); }
+
 /// Whether `type` is a ranked tensor of 16-bit floats (f16 or bf16).
 bool isLowPrecisionTensor(mlir::Type type);
 
