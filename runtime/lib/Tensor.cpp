@@ -50,6 +50,8 @@ void storeElementFromDouble(DType dtype, std::byte* data, int64_t index, double 
 Expected<std::shared_ptr<Storage>> Storage::allocate(std::size_t bytes) {
   // aligned_alloc needs a size that is a multiple of the alignment, and a
   // zero-byte tensor still gets a distinct, valid pointer.
+  if (bytes > (std::size_t(1) << 60))
+    return Status::error("cannot allocate " + std::to_string(bytes) + " bytes");
   std::size_t rounded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
   if (rounded == 0)
     rounded = kTensorAlignment;

@@ -5,6 +5,7 @@
 // codegen will (StepBuilder + bindStep), with a simple liveness-based arena
 // layout so that temporaries really share bytes.
 
+#include "ampjit/runtime/CpuBackend.h"
 #include "ampjit/runtime/Plan.h"
 #include "ampjit/runtime/StepBuilder.h"
 #include "ampjit/runtime/Tensor.h"
@@ -202,6 +203,42 @@ inline ::testing::AssertionResult allClose(const Tensor& actual, const std::vect
     result << "... " << failures << " elements differ";
   return result;
 }
+
+/// The CPU backend the tests share (one per process, like OpenBLAS's threads).
+inline Backend& cpuBackend() {
+  static std::unique_ptr<Backend> backend = createCpuBackend();
+  return *backend;
+}
+
+/// Runs one op eagerly (a one-step plan) on the CPU backend. `operands` holds
+/// every operand position, nullptr for an absent optional one.
+inline Expected<std::vector<Tensor>> tryRunOp(std::string_view op, std::vector<const Tensor*> operands,
+                                              std::vector<TensorType> results, const AttributeMap& attributes = {},
+                                              std::vector<int> resultTiedToOperand = {}) {
+  std::vector<std::optional<TensorType>> operandTypes;
+  std::vector<Tensor> arguments;
+  for (const Tensor* operand : operands) {
+    operandTypes.push_back(operand ? std::optional(operand->type()) : std::nullopt);
+    if (operand)
+      arguments.push_back(*operand);
+  }
+  Expected<Plan> plan = buildSingleOpPlan(op, operandTypes, results, attributes, resultTiedToOperand);
+  if (!plan)
+    return plan.status();
+  return cpuBackend().run(std::move(*plan), arguments);
+}
+
+inline std::vector<Tensor> runOp(std::string_view op, std::vector<const Tensor*> operands,
+                                 std::vector<TensorType> results, const AttributeMap& attributes = {},
+                                 std::vector<int> resultTiedToOperand = {}) {
+  Expected<std::vector<Tensor>> outputs =
+      tryRunOp(op, std::move(operands), std::move(results), attributes, std::move(resultTiedToOperand));
+  EXPECT_TRUE(outputs.ok()) << op << ": " << outputs.message();
+  return outputs.ok() ? std::move(*outputs) : std::vector<Tensor>{};
+}
+
+/// Every floating dtype, for tests that run each kernel in each precision.
+inline constexpr DType kFloatTypes[] = {DType::F32, DType::F16, DType::BF16, DType::F64};
 
 } // namespace ampjit::runtime::test
 

@@ -1,0 +1,64 @@
+#ifndef AMPJIT_RUNTIME_BACKEND_H
+#define AMPJIT_RUNTIME_BACKEND_H
+
+// What a backend offers the layers above it (codegen's runner, `ampjit-run`,
+// the eager API): memory for tensors, and plans prepared once and run many
+// times with the caller's argument tensors.
+
+#include "ampjit/runtime/Plan.h"
+#include "ampjit/runtime/Status.h"
+#include "ampjit/runtime/Tensor.h"
+
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace ampjit::runtime {
+
+/// A verified plan with everything it needs between runs (the arena, and on
+/// a GPU its kernels and graph).
+class Executable {
+public:
+  virtual ~Executable() = default;
+  virtual const Plan& plan() const = 0;
+
+  /// Runs the plan once. `arguments[i]` is function argument i, with the
+  /// argument buffer's dtype and shape; state arguments that results are tied
+  /// to are updated in place through these very tensors. Returns the results
+  /// in order: a tied result is the argument tensor itself (same storage), an
+  /// output a new tensor, an untied argument or constant a copy.
+  virtual Expected<std::vector<Tensor>> run(std::span<Tensor> arguments) = 0;
+};
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  /// A zero-filled tensor in memory this backend computes on.
+  virtual Expected<Tensor> allocate(const TensorType& type) = 0;
+  /// Verifies the plan (verifyPlan) and prepares it for running.
+  virtual Expected<std::unique_ptr<Executable>> prepare(Plan plan) = 0;
+  /// The tensor in host memory (a backend's results may live on a device).
+  virtual Expected<Tensor> toHost(const Tensor& tensor) = 0;
+
+  /// prepare() and one run(), for one-off plans (eager ops).
+  Expected<std::vector<Tensor>> run(Plan plan, std::span<Tensor> arguments);
+};
+
+/// Checks arguments against a plan before a run: the count, that each is
+/// defined, its dtype and shape, and that no state argument updated in place
+/// shares storage with another argument. The message names the argument by
+/// index, name and role ("argument 4 'labels' (input i64[64]) is missing").
+Status checkArguments(const Plan& plan, std::span<const Tensor> arguments);
+
+/// Re-establishes derived state (`BufferDesc::derivedFrom`, O2's
+/// low-precision parameter copies): every derived argument becomes its
+/// source rounded to nearest even. Call it after writing a source parameter
+/// between steps, and once to initialise the copies.
+Status rederiveArguments(const Plan& plan, std::span<Tensor> arguments);
+
+} // namespace ampjit::runtime
+
+#endif // AMPJIT_RUNTIME_BACKEND_H

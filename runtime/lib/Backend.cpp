@@ -1,0 +1,72 @@
+#include "ampjit/runtime/Backend.h"
+
+namespace ampjit::runtime {
+
+Expected<std::vector<Tensor>> Backend::run(Plan plan, std::span<Tensor> arguments) {
+  Expected<std::unique_ptr<Executable>> executable = prepare(std::move(plan));
+  if (!executable)
+    return executable.status();
+  return (*executable)->run(arguments);
+}
+
+namespace {
+
+std::string describeArgument(const Plan& plan, size_t index) {
+  BufferId id = plan.argumentBuffer(index);
+  const BufferDesc& buffer = plan.buffers[id];
+  std::string text = "argument " + std::to_string(index);
+  if (!buffer.name.empty())
+    text += " '" + buffer.name + "'";
+  return text + " (" + std::string(bufferRoleName(buffer.role)) + " " + typeToString(buffer.type) + ")";
+}
+
+} // namespace
+
+Status checkArguments(const Plan& plan, std::span<const Tensor> arguments) {
+  size_t expected = plan.argumentCount();
+  std::string function = "plan @" + plan.name;
+  if (arguments.size() < expected)
+    return Status::error(function + " takes " + std::to_string(expected) + " arguments but got " +
+                         std::to_string(arguments.size()) + ": " + describeArgument(plan, arguments.size()) +
+                         " is missing");
+  if (arguments.size() > expected)
+    return Status::error(function + " takes " + std::to_string(expected) + " arguments but got " +
+                         std::to_string(arguments.size()));
+  std::vector<bool> updatedInPlace(expected, false);
+  for (const PlanResult& result : plan.results)
+    if (result.tiedArgument >= 0)
+      updatedInPlace[size_t(result.tiedArgument)] = true;
+  for (size_t i = 0; i < expected; ++i) {
+    const TensorType& type = plan.buffers[plan.argumentBuffer(i)].type;
+    if (!arguments[i].defined())
+      return Status::error(function + ": " + describeArgument(plan, i) + " is missing (an empty tensor)");
+    if (arguments[i].type() != type)
+      return Status::error(function + ": " + describeArgument(plan, i) + " was given a tensor of type " +
+                           typeToString(arguments[i].type()));
+  }
+  for (size_t i = 0; i < expected; ++i) {
+    if (!updatedInPlace[i])
+      continue;
+    for (size_t j = 0; j < expected; ++j)
+      if (j != i && arguments[i].sharesStorageWith(arguments[j]))
+        return Status::error(function + ": " + describeArgument(plan, i) +
+                             " is updated in place but shares its storage with " + describeArgument(plan, j));
+  }
+  return Status::success();
+}
+
+Status rederiveArguments(const Plan& plan, std::span<Tensor> arguments) {
+  AMPJIT_RETURN_IF_ERROR(checkArguments(plan, arguments));
+  for (const BufferDesc& buffer : plan.buffers) {
+    if (buffer.derivedFrom < 0)
+      continue;
+    const Tensor& source = arguments[size_t(buffer.derivedFrom)];
+    Tensor& derived = arguments[size_t(buffer.argument)];
+    // One rounding from the exact source value (f32 and f64 are exact in double).
+    for (int64_t i = 0; i < derived.elementCount(); ++i)
+      derived.set(i, source.at(i));
+  }
+  return Status::success();
+}
+
+} // namespace ampjit::runtime

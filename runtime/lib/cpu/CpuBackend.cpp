@@ -1,0 +1,210 @@
+#include "ampjit/runtime/CpuBackend.h"
+
+#include "CpuKernels.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace ampjit::runtime {
+
+namespace cpu {
+
+Status runStep(const Step& step, const StepIO& io) {
+  switch (step.kind) {
+  case StepKind::Gemm: return runGemm(step, io);
+  case StepKind::Elementwise: return runElementwise(step, io);
+  case StepKind::FusedElementwise: return runFusedElementwise(step, io);
+  case StepKind::Reduction: return runReduction(step, io);
+  case StepKind::Softmax:
+  case StepKind::LogSoftmax:
+  case StepKind::SoftmaxGrad:
+  case StepKind::LogSoftmaxGrad: return runSoftmaxFamily(step, io);
+  case StepKind::LayerNorm: return runLayerNorm(step, io);
+  case StepKind::LayerNormGrad: return runLayerNormGrad(step, io);
+  case StepKind::Dropout: return runDropout(step, io);
+  case StepKind::Loss: return runLoss(step, io);
+  case StepKind::LossGrad: return runLossGrad(step, io);
+  case StepKind::BroadcastTo:
+  case StepKind::Reshape:
+  case StepKind::Transpose: return runLayout(step, io);
+  case StepKind::Constant: return runConstant(step, io);
+  case StepKind::OptimizerUpdate: return runOptimizerUpdate(step, io);
+  case StepKind::ScaleLoss:
+  case StepKind::AllFinite:
+  case StepKind::UnscaleAndCheck:
+  case StepKind::UpdateScale: return runScaler(step, io);
+  }
+  return Status::error("no CPU kernel for step kind " + std::to_string(int(step.kind)));
+}
+
+} // namespace cpu
+
+namespace {
+
+using cpu::BufferView;
+
+bool environmentFlag(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
+/// All bytes 0xFF: a NaN in f16, bf16, f32 and f64, -1 in i64.
+constexpr int kPoisonByte = 0xFF;
+
+class CpuExecutable final : public Executable {
+public:
+  CpuExecutable(Plan plan, CpuBackendOptions options, std::shared_ptr<Storage> arena)
+      : plan_(std::move(plan)), options_(options), arena_(std::move(arena)) {
+    // The temporaries whose bytes are dead after each step (poison mode).
+    std::vector<size_t> lastAccess(plan_.buffers.size(), SIZE_MAX);
+    for (size_t s = 0; s < plan_.steps.size(); ++s) {
+      for (BufferId id : plan_.steps[s].inputs)
+        if (id != kNoBuffer)
+          lastAccess[id] = s;
+      for (BufferId id : plan_.steps[s].outputs)
+        if (id != kNoBuffer)
+          lastAccess[id] = s;
+    }
+    deadAfter_.resize(plan_.steps.size());
+    for (BufferId id = 0; id < plan_.buffers.size(); ++id)
+      if (plan_.buffers[id].role == BufferRole::Temporary && lastAccess[id] != SIZE_MAX)
+        deadAfter_[lastAccess[id]].push_back(id);
+  }
+
+  const Plan& plan() const override { return plan_; }
+
+  Expected<std::vector<Tensor>> run(std::span<Tensor> arguments) override {
+    AMPJIT_RETURN_IF_ERROR(checkArguments(plan_, arguments));
+    std::vector<Tensor> outputs(plan_.buffers.size());
+    std::vector<BufferView> views(plan_.buffers.size());
+    for (BufferId id = 0; id < plan_.buffers.size(); ++id) {
+      const BufferDesc& buffer = plan_.buffers[id];
+      BufferView& view = views[id];
+      view.present = true;
+      view.dtype = buffer.type.dtype;
+      view.shape = &buffer.type.shape;
+      view.count = buffer.type.elementCount();
+      switch (buffer.role) {
+      case BufferRole::Temporary: view.data = arena_->data() + buffer.arenaOffset; break;
+      case BufferRole::Constant:
+        // Kernels never write constants (verifyPlan), so the plan's bytes serve as is.
+        view.data = const_cast<std::byte*>(reinterpret_cast<const std::byte*>(buffer.constantData.data()));
+        break;
+      case BufferRole::Output: {
+        Expected<Tensor> tensor = Tensor::allocate(buffer.type);
+        if (!tensor)
+          return tensor.status();
+        outputs[id] = std::move(*tensor);
+        view.data = outputs[id].bytes();
+        break;
+      }
+      default: view.data = arguments[size_t(buffer.argument)].bytes(); break;
+      }
+    }
+    if (options_.poisonFreedTemporaries)
+      std::memset(arena_->data(), kPoisonByte, arena_->size());
+
+    std::vector<BufferView> in, out;
+    BufferView absent;
+    for (size_t index = 0; index < plan_.steps.size(); ++index) {
+      const Step& step = plan_.steps[index];
+      in.clear();
+      out.clear();
+      for (BufferId id : step.inputs)
+        in.push_back(id == kNoBuffer ? absent : views[id]);
+      for (BufferId id : step.outputs)
+        out.push_back(id == kNoBuffer ? absent : views[id]);
+      Status status = cpu::runStep(step, cpu::StepIO{in, out});
+      if (!status)
+        return Status::error(describe(index) + ": " + status.message());
+      if (options_.checkNumerics)
+        AMPJIT_RETURN_IF_ERROR(checkNumerics(index, out));
+      if (options_.poisonFreedTemporaries)
+        for (BufferId id : deadAfter_[index])
+          std::memset(views[id].data, kPoisonByte, size_t(plan_.buffers[id].type.byteSize()));
+    }
+
+    std::vector<Tensor> results;
+    for (const PlanResult& result : plan_.results) {
+      const BufferDesc& buffer = plan_.buffers[result.buffer];
+      if (buffer.role == BufferRole::Output) {
+        results.push_back(outputs[result.buffer]);
+      } else if (result.tiedArgument >= 0) {
+        results.push_back(arguments[size_t(result.tiedArgument)]);
+      } else {
+        Expected<Tensor> copy = Tensor::allocate(buffer.type);
+        if (!copy)
+          return copy.status();
+        if (copy->byteSize() > 0)
+          std::memcpy(copy->bytes(), views[result.buffer].data, copy->byteSize());
+        results.push_back(std::move(*copy));
+      }
+    }
+    return results;
+  }
+
+private:
+  std::string describe(size_t index) const {
+    const Step& step = plan_.steps[index];
+    std::string text = "plan @" + plan_.name + ", step " + std::to_string(index) + " (" +
+                       std::string(stepKindName(step.kind));
+    if (!step.origin.empty())
+      text += " from " + step.origin;
+    return text + ")";
+  }
+
+  Status checkNumerics(size_t index, const std::vector<BufferView>& out) const {
+    const Step& step = plan_.steps[index];
+    std::vector<std::string> names = slotNames(step, true);
+    for (size_t slot = 0; slot < out.size(); ++slot) {
+      if (!out[slot].present || !isFloating(out[slot].dtype) || cpu::allFinite(out[slot]))
+        continue;
+      return Status::error("AMPJIT_CHECK_NUMERICS: " + describe(index) + " produced an inf or NaN in output '" +
+                           (slot < names.size() ? names[slot] : std::to_string(slot)) + "' (buffer %" +
+                           std::to_string(step.outputs[slot]) + ")");
+    }
+    return Status::success();
+  }
+
+  Plan plan_;
+  CpuBackendOptions options_;
+  std::shared_ptr<Storage> arena_;
+  std::vector<std::vector<BufferId>> deadAfter_;
+};
+
+class CpuBackend final : public Backend {
+public:
+  explicit CpuBackend(CpuBackendOptions options) : options_(options) {
+    options_.poisonFreedTemporaries |= environmentFlag("AMPJIT_POISON_FREED");
+    options_.checkNumerics |= environmentFlag("AMPJIT_CHECK_NUMERICS");
+    cpu::setBlasThreads(options_.blasThreads);
+  }
+
+  std::string_view name() const override { return "cpu"; }
+
+  Expected<Tensor> allocate(const TensorType& type) override { return Tensor::allocate(type); }
+
+  Expected<std::unique_ptr<Executable>> prepare(Plan plan) override {
+    Status valid = verifyPlan(plan);
+    if (!valid)
+      return Status::error("plan @" + plan.name + " is invalid: " + valid.message());
+    Expected<std::shared_ptr<Storage>> arena = Storage::allocate(size_t(plan.arenaBytes));
+    if (!arena || *arena == nullptr)
+      return Status::error("plan @" + plan.name + ": cannot allocate its arena of " +
+                           std::to_string(plan.arenaBytes) + " bytes");
+    return std::unique_ptr<Executable>(new CpuExecutable(std::move(plan), options_, std::move(*arena)));
+  }
+
+  Expected<Tensor> toHost(const Tensor& tensor) override { return tensor; }
+
+private:
+  CpuBackendOptions options_;
+};
+
+} // namespace
+
+std::unique_ptr<Backend> createCpuBackend(CpuBackendOptions options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+} // namespace ampjit::runtime

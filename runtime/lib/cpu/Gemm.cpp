@@ -1,0 +1,125 @@
+// GEMM through OpenBLAS, as tensor cores do it: low-precision operands are
+// widened exactly to f32 (f64 for f64 data), products accumulate in that
+// precision inside sgemm/dgemm, and C is rounded once to its dtype. beta is
+// always 0 and no bias is folded in, so a plan that adds the bias in a
+// separate (or fused) elementwise step gives the same bits either way.
+//
+// OpenBLAS is linked statically and pinned to a fixed thread count (1 by
+// default): its GEMM splits M and N across threads, never K, but a fixed
+// count keeps results independent of the machine's load and core count.
+
+#include "CpuKernels.h"
+
+#include <cblas.h>
+
+#include <mutex>
+
+namespace ampjit::runtime::cpu {
+
+void setBlasThreads(int threads) {
+  static std::mutex mutex;
+  static int current = -1;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (threads < 1)
+    threads = 1;
+  if (threads != current) {
+    openblas_set_num_threads(threads);
+    current = threads;
+  }
+}
+
+namespace {
+
+/// Offsets (in matrices) of each batch entry of C into a broadcast operand.
+std::vector<int64_t> batchOffsets(const Shape& operandBatch, const Shape& resultBatch) {
+  std::vector<int64_t> strides = broadcastStrides(operandBatch, resultBatch);
+  int64_t count = elementCount(resultBatch);
+  std::vector<int64_t> offsets(size_t(count), 0);
+  std::vector<int64_t> index(resultBatch.size(), 0);
+  int64_t offset = 0;
+  for (int64_t b = 0; b < count; ++b) {
+    offsets[size_t(b)] = offset;
+    for (size_t d = resultBatch.size(); d-- > 0;) {
+      offset += strides[d];
+      if (++index[d] < resultBatch[d])
+        break;
+      offset -= strides[d] * index[d];
+      index[d] = 0;
+    }
+  }
+  return offsets;
+}
+
+void blasGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float* c) {
+  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+              blasint(m), blasint(n), blasint(k), 1.0f, a, blasint(lda), b, blasint(ldb), 0.0f, c,
+              blasint(n));
+}
+
+void blasGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+              const double* b, int64_t ldb, double* c) {
+  cblas_dgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+              blasint(m), blasint(n), blasint(k), 1.0, a, blasint(lda), b, blasint(ldb), 0.0, c,
+              blasint(n));
+}
+
+/// The operand as a contiguous T array: the buffer itself when it already
+/// holds T, otherwise a widened copy in `scratch`.
+template <typename T>
+const T* operandAs(const BufferView& view, std::vector<T>& scratch) {
+  if ((std::is_same_v<T, float> && view.dtype == DType::F32) ||
+      (std::is_same_v<T, double> && view.dtype == DType::F64))
+    return view.as<const T>();
+  scratch = loadAll<T>(view);
+  return scratch.data();
+}
+
+template <typename T>
+Status gemm(const Step& step, const StepIO& io) {
+  const GemmParams& params = step.as<GemmParams>();
+  const BufferView &aView = io.in[0], &bView = io.in[1], &cView = io.out[0];
+  const Shape &aShape = aView.dims(), &bShape = bView.dims(), &cShape = cView.dims();
+  size_t rank = cShape.size();
+  int64_t m = cShape[rank - 2], n = cShape[rank - 1];
+  int64_t aRows = aShape[aShape.size() - 2], aCols = aShape[aShape.size() - 1];
+  int64_t bRows = bShape[bShape.size() - 2], bCols = bShape[bShape.size() - 1];
+  int64_t k = params.transposeA ? aRows : aCols;
+  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || aCols > INT32_MAX || bCols > INT32_MAX)
+    return Status::error("matrix dimensions exceed what BLAS can index (2^31 - 1)");
+
+  Shape resultBatch(cShape.begin(), cShape.end() - 2);
+  std::vector<int64_t> aOffsets = batchOffsets(Shape(aShape.begin(), aShape.end() - 2), resultBatch);
+  std::vector<int64_t> bOffsets = batchOffsets(Shape(bShape.begin(), bShape.end() - 2), resultBatch);
+
+  std::vector<T> aScratch, bScratch, cScratch;
+  const T* a = operandAs<T>(aView, aScratch);
+  const T* b = operandAs<T>(bView, bScratch);
+  bool writeDirectly = (std::is_same_v<T, float> && cView.dtype == DType::F32) ||
+                       (std::is_same_v<T, double> && cView.dtype == DType::F64);
+  if (!writeDirectly)
+    cScratch.resize(size_t(m * n));
+
+  int64_t aMatrix = aRows * aCols, bMatrix = bRows * bCols, cMatrix = m * n;
+  for (size_t batch = 0; batch < aOffsets.size(); ++batch) {
+    T* c = writeDirectly ? cView.as<T>() + int64_t(batch) * cMatrix : cScratch.data();
+    if (cMatrix == 0)
+      continue;
+    if (k == 0)
+      std::fill(c, c + cMatrix, T(0)); // BLAS may leave C untouched when K = 0
+    else
+      blasGemm(params.transposeA, params.transposeB, m, n, k, a + aOffsets[batch] * aMatrix, aCols,
+               b + bOffsets[batch] * bMatrix, bCols, c);
+    if (!writeDirectly)
+      storeRange<T>(cView, int64_t(batch) * cMatrix, cMatrix, c);
+  }
+  return Status::success();
+}
+
+} // namespace
+
+Status runGemm(const Step& step, const StepIO& io) {
+  return withComputeType(step.computeType, [&](auto zero) { return gemm<decltype(zero)>(step, io); });
+}
+
+} // namespace ampjit::runtime::cpu

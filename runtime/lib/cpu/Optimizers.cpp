@@ -1,0 +1,149 @@
+// The fused optimizer updates (jit.sgd_update, jit.adam_update), following
+// PyTorch's single-tensor SGD and Adam/AdamW. The gradient is read in its own
+// precision and multiplied by inv_scale in fp32 as it is read; the update
+// computes in the parameter's precision (f32, or f64); O2's low-precision
+// parameter copy is written from the new value with one rounding.
+//
+// With the predicate false nothing is computed and every new value is the
+// old one, bit for bit (copied when codegen gave it a separate buffer).
+
+#include "CpuKernels.h"
+
+namespace ampjit::runtime::cpu {
+
+namespace {
+
+/// Copies state to its new-value slot when that is a different buffer.
+void carryOver(const BufferView& from, const BufferView& to) {
+  if (to.present && to.data != from.data)
+    std::memcpy(to.data, from.data, size_t(from.count) * dtypeSize(from.dtype));
+}
+
+/// The gradient element, unscaled and with maximize applied (PyTorch negates
+/// the gradient before weight decay).
+template <typename T>
+struct GradientReader {
+  const BufferView& grad;
+  float invScale;
+  bool hasInvScale;
+  bool maximize;
+  T operator()(int64_t i) const {
+    T value;
+    if (grad.dtype == DType::F64) {
+      value = T(loadAs<double>(grad, i) * (hasInvScale ? double(invScale) : 1.0));
+    } else {
+      // Low-precision and f32 gradients are unscaled in fp32, as they are read.
+      float unscaled = loadAs<float>(grad, i);
+      if (hasInvScale)
+        unscaled *= invScale;
+      value = T(unscaled);
+    }
+    return maximize ? -value : value;
+  }
+};
+
+template <typename T>
+void sgd(const OptimizerParams& params, const StepIO& io) {
+  using namespace sgd_slot;
+  const BufferView &param = io.in[kParam], &buffer = io.in[kMomentumBuffer], &copy = io.in[kParamCopy];
+  const BufferView &newParam = io.out[kNewParam], &newBuffer = io.out[kNewMomentumBuffer],
+                   &newCopy = io.out[kNewParamCopy];
+  bool firstStep = io.in[kStep].present && io.in[kStep].as<const int64_t>()[0] == 0;
+  GradientReader<T> readGrad{io.in[kGrad], io.in[kInvScale].present ? io.in[kInvScale].as<const float>()[0] : 1.0f,
+                             io.in[kInvScale].present, params.maximize};
+  T lr = T(io.in[kLr].as<const float>()[0]);
+  T momentum = T(params.momentum), weightDecay = T(params.weightDecay);
+  T undamped = T(1.0 - params.dampening);
+  bool useMomentum = params.momentum != 0.0;
+  for (int64_t i = 0; i < param.count; ++i) {
+    T p = loadAs<T>(param, i);
+    T g = readGrad(i);
+    if (params.weightDecay != 0.0)
+      g = g + weightDecay * p;
+    if (useMomentum) {
+      // PyTorch starts the buffer as the gradient itself on the first step.
+      T b = firstStep ? g : momentum * loadAs<T>(buffer, i) + undamped * g;
+      storeAs<T>(newBuffer, i, b);
+      g = params.nesterov ? g + momentum * b : b;
+    }
+    p = p - lr * g;
+    storeAs<T>(newParam, i, p);
+    if (copy.present)
+      storeAs<T>(newCopy, i, p);
+  }
+}
+
+template <typename T>
+void adam(const OptimizerParams& params, const StepIO& io) {
+  using namespace adam_slot;
+  const BufferView &param = io.in[kParam], &expAvg = io.in[kExpAvg], &expAvgSq = io.in[kExpAvgSq],
+                   &copy = io.in[kParamCopy];
+  const BufferView &newParam = io.out[kNewParam], &newExpAvg = io.out[kNewExpAvg],
+                   &newExpAvgSq = io.out[kNewExpAvgSq], &newCopy = io.out[kNewParamCopy];
+  GradientReader<T> readGrad{io.in[kGrad], io.in[kInvScale].present ? io.in[kInvScale].as<const float>()[0] : 1.0f,
+                             io.in[kInvScale].present, params.maximize};
+  // Scalars in double, as PyTorch computes them from Python floats.
+  double lr = io.in[kLr].as<const float>()[0];
+  double step = double(io.in[kStep].as<const int64_t>()[0] + 1);
+  double biasCorrection1 = 1.0 - std::pow(params.beta1, step);
+  double biasCorrection2 = 1.0 - std::pow(params.beta2, step);
+  T stepSize = T(lr / biasCorrection1);
+  T biasCorrection2Sqrt = T(std::sqrt(biasCorrection2));
+  T decay = T(1.0 - lr * params.weightDecay);
+  T weightDecay = T(params.weightDecay), eps = T(params.eps);
+  T beta2 = T(params.beta2), oneMinusBeta1 = T(1.0 - params.beta1), oneMinusBeta2 = T(1.0 - params.beta2);
+  for (int64_t i = 0; i < param.count; ++i) {
+    T p = loadAs<T>(param, i);
+    T g = readGrad(i);
+    if (params.weightDecay != 0.0) {
+      if (params.decoupledWeightDecay)
+        p = p * decay;
+      else
+        g = g + weightDecay * p;
+    }
+    T m = loadAs<T>(expAvg, i);
+    m = m + oneMinusBeta1 * (g - m); // lerp(m, g, 1 - beta1)
+    T v = loadAs<T>(expAvgSq, i) * beta2 + oneMinusBeta2 * (g * g);
+    T denominator = std::sqrt(v) / biasCorrection2Sqrt + eps;
+    p = p - stepSize * (m / denominator);
+    storeAs<T>(newExpAvg, i, m);
+    storeAs<T>(newExpAvgSq, i, v);
+    storeAs<T>(newParam, i, p);
+    if (copy.present)
+      storeAs<T>(newCopy, i, p);
+  }
+}
+
+} // namespace
+
+Status runOptimizerUpdate(const Step& step, const StepIO& io) {
+  const OptimizerParams& params = step.as<OptimizerParams>();
+  bool adamStep = params.optimizer == OptimizerKind::Adam;
+  size_t predicateSlot = adamStep ? adam_slot::kPredicate : sgd_slot::kPredicate;
+  const BufferView& predicate = io.in[predicateSlot];
+  if (predicate.present && predicate.as<const uint8_t>()[0] == 0) {
+    // Skipped step: each new value is its state input, untouched.
+    if (adamStep) {
+      carryOver(io.in[adam_slot::kParam], io.out[adam_slot::kNewParam]);
+      carryOver(io.in[adam_slot::kExpAvg], io.out[adam_slot::kNewExpAvg]);
+      carryOver(io.in[adam_slot::kExpAvgSq], io.out[adam_slot::kNewExpAvgSq]);
+      carryOver(io.in[adam_slot::kParamCopy], io.out[adam_slot::kNewParamCopy]);
+    } else {
+      carryOver(io.in[sgd_slot::kParam], io.out[sgd_slot::kNewParam]);
+      carryOver(io.in[sgd_slot::kMomentumBuffer], io.out[sgd_slot::kNewMomentumBuffer]);
+      carryOver(io.in[sgd_slot::kParamCopy], io.out[sgd_slot::kNewParamCopy]);
+    }
+    return Status::success();
+  }
+  withComputeType(step.computeType, [&](auto zero) {
+    using T = decltype(zero);
+    if (adamStep)
+      adam<T>(params, io);
+    else
+      sgd<T>(params, io);
+    return 0;
+  });
+  return Status::success();
+}
+
+} // namespace ampjit::runtime::cpu
