@@ -488,11 +488,14 @@ Status StepChecker::checkComputeType() const {
     anyF64 |= hasIn(i) && in(i).dtype == DType::F64;
   for (size_t i = 0; i < out_.size(); ++i)
     anyF64 |= hasOut(i) && out(i).dtype == DType::F64;
+  if (step_.kind == StepKind::FusedElementwise)
+    for (const FusedInstruction& instruction : step_.as<FusedElementwiseParams>().program)
+      anyF64 |= instruction.type == DType::F64;
   DType expected = anyF64 ? DType::F64 : DType::F32;
   if (step_.computeType != expected)
     return Status::error("compute type is " + std::string(dtypeName(step_.computeType)) + " but must be " +
                          std::string(dtypeName(expected)) +
-                         " (f64 when any operand is f64, f32 otherwise)");
+                         " (f64 when any operand or register is f64, f32 otherwise)");
   return Status::success();
 }
 

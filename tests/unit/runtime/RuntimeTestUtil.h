@@ -204,6 +204,101 @@ inline ::testing::AssertionResult allClose(const Tensor& actual, const std::vect
   return result;
 }
 
+/// A small mixed-precision train step touching most step kinds and every
+/// kind of parameter field, so that the file round trip covers each encoding.
+inline Plan sampleTrainStep() {
+  PlanBuilder b("train_step");
+  BufferId x = b.argument(tt(DType::F32, {4, 8}), BufferRole::Input, "x");
+  BufferId w = b.argument(tt(DType::F32, {3, 8}), BufferRole::Param, "w");
+  BufferId w16 = b.argument(tt(DType::F16, {3, 8}), BufferRole::Param, "w16");
+  b.raw().buffers[w16].derivedFrom = 1;
+  BufferId bias = b.argument(tt(DType::F32, {3}), BufferRole::Param, "b");
+  BufferId labels = b.argument(tt(DType::I64, {4}), BufferRole::Input, "labels");
+  BufferId momentum = b.argument(tt(DType::F32, {3, 8}), BufferRole::OptState, "buf");
+  BufferId lr = b.argument(tt(DType::F32, {}), BufferRole::Hyper, "lr");
+  BufferId scale = b.argument(tt(DType::F32, {}), BufferRole::ScalerState, "scale");
+  BufferId good = b.argument(tt(DType::I64, {}), BufferRole::ScalerState, "good");
+  BufferId bad = b.argument(tt(DType::I64, {}), BufferRole::ScalerState, "bad");
+  BufferId skipped = b.argument(tt(DType::I64, {}), BufferRole::ScalerState, "skipped");
+  BufferId rng = b.argument(tt(DType::I64, {2}), BufferRole::OptState, "rng");
+
+  BufferId x16 = b.temporary(tt(DType::F16, {4, 8}));
+  b.op("amp.cast", {x}, {x16});
+  BufferId h = b.temporary(tt(DType::F16, {4, 3}));
+  b.op("jit.matmul", {x16, w16}, {h}, {{"transpose_rhs", true}});
+  BufferId b16 = b.temporary(tt(DType::F16, {3}));
+  b.op("amp.cast", {bias}, {b16});
+
+  // relu(h + b) in f16, also widened to f32: one fused step, two outputs.
+  BufferId act16 = b.output(tt(DType::F16, {4, 3}));
+  BufferId act = b.temporary(tt(DType::F32, {4, 3}));
+  Step fused;
+  fused.kind = StepKind::FusedElementwise;
+  FusedElementwiseParams program;
+  program.program = {
+      {ElementwiseOp::Load, DType::F16, {0, 0, 0}, 0.0},
+      {ElementwiseOp::Load, DType::F16, {1, 0, 0}, 0.0},
+      {ElementwiseOp::Add, DType::F16, {0, 1, 0}, 0.0},
+      {ElementwiseOp::Relu, DType::F16, {2, 0, 0}, 0.0},
+      {ElementwiseOp::Convert, DType::F32, {3, 0, 0}, 0.0},
+      {ElementwiseOp::Constant, DType::F32, {0, 0, 0}, 0.5},
+      {ElementwiseOp::Pow, DType::F32, {4, 0, 0}, 2.0},
+  };
+  program.outputs = {3, 6};
+  fused.params = program;
+  fused.inputs = {h, b16};
+  fused.outputs = {act16, act};
+  fused.origin = "fused(jit.add, jit.relu, amp.cast, jit.pow)";
+  b.step(fused);
+
+  BufferId dropped = b.temporary(tt(DType::F32, {4, 3}));
+  BufferId mask = b.temporary(tt(DType::I1, {4, 3}));
+  b.op("jit.dropout", {act, rng}, {dropped, mask, rng}, {{"p", 0.25}});
+  BufferId loss = b.output(tt(DType::F32, {}));
+  b.op("jit.cross_entropy", {dropped, labels}, {loss}, {{"label_smoothing", 0.1}});
+  BufferId scaled = b.temporary(tt(DType::F32, {}));
+  b.op("amp.scale_loss", {loss, scale}, {scaled});
+  BufferId dlogits = b.temporary(tt(DType::F32, {4, 3}));
+  b.op("jit.cross_entropy_grad", {scaled, dropped, labels}, {dlogits}, {{"label_smoothing", 0.1}});
+  BufferId gw = b.temporary(tt(DType::F32, {3, 8}));
+  b.op("jit.matmul", {dlogits, x}, {gw}, {{"transpose_lhs", true}});
+  BufferId ok = b.temporary(tt(DType::I1, {}));
+  b.op("amp.all_finite", {gw}, {ok});
+  BufferId invScale = b.temporary(tt(DType::F32, {}));
+  b.op("jit.div", {scale, scale}, {invScale});
+  b.op("jit.sgd_update", {w, gw, momentum, kNoBuffer, lr, invScale, ok, w16}, {w, momentum, w16},
+       {{"momentum", 0.9}, {"nesterov", true}});
+  b.op("amp.update_scale", {scale, good, bad, skipped, ok}, {scale, good, bad, skipped},
+       {{"growth_interval", int64_t(1000)}});
+  BufferId rowSums = b.output(tt(DType::F32, {4, 1}));
+  b.op("jit.sum", {act}, {rowSums}, {{"axes", std::vector<int64_t>{1}}, {"keepdim", true}});
+  BufferId normed = b.output(tt(DType::F32, {4, 8}));
+  BufferId mean = b.temporary(tt(DType::F32, {4}));
+  BufferId rstd = b.temporary(tt(DType::F32, {4}));
+  b.op("jit.layer_norm", {x, kNoBuffer, kNoBuffer}, {normed, mean, rstd}, {{"axis", int64_t(1)}});
+  BufferId wt = b.output(tt(DType::F32, {8, 3}));
+  b.op("jit.transpose", {w}, {wt}, {{"perm", std::vector<int64_t>{1, 0}}});
+  BufferId half = b.constant(tt(DType::F32, {3}), std::vector<double>{0.5, 1.5, -2});
+  BufferId shifted = b.output(tt(DType::F32, {4, 3}));
+  b.op("jit.add", {act, half}, {shifted});
+
+  b.result(loss);
+  b.result(act16);
+  b.result(rowSums);
+  b.result(normed);
+  b.result(wt);
+  b.result(shifted);
+  b.result(w, 1);
+  b.result(momentum, 5);
+  b.result(w16, 2);
+  b.result(scale, 7);
+  b.result(good, 8);
+  b.result(bad, 9);
+  b.result(skipped, 10);
+  b.result(rng, 11);
+  return b.finish();
+}
+
 /// The CPU backend the tests share (one per process, like OpenBLAS's threads).
 inline Backend& cpuBackend() {
   static std::unique_ptr<Backend> backend = createCpuBackend();
