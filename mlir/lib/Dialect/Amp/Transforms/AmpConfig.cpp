@@ -143,6 +143,8 @@ ampjit::amp::OpRule::AttributeLookup attributeLookupFor(Operation *op) {
     Attribute attribute = op->getAttr(StringRef(name.data(), name.size()));
     if (!attribute)
       return std::nullopt;
+    if (std::optional<StringRef> keyword = enumAttributeKeyword(op, StringRef(name.data(), name.size())))
+      return keyword->str();
     if (isa<UnitAttr>(attribute))
       return std::string("true");
     if (auto boolAttr = dyn_cast<BoolAttr>(attribute))

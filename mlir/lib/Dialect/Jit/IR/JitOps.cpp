@@ -732,3 +732,24 @@ LogicalResult AdamUpdateOp::verify() {
     return failure();
   return success();
 }
+
+std::optional<llvm::StringRef> ampjit::ir::enumAttributeKeyword(Operation *op, StringRef name) {
+  if (!isa<JitDialect>(op->getDialect()))
+    return std::nullopt;
+  auto value = dyn_cast_or_null<IntegerAttr>(op->getAttr(name));
+  if (!value)
+    return std::nullopt;
+  uint32_t raw = uint32_t(value.getInt());
+  std::optional<StringRef> keyword;
+  if (name == "approximate") {
+    if (std::optional<GeluApproximate> kind = symbolizeGeluApproximate(raw))
+      keyword = stringifyGeluApproximate(*kind);
+  } else if (name == "reduction") {
+    if (std::optional<Reduction> kind = symbolizeReduction(raw))
+      keyword = stringifyReduction(*kind);
+  } else if (name == "predicate") {
+    if (std::optional<ComparePredicate> kind = symbolizeComparePredicate(raw))
+      keyword = stringifyComparePredicate(*kind);
+  }
+  return keyword;
+}

@@ -16,4 +16,16 @@
 #define GET_OP_CLASSES
 #include "ampjit/Dialect/Jit/IR/JitOps.h.inc"
 
+#include <optional>
+
+namespace ampjit::ir {
+
+/// The keyword of an enum attribute of a jit op (`approximate`, `reduction`,
+/// `predicate`) as the IR prints it ("tanh", "mean", "gt"); nullopt for any
+/// other attribute. The enums are stored as integers, so code outside the
+/// dialect (policy conditions, codegen) needs this to speak of them by name.
+std::optional<llvm::StringRef> enumAttributeKeyword(mlir::Operation *op, llvm::StringRef name);
+
+} // namespace ampjit::ir
+
 #endif // AMPJIT_DIALECT_JIT_IR_JITOPS_H
