@@ -1,0 +1,34 @@
+//===- PlanBuilder.h - an AMP-rewritten function to an ExecutionPlan -*- C++ -*-===//
+//
+// Walks one function of the jit/amp dialects and produces the runtime's plan:
+// arguments become buffers with their jit.role (state updated in place through
+// jit.tied results), constants become constant buffers, every other op one
+// step built by the runtime's StepBuilder, and the temporaries are laid out in
+// one arena by liveness, reusing bytes as soon as a value is dead.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef AMPJIT_CODEGEN_PLANBUILDER_H
+#define AMPJIT_CODEGEN_PLANBUILDER_H
+
+#include "ampjit/runtime/Plan.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+
+namespace ampjit::codegen {
+
+/// Lowers `function` to a verified plan, or reports a located error on the op
+/// (or argument) that cannot be lowered and fails.
+mlir::FailureOr<runtime::Plan> buildPlan(mlir::func::FuncOp function);
+
+/// The function of `module` to compile: the one named `name`, or the only
+/// function with a body when `name` is empty.
+mlir::FailureOr<mlir::func::FuncOp> findEntryFunction(mlir::ModuleOp module, llvm::StringRef name);
+
+/// The runtime's view of an MLIR tensor type (nullopt for anything else).
+std::optional<runtime::TensorType> toRuntimeType(mlir::Type type);
+
+} // namespace ampjit::codegen
+
+#endif // AMPJIT_CODEGEN_PLANBUILDER_H

@@ -1,0 +1,293 @@
+//===- ampjit-run.cpp - compile a .mlir step and run it -------------------===//
+//
+//   ampjit-run step.mlir [--amp-pipeline="level=O1 dtype=f16"] [--print-plan]
+//              [--emit-plan=plan.bin] [--steps=N] [--seed=S] [--arg=3=w.npy]
+//              [--arg=14=0.01] [--print-results]
+//
+// Parses and verifies the module, optionally runs the AMP pipeline, lowers the
+// entry function to a plan, and runs it on the CPU backend N times, feeding
+// each step's tied results back as state (they are updated in place). Arguments
+// come from .npy files, a number (every element), or a seeded generator chosen
+// by role: inputs and parameters uniform in [-1, 1) scaled by 1/sqrt(fan-in)
+// for parameters, integer inputs uniform in [0, --label-range), optimizer
+// state zero, the loss scale 2^16 and its counters zero, hyperparameters 0.01.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ampjit/Codegen/PlanBuilder.h"
+#include "ampjit/InitAmpjit.h"
+
+#include "ampjit/runtime/Backend.h"
+#include "ampjit/runtime/CpuBackend.h"
+#include "ampjit/runtime/PlanFile.h"
+
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+using namespace mlir;
+namespace rt = ampjit::runtime;
+
+static llvm::cl::opt<std::string> inputFile(llvm::cl::Positional, llvm::cl::desc("<step.mlir>"),
+                                            llvm::cl::Required);
+static llvm::cl::opt<std::string> functionName("function",
+                                               llvm::cl::desc("The function to compile (default: the only one)"));
+static llvm::cl::opt<std::string> ampPipeline(
+    "amp-pipeline", llvm::cl::desc("Run --amp-pipeline with these options first (e.g. \"level=O1 dtype=f16\")"),
+    llvm::cl::init(""));
+static llvm::cl::opt<bool> printPlan("print-plan", llvm::cl::desc("Print the plan as text"));
+static llvm::cl::opt<std::string> emitPlan("emit-plan", llvm::cl::desc("Save the plan to this file"));
+static llvm::cl::opt<std::string> loadPlanFile(
+    "load-plan", llvm::cl::desc("Run this saved plan instead of compiling (the .mlir is not read)"));
+static llvm::cl::opt<unsigned> steps("steps", llvm::cl::desc("How many times to run the step"),
+                                     llvm::cl::init(0));
+static llvm::cl::opt<unsigned> seed("seed", llvm::cl::desc("Seed of the argument generator"),
+                                    llvm::cl::init(0));
+static llvm::cl::opt<int64_t> labelRange("label-range",
+                                         llvm::cl::desc("Integer inputs are drawn from [0, N)"),
+                                         llvm::cl::init(10));
+static llvm::cl::list<std::string> argumentValues(
+    "arg", llvm::cl::desc("INDEX=FILE.npy or INDEX=NUMBER: argument INDEX from a file or filled"));
+static llvm::cl::opt<bool> printResults("print-results",
+                                        llvm::cl::desc("Print every result after the last step"));
+
+namespace {
+
+int fail(const std::string &message) {
+  llvm::errs() << "ampjit-run: error: " << message << "\n";
+  return 1;
+}
+
+/// Reads a NumPy .npy file (version 1/2, little-endian, C order).
+rt::Expected<rt::Tensor> readNpy(const std::string &path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file)
+    return rt::Status::error("cannot open '" + path + "'");
+  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0)
+    return rt::Status::error("'" + path + "' is not a .npy file (no \\x93NUMPY magic)");
+  size_t headerLength = 0, headerStart = 0;
+  if (bytes[6] == 1) {
+    headerLength = uint8_t(bytes[8]) | (size_t(uint8_t(bytes[9])) << 8);
+    headerStart = 10;
+  } else if (bytes.size() >= 12) {
+    headerLength = uint8_t(bytes[8]) | (size_t(uint8_t(bytes[9])) << 8) |
+                   (size_t(uint8_t(bytes[10])) << 16) | (size_t(uint8_t(bytes[11])) << 24);
+    headerStart = 12;
+  }
+  if (headerStart == 0 || headerStart + headerLength > bytes.size())
+    return rt::Status::error("'" + path + "' has a truncated .npy header");
+  std::string header = bytes.substr(headerStart, headerLength);
+  auto field = [&](const std::string &key) -> std::string {
+    size_t at = header.find("'" + key + "'");
+    if (at == std::string::npos)
+      return "";
+    size_t colon = header.find(':', at);
+    size_t end = key == "shape" ? header.find(')', colon) + 1 : header.find(',', colon);
+    return header.substr(colon + 1, end - colon - 1);
+  };
+  std::string descr = field("descr"), order = field("fortran_order"), shapeText = field("shape");
+  static const std::map<std::string, rt::DType> dtypes = {
+      {"<f4", rt::DType::F32}, {"<f8", rt::DType::F64}, {"<f2", rt::DType::F16},
+      {"<i8", rt::DType::I64}, {"|b1", rt::DType::I1}};
+  std::string code;
+  for (char c : descr)
+    if (c != '\'' && c != ' ')
+      code += c;
+  auto dtype = dtypes.find(code);
+  if (dtype == dtypes.end())
+    return rt::Status::error("'" + path + "' has dtype " + descr +
+                             "; supported: <f4, <f8, <f2, <i8, |b1");
+  if (order.find("True") != std::string::npos)
+    return rt::Status::error("'" + path + "' is in Fortran order; save it C-contiguous");
+  rt::Shape shape;
+  std::stringstream dims(shapeText.substr(shapeText.find('(') + 1));
+  std::string dim;
+  while (std::getline(dims, dim, ','))
+    if (dim.find_first_of("0123456789") != std::string::npos)
+      shape.push_back(std::stoll(dim));
+  rt::Expected<rt::Tensor> tensor = rt::Tensor::allocate(dtype->second, shape);
+  if (!tensor)
+    return tensor;
+  size_t dataBytes = size_t(tensor->type().byteSize());
+  size_t dataStart = headerStart + headerLength;
+  if (bytes.size() - dataStart != dataBytes)
+    return rt::Status::error("'" + path + "' holds " + std::to_string(bytes.size() - dataStart) +
+                             " data bytes; " + rt::typeToString(tensor->type()) + " needs " +
+                             std::to_string(dataBytes));
+  std::memcpy(tensor->bytes(), bytes.data() + dataStart, dataBytes);
+  return tensor;
+}
+
+/// Fills an argument the user did not give, by its role (see the file comment).
+rt::Expected<rt::Tensor> generateArgument(const rt::BufferDesc &buffer, std::mt19937_64 &generator) {
+  const rt::TensorType &type = buffer.type;
+  int64_t count = type.elementCount();
+  std::vector<double> values(size_t(count), 0.0);
+  switch (buffer.role) {
+  case rt::BufferRole::Input:
+  case rt::BufferRole::Param: {
+    if (type.dtype == rt::DType::I64) {
+      std::uniform_int_distribution<int64_t> labels(0, std::max<int64_t>(labelRange, 1) - 1);
+      for (double &value : values)
+        value = double(labels(generator));
+    } else if (type.dtype == rt::DType::I1) {
+      std::bernoulli_distribution coin(0.5);
+      for (double &value : values)
+        value = coin(generator) ? 1.0 : 0.0;
+    } else {
+      double bound = 1.0;
+      if (buffer.role == rt::BufferRole::Param && type.shape.size() >= 2)
+        bound = 1.0 / std::sqrt(double(type.shape.back()));
+      std::uniform_real_distribution<double> uniform(-bound, bound);
+      for (double &value : values)
+        value = uniform(generator);
+    }
+    break;
+  }
+  case rt::BufferRole::ScalerState:
+    if (rt::isFloating(type.dtype))
+      std::fill(values.begin(), values.end(), 65536.0);
+    break;
+  case rt::BufferRole::Hyper:
+    std::fill(values.begin(), values.end(), 0.01);
+    break;
+  default:
+    break;
+  }
+  return rt::Tensor::fromDoubles(type.dtype, type.shape, values);
+}
+
+std::string summarize(const rt::Tensor &tensor) {
+  std::string text = rt::typeToString(tensor.type()) + " [";
+  int64_t count = tensor.type().elementCount();
+  for (int64_t i = 0; i < std::min<int64_t>(count, 6); ++i)
+    text += (i ? ", " : "") + rt::formatDouble(rt::loadElementAsDouble(tensor.type().dtype, tensor.bytes(), i));
+  if (count > 6)
+    text += ", ...";
+  return text + "]";
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM initLLVM(argc, argv);
+  ampjit::registerAmpjitPasses();
+  llvm::cl::ParseCommandLineOptions(argc, argv, "ampjit-run: compile a jit/amp step and run it on the CPU\n");
+
+  rt::Plan plan;
+  if (!loadPlanFile.empty()) {
+    rt::Expected<rt::Plan> loaded = rt::loadPlan(loadPlanFile);
+    if (!loaded)
+      return fail(loaded.message());
+    plan = std::move(*loaded);
+  } else {
+    DialectRegistry registry;
+    ampjit::registerAmpjitDialects(registry);
+    MLIRContext context(registry);
+    context.loadAllAvailableDialects();
+    llvm::SourceMgr sourceMgr;
+    SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
+    std::string errorMessage;
+    std::unique_ptr<llvm::MemoryBuffer> input = openInputFile(inputFile, &errorMessage);
+    if (!input)
+      return fail(errorMessage);
+    sourceMgr.AddNewSourceBuffer(std::move(input), llvm::SMLoc());
+    OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+    if (!module)
+      return 1;
+    if (!ampPipeline.empty()) {
+      PassManager passManager(&context, ModuleOp::getOperationName());
+      if (failed(parsePassPipeline("amp-pipeline{" + ampPipeline + "}", passManager,
+                                   llvm::errs())))
+        return fail("bad --amp-pipeline options '" + ampPipeline + "'");
+      if (failed(passManager.run(*module)))
+        return 1;
+    }
+    FailureOr<func::FuncOp> entry = ampjit::codegen::findEntryFunction(*module, functionName);
+    if (failed(entry))
+      return 1;
+    FailureOr<rt::Plan> built = ampjit::codegen::buildPlan(*entry);
+    if (failed(built))
+      return 1;
+    plan = std::move(*built);
+  }
+
+  if (printPlan)
+    llvm::outs() << rt::printPlan(plan);
+  if (!emitPlan.empty())
+    if (rt::Status status = rt::savePlan(plan, emitPlan); !status.ok())
+      return fail(status.message());
+  if (steps == 0)
+    return 0;
+
+  // Arguments: given ones first, the rest generated by role.
+  std::vector<rt::Tensor> arguments(plan.argumentCount());
+  for (const std::string &spec : argumentValues) {
+    size_t equals = spec.find('=');
+    char *end = nullptr;
+    unsigned long index = std::strtoul(spec.c_str(), &end, 10);
+    if (equals == std::string::npos || end != spec.c_str() + equals || index >= arguments.size())
+      return fail("--arg=" + spec + ": expected INDEX=FILE.npy or INDEX=NUMBER with INDEX < " +
+                  std::to_string(arguments.size()));
+    std::string value = spec.substr(equals + 1);
+    const rt::BufferDesc &buffer = plan.buffers[plan.argumentBuffer(index)];
+    char *numberEnd = nullptr;
+    double number = std::strtod(value.c_str(), &numberEnd);
+    rt::Expected<rt::Tensor> tensor =
+        (!value.empty() && numberEnd == value.c_str() + value.size())
+            ? rt::Tensor::fromDoubles(buffer.type.dtype, buffer.type.shape,
+                                      std::vector<double>(size_t(buffer.type.elementCount()), number))
+            : readNpy(value);
+    if (!tensor)
+      return fail("--arg=" + spec + ": " + tensor.message());
+    arguments[index] = std::move(*tensor);
+  }
+  std::mt19937_64 generator(seed);
+  for (size_t index = 0; index < arguments.size(); ++index) {
+    const rt::BufferDesc &buffer = plan.buffers[plan.argumentBuffer(index)];
+    rt::Expected<rt::Tensor> generated = generateArgument(buffer, generator);
+    if (!generated)
+      return fail(generated.message());
+    if (!arguments[index].bytes())
+      arguments[index] = std::move(*generated);
+  }
+
+  std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();
+  if (rt::Status status = rt::rederiveArguments(plan, arguments); !status.ok())
+    return fail(status.message());
+  rt::Expected<std::unique_ptr<rt::Executable>> executable = backend->prepare(plan);
+  if (!executable)
+    return fail(executable.message());
+  std::vector<rt::Tensor> results;
+  for (unsigned step = 0; step < steps; ++step) {
+    rt::Expected<std::vector<rt::Tensor>> ran = (*executable)->run(arguments);
+    if (!ran)
+      return fail("step " + std::to_string(step) + ": " + ran.message());
+    results = std::move(*ran);
+    // The first result of a train step is its loss: show how it moves.
+    if (!results.empty() && results.front().type().elementCount() == 1 &&
+        rt::isFloating(results.front().type().dtype))
+      llvm::outs() << "step " << step << ": result 0 = "
+                   << rt::formatDouble(rt::loadElementAsDouble(results.front().type().dtype,
+                                                               results.front().bytes(), 0))
+                   << "\n";
+  }
+  if (printResults)
+    for (size_t index = 0; index < results.size(); ++index)
+      llvm::outs() << "result " << index << ": " << summarize(results[index]) << "\n";
+  return 0;
+}
