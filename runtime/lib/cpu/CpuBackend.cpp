@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 namespace ampjit::runtime {
 
@@ -50,6 +51,16 @@ bool environmentFlag(const char* name) {
 
 /// All bytes 0xFF: a NaN in f16, bf16, f32 and f64, -1 in i64.
 constexpr int kPoisonByte = 0xFF;
+
+/// Kernels allocate working arrays the size of their operands; running out of
+/// memory there must be an error, not an exception escaping the library.
+Status runStepCatchingAllocationFailure(const Step& step, const cpu::StepIO& io) {
+  try {
+    return cpu::runStep(step, io);
+  } catch (const std::bad_alloc&) {
+    return Status::error("out of memory in the kernel");
+  }
+}
 
 class CpuExecutable final : public Executable {
 public:
@@ -114,7 +125,7 @@ public:
         in.push_back(id == kNoBuffer ? absent : views[id]);
       for (BufferId id : step.outputs)
         out.push_back(id == kNoBuffer ? absent : views[id]);
-      Status status = cpu::runStep(step, cpu::StepIO{in, out});
+      Status status = runStepCatchingAllocationFailure(step, cpu::StepIO{in, out});
       if (!status)
         return Status::error(describe(index) + ": " + status.message());
       if (options_.checkNumerics)

@@ -413,6 +413,44 @@ TEST(CpuLayerNorm, ForwardMatchesTheReferenceWithF32Statistics) {
   }
 }
 
+TEST(CpuLayerNorm, BackwardMatchesTheReferenceInLowPrecision) {
+  std::mt19937_64 rng(13);
+  for (DType dtype : kFloatTypes) {
+    DType statistics = dtype == DType::F64 ? DType::F64 : DType::F32;
+    Tensor x = randomTensor(dtype, {5, 16}, rng, -2, 2), dy = randomTensor(dtype, {5, 16}, rng);
+    Tensor weight = randomTensor(dtype, {16}, rng, 0.5, 1.5);
+    std::vector<Tensor> forward = runOp("jit.layer_norm", {&x, &weight, nullptr},
+                                        {x.type(), tt(statistics, {5}), tt(statistics, {5})}, {{"axis", int64_t(1)}});
+    std::vector<Tensor> grads = runOp("jit.layer_norm_grad", {&dy, &x, &forward[1], &forward[2], &weight},
+                                      {x.type(), weight.type(), weight.type()}, {{"axis", int64_t(1)}});
+    // The reference uses the saved statistics, as the kernel does.
+    std::vector<double> dx, dweight(16, 0), dbias(16, 0), magnitude(16, 0);
+    for (int64_t r = 0; r < 5; ++r) {
+      double mean = forward[1].at(r), rstd = forward[2].at(r), sumG = 0, sumGX = 0;
+      std::vector<double> xhat(16), g(16);
+      for (int64_t c = 0; c < 16; ++c) {
+        xhat[size_t(c)] = (x.at(r * 16 + c) - mean) * rstd;
+        g[size_t(c)] = dy.at(r * 16 + c) * weight.at(c);
+        sumG += g[size_t(c)];
+        sumGX += g[size_t(c)] * xhat[size_t(c)];
+        dweight[size_t(c)] += dy.at(r * 16 + c) * xhat[size_t(c)];
+        dbias[size_t(c)] += dy.at(r * 16 + c);
+        magnitude[size_t(c)] += std::abs(dy.at(r * 16 + c)) * (1 + std::abs(xhat[size_t(c)]));
+      }
+      for (int64_t c = 0; c < 16; ++c)
+        dx.push_back(rstd * (g[size_t(c)] - sumG / 16 - xhat[size_t(c)] * sumGX / 16));
+    }
+    double accumulation = dtype == DType::F64 ? 0.0 : 64 * kEps32;
+    std::vector<double> columnBound;
+    for (double m : magnitude)
+      columnBound.push_back(accumulation * m);
+    EXPECT_TRUE(allClose(grads[0], dx, toleranceFor(dtype), std::vector<double>(dx.size(), accumulation * 16)))
+        << name(dtype);
+    EXPECT_TRUE(allClose(grads[1], dweight, toleranceFor(dtype), columnBound)) << name(dtype);
+    EXPECT_TRUE(allClose(grads[2], dbias, toleranceFor(dtype), columnBound)) << name(dtype);
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Gradient checks in f64: each *_grad kernel against central differences of
 // its forward kernel (DESIGN: f64 support exists for exactly this).
@@ -572,6 +610,46 @@ TEST(CpuLoss, MseAndNllMatchTheReference) {
     Tensor labels = filled(DType::I64, {4}, {5, 0, -100, 2});
     double nll = -(input.at(5) + input.at(6) + input.at(18 + 2)) / 3;
     EXPECT_TRUE(allClose(runOp("jit.nll_loss", {&input, &labels}, {tt(dtype, {})})[0], {nll}, toleranceFor(dtype)))
+        << name(dtype);
+  }
+}
+
+TEST(CpuLoss, GradientsMatchTheReferenceInLowPrecision) {
+  std::mt19937_64 rng(14);
+  for (DType dtype : kFloatTypes) {
+    Tensor logits = randomTensor(dtype, {4, 7}, rng, -3, 3), target = randomTensor(dtype, {4, 7}, rng);
+    Tensor labels = filled(DType::I64, {4}, {6, 0, -100, 3});
+    Tensor g = filled(dtype, {}, {1.5});
+    // cross_entropy_grad: g * (softmax - smoothed one-hot) / rows counted.
+    std::vector<double> ce(28, 0.0), nll(28, 0.0), mse;
+    for (int64_t n = 0; n < 4; ++n) {
+      int64_t label = int64_t(labels.at(n));
+      if (label == -100)
+        continue;
+      double max = -INFINITY, sum = 0;
+      for (int64_t c = 0; c < 7; ++c)
+        max = std::max(max, logits.at(n * 7 + c));
+      for (int64_t c = 0; c < 7; ++c)
+        sum += std::exp(logits.at(n * 7 + c) - max);
+      for (int64_t c = 0; c < 7; ++c) {
+        double p = std::exp(logits.at(n * 7 + c) - max) / sum;
+        double wanted = (c == label ? 0.8 : 0.0) + 0.2 / 7;
+        ce[size_t(n * 7 + c)] = g.at(0) * (p - wanted) / 3;
+      }
+      nll[size_t(n * 7 + label)] = -g.at(0) / 3;
+    }
+    for (int64_t i = 0; i < 28; ++i)
+      mse.push_back(2.0 / 28 * (logits.at(i) - target.at(i)) * g.at(0));
+    std::vector<double> softmaxBound(28, dtype == DType::F64 ? 0.0 : 16 * kEps32);
+    EXPECT_TRUE(allClose(runOp("jit.cross_entropy_grad", {&g, &logits, &labels}, {logits.type()},
+                               {{"label_smoothing", 0.2}})[0],
+                         ce, toleranceFor(dtype), softmaxBound))
+        << name(dtype);
+    EXPECT_TRUE(allClose(runOp("jit.nll_loss_grad", {&g, &logits, &labels}, {logits.type()})[0], nll,
+                         toleranceFor(dtype)))
+        << name(dtype);
+    EXPECT_TRUE(allClose(runOp("jit.mse_loss_grad", {&g, &logits, &target}, {logits.type()})[0], mse,
+                         toleranceFor(dtype)))
         << name(dtype);
   }
 }

@@ -27,7 +27,8 @@ public:
   /// argument buffer's dtype and shape; state arguments that results are tied
   /// to are updated in place through these very tensors. Returns the results
   /// in order: a tied result is the argument tensor itself (same storage), an
-  /// output a new tensor, an untied argument or constant a copy.
+  /// output a new tensor, an untied argument or constant a copy. One run at a
+  /// time per Executable (its arena is shared between runs).
   virtual Expected<std::vector<Tensor>> run(std::span<Tensor> arguments) = 0;
 };
 
