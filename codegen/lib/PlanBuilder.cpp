@@ -157,13 +157,15 @@ FailureOr<rt::AttributeValue> attributeValueOf(Operation *op, NamedAttribute nam
 
 class PlanBuilder {
 public:
-  explicit PlanBuilder(func::FuncOp function) : function(function) {}
+  PlanBuilder(func::FuncOp function, PlanOptions options) : function(function), options(options) {}
 
   FailureOr<rt::Plan> build() {
     plan.name = function.getSymName().str();
     if (failed(addArguments()) || failed(planResults()) || failed(addSteps()) ||
         failed(checkInPlaceUpdates()))
       return failure();
+    if (options.fuseElementwise)
+      fuseElementwiseSteps(plan);
     layOutArena();
     if (rt::Status status = rt::verifyPlan(plan); !status.ok())
       return function.emitError() << "codegen produced an invalid plan (a codegen bug): "
@@ -447,6 +449,7 @@ private:
   }
 
   func::FuncOp function;
+  PlanOptions options;
   rt::Plan plan;
   llvm::DenseMap<Value, rt::BufferId> bufferOf;
   /// Values returned tied to a state argument -> that argument's index.
@@ -456,13 +459,13 @@ private:
 
 } // namespace
 
-FailureOr<rt::Plan> buildPlan(func::FuncOp function) {
+FailureOr<rt::Plan> buildPlan(func::FuncOp function, PlanOptions options) {
   if (function.isDeclaration())
     return function.emitError() << "has no body to compile";
   if (!llvm::hasSingleElement(function.getBody()))
     return function.emitError() << "has control flow (" << function.getBody().getBlocks().size()
                                 << " blocks); a traced step is one block";
-  return PlanBuilder(function).build();
+  return PlanBuilder(function, options).build();
 }
 
 } // namespace ampjit::codegen

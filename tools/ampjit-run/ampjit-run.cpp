@@ -1,7 +1,7 @@
 //===- ampjit-run.cpp - compile a .mlir step and run it -------------------===//
 //
 //   ampjit-run step.mlir [--amp-pipeline="level=O1 dtype=f16"] [--print-plan]
-//              [--emit-plan=plan.bin] [--steps=N] [--seed=S] [--arg=3=w.npy]
+//              [--jit-fuse-elementwise] [--emit-plan=plan.bin] [--steps=N] [--seed=S] [--arg=3=w.npy]
 //              [--arg=14=0.01] [--print-results]
 //
 // Parses and verifies the module, optionally runs the AMP pipeline, lowers the
@@ -49,6 +49,9 @@ static llvm::cl::opt<std::string> ampPipeline(
     "amp-pipeline", llvm::cl::desc("Run --amp-pipeline with these options first (e.g. \"level=O1 dtype=f16\")"),
     llvm::cl::init(""));
 static llvm::cl::opt<bool> printPlan("print-plan", llvm::cl::desc("Print the plan as text"));
+static llvm::cl::opt<bool> fuseElementwise(
+    "jit-fuse-elementwise",
+    llvm::cl::desc("Fuse runs of elementwise steps and casts into one step each"));
 static llvm::cl::opt<std::string> emitPlan("emit-plan", llvm::cl::desc("Save the plan to this file"));
 static llvm::cl::opt<std::string> loadPlanFile(
     "load-plan", llvm::cl::desc("Run this saved plan instead of compiling (the .mlir is not read)"));
@@ -220,7 +223,8 @@ int main(int argc, char **argv) {
     FailureOr<func::FuncOp> entry = ampjit::codegen::findEntryFunction(*module, functionName);
     if (failed(entry))
       return 1;
-    FailureOr<rt::Plan> built = ampjit::codegen::buildPlan(*entry);
+    FailureOr<rt::Plan> built =
+        ampjit::codegen::buildPlan(*entry, {.fuseElementwise = fuseElementwise});
     if (failed(built))
       return 1;
     plan = std::move(*built);

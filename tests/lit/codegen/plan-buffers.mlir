@@ -3,6 +3,7 @@
 // value is an output, a constant is data in the plan.
 // RUN: ampjit-run %s --print-plan | FileCheck %s
 // RUN: ampjit-run %s --amp-pipeline="level=O2" --print-plan | FileCheck %s --check-prefix=O2
+// RUN: ampjit-run %s --jit-fuse-elementwise --print-plan | FileCheck %s --check-prefix=FUSED
 
 // CHECK-LABEL: plan @step
 // CHECK-NEXT: arena 512 bytes
@@ -28,6 +29,20 @@
 // O2: return %{{[0-9]+}}, %1 tied arg 1, %3 tied arg 3
 // O2: gemm f16 x f16 -> f16 (acc f32) A=%{{[0-9]+}} B=%3 C=
 // O2: optimizer_update sgd {{.*}} param=%1 {{.*}} param_copy=%3 new_param=%1 new_param_copy=%3
+
+// --jit-fuse-elementwise: relu, tanh and sigmoid become one program that
+// reads the matmul's result once and stores only the sigmoid (the weight
+// gradient's matmul and the function read it); the two intermediates are gone.
+// FUSED: %3 = temporary f32[4x8] @0
+// FUSED-NEXT: %4 = output f32[4x8]
+// FUSED-NEXT: %5 = temporary f32[8x8]
+// FUSED: step 1: fused_elementwise f32 -> f32 (compute f32) in0=%3 out0=%4  // fused: jit.relu, jit.tanh, jit.sigmoid
+// FUSED-NEXT: r0 = load in0 : f32
+// FUSED-NEXT: r1 = relu r0 : f32
+// FUSED-NEXT: r2 = tanh r1 : f32
+// FUSED-NEXT: r3 = sigmoid r2 : f32
+// FUSED-NEXT: out0 = r3
+// FUSED-NEXT: step 2: gemm f32 x f32 -> f32 (acc f32) A=%0^T B=%4 C=%5
 
 func.func @step(%x: tensor<4x8xf32> {jit.role = "input"}, %w: tensor<8x8xf32> {jit.role = "param"},
                 %lr: tensor<f32> {jit.role = "hyper"})

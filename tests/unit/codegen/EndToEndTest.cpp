@@ -36,7 +36,7 @@ namespace {
 constexpr size_t kImages = 0, kLabels = 1, kFirstParam = 2, kLearningRate = 14, kScale = 15,
                  kGoodSteps = 16, kBadSteps = 17, kSkippedSteps = 18;
 
-rt::Plan compileMnistStep(const std::string &ampOptions) {
+rt::Plan compileMnistStep(const std::string &ampOptions, bool fuseElementwise = false) {
   static bool registered = (ampjit::registerAmpjitPasses(), true);
   (void)registered;
   DialectRegistry registry;
@@ -53,7 +53,7 @@ rt::Plan compileMnistStep(const std::string &ampOptions) {
   }
   FailureOr<func::FuncOp> entry = ampjit::codegen::findEntryFunction(*module, "");
   EXPECT_TRUE(succeeded(entry));
-  FailureOr<rt::Plan> plan = ampjit::codegen::buildPlan(*entry);
+  FailureOr<rt::Plan> plan = ampjit::codegen::buildPlan(*entry, {.fuseElementwise = fuseElementwise});
   EXPECT_TRUE(succeeded(plan));
   return std::move(*plan);
 }
@@ -97,6 +97,14 @@ std::vector<rt::Tensor> initialArguments(const rt::Plan &plan) {
   return arguments;
 }
 
+/// The bytes of every argument, to compare state bit for bit.
+std::vector<std::vector<std::byte>> snapshot(const std::vector<rt::Tensor> &arguments) {
+  std::vector<std::vector<std::byte>> bytes;
+  for (const rt::Tensor &tensor : arguments)
+    bytes.emplace_back(tensor.bytes(), tensor.bytes() + tensor.type().byteSize());
+  return bytes;
+}
+
 std::vector<double> trainLosses(const std::string &ampOptions, int steps) {
   rt::Plan plan = compileMnistStep(ampOptions);
   std::vector<rt::Tensor> arguments = initialArguments(plan);
@@ -128,14 +136,6 @@ TEST(EndToEnd, EveryLevelLearnsAndO1TracksO0) {
       for (int step = 0; step < kSteps; ++step)
         EXPECT_NEAR(mixed[step], fp32[step], 1e-2 * std::abs(fp32[step])) << "step " << step;
   }
-}
-
-/// The bytes of every argument, to compare state bit for bit.
-std::vector<std::vector<std::byte>> snapshot(const std::vector<rt::Tensor> &arguments) {
-  std::vector<std::vector<std::byte>> bytes;
-  for (const rt::Tensor &tensor : arguments)
-    bytes.emplace_back(tensor.bytes(), tensor.bytes() + tensor.type().byteSize());
-  return bytes;
 }
 
 TEST(EndToEnd, AnInfInOneStepSkipsExactlyThatStep) {
@@ -172,6 +172,30 @@ TEST(EndToEnd, AnInfInOneStepSkipsExactlyThatStep) {
     ASSERT_TRUE((*executable)->run(arguments).ok());
     EXPECT_NE(snapshot(arguments)[kFirstParam], param);
     EXPECT_EQ(arguments[kGoodSteps].at(0), 1.0);
+  }
+}
+
+TEST(EndToEnd, FusedAndUnfusedPlansGiveTheSameBits) {
+  for (const char *options : {"level=O0", "level=O1 dtype=f16", "level=O1 dtype=bf16", "level=O2 dtype=f16"}) {
+    SCOPED_TRACE(options);
+    rt::Plan unfused = compileMnistStep(options), fused = compileMnistStep(options, true);
+    size_t fusedSteps = 0;
+    for (const rt::Step &step : fused.steps)
+      fusedSteps += step.kind == rt::StepKind::FusedElementwise;
+    EXPECT_GT(fusedSteps, 0u);
+    EXPECT_LT(fused.steps.size(), unfused.steps.size());
+    std::vector<rt::Tensor> plain = initialArguments(unfused), fusedArguments = initialArguments(fused);
+    std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();
+    auto plainExecutable = backend->prepare(unfused), fusedExecutable = backend->prepare(fused);
+    ASSERT_TRUE(plainExecutable.ok()) << plainExecutable.message();
+    ASSERT_TRUE(fusedExecutable.ok()) << fusedExecutable.message();
+    for (int step = 0; step < 3; ++step) {
+      auto plainResults = (*plainExecutable)->run(plain);
+      auto fusedResults = (*fusedExecutable)->run(fusedArguments);
+      ASSERT_TRUE(plainResults.ok() && fusedResults.ok());
+      EXPECT_EQ(snapshot(*plainResults), snapshot(*fusedResults)) << "step " << step;
+    }
+    EXPECT_EQ(snapshot(plain), snapshot(fusedArguments));
   }
 }
 

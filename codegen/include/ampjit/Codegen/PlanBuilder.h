@@ -18,9 +18,20 @@
 
 namespace ampjit::codegen {
 
+struct PlanOptions {
+  /// Turn each run of consecutive elementwise steps (casts included) with one
+  /// output shape into one fused step that reads every input once and writes
+  /// only the values read after it (`--jit-fuse-elementwise`).
+  bool fuseElementwise = false;
+};
+
 /// Lowers `function` to a verified plan, or reports a located error on the op
 /// (or argument) that cannot be lowered and fails.
-mlir::FailureOr<runtime::Plan> buildPlan(mlir::func::FuncOp function);
+mlir::FailureOr<runtime::Plan> buildPlan(mlir::func::FuncOp function, PlanOptions options = {});
+
+/// The fusion of PlanOptions::fuseElementwise, on a plan whose arena is not
+/// laid out yet; drops the buffers that became registers.
+void fuseElementwiseSteps(runtime::Plan &plan);
 
 /// The function of `module` to compile: the one named `name`, or the only
 /// function with a body when `name` is empty.

@@ -1,0 +1,160 @@
+//===- FuseElementwise.cpp - runs of elementwise steps as one program -----===//
+//
+// A run of consecutive Elementwise steps (amp.cast's Convert included) whose
+// outputs share one shape becomes one FusedElementwise step: each external
+// input is loaded once, every op is one instruction of the program, and only
+// the values that something after the run reads (or the function returns) are
+// stored. A register holds one element of its dtype, rounded exactly where the
+// unfused plan stores to a buffer of that dtype, so fused and unfused plans
+// give the same bits. Only consecutive steps are grouped, so no step moves and
+// every dependence is kept.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ampjit/Codegen/PlanBuilder.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace rt = ampjit::runtime;
+
+namespace ampjit::codegen {
+
+namespace {
+
+/// Where each buffer is read: step indices, and whether the function returns it.
+struct Readers {
+  std::vector<std::vector<size_t>> steps;
+  std::vector<bool> returned;
+};
+
+Readers findReaders(const rt::Plan &plan) {
+  Readers readers{std::vector<std::vector<size_t>>(plan.buffers.size()),
+                  std::vector<bool>(plan.buffers.size(), false)};
+  for (size_t s = 0; s < plan.steps.size(); ++s)
+    for (rt::BufferId id : plan.steps[s].inputs)
+      if (id != rt::kNoBuffer)
+        readers.steps[id].push_back(s);
+  for (const rt::PlanResult &result : plan.results)
+    readers.returned[result.buffer] = true;
+  return readers;
+}
+
+/// One fused step for the steps [first, last] (all Elementwise, one output shape).
+rt::Step fuseRun(const rt::Plan &plan, const Readers &readers, size_t first, size_t last) {
+  rt::Step fused;
+  fused.kind = rt::StepKind::FusedElementwise;
+  fused.params = rt::FusedElementwiseParams{};
+  auto &params = fused.as<rt::FusedElementwiseParams>();
+  std::map<rt::BufferId, uint32_t> registerOf;
+  fused.computeType = rt::DType::F32;
+  auto registerFor = [&](rt::BufferId input) {
+    auto found = registerOf.find(input);
+    if (found != registerOf.end())
+      return found->second;
+    uint32_t slot = uint32_t(fused.inputs.size());
+    fused.inputs.push_back(input);
+    rt::FusedInstruction load;
+    load.op = rt::ElementwiseOp::Load;
+    load.type = plan.buffers[input].type.dtype;
+    load.operands = {slot, 0, 0};
+    params.program.push_back(load);
+    return registerOf[input] = uint32_t(params.program.size() - 1);
+  };
+  std::string origin = "fused:";
+  for (size_t s = first; s <= last; ++s) {
+    const rt::Step &step = plan.steps[s];
+    const auto &elementwise = step.as<rt::ElementwiseParams>();
+    rt::FusedInstruction instruction;
+    instruction.op = elementwise.op;
+    instruction.scalar = elementwise.scalar;
+    instruction.type = plan.buffers[step.outputs[0]].type.dtype;
+    for (size_t k = 0; k < step.inputs.size(); ++k)
+      instruction.operands[k] = registerFor(step.inputs[k]);
+    params.program.push_back(instruction);
+    registerOf[step.outputs[0]] = uint32_t(params.program.size() - 1);
+    if (step.computeType == rt::DType::F64)
+      fused.computeType = rt::DType::F64;
+    origin += " " + step.origin + (s < last ? "," : "");
+  }
+  // Store what is read after the run or returned; a value nobody reads was
+  // dead in the unfused plan too, but the last one is kept so the step writes
+  // something.
+  for (size_t s = first; s <= last; ++s) {
+    rt::BufferId output = plan.steps[s].outputs[0];
+    bool readLater = readers.returned[output] ||
+                     std::any_of(readers.steps[output].begin(), readers.steps[output].end(),
+                                 [&](size_t reader) { return reader > last; });
+    if (readLater || (s == last && fused.outputs.empty())) {
+      fused.outputs.push_back(output);
+      params.outputs.push_back(registerOf.at(output));
+    }
+  }
+  fused.origin = origin;
+  return fused;
+}
+
+/// Drops temporaries no step writes any more and renumbers the rest.
+void dropUnusedTemporaries(rt::Plan &plan) {
+  std::vector<bool> used(plan.buffers.size(), false);
+  for (const rt::Step &step : plan.steps) {
+    for (rt::BufferId id : step.inputs)
+      if (id != rt::kNoBuffer)
+        used[id] = true;
+    for (rt::BufferId id : step.outputs)
+      if (id != rt::kNoBuffer)
+        used[id] = true;
+  }
+  for (const rt::PlanResult &result : plan.results)
+    used[result.buffer] = true;
+  std::vector<rt::BufferId> renumbered(plan.buffers.size(), rt::kNoBuffer);
+  std::vector<rt::BufferDesc> kept;
+  for (size_t id = 0; id < plan.buffers.size(); ++id) {
+    bool removable = plan.buffers[id].role == rt::BufferRole::Temporary && !used[id];
+    if (removable)
+      continue;
+    renumbered[id] = rt::BufferId(kept.size());
+    kept.push_back(std::move(plan.buffers[id]));
+  }
+  plan.buffers = std::move(kept);
+  auto remap = [&](rt::BufferId &id) {
+    if (id != rt::kNoBuffer)
+      id = renumbered[id];
+  };
+  for (rt::Step &step : plan.steps) {
+    std::for_each(step.inputs.begin(), step.inputs.end(), remap);
+    std::for_each(step.outputs.begin(), step.outputs.end(), remap);
+  }
+  for (rt::PlanResult &result : plan.results)
+    remap(result.buffer);
+}
+
+} // namespace
+
+void fuseElementwiseSteps(rt::Plan &plan) {
+  Readers readers = findReaders(plan);
+  std::vector<rt::Step> steps;
+  size_t s = 0;
+  while (s < plan.steps.size()) {
+    const rt::Step &step = plan.steps[s];
+    if (step.kind != rt::StepKind::Elementwise) {
+      steps.push_back(std::move(plan.steps[s++]));
+      continue;
+    }
+    const rt::Shape &shape = plan.buffers[step.outputs[0]].type.shape;
+    size_t last = s;
+    while (last + 1 < plan.steps.size() && plan.steps[last + 1].kind == rt::StepKind::Elementwise &&
+           plan.buffers[plan.steps[last + 1].outputs[0]].type.shape == shape)
+      ++last;
+    if (last == s)
+      steps.push_back(std::move(plan.steps[s]));
+    else
+      steps.push_back(fuseRun(plan, readers, s, last));
+    s = last + 1;
+  }
+  plan.steps = std::move(steps);
+  dropUnusedTemporaries(plan);
+}
+
+} // namespace ampjit::codegen
