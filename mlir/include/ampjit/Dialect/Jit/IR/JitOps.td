@@ -524,10 +524,11 @@ def Jit_SgdUpdateOp : Jit_Op<"sgd_update", [Pure, AttrSizedOperandSegments,
     `1 / scale`) in fp32 as it is read, so no unscaled copy is ever written:
 
     ```
-    g = grad * inv_scale (+ weight_decay * param)
+    g = grad * inv_scale;  g = maximize ? -g : g
+    g = g + weight_decay * param
     buf = step == 0 ? g : momentum * buf + (1 - dampening) * g     (if momentum != 0)
     g = nesterov ? g + momentum * buf : buf                          (if momentum != 0)
-    param = param - lr * g   (+ when maximize)
+    param = param - lr * g
     ```
 
     With `predicate` (the scaler's all-finite flag) false, every result equals
