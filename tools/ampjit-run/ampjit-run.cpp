@@ -2,7 +2,7 @@
 //
 //   ampjit-run step.mlir [--amp-pipeline="level=O1 dtype=f16"] [--print-plan]
 //              [--jit-fuse-elementwise] [--emit-plan=plan.bin] [--steps=N] [--seed=S] [--arg=3=w.npy]
-//              [--arg=14=0.01] [--print-results]
+//              [--arg=14=0.01] [--print-results] [--save-results=DIR]
 //
 // Parses and verifies the module, optionally runs the AMP pipeline, lowers the
 // entry function to a plan, and runs it on the CPU backend N times, feeding
@@ -64,6 +64,8 @@ static llvm::cl::opt<int64_t> labelRange("label-range",
                                          llvm::cl::init(10));
 static llvm::cl::list<std::string> argumentValues(
     "arg", llvm::cl::desc("INDEX=FILE.npy or INDEX=NUMBER: argument INDEX from a file or filled"));
+static llvm::cl::opt<std::string> saveResults(
+    "save-results", llvm::cl::desc("Write result K of the last step to DIR/result_K.npy"));
 static llvm::cl::opt<bool> printResults("print-results",
                                         llvm::cl::desc("Print every result after the last step"));
 
@@ -172,6 +174,42 @@ rt::Expected<rt::Tensor> generateArgument(const rt::BufferDesc &buffer, std::mt1
     break;
   }
   return rt::Tensor::fromDoubles(type.dtype, type.shape, values);
+}
+
+/// Writes a NumPy .npy file (version 1.0, little-endian, C order). bf16 has
+/// no NumPy dtype: it is written widened to f32.
+rt::Status writeNpy(const std::string &path, const rt::Tensor &tensor) {
+  static const std::map<rt::DType, std::string> descriptors = {
+      {rt::DType::F32, "<f4"}, {rt::DType::F64, "<f8"}, {rt::DType::F16, "<f2"},
+      {rt::DType::BF16, "<f4"}, {rt::DType::I64, "<i8"}, {rt::DType::I1, "|b1"}};
+  const rt::TensorType &type = tensor.type();
+  std::string shape = "(";
+  for (int64_t dim : type.shape)
+    shape += std::to_string(dim) + ",";
+  if (type.shape.size() > 1)
+    shape.pop_back();
+  shape += ")";
+  std::string header = "{'descr': '" + descriptors.at(type.dtype) +
+                       "', 'fortran_order': False, 'shape': " + shape + ", }";
+  // Magic (6) + version (2) + length (2) + header + newline: a multiple of 64.
+  header.append(63 - (10 + header.size()) % 64, ' ');
+  header += '\n';
+  std::ofstream file(path, std::ios::binary);
+  if (!file)
+    return rt::Status::error("cannot write '" + path + "'");
+  file.write("\x93NUMPY\x01\x00", 8);
+  char length[2] = {char(header.size() & 0xFF), char(header.size() >> 8)};
+  file.write(length, 2);
+  file << header;
+  if (type.dtype == rt::DType::BF16) {
+    for (int64_t i = 0; i < type.elementCount(); ++i) {
+      float value = float(tensor.at(i));
+      file.write(reinterpret_cast<const char *>(&value), sizeof(value));
+    }
+  } else {
+    file.write(reinterpret_cast<const char *>(tensor.bytes()), type.byteSize());
+  }
+  return file ? rt::Status::success() : rt::Status::error("cannot write '" + path + "'");
 }
 
 std::string summarize(const rt::Tensor &tensor) {
@@ -293,5 +331,11 @@ int main(int argc, char **argv) {
   if (printResults)
     for (size_t index = 0; index < results.size(); ++index)
       llvm::outs() << "result " << index << ": " << summarize(results[index]) << "\n";
+  if (!saveResults.empty())
+    for (size_t index = 0; index < results.size(); ++index)
+      if (rt::Status status = writeNpy(saveResults + "/result_" + std::to_string(index) + ".npy",
+                                       results[index]);
+          !status.ok())
+        return fail(status.message());
   return 0;
 }
