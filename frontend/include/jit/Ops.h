@@ -1,0 +1,157 @@
+#ifndef JIT_OPS_H
+#define JIT_OPS_H
+
+// Every op of the `jit` dialect as a free function (DESIGN: "mirroring the
+// eager API 1:1"). Each records exactly the op named in its comment through
+// the frontend's one dispatch function, so eager execution and, later,
+// tracing see the same calls. Binary ops broadcast as numpy does and never
+// promote dtypes: both operands must have the same element type (a C++
+// number becomes a rank-0 constant of the tensor's dtype, as in PyTorch).
+// Axes may be negative (counted from the end).
+
+#include "jit/Tensor.h"
+
+#include <cstdint>
+#include <tuple>
+#include <vector>
+
+namespace jit {
+
+// --- elementwise ------------------------------------------------------------
+Tensor add(const Tensor& lhs, const Tensor& rhs); ///< jit.add
+Tensor sub(const Tensor& lhs, const Tensor& rhs); ///< jit.sub
+Tensor mul(const Tensor& lhs, const Tensor& rhs); ///< jit.mul
+Tensor div(const Tensor& lhs, const Tensor& rhs); ///< jit.div
+Tensor neg(const Tensor& input);                  ///< jit.neg
+Tensor relu(const Tensor& input);                 ///< jit.relu
+enum class GeluApproximate { none, tanh };
+Tensor gelu(const Tensor& input, GeluApproximate approximate = GeluApproximate::none); ///< jit.gelu
+Tensor tanh(const Tensor& input);    ///< jit.tanh
+Tensor sigmoid(const Tensor& input); ///< jit.sigmoid
+Tensor exp(const Tensor& input);     ///< jit.exp
+Tensor log(const Tensor& input);     ///< jit.log
+Tensor sqrt(const Tensor& input);    ///< jit.sqrt
+Tensor rsqrt(const Tensor& input);   ///< jit.rsqrt
+Tensor pow(const Tensor& input, double exponent); ///< jit.pow
+
+Tensor operator+(const Tensor& lhs, const Tensor& rhs);
+Tensor operator-(const Tensor& lhs, const Tensor& rhs);
+Tensor operator*(const Tensor& lhs, const Tensor& rhs);
+Tensor operator/(const Tensor& lhs, const Tensor& rhs);
+Tensor operator-(const Tensor& input);
+Tensor operator+(const Tensor& lhs, double rhs);
+Tensor operator-(const Tensor& lhs, double rhs);
+Tensor operator*(const Tensor& lhs, double rhs);
+Tensor operator/(const Tensor& lhs, double rhs);
+Tensor operator+(double lhs, const Tensor& rhs);
+Tensor operator-(double lhs, const Tensor& rhs);
+Tensor operator*(double lhs, const Tensor& rhs);
+Tensor operator/(double lhs, const Tensor& rhs);
+
+// --- comparisons and choice (jit.compare, jit.select); results are i1 ----------
+Tensor eq(const Tensor& lhs, const Tensor& rhs);
+Tensor ne(const Tensor& lhs, const Tensor& rhs);
+Tensor lt(const Tensor& lhs, const Tensor& rhs);
+Tensor le(const Tensor& lhs, const Tensor& rhs);
+Tensor gt(const Tensor& lhs, const Tensor& rhs);
+Tensor ge(const Tensor& lhs, const Tensor& rhs);
+// No operator== / !=: they compare handles in containers and tests; use eq/ne.
+Tensor operator<(const Tensor& lhs, const Tensor& rhs);
+Tensor operator<=(const Tensor& lhs, const Tensor& rhs);
+Tensor operator>(const Tensor& lhs, const Tensor& rhs);
+Tensor operator>=(const Tensor& lhs, const Tensor& rhs);
+/// `condition ? true_value : false_value` elementwise, all three broadcast (jit.select).
+Tensor where(const Tensor& condition, const Tensor& true_value, const Tensor& false_value);
+
+// --- matmul -------------------------------------------------------------------
+struct MatmulOptions {
+  bool transpose_lhs = false; ///< use lhs^T (its last two dimensions swapped)
+  bool transpose_rhs = false;
+};
+/// op(lhs) @ op(rhs), rank >= 2, batch dimensions broadcast (jit.matmul).
+Tensor matmul(const Tensor& lhs, const Tensor& rhs, MatmulOptions options = {});
+
+// --- reductions (jit.sum, jit.mean, jit.max) -------------------------------------
+/// Over every axis, to a rank-0 tensor.
+Tensor sum(const Tensor& input);
+Tensor mean(const Tensor& input);
+Tensor max(const Tensor& input);
+/// Over `axes` (any order, negative allowed, no repeats).
+Tensor sum(const Tensor& input, std::vector<int64_t> axes, bool keepdim = false);
+Tensor mean(const Tensor& input, std::vector<int64_t> axes, bool keepdim = false);
+/// The maximum values (PyTorch's amax); the gradient is shared evenly among ties.
+Tensor max(const Tensor& input, std::vector<int64_t> axes, bool keepdim = false);
+
+// --- shape and data movement -----------------------------------------------------
+Tensor broadcast_to(const Tensor& input, Shape shape); ///< jit.broadcast_to
+/// jit.reshape; one dimension may be -1 (inferred).
+Tensor reshape(const Tensor& input, Shape shape);
+/// Swaps two dimensions (jit.transpose).
+Tensor transpose(const Tensor& input, int64_t dim0, int64_t dim1);
+/// Result dimension i is input dimension perm[i] (jit.transpose).
+Tensor permute(const Tensor& input, std::vector<int64_t> perm);
+
+// --- normalisation, activations along an axis, dropout -------------------------------
+Tensor softmax(const Tensor& input, int64_t axis);     ///< jit.softmax
+Tensor log_softmax(const Tensor& input, int64_t axis); ///< jit.log_softmax
+/// Normalises over the trailing dimensions `normalized_shape` (PyTorch's
+/// signature); `weight`/`bias` may be undefined (jit.layer_norm).
+Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight = {},
+                  const Tensor& bias = {}, double eps = 1e-5);
+/// jit.layer_norm with its saved statistics: {output, mean, rstd}.
+std::tuple<Tensor, Tensor, Tensor> layer_norm_with_stats(const Tensor& input, int64_t axis,
+                                                         const Tensor& weight, const Tensor& bias,
+                                                         double eps = 1e-5);
+/// Zeroes elements with probability p and scales the rest by 1/(1-p) when
+/// training; draws from (and advances) the generator's rng_state (jit.dropout).
+Tensor dropout(const Tensor& input, double p = 0.5, bool training = true, Generator* generator = nullptr);
+/// jit.dropout on explicit state: {output, keep-mask (i1), next_rng_state}.
+std::tuple<Tensor, Tensor, Tensor> dropout_with_state(const Tensor& input, const Tensor& rng_state, double p);
+
+// --- losses ----------------------------------------------------------------------
+enum class Reduction { none, mean, sum };
+struct MseLossOptions {
+  Reduction reduction = Reduction::mean;
+};
+struct CrossEntropyOptions {
+  Reduction reduction = Reduction::mean;
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;
+};
+struct NllLossOptions {
+  Reduction reduction = Reduction::mean;
+  int64_t ignore_index = -100;
+};
+Tensor mse_loss(const Tensor& input, const Tensor& target, MseLossOptions options = {}); ///< jit.mse_loss
+/// logits [N, C], labels i64 [N] (jit.cross_entropy).
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOptions options = {});
+/// log_probs [N, C], labels i64 [N] (jit.nll_loss).
+Tensor nll_loss(const Tensor& log_probs, const Tensor& labels, NllLossOptions options = {});
+
+// --- backward ops --------------------------------------------------------------------
+// The dialect's gradient kernels, public so that VJP rules (and custom ones)
+// record them like any op. They have no VJP rule themselves: calling one on
+// a tensor that requires grad, with grad mode on, is an error.
+Tensor relu_grad(const Tensor& grad_output, const Tensor& output);
+Tensor gelu_grad(const Tensor& grad_output, const Tensor& input,
+                 GeluApproximate approximate = GeluApproximate::none);
+Tensor softmax_grad(const Tensor& grad_output, const Tensor& output, int64_t axis);
+Tensor log_softmax_grad(const Tensor& grad_output, const Tensor& output, int64_t axis);
+/// {grad_input, grad_weight, grad_bias}; `weight` may be undefined.
+std::tuple<Tensor, Tensor, Tensor> layer_norm_grad(const Tensor& grad_output, const Tensor& input,
+                                                   const Tensor& mean, const Tensor& rstd,
+                                                   const Tensor& weight, int64_t axis);
+Tensor mse_loss_grad(const Tensor& grad_output, const Tensor& input, const Tensor& target,
+                     MseLossOptions options = {});
+Tensor cross_entropy_grad(const Tensor& grad_output, const Tensor& logits, const Tensor& labels,
+                          CrossEntropyOptions options = {});
+Tensor nll_loss_grad(const Tensor& grad_output, const Tensor& log_probs, const Tensor& labels,
+                     NllLossOptions options = {});
+
+/// Sums `grad` over the dimensions that broadcasting added or expanded, so
+/// it gets `shape` (the reverse of broadcast_to; used by VJP rules).
+Tensor sum_to_shape(const Tensor& grad, const Shape& shape);
+
+} // namespace jit
+
+#endif // JIT_OPS_H

@@ -1,0 +1,12 @@
+#ifndef JIT_JIT_H
+#define JIT_JIT_H
+
+// ampjit's public C++ API (DESIGN "What a user writes"). Names follow
+// PyTorch's wherever the concept is the same. The public API reports errors
+// by throwing jit::Error.
+
+#include "jit/Autograd.h"
+#include "jit/Ops.h"
+#include "jit/Tensor.h"
+
+#endif // JIT_JIT_H

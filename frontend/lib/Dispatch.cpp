@@ -1,0 +1,255 @@
+// apply() and dispatch(): the path every public op takes (see Dispatch.h),
+// the eager handler, grad mode and the autograd tape's backward pass.
+
+#include "Dispatch.h"
+
+#include "jit/Autograd.h"
+#include "jit/Ops.h"
+
+#include "ampjit/runtime/CpuBackend.h"
+
+#include <algorithm>
+#include <deque>
+#include <unordered_map>
+
+namespace jit {
+
+namespace {
+thread_local bool gGradEnabled = true;
+} // namespace
+
+bool is_grad_enabled() { return gGradEnabled; }
+void set_grad_enabled(bool enabled) { gGradEnabled = enabled; }
+NoGradGuard::NoGradGuard() : previous_(gGradEnabled) { gGradEnabled = false; }
+NoGradGuard::~NoGradGuard() { gGradEnabled = previous_; }
+
+namespace detail {
+
+std::string describe(const TensorType& type) { return rt::typeToString(type); }
+std::string describe(const Tensor& tensor) {
+  return tensor.defined() ? describe(tensor.impl().type) : std::string("<undefined>");
+}
+
+Tensor makeTensor(rt::Tensor value) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->type = value.type();
+  impl->value = std::move(value);
+  return Tensor(std::move(impl));
+}
+
+int64_t nextOpId() {
+  // Ids only need to be unique among the ops a backward pass links; a
+  // per-thread counter keeps concurrent threads from contending.
+  thread_local int64_t counter = 0;
+  return counter++;
+}
+
+//===----------------------------------------------------------------------===//
+// Dispatch
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+class EagerHandler final : public OpHandler {
+public:
+  std::vector<Tensor> run(const OpCall& call) override {
+    std::vector<std::optional<TensorType>> operandTypes;
+    std::vector<rt::Tensor> arguments;
+    for (const Tensor& operand : call.operands) {
+      if (!operand.defined()) {
+        operandTypes.emplace_back();
+        continue;
+      }
+      operandTypes.push_back(operand.impl().type);
+      arguments.push_back(operand.impl().value);
+    }
+    rt::Expected<rt::Plan> plan =
+        rt::buildSingleOpPlan(call.op, operandTypes, call.resultTypes, call.attributes);
+    if (!plan)
+      throw Error(plan.message());
+    rt::Expected<std::vector<rt::Tensor>> results = backend().run(std::move(*plan), arguments);
+    if (!results)
+      throw Error(std::string(call.op) + ": " + results.message());
+    std::vector<Tensor> wrapped;
+    for (rt::Tensor& result : *results)
+      wrapped.push_back(makeTensor(std::move(result)));
+    return wrapped;
+  }
+
+private:
+  static rt::Backend& backend() {
+    static std::unique_ptr<rt::Backend> cpu = rt::createCpuBackend();
+    return *cpu;
+  }
+};
+
+thread_local OpHandler* gHandler = nullptr;
+thread_local std::optional<int64_t> gVjpOf;
+
+} // namespace
+
+OpHandler& eagerHandler() {
+  static EagerHandler handler;
+  return handler;
+}
+
+ScopedOpHandler::ScopedOpHandler(OpHandler& handler) : previous_(gHandler) { gHandler = &handler; }
+ScopedOpHandler::~ScopedOpHandler() { gHandler = previous_; }
+
+VjpScope::VjpScope(int64_t forwardOpId) : previous_(gVjpOf) { gVjpOf = forwardOpId; }
+VjpScope::~VjpScope() { gVjpOf = previous_; }
+
+std::vector<Tensor> dispatch(std::string_view op, std::span<const Tensor> operands, const AttributeMap& attributes,
+                             std::span<const TensorType> resultTypes) {
+  OpHandler& handler = gHandler ? *gHandler : eagerHandler();
+  if (!gVjpOf)
+    return handler.run(OpCall{op, operands, attributes, resultTypes});
+  AttributeMap marked = attributes;
+  marked["jit.vjp_of"] = *gVjpOf;
+  return handler.run(OpCall{op, operands, marked, resultTypes});
+}
+
+//===----------------------------------------------------------------------===//
+// apply
+//===----------------------------------------------------------------------===//
+
+std::vector<Tensor> apply(const OpDef& op, std::vector<Tensor> operands, AttributeMap attributes,
+                          const RequestedResult& requested) {
+  if (operands.size() != op.operandNames.size())
+    throw Error("internal: " + std::string(op.name) + " called with " + std::to_string(operands.size()) +
+                " operand positions, expected " + std::to_string(op.operandNames.size()));
+  std::vector<TensorType> resultTypes = op.infer(op, operands, attributes, requested);
+
+  bool anyRequiresGrad = std::any_of(operands.begin(), operands.end(), [](const Tensor& operand) {
+    return operand.defined() && operand.requires_grad();
+  });
+  bool record = gGradEnabled && anyRequiresGrad && op.differentiability != Differentiability::None;
+  if (record && op.differentiability == Differentiability::NotTwice)
+    throw Error(std::string(op.name) +
+                " has no VJP rule (it is a backward op; higher-order gradients are not supported): "
+                "call it under NoGradGuard or on tensors that do not require grad");
+  int64_t id = 0;
+  if (record) {
+    id = nextOpId();
+    attributes["jit.op_id"] = id;
+  }
+  std::vector<Tensor> results = dispatch(op.name, operands, attributes, resultTypes);
+  if (!record)
+    return results;
+
+  auto node = std::make_shared<Node>();
+  node->op = &op;
+  node->id = id;
+  node->attributes = std::move(attributes);
+  for (const Tensor& operand : operands) {
+    node->inputs.push_back(operand.defined() ? operand.detach() : Tensor());
+    node->edges.push_back(operand.defined() && operand.requires_grad() ? operand.impl_ptr() : nullptr);
+  }
+  for (size_t i = 0; i < results.size(); ++i) {
+    node->outputs.push_back(results[i].detach());
+    TensorImpl& impl = results[i].impl();
+    if (!rt::isFloating(impl.type.dtype))
+      continue;
+    impl.requiresGrad = true;
+    impl.gradFn = node;
+    impl.outputIndex = uint32_t(i);
+  }
+  return results;
+}
+
+//===----------------------------------------------------------------------===//
+// Backward
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+void accumulateInto(Tensor& slot, const Tensor& gradient) {
+  slot = slot.defined() ? slot + gradient : gradient.detach();
+}
+
+void checkGradient(const Node& node, size_t operand, const Tensor& gradient) {
+  const TensorType& expected = node.edges[operand]->type;
+  if (gradient.impl().type != expected)
+    throw Error("internal: the VJP rule of " + std::string(node.op->name) + " gave operand '" +
+                std::string(node.op->operandNames[operand]) + "' a gradient of type " + describe(gradient) +
+                ", expected " + describe(expected));
+}
+
+} // namespace
+
+void runBackward(const Tensor& root, const Tensor& seed) {
+  NoGradGuard noGrad;
+  TensorImpl& rootImpl = root.impl();
+  if (!rootImpl.gradFn) {
+    accumulateInto(rootImpl.grad, seed);
+    return;
+  }
+
+  // Count, for every node reachable from the root, how many edges lead to
+  // it, so each node runs once, after all its consumers (Kahn's algorithm).
+  std::unordered_map<Node*, int> pendingConsumers;
+  std::vector<Node*> stack = {rootImpl.gradFn.get()};
+  pendingConsumers[rootImpl.gradFn.get()] = 0;
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const auto& edge : node->edges) {
+      if (!edge || !edge->gradFn)
+        continue;
+      auto [it, inserted] = pendingConsumers.try_emplace(edge->gradFn.get(), 0);
+      ++it->second;
+      if (inserted)
+        stack.push_back(edge->gradFn.get());
+    }
+  }
+
+  std::unordered_map<Node*, std::vector<Tensor>> gradients;
+  gradients[rootImpl.gradFn.get()].resize(rootImpl.gradFn->outputs.size());
+  gradients[rootImpl.gradFn.get()][rootImpl.outputIndex] = seed;
+  std::deque<Node*> ready = {rootImpl.gradFn.get()};
+  while (!ready.empty()) {
+    Node* node = ready.front();
+    ready.pop_front();
+    std::vector<Tensor> gradOutputs = std::move(gradients[node]);
+    gradOutputs.resize(node->outputs.size());
+    for (size_t i = 0; i < gradOutputs.size(); ++i)
+      if (!gradOutputs[i].defined() && is_floating_point(node->outputs[i].dtype()))
+        gradOutputs[i] = zeros_like(node->outputs[i]);
+    gradients.erase(node);
+
+    VjpContext context{*node->op, node->inputs, node->outputs, node->attributes, gradOutputs, {}};
+    for (const auto& edge : node->edges)
+      context.needsGrad.push_back(edge != nullptr);
+    std::vector<Tensor> inputGradients;
+    {
+      VjpScope marking(node->id);
+      inputGradients = node->op->vjp(context);
+    }
+    inputGradients.resize(node->edges.size());
+
+    for (size_t i = 0; i < node->edges.size(); ++i) {
+      const std::shared_ptr<TensorImpl>& edge = node->edges[i];
+      if (!edge)
+        continue;
+      const Tensor& gradient = inputGradients[i];
+      if (gradient.defined())
+        checkGradient(*node, i, gradient);
+      if (!edge->gradFn) {
+        if (gradient.defined())
+          accumulateInto(edge->grad, gradient);
+        continue;
+      }
+      Node* producer = edge->gradFn.get();
+      if (gradient.defined()) {
+        std::vector<Tensor>& slots = gradients[producer];
+        slots.resize(producer->outputs.size());
+        accumulateInto(slots[edge->outputIndex], gradient);
+      }
+      if (--pendingConsumers[producer] == 0)
+        ready.push_back(producer);
+    }
+  }
+}
+
+} // namespace detail
+} // namespace jit

@@ -1,0 +1,202 @@
+#ifndef AMPJIT_FRONTEND_DISPATCH_H
+#define AMPJIT_FRONTEND_DISPATCH_H
+
+// The frontend's internals: a tensor's representation, the op table and the
+// one dispatch function every public op goes through.
+//
+//   jit::relu(x)  ->  apply(ops::relu, {x}, attrs)      infer result types (OpDef),
+//                                                       note autograd (Node + VJP rule)
+//                 ->  dispatch("jit.relu", operands,    the only place an op is executed:
+//                              attrs, resultTypes)      today by the eager handler (a one-op
+//                                                       plan from the runtime's StepBuilder);
+//                                                       under jit::trace by a recorder.
+
+#include "jit/Ops.h"
+#include "jit/Tensor.h"
+
+#include "ampjit/runtime/Shape.h"
+#include "ampjit/runtime/StepBuilder.h"
+#include "ampjit/runtime/Tensor.h"
+
+#include <functional>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace jit::detail {
+
+namespace rt = ampjit::runtime;
+using rt::AttributeMap;
+using rt::TensorType;
+
+struct Node;
+
+struct TensorImpl {
+  TensorType type;
+  /// The data of an eager tensor.
+  rt::Tensor value;
+  bool requiresGrad = false;
+  /// The accumulated gradient of a leaf.
+  Tensor grad;
+  /// The recorded op that produced this tensor (null for leaves and for
+  /// tensors computed without grad), and which of its results this is.
+  std::shared_ptr<Node> gradFn;
+  uint32_t outputIndex = 0;
+};
+
+Tensor makeTensor(rt::Tensor value);
+
+//===----------------------------------------------------------------------===//
+// The op table
+//===----------------------------------------------------------------------===//
+
+struct OpDef;
+
+/// What a VJP rule sees: the forward op's operands and results (detached),
+/// its attributes, and the gradient of each result (a zero tensor where no
+/// gradient reached that result, so rules need not test).
+struct VjpContext {
+  const OpDef& op;
+  std::span<const Tensor> inputs;
+  std::span<const Tensor> outputs;
+  const AttributeMap& attributes;
+  std::span<const Tensor> gradOutputs;
+  /// Whether operand i needs a gradient; a rule may skip the others.
+  std::vector<bool> needsGrad;
+};
+
+/// One gradient per operand; undefined where none flows.
+using VjpRule = std::vector<Tensor> (*)(const VjpContext&);
+
+/// Result types from operand types (an absent optional operand is an
+/// undefined Tensor), attributes, and `requested` (the result shape of
+/// broadcast_to/reshape, the dtype of convert, which no attribute carries).
+/// Throws jit::Error naming the op and the offending operands.
+struct RequestedResult {
+  std::optional<Shape> shape{};
+  std::optional<DType> dtype{};
+};
+using InferFunction = std::vector<TensorType> (*)(const OpDef&, std::span<const Tensor>, const AttributeMap&,
+                                                  const RequestedResult&);
+
+enum class Differentiability {
+  Vjp,       ///< has a VJP rule
+  None,      ///< no gradient flows (results are i1/i64, or inputs are data)
+  NotTwice,  ///< a backward op: recording it for autograd is an error
+};
+
+/// Everything the frontend knows about one op: its name, its operands' ODS
+/// names (for messages), its type inference and its VJP rule.
+struct OpDef {
+  std::string_view name;
+  std::vector<std::string_view> operandNames;
+  InferFunction infer;
+  Differentiability differentiability;
+  VjpRule vjp = nullptr;
+};
+
+/// The table, in JitOps.td order (tests walk it against the StepBuilder's).
+std::span<const OpDef* const> allOps();
+
+namespace ops {
+extern const OpDef neg, relu, tanh, sigmoid, exp, log, sqrt, rsqrt, gelu, pow;
+extern const OpDef add, sub, mul, div, compare, select, matmul, sum, mean, max;
+extern const OpDef broadcast_to, reshape, transpose, constant, convert;
+extern const OpDef softmax, log_softmax, layer_norm, dropout, mse_loss, cross_entropy, nll_loss;
+extern const OpDef relu_grad, gelu_grad, softmax_grad, log_softmax_grad, layer_norm_grad;
+extern const OpDef mse_loss_grad, cross_entropy_grad, nll_loss_grad;
+} // namespace ops
+
+/// Runs `op`: infers result types, dispatches, records autograd.
+std::vector<Tensor> apply(const OpDef& op, std::vector<Tensor> operands, AttributeMap attributes = {},
+                          const RequestedResult& requested = {});
+inline Tensor apply1(const OpDef& op, std::vector<Tensor> operands, AttributeMap attributes = {},
+                     const RequestedResult& requested = {}) {
+  return apply(op, std::move(operands), std::move(attributes), requested)[0];
+}
+
+//===----------------------------------------------------------------------===//
+// Dispatch
+//===----------------------------------------------------------------------===//
+
+/// One op call as the runtime's StepBuilder (and MLIR) sees it.
+struct OpCall {
+  std::string_view op;
+  /// Every operand position in ODS order; undefined for absent optionals.
+  std::span<const Tensor> operands;
+  const AttributeMap& attributes;
+  std::span<const TensorType> resultTypes;
+};
+
+/// Executes (or, under tracing, records) op calls.
+class OpHandler {
+public:
+  virtual ~OpHandler() = default;
+  virtual std::vector<Tensor> run(const OpCall& call) = 0;
+};
+
+/// Runs each op as a one-step plan on the CPU backend.
+OpHandler& eagerHandler();
+
+/// Installs `handler` for this thread for its scope (jit::trace will install
+/// its recorder this way; tests install observers).
+class ScopedOpHandler {
+public:
+  explicit ScopedOpHandler(OpHandler& handler);
+  ~ScopedOpHandler();
+  ScopedOpHandler(const ScopedOpHandler&) = delete;
+  ScopedOpHandler& operator=(const ScopedOpHandler&) = delete;
+
+private:
+  OpHandler* previous_;
+};
+
+/// The one dispatch function. Adds `jit.vjp_of` while a VJP rule runs.
+std::vector<Tensor> dispatch(std::string_view op, std::span<const Tensor> operands, const AttributeMap& attributes,
+                             std::span<const TensorType> resultTypes);
+
+/// While alive, ops dispatched on this thread carry `jit.vjp_of = forwardOpId`.
+class VjpScope {
+public:
+  explicit VjpScope(int64_t forwardOpId);
+  ~VjpScope();
+
+private:
+  std::optional<int64_t> previous_;
+};
+
+//===----------------------------------------------------------------------===//
+// Autograd tape
+//===----------------------------------------------------------------------===//
+
+struct Node {
+  const OpDef* op = nullptr;
+  /// The `jit.op_id` this op was dispatched with; its VJP ops carry it as `jit.vjp_of`.
+  int64_t id = 0;
+  std::vector<Tensor> inputs;  ///< detached operands (undefined for absent ones)
+  std::vector<Tensor> outputs; ///< detached results
+  AttributeMap attributes;
+  /// The original operands, which carry the history to follow backwards.
+  std::vector<std::shared_ptr<TensorImpl>> edges;
+};
+
+/// Backpropagates `seed` from `root` (Tensor::backward after its checks).
+void runBackward(const Tensor& root, const Tensor& seed);
+
+/// Next `jit.op_id`.
+int64_t nextOpId();
+
+/// Enum attributes travel as their ODS keywords ("mean", "tanh", "gt").
+std::string keywordOf(Reduction reduction);
+std::string keywordOf(GeluApproximate approximate);
+Reduction reductionOf(const AttributeMap& attributes);
+GeluApproximate approximateOf(const AttributeMap& attributes);
+
+/// Formats `f32[2x3]`.
+std::string describe(const TensorType& type);
+std::string describe(const Tensor& tensor);
+
+} // namespace jit::detail
+
+#endif // AMPJIT_FRONTEND_DISPATCH_H

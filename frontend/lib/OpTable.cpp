@@ -1,0 +1,574 @@
+// The frontend's op table: for every op of the `jit` dialect, its operand
+// names, its result-type inference and its VJP rule, in JitOps.td order.
+// (The StepBuilder's table in the runtime says how an op executes; this one
+// says how the frontend calls it and differentiates it.)
+//
+// Type inference repeats what ODS's InferTypeOpAdaptor computes, in plain
+// C++ because the frontend does not include MLIR; the runtime's step
+// verifier re-checks every type it is given, so a disagreement is an error,
+// never a wrong kernel. VJP rules are written with the public jit:: ops, so
+// under jit::trace they record like any op and carry `jit.vjp_of`.
+
+#include "Dispatch.h"
+
+#include "jit/Ops.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace jit::detail {
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Attribute access (the public functions build the maps, so types are known)
+//===----------------------------------------------------------------------===//
+
+int64_t attrI64(const AttributeMap& attributes, std::string_view name, int64_t fallback) {
+  auto found = attributes.find(name);
+  return found == attributes.end() ? fallback : std::get<int64_t>(found->second);
+}
+
+double attrF64(const AttributeMap& attributes, std::string_view name, double fallback) {
+  auto found = attributes.find(name);
+  return found == attributes.end() ? fallback : std::get<double>(found->second);
+}
+
+bool attrFlag(const AttributeMap& attributes, std::string_view name) {
+  auto found = attributes.find(name);
+  return found != attributes.end() && std::get<bool>(found->second);
+}
+
+std::vector<int64_t> attrList(const AttributeMap& attributes, std::string_view name) {
+  auto found = attributes.find(name);
+  return found == attributes.end() ? std::vector<int64_t>() : std::get<std::vector<int64_t>>(found->second);
+}
+
+std::string attrKeyword(const AttributeMap& attributes, std::string_view name, std::string_view fallback) {
+  auto found = attributes.find(name);
+  return found == attributes.end() ? std::string(fallback) : std::get<std::string>(found->second);
+}
+
+//===----------------------------------------------------------------------===//
+// Inference helpers: every message names the op and the operands
+//===----------------------------------------------------------------------===//
+
+[[noreturn]] void fail(const OpDef& op, const std::string& message) {
+  throw Error(std::string(op.name) + ": " + message);
+}
+
+std::string operand(const OpDef& op, std::span<const Tensor> operands, size_t i) {
+  return "operand '" + std::string(op.operandNames[i]) + "' " + describe(operands[i]);
+}
+
+const TensorType& typeOf(const OpDef& op, std::span<const Tensor> operands, size_t i) {
+  if (!operands[i].defined())
+    fail(op, "operand '" + std::string(op.operandNames[i]) + "' is undefined");
+  return operands[i].impl().type;
+}
+
+void requireFloat(const OpDef& op, std::span<const Tensor> operands, size_t i) {
+  if (!rt::isFloating(typeOf(op, operands, i).dtype))
+    fail(op, operand(op, operands, i) + " must be floating-point (f16, bf16, f32 or f64)");
+}
+
+void requireSameDType(const OpDef& op, std::span<const Tensor> operands, size_t i, size_t j) {
+  if (typeOf(op, operands, i).dtype != typeOf(op, operands, j).dtype)
+    fail(op, operand(op, operands, j) + " must have the element type of " + operand(op, operands, i) +
+                 " (ops never convert implicitly; use Tensor::to)");
+}
+
+void requireType(const OpDef& op, std::span<const Tensor> operands, size_t i, const TensorType& expected,
+                 const std::string& why) {
+  if (typeOf(op, operands, i) != expected)
+    fail(op, operand(op, operands, i) + " must be " + describe(expected) + why);
+}
+
+int64_t requireAxis(const OpDef& op, std::span<const Tensor> operands, size_t i, int64_t axis) {
+  int64_t rank = int64_t(typeOf(op, operands, i).shape.size());
+  if (axis < 0 || axis >= rank)
+    fail(op, "axis " + std::to_string(axis) + " is out of range for " + operand(op, operands, i));
+  return axis;
+}
+
+/// A shape and how messages name it ("operand 'lhs' f32[2x3]").
+struct NamedShape {
+  Shape shape;
+  std::string name;
+};
+
+/// The numpy broadcast of `shapes`, or an error naming the two that disagree.
+Shape broadcastNamed(const OpDef& op, std::span<const NamedShape> shapes) {
+  Shape result;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const Shape& shape = shapes[i].shape;
+    Shape merged(std::max(result.size(), shape.size()), 1);
+    for (size_t k = 0; k < merged.size(); ++k) {
+      int64_t a = k < result.size() ? result[result.size() - 1 - k] : 1;
+      int64_t b = k < shape.size() ? shape[shape.size() - 1 - k] : 1;
+      if (a != b && a != 1 && b != 1)
+        fail(op, shapes[i].name + " does not broadcast with " + shapes[0].name +
+                     (i > 1 ? " and the others" : "") + ": dimension -" + std::to_string(k + 1) +
+                     " would be both " + std::to_string(a) + " and " + std::to_string(b));
+      merged[merged.size() - 1 - k] = a == 1 ? b : a;
+    }
+    result = std::move(merged);
+  }
+  return result;
+}
+
+/// The numpy broadcast of the listed operands' shapes.
+Shape broadcastOf(const OpDef& op, std::span<const Tensor> operands, std::initializer_list<size_t> which) {
+  std::vector<NamedShape> shapes;
+  for (size_t i : which)
+    shapes.push_back({typeOf(op, operands, i).shape, operand(op, operands, i)});
+  return broadcastNamed(op, shapes);
+}
+
+Shape reducedShape(const Shape& shape, const std::vector<int64_t>& axes, bool keepdim) {
+  Shape result;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    bool reduced = std::find(axes.begin(), axes.end(), int64_t(d)) != axes.end();
+    if (!reduced)
+      result.push_back(shape[d]);
+    else if (keepdim)
+      result.push_back(1);
+  }
+  return result;
+}
+
+DType statisticsType(DType input) { return input == f64 ? f64 : f32; }
+
+Shape lossShape(const AttributeMap& attributes, const Shape& unreduced) {
+  return attrKeyword(attributes, "reduction", "mean") == "none" ? unreduced : Shape{};
+}
+
+using Operands = std::span<const Tensor>;
+using Types = std::vector<TensorType>;
+
+//===----------------------------------------------------------------------===//
+// Inference per op family
+//===----------------------------------------------------------------------===//
+
+Types inferUnary(const OpDef& op, Operands operands, const AttributeMap&, const RequestedResult&) {
+  requireFloat(op, operands, 0);
+  return {typeOf(op, operands, 0)};
+}
+
+Types inferBinary(const OpDef& op, Operands operands, const AttributeMap&, const RequestedResult&) {
+  requireFloat(op, operands, 0);
+  requireFloat(op, operands, 1);
+  requireSameDType(op, operands, 0, 1);
+  return {{typeOf(op, operands, 0).dtype, broadcastOf(op, operands, {0, 1})}};
+}
+
+Types inferCompare(const OpDef& op, Operands operands, const AttributeMap&, const RequestedResult&) {
+  requireSameDType(op, operands, 0, 1);
+  return {{i1, broadcastOf(op, operands, {0, 1})}};
+}
+
+Types inferSelect(const OpDef& op, Operands operands, const AttributeMap&, const RequestedResult&) {
+  if (typeOf(op, operands, 0).dtype != i1)
+    fail(op, operand(op, operands, 0) + " must be i1 (a comparison's result)");
+  requireSameDType(op, operands, 1, 2);
+  return {{typeOf(op, operands, 1).dtype, broadcastOf(op, operands, {0, 1, 2})}};
+}
+
+Types inferMatmul(const OpDef& op, Operands operands, const AttributeMap& attributes, const RequestedResult&) {
+  for (size_t i : {0, 1}) {
+    requireFloat(op, operands, i);
+    if (typeOf(op, operands, i).shape.size() < 2)
+      fail(op, operand(op, operands, i) + " must have rank >= 2");
+  }
+  requireSameDType(op, operands, 0, 1);
+  const Shape& lhs = typeOf(op, operands, 0).shape;
+  const Shape& rhs = typeOf(op, operands, 1).shape;
+  bool tl = attrFlag(attributes, "transpose_lhs"), tr = attrFlag(attributes, "transpose_rhs");
+  int64_t m = lhs[lhs.size() - (tl ? 1 : 2)], kl = lhs[lhs.size() - (tl ? 2 : 1)];
+  int64_t kr = rhs[rhs.size() - (tr ? 1 : 2)], n = rhs[rhs.size() - (tr ? 2 : 1)];
+  if (kl != kr)
+    fail(op, "contraction dimensions differ: " + operand(op, operands, 0) + (tl ? " transposed" : "") + " has " +
+                 std::to_string(kl) + " columns but " + operand(op, operands, 1) + (tr ? " transposed" : "") +
+                 " has " + std::to_string(kr) + " rows");
+  const NamedShape batches[] = {
+      {Shape(lhs.begin(), lhs.end() - 2), "the batch dimensions of " + operand(op, operands, 0)},
+      {Shape(rhs.begin(), rhs.end() - 2), "the batch dimensions of " + operand(op, operands, 1)}};
+  Shape result = broadcastNamed(op, batches);
+  result.push_back(m);
+  result.push_back(n);
+  return {{typeOf(op, operands, 0).dtype, result}};
+}
+
+Types inferReduction(const OpDef& op, Operands operands, const AttributeMap& attributes, const RequestedResult&) {
+  requireFloat(op, operands, 0);
+  const TensorType& input = typeOf(op, operands, 0);
+  std::vector<int64_t> axes = attrList(attributes, "axes");
+  for (size_t i = 0; i < axes.size(); ++i) {
+    requireAxis(op, operands, 0, axes[i]);
+    if (i > 0 && axes[i] <= axes[i - 1])
+      fail(op, "axes must be distinct");
+  }
+  return {{input.dtype, reducedShape(input.shape, axes, attrFlag(attributes, "keepdim"))}};
+}
+
+Types inferBroadcastTo(const OpDef& op, Operands operands, const AttributeMap&, const RequestedResult& requested) {
+  const TensorType& input = typeOf(op, operands, 0);
+  if (!rt::broadcastsTo(input.shape, *requested.shape))
+    fail(op, operand(op, operands, 0) + " does not broadcast to " + rt::shapeToString(*requested.shape) +
+                 " (dimensions align from the right and each must be 1 or equal)");
+  return {{input.dtype, *requested.shape}};
+}
+
+Types inferReshape(const OpDef& op, Operands operands, const AttributeMap&, const RequestedResult& requested) {
+  const TensorType& input = typeOf(op, operands, 0);
+  if (rt::checkedElementCount(*requested.shape) != input.elementCount())
+    fail(op, "cannot reshape " + operand(op, operands, 0) + " (" + std::to_string(input.elementCount()) +
+                 " elements) to " + rt::shapeToString(*requested.shape));
+  return {{input.dtype, *requested.shape}};
+}
+
+Types inferTranspose(const OpDef& op, Operands operands, const AttributeMap& attributes, const RequestedResult&) {
+  const TensorType& input = typeOf(op, operands, 0);
+  std::vector<int64_t> perm = attrList(attributes, "perm");
+  std::vector<bool> seen(input.shape.size(), false);
+  Shape result;
+  for (int64_t d : perm) {
+    if (perm.size() != input.shape.size() || d < 0 || d >= int64_t(seen.size()) || seen[size_t(d)])
+      fail(op, "perm is not a permutation of the " + std::to_string(seen.size()) + " dimensions of " +
+                   operand(op, operands, 0));
+    seen[size_t(d)] = true;
+    result.push_back(input.shape[size_t(d)]);
+  }
+  if (perm.size() != input.shape.size())
+    fail(op, "perm has " + std::to_string(perm.size()) + " entries for " + operand(op, operands, 0));
+  return {{input.dtype, result}};
+}
+
+Types inferConstant(const OpDef&, Operands, const AttributeMap& attributes, const RequestedResult&) {
+  return {std::get<rt::DenseData>(attributes.find("value")->second).type};
+}
+
+Types inferConvert(const OpDef& op, Operands operands, const AttributeMap&, const RequestedResult& requested) {
+  return {{*requested.dtype, typeOf(op, operands, 0).shape}};
+}
+
+Types inferAxis(const OpDef& op, Operands operands, const AttributeMap& attributes, const RequestedResult&) {
+  requireFloat(op, operands, 0);
+  if (attributes.count("axis")) // softmax and its gradients; not relu_grad/gelu_grad
+    requireAxis(op, operands, 0, attrI64(attributes, "axis", 0));
+  for (size_t i = 1; i < operands.size(); ++i)
+    requireType(op, operands, i, typeOf(op, operands, 0), ", the type of '" + std::string(op.operandNames[0]) + "'");
+  return {typeOf(op, operands, 0)};
+}
+
+Types inferLayerNorm(const OpDef& op, Operands operands, const AttributeMap& attributes, const RequestedResult&) {
+  requireFloat(op, operands, 0);
+  const TensorType& input = typeOf(op, operands, 0);
+  int64_t axis = requireAxis(op, operands, 0, attrI64(attributes, "axis", 0));
+  TensorType affine{input.dtype, Shape(input.shape.begin() + axis, input.shape.end())};
+  for (size_t i : {1, 2})
+    if (operands[i].defined())
+      requireType(op, operands, i, affine, ": the normalised dimensions, in the input's dtype");
+  TensorType stats{statisticsType(input.dtype), Shape(input.shape.begin(), input.shape.begin() + axis)};
+  return {input, stats, stats};
+}
+
+Types inferDropout(const OpDef& op, Operands operands, const AttributeMap& attributes, const RequestedResult&) {
+  requireFloat(op, operands, 0);
+  requireType(op, operands, 1, {i64, {2}}, " ([seed, offset])");
+  double p = attrF64(attributes, "p", 0.0);
+  if (!(p >= 0.0 && p < 1.0))
+    fail(op, "p = " + std::to_string(p) + " must be in [0, 1)");
+  const TensorType& input = typeOf(op, operands, 0);
+  return {input, {i1, input.shape}, {i64, {2}}};
+}
+
+/// Checks [.., scores, target] of a loss (scores at `first`) and returns the unreduced shape.
+Shape checkLossOperands(const OpDef& op, Operands operands, size_t first) {
+  requireFloat(op, operands, first);
+  const TensorType& scores = typeOf(op, operands, first);
+  if (op.operandNames[first + 1] == "target") {
+    requireType(op, operands, first + 1, scores, ", the type of '" + std::string(op.operandNames[first]) + "'");
+    return scores.shape;
+  }
+  if (scores.shape.size() != 2)
+    fail(op, operand(op, operands, first) + " must have rank 2: [batch, classes]");
+  requireType(op, operands, first + 1, {i64, {scores.shape[0]}}, ": one class index per row");
+  return {scores.shape[0]};
+}
+
+Types inferLoss(const OpDef& op, Operands operands, const AttributeMap& attributes, const RequestedResult&) {
+  Shape unreduced = checkLossOperands(op, operands, 0);
+  if (op.name == "jit.cross_entropy") {
+    double smoothing = attrF64(attributes, "label_smoothing", 0.0);
+    if (!(smoothing >= 0.0 && smoothing <= 1.0))
+      fail(op, "label_smoothing = " + std::to_string(smoothing) + " must be in [0, 1]");
+  }
+  return {{typeOf(op, operands, 0).dtype, lossShape(attributes, unreduced)}};
+}
+
+Types inferLossGrad(const OpDef& op, Operands operands, const AttributeMap& attributes, const RequestedResult&) {
+  Shape unreduced = checkLossOperands(op, operands, 1);
+  requireType(op, operands, 0, {typeOf(op, operands, 1).dtype, lossShape(attributes, unreduced)},
+              ", the type of the loss it differentiates");
+  return {typeOf(op, operands, 1)};
+}
+
+Types inferLayerNormGrad(const OpDef& op, Operands operands, const AttributeMap& attributes,
+                         const RequestedResult&) {
+  requireFloat(op, operands, 1);
+  const TensorType& input = typeOf(op, operands, 1);
+  int64_t axis = requireAxis(op, operands, 1, attrI64(attributes, "axis", 0));
+  TensorType affine{input.dtype, Shape(input.shape.begin() + axis, input.shape.end())};
+  TensorType stats{statisticsType(input.dtype), Shape(input.shape.begin(), input.shape.begin() + axis)};
+  requireType(op, operands, 0, input, ", the type of 'input'");
+  requireType(op, operands, 2, stats, ", as layer_norm yields it");
+  requireType(op, operands, 3, stats, ", as layer_norm yields it");
+  if (operands[4].defined())
+    requireType(op, operands, 4, affine, ": the normalised dimensions, in the input's dtype");
+  return {input, affine, affine};
+}
+
+//===----------------------------------------------------------------------===//
+// VJP rules
+//===----------------------------------------------------------------------===//
+
+using Grads = std::vector<Tensor>;
+
+const Tensor& g0(const VjpContext& c) { return c.gradOutputs[0]; }
+const Tensor& in(const VjpContext& c, size_t i) { return c.inputs[i]; }
+const Tensor& out0(const VjpContext& c) { return c.outputs[0]; }
+
+Grads vjpNeg(const VjpContext& c) { return {-g0(c)}; }
+Grads vjpRelu(const VjpContext& c) { return {relu_grad(g0(c), out0(c))}; }
+Grads vjpTanh(const VjpContext& c) { return {g0(c) * (1.0 - out0(c) * out0(c))}; }
+Grads vjpSigmoid(const VjpContext& c) { return {g0(c) * (out0(c) * (1.0 - out0(c)))}; }
+Grads vjpExp(const VjpContext& c) { return {g0(c) * out0(c)}; }
+Grads vjpLog(const VjpContext& c) { return {g0(c) / in(c, 0)}; }
+Grads vjpSqrt(const VjpContext& c) { return {(g0(c) / out0(c)) * 0.5}; }
+// d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 y^3
+Grads vjpRsqrt(const VjpContext& c) { return {g0(c) * (out0(c) * out0(c) * out0(c)) * -0.5}; }
+Grads vjpGelu(const VjpContext& c) { return {gelu_grad(g0(c), in(c, 0), approximateOf(c.attributes))}; }
+
+Grads vjpPow(const VjpContext& c) {
+  double p = attrF64(c.attributes, "exponent", 1.0);
+  if (p == 0.0)
+    return {zeros_like(in(c, 0))};
+  return {g0(c) * pow(in(c, 0), p - 1.0) * p};
+}
+
+Grads vjpAdd(const VjpContext& c) {
+  return {sum_to_shape(g0(c), in(c, 0).shape()), sum_to_shape(g0(c), in(c, 1).shape())};
+}
+Grads vjpSub(const VjpContext& c) {
+  return {sum_to_shape(g0(c), in(c, 0).shape()), c.needsGrad[1] ? sum_to_shape(-g0(c), in(c, 1).shape()) : Tensor()};
+}
+Grads vjpMul(const VjpContext& c) {
+  return {c.needsGrad[0] ? sum_to_shape(g0(c) * in(c, 1), in(c, 0).shape()) : Tensor(),
+          c.needsGrad[1] ? sum_to_shape(g0(c) * in(c, 0), in(c, 1).shape()) : Tensor()};
+}
+// d(a/b)/db = -a/b^2 = -(g/b) * (a/b): reuse the forward result.
+Grads vjpDiv(const VjpContext& c) {
+  Tensor dlhs = g0(c) / in(c, 1);
+  return {sum_to_shape(dlhs, in(c, 0).shape()),
+          c.needsGrad[1] ? sum_to_shape(-(dlhs * out0(c)), in(c, 1).shape()) : Tensor()};
+}
+
+Grads vjpSelect(const VjpContext& c) {
+  Tensor zero = scalar_tensor(0.0, g0(c).dtype());
+  return {Tensor(), c.needsGrad[1] ? sum_to_shape(where(in(c, 0), g0(c), zero), in(c, 1).shape()) : Tensor(),
+          c.needsGrad[2] ? sum_to_shape(where(in(c, 0), zero, g0(c)), in(c, 2).shape()) : Tensor()};
+}
+
+// C = op(A) op(B). With A, B as stored and G = dC:
+//   neither transposed: dA = G B^T,    dB = A^T G
+//   A transposed:       dA = B G^T,    dB = A G
+//   B transposed:       dA = G B,      dB = G^T A
+//   both:               dA = B^T G^T,  dB = G^T A^T
+// then summed over broadcast batch dimensions.
+Grads vjpMatmul(const VjpContext& c) {
+  const Tensor &a = in(c, 0), &b = in(c, 1), &g = g0(c);
+  bool ta = attrFlag(c.attributes, "transpose_lhs"), tb = attrFlag(c.attributes, "transpose_rhs");
+  Tensor da, db;
+  if (c.needsGrad[0])
+    da = ta ? matmul(b, g, {.transpose_lhs = tb, .transpose_rhs = true})
+            : matmul(g, b, {.transpose_lhs = false, .transpose_rhs = !tb});
+  if (c.needsGrad[1])
+    db = tb ? matmul(g, a, {.transpose_lhs = true, .transpose_rhs = ta})
+            : matmul(a, g, {.transpose_lhs = !ta, .transpose_rhs = false});
+  return {da.defined() ? sum_to_shape(da, a.shape()) : da, db.defined() ? sum_to_shape(db, b.shape()) : db};
+}
+
+/// The result gradient of a reduction, broadcast back over the input.
+Tensor unreduce(const VjpContext& c, const Tensor& gradient) {
+  const Shape& inputShape = in(c, 0).shape();
+  Shape kept = reducedShape(inputShape, attrList(c.attributes, "axes"), true);
+  return broadcast_to(reshape(gradient, kept), inputShape);
+}
+
+Grads vjpSum(const VjpContext& c) { return {unreduce(c, g0(c))}; }
+
+Grads vjpMean(const VjpContext& c) {
+  const Shape& shape = in(c, 0).shape();
+  int64_t count = 1;
+  for (int64_t axis : attrList(c.attributes, "axes"))
+    count *= shape[size_t(axis)];
+  return {unreduce(c, g0(c)) * (1.0 / double(count))};
+}
+
+// PyTorch's amax: ties share the gradient evenly.
+Grads vjpMax(const VjpContext& c) {
+  const Tensor& x = in(c, 0);
+  std::vector<int64_t> axes = attrList(c.attributes, "axes");
+  Tensor isMax = eq(x, unreduce(c, out0(c))).to(x.dtype());
+  Tensor ties = axes.empty() ? isMax : sum(isMax, axes, true);
+  Shape kept = reducedShape(x.shape(), axes, true);
+  return {isMax * (reshape(g0(c), kept) / ties)};
+}
+
+Grads vjpBroadcastTo(const VjpContext& c) { return {sum_to_shape(g0(c), in(c, 0).shape())}; }
+Grads vjpReshape(const VjpContext& c) { return {reshape(g0(c), in(c, 0).shape())}; }
+
+Grads vjpTranspose(const VjpContext& c) {
+  std::vector<int64_t> perm = attrList(c.attributes, "perm"), inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i)
+    inverse[size_t(perm[i])] = int64_t(i);
+  return {permute(g0(c), inverse)};
+}
+
+Grads vjpConvert(const VjpContext& c) {
+  if (!is_floating_point(in(c, 0).dtype()))
+    return {Tensor()};
+  return {g0(c).to(in(c, 0).dtype())};
+}
+
+Grads vjpSoftmax(const VjpContext& c) { return {softmax_grad(g0(c), out0(c), attrI64(c.attributes, "axis", 0))}; }
+Grads vjpLogSoftmax(const VjpContext& c) {
+  return {log_softmax_grad(g0(c), out0(c), attrI64(c.attributes, "axis", 0))};
+}
+
+// Only the normalised output is differentiated: mean and rstd are saved
+// statistics (PyTorch does not return them from layer_norm either).
+Grads vjpLayerNorm(const VjpContext& c) {
+  auto [dx, dweight, dbias] = layer_norm_grad(g0(c), in(c, 0), c.outputs[1], c.outputs[2], in(c, 1),
+                                              attrI64(c.attributes, "axis", 0));
+  return {dx, in(c, 1).defined() ? dweight : Tensor(), in(c, 2).defined() ? dbias : Tensor()};
+}
+
+Grads vjpDropout(const VjpContext& c) {
+  double p = attrF64(c.attributes, "p", 0.0);
+  const Tensor& mask = c.outputs[1];
+  return {g0(c) * mask.to(g0(c).dtype()) * (1.0 / (1.0 - p)), Tensor()};
+}
+
+Grads vjpMseLoss(const VjpContext& c) {
+  Tensor dinput = mse_loss_grad(g0(c), in(c, 0), in(c, 1), {.reduction = reductionOf(c.attributes)});
+  return {dinput, c.needsGrad[1] ? -dinput : Tensor()};
+}
+
+Grads vjpCrossEntropy(const VjpContext& c) {
+  CrossEntropyOptions options{.reduction = reductionOf(c.attributes),
+                              .ignore_index = attrI64(c.attributes, "ignore_index", -100),
+                              .label_smoothing = attrF64(c.attributes, "label_smoothing", 0.0)};
+  return {cross_entropy_grad(g0(c), in(c, 0), in(c, 1), options), Tensor()};
+}
+
+Grads vjpNllLoss(const VjpContext& c) {
+  NllLossOptions options{.reduction = reductionOf(c.attributes),
+                         .ignore_index = attrI64(c.attributes, "ignore_index", -100)};
+  return {nll_loss_grad(g0(c), in(c, 0), in(c, 1), options), Tensor()};
+}
+
+using D = Differentiability;
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Keywords
+//===----------------------------------------------------------------------===//
+
+std::string keywordOf(Reduction reduction) {
+  switch (reduction) {
+  case Reduction::none: return "none";
+  case Reduction::mean: return "mean";
+  case Reduction::sum: return "sum";
+  }
+  return "mean";
+}
+
+std::string keywordOf(GeluApproximate approximate) {
+  return approximate == GeluApproximate::tanh ? "tanh" : "none";
+}
+
+Reduction reductionOf(const AttributeMap& attributes) {
+  std::string keyword = attrKeyword(attributes, "reduction", "mean");
+  return keyword == "none" ? Reduction::none : keyword == "sum" ? Reduction::sum : Reduction::mean;
+}
+
+GeluApproximate approximateOf(const AttributeMap& attributes) {
+  return attrKeyword(attributes, "approximate", "none") == "tanh" ? GeluApproximate::tanh : GeluApproximate::none;
+}
+
+//===----------------------------------------------------------------------===//
+// The table
+//===----------------------------------------------------------------------===//
+
+namespace ops {
+const OpDef neg{"jit.neg", {"input"}, inferUnary, D::Vjp, vjpNeg};
+const OpDef relu{"jit.relu", {"input"}, inferUnary, D::Vjp, vjpRelu};
+const OpDef tanh{"jit.tanh", {"input"}, inferUnary, D::Vjp, vjpTanh};
+const OpDef sigmoid{"jit.sigmoid", {"input"}, inferUnary, D::Vjp, vjpSigmoid};
+const OpDef exp{"jit.exp", {"input"}, inferUnary, D::Vjp, vjpExp};
+const OpDef log{"jit.log", {"input"}, inferUnary, D::Vjp, vjpLog};
+const OpDef sqrt{"jit.sqrt", {"input"}, inferUnary, D::Vjp, vjpSqrt};
+const OpDef rsqrt{"jit.rsqrt", {"input"}, inferUnary, D::Vjp, vjpRsqrt};
+const OpDef gelu{"jit.gelu", {"input"}, inferUnary, D::Vjp, vjpGelu};
+const OpDef pow{"jit.pow", {"input"}, inferUnary, D::Vjp, vjpPow};
+const OpDef add{"jit.add", {"lhs", "rhs"}, inferBinary, D::Vjp, vjpAdd};
+const OpDef sub{"jit.sub", {"lhs", "rhs"}, inferBinary, D::Vjp, vjpSub};
+const OpDef mul{"jit.mul", {"lhs", "rhs"}, inferBinary, D::Vjp, vjpMul};
+const OpDef div{"jit.div", {"lhs", "rhs"}, inferBinary, D::Vjp, vjpDiv};
+const OpDef compare{"jit.compare", {"lhs", "rhs"}, inferCompare, D::None};
+const OpDef select{"jit.select", {"condition", "true_value", "false_value"}, inferSelect, D::Vjp, vjpSelect};
+const OpDef matmul{"jit.matmul", {"lhs", "rhs"}, inferMatmul, D::Vjp, vjpMatmul};
+const OpDef sum{"jit.sum", {"input"}, inferReduction, D::Vjp, vjpSum};
+const OpDef mean{"jit.mean", {"input"}, inferReduction, D::Vjp, vjpMean};
+const OpDef max{"jit.max", {"input"}, inferReduction, D::Vjp, vjpMax};
+const OpDef broadcast_to{"jit.broadcast_to", {"input"}, inferBroadcastTo, D::Vjp, vjpBroadcastTo};
+const OpDef reshape{"jit.reshape", {"input"}, inferReshape, D::Vjp, vjpReshape};
+const OpDef transpose{"jit.transpose", {"input"}, inferTranspose, D::Vjp, vjpTranspose};
+const OpDef constant{"jit.constant", {}, inferConstant, D::None};
+const OpDef convert{"jit.convert", {"input"}, inferConvert, D::Vjp, vjpConvert};
+const OpDef softmax{"jit.softmax", {"input"}, inferAxis, D::Vjp, vjpSoftmax};
+const OpDef log_softmax{"jit.log_softmax", {"input"}, inferAxis, D::Vjp, vjpLogSoftmax};
+const OpDef layer_norm{"jit.layer_norm", {"input", "weight", "bias"}, inferLayerNorm, D::Vjp, vjpLayerNorm};
+const OpDef dropout{"jit.dropout", {"input", "rng_state"}, inferDropout, D::Vjp, vjpDropout};
+const OpDef mse_loss{"jit.mse_loss", {"input", "target"}, inferLoss, D::Vjp, vjpMseLoss};
+const OpDef cross_entropy{"jit.cross_entropy", {"logits", "labels"}, inferLoss, D::Vjp, vjpCrossEntropy};
+const OpDef nll_loss{"jit.nll_loss", {"log_probs", "labels"}, inferLoss, D::Vjp, vjpNllLoss};
+const OpDef relu_grad{"jit.relu_grad", {"grad_output", "saved"}, inferAxis, D::NotTwice};
+const OpDef gelu_grad{"jit.gelu_grad", {"grad_output", "input"}, inferAxis, D::NotTwice};
+const OpDef softmax_grad{"jit.softmax_grad", {"grad_output", "output"}, inferAxis, D::NotTwice};
+const OpDef log_softmax_grad{"jit.log_softmax_grad", {"grad_output", "output"}, inferAxis, D::NotTwice};
+const OpDef layer_norm_grad{"jit.layer_norm_grad", {"grad_output", "input", "mean", "rstd", "weight"},
+                            inferLayerNormGrad, D::NotTwice};
+const OpDef mse_loss_grad{"jit.mse_loss_grad", {"grad_output", "input", "target"}, inferLossGrad, D::NotTwice};
+const OpDef cross_entropy_grad{"jit.cross_entropy_grad", {"grad_output", "logits", "labels"}, inferLossGrad,
+                               D::NotTwice};
+const OpDef nll_loss_grad{"jit.nll_loss_grad", {"grad_output", "log_probs", "labels"}, inferLossGrad,
+                          D::NotTwice};
+} // namespace ops
+
+std::span<const OpDef* const> allOps() {
+  static const OpDef* const table[] = {
+      &ops::neg, &ops::relu, &ops::tanh, &ops::sigmoid, &ops::exp, &ops::log, &ops::sqrt, &ops::rsqrt,
+      &ops::gelu, &ops::pow, &ops::add, &ops::sub, &ops::mul, &ops::div, &ops::compare, &ops::select,
+      &ops::matmul, &ops::sum, &ops::mean, &ops::max, &ops::broadcast_to, &ops::reshape, &ops::transpose,
+      &ops::constant, &ops::convert, &ops::softmax, &ops::log_softmax, &ops::layer_norm, &ops::dropout,
+      &ops::mse_loss, &ops::cross_entropy, &ops::nll_loss, &ops::relu_grad, &ops::gelu_grad,
+      &ops::softmax_grad, &ops::log_softmax_grad, &ops::layer_norm_grad, &ops::mse_loss_grad,
+      &ops::cross_entropy_grad, &ops::nll_loss_grad};
+  return table;
+}
+
+} // namespace jit::detail

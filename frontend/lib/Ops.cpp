@@ -1,0 +1,283 @@
+// The public op functions: each turns its C++ arguments into the op's
+// operands and attributes (ODS names) and calls apply().
+
+#include "Dispatch.h"
+
+#include "jit/Ops.h"
+
+#include <algorithm>
+
+namespace jit {
+
+using detail::apply;
+using detail::apply1;
+using detail::AttributeMap;
+using detail::keywordOf;
+using detail::RequestedResult;
+namespace ops = detail::ops;
+
+namespace {
+
+/// `axis` in [-rank, rank) as an index in [0, rank).
+int64_t normalizeAxis(std::string_view op, const Tensor& input, int64_t axis) {
+  int64_t rank = input.dim();
+  if (axis < -rank || axis >= rank)
+    throw Error(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for operand 'input' " +
+                detail::describe(input));
+  return axis < 0 ? axis + rank : axis;
+}
+
+/// Sorted, non-negative, distinct axes (what the dialect requires).
+std::vector<int64_t> normalizeAxes(std::string_view op, const Tensor& input, std::vector<int64_t> axes) {
+  for (int64_t& axis : axes)
+    axis = normalizeAxis(op, input, axis);
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
+    throw Error(std::string(op) + ": axis " + std::to_string(*std::adjacent_find(axes.begin(), axes.end())) +
+                " is listed twice");
+  return axes;
+}
+
+std::vector<int64_t> allAxes(const Tensor& input) {
+  std::vector<int64_t> axes(size_t(input.dim()));
+  for (size_t i = 0; i < axes.size(); ++i)
+    axes[i] = int64_t(i);
+  return axes;
+}
+
+Tensor scalarLike(double value, const Tensor& like) { return scalar_tensor(value, like.dtype()); }
+
+Tensor comparison(const Tensor& lhs, const Tensor& rhs, const char* predicate) {
+  return apply1(ops::compare, {lhs, rhs}, {{"predicate", std::string(predicate)}});
+}
+
+Tensor reduction(const detail::OpDef& op, const Tensor& input, std::vector<int64_t> axes, bool keepdim) {
+  AttributeMap attributes{{"axes", normalizeAxes(op.name, input, std::move(axes))}};
+  if (keepdim)
+    attributes["keepdim"] = true;
+  return apply1(op, {input}, std::move(attributes));
+}
+
+} // namespace
+
+// --- elementwise ------------------------------------------------------------------
+Tensor add(const Tensor& lhs, const Tensor& rhs) { return apply1(ops::add, {lhs, rhs}); }
+Tensor sub(const Tensor& lhs, const Tensor& rhs) { return apply1(ops::sub, {lhs, rhs}); }
+Tensor mul(const Tensor& lhs, const Tensor& rhs) { return apply1(ops::mul, {lhs, rhs}); }
+Tensor div(const Tensor& lhs, const Tensor& rhs) { return apply1(ops::div, {lhs, rhs}); }
+Tensor neg(const Tensor& input) { return apply1(ops::neg, {input}); }
+Tensor relu(const Tensor& input) { return apply1(ops::relu, {input}); }
+Tensor gelu(const Tensor& input, GeluApproximate approximate) {
+  return apply1(ops::gelu, {input}, {{"approximate", keywordOf(approximate)}});
+}
+Tensor tanh(const Tensor& input) { return apply1(ops::tanh, {input}); }
+Tensor sigmoid(const Tensor& input) { return apply1(ops::sigmoid, {input}); }
+Tensor exp(const Tensor& input) { return apply1(ops::exp, {input}); }
+Tensor log(const Tensor& input) { return apply1(ops::log, {input}); }
+Tensor sqrt(const Tensor& input) { return apply1(ops::sqrt, {input}); }
+Tensor rsqrt(const Tensor& input) { return apply1(ops::rsqrt, {input}); }
+Tensor pow(const Tensor& input, double exponent) { return apply1(ops::pow, {input}, {{"exponent", exponent}}); }
+
+Tensor operator+(const Tensor& lhs, const Tensor& rhs) { return add(lhs, rhs); }
+Tensor operator-(const Tensor& lhs, const Tensor& rhs) { return sub(lhs, rhs); }
+Tensor operator*(const Tensor& lhs, const Tensor& rhs) { return mul(lhs, rhs); }
+Tensor operator/(const Tensor& lhs, const Tensor& rhs) { return div(lhs, rhs); }
+Tensor operator-(const Tensor& input) { return neg(input); }
+Tensor operator+(const Tensor& lhs, double rhs) { return add(lhs, scalarLike(rhs, lhs)); }
+Tensor operator-(const Tensor& lhs, double rhs) { return sub(lhs, scalarLike(rhs, lhs)); }
+Tensor operator*(const Tensor& lhs, double rhs) { return mul(lhs, scalarLike(rhs, lhs)); }
+Tensor operator/(const Tensor& lhs, double rhs) { return div(lhs, scalarLike(rhs, lhs)); }
+Tensor operator+(double lhs, const Tensor& rhs) { return add(scalarLike(lhs, rhs), rhs); }
+Tensor operator-(double lhs, const Tensor& rhs) { return sub(scalarLike(lhs, rhs), rhs); }
+Tensor operator*(double lhs, const Tensor& rhs) { return mul(scalarLike(lhs, rhs), rhs); }
+Tensor operator/(double lhs, const Tensor& rhs) { return div(scalarLike(lhs, rhs), rhs); }
+
+// --- comparisons and choice ------------------------------------------------------------
+Tensor eq(const Tensor& lhs, const Tensor& rhs) { return comparison(lhs, rhs, "eq"); }
+Tensor ne(const Tensor& lhs, const Tensor& rhs) { return comparison(lhs, rhs, "ne"); }
+Tensor lt(const Tensor& lhs, const Tensor& rhs) { return comparison(lhs, rhs, "lt"); }
+Tensor le(const Tensor& lhs, const Tensor& rhs) { return comparison(lhs, rhs, "le"); }
+Tensor gt(const Tensor& lhs, const Tensor& rhs) { return comparison(lhs, rhs, "gt"); }
+Tensor ge(const Tensor& lhs, const Tensor& rhs) { return comparison(lhs, rhs, "ge"); }
+Tensor operator<(const Tensor& lhs, const Tensor& rhs) { return lt(lhs, rhs); }
+Tensor operator<=(const Tensor& lhs, const Tensor& rhs) { return le(lhs, rhs); }
+Tensor operator>(const Tensor& lhs, const Tensor& rhs) { return gt(lhs, rhs); }
+Tensor operator>=(const Tensor& lhs, const Tensor& rhs) { return ge(lhs, rhs); }
+Tensor where(const Tensor& condition, const Tensor& true_value, const Tensor& false_value) {
+  return apply1(ops::select, {condition, true_value, false_value});
+}
+
+// --- matmul -----------------------------------------------------------------------------
+Tensor matmul(const Tensor& lhs, const Tensor& rhs, MatmulOptions options) {
+  AttributeMap attributes;
+  if (options.transpose_lhs)
+    attributes["transpose_lhs"] = true;
+  if (options.transpose_rhs)
+    attributes["transpose_rhs"] = true;
+  return apply1(ops::matmul, {lhs, rhs}, std::move(attributes));
+}
+
+// --- reductions -------------------------------------------------------------------------
+Tensor sum(const Tensor& input) { return reduction(ops::sum, input, allAxes(input), false); }
+Tensor mean(const Tensor& input) { return reduction(ops::mean, input, allAxes(input), false); }
+Tensor max(const Tensor& input) { return reduction(ops::max, input, allAxes(input), false); }
+Tensor sum(const Tensor& input, std::vector<int64_t> axes, bool keepdim) {
+  return reduction(ops::sum, input, std::move(axes), keepdim);
+}
+Tensor mean(const Tensor& input, std::vector<int64_t> axes, bool keepdim) {
+  return reduction(ops::mean, input, std::move(axes), keepdim);
+}
+Tensor max(const Tensor& input, std::vector<int64_t> axes, bool keepdim) {
+  return reduction(ops::max, input, std::move(axes), keepdim);
+}
+
+// --- shape and data movement ----------------------------------------------------------------
+Tensor broadcast_to(const Tensor& input, Shape shape) {
+  return apply1(ops::broadcast_to, {input}, {}, RequestedResult{.shape = std::move(shape)});
+}
+
+Tensor reshape(const Tensor& input, Shape shape) {
+  auto inferred = std::find(shape.begin(), shape.end(), int64_t(-1));
+  if (inferred != shape.end()) {
+    int64_t known = 1;
+    for (auto it = shape.begin(); it != shape.end(); ++it)
+      if (it != inferred)
+        known *= *it;
+    if (known <= 0 || input.numel() % known != 0)
+      throw Error("jit.reshape: cannot reshape operand 'input' " + detail::describe(input) + " to " +
+                  ampjit::runtime::shapeToString(shape));
+    *inferred = input.numel() / known;
+  }
+  return apply1(ops::reshape, {input}, {}, RequestedResult{.shape = std::move(shape)});
+}
+
+Tensor transpose(const Tensor& input, int64_t dim0, int64_t dim1) {
+  std::vector<int64_t> perm = allAxes(input);
+  std::swap(perm[size_t(normalizeAxis("jit.transpose", input, dim0))],
+            perm[size_t(normalizeAxis("jit.transpose", input, dim1))]);
+  return apply1(ops::transpose, {input}, {{"perm", perm}});
+}
+
+Tensor permute(const Tensor& input, std::vector<int64_t> perm) {
+  for (int64_t& d : perm)
+    d = normalizeAxis("jit.transpose", input, d);
+  return apply1(ops::transpose, {input}, {{"perm", std::move(perm)}});
+}
+
+// --- normalisation, softmax, dropout ----------------------------------------------------------
+Tensor softmax(const Tensor& input, int64_t axis) {
+  return apply1(ops::softmax, {input}, {{"axis", normalizeAxis("jit.softmax", input, axis)}});
+}
+Tensor log_softmax(const Tensor& input, int64_t axis) {
+  return apply1(ops::log_softmax, {input}, {{"axis", normalizeAxis("jit.log_softmax", input, axis)}});
+}
+
+std::tuple<Tensor, Tensor, Tensor> layer_norm_with_stats(const Tensor& input, int64_t axis, const Tensor& weight,
+                                                         const Tensor& bias, double eps) {
+  std::vector<Tensor> results =
+      apply(ops::layer_norm, {input, weight, bias},
+            {{"axis", normalizeAxis("jit.layer_norm", input, axis)}, {"eps", eps}});
+  return {results[0], results[1], results[2]};
+}
+
+Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  const Shape& shape = input.shape();
+  if (normalized_shape.empty() || normalized_shape.size() > shape.size() ||
+      !std::equal(normalized_shape.begin(), normalized_shape.end(), shape.end() - int64_t(normalized_shape.size())))
+    throw Error("jit.layer_norm: normalized_shape " + ampjit::runtime::shapeToString(normalized_shape) +
+                " must be the trailing dimensions of operand 'input' " + detail::describe(input));
+  int64_t axis = int64_t(shape.size() - normalized_shape.size());
+  return std::get<0>(layer_norm_with_stats(input, axis, weight, bias, eps));
+}
+
+std::tuple<Tensor, Tensor, Tensor> dropout_with_state(const Tensor& input, const Tensor& rng_state, double p) {
+  std::vector<Tensor> results = apply(ops::dropout, {input, rng_state}, {{"p", p}});
+  return {results[0], results[1], results[2]};
+}
+
+Tensor dropout(const Tensor& input, double p, bool training, Generator* generator) {
+  if (!training || p == 0.0)
+    return input;
+  Generator& source = generator ? *generator : default_generator();
+  auto [output, mask, next] = dropout_with_state(input, source.rng_state(), p);
+  source.set_rng_state(next);
+  return output;
+}
+
+// --- losses ---------------------------------------------------------------------------------------
+namespace {
+AttributeMap lossAttributes(Reduction reduction, std::optional<int64_t> ignoreIndex = std::nullopt,
+                            std::optional<double> labelSmoothing = std::nullopt) {
+  AttributeMap attributes{{"reduction", keywordOf(reduction)}};
+  if (ignoreIndex)
+    attributes["ignore_index"] = *ignoreIndex;
+  if (labelSmoothing)
+    attributes["label_smoothing"] = *labelSmoothing;
+  return attributes;
+}
+} // namespace
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, MseLossOptions options) {
+  return apply1(ops::mse_loss, {input, target}, lossAttributes(options.reduction));
+}
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOptions options) {
+  return apply1(ops::cross_entropy, {logits, labels},
+                lossAttributes(options.reduction, options.ignore_index, options.label_smoothing));
+}
+Tensor nll_loss(const Tensor& log_probs, const Tensor& labels, NllLossOptions options) {
+  return apply1(ops::nll_loss, {log_probs, labels}, lossAttributes(options.reduction, options.ignore_index));
+}
+
+// --- backward ops ---------------------------------------------------------------------------------
+Tensor relu_grad(const Tensor& grad_output, const Tensor& output) {
+  return apply1(ops::relu_grad, {grad_output, output});
+}
+Tensor gelu_grad(const Tensor& grad_output, const Tensor& input, GeluApproximate approximate) {
+  return apply1(ops::gelu_grad, {grad_output, input}, {{"approximate", keywordOf(approximate)}});
+}
+Tensor softmax_grad(const Tensor& grad_output, const Tensor& output, int64_t axis) {
+  return apply1(ops::softmax_grad, {grad_output, output},
+                {{"axis", normalizeAxis("jit.softmax_grad", output, axis)}});
+}
+Tensor log_softmax_grad(const Tensor& grad_output, const Tensor& output, int64_t axis) {
+  return apply1(ops::log_softmax_grad, {grad_output, output},
+                {{"axis", normalizeAxis("jit.log_softmax_grad", output, axis)}});
+}
+std::tuple<Tensor, Tensor, Tensor> layer_norm_grad(const Tensor& grad_output, const Tensor& input,
+                                                   const Tensor& mean, const Tensor& rstd, const Tensor& weight,
+                                                   int64_t axis) {
+  std::vector<Tensor> results = apply(ops::layer_norm_grad, {grad_output, input, mean, rstd, weight},
+                                      {{"axis", normalizeAxis("jit.layer_norm_grad", input, axis)}});
+  return {results[0], results[1], results[2]};
+}
+Tensor mse_loss_grad(const Tensor& grad_output, const Tensor& input, const Tensor& target, MseLossOptions options) {
+  return apply1(ops::mse_loss_grad, {grad_output, input, target}, lossAttributes(options.reduction));
+}
+Tensor cross_entropy_grad(const Tensor& grad_output, const Tensor& logits, const Tensor& labels,
+                          CrossEntropyOptions options) {
+  return apply1(ops::cross_entropy_grad, {grad_output, logits, labels},
+                lossAttributes(options.reduction, options.ignore_index, options.label_smoothing));
+}
+Tensor nll_loss_grad(const Tensor& grad_output, const Tensor& log_probs, const Tensor& labels,
+                     NllLossOptions options) {
+  return apply1(ops::nll_loss_grad, {grad_output, log_probs, labels},
+                lossAttributes(options.reduction, options.ignore_index));
+}
+
+Tensor sum_to_shape(const Tensor& grad, const Shape& shape) {
+  const Shape& from = grad.shape();
+  if (from == shape)
+    return grad;
+  if (!ampjit::runtime::broadcastsTo(shape, from))
+    throw Error("sum_to_shape: " + ampjit::runtime::shapeToString(shape) + " does not broadcast to " +
+                detail::describe(grad));
+  size_t lead = from.size() - shape.size();
+  std::vector<int64_t> axes;
+  for (size_t d = 0; d < from.size(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && from[d] != 1))
+      axes.push_back(int64_t(d));
+  return reshape(axes.empty() ? grad : sum(grad, axes, true), shape);
+}
+
+} // namespace jit
