@@ -1,0 +1,108 @@
+#ifndef AMPJIT_RUNTIME_CUDA_KERNELSOURCE_H
+#define AMPJIT_RUNTIME_CUDA_KERNELSOURCE_H
+
+// CUDA C++ source for the plan's Elementwise and FusedElementwise steps.
+//
+// Plain C++: this header and its implementation include no CUDA header and
+// are built with CUDA on or off, so codegen tests and plan tools can look at
+// the kernels on any machine (NVRTC compiles them in the CUDA build only).
+//
+// One generator serves both step kinds: an Elementwise step is the program
+// "load every input, apply the op". The generated code mirrors the CPU
+// evaluator (runtime/lib/cpu/Elementwise.cpp) operation by operation: f16/bf16
+// registers are floats rounded to nearest even after every instruction, f64
+// registers compute in double, i64/i1 registers are 64-bit integers, and
+// the expressions are written in the CPU's order. Compiled without FMA
+// contraction (Nvrtc.cpp always passes --fmad=false), the results agree with
+// the CPU bit for bit except for last-ulp differences of the device's
+// transcendental functions (tanh, exp, log, erf, pow).
+//
+// Shapes are kernel arguments, not part of the source: identical programs
+// over differently shaped buffers share one kernel, whose name is a hash of
+// its source body.
+
+#include "ampjit/runtime/Plan.h"
+#include "ampjit/runtime/Status.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ampjit::runtime::cuda {
+
+/// Most dimensions a generated kernel indexes, after collapsing dimensions
+/// that every operand traverses contiguously (see ElementwiseLaunch::dims).
+inline constexpr int kMaxKernelRank = 8;
+
+/// Threads per block the generated kernels are written for (grid-stride loop,
+/// so any grid size is correct).
+inline constexpr int kElementwiseBlockSize = 256;
+
+/// The kernel's `AmpjitDims` argument type, byte for byte: dimension sizes or
+/// element strides, unused entries 0.
+struct KernelDims {
+  int64_t values[kMaxKernelRank] = {};
+};
+static_assert(sizeof(KernelDims) == 8 * kMaxKernelRank);
+
+/// Everything a backend needs to launch the kernel for one step. The kernel's
+/// parameters, in order:
+///
+///   long long count,              // elementCount
+///   int rank,                     // dims.size()
+///   AmpjitDims dims,              // dims, as KernelDims
+///   then per input k:  const T_k* in_k, AmpjitDims stride_k   (inputStrides[k])
+///   then per output k: T_k* out_k
+///
+/// where T is float, double, __half, __nv_bfloat16, long long or unsigned
+/// char (i1, one byte) by the buffer's dtype. Outputs are contiguous.
+struct ElementwiseLaunch {
+  /// step.inputs and step.outputs, in kernel parameter order.
+  std::vector<BufferId> inputs{};
+  std::vector<BufferId> outputs{};
+  /// Elements of each output (the broadcast shape's element count).
+  int64_t elementCount = 0;
+  /// The output shape with size-1 dimensions dropped and neighbouring
+  /// dimensions merged where every input steps through them contiguously
+  /// (or not at all), so a same-shape operand indexes with rank 1.
+  std::vector<int64_t> dims{};
+  /// Per input, its element stride along each of `dims`: 0 where it is
+  /// broadcast.
+  std::vector<std::vector<int64_t>> inputStrides{};
+
+  /// The kernel's `dims` and `stride_k` arguments.
+  KernelDims packedDims() const;
+  KernelDims packedStrides(size_t input) const;
+  /// Blocks of kElementwiseBlockSize threads for one thread per element,
+  /// capped at `maxBlocks` (the grid-stride loop covers the rest); at least 1.
+  int64_t gridSize(int64_t maxBlocks) const;
+};
+
+struct ElementwiseKernel {
+  /// `ampjit_elementwise_<16 hex digits>`: a hash of the source without its
+  /// step comment, so identical programs on identical dtypes share a name.
+  std::string name{};
+  /// The whole translation unit (includes cuda_fp16.h and cuda_bf16.h); the
+  /// first lines say which plan step it was generated for.
+  std::string source{};
+  ElementwiseLaunch launch{};
+};
+
+/// The kernel for `step`, an Elementwise or FusedElementwise step whose
+/// buffer ids refer to `plan.buffers`. The step is checked against those
+/// buffers' types first, so a malformed step is an error message, not bad
+/// code. When `step` is one of `plan.steps` the source's comment quotes it
+/// as the printed plan does; otherwise the comment gives its origin only.
+Expected<ElementwiseKernel> emitElementwiseKernel(const Plan& plan, const Step& step);
+
+/// The launch geometry alone (dimension collapsing and broadcast strides) of
+/// inputs of these shapes over an output of shape `outputShape`.
+Expected<ElementwiseLaunch> describeElementwiseLaunch(const std::vector<Shape>& inputShapes,
+                                                      const Shape& outputShape);
+
+/// 64-bit FNV-1a, the hash behind kernel names and the NVRTC cache keys.
+uint64_t fnv1a64(std::string_view bytes, uint64_t seed = 0xcbf29ce484222325ull);
+
+} // namespace ampjit::runtime::cuda
+
+#endif // AMPJIT_RUNTIME_CUDA_KERNELSOURCE_H

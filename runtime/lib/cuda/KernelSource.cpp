@@ -1,0 +1,526 @@
+// CUDA C++ for Elementwise and FusedElementwise steps (see KernelSource.h).
+//
+// The emitter writes one statement per program instruction, each defining a
+// `const` register of its class (float for f32/f16/bf16, double for f64,
+// long long for i64/i1), exactly as the CPU evaluator keeps registers, so
+// every rounding the CPU does happens here at the same place. Constants
+// are rounded on the host with the CPU's own conversions and printed exactly
+// (hexadecimal floating literals or bit patterns), so no decimal round trip
+// can change them.
+
+#include "ampjit/runtime/cuda/KernelSource.h"
+
+#include "ampjit/runtime/LowPrecision.h"
+
+#include <algorithm>
+#include <bit>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <numbers>
+
+namespace ampjit::runtime::cuda {
+
+namespace {
+
+enum class RegisterClass { Single, Double, Integer };
+
+RegisterClass classOf(DType dtype) {
+  switch (dtype) {
+  case DType::F64: return RegisterClass::Double;
+  case DType::I64:
+  case DType::I1: return RegisterClass::Integer;
+  case DType::F32:
+  case DType::F16:
+  case DType::BF16: return RegisterClass::Single;
+  }
+  return RegisterClass::Single;
+}
+
+const char* registerTypeName(RegisterClass cls) {
+  switch (cls) {
+  case RegisterClass::Single: return "float";
+  case RegisterClass::Double: return "double";
+  case RegisterClass::Integer: return "long long";
+  }
+  return "float";
+}
+
+/// The element type of a buffer of `dtype` in device code. i1 is one byte.
+const char* elementTypeName(DType dtype) {
+  switch (dtype) {
+  case DType::F32: return "float";
+  case DType::F64: return "double";
+  case DType::F16: return "__half";
+  case DType::BF16: return "__nv_bfloat16";
+  case DType::I64: return "long long";
+  case DType::I1: return "unsigned char";
+  }
+  return "float";
+}
+
+std::string format(const char* pattern, auto... values) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, pattern, values...);
+  return buffer;
+}
+
+/// An exact float literal: hexadecimal when finite, the bit pattern otherwise.
+std::string floatLiteral(float value) {
+  if (std::isfinite(value))
+    return format("(%af)", double(value));
+  return format("__int_as_float(0x%08" PRIx32 ")", std::bit_cast<uint32_t>(value));
+}
+
+std::string doubleLiteral(double value) {
+  if (std::isfinite(value))
+    return format("(%a)", value);
+  return format("__longlong_as_double(0x%016" PRIx64 "LL)", std::bit_cast<uint64_t>(value));
+}
+
+std::string integerLiteral(int64_t value) {
+  // -9223372036854775808LL is the negation of a literal that does not fit.
+  if (value == std::numeric_limits<int64_t>::min())
+    return "(-9223372036854775807LL - 1)";
+  return "(" + std::to_string(value) + "LL)";
+}
+
+/// As the CPU's truncateToInt64: toward zero, saturating, NaN as 0.
+int64_t truncateToInt64(double value) {
+  if (std::isnan(value))
+    return 0;
+  if (value >= 0x1p63)
+    return std::numeric_limits<int64_t>::max();
+  if (value < -0x1p63)
+    return std::numeric_limits<int64_t>::min();
+  return int64_t(value);
+}
+
+/// The literal a Constant instruction of dtype `type` holds, rounded as the
+/// CPU evaluator rounds it (once, from the double).
+std::string constantLiteral(double value, DType type) {
+  switch (type) {
+  case DType::F32: return floatLiteral(float(value));
+  case DType::F16: return floatLiteral(halfToFloat(doubleToHalf(value)));
+  case DType::BF16: return floatLiteral(bfloat16ToFloat(doubleToBFloat16(value)));
+  case DType::F64: return doubleLiteral(value);
+  case DType::I64: return integerLiteral(truncateToInt64(value));
+  case DType::I1: return value != 0.0 ? "1LL" : "0LL";
+  }
+  return "0";
+}
+
+/// Wraps a float expression so that it is rounded to an f16/bf16 register's
+/// dtype, as the CPU's roundSingle does after every instruction.
+std::string roundedTo(DType type, const std::string& expression) {
+  switch (type) {
+  case DType::F16: return "ampjit_round_f16(" + expression + ")";
+  case DType::BF16: return "ampjit_round_bf16(" + expression + ")";
+  default: return expression;
+  }
+}
+
+// The functions every kernel shares. The helpers are the CPU evaluator's
+// (runtime/lib/cpu/Elementwise.cpp) with std:: replaced by overloads, in the
+// same operation order; their double constants are printed from the same
+// std::numbers expressions, so T(constant) rounds identically.
+std::string prelude() {
+  std::string text = R"(#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+// Kernel argument for dimension sizes and element strides (KernelDims on the host).
+struct AmpjitDims {
+  long long v[8];
+};
+
+static __device__ __forceinline__ float ampjit_round_f16(float v) { return __half2float(__float2half_rn(v)); }
+static __device__ __forceinline__ float ampjit_round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+// Rounded once from double, as the CPU's doubleToHalf / doubleToBFloat16.
+static __device__ __forceinline__ float ampjit_f16_from_double(double v) { return __half2float(__double2half(v)); }
+static __device__ __forceinline__ float ampjit_bf16_from_double(double v) { return __bfloat162float(__double2bfloat16(v)); }
+
+// Toward zero, saturating, NaN as 0 (the CPU's truncateToInt64).
+static __device__ __forceinline__ long long ampjit_truncate_i64(double v) {
+  if (v != v) return 0;
+  if (v >= 0x1p63) return 0x7fffffffffffffffLL;
+  if (v < -0x1p63) return -0x7fffffffffffffffLL - 1;
+  return (long long)v;
+}
+
+static __device__ __forceinline__ float ampjit_tanh(float v) { return tanhf(v); }
+static __device__ __forceinline__ double ampjit_tanh(double v) { return tanh(v); }
+static __device__ __forceinline__ float ampjit_exp(float v) { return expf(v); }
+static __device__ __forceinline__ double ampjit_exp(double v) { return exp(v); }
+static __device__ __forceinline__ float ampjit_log(float v) { return logf(v); }
+static __device__ __forceinline__ double ampjit_log(double v) { return log(v); }
+static __device__ __forceinline__ float ampjit_sqrt(float v) { return sqrtf(v); }
+static __device__ __forceinline__ double ampjit_sqrt(double v) { return sqrt(v); }
+static __device__ __forceinline__ float ampjit_erf(float v) { return erff(v); }
+static __device__ __forceinline__ double ampjit_erf(double v) { return erf(v); }
+static __device__ __forceinline__ float ampjit_pow(float v, float e) { return powf(v, e); }
+static __device__ __forceinline__ double ampjit_pow(double v, double e) { return pow(v, e); }
+
+)";
+  text += "#define AMPJIT_SQRT_HALF " + doubleLiteral(std::numbers::sqrt2 / 2) + "\n";
+  text += "#define AMPJIT_GELU_BETA " + doubleLiteral(std::numbers::sqrt2 * std::numbers::inv_sqrtpi) + "\n";
+  text += "#define AMPJIT_GELU_KAPPA " + doubleLiteral(0.044715) + "\n";
+  text += "#define AMPJIT_INV_SQRT_2PI " + doubleLiteral(std::numbers::inv_sqrtpi / std::numbers::sqrt2) + "\n";
+  text += R"(
+template <typename T> static __device__ __forceinline__ T ampjit_gelu(T x) {
+  return T(0.5) * x * (T(1) + ampjit_erf(x * T(AMPJIT_SQRT_HALF)));
+}
+
+template <typename T> static __device__ __forceinline__ T ampjit_gelu_tanh(T x) {
+  T inner = T(AMPJIT_GELU_BETA) * (x + T(AMPJIT_GELU_KAPPA) * x * x * x);
+  return T(0.5) * x * (T(1) + ampjit_tanh(inner));
+}
+
+template <typename T> static __device__ __forceinline__ T ampjit_gelu_grad(T dy, T x) {
+  T cdf = T(0.5) * (T(1) + ampjit_erf(x * T(AMPJIT_SQRT_HALF)));
+  T pdf = ampjit_exp(T(-0.5) * x * x) * T(AMPJIT_INV_SQRT_2PI);
+  return dy * (cdf + x * pdf);
+}
+
+// As PyTorch's GeluBackward with approximate='tanh'.
+template <typename T> static __device__ __forceinline__ T ampjit_gelu_tanh_grad(T dy, T x) {
+  T xSquared = x * x;
+  T inner = T(AMPJIT_GELU_BETA) * (x + T(AMPJIT_GELU_KAPPA) * xSquared * x);
+  T tanhInner = ampjit_tanh(inner);
+  T left = T(0.5) * x;
+  T right = T(1) + tanhInner;
+  T leftDerivative = T(0.5) * right;
+  T tanhDerivative = T(1) - tanhInner * tanhInner;
+  T innerDerivative = T(AMPJIT_GELU_BETA) * (T(1) + T(3) * T(AMPJIT_GELU_KAPPA) * xSquared);
+  T rightDerivative = left * tanhDerivative * innerDerivative;
+  return dy * (leftDerivative + rightDerivative);
+}
+
+)";
+  return text;
+}
+
+std::string reg(uint32_t index) {
+  // Appending, not "r" + to_string(...): GCC 12 warns falsely (-Wrestrict) on the latter.
+  std::string name = "r";
+  name += std::to_string(index);
+  return name;
+}
+
+/// The right-hand side of an arithmetic instruction (unary, binary) before
+/// rounding to its dtype.
+std::string arithmetic(const FusedInstruction& instruction) {
+  bool isDouble = classOf(instruction.type) == RegisterClass::Double;
+  std::string zero = isDouble ? "0.0" : "0.0f", one = isDouble ? "1.0" : "1.0f";
+  std::string a = reg(instruction.operands[0]), b = reg(instruction.operands[1]);
+  switch (instruction.op) {
+  case ElementwiseOp::Neg: return "-" + a;
+  // `v < 0 ? 0 : v` keeps NaN, as PyTorch's relu does.
+  case ElementwiseOp::Relu: return "(" + a + " < " + zero + " ? " + zero + " : " + a + ")";
+  case ElementwiseOp::Tanh: return "ampjit_tanh(" + a + ")";
+  case ElementwiseOp::Sigmoid: return one + " / (" + one + " + ampjit_exp(-" + a + "))";
+  case ElementwiseOp::Exp: return "ampjit_exp(" + a + ")";
+  case ElementwiseOp::Log: return "ampjit_log(" + a + ")";
+  case ElementwiseOp::Sqrt: return "ampjit_sqrt(" + a + ")";
+  // 1 / sqrt, not rsqrt: the CPU divides, and rsqrt is not correctly rounded.
+  case ElementwiseOp::Rsqrt: return one + " / ampjit_sqrt(" + a + ")";
+  case ElementwiseOp::Gelu: return "ampjit_gelu(" + a + ")";
+  case ElementwiseOp::GeluTanh: return "ampjit_gelu_tanh(" + a + ")";
+  case ElementwiseOp::Pow:
+    return "ampjit_pow(" + a + ", " +
+           (isDouble ? doubleLiteral(instruction.scalar) : floatLiteral(float(instruction.scalar))) + ")";
+  case ElementwiseOp::Add: return a + " + " + b;
+  case ElementwiseOp::Sub: return a + " - " + b;
+  case ElementwiseOp::Mul: return a + " * " + b;
+  case ElementwiseOp::Div: return a + " / " + b;
+  case ElementwiseOp::ReluGrad: return "(" + b + " > " + zero + " ? " + a + " : " + zero + ")";
+  case ElementwiseOp::GeluGrad: return "ampjit_gelu_grad(" + a + ", " + b + ")";
+  case ElementwiseOp::GeluTanhGrad: return "ampjit_gelu_tanh_grad(" + a + ", " + b + ")";
+  default: return "";
+  }
+}
+
+const char* comparisonOperator(ElementwiseOp op) {
+  switch (op) {
+  case ElementwiseOp::CmpEq: return "==";
+  case ElementwiseOp::CmpNe: return "!=";
+  case ElementwiseOp::CmpLt: return "<";
+  case ElementwiseOp::CmpLe: return "<=";
+  case ElementwiseOp::CmpGt: return ">";
+  case ElementwiseOp::CmpGe: return ">=";
+  default: return nullptr;
+  }
+}
+
+/// Convert as the CPU evaluator's convert(): float registers narrow once from
+/// the exact float, doubles and integers round once from double (an i64 to
+/// f32 goes through double, as the CPU's does), integers truncate.
+std::string conversion(DType to, DType from, const std::string& value) {
+  RegisterClass toClass = classOf(to), fromClass = classOf(from);
+  if (toClass == RegisterClass::Integer) {
+    if (to == DType::I1)
+      return "(" + value + (fromClass == RegisterClass::Single    ? " != 0.0f"
+                            : fromClass == RegisterClass::Double ? " != 0.0"
+                                                                  : " != 0") +
+             " ? 1LL : 0LL)";
+    if (fromClass == RegisterClass::Integer)
+      return value;
+    return "ampjit_truncate_i64((double)" + value + ")";
+  }
+  if (toClass == RegisterClass::Double)
+    return "(double)" + value;
+  if (fromClass == RegisterClass::Single)
+    return roundedTo(to, value);
+  std::string asDouble = fromClass == RegisterClass::Double ? value : "(double)" + value;
+  switch (to) {
+  case DType::F16: return "ampjit_f16_from_double(" + asDouble + ")";
+  case DType::BF16: return "ampjit_bf16_from_double(" + asDouble + ")";
+  default: return "(float)" + asDouble;
+  }
+}
+
+/// A register value widened from a loaded element.
+std::string loadExpression(DType dtype, const std::string& element) {
+  switch (dtype) {
+  case DType::F16: return "__half2float(" + element + ")";
+  case DType::BF16: return "__bfloat162float(" + element + ")";
+  case DType::I1: return "(long long)" + element;
+  default: return element;
+  }
+}
+
+std::string storeExpression(DType dtype, const std::string& value) {
+  switch (dtype) {
+  case DType::F16: return "__float2half_rn(" + value + ")";
+  case DType::BF16: return "__float2bfloat16_rn(" + value + ")";
+  case DType::I1: return "(unsigned char)(" + value + " != 0 ? 1 : 0)";
+  default: return value;
+  }
+}
+
+std::string instructionComment(const FusedInstruction& instruction, uint32_t index) {
+  std::string text = "// " + reg(index) + ": " + std::string(elementwiseOpName(instruction.op)) + " " +
+                     std::string(dtypeName(instruction.type));
+  if (instruction.op == ElementwiseOp::Load)
+    return text + " in" + std::to_string(instruction.operands[0]);
+  int arity = elementwiseOpArity(instruction.op);
+  for (int k = 0; k < arity; ++k)
+    text += (k ? ", " : " ") + reg(instruction.operands[k]);
+  return text;
+}
+
+constexpr std::string_view kNamePlaceholder = "AMPJIT_KERNEL_NAME";
+
+/// The kernel, with kNamePlaceholder for its name and no step comment: the
+/// text whose hash names it.
+std::string kernelBody(const std::vector<FusedInstruction>& program, const std::vector<uint32_t>& outputs,
+                       const std::vector<DType>& inputTypes, const std::vector<DType>& outputTypes) {
+  std::string text = prelude();
+  text += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kElementwiseBlockSize) + ")\n";
+  text += std::string(kNamePlaceholder) + "(long long count, int rank, AmpjitDims dims";
+  for (size_t k = 0; k < inputTypes.size(); ++k)
+    text += ",\n    const " + std::string(elementTypeName(inputTypes[k])) + "* in" + std::to_string(k) +
+            ", AmpjitDims stride" + std::to_string(k);
+  for (size_t k = 0; k < outputTypes.size(); ++k)
+    text += ",\n    " + std::string(elementTypeName(outputTypes[k])) + "* out" + std::to_string(k);
+  text += ") {\n";
+  text += "  const long long step = (long long)gridDim.x * blockDim.x;\n";
+  text += "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += step) {\n";
+  // Offsets of the broadcast inputs: rank 1 (every same-shape operand once
+  // dimensions are collapsed) needs no division.
+  for (size_t k = 0; k < inputTypes.size(); ++k)
+    text += "    long long offset" + std::to_string(k) + " = 0;\n";
+  if (!inputTypes.empty()) {
+    text += "    if (rank == 1) {\n";
+    for (size_t k = 0; k < inputTypes.size(); ++k)
+      text += "      offset" + std::to_string(k) + " = i * stride" + std::to_string(k) + ".v[0];\n";
+    text += "    } else {\n";
+    text += "      long long rest = i;\n";
+    text += "      for (int d = rank - 1; d >= 0; --d) {\n";
+    text += "        const long long coordinate = rest % dims.v[d];\n";
+    text += "        rest /= dims.v[d];\n";
+    for (size_t k = 0; k < inputTypes.size(); ++k)
+      text += "        offset" + std::to_string(k) + " += coordinate * stride" + std::to_string(k) + ".v[d];\n";
+    text += "      }\n";
+    text += "    }\n";
+  }
+  for (uint32_t r = 0; r < program.size(); ++r) {
+    const FusedInstruction& instruction = program[r];
+    const auto& ops = instruction.operands;
+    std::string value;
+    switch (instruction.op) {
+    case ElementwiseOp::Load: {
+      std::string slot = std::to_string(ops[0]);
+      value = loadExpression(instruction.type, "in" + slot + "[offset" + slot + "]");
+      break;
+    }
+    case ElementwiseOp::Constant: value = constantLiteral(instruction.scalar, instruction.type); break;
+    case ElementwiseOp::Convert:
+      value = conversion(instruction.type, program[ops[0]].type, reg(ops[0]));
+      break;
+    case ElementwiseOp::Select:
+      value = "(" + reg(ops[0]) + " != 0 ? " + reg(ops[1]) + " : " + reg(ops[2]) + ")";
+      break;
+    default:
+      if (const char* comparison = comparisonOperator(instruction.op))
+        value = "(" + reg(ops[0]) + " " + comparison + " " + reg(ops[1]) + " ? 1LL : 0LL)";
+      else if (classOf(instruction.type) == RegisterClass::Single)
+        value = roundedTo(instruction.type, arithmetic(instruction));
+      else
+        value = arithmetic(instruction);
+      break;
+    }
+    text += "    " + instructionComment(instruction, r) + "\n";
+    text += "    const " + std::string(registerTypeName(classOf(instruction.type))) + " " + reg(r) + " = " +
+            value + ";\n";
+  }
+  for (size_t k = 0; k < outputs.size(); ++k)
+    text += "    out" + std::to_string(k) + "[i] = " + storeExpression(outputTypes[k], reg(outputs[k])) + ";\n";
+  text += "  }\n}\n";
+  return text;
+}
+
+std::string hex64(uint64_t value) { return format("%016" PRIx64, value); }
+
+/// The step as the printed plan shows it, as comment lines.
+std::string stepComment(const Plan& plan, const Step& step) {
+  std::string printed;
+  for (size_t index = 0; index < plan.steps.size(); ++index)
+    if (&plan.steps[index] == &step) {
+      printed = printStep(plan, index);
+      break;
+    }
+  if (printed.empty())
+    printed = std::string(stepKindName(step.kind)) + " step (not in the plan's step list), from " +
+              (step.origin.empty() ? "an unknown origin" : step.origin);
+  std::string text = "// Generated by ampjit for plan '" + plan.name + "':\n//   ";
+  for (char c : printed)
+    text += c == '\n' ? std::string("\n//   ") : std::string(1, c);
+  return text + "\n";
+}
+
+} // namespace
+
+uint64_t fnv1a64(std::string_view bytes, uint64_t seed) {
+  uint64_t hash = seed;
+  for (unsigned char c : bytes) {
+    hash ^= c;
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+KernelDims ElementwiseLaunch::packedDims() const {
+  KernelDims packed;
+  for (size_t d = 0; d < dims.size() && d < size_t(kMaxKernelRank); ++d)
+    packed.values[d] = dims[d];
+  return packed;
+}
+
+KernelDims ElementwiseLaunch::packedStrides(size_t input) const {
+  KernelDims packed;
+  const std::vector<int64_t>& strides = inputStrides.at(input);
+  for (size_t d = 0; d < strides.size() && d < size_t(kMaxKernelRank); ++d)
+    packed.values[d] = strides[d];
+  return packed;
+}
+
+int64_t ElementwiseLaunch::gridSize(int64_t maxBlocks) const {
+  int64_t blocks = (elementCount + kElementwiseBlockSize - 1) / kElementwiseBlockSize;
+  return std::max<int64_t>(1, std::min(blocks, std::max<int64_t>(1, maxBlocks)));
+}
+
+Expected<ElementwiseLaunch> describeElementwiseLaunch(const std::vector<Shape>& inputShapes,
+                                                      const Shape& outputShape) {
+  ElementwiseLaunch launch;
+  launch.elementCount = elementCount(outputShape);
+  std::vector<std::vector<int64_t>> fullStrides;
+  for (size_t k = 0; k < inputShapes.size(); ++k) {
+    if (!broadcastsTo(inputShapes[k], outputShape))
+      return Status::error("input " + std::to_string(k) + " of shape " + shapeToString(inputShapes[k]) +
+                           " does not broadcast to " + shapeToString(outputShape));
+    fullStrides.push_back(broadcastStrides(inputShapes[k], outputShape));
+  }
+  launch.inputStrides.resize(inputShapes.size());
+  // Walk from the innermost dimension outwards, merging a dimension into the
+  // one kept inside it when every input continues its stride there; size-1
+  // dimensions contribute nothing. Built innermost-first, reversed below.
+  for (size_t d = outputShape.size(); d-- > 0;) {
+    if (outputShape[d] == 1)
+      continue;
+    bool merge = !launch.dims.empty();
+    for (size_t k = 0; merge && k < inputShapes.size(); ++k)
+      merge = fullStrides[k][d] == launch.inputStrides[k].back() * launch.dims.back();
+    if (merge) {
+      launch.dims.back() *= outputShape[d];
+      continue;
+    }
+    launch.dims.push_back(outputShape[d]);
+    for (size_t k = 0; k < inputShapes.size(); ++k)
+      launch.inputStrides[k].push_back(fullStrides[k][d]);
+  }
+  std::reverse(launch.dims.begin(), launch.dims.end());
+  for (std::vector<int64_t>& strides : launch.inputStrides)
+    std::reverse(strides.begin(), strides.end());
+  if (launch.dims.size() > size_t(kMaxKernelRank))
+    return Status::error("the broadcast needs " + std::to_string(launch.dims.size()) +
+                         " dimensions after collapsing; generated kernels index at most " +
+                         std::to_string(kMaxKernelRank));
+  return launch;
+}
+
+Expected<ElementwiseKernel> emitElementwiseKernel(const Plan& plan, const Step& step) {
+  if (step.kind != StepKind::Elementwise && step.kind != StepKind::FusedElementwise)
+    return Status::error("no elementwise kernel for a " + std::string(stepKindName(step.kind)) + " step");
+  std::vector<TensorType> inputTypes, outputTypes;
+  for (const auto* ids : {&step.inputs, &step.outputs})
+    for (BufferId id : *ids) {
+      if (id >= plan.buffers.size())
+        return Status::error("step reads or writes buffer %" + std::to_string(id) + ", which the plan lacks");
+      (ids == &step.inputs ? inputTypes : outputTypes).push_back(plan.buffers[id].type);
+    }
+  AMPJIT_RETURN_IF_ERROR(verifyStepTypes(step, inputTypes, outputTypes).withContext(
+      "cannot generate a kernel for a malformed " + std::string(stepKindName(step.kind)) + " step"));
+
+  // An Elementwise step is the program "load each input; apply the op".
+  std::vector<FusedInstruction> program;
+  std::vector<uint32_t> outputs;
+  if (step.kind == StepKind::Elementwise) {
+    const ElementwiseParams& params = step.as<ElementwiseParams>();
+    FusedInstruction op{params.op, outputTypes[0].dtype, {}, params.scalar};
+    for (uint32_t slot = 0; slot < inputTypes.size(); ++slot) {
+      program.push_back(FusedInstruction{ElementwiseOp::Load, inputTypes[slot].dtype, {slot, 0, 0}, 0.0});
+      op.operands[slot] = slot;
+    }
+    program.push_back(op);
+    outputs = {uint32_t(program.size() - 1)};
+  } else {
+    program = step.as<FusedElementwiseParams>().program;
+    outputs = step.as<FusedElementwiseParams>().outputs;
+  }
+
+  std::vector<Shape> inputShapes;
+  std::vector<DType> inputDTypes, outputDTypes;
+  for (const TensorType& type : inputTypes) {
+    inputShapes.push_back(type.shape);
+    inputDTypes.push_back(type.dtype);
+  }
+  for (const TensorType& type : outputTypes)
+    outputDTypes.push_back(type.dtype);
+  Expected<ElementwiseLaunch> launch = describeElementwiseLaunch(inputShapes, outputTypes[0].shape);
+  if (!launch)
+    return launch.status();
+  launch->inputs = step.inputs;
+  launch->outputs = step.outputs;
+
+  std::string body = kernelBody(program, outputs, inputDTypes, outputDTypes);
+  ElementwiseKernel kernel;
+  kernel.name = "ampjit_elementwise_" + hex64(fnv1a64(body));
+  body.replace(body.find(kNamePlaceholder), kNamePlaceholder.size(), kernel.name);
+  kernel.source = stepComment(plan, step) + "// Kernel " + kernel.name + ": one thread per output element, " +
+                  "grid-stride loop; inputs broadcast by per-dimension strides (0 where broadcast).\n\n" + body;
+  kernel.launch = std::move(*launch);
+  return kernel;
+}
+
+} // namespace ampjit::runtime::cuda

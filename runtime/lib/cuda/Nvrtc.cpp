@@ -1,0 +1,243 @@
+// NVRTC compilation and the on-disk kernel cache (see Nvrtc.h).
+
+#include "Nvrtc.h"
+
+#include "ampjit/runtime/cuda/KernelSource.h"
+
+#include <nvrtc.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <system_error>
+#include <unistd.h>
+
+#ifndef AMPJIT_CUDA_INCLUDE_DIR
+#define AMPJIT_CUDA_INCLUDE_DIR "/usr/local/cuda/include"
+#endif
+
+namespace ampjit::runtime::cuda {
+
+namespace {
+
+// Entry layout, little-endian: magic, format version, key hash (two 64-bit
+// halves), payload size, payload checksum, then the CUBIN.
+constexpr char kEntryMagic[8] = {'A', 'M', 'P', 'J', 'K', 'C', 'U', 'B'};
+constexpr uint32_t kEntryFormat = 1;
+constexpr size_t kEntryHeaderSize = 8 + 4 + 8 + 8 + 8 + 8;
+
+struct CacheKey {
+  uint64_t low = 0, high = 0;
+  std::string hex() const {
+    char text[33];
+    std::snprintf(text, sizeof text, "%016llx%016llx", (unsigned long long)high, (unsigned long long)low);
+    return text;
+  }
+};
+
+CacheKey cacheKey(std::string_view source, const std::vector<std::string>& options, std::string_view architecture) {
+  // The options contain the architecture; it and the NVRTC version are
+  // hashed again explicitly so the key's inputs are obvious.
+  std::string material = "ampjit-kernel-cache-v1\n";
+  material += "nvrtc " + nvrtcVersion() + "\n";
+  material += "arch " + std::string(architecture) + "\n";
+  for (const std::string& option : options)
+    material += "option " + option + "\n";
+  material += "source\n";
+  material += source;
+  // Two independently seeded FNV-1a hashes: 128 bits, so distinct kernels do
+  // not collide in practice; the entry also stores the key to catch it anyway.
+  return CacheKey{fnv1a64(material), fnv1a64(material, 0x84222325cbf29ce4ull)};
+}
+
+template <typename T> void append(std::string& bytes, T value) {
+  char raw[sizeof(T)];
+  std::memcpy(raw, &value, sizeof(T));
+  bytes.append(raw, sizeof(T));
+}
+
+template <typename T> T readAt(const std::string& bytes, size_t offset) {
+  T value;
+  std::memcpy(&value, bytes.data() + offset, sizeof(T));
+  return value;
+}
+
+std::string encodeEntry(const CacheKey& key, const std::vector<uint8_t>& cubin) {
+  std::string bytes(kEntryMagic, sizeof kEntryMagic);
+  append(bytes, kEntryFormat);
+  append(bytes, key.low);
+  append(bytes, key.high);
+  append(bytes, uint64_t(cubin.size()));
+  append(bytes, fnv1a64(std::string_view(reinterpret_cast<const char*>(cubin.data()), cubin.size())));
+  bytes.append(reinterpret_cast<const char*>(cubin.data()), cubin.size());
+  return bytes;
+}
+
+/// The CUBIN of a well-formed entry for `key`; empty for anything else.
+std::vector<uint8_t> decodeEntry(const std::string& bytes, const CacheKey& key) {
+  if (bytes.size() < kEntryHeaderSize || std::memcmp(bytes.data(), kEntryMagic, sizeof kEntryMagic) != 0)
+    return {};
+  if (readAt<uint32_t>(bytes, 8) != kEntryFormat || readAt<uint64_t>(bytes, 12) != key.low ||
+      readAt<uint64_t>(bytes, 20) != key.high)
+    return {};
+  uint64_t size = readAt<uint64_t>(bytes, 28);
+  if (size == 0 || size != bytes.size() - kEntryHeaderSize)
+    return {};
+  std::string_view payload(bytes.data() + kEntryHeaderSize, size);
+  if (readAt<uint64_t>(bytes, 36) != fnv1a64(payload))
+    return {};
+  // A CUBIN is an ELF image.
+  if (payload.substr(0, 4) != std::string_view("\x7f" "ELF", 4))
+    return {};
+  std::vector<uint8_t> cubin(payload.size());
+  std::memcpy(cubin.data(), payload.data(), payload.size());
+  return cubin;
+}
+
+bool readFile(const std::filesystem::path& path, std::string& bytes) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file)
+    return false;
+  bytes.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+  return !file.bad();
+}
+
+/// Best effort: a failure leaves the cache without this entry.
+void writeEntryAtomically(const std::filesystem::path& path, const std::string& bytes) {
+  std::error_code error;
+  std::filesystem::create_directories(path.parent_path(), error);
+  if (error)
+    return;
+  std::filesystem::path temporary = path;
+  temporary += ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
+    if (!file)
+      return;
+    file.write(bytes.data(), std::streamsize(bytes.size()));
+    if (!file.flush()) {
+      file.close();
+      std::filesystem::remove(temporary, error);
+      return;
+    }
+  }
+  std::filesystem::rename(temporary, path, error);
+  if (error)
+    std::filesystem::remove(temporary, error);
+}
+
+std::string environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? std::string(value) : std::string();
+}
+
+struct ProgramDeleter {
+  void operator()(nvrtcProgram program) const { nvrtcDestroyProgram(&program); }
+};
+using ProgramHandle = std::unique_ptr<std::remove_pointer_t<nvrtcProgram>, ProgramDeleter>;
+
+std::string programLog(nvrtcProgram program) {
+  size_t size = 0;
+  if (nvrtcGetProgramLogSize(program, &size) != NVRTC_SUCCESS || size <= 1)
+    return {};
+  std::string log(size, '\0');
+  if (nvrtcGetProgramLog(program, log.data()) != NVRTC_SUCCESS)
+    return {};
+  while (!log.empty() && (log.back() == '\0' || log.back() == '\n'))
+    log.pop_back();
+  return log;
+}
+
+} // namespace
+
+std::string nvrtcVersion() {
+  int major = 0, minor = 0;
+  if (::nvrtcVersion(&major, &minor) != NVRTC_SUCCESS)
+    return "unknown";
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+std::vector<std::string> nvrtcOptions(std::string_view architecture) {
+  return {"-std=c++17", "--gpu-architecture=" + std::string(architecture), "-I" AMPJIT_CUDA_INCLUDE_DIR,
+          "-default-device", "--fmad=false"};
+}
+
+std::filesystem::path defaultKernelCacheDirectory() {
+  if (std::string explicitDirectory = environment("AMPJIT_KERNEL_CACHE"); !explicitDirectory.empty())
+    return explicitDirectory;
+  if (std::string xdg = environment("XDG_CACHE_HOME"); !xdg.empty())
+    return std::filesystem::path(xdg) / "ampjit";
+  if (std::string home = environment("HOME"); !home.empty())
+    return std::filesystem::path(home) / ".cache" / "ampjit";
+  return {};
+}
+
+Expected<CompiledKernel> compileWithNvrtc(std::string_view source, std::string_view programName,
+                                          std::string_view architecture) {
+  // NVRTC's --gpu-architecture also takes compute_XX, which yields PTX and no CUBIN.
+  if (!architecture.starts_with("sm_"))
+    return Status::error("kernels compile to CUBIN for a real architecture such as sm_90, not '" +
+                         std::string(architecture) + "'");
+  std::string sourceText(source), name(programName);
+  nvrtcProgram raw = nullptr;
+  if (nvrtcResult result = nvrtcCreateProgram(&raw, sourceText.c_str(), name.c_str(), 0, nullptr, nullptr);
+      result != NVRTC_SUCCESS)
+    return Status::error("nvrtcCreateProgram failed for " + name + ": " + nvrtcGetErrorString(result));
+  ProgramHandle program(raw);
+  std::vector<std::string> options = nvrtcOptions(architecture);
+  std::vector<const char*> optionPointers;
+  for (const std::string& option : options)
+    optionPointers.push_back(option.c_str());
+  nvrtcResult result = nvrtcCompileProgram(program.get(), int(optionPointers.size()), optionPointers.data());
+  std::string log = programLog(program.get());
+  if (result != NVRTC_SUCCESS)
+    return Status::error("NVRTC " + nvrtcVersion() + " could not compile " + name + " for " +
+                         std::string(architecture) + " (" + nvrtcGetErrorString(result) + "):\n" + log);
+  size_t size = 0;
+  if (nvrtcResult sizeResult = nvrtcGetCUBINSize(program.get(), &size); sizeResult != NVRTC_SUCCESS || size == 0)
+    return Status::error("NVRTC produced no CUBIN for " + name + ": " + nvrtcGetErrorString(sizeResult));
+  CompiledKernel kernel;
+  kernel.cubin.resize(size);
+  if (nvrtcResult cubinResult = nvrtcGetCUBIN(program.get(), reinterpret_cast<char*>(kernel.cubin.data()));
+      cubinResult != NVRTC_SUCCESS)
+    return Status::error("nvrtcGetCUBIN failed for " + name + ": " + nvrtcGetErrorString(cubinResult));
+  kernel.log = std::move(log);
+  return kernel;
+}
+
+KernelCompiler::KernelCompiler(std::filesystem::path cacheDirectory) : cacheDirectory_(std::move(cacheDirectory)) {}
+
+std::filesystem::path KernelCompiler::cacheEntryPath(std::string_view source, std::string_view architecture) const {
+  if (cacheDirectory_.empty())
+    return {};
+  CacheKey key = cacheKey(source, nvrtcOptions(architecture), architecture);
+  return cacheDirectory_ / (key.hex() + ".cubin");
+}
+
+Expected<CompiledKernel> KernelCompiler::compile(std::string_view source, std::string_view programName,
+                                                 std::string_view architecture) {
+  std::filesystem::path entry = cacheEntryPath(source, architecture);
+  CacheKey key = cacheKey(source, nvrtcOptions(architecture), architecture);
+  if (!entry.empty()) {
+    std::string bytes;
+    if (readFile(entry, bytes)) {
+      std::vector<uint8_t> cubin = decodeEntry(bytes, key);
+      if (!cubin.empty()) {
+        ++cacheHits_;
+        return CompiledKernel{std::move(cubin), true, {}};
+      }
+      // Corrupt or foreign: fall through, recompile and overwrite it.
+    }
+  }
+  Expected<CompiledKernel> compiled = compileWithNvrtc(source, programName, architecture);
+  if (!compiled)
+    return compiled;
+  ++compilations_;
+  if (!entry.empty())
+    writeEntryAtomically(entry, encodeEntry(key, compiled->cubin));
+  return compiled;
+}
+
+} // namespace ampjit::runtime::cuda

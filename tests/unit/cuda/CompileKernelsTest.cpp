@@ -1,0 +1,349 @@
+//===- CompileKernelsTest.cpp - every generated kernel through NVRTC ------===//
+//
+// CI has no GPU, but NVRTC compiles for sm_90 without one (DESIGN,
+// "Conventions"), so every kernel the runtime can generate is compiled here:
+// each ElementwiseOp on each dtype combination checkElementwiseTypes
+// accepts, Load and Constant of every dtype, and every elementwise and fused
+// step of the MNIST train step at O0, O1 (f16, bf16) and O2 (f16) as
+// codegen builds them. Then the on-disk cache: a hit the second time, and a
+// corrupted entry recompiled and rewritten. Nothing runs on a device.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda/Nvrtc.h"
+
+#include "ampjit/Codegen/PlanBuilder.h"
+#include "ampjit/InitAmpjit.h"
+#include "ampjit/runtime/cuda/KernelSource.h"
+
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+
+namespace rt = ampjit::runtime;
+namespace cuda = ampjit::runtime::cuda;
+using namespace mlir;
+
+namespace {
+
+/// f64 when any buffer or register of the step is f64, as verifyPlan requires.
+rt::DType computeTypeOf(const rt::StepParams& params, const std::vector<rt::DType>& dtypes) {
+  bool anyDouble = std::find(dtypes.begin(), dtypes.end(), rt::DType::F64) != dtypes.end();
+  if (const auto* fused = std::get_if<rt::FusedElementwiseParams>(&params))
+    for (const rt::FusedInstruction& instruction : fused->program)
+      anyDouble |= instruction.type == rt::DType::F64;
+  return anyDouble ? rt::DType::F64 : rt::DType::F32;
+}
+
+constexpr const char* kArchitecture = "sm_90";
+
+struct NamedKernel {
+  std::string what; // for messages: the op and dtypes, or the plan step
+  cuda::ElementwiseKernel kernel;
+};
+
+/// Compiles each distinct kernel (by name: one name, one body) once, on
+/// every core, and returns the failures' messages.
+std::vector<std::string> compileAll(const std::vector<NamedKernel>& kernels, size_t* distinct = nullptr) {
+  std::map<std::string, const NamedKernel*> byName;
+  for (const NamedKernel& kernel : kernels)
+    byName.emplace(kernel.kernel.name, &kernel);
+  std::vector<const NamedKernel*> work;
+  for (const auto& [name, kernel] : byName)
+    work.push_back(kernel);
+  if (distinct)
+    *distinct = work.size();
+  std::vector<std::string> failures;
+  std::mutex failuresMutex;
+  std::atomic<size_t> next = 0;
+  auto worker = [&] {
+    for (size_t i = next++; i < work.size(); i = next++) {
+      const NamedKernel& item = *work[i];
+      rt::Expected<cuda::CompiledKernel> compiled =
+          cuda::compileWithNvrtc(item.kernel.source, item.kernel.name + ".cu", kArchitecture);
+      if (!compiled) {
+        std::lock_guard lock(failuresMutex);
+        failures.push_back(item.what + ": " + compiled.message() + "\n--- source ---\n" + item.kernel.source);
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  unsigned count = std::max(2u, std::thread::hardware_concurrency());
+  for (unsigned t = 0; t < count; ++t)
+    threads.emplace_back(worker);
+  for (std::thread& thread : threads)
+    thread.join();
+  return failures;
+}
+
+/// A plan of one step over fresh buffers of the given dtypes (shapes [3, 5]
+/// and a broadcast [5] for the second input, so indexing code is exercised).
+rt::Plan oneStepPlan(rt::StepKind kind, rt::StepParams params, const std::vector<rt::DType>& inputs,
+                     const std::vector<rt::DType>& outputs) {
+  rt::Plan plan;
+  plan.name = "compile_kernels_test";
+  rt::Step step;
+  step.kind = kind;
+  step.params = std::move(params);
+  step.origin = "CompileKernelsTest";
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    step.inputs.push_back(rt::BufferId(plan.buffers.size()));
+    rt::Shape shape = k == 1 ? rt::Shape{5} : rt::Shape{3, 5};
+    plan.buffers.push_back(rt::BufferDesc{.type = {inputs[k], shape}, .role = rt::BufferRole::Input});
+  }
+  for (rt::DType dtype : outputs) {
+    step.outputs.push_back(rt::BufferId(plan.buffers.size()));
+    plan.buffers.push_back(rt::BufferDesc{.type = {dtype, {3, 5}}, .role = rt::BufferRole::Output});
+  }
+  std::vector<rt::DType> dtypes = inputs;
+  dtypes.insert(dtypes.end(), outputs.begin(), outputs.end());
+  step.computeType = computeTypeOf(step.params, dtypes);
+  plan.steps.push_back(std::move(step));
+  return plan;
+}
+
+/// Every (operands..., result) dtype tuple of `arity` operands.
+std::vector<std::vector<rt::DType>> dtypeTuples(int size) {
+  std::vector<std::vector<rt::DType>> tuples = {{}};
+  for (int i = 0; i < size; ++i) {
+    std::vector<std::vector<rt::DType>> longer;
+    for (const auto& tuple : tuples)
+      for (rt::DType dtype : rt::allDTypes) {
+        longer.push_back(tuple);
+        longer.back().push_back(dtype);
+      }
+    tuples = std::move(longer);
+  }
+  return tuples;
+}
+
+rt::Plan compileMnistStep(const std::string& ampOptions) {
+  static bool registered = (ampjit::registerAmpjitPasses(), true);
+  (void)registered;
+  DialectRegistry registry;
+  ampjit::registerAmpjitDialects(registry);
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(AMPJIT_EXAMPLES_DIR "/mnist_train_step.mlir", &context);
+  EXPECT_TRUE(module);
+  PassManager passManager(&context, ModuleOp::getOperationName());
+  EXPECT_TRUE(succeeded(parsePassPipeline("amp-pipeline{" + ampOptions + "}", passManager)));
+  EXPECT_TRUE(succeeded(passManager.run(*module)));
+  FailureOr<func::FuncOp> entry = ampjit::codegen::findEntryFunction(*module, "");
+  EXPECT_TRUE(succeeded(entry));
+  FailureOr<rt::Plan> plan = ampjit::codegen::buildPlan(*entry, {.fuseElementwise = true});
+  EXPECT_TRUE(succeeded(plan));
+  return succeeded(plan) ? std::move(*plan) : rt::Plan{};
+}
+
+std::string joinFailures(const std::vector<std::string>& failures) {
+  std::string text;
+  for (size_t i = 0; i < failures.size() && i < 3; ++i)
+    text += failures[i] + "\n\n";
+  return std::to_string(failures.size()) + " kernel(s) failed to compile; the first:\n" + text;
+}
+
+/// A fresh directory under the system's temporary directory, removed afterwards.
+class ScratchDirectory {
+public:
+  ScratchDirectory() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("ampjit-kernel-cache-test-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(path_);
+  }
+  ~ScratchDirectory() {
+    std::error_code error;
+    std::filesystem::remove_all(path_, error);
+  }
+  const std::filesystem::path& path() const { return path_; }
+
+private:
+  std::filesystem::path path_;
+};
+
+} // namespace
+
+TEST(CompileKernels, EveryElementwiseOpOnEveryAcceptedDType) {
+  std::vector<NamedKernel> kernels;
+  for (int code = 0; code < rt::kElementwiseOpCount; ++code) {
+    auto op = rt::ElementwiseOp(code);
+    if (op == rt::ElementwiseOp::Load || op == rt::ElementwiseOp::Constant)
+      continue; // fused-only; see LoadAndConstantOfEveryDType
+    int arity = rt::elementwiseOpArity(op);
+    for (const std::vector<rt::DType>& tuple : dtypeTuples(arity + 1)) {
+      std::vector<rt::DType> operands(tuple.begin(), tuple.end() - 1);
+      rt::DType result = tuple.back();
+      if (!rt::checkElementwiseTypes(op, operands, result))
+        continue;
+      rt::Plan plan = oneStepPlan(rt::StepKind::Elementwise, rt::ElementwiseParams{op, 2.5}, operands, {result});
+      rt::Expected<cuda::ElementwiseKernel> kernel = cuda::emitElementwiseKernel(plan, plan.steps[0]);
+      std::string what = std::string(rt::elementwiseOpName(op)) + " (";
+      for (rt::DType dtype : operands)
+        what += std::string(rt::dtypeName(dtype)) + " ";
+      what += "-> " + std::string(rt::dtypeName(result)) + ")";
+      ASSERT_TRUE(kernel) << what << ": " << kernel.message();
+      kernels.push_back({what, *kernel});
+    }
+  }
+  size_t distinct = 0;
+  std::vector<std::string> failures = compileAll(kernels, &distinct);
+  EXPECT_TRUE(failures.empty()) << joinFailures(failures);
+  // Every accepted combination is its own program.
+  EXPECT_EQ(distinct, kernels.size());
+  std::printf("[ compiled ] %zu elementwise kernels for %s with NVRTC %s\n", distinct, kArchitecture,
+              cuda::nvrtcVersion().c_str());
+}
+
+TEST(CompileKernels, LoadAndConstantOfEveryDType) {
+  // One program that loads an input of each dtype and holds a constant of
+  // each, storing all of them: 12 outputs.
+  rt::FusedElementwiseParams params;
+  std::vector<rt::DType> dtypes(rt::allDTypes.begin(), rt::allDTypes.end());
+  for (uint32_t k = 0; k < dtypes.size(); ++k)
+    params.program.push_back({rt::ElementwiseOp::Load, dtypes[k], {k, 0, 0}, 0.0});
+  for (rt::DType dtype : dtypes)
+    params.program.push_back({rt::ElementwiseOp::Constant, dtype, {}, -1.75});
+  std::vector<rt::DType> outputs;
+  for (uint32_t r = 0; r < params.program.size(); ++r) {
+    params.outputs.push_back(r);
+    outputs.push_back(params.program[r].type);
+  }
+  rt::Plan plan = oneStepPlan(rt::StepKind::FusedElementwise, params, dtypes, outputs);
+  rt::Expected<cuda::ElementwiseKernel> kernel = cuda::emitElementwiseKernel(plan, plan.steps[0]);
+  ASSERT_TRUE(kernel) << kernel.message();
+  std::vector<std::string> failures = compileAll({{"load and constant of every dtype", *kernel}});
+  EXPECT_TRUE(failures.empty()) << joinFailures(failures);
+}
+
+TEST(CompileKernels, EveryKernelOfTheMnistTrainStep) {
+  size_t total = 0, steps = 0;
+  for (const char* options : {"level=O0", "level=O1 dtype=f16", "level=O1 dtype=bf16", "level=O2 dtype=f16"}) {
+    SCOPED_TRACE(options);
+    rt::Plan plan = compileMnistStep(options);
+    ASSERT_TRUE(rt::verifyPlan(plan)) << rt::verifyPlan(plan).message();
+    std::vector<NamedKernel> kernels;
+    size_t fused = 0;
+    for (size_t index = 0; index < plan.steps.size(); ++index) {
+      const rt::Step& step = plan.steps[index];
+      if (step.kind != rt::StepKind::Elementwise && step.kind != rt::StepKind::FusedElementwise)
+        continue;
+      fused += step.kind == rt::StepKind::FusedElementwise;
+      rt::Expected<cuda::ElementwiseKernel> kernel = cuda::emitElementwiseKernel(plan, step);
+      ASSERT_TRUE(kernel) << rt::printStep(plan, index) << ": " << kernel.message();
+      kernels.push_back({std::string(options) + ", " + rt::printStep(plan, index), *kernel});
+    }
+    if (std::string(options) != "level=O0") {
+      EXPECT_GT(fused, 0u) << "codegen fused nothing: the test would not cover fused programs";
+    }
+    size_t distinct = 0;
+    std::vector<std::string> failures = compileAll(kernels, &distinct);
+    EXPECT_TRUE(failures.empty()) << joinFailures(failures);
+    std::printf("[ compiled ] %-20s %zu elementwise steps (%zu fused), %zu distinct kernels\n", options,
+                kernels.size(), fused, distinct);
+    total += distinct;
+    steps += kernels.size();
+  }
+  std::printf("[ compiled ] MNIST train step: %zu steps, %zu kernels compiled for %s\n", steps, total,
+              kArchitecture);
+}
+
+TEST(CompileKernels, CacheHitsAndRewritesCorruptEntries) {
+  ScratchDirectory scratch;
+  rt::Plan plan = oneStepPlan(rt::StepKind::Elementwise, rt::ElementwiseParams{rt::ElementwiseOp::GeluTanhGrad, 0.0},
+                              {rt::DType::BF16, rt::DType::BF16}, {rt::DType::BF16});
+  rt::Expected<cuda::ElementwiseKernel> kernel = cuda::emitElementwiseKernel(plan, plan.steps[0]);
+  ASSERT_TRUE(kernel) << kernel.message();
+
+  cuda::KernelCompiler compiler(scratch.path());
+  rt::Expected<cuda::CompiledKernel> first = compiler.compile(kernel->source, kernel->name, kArchitecture);
+  ASSERT_TRUE(first) << first.message();
+  EXPECT_FALSE(first->cacheHit);
+  std::filesystem::path entry = compiler.cacheEntryPath(kernel->source, kArchitecture);
+  ASSERT_TRUE(std::filesystem::exists(entry)) << entry;
+  EXPECT_EQ(entry.parent_path(), scratch.path());
+
+  // A second compiler (another process, in effect) finds it.
+  cuda::KernelCompiler again(scratch.path());
+  rt::Expected<cuda::CompiledKernel> second = again.compile(kernel->source, kernel->name, kArchitecture);
+  ASSERT_TRUE(second) << second.message();
+  EXPECT_TRUE(second->cacheHit);
+  EXPECT_EQ(second->cubin, first->cubin);
+  EXPECT_EQ(again.cacheHits(), 1);
+  EXPECT_EQ(again.compilations(), 0);
+
+  // Another architecture is another entry.
+  EXPECT_NE(compiler.cacheEntryPath(kernel->source, "sm_80"), entry);
+  EXPECT_NE(compiler.cacheEntryPath(kernel->source + "\n", kArchitecture), entry);
+
+  // Flip one CUBIN byte: the checksum rejects it, NVRTC recompiles, the entry is rewritten.
+  auto size = std::filesystem::file_size(entry);
+  {
+    std::fstream file(entry, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(std::streamoff(size - 7));
+    file.put('\x5a' ^ char(file.peek()));
+  }
+  rt::Expected<cuda::CompiledKernel> repaired = again.compile(kernel->source, kernel->name, kArchitecture);
+  ASSERT_TRUE(repaired) << repaired.message();
+  EXPECT_FALSE(repaired->cacheHit);
+  EXPECT_EQ(repaired->cubin, first->cubin);
+  rt::Expected<cuda::CompiledKernel> hitAfterRepair = again.compile(kernel->source, kernel->name, kArchitecture);
+  ASSERT_TRUE(hitAfterRepair);
+  EXPECT_TRUE(hitAfterRepair->cacheHit);
+
+  // A truncated entry likewise.
+  std::filesystem::resize_file(entry, 20);
+  rt::Expected<cuda::CompiledKernel> fromTruncated = again.compile(kernel->source, kernel->name, kArchitecture);
+  ASSERT_TRUE(fromTruncated);
+  EXPECT_FALSE(fromTruncated->cacheHit);
+  EXPECT_EQ(std::filesystem::file_size(entry), size);
+  EXPECT_EQ(again.compilations(), 2);
+}
+
+TEST(CompileKernels, CompileErrorsCarryTheNvrtcLog) {
+  rt::Expected<cuda::CompiledKernel> broken =
+      cuda::compileWithNvrtc("extern \"C\" __global__ void k() { undeclared_thing(); }", "broken.cu", kArchitecture);
+  ASSERT_FALSE(broken);
+  EXPECT_NE(broken.message().find("broken.cu"), std::string::npos) << broken.message();
+  EXPECT_NE(broken.message().find("undeclared_thing"), std::string::npos) << broken.message();
+
+  rt::Expected<cuda::CompiledKernel> virtualArchitecture =
+      cuda::compileWithNvrtc("extern \"C\" __global__ void k() {}", "ptx.cu", "compute_90");
+  ASSERT_FALSE(virtualArchitecture);
+  EXPECT_NE(virtualArchitecture.message().find("sm_90"), std::string::npos);
+}
+
+TEST(CompileKernels, OptionsAndCacheDirectory) {
+  std::vector<std::string> options = cuda::nvrtcOptions(kArchitecture);
+  EXPECT_NE(std::find(options.begin(), options.end(), "--gpu-architecture=sm_90"), options.end());
+  EXPECT_NE(std::find(options.begin(), options.end(), "--fmad=false"), options.end());
+  EXPECT_NE(std::find(options.begin(), options.end(), "-std=c++17"), options.end());
+
+  // Restored at the end: other tests of this process may read them.
+  const char* savedHome = std::getenv("HOME");
+  std::string home = savedHome ? savedHome : "";
+  ::setenv("AMPJIT_KERNEL_CACHE", "/tmp/explicit-cache", 1);
+  EXPECT_EQ(cuda::defaultKernelCacheDirectory(), "/tmp/explicit-cache");
+  ::setenv("AMPJIT_KERNEL_CACHE", "", 1);
+  ::setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
+  EXPECT_EQ(cuda::defaultKernelCacheDirectory(), "/tmp/xdg/ampjit");
+  ::unsetenv("XDG_CACHE_HOME");
+  ::setenv("HOME", "/tmp/home", 1);
+  EXPECT_EQ(cuda::defaultKernelCacheDirectory(), "/tmp/home/.cache/ampjit");
+  ::unsetenv("AMPJIT_KERNEL_CACHE");
+  if (savedHome)
+    ::setenv("HOME", home.c_str(), 1);
+}
