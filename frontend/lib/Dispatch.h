@@ -18,6 +18,7 @@
 #include "ampjit/runtime/StepBuilder.h"
 #include "ampjit/runtime/Tensor.h"
 
+#include <array>
 #include <functional>
 #include <optional>
 #include <span>
@@ -89,23 +90,33 @@ enum class Differentiability {
 /// Everything the frontend knows about one op: its name, its operands' ODS
 /// names (for messages), its type inference and its VJP rule.
 struct OpDef {
+  static constexpr size_t kMaxOperands = 5;
   std::string_view name;
-  std::vector<std::string_view> operandNames;
+  /// Empty entries after the last operand. A fixed array keeps the table
+  /// constant-initialised, so ops work during other objects' static init.
+  std::array<std::string_view, kMaxOperands> operandNames;
   InferFunction infer;
   Differentiability differentiability;
   VjpRule vjp = nullptr;
+
+  size_t operandCount() const {
+    size_t count = 0;
+    while (count < kMaxOperands && !operandNames[count].empty())
+      ++count;
+    return count;
+  }
 };
 
 /// The table, in JitOps.td order (tests walk it against the StepBuilder's).
 std::span<const OpDef* const> allOps();
 
 namespace ops {
-extern const OpDef neg, relu, tanh, sigmoid, exp, log, sqrt, rsqrt, gelu, pow;
-extern const OpDef add, sub, mul, div, compare, select, matmul, sum, mean, max;
-extern const OpDef broadcast_to, reshape, transpose, constant, convert;
-extern const OpDef softmax, log_softmax, layer_norm, dropout, mse_loss, cross_entropy, nll_loss;
-extern const OpDef relu_grad, gelu_grad, softmax_grad, log_softmax_grad, layer_norm_grad;
-extern const OpDef mse_loss_grad, cross_entropy_grad, nll_loss_grad;
+extern constinit const OpDef neg, relu, tanh, sigmoid, exp, log, sqrt, rsqrt, gelu, pow;
+extern constinit const OpDef add, sub, mul, div, compare, select, matmul, sum, mean, max;
+extern constinit const OpDef broadcast_to, reshape, transpose, constant, convert;
+extern constinit const OpDef softmax, log_softmax, layer_norm, dropout, mse_loss, cross_entropy, nll_loss;
+extern constinit const OpDef relu_grad, gelu_grad, softmax_grad, log_softmax_grad, layer_norm_grad;
+extern constinit const OpDef mse_loss_grad, cross_entropy_grad, nll_loss_grad;
 } // namespace ops
 
 /// Runs `op`: infers result types, dispatches, records autograd.

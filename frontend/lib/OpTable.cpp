@@ -514,48 +514,48 @@ GeluApproximate approximateOf(const AttributeMap& attributes) {
 //===----------------------------------------------------------------------===//
 
 namespace ops {
-const OpDef neg{"jit.neg", {"input"}, inferUnary, D::Vjp, vjpNeg};
-const OpDef relu{"jit.relu", {"input"}, inferUnary, D::Vjp, vjpRelu};
-const OpDef tanh{"jit.tanh", {"input"}, inferUnary, D::Vjp, vjpTanh};
-const OpDef sigmoid{"jit.sigmoid", {"input"}, inferUnary, D::Vjp, vjpSigmoid};
-const OpDef exp{"jit.exp", {"input"}, inferUnary, D::Vjp, vjpExp};
-const OpDef log{"jit.log", {"input"}, inferUnary, D::Vjp, vjpLog};
-const OpDef sqrt{"jit.sqrt", {"input"}, inferUnary, D::Vjp, vjpSqrt};
-const OpDef rsqrt{"jit.rsqrt", {"input"}, inferUnary, D::Vjp, vjpRsqrt};
-const OpDef gelu{"jit.gelu", {"input"}, inferUnary, D::Vjp, vjpGelu};
-const OpDef pow{"jit.pow", {"input"}, inferUnary, D::Vjp, vjpPow};
-const OpDef add{"jit.add", {"lhs", "rhs"}, inferBinary, D::Vjp, vjpAdd};
-const OpDef sub{"jit.sub", {"lhs", "rhs"}, inferBinary, D::Vjp, vjpSub};
-const OpDef mul{"jit.mul", {"lhs", "rhs"}, inferBinary, D::Vjp, vjpMul};
-const OpDef div{"jit.div", {"lhs", "rhs"}, inferBinary, D::Vjp, vjpDiv};
-const OpDef compare{"jit.compare", {"lhs", "rhs"}, inferCompare, D::None};
-const OpDef select{"jit.select", {"condition", "true_value", "false_value"}, inferSelect, D::Vjp, vjpSelect};
-const OpDef matmul{"jit.matmul", {"lhs", "rhs"}, inferMatmul, D::Vjp, vjpMatmul};
-const OpDef sum{"jit.sum", {"input"}, inferReduction, D::Vjp, vjpSum};
-const OpDef mean{"jit.mean", {"input"}, inferReduction, D::Vjp, vjpMean};
-const OpDef max{"jit.max", {"input"}, inferReduction, D::Vjp, vjpMax};
-const OpDef broadcast_to{"jit.broadcast_to", {"input"}, inferBroadcastTo, D::Vjp, vjpBroadcastTo};
-const OpDef reshape{"jit.reshape", {"input"}, inferReshape, D::Vjp, vjpReshape};
-const OpDef transpose{"jit.transpose", {"input"}, inferTranspose, D::Vjp, vjpTranspose};
-const OpDef constant{"jit.constant", {}, inferConstant, D::None};
-const OpDef convert{"jit.convert", {"input"}, inferConvert, D::Vjp, vjpConvert};
-const OpDef softmax{"jit.softmax", {"input"}, inferAxis, D::Vjp, vjpSoftmax};
-const OpDef log_softmax{"jit.log_softmax", {"input"}, inferAxis, D::Vjp, vjpLogSoftmax};
-const OpDef layer_norm{"jit.layer_norm", {"input", "weight", "bias"}, inferLayerNorm, D::Vjp, vjpLayerNorm};
-const OpDef dropout{"jit.dropout", {"input", "rng_state"}, inferDropout, D::Vjp, vjpDropout};
-const OpDef mse_loss{"jit.mse_loss", {"input", "target"}, inferLoss, D::Vjp, vjpMseLoss};
-const OpDef cross_entropy{"jit.cross_entropy", {"logits", "labels"}, inferLoss, D::Vjp, vjpCrossEntropy};
-const OpDef nll_loss{"jit.nll_loss", {"log_probs", "labels"}, inferLoss, D::Vjp, vjpNllLoss};
-const OpDef relu_grad{"jit.relu_grad", {"grad_output", "saved"}, inferAxis, D::NotTwice};
-const OpDef gelu_grad{"jit.gelu_grad", {"grad_output", "input"}, inferAxis, D::NotTwice};
-const OpDef softmax_grad{"jit.softmax_grad", {"grad_output", "output"}, inferAxis, D::NotTwice};
-const OpDef log_softmax_grad{"jit.log_softmax_grad", {"grad_output", "output"}, inferAxis, D::NotTwice};
-const OpDef layer_norm_grad{"jit.layer_norm_grad", {"grad_output", "input", "mean", "rstd", "weight"},
+constinit const OpDef neg{"jit.neg", {"input"}, inferUnary, D::Vjp, vjpNeg};
+constinit const OpDef relu{"jit.relu", {"input"}, inferUnary, D::Vjp, vjpRelu};
+constinit const OpDef tanh{"jit.tanh", {"input"}, inferUnary, D::Vjp, vjpTanh};
+constinit const OpDef sigmoid{"jit.sigmoid", {"input"}, inferUnary, D::Vjp, vjpSigmoid};
+constinit const OpDef exp{"jit.exp", {"input"}, inferUnary, D::Vjp, vjpExp};
+constinit const OpDef log{"jit.log", {"input"}, inferUnary, D::Vjp, vjpLog};
+constinit const OpDef sqrt{"jit.sqrt", {"input"}, inferUnary, D::Vjp, vjpSqrt};
+constinit const OpDef rsqrt{"jit.rsqrt", {"input"}, inferUnary, D::Vjp, vjpRsqrt};
+constinit const OpDef gelu{"jit.gelu", {"input"}, inferUnary, D::Vjp, vjpGelu};
+constinit const OpDef pow{"jit.pow", {"input"}, inferUnary, D::Vjp, vjpPow};
+constinit const OpDef add{"jit.add", {"lhs", "rhs"}, inferBinary, D::Vjp, vjpAdd};
+constinit const OpDef sub{"jit.sub", {"lhs", "rhs"}, inferBinary, D::Vjp, vjpSub};
+constinit const OpDef mul{"jit.mul", {"lhs", "rhs"}, inferBinary, D::Vjp, vjpMul};
+constinit const OpDef div{"jit.div", {"lhs", "rhs"}, inferBinary, D::Vjp, vjpDiv};
+constinit const OpDef compare{"jit.compare", {"lhs", "rhs"}, inferCompare, D::None};
+constinit const OpDef select{"jit.select", {"condition", "true_value", "false_value"}, inferSelect, D::Vjp, vjpSelect};
+constinit const OpDef matmul{"jit.matmul", {"lhs", "rhs"}, inferMatmul, D::Vjp, vjpMatmul};
+constinit const OpDef sum{"jit.sum", {"input"}, inferReduction, D::Vjp, vjpSum};
+constinit const OpDef mean{"jit.mean", {"input"}, inferReduction, D::Vjp, vjpMean};
+constinit const OpDef max{"jit.max", {"input"}, inferReduction, D::Vjp, vjpMax};
+constinit const OpDef broadcast_to{"jit.broadcast_to", {"input"}, inferBroadcastTo, D::Vjp, vjpBroadcastTo};
+constinit const OpDef reshape{"jit.reshape", {"input"}, inferReshape, D::Vjp, vjpReshape};
+constinit const OpDef transpose{"jit.transpose", {"input"}, inferTranspose, D::Vjp, vjpTranspose};
+constinit const OpDef constant{"jit.constant", {}, inferConstant, D::None};
+constinit const OpDef convert{"jit.convert", {"input"}, inferConvert, D::Vjp, vjpConvert};
+constinit const OpDef softmax{"jit.softmax", {"input"}, inferAxis, D::Vjp, vjpSoftmax};
+constinit const OpDef log_softmax{"jit.log_softmax", {"input"}, inferAxis, D::Vjp, vjpLogSoftmax};
+constinit const OpDef layer_norm{"jit.layer_norm", {"input", "weight", "bias"}, inferLayerNorm, D::Vjp, vjpLayerNorm};
+constinit const OpDef dropout{"jit.dropout", {"input", "rng_state"}, inferDropout, D::Vjp, vjpDropout};
+constinit const OpDef mse_loss{"jit.mse_loss", {"input", "target"}, inferLoss, D::Vjp, vjpMseLoss};
+constinit const OpDef cross_entropy{"jit.cross_entropy", {"logits", "labels"}, inferLoss, D::Vjp, vjpCrossEntropy};
+constinit const OpDef nll_loss{"jit.nll_loss", {"log_probs", "labels"}, inferLoss, D::Vjp, vjpNllLoss};
+constinit const OpDef relu_grad{"jit.relu_grad", {"grad_output", "saved"}, inferAxis, D::NotTwice};
+constinit const OpDef gelu_grad{"jit.gelu_grad", {"grad_output", "input"}, inferAxis, D::NotTwice};
+constinit const OpDef softmax_grad{"jit.softmax_grad", {"grad_output", "output"}, inferAxis, D::NotTwice};
+constinit const OpDef log_softmax_grad{"jit.log_softmax_grad", {"grad_output", "output"}, inferAxis, D::NotTwice};
+constinit const OpDef layer_norm_grad{"jit.layer_norm_grad", {"grad_output", "input", "mean", "rstd", "weight"},
                             inferLayerNormGrad, D::NotTwice};
-const OpDef mse_loss_grad{"jit.mse_loss_grad", {"grad_output", "input", "target"}, inferLossGrad, D::NotTwice};
-const OpDef cross_entropy_grad{"jit.cross_entropy_grad", {"grad_output", "logits", "labels"}, inferLossGrad,
+constinit const OpDef mse_loss_grad{"jit.mse_loss_grad", {"grad_output", "input", "target"}, inferLossGrad, D::NotTwice};
+constinit const OpDef cross_entropy_grad{"jit.cross_entropy_grad", {"grad_output", "logits", "labels"}, inferLossGrad,
                                D::NotTwice};
-const OpDef nll_loss_grad{"jit.nll_loss_grad", {"grad_output", "log_probs", "labels"}, inferLossGrad,
+constinit const OpDef nll_loss_grad{"jit.nll_loss_grad", {"grad_output", "log_probs", "labels"}, inferLossGrad,
                           D::NotTwice};
 } // namespace ops
 

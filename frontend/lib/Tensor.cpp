@@ -156,8 +156,7 @@ Generator::Generator(uint64_t seed) { manual_seed(seed); }
 void Generator::manual_seed(uint64_t seed) {
   seed_ = seed;
   engine_.seed(seed);
-  const int64_t state[] = {int64_t(seed), 0};
-  rngState_ = tensor(std::span<const int64_t>(state), {2});
+  rngState_ = Tensor();
 }
 
 double Generator::next_uniform() { return double(engine_() >> 11) * 0x1.0p-53; }
@@ -168,7 +167,13 @@ double Generator::next_normal() {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
 }
 
-const Tensor& Generator::rng_state() const { return rngState_; }
+const Tensor& Generator::rng_state() const {
+  if (!rngState_.defined()) {
+    const int64_t state[] = {int64_t(seed_), 0};
+    rngState_ = tensor(std::span<const int64_t>(state), {2});
+  }
+  return rngState_;
+}
 
 void Generator::set_rng_state(const Tensor& state) {
   if (state.dtype() != i64 || state.shape() != Shape{2})

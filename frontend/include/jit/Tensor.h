@@ -150,7 +150,9 @@ public:
 private:
   uint64_t seed_;
   std::mt19937_64 engine_;
-  Tensor rngState_;
+  /// Made on first use, so that constructing a Generator (even a global one)
+  /// runs no op.
+  mutable Tensor rngState_;
 };
 
 /// The generator used when none is passed.

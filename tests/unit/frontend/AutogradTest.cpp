@@ -1,0 +1,187 @@
+// The autograd tape: backward from scalars and seeds, accumulation, the
+// no-grad scope, broadcast gradients, jit.op_id / jit.vjp_of marks on the
+// dispatched ops, and a small MLP trained eagerly.
+
+#include "Dispatch.h"
+#include "FrontendTestUtil.h"
+
+using namespace jit;
+using jit::testing::errorOf;
+
+namespace {
+
+Tensor leaf(std::initializer_list<double> values, Shape shape, DType dtype = f64) {
+  Tensor t = tensor(values, std::move(shape), dtype);
+  t.requires_grad_();
+  return t;
+}
+
+} // namespace
+
+TEST(Autograd, BackwardFromAScalarAndWithASeed) {
+  Tensor x = leaf({1, -2, 3}, {3});
+  EXPECT_TRUE(x.is_leaf());
+  Tensor y = sum(x * x);
+  EXPECT_TRUE(y.requires_grad());
+  EXPECT_FALSE(y.is_leaf());
+  EXPECT_EQ(y.grad_fn_name(), "jit.sum");
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{2, -4, 6}));
+
+  Tensor z = leaf({1, 2, 3, 4}, {2, 2});
+  (z * 3.0).backward(tensor({1, 0, -1, 2}, {2, 2}, f64));
+  EXPECT_EQ(z.grad().to_vector(), (std::vector<double>{3, 0, -3, 6}));
+}
+
+TEST(Autograd, BackwardErrors) {
+  Tensor x = leaf({1, 2}, {2});
+  EXPECT_EQ(errorOf([&] { (x * 2.0).backward(); }),
+            "backward() without a gradient needs a scalar (rank-0) tensor, but this is f64[2]; pass a seed "
+            "gradient of that type: backward(gradient)");
+  EXPECT_NE(errorOf([&] { (x * 2.0).backward(ones({3}, f64)); }).find("the gradient must have the tensor's type f64[2]"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { sum(tensor({1, 2})).backward(); }).find("does not require grad"), std::string::npos);
+  EXPECT_NE(errorOf([&] { tensor({1}, i64).requires_grad_(); }).find("only floating-point"), std::string::npos);
+  EXPECT_NE(errorOf([&] { (x * 2.0).requires_grad_(); }).find("leaf tensors"), std::string::npos);
+  EXPECT_NE(errorOf([&] { relu_grad(x, x); }).find("jit.relu_grad has no VJP rule"), std::string::npos);
+  EXPECT_NE(errorOf([&] { x.sub_(x); }).find("under jit::NoGradGuard"), std::string::npos);
+}
+
+TEST(Autograd, GradientsAccumulateAcrossBackwardCalls) {
+  Tensor w = leaf({1, 2}, {2});
+  Tensor x = tensor({3, 4}, f64);
+  sum(w * x).backward();
+  sum(w * w).backward();
+  EXPECT_EQ(w.grad().to_vector(), (std::vector<double>{3 + 2, 4 + 4}));
+
+  // The graph is kept: a second backward through it adds the same again.
+  Tensor loss = sum(w * x);
+  w.zero_grad();
+  EXPECT_FALSE(w.grad().defined());
+  loss.backward();
+  loss.backward();
+  EXPECT_EQ(w.grad().to_vector(), (std::vector<double>{6, 8}));
+  w.zero_grad(/*set_to_none=*/false);
+  EXPECT_EQ(w.grad().to_vector(), (std::vector<double>{0, 0}));
+}
+
+TEST(Autograd, SharedSubexpressionsAndBroadcastGradients) {
+  // b = a + a * a with a = 2x: db/dx = 2 + 8x; a reaches b along two paths.
+  Tensor x = leaf({1, 2}, {2});
+  Tensor a = x * 2.0;
+  sum(a + a * a).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{10, 18}));
+
+  Tensor input = tensor({1, 2, 3, 4, 5, 6}, {2, 3}, f64);
+  Tensor bias = leaf({0, 0, 0}, {3});
+  Tensor column = leaf({1, 1}, {2, 1});
+  sum((input + bias) * column).backward();
+  EXPECT_EQ(bias.grad().shape(), (Shape{3}));
+  EXPECT_EQ(bias.grad().to_vector(), (std::vector<double>{2, 2, 2}));
+  EXPECT_EQ(column.grad().shape(), (Shape{2, 1}));
+  EXPECT_EQ(column.grad().to_vector(), (std::vector<double>{6, 15}));
+}
+
+TEST(Autograd, NoGradGuard) {
+  Tensor w = leaf({1, 2}, {2});
+  EXPECT_TRUE(is_grad_enabled());
+  {
+    NoGradGuard noGrad;
+    EXPECT_FALSE(is_grad_enabled());
+    Tensor y = w * 2.0;
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_TRUE(y.is_leaf());
+    w.sub_(w.detach() * 0.5); // an in-place update of a leaf is allowed here
+    {
+      NoGradGuard nested;
+    }
+    EXPECT_FALSE(is_grad_enabled());
+  }
+  EXPECT_TRUE(is_grad_enabled());
+  EXPECT_EQ(w.to_vector(), (std::vector<double>{0.5, 1}));
+  EXPECT_TRUE(w.requires_grad());
+  EXPECT_TRUE((w * 2.0).requires_grad());
+}
+
+namespace {
+
+/// Forwards to the eager handler and remembers each op's name and marks.
+class RecordingHandler final : public jit::detail::OpHandler {
+public:
+  struct Call {
+    std::string op;
+    std::optional<int64_t> opId, vjpOf;
+  };
+  std::vector<Call> calls;
+
+  std::vector<Tensor> run(const jit::detail::OpCall& call) override {
+    auto mark = [&](const char* name) -> std::optional<int64_t> {
+      auto found = call.attributes.find(name);
+      return found == call.attributes.end() ? std::nullopt : std::optional(std::get<int64_t>(found->second));
+    };
+    calls.push_back({std::string(call.op), mark("jit.op_id"), mark("jit.vjp_of")});
+    return jit::detail::eagerHandler().run(call);
+  }
+};
+
+} // namespace
+
+TEST(Autograd, BackwardOpsCarryTheForwardOpId) {
+  Tensor x = leaf({1, -2, 3}, {3});
+  Tensor labels = tensor(std::span<const int64_t>(std::vector<int64_t>{1}), {1});
+  RecordingHandler recorder;
+  {
+    jit::detail::ScopedOpHandler scope(recorder);
+    Tensor loss = cross_entropy(reshape(relu(x), {1, 3}), labels);
+    loss.backward();
+  }
+  std::map<std::string, int64_t> forwardIds;
+  for (const auto& call : recorder.calls)
+    if (call.opId)
+      forwardIds[call.op] = *call.opId;
+  ASSERT_TRUE(forwardIds.count("jit.relu") && forwardIds.count("jit.cross_entropy"));
+  std::map<std::string, int64_t> backwardMarks;
+  for (const auto& call : recorder.calls)
+    if (call.vjpOf)
+      backwardMarks[call.op] = *call.vjpOf;
+  EXPECT_EQ(backwardMarks.at("jit.relu_grad"), forwardIds["jit.relu"]);
+  EXPECT_EQ(backwardMarks.at("jit.cross_entropy_grad"), forwardIds["jit.cross_entropy"]);
+  EXPECT_EQ(backwardMarks.at("jit.reshape"), forwardIds["jit.reshape"]);
+}
+
+TEST(Autograd, SmallMlpTrainsWithEagerSgd) {
+  // 784-16-10 on a fixed batch; parameters in nn.Linear's [out, in] layout.
+  Generator generator(2024);
+  const int64_t batch = 32;
+  Tensor images = randn({batch, 784}, f32, &generator);
+  std::vector<int64_t> classes;
+  for (int64_t i = 0; i < batch; ++i)
+    classes.push_back(int64_t(generator.next_uniform() * 10));
+  Tensor labels = tensor(std::span<const int64_t>(classes), {batch});
+
+  auto parameter = [&](Shape shape, double scale) {
+    Tensor p = randn(std::move(shape), f32, &generator) * scale;
+    p.requires_grad_();
+    return p;
+  };
+  Tensor w1 = parameter({16, 784}, 1.0 / std::sqrt(784.0)), b1 = parameter({16}, 0.0);
+  Tensor w2 = parameter({10, 16}, 1.0 / std::sqrt(16.0)), b2 = parameter({10}, 0.0);
+  std::vector<Tensor> parameters = {w1, b1, w2, b2};
+
+  std::vector<double> losses;
+  for (int step = 0; step < 20; ++step) {
+    for (Tensor& p : parameters)
+      p.zero_grad();
+    Tensor hidden = relu(matmul(images, w1, {.transpose_rhs = true}) + b1);
+    Tensor loss = cross_entropy(matmul(hidden, w2, {.transpose_rhs = true}) + b2, labels);
+    loss.backward();
+    losses.push_back(loss.item());
+    NoGradGuard noGrad;
+    for (Tensor& p : parameters)
+      p.sub_(p.grad() * 0.1);
+  }
+  EXPECT_GT(losses.front(), 1.5);
+  EXPECT_LT(losses.back(), 0.5 * losses.front()) << "first " << losses.front() << ", last " << losses.back();
+  for (size_t i = 1; i < losses.size(); ++i)
+    EXPECT_LT(losses[i], losses[i - 1] + 1e-3) << "step " << i;
+}
