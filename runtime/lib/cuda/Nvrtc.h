@@ -47,6 +47,8 @@ struct CompiledKernel {
   std::string log{};
 };
 
+/// Not thread-safe (its counters): use one per thread. Compilers in threads
+/// and processes may share one cache directory.
 class KernelCompiler {
 public:
   /// `cacheDirectory` empty: no cache, every call compiles.
