@@ -7,18 +7,12 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ampjit/Codegen/PlanBuilder.h"
-#include "ampjit/InitAmpjit.h"
+#include "CompileExample.h"
 
 #include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/CpuBackend.h"
 #include "ampjit/runtime/PlanFile.h"
 
-#include "mlir/IR/DialectRegistry.h"
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/Parser/Parser.h"
-#include "mlir/Pass/PassManager.h"
-#include "mlir/Pass/PassRegistry.h"
 
 #include <gtest/gtest.h>
 
@@ -28,7 +22,6 @@
 #include <random>
 
 namespace rt = ampjit::runtime;
-using namespace mlir;
 
 namespace {
 
@@ -37,25 +30,8 @@ constexpr size_t kImages = 0, kLabels = 1, kFirstParam = 2, kLearningRate = 14, 
                  kGoodSteps = 16, kBadSteps = 17, kSkippedSteps = 18;
 
 rt::Plan compileMnistStep(const std::string &ampOptions, bool fuseElementwise = false) {
-  static bool registered = (ampjit::registerAmpjitPasses(), true);
-  (void)registered;
-  DialectRegistry registry;
-  ampjit::registerAmpjitDialects(registry);
-  MLIRContext context(registry);
-  context.loadAllAvailableDialects();
-  OwningOpRef<ModuleOp> module =
-      parseSourceFile<ModuleOp>(AMPJIT_EXAMPLES_DIR "/mnist_train_step.mlir", &context);
-  EXPECT_TRUE(module);
-  if (!ampOptions.empty()) {
-    PassManager passManager(&context, ModuleOp::getOperationName());
-    EXPECT_TRUE(succeeded(parsePassPipeline("amp-pipeline{" + ampOptions + "}", passManager)));
-    EXPECT_TRUE(succeeded(passManager.run(*module)));
-  }
-  FailureOr<func::FuncOp> entry = ampjit::codegen::findEntryFunction(*module, "");
-  EXPECT_TRUE(succeeded(entry));
-  FailureOr<rt::Plan> plan = ampjit::codegen::buildPlan(*entry, {.fuseElementwise = fuseElementwise});
-  EXPECT_TRUE(succeeded(plan));
-  return std::move(*plan);
+  return ampjit::testing::compileExample("mnist_train_step.mlir", ampOptions,
+                                         {.fuseElementwise = fuseElementwise});
 }
 
 /// Fixed, learnable data: each label's images share a random prototype plus
@@ -132,9 +108,10 @@ TEST(EndToEnd, EveryLevelLearnsAndO1TracksO0) {
     std::vector<double> mixed = trainLosses(options, kSteps);
     ASSERT_EQ(mixed.size(), size_t(kSteps));
     EXPECT_LT(mixed.back(), 0.9 * mixed.front());
-    if (std::string(options).find("O1") != std::string::npos)
+    if (std::string(options).find("O1") != std::string::npos) {
       for (int step = 0; step < kSteps; ++step)
         EXPECT_NEAR(mixed[step], fp32[step], 1e-2 * std::abs(fp32[step])) << "step " << step;
+    }
   }
 }
 

@@ -12,15 +12,9 @@
 
 #include "cuda/Nvrtc.h"
 
-#include "ampjit/Codegen/PlanBuilder.h"
-#include "ampjit/InitAmpjit.h"
+#include "CompileExample.h"
 #include "ampjit/runtime/cuda/KernelSource.h"
 
-#include "mlir/IR/DialectRegistry.h"
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/Parser/Parser.h"
-#include "mlir/Pass/PassManager.h"
-#include "mlir/Pass/PassRegistry.h"
 
 #include <gtest/gtest.h>
 
@@ -132,22 +126,7 @@ std::vector<std::vector<rt::DType>> dtypeTuples(int size) {
 }
 
 rt::Plan compileMnistStep(const std::string& ampOptions) {
-  static bool registered = (ampjit::registerAmpjitPasses(), true);
-  (void)registered;
-  DialectRegistry registry;
-  ampjit::registerAmpjitDialects(registry);
-  MLIRContext context(registry);
-  context.loadAllAvailableDialects();
-  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(AMPJIT_EXAMPLES_DIR "/mnist_train_step.mlir", &context);
-  EXPECT_TRUE(module);
-  PassManager passManager(&context, ModuleOp::getOperationName());
-  EXPECT_TRUE(succeeded(parsePassPipeline("amp-pipeline{" + ampOptions + "}", passManager)));
-  EXPECT_TRUE(succeeded(passManager.run(*module)));
-  FailureOr<func::FuncOp> entry = ampjit::codegen::findEntryFunction(*module, "");
-  EXPECT_TRUE(succeeded(entry));
-  FailureOr<rt::Plan> plan = ampjit::codegen::buildPlan(*entry, {.fuseElementwise = true});
-  EXPECT_TRUE(succeeded(plan));
-  return succeeded(plan) ? std::move(*plan) : rt::Plan{};
+  return ampjit::testing::compileExample("mnist_train_step.mlir", ampOptions, {.fuseElementwise = true});
 }
 
 std::string joinFailures(const std::vector<std::string>& failures) {
