@@ -101,8 +101,8 @@ std::string Tensor::grad_fn_name() const {
 }
 
 void Tensor::backward() const {
-  if (numel() != 1 || dim() != 0)
-    throw Error("backward() without a gradient needs a scalar (rank-0) tensor, but this is " +
+  if (numel() != 1)
+    throw Error("backward() without a gradient needs a one-element tensor, but this is " +
                 detail::describe(*this) + "; pass a seed gradient of that type: backward(gradient)");
   NoGradGuard noGrad;
   backward(ones_like(*this));

@@ -98,7 +98,7 @@ public:
   void zero_grad(bool set_to_none = true);
   /// Name of the op that produced this tensor for autograd ("jit.add"), or "".
   std::string grad_fn_name() const;
-  /// Backpropagates from a scalar (seed 1) or with `gradient` (this tensor's
+  /// Backpropagates from a one-element tensor (seed 1) or with `gradient` (this tensor's
   /// shape and dtype) and accumulates into every leaf that requires grad.
   /// The graph is kept, so backward may run through it again.
   void backward() const;

@@ -31,12 +31,16 @@ TEST(Autograd, BackwardFromAScalarAndWithASeed) {
   Tensor z = leaf({1, 2, 3, 4}, {2, 2});
   (z * 3.0).backward(tensor({1, 0, -1, 2}, {2, 2}, f64));
   EXPECT_EQ(z.grad().to_vector(), (std::vector<double>{3, 0, -3, 6}));
+
+  Tensor w = leaf({2}, {1, 1});
+  (w * w).backward(); // any one-element tensor, as in PyTorch
+  EXPECT_EQ(w.grad().to_vector(), (std::vector<double>{4}));
 }
 
 TEST(Autograd, BackwardErrors) {
   Tensor x = leaf({1, 2}, {2});
   EXPECT_EQ(errorOf([&] { (x * 2.0).backward(); }),
-            "backward() without a gradient needs a scalar (rank-0) tensor, but this is f64[2]; pass a seed "
+            "backward() without a gradient needs a one-element tensor, but this is f64[2]; pass a seed "
             "gradient of that type: backward(gradient)");
   EXPECT_NE(errorOf([&] { (x * 2.0).backward(ones({3}, f64)); }).find("the gradient must have the tensor's type f64[2]"),
             std::string::npos);
