@@ -115,7 +115,8 @@ std::vector<Tensor> dispatch(std::string_view op, std::span<const Tensor> operan
 
 std::vector<Tensor> apply(const OpDef& op, std::vector<Tensor> operands, AttributeMap attributes,
                           const RequestedResult& requested) {
-  if (operands.size() != op.operandCount())
+  bool countOk = op.variadic ? operands.size() >= op.operandCount() : operands.size() == op.operandCount();
+  if (!countOk)
     throw Error("internal: " + std::string(op.name) + " called with " + std::to_string(operands.size()) +
                 " operand positions, expected " + std::to_string(op.operandCount()));
   std::vector<TensorType> resultTypes = op.infer(op, operands, attributes, requested);

@@ -90,7 +90,8 @@ enum class Differentiability {
 /// Everything the frontend knows about one op: its name, its operands' ODS
 /// names (for messages), its type inference and its VJP rule.
 struct OpDef {
-  static constexpr size_t kMaxOperands = 5;
+  // jit.adam_update has the most operand positions (9).
+  static constexpr size_t kMaxOperands = 9;
   std::string_view name;
   /// Empty entries after the last operand. A fixed array keeps the table
   /// constant-initialised, so ops work during other objects' static init.
@@ -98,6 +99,9 @@ struct OpDef {
   InferFunction infer;
   Differentiability differentiability;
   VjpRule vjp = nullptr;
+  /// The last named operand is ODS-Variadic (amp.all_finite's grads): it
+  /// takes one or more positions.
+  bool variadic = false;
 
   size_t operandCount() const {
     size_t count = 0;
@@ -117,6 +121,8 @@ extern constinit const OpDef broadcast_to, reshape, transpose, constant, convert
 extern constinit const OpDef softmax, log_softmax, layer_norm, dropout, mse_loss, cross_entropy, nll_loss;
 extern constinit const OpDef relu_grad, gelu_grad, softmax_grad, log_softmax_grad, layer_norm_grad;
 extern constinit const OpDef mse_loss_grad, cross_entropy_grad, nll_loss_grad;
+extern constinit const OpDef sgd_update, adam_update;
+extern constinit const OpDef scale_loss, all_finite, unscale_and_check, update_scale;
 } // namespace ops
 
 /// Runs `op`: infers result types, dispatches, records autograd.

@@ -329,6 +329,108 @@ Types inferLayerNormGrad(const OpDef& op, Operands operands, const AttributeMap&
   return {input, affine, affine};
 }
 
+
+//===----------------------------------------------------------------------===//
+// Optimizer updates and loss scaling (JitOps.td, AmpOps.td)
+//===----------------------------------------------------------------------===//
+
+const TensorType kF32Scalar{f32, {}};
+const TensorType kI64Scalar{i64, {}};
+const TensorType kBoolScalar{i1, {}};
+
+void requireOptional(const OpDef& op, Operands operands, size_t i, const TensorType& expected, const std::string& why) {
+  if (operands[i].defined())
+    requireType(op, operands, i, expected, why);
+}
+
+/// The state every update has: a float param, a gradient of its shape in
+/// any float type, an f32 lr, and the scaler's optional operands.
+void checkUpdateCommon(const OpDef& op, Operands operands, size_t lr, size_t paramCopy) {
+  requireFloat(op, operands, 0);
+  requireFloat(op, operands, 1);
+  const TensorType& param = typeOf(op, operands, 0);
+  if (typeOf(op, operands, 1).shape != param.shape)
+    fail(op, operand(op, operands, 1) + " must have the shape of " + operand(op, operands, 0));
+  requireType(op, operands, lr, kF32Scalar, " (the learning rate is an f32 state tensor)");
+  requireOptional(op, operands, lr + 1, kF32Scalar, " (1 / scale)");
+  requireOptional(op, operands, lr + 2, kBoolScalar, " (the scaler's all-finite flag)");
+  if (operands[paramCopy].defined()) {
+    DType copy = typeOf(op, operands, paramCopy).dtype;
+    if ((copy != f16 && copy != bf16) || typeOf(op, operands, paramCopy).shape != param.shape)
+      fail(op, operand(op, operands, paramCopy) + " must be the f16 or bf16 copy of " + operand(op, operands, 0));
+  }
+}
+
+// param, grad, momentum_buffer?, step?, lr, inv_scale?, predicate?, param_copy?
+Types inferSgdUpdate(const OpDef& op, Operands operands, const AttributeMap& attributes, const RequestedResult&) {
+  checkUpdateCommon(op, operands, 4, 7);
+  const TensorType& param = typeOf(op, operands, 0);
+  bool momentum = attrF64(attributes, "momentum", 0.0) != 0.0;
+  if (momentum != operands[2].defined())
+    fail(op, momentum ? "momentum != 0 needs operand 'momentum_buffer'"
+                      : "operand 'momentum_buffer' is given but momentum is 0");
+  requireOptional(op, operands, 2, param, ", the type of 'param'");
+  requireOptional(op, operands, 3, kI64Scalar, " (the update count)");
+  Types results = {param};
+  if (operands[2].defined())
+    results.push_back(param);
+  if (operands[7].defined())
+    results.push_back(typeOf(op, operands, 7));
+  return results;
+}
+
+// param, grad, exp_avg, exp_avg_sq, step, lr, inv_scale?, predicate?, param_copy?
+Types inferAdamUpdate(const OpDef& op, Operands operands, const AttributeMap&, const RequestedResult&) {
+  checkUpdateCommon(op, operands, 5, 8);
+  const TensorType& param = typeOf(op, operands, 0);
+  requireType(op, operands, 2, param, ", the type of 'param'");
+  requireType(op, operands, 3, param, ", the type of 'param'");
+  requireType(op, operands, 4, kI64Scalar, " (the update count)");
+  Types results = {param, param, param};
+  if (operands[8].defined())
+    results.push_back(typeOf(op, operands, 8));
+  return results;
+}
+
+Types inferScaleLoss(const OpDef& op, Operands operands, const AttributeMap&, const RequestedResult&) {
+  requireFloat(op, operands, 0);
+  requireType(op, operands, 1, kF32Scalar, " (the loss scale)");
+  return {typeOf(op, operands, 0)};
+}
+
+/// The variadic gradients from position `first` on, each floating-point.
+Types variadicGrads(const OpDef& op, Operands operands, size_t first) {
+  Types grads;
+  for (size_t i = first; i < operands.size(); ++i) {
+    if (!operands[i].defined() || !is_floating_point(operands[i].dtype()))
+      fail(op, "gradient " + std::to_string(i - first) + " " + describe(operands[i]) + " must be floating-point");
+    grads.push_back(operands[i].impl().type);
+  }
+  return grads;
+}
+
+Types inferAllFinite(const OpDef& op, Operands operands, const AttributeMap&, const RequestedResult&) {
+  variadicGrads(op, operands, 0);
+  return {kBoolScalar};
+}
+
+Types inferUnscaleAndCheck(const OpDef& op, Operands operands, const AttributeMap&, const RequestedResult&) {
+  requireType(op, operands, 0, kF32Scalar, " (1 / scale)");
+  Types results = variadicGrads(op, operands, 1);
+  if (results.empty())
+    fail(op, "needs at least one gradient");
+  results.push_back(kBoolScalar);
+  return results;
+}
+
+Types inferUpdateScale(const OpDef& op, Operands operands, const AttributeMap&, const RequestedResult&) {
+  requireType(op, operands, 0, kF32Scalar, "");
+  for (size_t i : {1, 2, 3})
+    requireType(op, operands, i, kI64Scalar, " (a counter)");
+  requireType(op, operands, 4, kBoolScalar, "");
+  return {kF32Scalar, kI64Scalar, kI64Scalar, kI64Scalar};
+}
+
 //===----------------------------------------------------------------------===//
 // VJP rules
 //===----------------------------------------------------------------------===//
@@ -479,6 +581,11 @@ Grads vjpNllLoss(const VjpContext& c) {
   return {nll_loss_grad(g0(c), in(c, 0), in(c, 1), options), Tensor()};
 }
 
+// backward starts from loss * scale, so the loss's gradient is the incoming
+// one times the scale: the same op (scale in fp32, rounded to the gradient's
+// type), which keeps the low-precision gradient path PyTorch's.
+Grads vjpScaleLoss(const VjpContext& c) { return {apply1(ops::scale_loss, {g0(c), in(c, 1)}), Tensor()}; }
+
 using D = Differentiability;
 
 } // namespace
@@ -557,6 +664,22 @@ constinit const OpDef cross_entropy_grad{"jit.cross_entropy_grad", {"grad_output
                                D::NotTwice};
 constinit const OpDef nll_loss_grad{"jit.nll_loss_grad", {"grad_output", "log_probs", "labels"}, inferLossGrad,
                           D::NotTwice};
+// State updates: their results replace state (the caller rebinds it), so no gradient flows.
+constinit const OpDef sgd_update{"jit.sgd_update",
+                                 {"param", "grad", "momentum_buffer", "step", "lr", "inv_scale", "predicate",
+                                  "param_copy"},
+                                 inferSgdUpdate, D::None};
+constinit const OpDef adam_update{"jit.adam_update",
+                                  {"param", "grad", "exp_avg", "exp_avg_sq", "step", "lr", "inv_scale",
+                                   "predicate", "param_copy"},
+                                  inferAdamUpdate, D::None};
+constinit const OpDef scale_loss{"amp.scale_loss", {"loss", "scale"}, inferScaleLoss, D::Vjp, vjpScaleLoss};
+constinit const OpDef all_finite{"amp.all_finite", {"grads"}, inferAllFinite, D::None, nullptr, true};
+constinit const OpDef unscale_and_check{"amp.unscale_and_check", {"inv_scale", "grads"}, inferUnscaleAndCheck,
+                                        D::None, nullptr, true};
+constinit const OpDef update_scale{"amp.update_scale",
+                                   {"scale", "good_steps", "bad_steps", "skipped_steps", "all_finite"},
+                                   inferUpdateScale, D::None};
 } // namespace ops
 
 std::span<const OpDef* const> allOps() {
@@ -567,7 +690,8 @@ std::span<const OpDef* const> allOps() {
       &ops::constant, &ops::convert, &ops::softmax, &ops::log_softmax, &ops::layer_norm, &ops::dropout,
       &ops::mse_loss, &ops::cross_entropy, &ops::nll_loss, &ops::relu_grad, &ops::gelu_grad,
       &ops::softmax_grad, &ops::log_softmax_grad, &ops::layer_norm_grad, &ops::mse_loss_grad,
-      &ops::cross_entropy_grad, &ops::nll_loss_grad};
+      &ops::cross_entropy_grad, &ops::nll_loss_grad, &ops::sgd_update, &ops::adam_update, &ops::scale_loss,
+      &ops::all_finite, &ops::unscale_and_check, &ops::update_scale};
   return table;
 }
 

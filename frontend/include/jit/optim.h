@@ -1,0 +1,234 @@
+#ifndef JIT_OPTIM_H
+#define JIT_OPTIM_H
+
+// jit::optim: PyTorch's SGD, Adam and AdamW, learning-rate schedules and
+// clip_grad_norm_. Every update is one fused op per parameter
+// (jit.sgd_update / jit.adam_update) whose results replace the parameter and
+// its buffers in place, so a traced step records the same ops. The learning
+// rate and each parameter's step count are state tensors (DESIGN principle
+// 3): a traced step reads them, and a schedule writes the lr tensor between
+// steps without retracing.
+
+#include "jit/Tensor.h"
+
+#include <cstdint>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace jit {
+
+// --- the fused update ops (JitOps.td describes them exactly) ------------------
+
+struct SgdUpdateOptions {
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  bool maximize = false;
+};
+/// jit.sgd_update. `momentum_buffer` is given exactly when momentum != 0;
+/// `step` (i64[]), `inv_scale` (f32[]) and `predicate` (i1[]) may be
+/// undefined. Returns {new_param, new_momentum_buffer (undefined without one)}.
+std::pair<Tensor, Tensor> sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
+                                     const Tensor& step, const Tensor& lr, const SgdUpdateOptions& options,
+                                     const Tensor& inv_scale = {}, const Tensor& predicate = {});
+
+struct AdamUpdateOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool decoupled_weight_decay = false; ///< AdamW
+  bool maximize = false;
+};
+/// jit.adam_update; `step` counts the updates before this one. Returns
+/// {new_param, new_exp_avg, new_exp_avg_sq}.
+std::tuple<Tensor, Tensor, Tensor> adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                                               const Tensor& exp_avg_sq, const Tensor& step, const Tensor& lr,
+                                               const AdamUpdateOptions& options, const Tensor& inv_scale = {},
+                                               const Tensor& predicate = {});
+
+/// Scales the gradients of `params` so their joint norm is at most
+/// `max_norm` and returns that norm before clipping (torch.nn.utils.
+/// clip_grad_norm_: coefficient max_norm / (norm + 1e-6), clamped to 1).
+/// `norm_type` is 2 or infinity. The norm is an f32 tensor (f64 when a
+/// gradient is f64); gradients of f16/bf16 are summed in f32.
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+
+namespace optim {
+
+/// The base of every optimizer: one parameter group over `params`.
+class Optimizer {
+public:
+  Optimizer(std::vector<Tensor> params, double lr);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  const std::vector<Tensor>& parameters() const { return params_; }
+  /// Drops (or zeroes) every parameter's gradient.
+  void zero_grad(bool set_to_none = true);
+
+  /// One update of every parameter that has a gradient.
+  void step() { step(Tensor(), Tensor()); }
+  /// The loss scaler's form: gradients are multiplied by `inv_scale` as they
+  /// are read, and with `predicate` false nothing changes (parameters,
+  /// buffers and step counts stay bit-identical). Either may be undefined.
+  void step(const Tensor& inv_scale, const Tensor& predicate);
+
+  /// The learning rate, an f32[] state tensor.
+  const Tensor& lr() const { return lr_; }
+  /// Writes the lr tensor (in place: a traced step sees the new value).
+  void set_lr(double lr);
+  /// The lr given at construction (schedules' base_lr).
+  double initial_lr() const { return initialLr_; }
+  /// Parameter i's update count (i64[]; PyTorch's state['step']).
+  const Tensor& step_count(size_t i) const { return steps_.at(i); }
+
+protected:
+  /// Updates parameter i in place with its gradient `grad`.
+  virtual void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) = 0;
+  /// Rebinds state to its updated value (every handle sees it).
+  static void assign(Tensor& state, const Tensor& value);
+
+  std::vector<Tensor> params_;
+  std::vector<Tensor> steps_;
+
+private:
+  Tensor lr_;
+  double initialLr_;
+};
+
+struct SGDOptions {
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  bool maximize = false;
+};
+
+class SGD : public Optimizer {
+public:
+  SGD(std::vector<Tensor> params, SGDOptions options);
+  const SGDOptions& options() const { return options_; }
+  /// Parameter i's momentum buffer (undefined when momentum is 0).
+  const Tensor& momentum_buffer(size_t i) const { return buffers_.at(i); }
+
+protected:
+  void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) override;
+
+private:
+  SGDOptions options_;
+  std::vector<Tensor> buffers_;
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool maximize = false;
+};
+/// AdamW's weight_decay defaults to 1e-2, as PyTorch's does.
+struct AdamWOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+  bool maximize = false;
+};
+
+class Adam : public Optimizer {
+public:
+  Adam(std::vector<Tensor> params, AdamOptions options);
+  const Tensor& exp_avg(size_t i) const { return expAvg_.at(i); }
+  const Tensor& exp_avg_sq(size_t i) const { return expAvgSq_.at(i); }
+
+protected:
+  /// AdamW's constructor: the same state, decoupled weight decay.
+  Adam(std::vector<Tensor> params, const AdamOptions& options, bool decoupled);
+  void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) override;
+
+private:
+  AdamUpdateOptions update_;
+  std::vector<Tensor> expAvg_, expAvgSq_;
+};
+
+class AdamW : public Adam {
+public:
+  AdamW(std::vector<Tensor> params, AdamWOptions options);
+};
+
+// --- learning-rate schedules ---------------------------------------------------
+// Each writes the optimizer's lr tensor from PyTorch's closed-form formula of
+// the epoch counter; construction sets epoch 0 (lr = the schedule at 0), and
+// step() advances one epoch.
+
+class LRScheduler {
+public:
+  explicit LRScheduler(Optimizer& optimizer);
+  virtual ~LRScheduler() = default;
+  void step();
+  int64_t last_epoch() const { return epoch_; }
+  double get_last_lr() const { return lastLr_; }
+
+protected:
+  /// Call at the end of a derived constructor: writes the epoch-0 lr.
+  void initialize();
+  virtual double lrAt(int64_t epoch) const = 0;
+  double base_lr() const { return baseLr_; }
+
+private:
+  Optimizer& optimizer_;
+  double baseLr_;
+  int64_t epoch_ = 0;
+  double lastLr_ = 0.0;
+};
+
+/// lr = base_lr * gamma^(epoch / step_size).
+class StepLR : public LRScheduler {
+public:
+  StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
+
+protected:
+  double lrAt(int64_t epoch) const override;
+
+private:
+  int64_t stepSize_;
+  double gamma_;
+};
+
+/// lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2.
+class CosineAnnealingLR : public LRScheduler {
+public:
+  CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min = 0.0);
+
+protected:
+  double lrAt(int64_t epoch) const override;
+
+private:
+  int64_t tMax_;
+  double etaMin_;
+};
+
+/// PyTorch's LinearLR as a warmup: lr = base_lr * (start_factor +
+/// (end_factor - start_factor) * min(epoch, total_iters) / total_iters).
+class LinearWarmup : public LRScheduler {
+public:
+  LinearWarmup(Optimizer& optimizer, int64_t total_iters, double start_factor = 1.0 / 3.0,
+               double end_factor = 1.0);
+
+protected:
+  double lrAt(int64_t epoch) const override;
+
+private:
+  int64_t totalIters_;
+  double startFactor_, endFactor_;
+};
+
+} // namespace optim
+} // namespace jit
+
+#endif // JIT_OPTIM_H

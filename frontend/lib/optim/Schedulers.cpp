@@ -1,0 +1,57 @@
+// Learning-rate schedules: PyTorch's closed forms, written into the lr tensor.
+
+#include "jit/optim.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace jit::optim {
+
+LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer), baseLr_(optimizer.initial_lr()) {}
+
+void LRScheduler::initialize() {
+  lastLr_ = lrAt(epoch_);
+  optimizer_.set_lr(lastLr_);
+}
+
+void LRScheduler::step() {
+  ++epoch_;
+  lastLr_ = lrAt(epoch_);
+  optimizer_.set_lr(lastLr_);
+}
+
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
+    : LRScheduler(optimizer), stepSize_(step_size), gamma_(gamma) {
+  if (step_size <= 0)
+    throw Error("StepLR: step_size must be positive");
+  initialize();
+}
+
+double StepLR::lrAt(int64_t epoch) const { return base_lr() * std::pow(gamma_, double(epoch / stepSize_)); }
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min)
+    : LRScheduler(optimizer), tMax_(T_max), etaMin_(eta_min) {
+  if (T_max <= 0)
+    throw Error("CosineAnnealingLR: T_max must be positive");
+  initialize();
+}
+
+double CosineAnnealingLR::lrAt(int64_t epoch) const {
+  return etaMin_ + (base_lr() - etaMin_) * (1.0 + std::cos(std::numbers::pi * double(epoch) / double(tMax_))) / 2.0;
+}
+
+LinearWarmup::LinearWarmup(Optimizer& optimizer, int64_t total_iters, double start_factor, double end_factor)
+    : LRScheduler(optimizer), totalIters_(total_iters), startFactor_(start_factor), endFactor_(end_factor) {
+  if (total_iters <= 0)
+    throw Error("LinearWarmup: total_iters must be positive");
+  if (!(start_factor > 0.0 && start_factor <= 1.0) || !(end_factor >= 0.0 && end_factor <= 1.0))
+    throw Error("LinearWarmup: start_factor must be in (0, 1] and end_factor in [0, 1] (as PyTorch's LinearLR)");
+  initialize();
+}
+
+double LinearWarmup::lrAt(int64_t epoch) const {
+  double progress = double(std::min(epoch, totalIters_)) / double(totalIters_);
+  return base_lr() * (startFactor_ + (endFactor_ - startFactor_) * progress);
+}
+
+} // namespace jit::optim

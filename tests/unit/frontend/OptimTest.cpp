@@ -1,0 +1,191 @@
+// jit::optim against PyTorch's update formulas, computed by hand in f64.
+
+#include "FrontendTestUtil.h"
+
+#include "jit/optim.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace jit {
+namespace {
+
+using testing::errorOf;
+
+const std::vector<double> kInit = {0.5, -1.25, 2.0, 0.75};
+
+Tensor param(DType dtype) { return tensor(kInit, {int64_t(kInit.size())}, dtype); }
+
+/// Runs loss = sum(p^3) / 3 (so grad = p^2) then opt.step(), `steps` times.
+template <typename Opt>
+void train(Tensor& p, Opt& opt, int steps) {
+  for (int s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    (sum(p * p * p) / 3.0).backward();
+    opt.step();
+  }
+}
+
+void expectNear(const std::vector<double>& actual, const std::vector<double>& expected) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i)
+    EXPECT_NEAR(actual[i], expected[i], 1e-12 * (1 + std::abs(expected[i]))) << "element " << i;
+}
+
+struct SgdCase {
+  optim::SGDOptions options;
+};
+
+std::vector<double> sgdReference(const optim::SGDOptions& o, int steps) {
+  std::vector<double> p = kInit, buf(p.size(), 0.0);
+  for (int s = 0; s < steps; ++s)
+    for (size_t i = 0; i < p.size(); ++i) {
+      double g = p[i] * p[i];
+      if (o.maximize)
+        g = -g;
+      g += o.weight_decay * p[i];
+      if (o.momentum != 0.0) {
+        buf[i] = s == 0 ? g : o.momentum * buf[i] + (1 - o.dampening) * g;
+        g = o.nesterov ? g + o.momentum * buf[i] : buf[i];
+      }
+      p[i] -= o.lr * g;
+    }
+  return p;
+}
+
+TEST(OptimTest, SgdMatchesPyTorchFormulasForThreeSteps) {
+  // lr values exact in f32 (the lr state tensor is f32, as in the dialect).
+  const optim::SGDOptions cases[] = {
+      {.lr = 0.125},
+      {.lr = 0.125, .momentum = 0.9},
+      {.lr = 0.0625, .momentum = 0.9, .dampening = 0.25, .weight_decay = 0.01},
+      {.lr = 0.0625, .momentum = 0.5, .weight_decay = 0.1, .nesterov = true},
+      {.lr = 0.25, .weight_decay = 0.05, .maximize = true},
+  };
+  for (const auto& options : cases) {
+    Tensor p = param(f64).requires_grad_();
+    optim::SGD opt({p}, options);
+    train(p, opt, 3);
+    expectNear(p.to_vector(), sgdReference(options, 3));
+    EXPECT_EQ(opt.step_count(0).item(), 3.0);
+  }
+}
+
+std::vector<double> adamReference(double lr, double b1, double b2, double eps, double wd, bool decoupled, int steps) {
+  std::vector<double> p = kInit, m(p.size(), 0.0), v(p.size(), 0.0);
+  for (int t = 1; t <= steps; ++t)
+    for (size_t i = 0; i < p.size(); ++i) {
+      double g = p[i] * p[i];
+      if (decoupled)
+        p[i] *= 1 - lr * wd;
+      else
+        g += wd * p[i];
+      m[i] = b1 * m[i] + (1 - b1) * g;
+      v[i] = b2 * v[i] + (1 - b2) * g * g;
+      double denominator = std::sqrt(v[i]) / std::sqrt(1 - std::pow(b2, t)) + eps;
+      p[i] -= lr / (1 - std::pow(b1, t)) * m[i] / denominator;
+    }
+  return p;
+}
+
+TEST(OptimTest, AdamMatchesPyTorchFormulasForThreeSteps) {
+  Tensor p = param(f64).requires_grad_();
+  optim::Adam opt({p}, {.lr = 0.125, .betas = {0.8, 0.99}, .eps = 1e-6, .weight_decay = 0.1});
+  train(p, opt, 3);
+  expectNear(p.to_vector(), adamReference(0.125, 0.8, 0.99, 1e-6, 0.1, false, 3));
+  EXPECT_EQ(opt.step_count(0).item(), 3.0);
+}
+
+TEST(OptimTest, AdamWMatchesPyTorchFormulasForThreeSteps) {
+  Tensor p = param(f64).requires_grad_();
+  optim::AdamW opt({p}, {.lr = 0.25});
+  train(p, opt, 3);
+  expectNear(p.to_vector(), adamReference(0.25, 0.9, 0.999, 1e-8, 1e-2, true, 3));
+}
+
+TEST(OptimTest, ParametersWithoutGradientsAreLeftAlone) {
+  Tensor a = param(f64).requires_grad_();
+  Tensor b = param(f64).requires_grad_();
+  optim::Adam opt({a, b}, {.lr = 0.125});
+  (sum(a * a)).backward();
+  opt.step();
+  EXPECT_EQ(b.to_vector(), kInit);
+  EXPECT_EQ(opt.step_count(0).item(), 1.0);
+  EXPECT_EQ(opt.step_count(1).item(), 0.0);
+}
+
+TEST(OptimTest, AFalsePredicateLeavesEveryStateBitIdentical) {
+  Tensor p = param(f32).requires_grad_();
+  optim::SGD opt({p}, {.lr = 0.125, .momentum = 0.9});
+  (sum(p * p)).backward();
+  opt.step(Tensor(), scalar_tensor(0.0, i1));
+  EXPECT_EQ(p.to_vector(), param(f32).to_vector());
+  EXPECT_EQ(opt.momentum_buffer(0).to_vector(), std::vector<double>(4, 0.0));
+  EXPECT_EQ(opt.step_count(0).item(), 0.0);
+}
+
+TEST(OptimTest, TheLrTensorIsWrittenInPlace) {
+  Tensor p = param(f64).requires_grad_();
+  optim::SGD opt({p}, {.lr = 0.5});
+  Tensor lr = opt.lr(); // a second handle, as a traced step holds one
+  opt.set_lr(0.25);
+  EXPECT_EQ(lr.item(), 0.25);
+  EXPECT_EQ(lr.dtype(), f32);
+}
+
+TEST(OptimTest, StepLRFollowsPyTorch) {
+  Tensor p = param(f64).requires_grad_();
+  optim::SGD opt({p}, {.lr = 1.0});
+  optim::StepLR schedule(opt, 2, 0.5);
+  std::vector<double> lrs;
+  for (int e = 0; e < 6; ++e, schedule.step())
+    lrs.push_back(opt.lr().item());
+  EXPECT_EQ(lrs, (std::vector<double>{1.0, 1.0, 0.5, 0.5, 0.25, 0.25}));
+}
+
+TEST(OptimTest, CosineAnnealingLRFollowsPyTorch) {
+  Tensor p = param(f64).requires_grad_();
+  optim::SGD opt({p}, {.lr = 0.1});
+  optim::CosineAnnealingLR schedule(opt, 4, 0.01);
+  for (int e = 0; e <= 4; ++e, schedule.step()) {
+    double expected = 0.01 + (0.1 - 0.01) * (1 + std::cos(std::numbers::pi * e / 4)) / 2;
+    EXPECT_EQ(opt.lr().item(), double(float(expected))) << "epoch " << e;
+    EXPECT_DOUBLE_EQ(schedule.get_last_lr(), expected);
+  }
+}
+
+TEST(OptimTest, LinearWarmupFollowsPyTorchLinearLR) {
+  Tensor p = param(f64).requires_grad_();
+  optim::SGD opt({p}, {.lr = 1.0});
+  optim::LinearWarmup schedule(opt, 4, 0.5);
+  std::vector<double> lrs;
+  for (int e = 0; e < 6; ++e, schedule.step())
+    lrs.push_back(opt.lr().item());
+  EXPECT_EQ(lrs, (std::vector<double>{0.5, 0.625, 0.75, 0.875, 1.0, 1.0}));
+}
+
+TEST(OptimTest, ClipGradNormScalesToMaxNormAndReturnsTheTotal) {
+  Tensor a = tensor({3.0, 0.0}, f64).requires_grad_();
+  Tensor b = tensor({4.0}, f64).requires_grad_();
+  (sum(a * tensor({1.0, 1.0}, f64) * a) * 0.5 + sum(b * b) * 0.5).backward(); // grads = a, b
+  Tensor norm = clip_grad_norm_({a, b}, 1.0);
+  EXPECT_DOUBLE_EQ(norm.item(), 5.0);
+  double coefficient = 1.0 / (5.0 + 1e-6);
+  expectNear(a.grad().to_vector(), {3.0 * coefficient, 0.0});
+  expectNear(b.grad().to_vector(), {4.0 * coefficient});
+  // Below max_norm nothing changes (the coefficient is clamped to 1).
+  Tensor again = clip_grad_norm_({a, b}, 10.0);
+  EXPECT_NEAR(again.item(), 1.0, 1e-6);
+  expectNear(b.grad().to_vector(), {4.0 * coefficient});
+  EXPECT_DOUBLE_EQ(clip_grad_norm_({a, b}, 10.0, INFINITY).item(), 4.0 * coefficient);
+}
+
+TEST(OptimTest, BadOptionsAreErrors) {
+  Tensor p = param(f64).requires_grad_();
+  EXPECT_NE(errorOf([&] { optim::SGD({p}, {.lr = 0.1, .nesterov = true}); }).find("nesterov"), std::string::npos);
+  EXPECT_NE(errorOf([&] { optim::Adam({p}, {.betas = {1.0, 0.9}}); }).find("betas"), std::string::npos);
+  EXPECT_NE(errorOf([&] { clip_grad_norm_({p}, 1.0, 1.0); }).find("norm_type"), std::string::npos);
+}
+
+} // namespace
+} // namespace jit
