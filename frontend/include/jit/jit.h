@@ -8,5 +8,6 @@
 #include "jit/Autograd.h"
 #include "jit/Ops.h"
 #include "jit/Tensor.h"
+#include "jit/nn.h"
 
 #endif // JIT_JIT_H
