@@ -1,0 +1,223 @@
+// The amp ops and GradScaler (PyTorch's torch.amp.GradScaler semantics).
+
+#include "Dispatch.h"
+
+#include "jit/Autograd.h"
+#include "jit/Ops.h"
+#include "jit/amp.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace jit::amp {
+
+Tensor scale_loss(const Tensor& loss, const Tensor& scale) {
+  return detail::apply1(detail::ops::scale_loss, {loss, scale});
+}
+
+Tensor all_finite(const std::vector<Tensor>& grads) {
+  if (grads.empty()) // nothing to check: the op needs one gradient
+    return scalar_tensor(1.0, i1);
+  return detail::apply1(detail::ops::all_finite, grads);
+}
+
+std::pair<std::vector<Tensor>, Tensor> unscale_and_check(const Tensor& inv_scale, const std::vector<Tensor>& grads) {
+  if (grads.empty())
+    return {{}, scalar_tensor(1.0, i1)};
+  std::vector<Tensor> operands = {inv_scale};
+  operands.insert(operands.end(), grads.begin(), grads.end());
+  std::vector<Tensor> results = detail::apply(detail::ops::unscale_and_check, std::move(operands));
+  Tensor finite = results.back();
+  results.pop_back();
+  return {std::move(results), finite};
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> update_scale(const Tensor& scale, const Tensor& good_steps,
+                                                        const Tensor& bad_steps, const Tensor& skipped_steps,
+                                                        const Tensor& all_finite, const UpdateScaleOptions& options) {
+  detail::AttributeMap attributes{{"growth_factor", options.growth_factor},
+                                  {"backoff_factor", options.backoff_factor},
+                                  {"growth_interval", options.growth_interval},
+                                  {"backoff_interval", options.backoff_interval},
+                                  {"min_scale", options.min_scale}};
+  std::vector<Tensor> r = detail::apply(detail::ops::update_scale,
+                                        {scale, good_steps, bad_steps, skipped_steps, all_finite}, attributes);
+  return {r[0], r[1], r[2], r[3]};
+}
+
+namespace {
+
+template <typename T>
+T pick(const char* pytorchName, const std::optional<T>& pytorch, const char* paddleName,
+       const std::optional<T>& paddle, T fallback) {
+  if (pytorch && paddle)
+    throw Error(std::string("GradScaler: both ") + pytorchName + " and its Paddle name " + paddleName +
+                " are given; use one");
+  return pytorch ? *pytorch : paddle ? *paddle : fallback;
+}
+
+std::vector<Tensor> gradsOf(const optim::Optimizer& optimizer) {
+  std::vector<Tensor> grads;
+  for (const Tensor& param : optimizer.parameters())
+    if (param.grad().defined())
+      grads.push_back(param.grad());
+  return grads;
+}
+
+/// a && b for i1 scalars (select(a, b, a)); jit has no logical op.
+Tensor logicalAnd(const Tensor& a, const Tensor& b) { return where(a, b, a); }
+
+} // namespace
+
+GradScaler::GradScaler(GradScalerOptions o) : enabled_(o.enabled), dynamic_(o.dynamic) {
+  double init = pick("init_scale", o.init_scale, "init_loss_scaling", o.init_loss_scaling, 65536.0);
+  update_.growth_factor = pick("growth_factor", o.growth_factor, "incr_ratio", o.incr_ratio, 2.0);
+  update_.backoff_factor = pick("backoff_factor", o.backoff_factor, "decr_ratio", o.decr_ratio, 0.5);
+  update_.growth_interval =
+      pick<int64_t>("growth_interval", o.growth_interval, "incr_every_n_steps", o.incr_every_n_steps, 2000);
+  update_.backoff_interval = o.decr_every_n_nan_or_inf.value_or(1);
+  bool paddle = o.init_loss_scaling || o.incr_ratio || o.decr_ratio || o.incr_every_n_steps ||
+                o.decr_every_n_nan_or_inf;
+  update_.min_scale = paddle ? 1.0 : 0.0;
+  if (!(init > 0.0) || !std::isfinite(init))
+    throw Error("GradScaler: the initial scale must be positive and finite");
+  if (!(update_.growth_factor > 1.0) || !(update_.backoff_factor > 0.0 && update_.backoff_factor < 1.0))
+    throw Error("GradScaler: growth_factor must be > 1 and backoff_factor in (0, 1)");
+  if (update_.growth_interval <= 0 || update_.backoff_interval <= 0)
+    throw Error("GradScaler: growth_interval and decr_every_n_nan_or_inf must be positive");
+  // Static scaling: the same op with intervals never reached (the op
+  // requires growth_factor > 1), so the scale stays while skips are counted.
+  if (!dynamic_)
+    update_.growth_interval = update_.backoff_interval = std::numeric_limits<int64_t>::max();
+  scale_ = scalar_tensor(enabled_ ? init : 1.0, f32);
+  good_ = scalar_tensor(0.0, i64);
+  bad_ = scalar_tensor(0.0, i64);
+  skipped_ = scalar_tensor(0.0, i64);
+}
+
+Tensor GradScaler::invScale() const { return scalar_tensor(1.0, f32) / scale_; }
+
+Tensor GradScaler::scale(const Tensor& loss) const { return enabled_ ? scale_loss(loss, scale_) : loss; }
+
+void GradScaler::unscale_(optim::Optimizer& optimizer) {
+  if (!enabled_)
+    return;
+  PerOptimizer& state = perOptimizer_[&optimizer];
+  if (state.stage == Stage::Unscaled)
+    throw Error("GradScaler: unscale_() has already been called on this optimizer since the last update()");
+  if (state.stage == Stage::Stepped)
+    throw Error("GradScaler: unscale_() is being called after step()");
+  NoGradGuard noGrad;
+  std::vector<Tensor> grads = gradsOf(optimizer);
+  auto [unscaled, finite] = unscale_and_check(invScale(), grads);
+  for (size_t i = 0; i < grads.size(); ++i)
+    grads[i].copy_(unscaled[i]);
+  state.allFinite = finite;
+  state.stage = Stage::Unscaled;
+}
+
+void GradScaler::step(optim::Optimizer& optimizer) {
+  if (!enabled_)
+    return optimizer.step();
+  PerOptimizer& state = perOptimizer_[&optimizer];
+  if (state.stage == Stage::Stepped)
+    throw Error("GradScaler: step() has already been called since the last update()");
+  NoGradGuard noGrad;
+  if (state.stage == Stage::Unscaled) {
+    optimizer.step(Tensor(), state.allFinite);
+  } else {
+    // One check over the still-scaled gradients; the update unscales as it reads them.
+    state.allFinite = all_finite(gradsOf(optimizer));
+    optimizer.step(invScale(), state.allFinite);
+  }
+  state.stage = Stage::Stepped;
+}
+
+void GradScaler::update() {
+  if (!enabled_)
+    return;
+  NoGradGuard noGrad;
+  Tensor finite;
+  for (auto& [optimizer, state] : perOptimizer_) {
+    if (state.stage == Stage::Ready || !state.allFinite.defined())
+      continue;
+    finite = finite.defined() ? logicalAnd(finite, state.allFinite) : state.allFinite;
+  }
+  if (!finite.defined())
+    throw Error("GradScaler: update() without a step() or unscale_() since the last update()");
+  auto [scale, good, bad, skipped] = update_scale(scale_, good_, bad_, skipped_, finite, update_);
+  scale_.copy_(scale);
+  good_.copy_(good);
+  bad_.copy_(bad);
+  skipped_.copy_(skipped);
+  lastAllFinite_ = finite;
+  for (auto& entry : perOptimizer_)
+    entry.second.stage = Stage::Ready;
+}
+
+double GradScaler::get_scale() const { return enabled_ ? scale_.item() : 1.0; }
+int64_t GradScaler::growth_tracker() const { return int64_t(good_.item()); }
+int64_t GradScaler::skipped_steps() const { return int64_t(skipped_.item()); }
+
+bool GradScaler::found_inf(const optim::Optimizer& optimizer) const {
+  auto found = perOptimizer_.find(&optimizer);
+  return found != perOptimizer_.end() && found->second.allFinite.defined() && found->second.allFinite.item() == 0.0;
+}
+
+bool GradScaler::found_inf() const {
+  for (const auto& entry : perOptimizer_)
+    if (entry.second.stage != Stage::Ready && entry.second.allFinite.defined() && entry.second.allFinite.item() == 0.0)
+      return true;
+  return lastAllFinite_.defined() && lastAllFinite_.item() == 0.0;
+}
+
+namespace {
+constexpr const char* kMagic = "ampjit-grad-scaler";
+constexpr int kVersion = 1;
+} // namespace
+
+void GradScaler::save(const std::string& path) const {
+  std::ofstream out(path);
+  char scale[64];
+  // %a: the f32 scale round-trips exactly.
+  std::snprintf(scale, sizeof scale, "%a", scale_.item());
+  out << kMagic << " " << kVersion << "\nscale " << scale << "\ngood_steps " << growth_tracker() << "\nbad_steps "
+      << int64_t(bad_.item()) << "\nskipped_steps " << skipped_steps() << "\nend\n";
+  if (!out)
+    throw Error("GradScaler::save: cannot write '" + path + "'");
+}
+
+void GradScaler::load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    throw Error("GradScaler::load: cannot open '" + path + "'");
+  std::string magic;
+  int version = 0;
+  if (!(in >> magic >> version) || magic != kMagic)
+    throw Error("GradScaler::load: '" + path + "' is not a GradScaler state file");
+  if (version != kVersion)
+    throw Error("GradScaler::load: '" + path + "' has format version " + std::to_string(version) +
+                "; this build reads version " + std::to_string(kVersion));
+  auto field = [&](const char* name) {
+    std::string key, value;
+    if (!(in >> key >> value) || key != name)
+      throw Error("GradScaler::load: '" + path + "' is truncated or corrupt: expected field '" + name + "'");
+    return value;
+  };
+  double scale = std::strtod(field("scale").c_str(), nullptr);
+  int64_t good = std::stoll(field("good_steps")), bad = std::stoll(field("bad_steps")),
+          skipped = std::stoll(field("skipped_steps"));
+  std::string end;
+  if (!(in >> end) || end != "end")
+    throw Error("GradScaler::load: '" + path + "' is truncated (no 'end')");
+  scale_.copy_(scalar_tensor(scale, f32));
+  good_.copy_(scalar_tensor(double(good), i64));
+  bad_.copy_(scalar_tensor(double(bad), i64));
+  skipped_.copy_(scalar_tensor(double(skipped), i64));
+}
+
+} // namespace jit::amp

@@ -1,0 +1,140 @@
+// GradScaler scenarios (PyTorch's) eagerly, against an fp32 control.
+
+#include "FrontendTestUtil.h"
+
+#include "jit/amp.h"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+namespace jit {
+namespace {
+
+using testing::errorOf;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+Tensor param() { return tensor({0.5, -1.0, 2.0}, {3}, f32).requires_grad_(); }
+
+/// loss = sum(p^2) * factor (factor inf injects an overflow).
+Tensor lossOf(const Tensor& p, double factor) { return sum(p * p) * factor; }
+
+TEST(AmpTest, AnInfOnOneStepOfFourSkipsExactlyThatStep) {
+  Tensor p = param(), control = param();
+  optim::SGD opt({p}, {.lr = 0.125}), controlOpt({control}, {.lr = 0.125});
+  amp::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 2});
+  for (int s = 0; s < 4; ++s) {
+    std::vector<double> before = p.to_vector();
+    opt.zero_grad();
+    scaler.scale(lossOf(p, s == 2 ? kInf : 1.0)).backward();
+    scaler.step(opt);
+    scaler.update();
+    if (s == 2) {
+      EXPECT_EQ(p.to_vector(), before); // bit-identical
+      EXPECT_TRUE(scaler.found_inf());
+      continue;
+    }
+    controlOpt.zero_grad();
+    lossOf(control, 1.0).backward();
+    controlOpt.step();
+    EXPECT_EQ(p.to_vector(), control.to_vector()) << "step " << s; // power-of-two scales are exact
+  }
+  EXPECT_EQ(scaler.skipped_steps(), 1);
+  // growths: steps 0,1 (one growth), skip, step 3 (counter 1): 1024 * 2 * 0.5.
+  EXPECT_EQ(scaler.get_scale(), 1024.0 * 2 * 0.5);
+}
+
+TEST(AmpTest, UnscaleGivesTrueGradientsAndTwiceIsAnError) {
+  Tensor p = param();
+  optim::SGD opt({p}, {.lr = 0.125});
+  amp::GradScaler scaler;
+  scaler.scale(lossOf(p, 1.0)).backward();
+  scaler.unscale_(opt);
+  EXPECT_EQ(p.grad().to_vector(), (std::vector<double>{1.0, -2.0, 4.0}));
+  EXPECT_NE(errorOf([&] { scaler.unscale_(opt); }).find("already been called"), std::string::npos);
+  Tensor norm = clip_grad_norm_({p}, 1.0);
+  EXPECT_NEAR(norm.item(), std::sqrt(21.0), 1e-5);
+  scaler.step(opt);
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 65536.0);
+  EXPECT_EQ(scaler.growth_tracker(), 1);
+}
+
+TEST(AmpTest, OnlyTheOptimizerThatSeesAnInfSkips) {
+  Tensor a = param(), b = param();
+  optim::SGD optA({a}, {.lr = 0.125}), optB({b}, {.lr = 0.125});
+  amp::GradScaler scaler;
+  scaler.scale(lossOf(a, 1.0) + lossOf(b, kInf)).backward();
+  scaler.step(optA);
+  scaler.step(optB);
+  EXPECT_FALSE(scaler.found_inf(optA));
+  EXPECT_TRUE(scaler.found_inf(optB));
+  EXPECT_NE(a.to_vector(), param().to_vector());
+  EXPECT_EQ(b.to_vector(), param().to_vector());
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 32768.0);
+}
+
+TEST(AmpTest, TwoMicroBatchesAccumulateThenOneStep) {
+  Tensor p = param(), control = param();
+  optim::SGD opt({p}, {.lr = 0.125}), controlOpt({control}, {.lr = 0.125});
+  amp::GradScaler scaler;
+  for (int micro = 0; micro < 2; ++micro) {
+    scaler.scale(lossOf(p, 0.5)).backward();
+    lossOf(control, 0.5).backward();
+  }
+  scaler.step(opt);
+  scaler.update();
+  controlOpt.step();
+  EXPECT_EQ(p.to_vector(), control.to_vector());
+}
+
+TEST(AmpTest, StateSavedAndLoadedMidTraining) {
+  std::string path = ::testing::TempDir() + "/scaler.state";
+  amp::GradScaler scaler({.init_scale = 8.0, .growth_interval = 3});
+  Tensor p = param();
+  optim::SGD opt({p}, {.lr = 0.125});
+  for (double factor : {1.0, kInf, 1.0}) {
+    scaler.scale(lossOf(p, factor)).backward();
+    scaler.step(opt);
+    scaler.update();
+    opt.zero_grad();
+  }
+  scaler.save(path);
+  amp::GradScaler restored({.init_scale = 8.0, .growth_interval = 3});
+  restored.load(path);
+  EXPECT_EQ(restored.get_scale(), 4.0);
+  EXPECT_EQ(restored.growth_tracker(), 1);
+  EXPECT_EQ(restored.skipped_steps(), 1);
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  std::fputs("ampjit-grad-scaler 7\n", file);
+  std::fclose(file);
+  EXPECT_NE(errorOf([&] { restored.load(path); }).find("format version 7"), std::string::npos);
+  EXPECT_NE(errorOf([&] { restored.load(path + ".missing"); }).find("cannot open"), std::string::npos);
+}
+
+TEST(AmpTest, PaddleNamesStaticAndDisabledModes) {
+  amp::GradScaler paddle({.init_loss_scaling = 4.0, .incr_every_n_steps = 10, .decr_every_n_nan_or_inf = 2});
+  EXPECT_EQ(paddle.get_scale(), 4.0);
+  EXPECT_EQ(paddle.update_options().growth_interval, 10);
+  EXPECT_EQ(paddle.update_options().backoff_interval, 2);
+  EXPECT_EQ(paddle.update_options().min_scale, 1.0);
+  EXPECT_NE(errorOf([] { amp::GradScaler({.init_scale = 2.0, .init_loss_scaling = 4.0}); }).find("both"),
+            std::string::npos);
+  amp::GradScaler disabled({.enabled = false});
+  Tensor loss = scalar_tensor(3.0);
+  EXPECT_TRUE(disabled.scale(loss).is_same(loss));
+  EXPECT_EQ(disabled.get_scale(), 1.0);
+  amp::GradScaler fixed({.dynamic = false, .init_scale = 128.0});
+  Tensor p = param();
+  optim::SGD opt({p}, {.lr = 0.125});
+  fixed.scale(lossOf(p, kInf)).backward();
+  fixed.step(opt);
+  fixed.update();
+  EXPECT_EQ(fixed.get_scale(), 128.0);
+  EXPECT_EQ(fixed.skipped_steps(), 1);
+}
+
+} // namespace
+} // namespace jit
