@@ -4,6 +4,7 @@
 #include "Dispatch.h"
 
 #include "jit/Autograd.h"
+#include "jit/amp.h"
 #include "jit/Ops.h"
 
 #include "ampjit/runtime/CpuBackend.h"
@@ -119,6 +120,7 @@ std::vector<Tensor> apply(const OpDef& op, std::vector<Tensor> operands, Attribu
   if (!countOk)
     throw Error("internal: " + std::string(op.name) + " called with " + std::to_string(operands.size()) +
                 " operand positions, expected " + std::to_string(op.operandCount()));
+  operands = autocastOperands(op, std::move(operands), attributes);
   std::vector<TensorType> resultTypes = op.infer(op, operands, attributes, requested);
 
   bool anyRequiresGrad = std::any_of(operands.begin(), operands.end(), [](const Tensor& operand) {
@@ -180,6 +182,9 @@ void checkGradient(const Node& node, size_t operand, const Tensor& gradient) {
 
 void runBackward(const Tensor& root, const Tensor& seed) {
   NoGradGuard noGrad;
+  // VJP rules run without autocast, as PyTorch's: backward ops take the
+  // types of the forward values (the casts autocast inserted are on the tape).
+  amp::autocast noAutocast(false);
   TensorImpl& rootImpl = root.impl();
   if (!rootImpl.gradFn) {
     accumulateInto(rootImpl.grad, seed);

@@ -125,7 +125,11 @@ extern constinit const OpDef sgd_update, adam_update;
 extern constinit const OpDef scale_loss, all_finite, unscale_and_check, update_scale;
 } // namespace ops
 
-/// Runs `op`: infers result types, dispatches, records autograd.
+/// Inside an enabled jit::amp::autocast scope, `operands` cast as the policy
+/// says for `op` (lib/amp/Autocast.cpp); otherwise `operands` unchanged.
+std::vector<Tensor> autocastOperands(const OpDef& op, std::vector<Tensor> operands, const AttributeMap& attributes);
+
+/// Runs `op`: applies autocast, infers result types, dispatches, records autograd.
 std::vector<Tensor> apply(const OpDef& op, std::vector<Tensor> operands, AttributeMap attributes = {},
                           const RequestedResult& requested = {});
 inline Tensor apply1(const OpDef& op, std::vector<Tensor> operands, AttributeMap attributes = {},

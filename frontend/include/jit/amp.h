@@ -1,20 +1,25 @@
 #ifndef JIT_AMP_H
 #define JIT_AMP_H
 
-// jit::amp: the loss scaler (DESIGN "Loss scaling in the graph"). Every
-// operation is an op of the `amp` dialect or a predicated optimizer update,
-// dispatched like any op, so a traced step records the same graph. The
-// scaler's state (scale, good/bad-step counters, skipped steps) is tensors.
+// jit::amp: the loss scaler (DESIGN "Loss scaling in the graph"), eager
+// autocast scopes and the AMP policy for jit::trace (DESIGN "AMP semantics").
+// Every scaler operation is an op of the `amp` dialect or a predicated
+// optimizer update, dispatched like any op, so a traced step records the same
+// graph. The scaler's state (scale, good/bad-step counters, skipped steps) is
+// tensors. Autocast and Policy read the same policy data as the compiler's AMP
+// passes (ampjit::amp::Policy: policies/default.yaml, pytorch.yaml, user YAML).
 
 #include "jit/Tensor.h"
 #include "jit/optim.h"
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace jit::amp {
@@ -98,6 +103,123 @@ private:
   std::map<const optim::Optimizer*, PerOptimizer> perOptimizer_;
   Tensor lastAllFinite_;
 };
+
+//===----------------------------------------------------------------------===//
+// Eager autocast
+//===----------------------------------------------------------------------===//
+
+struct AutocastOptions {
+  bool enabled = true;
+  /// The low-precision type: f16 or bf16 (anything else is a jit::Error).
+  DType dtype = jit::f16;
+  /// A built-in policy ("default", "pytorch") or the path of a user policy
+  /// YAML file (policies/README.md), as the compiler's `policy=` option takes.
+  std::string policy = "default";
+};
+
+/// While alive, ops on this thread run with PyTorch's autocast semantics
+/// (`semantics=autocast`): per the policy's category for the op, its
+/// floating-point operands are cast (by jit.convert, which autograd records)
+/// to the low type (allow), to f32 (deny), or to the widest floating operand
+/// type (infer, clear, promote). f64 operands are never cast (as PyTorch);
+/// integer and i1 operands never; always_fp32 ops (scaler, optimizer) and
+/// jit.convert itself run as called. Backward passes run with autocast off,
+/// so gradients take the forward values' types. Scopes nest; the innermost
+/// decides, and `autocast(false)` turns autocast off inside an enabled scope.
+/// A policy that cannot be loaded is a jit::Error at construction, with the
+/// policy file's `file:line:column` message.
+class autocast {
+public:
+  explicit autocast(AutocastOptions options = {});
+  explicit autocast(bool enabled) : autocast(AutocastOptions{.enabled = enabled}) {}
+  ~autocast();
+  autocast(const autocast&) = delete;
+  autocast& operator=(const autocast&) = delete;
+
+  /// Whether autocast is on for ops dispatched now on this thread, and its low type.
+  static bool is_enabled();
+  static std::optional<DType> current_dtype();
+
+  /// The state of one enabled scope (defined in the implementation).
+  struct State;
+
+private:
+  std::shared_ptr<const State> previous_;
+};
+
+//===----------------------------------------------------------------------===//
+// The AMP policy for jit::trace (apex-style levels and properties)
+//===----------------------------------------------------------------------===//
+
+enum class Level { O0, O1, O2, O3 };
+inline constexpr Level O0 = Level::O0; ///< fp32 everywhere
+inline constexpr Level O1 = Level::O1; ///< per-op lists; fp32 parameters
+inline constexpr Level O2 = Level::O2; ///< almost all low precision; fp32 master weights
+inline constexpr Level O3 = Level::O3; ///< pure low precision (a speed baseline)
+
+/// `loss_scale = jit::amp::dynamic`: GradScaler's dynamic scaling.
+struct DynamicLossScale {
+  friend bool operator==(DynamicLossScale, DynamicLossScale) = default;
+};
+inline constexpr DynamicLossScale dynamic{};
+/// A fixed scale (1.0: none) or dynamic.
+using LossScale = std::variant<double, DynamicLossScale>;
+
+/// What jit::trace is told about AMP: `{.level = jit::amp::O1, .dtype = jit::f16}`.
+/// Unset properties take the level's defaults (resolve()); a combination that
+/// makes no sense is a jit::Error saying why:
+///   O0: dtype must be f32, and master_weights=true, keep_batchnorm_fp32,
+///       loss_scale other than 1, or custom lists are errors (nothing is low precision).
+///   O1-O3: dtype must be f16 or bf16.
+///   O1: master_weights=true is an error (parameters stay fp32 and each op casts
+///       them; there is no low-precision copy to keep masters for);
+///       keep_batchnorm_fp32 is an error (the lists decide normalisation).
+///   O2: keep_batchnorm_fp32=false is an error (ampjit's normalisation ops are
+///       on the deny list; change that with a policy file instead).
+///   O3: keep_batchnorm_fp32=true is an error (O3 is pure low precision; that
+///       is O2), and so are custom lists (O3 consults no lists).
+///   Any level: a loss_scale that is not positive and finite; an op in both
+///   custom lists; custom lists together with a policy YAML file (put them in
+///   the file); an unknown op or a bad policy file (the file:line message).
+struct Policy {
+  Level level = O1;
+  /// f16 or bf16 for O1-O3; unset: f16, or f32 at O0.
+  std::optional<DType> dtype{};
+  /// A built-in ("default", "pytorch") or the path of a user policy YAML file.
+  std::string policy = "default";
+  /// Op names (`jit.softmax`) added to the allow or deny list of a built-in
+  /// policy, as Paddle's custom_white_list/custom_black_list.
+  std::vector<std::string> custom_allow{};
+  std::vector<std::string> custom_deny{};
+  // apex's properties; unset takes the level's default.
+  std::optional<bool> master_weights{};
+  std::optional<bool> keep_batchnorm_fp32{};
+  std::optional<LossScale> loss_scale{};
+
+  /// Every property decided: the level's defaults with the overrides applied.
+  struct Resolved {
+    Level level;
+    DType dtype;            ///< the low-precision type (f32 at O0)
+    DType cast_model_type;  ///< the parameters' compute type (f32 at O0/O1)
+    bool master_weights;
+    bool keep_batchnorm_fp32;
+    LossScale loss_scale;   ///< dynamic for f16 at O1-O3; 1.0 for bf16 (its range needs none) and O0
+  };
+  /// Checks the overrides (jit::Error on nonsense) and fills in the defaults.
+  Resolved resolve() const;
+
+  /// The YAML of the user policy that the custom lists make (base: `policy`),
+  /// or nullopt without custom lists.
+  std::optional<std::string> custom_policy_yaml() const;
+
+  /// The option string for the compiler's `--amp-pipeline`, e.g.
+  /// `level=O2 dtype=f16 policy=default master-weights=on`. Custom lists are
+  /// written once to a content-named YAML file in the temporary directory,
+  /// whose path becomes `policy=`. Throws what resolve() throws.
+  std::string pipelineOptions() const;
+};
+
+std::string_view level_name(Level level);
 
 } // namespace jit::amp
 

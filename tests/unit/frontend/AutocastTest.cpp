@@ -1,0 +1,228 @@
+// Eager autocast (jit::amp::autocast) against the same ops run on inputs cast
+// by hand, and the AMP Policy's levels, overrides and pipeline options.
+
+#include "FrontendTestUtil.h"
+
+#include "jit/amp.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace jit {
+namespace {
+
+using testing::errorOf;
+
+/// Bitwise: CPU kernels are deterministic, so autocast and the hand-cast
+/// computation must run the very same kernels on the very same bits.
+void expectSameTensor(const Tensor& actual, const Tensor& expected, const std::string& what) {
+  ASSERT_EQ(actual.dtype(), expected.dtype()) << what;
+  ASSERT_EQ(actual.shape(), expected.shape()) << what;
+  std::vector<double> a = actual.to_vector(), e = expected.to_vector();
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(a[i], e[i]) << what << " element " << i;
+}
+
+std::string writeFile(const std::string& name, const std::string& text) {
+  std::filesystem::path path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+TEST(Autocast, MatmulRunsInTheLowTypeBitwiseAsHandCast) {
+  for (DType low : {f16, bf16}) {
+    Generator generator(1);
+    Tensor a = randn({4, 8}, f32, &generator), b = randn({8, 3}, f32, &generator);
+    Tensor expected = matmul(a.to(low), b.to(low));
+    Tensor actual;
+    {
+      amp::autocast scope({.dtype = low});
+      EXPECT_TRUE(amp::autocast::is_enabled());
+      EXPECT_EQ(amp::autocast::current_dtype(), low);
+      actual = matmul(a, b);
+    }
+    EXPECT_FALSE(amp::autocast::is_enabled());
+    expectSameTensor(actual, expected, std::string(dtype_name(low)));
+  }
+}
+
+TEST(Autocast, DenyRunsInF32OnLowPrecisionInput) {
+  Generator generator(2);
+  Tensor x = randn({3, 5}, f16, &generator);
+  amp::autocast scope;
+  Tensor y = softmax(x, 1);
+  EXPECT_EQ(y.dtype(), f32);
+  NoGradGuard noGrad;
+  amp::autocast off(false);
+  expectSameTensor(y, softmax(x.to(f32), 1), "softmax");
+}
+
+TEST(Autocast, InferTakesTheWidestInput) {
+  Generator generator(3);
+  Tensor h = randn({2, 3}, f16, &generator), f = randn({2, 3}, f32, &generator);
+  Tensor b = randn({2, 3}, bf16, &generator);
+  amp::autocast scope;
+  EXPECT_EQ(add(h, f).dtype(), f32);
+  EXPECT_EQ(add(h, h).dtype(), f16);
+  // f16 and bf16 each hold values the other cannot: they meet at f32.
+  EXPECT_EQ(add(h, b).dtype(), f32);
+  // Integer operands are never cast.
+  Tensor labels = tensor({0, 2}, {2}, i64);
+  EXPECT_EQ(cross_entropy(h, labels).dtype(), f32);
+}
+
+TEST(Autocast, DisabledScopeRestoresFp32AndNestingRestores) {
+  Generator generator(4);
+  Tensor a = randn({2, 2}, f32, &generator);
+  amp::autocast outer({.dtype = bf16});
+  EXPECT_EQ(matmul(a, a).dtype(), bf16);
+  {
+    amp::autocast off(false);
+    EXPECT_FALSE(amp::autocast::is_enabled());
+    EXPECT_EQ(matmul(a, a).dtype(), f32);
+    {
+      amp::autocast inner({.dtype = f16});
+      EXPECT_EQ(matmul(a, a).dtype(), f16);
+    }
+    EXPECT_EQ(matmul(a, a).dtype(), f32);
+  }
+  EXPECT_EQ(matmul(a, a).dtype(), bf16);
+}
+
+TEST(Autocast, BackwardGivesGradientsInTheParametersTypeAsHandCast) {
+  Generator generator(5);
+  Tensor x0 = randn({4, 6}, f32, &generator), w0 = randn({6, 3}, f32, &generator);
+  Tensor target = randn({4, 3}, f32, &generator);
+
+  Tensor x = x0.detach(), w = w0.detach();
+  w.requires_grad_();
+  {
+    amp::autocast scope;
+    // matmul in f16, relu follows it (clear), mse_loss in f32 (deny).
+    Tensor loss = mse_loss(relu(matmul(x, w)), target);
+    EXPECT_EQ(loss.dtype(), f32);
+    loss.backward();
+  }
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().dtype(), f32);
+
+  Tensor wh = w0.detach();
+  wh.requires_grad_();
+  Tensor loss = mse_loss(relu(matmul(x.to(f16), wh.to(f16))).to(f32), target);
+  loss.backward();
+  expectSameTensor(w.grad(), wh.grad(), "grad w");
+}
+
+TEST(Autocast, BackwardCalledInsideAScopeRunsWithoutAutocast) {
+  // The VJP of a f32 softmax under f16 autocast would otherwise be cast.
+  Tensor x = tensor({0.5, -1.0, 2.0}, {1, 3});
+  x.requires_grad_();
+  amp::autocast scope;
+  Tensor y = sum(softmax(x, 1) * tensor({1.0, 2.0, 3.0}, {1, 3}));
+  y.backward();
+  EXPECT_EQ(x.grad().dtype(), f32);
+}
+
+TEST(Autocast, PytorchPolicyKeepsSumFp32ForBf16) {
+  Tensor x = tensor({1.0, 2.0, 3.0}, {3}, bf16);
+  {
+    amp::autocast scope({.dtype = bf16});
+    EXPECT_EQ(sum(x).dtype(), bf16); // default: sum is infer for bf16
+  }
+  amp::autocast scope({.dtype = bf16, .policy = "pytorch"});
+  EXPECT_EQ(sum(x).dtype(), f32);
+}
+
+TEST(Autocast, UserPolicyMovesSoftmaxToAllow) {
+  std::string path = writeFile("ampjit-autocast-allow-softmax.yaml", "version: 1\nallow:\n  add: [jit.softmax]\n");
+  Tensor x = tensor({0.5, -1.0, 2.0}, {1, 3});
+  amp::autocast scope({.policy = path});
+  Tensor y = softmax(x, 1);
+  EXPECT_EQ(y.dtype(), f16);
+  amp::autocast off(false);
+  expectSameTensor(y, softmax(x.to(f16), 1), "softmax");
+}
+
+TEST(Autocast, BadPolicyFileIsAnErrorNamingFileAndLine) {
+  std::string path = writeFile("ampjit-autocast-bad.yaml", "version: 1\nallow:\n  add: [jit.softmx]\n");
+  std::string message = errorOf([&] { amp::autocast scope({.policy = path}); });
+  EXPECT_NE(message.find(path + ":3:"), std::string::npos) << message;
+  EXPECT_NE(message.find("jit.softmax"), std::string::npos) << message; // the suggestion
+  EXPECT_FALSE(amp::autocast::is_enabled());
+  EXPECT_NE(errorOf([] { amp::autocast scope({.policy = "nonesuch"}); }).find("unknown policy 'nonesuch'"),
+            std::string::npos);
+  EXPECT_NE(errorOf([] { amp::autocast scope({.dtype = f32}); }).find("f16 or bf16"), std::string::npos);
+}
+
+TEST(AmpPolicy, LevelDefaults) {
+  auto o0 = amp::Policy{.level = amp::O0}.resolve();
+  EXPECT_EQ(o0.dtype, f32);
+  EXPECT_FALSE(o0.master_weights);
+  EXPECT_EQ(o0.loss_scale, amp::LossScale(1.0));
+  auto o1 = amp::Policy{.level = amp::O1}.resolve();
+  EXPECT_EQ(o1.dtype, f16);
+  EXPECT_EQ(o1.cast_model_type, f32);
+  EXPECT_FALSE(o1.master_weights);
+  EXPECT_EQ(o1.loss_scale, amp::LossScale(amp::dynamic));
+  auto o2 = amp::Policy{.level = amp::O2, .dtype = bf16}.resolve();
+  EXPECT_EQ(o2.cast_model_type, bf16);
+  EXPECT_TRUE(o2.master_weights);
+  EXPECT_TRUE(o2.keep_batchnorm_fp32);
+  EXPECT_EQ(o2.loss_scale, amp::LossScale(1.0)); // bf16 needs no scaling
+  auto o3 = amp::Policy{.level = amp::O3}.resolve();
+  EXPECT_FALSE(o3.master_weights);
+  EXPECT_FALSE(o3.keep_batchnorm_fp32);
+  auto o2static = amp::Policy{.level = amp::O2, .loss_scale = 128.0}.resolve();
+  EXPECT_EQ(o2static.loss_scale, amp::LossScale(128.0));
+}
+
+TEST(AmpPolicy, NonsensicalOverridesSayWhy) {
+  auto expectError = [](const amp::Policy& policy, const std::string& part) {
+    std::string message = errorOf([&] { policy.resolve(); });
+    EXPECT_NE(message.find(part), std::string::npos) << "got: " << message;
+  };
+  expectError({.level = amp::O1, .master_weights = true}, "O1 keeps parameters in fp32");
+  expectError({.level = amp::O1, .keep_batchnorm_fp32 = true}, "O2's property");
+  expectError({.level = amp::O0, .dtype = f16}, "O0 runs every op in fp32");
+  expectError({.level = amp::O0, .loss_scale = 1024.0}, "no low-precision gradients");
+  expectError({.level = amp::O0, .master_weights = true}, "nothing to be the master of");
+  expectError({.level = amp::O3, .keep_batchnorm_fp32 = true}, "O3 is pure low precision");
+  expectError({.level = amp::O3, .custom_allow = {"jit.softmax"}}, "consults no op lists");
+  expectError({.level = amp::O2, .keep_batchnorm_fp32 = false}, "deny");
+  expectError({.level = amp::O1, .dtype = f32}, "f16 or bf16");
+  expectError({.level = amp::O1, .loss_scale = -1.0}, "positive and finite");
+  expectError({.level = amp::O1, .custom_allow = {"jit.exp"}, .custom_deny = {"jit.exp"}}, "both");
+  expectError({.level = amp::O1, .custom_allow = {"jit.softmx"}}, "did you mean 'jit.softmax'");
+  expectError({.level = amp::O1, .policy = "x.yaml", .custom_deny = {"jit.gelu"}}, "put the lists in that file");
+  std::string bad = writeFile("ampjit-policy-bad.yaml", "version: 1\ndeny:\n  add: [jit.nope]\n");
+  expectError({.level = amp::O1, .policy = bad}, bad + ":3:");
+}
+
+TEST(AmpPolicy, PipelineOptions) {
+  EXPECT_EQ(amp::Policy{}.pipelineOptions(), "level=O1 dtype=f16 policy=default master-weights=off");
+  EXPECT_EQ((amp::Policy{.level = amp::O0}.pipelineOptions()), "level=O0 policy=default master-weights=off");
+  EXPECT_EQ((amp::Policy{.level = amp::O2, .dtype = bf16}.pipelineOptions()),
+            "level=O2 dtype=bf16 policy=default master-weights=on");
+  EXPECT_EQ((amp::Policy{.level = amp::O3, .policy = "pytorch"}.pipelineOptions()),
+            "level=O3 dtype=f16 policy=pytorch master-weights=off");
+  EXPECT_EQ((amp::Policy{.level = amp::O2, .master_weights = false}.pipelineOptions()),
+            "level=O2 dtype=f16 policy=default master-weights=off");
+
+  // Custom lists travel as a user policy file that the same loader accepts.
+  amp::Policy custom{.level = amp::O1, .custom_allow = {"jit.softmax"}, .custom_deny = {"jit.gelu"}};
+  std::string options = custom.pipelineOptions();
+  const std::string prefix = "level=O1 dtype=f16 policy=", suffix = " master-weights=off";
+  ASSERT_EQ(options.rfind(prefix, 0), 0u) << options;
+  ASSERT_TRUE(options.ends_with(suffix)) << options;
+  std::string file = options.substr(prefix.size(), options.size() - prefix.size() - suffix.size());
+  EXPECT_TRUE(file.ends_with(".yaml")) << file;
+  EXPECT_EQ(custom.pipelineOptions(), options); // content-named: stable
+  Tensor x = tensor({0.5, -1.0, 2.0}, {1, 3});
+  amp::autocast scope({.policy = file});
+  EXPECT_EQ(softmax(x, 1).dtype(), f16);
+  EXPECT_EQ(gelu(x.to(f16)).dtype(), f32);
+}
+
+} // namespace
+} // namespace jit
