@@ -22,18 +22,6 @@ double loadElementAsDouble(DType dtype, const std::byte* data, int64_t index) {
 
 namespace {
 
-/// double -> int64 without undefined behaviour: truncation toward zero,
-/// saturating at the int64 range, NaN to 0.
-int64_t saturatingTruncate(double value) {
-  if (std::isnan(value))
-    return 0;
-  if (value >= 0x1p63)
-    return std::numeric_limits<int64_t>::max();
-  if (value < -0x1p63)
-    return std::numeric_limits<int64_t>::min();
-  return int64_t(value);
-}
-
 } // namespace
 
 void storeElementFromDouble(DType dtype, std::byte* data, int64_t index, double value) {
@@ -42,7 +30,7 @@ void storeElementFromDouble(DType dtype, std::byte* data, int64_t index, double 
   case DType::F64: reinterpret_cast<double*>(data)[index] = value; return;
   case DType::F16: reinterpret_cast<uint16_t*>(data)[index] = doubleToHalf(value); return;
   case DType::BF16: reinterpret_cast<uint16_t*>(data)[index] = doubleToBFloat16(value); return;
-  case DType::I64: reinterpret_cast<int64_t*>(data)[index] = saturatingTruncate(value); return;
+  case DType::I64: reinterpret_cast<int64_t*>(data)[index] = truncateToInt64(value); return;
   case DType::I1: reinterpret_cast<uint8_t*>(data)[index] = value != 0.0 ? 1 : 0; return;
   }
 }

@@ -64,17 +64,6 @@ void setBlasThreads(int threads);
 // Widening loads and rounding stores
 //===----------------------------------------------------------------------===//
 
-/// double -> int64 without undefined behaviour: toward zero, saturating, NaN to 0.
-inline int64_t truncateToInt64(double value) {
-  if (std::isnan(value))
-    return 0;
-  if (value >= 0x1p63)
-    return std::numeric_limits<int64_t>::max();
-  if (value < -0x1p63)
-    return std::numeric_limits<int64_t>::min();
-  return int64_t(value);
-}
-
 /// Element i of `view` in compute type T (float or double). Exact for every
 /// floating dtype that T can hold (f16/bf16/f32 in float, all in double).
 template <typename T>

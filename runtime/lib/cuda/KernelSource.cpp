@@ -11,6 +11,7 @@
 #include "ampjit/runtime/cuda/KernelSource.h"
 
 #include "ampjit/runtime/LowPrecision.h"
+#include "ampjit/runtime/Tensor.h"
 
 #include <algorithm>
 #include <bit>
@@ -84,17 +85,6 @@ std::string integerLiteral(int64_t value) {
   if (value == std::numeric_limits<int64_t>::min())
     return "(-9223372036854775807LL - 1)";
   return "(" + std::to_string(value) + "LL)";
-}
-
-/// As the CPU's truncateToInt64: toward zero, saturating, NaN as 0.
-int64_t truncateToInt64(double value) {
-  if (std::isnan(value))
-    return 0;
-  if (value >= 0x1p63)
-    return std::numeric_limits<int64_t>::max();
-  if (value < -0x1p63)
-    return std::numeric_limits<int64_t>::min();
-  return int64_t(value);
 }
 
 /// The literal a Constant instruction of dtype `type` holds, rounded as the

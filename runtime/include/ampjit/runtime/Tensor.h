@@ -13,8 +13,10 @@
 #include "ampjit/runtime/Status.h"
 
 #include <cassert>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <type_traits>
@@ -54,6 +56,19 @@ constexpr bool isStorageTypeOf(DType dtype) {
   case DType::I1: return std::is_same_v<U, uint8_t>;
   }
   return false;
+}
+
+/// The runtime's one rule for a value becoming i64 (stores, Convert, and the
+/// CUDA kernels generated to match): toward zero, saturating at the int64
+/// range, NaN to 0 — never undefined behaviour.
+inline int64_t truncateToInt64(double value) {
+  if (std::isnan(value))
+    return 0;
+  if (value >= 0x1p63)
+    return std::numeric_limits<int64_t>::max();
+  if (value < -0x1p63)
+    return std::numeric_limits<int64_t>::min();
+  return int64_t(value);
 }
 
 /// Reads element `index` of raw storage of `dtype` as a double (exact for every
