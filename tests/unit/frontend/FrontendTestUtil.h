@@ -3,6 +3,8 @@
 
 #include "jit/jit.h"
 
+#include "Tolerance.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -20,20 +22,8 @@ inline std::string errorOf(const std::function<void()>& body) {
   return "";
 }
 
-/// DESIGN's tolerances for comparing with a double reference computed from
-/// the rounded inputs: |actual - expected| <= atol + rtol * |expected|.
-struct Tolerance {
-  double rtol;
-  double atol;
-};
-inline Tolerance toleranceFor(DType dtype) {
-  switch (dtype) {
-  case DType::F16: return {1e-3, 1e-5};
-  case DType::BF16: return {1.6e-2, 1e-5};
-  case DType::F32: return {1.3e-6, 1e-5};
-  default: return {1e-12, 1e-12};
-  }
-}
+using ampjit::testing::Tolerance;
+using ampjit::testing::toleranceFor;
 
 inline void expectClose(const std::vector<double>& actual, const std::vector<double>& expected, Tolerance tolerance,
                         const std::string& what) {

@@ -10,6 +10,8 @@
 #include "ampjit/runtime/StepBuilder.h"
 #include "ampjit/runtime/Tensor.h"
 
+#include "Tolerance.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -157,19 +159,8 @@ inline Tensor filled(DType dtype, Shape shape, std::vector<double> values) {
   return std::move(*tensor);
 }
 
-/// DESIGN's tolerances: rtol for a result that was rounded once to `dtype`.
-struct Tolerance {
-  double rtol;
-  double atol;
-};
-inline Tolerance toleranceFor(DType dtype) {
-  switch (dtype) {
-  case DType::F16: return {1e-3, 1e-5};
-  case DType::BF16: return {1.6e-2, 1e-5};
-  case DType::F32: return {1.3e-6, 1e-5};
-  default: return {1e-12, 1e-12};
-  }
-}
+using ampjit::testing::Tolerance;
+using ampjit::testing::toleranceFor;
 
 /// Checks every element of `actual` against `expected` within
 /// atol + rtol * |expected| + extra[i] (extra: an accumulation bound, e.g.
