@@ -303,18 +303,18 @@ private:
   }
 
   /// Depth-first from `root`; `enter(node)` says whether to step onto a node;
-  /// `visit(node, parent)` is called on each entered node, root included.
+  /// `visit(node)` is called on each entered node, root included.
   template <typename Enter, typename Visit>
   void traverse(unsigned root, bool inputs, bool outputs, Enter enter, Visit visit) {
     llvm::DenseSet<unsigned> seen{root};
-    SmallVector<std::pair<unsigned, unsigned>> stack{{root, root}};
+    SmallVector<unsigned> stack{root};
     while (!stack.empty()) {
-      auto [index, parent] = stack.pop_back_val();
-      visit(index, parent);
+      unsigned index = stack.pop_back_val();
+      visit(index);
       for (unsigned next : neighbours(index, inputs, outputs))
         if (!seen.contains(next) && enter(next)) {
           seen.insert(next);
-          stack.push_back({next, index});
+          stack.push_back(next);
         }
     }
   }
@@ -354,7 +354,7 @@ private:
           [&](unsigned next) {
             return !upstreamOfDenyOrInfer.contains(next) && hasCategory(next, Category::Clear);
           },
-          [&](unsigned index, unsigned) { upstreamOfDenyOrInfer.insert(index); });
+          [&](unsigned index) { upstreamOfDenyOrInfer.insert(index); });
     }
     for (unsigned root = 0; root < nodes.size(); ++root) {
       if (!hasCategory(root, Category::Deny) || deny.contains(root))
@@ -362,7 +362,7 @@ private:
       traverse(
           root, /*inputs=*/false, /*outputs=*/true,
           [&](unsigned next) { return !deny.contains(next) && upstreamOfDenyOrInfer.contains(next); },
-          [&](unsigned index, unsigned) {
+          [&](unsigned index) {
             if (deny.insert(index).second && index != root)
               paintedFrom[index] = {root, "fp32: deny spreads forward from"};
           });
@@ -378,12 +378,12 @@ private:
                    !deny.contains(next) &&
                    (hasCategory(next, Category::Infer) || hasCategory(next, Category::Clear));
           },
-          [&](unsigned index, unsigned) { downstreamOfAllow.insert(index); });
+          [&](unsigned index) { downstreamOfAllow.insert(index); });
     for (unsigned root : sortedCopy(allow))
       traverse(
           root, /*inputs=*/true, /*outputs=*/false,
           [&](unsigned next) { return !allow.contains(next) && downstreamOfAllow.contains(next); },
-          [&](unsigned index, unsigned) {
+          [&](unsigned index) {
             if (index != root && allow.insert(index).second)
               paintedFrom[index] = {root, "between allow ops, upstream of"};
           });
@@ -395,7 +395,7 @@ private:
           [&](unsigned next) {
             return !allow.contains(next) && !deny.contains(next) && hasCategory(next, Category::Clear);
           },
-          [&](unsigned index, unsigned) {
+          [&](unsigned index) {
             if (index != root && allow.insert(index).second)
               paintedFrom[index] = {root, "clear ops next to an allow op take its precision:"};
           });
