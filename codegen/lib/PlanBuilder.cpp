@@ -380,6 +380,9 @@ private:
     step->origin = op->getName().getStringRef().str();
     if (auto id = op->getAttrOfType<IntegerAttr>("jit.op_id"))
       step->origin += " #" + std::to_string(id.getInt());
+    if (options.recordLocations)
+      if (auto location = dyn_cast<FileLineColLoc>(op->getLoc()))
+        step->origin += " at " + location.getFilename().str() + ":" + std::to_string(location.getLine());
     plan.steps.push_back(std::move(*step));
     return success();
   }

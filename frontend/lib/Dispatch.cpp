@@ -62,7 +62,7 @@ public:
         continue;
       }
       operandTypes.push_back(operand.impl().type);
-      arguments.push_back(operand.impl().value);
+      arguments.push_back(concreteValue(operand.impl(), call.op));
     }
     rt::Expected<rt::Plan> plan =
         rt::buildSingleOpPlan(call.op, operandTypes, call.resultTypes, call.attributes);
@@ -168,6 +168,7 @@ namespace {
 
 void accumulateInto(Tensor& slot, const Tensor& gradient) {
   slot = slot.defined() ? slot + gradient : gradient.detach();
+  markState(slot, StateRole::Grad);
 }
 
 void checkGradient(const Node& node, size_t operand, const Tensor& gradient) {

@@ -21,6 +21,7 @@
 #include <array>
 #include <functional>
 #include <optional>
+#include <source_location>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -32,8 +33,15 @@ using rt::AttributeMap;
 using rt::TensorType;
 
 struct Node;
+class TraceSession;
 
-struct TensorImpl {
+/// What a piece of captured state is, for the `jit.role` a trace gives it.
+/// Owners mark their tensors (optimizers, the scaler, autograd's gradients);
+/// a captured leaf that requires grad is a parameter; anything else a trace
+/// captures is `hyper` (read-only or user state it carries between steps).
+enum class StateRole : uint8_t { Unmarked, Param, Grad, OptState, ScalerState, Hyper };
+
+struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   TensorType type;
   /// The data of an eager tensor.
   rt::Tensor value;
@@ -44,7 +52,35 @@ struct TensorImpl {
   /// tensors computed without grad), and which of its results this is.
   std::shared_ptr<Node> gradFn;
   uint32_t outputIndex = 0;
+  /// Under jit::trace, the session and the traced value this tensor stands
+  /// for. Captured state is bound while the trace runs and unbound after; a
+  /// tensor an op made inside a trace has no data and keeps its (finished)
+  /// session, so reading it later is a clear error, not garbage.
+  std::shared_ptr<TraceSession> session;
+  int64_t traceValue = -1;
+  StateRole stateRole = StateRole::Unmarked;
+  /// Bumped by every in-place write (copy_ and friends), so a compiled step
+  /// knows when state it derived (O2's low-precision copies) is stale.
+  uint64_t version = 0;
 };
+
+/// The data of `impl` for a host read (item, to_vector, data_ptr, printing,
+/// eager ops). A traced tensor has none: reading it while tracing is an error
+/// naming the op that made it and `where` (DESIGN principle 4), and so is
+/// reading one left over from a finished trace.
+const rt::Tensor& concreteValue(const TensorImpl& impl, std::string_view what,
+                                const std::source_location& where = std::source_location::current());
+
+/// Writes `value` into `target` in place (Tensor::copy_ after its checks and
+/// conversions): rebinding the data eagerly, recording a state update under
+/// jit::trace.
+void assignValue(TensorImpl& target, const Tensor& value);
+
+/// Marks `tensor` as state of the given kind (optimizer buffers, scaler state).
+inline void markState(const Tensor& tensor, StateRole role) {
+  if (tensor.defined())
+    tensor.impl().stateRole = role;
+}
 
 Tensor makeTensor(rt::Tensor value);
 

@@ -492,12 +492,14 @@ Grads vjpMatmul(const VjpContext& c) {
   const Tensor &a = in(c, 0), &b = in(c, 1), &g = g0(c);
   bool ta = attrFlag(c.attributes, "transpose_lhs"), tb = attrFlag(c.attributes, "transpose_rhs");
   Tensor da, db;
-  if (c.needsGrad[0])
-    da = ta ? matmul(b, g, {.transpose_lhs = tb, .transpose_rhs = true})
-            : matmul(g, b, {.transpose_lhs = false, .transpose_rhs = !tb});
+  // The weight's gradient first (a Linear layer's rhs), then the one that
+  // flows on: the order of the recorded joint graph.
   if (c.needsGrad[1])
     db = tb ? matmul(g, a, {.transpose_lhs = true, .transpose_rhs = ta})
             : matmul(a, g, {.transpose_lhs = !ta, .transpose_rhs = false});
+  if (c.needsGrad[0])
+    da = ta ? matmul(b, g, {.transpose_lhs = tb, .transpose_rhs = true})
+            : matmul(g, b, {.transpose_lhs = false, .transpose_rhs = !tb});
   return {da.defined() ? sum_to_shape(da, a.shape()) : da, db.defined() ? sum_to_shape(db, b.shape()) : db};
 }
 

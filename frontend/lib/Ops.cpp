@@ -272,12 +272,20 @@ Tensor sum_to_shape(const Tensor& grad, const Shape& shape) {
   if (!ampjit::runtime::broadcastsTo(shape, from))
     throw Error("sum_to_shape: " + ampjit::runtime::shapeToString(shape) + " does not broadcast to " +
                 detail::describe(grad));
+  // Leading dimensions the shape lacks are summed away; dimensions it has as
+  // 1 are summed keeping them. A bias's gradient is then one jit.sum.
   size_t lead = from.size() - shape.size();
-  std::vector<int64_t> axes;
-  for (size_t d = 0; d < from.size(); ++d)
-    if (d < lead || (shape[d - lead] == 1 && from[d] != 1))
-      axes.push_back(int64_t(d));
-  return reshape(axes.empty() ? grad : sum(grad, axes, true), shape);
+  std::vector<int64_t> leading, kept;
+  for (size_t d = 0; d < from.size(); ++d) {
+    if (d < lead)
+      leading.push_back(int64_t(d));
+    else if (shape[d - lead] == 1 && from[d] != 1)
+      kept.push_back(int64_t(d - lead));
+  }
+  Tensor reduced = leading.empty() ? grad : sum(grad, leading, false);
+  if (!kept.empty())
+    reduced = sum(reduced, kept, true);
+  return reduced.shape() == shape ? reduced : reshape(reduced, shape);
 }
 
 } // namespace jit

@@ -1,6 +1,7 @@
 // jit::Tensor's methods, creation functions, generators and printing.
 
 #include "Dispatch.h"
+#include "trace/TraceSession.h"
 
 #include "jit/Autograd.h"
 #include "jit/Ops.h"
@@ -42,28 +43,30 @@ int64_t Tensor::size(int64_t d) const {
   return shape()[d < 0 ? d + rank : d];
 }
 
-double Tensor::item() const {
+double Tensor::item(std::source_location where) const {
   if (numel() != 1)
     throw Error("item() needs a tensor with one element, got " + detail::describe(*this));
-  return impl().value.at(0);
+  return detail::concreteValue(impl(), "item()", where).at(0);
 }
 
-std::vector<double> Tensor::to_vector() const { return impl().value.toDoubles(); }
+std::vector<double> Tensor::to_vector(std::source_location where) const {
+  return detail::concreteValue(impl(), "to_vector()", where).toDoubles();
+}
 
 template <typename T>
-const T* Tensor::data_ptr() const {
-  const rt::Tensor& value = impl().value;
+const T* Tensor::data_ptr(std::source_location where) const {
+  const rt::Tensor& value = detail::concreteValue(impl(), "data_ptr()", where);
   bool matches = rt::isStorageTypeOf<T>(dtype()) ||
                  (std::is_same_v<T, uint16_t> && (dtype() == f16 || dtype() == bf16));
   if (!matches)
     throw Error("data_ptr: the element type asked for does not store " + detail::describe(*this));
   return reinterpret_cast<const T*>(value.bytes());
 }
-template const float* Tensor::data_ptr<float>() const;
-template const double* Tensor::data_ptr<double>() const;
-template const int64_t* Tensor::data_ptr<int64_t>() const;
-template const uint8_t* Tensor::data_ptr<uint8_t>() const;
-template const uint16_t* Tensor::data_ptr<uint16_t>() const;
+template const float* Tensor::data_ptr<float>(std::source_location) const;
+template const double* Tensor::data_ptr<double>(std::source_location) const;
+template const int64_t* Tensor::data_ptr<int64_t>(std::source_location) const;
+template const uint8_t* Tensor::data_ptr<uint8_t>(std::source_location) const;
+template const uint16_t* Tensor::data_ptr<uint16_t>(std::source_location) const;
 
 Tensor Tensor::to(DType target) const {
   return detail::apply1(detail::ops::convert, {*this}, {}, RequestedResult{.dtype = target});
@@ -87,12 +90,16 @@ Tensor Tensor::grad() const { return impl().grad; }
 
 void Tensor::zero_grad(bool setToNone) {
   TensorImpl& self = impl();
+  if (auto* session = detail::TraceSession::current(); session && session->active() && setToNone)
+    session->noteGradientReset(impl_ptr());
   if (setToNone || !self.grad.defined()) {
     self.grad = Tensor();
     return;
   }
+  // In place, as PyTorch: every handle of the gradient sees the zeros, and a
+  // traced step records a write to the gradient state.
   NoGradGuard noGrad;
-  self.grad = zeros_like(self.grad);
+  self.grad.copy_(zeros_like(self.grad));
 }
 
 std::string Tensor::grad_fn_name() const {
@@ -123,6 +130,8 @@ Tensor Tensor::detach() const {
   auto copy = std::make_shared<TensorImpl>();
   copy->type = impl().type;
   copy->value = impl().value;
+  copy->session = impl().session;
+  copy->traceValue = impl().traceValue;
   return Tensor(std::move(copy));
 }
 
@@ -136,10 +145,7 @@ Tensor& Tensor::copy_(const Tensor& source) {
     value = value.to(self.type.dtype);
   if (value.shape() != self.type.shape)
     value = broadcast_to(value, self.type.shape);
-  // Rebinding the value (rather than writing the bytes) is in-place for
-  // every handle of this tensor, and leaves tensors that autograd saved
-  // with the old value intact.
-  self.value = value.impl().value;
+  detail::assignValue(self, value);
   return *this;
 }
 

@@ -17,6 +17,7 @@
 #include <iosfwd>
 #include <memory>
 #include <random>
+#include <source_location>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -73,14 +74,16 @@ public:
   int64_t size(int64_t d) const;
   int64_t numel() const;
 
+  // Host reads. Under jit::trace a tensor has no value yet: reading one is a
+  // jit::Error naming the op that made it and the caller's source line.
   /// The value of a one-element tensor.
-  double item() const;
+  double item(std::source_location where = std::source_location::current()) const;
   /// Every element as a double, row-major (exact but for i64 beyond 2^53).
-  std::vector<double> to_vector() const;
+  std::vector<double> to_vector(std::source_location where = std::source_location::current()) const;
   /// Contiguous row-major host data. T is the dtype's storage type: float
   /// (f32), double (f64), int64_t (i64), uint8_t (i1), uint16_t (the bit
   /// patterns of f16/bf16); anything else throws.
-  template <typename T> const T* data_ptr() const;
+  template <typename T> const T* data_ptr(std::source_location where = std::source_location::current()) const;
 
   /// jit.convert: rounds to nearest even between float types, truncates
   /// float to i64, tests != 0 for i1. Differentiable between float types.

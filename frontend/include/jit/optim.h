@@ -83,12 +83,15 @@ public:
   void set_lr(double lr);
   /// The lr given at construction (schedules' base_lr).
   double initial_lr() const { return initialLr_; }
-  /// Parameter i's update count (i64[]; PyTorch's state['step']).
+  /// Parameter i's update count (i64[]; PyTorch's state['step']). Kept only
+  /// by optimizers whose update reads it (counts_steps()); otherwise 0.
   const Tensor& step_count(size_t i) const { return steps_.at(i); }
 
 protected:
   /// Updates parameter i in place with its gradient `grad`.
   virtual void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) = 0;
+  /// Whether step() advances the step counts (state a traced step carries).
+  virtual bool counts_steps() const { return true; }
   /// Rebinds state to its updated value (every handle sees it).
   static void assign(Tensor& state, const Tensor& value);
 
@@ -118,6 +121,7 @@ public:
 
 protected:
   void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) override;
+  bool counts_steps() const override;
 
 private:
   SGDOptions options_;

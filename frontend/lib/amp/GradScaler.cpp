@@ -97,6 +97,8 @@ GradScaler::GradScaler(GradScalerOptions o) : enabled_(o.enabled), dynamic_(o.dy
   good_ = scalar_tensor(0.0, i64);
   bad_ = scalar_tensor(0.0, i64);
   skipped_ = scalar_tensor(0.0, i64);
+  for (const Tensor* state : {&scale_, &good_, &bad_, &skipped_})
+    detail::markState(*state, detail::StateRole::ScalerState);
 }
 
 Tensor GradScaler::invScale() const { return scalar_tensor(1.0, f32) / scale_; }

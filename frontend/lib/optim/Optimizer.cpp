@@ -91,7 +91,9 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr)
       throw Error("optimizer: parameter " + detail::describe(param) +
                   " must be a floating-point leaf tensor (one that requires_grad_ made)");
     steps_.push_back(scalar_tensor(0.0, i64));
+    detail::markState(steps_.back(), detail::StateRole::OptState);
   }
+  detail::markState(lr_, detail::StateRole::Hyper);
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -110,6 +112,8 @@ void Optimizer::step(const Tensor& inv_scale, const Tensor& predicate) {
     if (!grad.defined())
       continue; // PyTorch skips parameters without a gradient, step count included
     update(i, grad, inv_scale, predicate);
+    if (!counts_steps())
+      continue;
     // step + 1 through f64, since jit.add is float-only: exact below 2^53 updates.
     Tensor next = (steps_[i].to(f64) + 1.0).to(i64);
     assign(steps_[i], predicate.defined() ? where(predicate, next, steps_[i]) : next);
@@ -123,6 +127,15 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options) : Optimizer(std::move(p
     throw Error("SGD: lr, momentum and weight_decay must be >= 0");
   for (const Tensor& param : params_)
     buffers_.push_back(options.momentum != 0.0 ? zeros_like(param) : Tensor());
+  for (const Tensor& buffer : buffers_)
+    detail::markState(buffer, detail::StateRole::OptState);
+}
+
+bool SGD::counts_steps() const {
+  // The count only decides how the momentum buffer starts: PyTorch's first
+  // step sets it to the gradient, which with dampening 0 is what the general
+  // rule gives from a zero buffer (0.9 * 0 + g == g), so no count is kept.
+  return options_.momentum != 0.0 && options_.dampening != 0.0;
 }
 
 void SGD::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) {
@@ -131,8 +144,7 @@ void SGD::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Te
                           .weight_decay = options_.weight_decay,
                           .nesterov = options_.nesterov,
                           .maximize = options_.maximize};
-  // The step count only matters for starting the momentum buffer.
-  Tensor step = options_.momentum != 0.0 ? steps_[i] : Tensor();
+  Tensor step = counts_steps() ? steps_[i] : Tensor();
   auto [param, buffer] = sgd_update(params_[i], grad, buffers_[i], step, lr(), update, inv_scale, predicate);
   assign(params_[i], param);
   if (buffer.defined())
@@ -157,6 +169,8 @@ Adam::Adam(std::vector<Tensor> params, const AdamOptions& options, bool decouple
   for (const Tensor& param : params_) {
     expAvg_.push_back(zeros_like(param));
     expAvgSq_.push_back(zeros_like(param));
+    detail::markState(expAvg_.back(), detail::StateRole::OptState);
+    detail::markState(expAvgSq_.back(), detail::StateRole::OptState);
   }
 }
 

@@ -23,6 +23,9 @@ struct PlanOptions {
   /// output shape into one fused step that reads every input once and writes
   /// only the values read after it (`--jit-fuse-elementwise`).
   bool fuseElementwise = false;
+  /// Append each op's `file:line` to its step's origin, so runtime messages
+  /// (AMPJIT_CHECK_NUMERICS) name the user's source line. jit::trace sets it.
+  bool recordLocations = false;
 };
 
 /// Lowers `function` to a verified plan, or reports a located error on the op

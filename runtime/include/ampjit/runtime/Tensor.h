@@ -163,6 +163,9 @@ public:
   bool sharesStorageWith(const Tensor& other) const {
     return storage_ != nullptr && storage_ == other.storage_;
   }
+  /// Whether another handle holds this storage too (writing in place would
+  /// change what that handle sees).
+  bool sharesStorage() const { return storage_ != nullptr && storage_.use_count() > 1; }
 
 private:
   Tensor(TensorType type, int64_t elementCount, std::shared_ptr<Storage> storage)

@@ -101,6 +101,17 @@ OpFoldResult CastOp::fold(FoldAdaptor adaptor) {
   return {};
 }
 
+OpFoldResult ScaleLossOp::fold(FoldAdaptor adaptor) {
+  // backward() seeds the scaled loss's gradient with 1, and the VJP of
+  // scale_loss scales that seed: 1 * scale in f32 is the scale itself.
+  auto loss = dyn_cast_or_null<DenseElementsAttr>(adaptor.getLoss());
+  if (!loss || !loss.isSplat() || getType() != getScale().getType())
+    return {};
+  if (!loss.getSplatValue<APFloat>().isExactlyValue(1.0))
+    return {};
+  return getScale();
+}
+
 LogicalResult ScaleLossOp::verify() {
   if (getLoss().getType().getNumElements() != 1)
     return emitOpError() << "operand 'loss' of type " << getLoss().getType()

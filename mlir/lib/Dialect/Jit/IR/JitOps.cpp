@@ -753,3 +753,17 @@ std::optional<llvm::StringRef> ampjit::ir::enumAttributeKeyword(Operation *op, S
   }
   return keyword;
 }
+
+Attribute ampjit::ir::enumAttributeFromKeyword(MLIRContext *context, StringRef name, StringRef keyword) {
+  if (name == "approximate") {
+    if (std::optional<GeluApproximate> kind = symbolizeGeluApproximate(keyword))
+      return GeluApproximateAttr::get(context, *kind);
+  } else if (name == "reduction") {
+    if (std::optional<Reduction> kind = symbolizeReduction(keyword))
+      return ReductionAttr::get(context, *kind);
+  } else if (name == "predicate") {
+    if (std::optional<ComparePredicate> kind = symbolizeComparePredicate(keyword))
+      return ComparePredicateAttr::get(context, *kind);
+  }
+  return {};
+}

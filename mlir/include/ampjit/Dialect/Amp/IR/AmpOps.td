@@ -78,6 +78,8 @@ def Amp_ScaleLossOp : Amp_Op<"scale_loss", [Pure, AllTypesMatch<["loss", "result
   let results = (outs Jit_FloatTensor:$result);
   let assemblyFormat = "$loss `,` $scale attr-dict `:` type($loss)";
   let hasVerifier = 1;
+  // 1 * scale is the scale exactly: backward's seed through this op's VJP.
+  let hasFolder = 1;
 }
 
 def Amp_AllFiniteOp : Amp_Op<"all_finite", [Pure]> {

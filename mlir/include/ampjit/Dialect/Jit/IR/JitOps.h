@@ -26,6 +26,12 @@ namespace ampjit::ir {
 /// dialect (policy conditions, codegen) needs this to speak of them by name.
 std::optional<llvm::StringRef> enumAttributeKeyword(mlir::Operation *op, llvm::StringRef name);
 
+/// The inverse: the attribute a jit op stores for `keyword` of its enum
+/// attribute `name`, or null when `name` is no enum attribute or `keyword`
+/// is not one of its cases.
+mlir::Attribute enumAttributeFromKeyword(mlir::MLIRContext *context, llvm::StringRef name,
+                                         llvm::StringRef keyword);
+
 } // namespace ampjit::ir
 
 #endif // AMPJIT_DIALECT_JIT_IR_JITOPS_H

@@ -1,0 +1,291 @@
+// jit::trace's compile cache: variants, guards and running a compiled step
+// (jit/trace.h).
+
+#include "CompileTrace.h"
+#include "TraceSession.h"
+
+#include "jit/trace.h"
+
+#include "ampjit/runtime/Backend.h"
+#include "ampjit/runtime/CpuBackend.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <sstream>
+
+namespace jit {
+
+namespace detail {
+
+namespace {
+
+bool environmentFlag(const char* name) {
+  const char* value = std::getenv(name);
+  return value && *value && std::string(value) != "0";
+}
+
+std::string semanticsName(amp::Semantics semantics) {
+  return semantics == amp::Semantics::paint ? "paint" : "autocast";
+}
+
+} // namespace
+
+/// One compiled trace and what it needs to run.
+struct Variant {
+  std::vector<TensorType> inputTypes;
+  std::string ampKey;
+  TraceBindings bindings;
+  std::unique_ptr<rt::Executable> executable;
+  CompiledTrace compiled;
+  /// Plan arguments past the traced ones: state the compiler derived (O2's
+  /// low-precision parameter copies), owned here.
+  std::vector<rt::Tensor> derived;
+  /// For each derived argument: the traced argument it is derived from, and
+  /// that tensor's version when the copy was last made.
+  std::vector<size_t> derivedSources;
+  std::vector<uint64_t> derivedVersions;
+  bool derivedValid = false;
+};
+
+class TracedStep {
+public:
+  TracedStep(TraceOptions options, std::source_location where)
+      : options_(std::move(options)),
+        where_{where.file_name(), unsigned(where.line()), unsigned(where.column())} {
+    setAmp(options_.amp);
+    if (options_.backend == Backend::cuda)
+      throw Error("jit::trace '" + options_.name +
+                  "': the CUDA backend cannot run traced steps yet; use Backend::cpu or Backend::automatic");
+    backend_ = rt::createCpuBackend();
+  }
+
+  void setAmp(amp::Policy policy) {
+    options_.amp = std::move(policy);
+    // Resolving checks the options now (jit::Error on nonsense), not at the first call.
+    pipelineOptions_ = options_.amp.pipelineOptions() + " semantics=" + semanticsName(options_.semantics) +
+                       " target=cpu";
+  }
+
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs, const TracedFunctionBase::Body& body) {
+    ++stats_.calls;
+    std::string key = ampKey();
+    std::vector<TensorType> types;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!inputs[i].defined())
+        throw Error("jit::trace '" + options_.name + "': input #" + std::to_string(i) + " is an undefined tensor");
+      types.push_back(inputs[i].impl().type);
+    }
+
+    std::string reason;
+    for (const auto& variant : variants_) {
+      std::string miss = guardMiss(*variant, types, key);
+      if (miss.empty()) {
+        ++stats_.cache_hits;
+        last_ = variant.get();
+        return run(*variant, inputs);
+      }
+      if (variant.get() == last_ || reason.empty())
+        reason = miss;
+    }
+
+    if (variants_.size() >= options_.max_variants) {
+      if (!warnedLimit_ && options_.log_retraces)
+        std::cerr << "ampjit: warning: jit::trace '" << options_.name << "' has " << variants_.size()
+                  << " compiled variants (max_variants); running this and further new variants eagerly ("
+                  << reason << ")\n";
+      warnedLimit_ = true;
+      ++stats_.eager_calls;
+      last_ = nullptr;
+      return body(inputs);
+    }
+    if (!variants_.empty()) {
+      stats_.retrace_reasons.push_back(reason);
+      if (options_.log_retraces)
+        std::cerr << "ampjit: jit::trace '" << options_.name << "' retraces (variant " << variants_.size() + 1
+                  << "): " << reason << "\n";
+    }
+    auto variant = traceAndCompile(inputs, body, types, key);
+    ++stats_.traces;
+    variants_.push_back(std::move(variant));
+    last_ = variants_.back().get();
+    return run(*last_, inputs);
+  }
+
+  const TraceStats& stats() const { return stats_; }
+  size_t variantCount() const { return variants_.size(); }
+  const std::string& ampReport() const { return last_ ? last_->compiled.ampReport : empty_; }
+  const std::string& tracedModule() const { return last_ ? last_->compiled.tracedModule : empty_; }
+  std::string planText() const { return last_ ? rt::printPlan(last_->executable->plan()) : std::string(); }
+
+private:
+  /// The AMP guard: the options, and a user policy file's contents (so an
+  /// edited file retraces). The version prefix changes with the key's format.
+  std::string ampKey() const {
+    std::string key = "amp-key-v1 " + pipelineOptions_;
+    const std::string& policy = options_.amp.policy;
+    if (policy.find('/') != std::string::npos || policy.ends_with(".yaml") || policy.ends_with(".yml")) {
+      std::ifstream in(policy);
+      std::stringstream text;
+      text << in.rdbuf();
+      key += " policy-hash=" + std::to_string(std::hash<std::string>{}(text.str()));
+    }
+    return key;
+  }
+
+  std::string guardMiss(const Variant& variant, const std::vector<TensorType>& types, const std::string& key) const {
+    if (types.size() != variant.inputTypes.size())
+      return "the step was traced with " + std::to_string(variant.inputTypes.size()) + " inputs, now " +
+             std::to_string(types.size());
+    for (size_t i = 0; i < types.size(); ++i)
+      if (types[i] != variant.inputTypes[i])
+        return "input #" + std::to_string(i) + " was " + describe(variant.inputTypes[i]) + ", now " +
+               describe(types[i]);
+    if (key != variant.ampKey)
+      return "the AMP options changed (traced with '" + variant.ampKey + "', now '" + key + "')";
+    for (const auto& state : variant.bindings.gradientState)
+      if (state.leaf->grad.impl_ptr() != state.grad)
+        return "the gradient of a parameter " + describe(state.leaf->type) +
+               " is no longer the tensor the step accumulates into";
+    for (const auto& leaf : variant.bindings.undefinedGradients)
+      if (leaf->grad.defined())
+        return "a parameter " + describe(leaf->type) +
+               " now has a gradient to accumulate into (the step was traced without one)";
+    return {};
+  }
+
+  std::unique_ptr<Variant> traceAndCompile(const std::vector<Tensor>& inputs, const TracedFunctionBase::Body& body,
+                                           std::vector<TensorType> types, std::string key) {
+    auto session = std::make_shared<TraceSession>(options_.name, where_);
+    session->begin();
+    std::vector<Tensor> symbolicInputs;
+    for (const Tensor& input : inputs)
+      symbolicInputs.push_back(session->input(input));
+    std::pair<TraceGraph, TraceBindings> traced;
+    try {
+      std::vector<Tensor> outputs = body(symbolicInputs);
+      traced = session->finish(outputs, options_.keep_grads);
+    } catch (...) {
+      session->abandon();
+      throw;
+    }
+
+    auto variant = std::make_unique<Variant>();
+    variant->inputTypes = std::move(types);
+    variant->ampKey = std::move(key);
+    variant->bindings = std::move(traced.second);
+    bool checkNumerics = environmentFlag("AMPJIT_CHECK_NUMERICS");
+    CompileTraceOptions compileOptions{
+        .pipelineOptions = pipelineOptions_,
+        .fuseElementwise = options_.fuse_elementwise && !checkNumerics,
+        .dumpDirectory = std::getenv("AMPJIT_DUMP") ? std::getenv("AMPJIT_DUMP") : "",
+        .dumpStem = options_.name + ".v" + std::to_string(variants_.size() + 1)};
+    try {
+      variant->compiled = compileTrace(traced.first, compileOptions);
+    } catch (...) {
+      session->restoreGradients();
+      throw;
+    }
+
+    const rt::Plan& plan = variant->compiled.plan;
+    size_t traced_arguments = traced.first.arguments.size();
+    for (size_t i = traced_arguments; i < plan.argumentCount(); ++i) {
+      const rt::BufferDesc& buffer = plan.buffers[plan.argumentBuffer(i)];
+      if (buffer.derivedFrom < int32_t(variant->bindings.inputCount) ||
+          buffer.derivedFrom >= int32_t(traced_arguments)) {
+        session->restoreGradients();
+        throw Error("jit::trace '" + options_.name + "': internal: plan argument " + std::to_string(i) +
+                    " is neither traced nor derived from traced state");
+      }
+      rt::Expected<rt::Tensor> storage = backend_->allocate(buffer.type);
+      if (!storage)
+        throw Error("jit::trace '" + options_.name + "': " + storage.message());
+      variant->derived.push_back(std::move(*storage));
+      variant->derivedSources.push_back(size_t(buffer.derivedFrom) - variant->bindings.inputCount);
+      variant->derivedVersions.push_back(0);
+    }
+    rt::Expected<std::unique_ptr<rt::Executable>> executable = backend_->prepare(variant->compiled.plan);
+    if (!executable) {
+      session->restoreGradients();
+      throw Error("jit::trace '" + options_.name + "': " + executable.message());
+    }
+    variant->executable = std::move(*executable);
+    return variant;
+  }
+
+  std::vector<Tensor> run(Variant& variant, const std::vector<Tensor>& inputs) {
+    const TraceBindings& bindings = variant.bindings;
+    std::vector<rt::Tensor> arguments;
+    for (const Tensor& input : inputs)
+      arguments.push_back(concreteValue(input.impl(), "a traced step's input"));
+    for (const auto& state : bindings.state) {
+      // The step writes state in place; another handle sharing the data
+      // (a detach() taken earlier) keeps its old value, as eagerly.
+      if (state->value.sharesStorage()) {
+        rt::Expected<rt::Tensor> copy = state->value.clone();
+        if (!copy)
+          throw Error("jit::trace '" + options_.name + "': " + copy.message());
+        state->value = std::move(*copy);
+      }
+      arguments.push_back(state->value);
+    }
+    bool stale = !variant.derivedValid;
+    for (size_t i = 0; i < variant.derived.size(); ++i)
+      stale |= bindings.state[variant.derivedSources[i]]->version != variant.derivedVersions[i];
+    for (rt::Tensor& derived : variant.derived)
+      arguments.push_back(derived);
+    if (stale) {
+      if (rt::Status status = rt::rederiveArguments(variant.executable->plan(), arguments); !status.ok())
+        throw Error("jit::trace '" + options_.name + "': " + status.message());
+      for (size_t i = 0; i < variant.derived.size(); ++i)
+        variant.derivedVersions[i] = bindings.state[variant.derivedSources[i]]->version;
+      variant.derivedValid = true;
+    }
+
+    rt::Expected<std::vector<rt::Tensor>> results = variant.executable->run(arguments);
+    if (!results)
+      throw Error("jit::trace '" + options_.name + "': " + results.message());
+    std::vector<Tensor> outputs;
+    for (size_t i = 0; i < bindings.outputCount; ++i)
+      outputs.push_back(makeTensor(std::move((*results)[i])));
+    for (const auto& state : bindings.gradientState)
+      state.leaf->grad = Tensor(state.grad);
+    for (const auto& leaf : bindings.droppedGradients)
+      leaf->grad = Tensor();
+    for (const auto& gradient : bindings.newGradients) {
+      gradient.leaf->grad = makeTensor(std::move((*results)[gradient.result]));
+      markState(gradient.leaf->grad, StateRole::Grad);
+    }
+    return outputs;
+  }
+
+  TraceOptions options_;
+  UserLocation where_;
+  std::string pipelineOptions_;
+  std::unique_ptr<rt::Backend> backend_;
+  std::vector<std::unique_ptr<Variant>> variants_;
+  Variant* last_ = nullptr;
+  TraceStats stats_;
+  bool warnedLimit_ = false;
+  std::string empty_;
+};
+
+} // namespace detail
+
+TracedFunctionBase::TracedFunctionBase(TraceOptions options, std::source_location where)
+    : core_(std::make_shared<detail::TracedStep>(std::move(options), where)) {}
+
+std::vector<Tensor> TracedFunctionBase::call(const std::vector<Tensor>& inputs, const Body& body) {
+  return core_->call(inputs, body);
+}
+
+const TraceStats& TracedFunctionBase::stats() const { return core_->stats(); }
+size_t TracedFunctionBase::variant_count() const { return core_->variantCount(); }
+const std::string& TracedFunctionBase::amp_report() const { return core_->ampReport(); }
+const std::string& TracedFunctionBase::traced_module() const { return core_->tracedModule(); }
+std::string TracedFunctionBase::plan_text() const { return core_->planText(); }
+void TracedFunctionBase::set_amp(amp::Policy policy) { core_->setAmp(std::move(policy)); }
+
+} // namespace jit

@@ -1,0 +1,181 @@
+#ifndef AMPJIT_FRONTEND_TRACE_TRACESESSION_H
+#define AMPJIT_FRONTEND_TRACE_TRACESESSION_H
+
+// One run of a user's step on symbolic tensors (DESIGN "Capture and the
+// compile cache", principle 3). The session is the op handler while the step
+// runs: every dispatched op becomes a TracedOp over value numbers instead of
+// running. A concrete tensor an op reads (a parameter, an optimizer buffer,
+// the loss scale, the learning rate) is captured as state: an argument with
+// a role. An in-place write (copy_, a gradient accumulated into a leaf)
+// rebinds the tensor to a new value; at the end every rebound piece of state
+// becomes a result tied to its argument. finish() turns all of it into a
+// TraceGraph, the plain-C++ description EmitModule turns into MLIR.
+
+#include "../Dispatch.h"
+
+#include "jit/amp.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace jit::detail {
+
+/// A place in the user's source (from std::source_location).
+struct UserLocation {
+  std::string file;
+  unsigned line = 0;
+  unsigned column = 0;
+  std::string str() const { return file + ":" + std::to_string(line); }
+};
+
+/// The location ops are recorded with: the outermost public entry point the
+/// user called (DESIGN "Conventions": operators such as `a + b` take it from
+/// this thread-local frame), else the jit::trace call site.
+class UserFrame {
+public:
+  explicit UserFrame(const std::source_location& where);
+  ~UserFrame();
+  UserFrame(const UserFrame&) = delete;
+  UserFrame& operator=(const UserFrame&) = delete;
+  static const std::optional<UserLocation>& current();
+
+private:
+  bool outermost_;
+};
+
+enum class ArgumentRole { Input, Param, Grad, OptState, ScalerState, Hyper };
+std::string_view roleName(ArgumentRole role);
+
+struct TracedOp {
+  std::string name;
+  /// Value numbers in ODS operand order; -1 for an absent optional operand.
+  std::vector<int64_t> operands;
+  AttributeMap attributes;
+  std::vector<int64_t> results;
+  UserLocation location;
+};
+
+/// What a trace captured, ready to become a function.
+struct TraceGraph {
+  std::string name;
+  UserLocation location;
+  std::vector<TensorType> valueTypes;
+  std::vector<TracedOp> ops;
+  struct Argument {
+    int64_t value;
+    ArgumentRole role;
+  };
+  /// Explicit inputs first, then captured state grouped by role (param,
+  /// grad, opt_state, hyper, scaler_state), each group in capture order.
+  std::vector<Argument> arguments;
+  struct Result {
+    int64_t value;
+    std::optional<size_t> tiedArgument;
+  };
+  /// The step's outputs, then the state updates in argument order, then new
+  /// gradients kept as outputs.
+  std::vector<Result> results;
+};
+
+/// Where the tensors of a graph's arguments come from and where its results
+/// go after a run: what TracedFunction needs to call the compiled step.
+struct TraceBindings {
+  /// For argument i >= inputCount: the captured tensor.
+  size_t inputCount = 0;
+  std::vector<std::shared_ptr<TensorImpl>> state;
+  size_t outputCount = 0;
+  /// Results after the outputs and the tied updates: gradients the step
+  /// leaves for later (accumulation), set as the leaf's .grad after a run.
+  struct NewGradient {
+    std::shared_ptr<TensorImpl> leaf;
+    size_t result;
+  };
+  std::vector<NewGradient> newGradients;
+  /// Leaves whose .grad the step reads as state: a guard (the same tensor
+  /// must be there on the next call), and restored after the run.
+  struct GradientState {
+    std::shared_ptr<TensorImpl> leaf;
+    std::shared_ptr<TensorImpl> grad;
+  };
+  std::vector<GradientState> gradientState;
+  /// Leaves whose gradient the step consumed (not kept): .grad is unset after a run.
+  std::vector<std::shared_ptr<TensorImpl>> droppedGradients;
+  /// Leaves whose .grad must still be undefined on the next call (the step
+  /// would accumulate into it otherwise).
+  std::vector<std::shared_ptr<TensorImpl>> undefinedGradients;
+};
+
+class TraceSession final : public OpHandler, public std::enable_shared_from_this<TraceSession> {
+public:
+  TraceSession(std::string name, UserLocation location);
+  ~TraceSession() override;
+
+  /// Starts recording on this thread: installs the session as the op handler.
+  void begin();
+  /// A symbolic stand-in for explicit input `example`.
+  Tensor input(const Tensor& example);
+  std::vector<Tensor> run(const OpCall& call) override;
+  /// Records `target = value` (an in-place update of state).
+  void write(TensorImpl& target, const Tensor& value);
+  /// Stops recording, unbinds captured state, and describes the step whose
+  /// outputs are `outputs`. `keepGradients`: gradients the step consumes are
+  /// still returned (as PyTorch leaves .grad set after a step).
+  std::pair<TraceGraph, TraceBindings> finish(std::span<const Tensor> outputs, bool keepGradients);
+  /// Stops recording after an error in the user's step; restores what it bound.
+  void abandon();
+  /// Puts back every leaf's .grad as it was before the step ran (after a
+  /// finished trace that could not be compiled: no state is lost).
+  void restoreGradients();
+  /// Tensor::zero_grad on `leaf` while recording: its gradient so far does
+  /// not flow into the step.
+  void noteGradientReset(const std::shared_ptr<TensorImpl>& leaf);
+
+  bool active() const { return active_; }
+  /// "jit.add at train.cpp:42" for the op that produced value `value`.
+  std::string describeProducer(int64_t value) const;
+  const std::string& name() const { return name_; }
+
+  /// The session recording on this thread, or null.
+  static TraceSession* current();
+
+private:
+  struct Capture {
+    std::shared_ptr<TensorImpl> impl;
+    ArgumentRole role;
+    int64_t argumentValue;
+    /// The leaf's .grad when the leaf was captured (parameters only).
+    std::shared_ptr<TensorImpl> gradAtCapture;
+  };
+
+  int64_t newValue(const TensorType& type, int64_t producer);
+  Tensor symbolic(const TensorType& type, int64_t producer);
+  /// The value `tensor` stands for in this trace, capturing it if concrete.
+  int64_t valueOf(const Tensor& tensor);
+  int64_t capture(const std::shared_ptr<TensorImpl>& impl);
+  void unbindAll();
+  void snapshotGradient(const std::shared_ptr<TensorImpl>& leaf);
+
+  std::string name_;
+  UserLocation location_;
+  bool active_ = false;
+  std::optional<ScopedOpHandler> handler_;
+  TraceSession* previous_ = nullptr;
+  std::vector<TensorType> valueTypes_;
+  std::vector<int64_t> producers_;
+  std::vector<int> uses_;
+  std::vector<TracedOp> ops_;
+  std::vector<int64_t> inputValues_;
+  std::vector<Capture> captures_;
+  std::vector<std::shared_ptr<TensorImpl>> bound_;
+  /// Each touched leaf's .grad before the step, for restoreGradients().
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, Tensor>> gradientSnapshots_;
+  /// Leaves zero_grad reset before the step read their gradient.
+  std::vector<std::shared_ptr<TensorImpl>> resetBeforeCapture_;
+  std::optional<amp::autocast> autocastOff_;
+};
+
+} // namespace jit::detail
+
+#endif // AMPJIT_FRONTEND_TRACE_TRACESESSION_H
