@@ -224,9 +224,13 @@ private:
                     "argument into another";
         continue;
       }
-      if (value.getDefiningOp<ir::ConstantOp>())
-        return returnOp.emitOpError() << "result #" << index << " is tied to argument #"
-                                      << argument << " but is a constant; write it with an op";
+      // State reset to a constant (zero_grad(false), a counter reset): the
+      // constant stays a constant buffer for its other readers, and a step
+      // at the end writes it into the state.
+      if (auto constant = value.getDefiningOp<ir::ConstantOp>()) {
+        constantWrites.push_back({argument, constant});
+        continue;
+      }
       auto [it, inserted] = writesArgument.try_emplace(value, argument);
       if (!inserted && it->second != argument)
         return returnOp.emitOpError() << "one value is returned tied to arguments #" << it->second
@@ -246,16 +250,39 @@ private:
       if (failed(addStep(&op)))
         return failure();
     }
+    for (auto [argument, constant] : constantWrites)
+      if (failed(addConstantWrite(argument, constant)))
+        return failure();
     auto returnOp = cast<func::ReturnOp>(function.getBody().front().getTerminator());
     for (auto [index, value] : llvm::enumerate(returnOp.getOperands())) {
       rt::PlanResult result;
       result.buffer = bufferOf.at(value);
-      if (auto tied = function.getResultAttrOfType<IntegerAttr>(index, "jit.tied"))
+      if (auto tied = function.getResultAttrOfType<IntegerAttr>(index, "jit.tied")) {
         result.tiedArgument = int32_t(tied.getInt());
+        result.buffer = plan.argumentBuffer(size_t(tied.getInt()));
+      }
       else if (plan.buffers[result.buffer].role == rt::BufferRole::Temporary)
         plan.buffers[result.buffer].role = rt::BufferRole::Output;
       plan.results.push_back(result);
     }
+    return success();
+  }
+
+  /// The last step of the plan: `constant` written into state argument `argument`.
+  LogicalResult addConstantWrite(int64_t argument, ir::ConstantOp constant) {
+    rt::BufferId target = plan.argumentBuffer(size_t(argument));
+    const rt::TensorType &type = plan.buffers[target].type;
+    FailureOr<rt::DenseData> data = denseDataOf(constant.getValue(), type, constant);
+    if (failed(data))
+      return failure();
+    rt::AttributeMap attributes{{"value", std::move(*data)}};
+    rt::Expected<rt::Step> step = rt::buildStep("jit.constant", {}, std::vector<rt::TensorType>{type}, attributes);
+    if (!step)
+      return constant.emitOpError() << "cannot be written into argument #" << argument << ": " << step.message();
+    if (rt::Status status = rt::bindStep(*step, {}, std::vector<rt::BufferId>{target}); !status.ok())
+      return constant.emitOpError() << "cannot be written into argument #" << argument << ": " << status.message();
+    step->origin = "jit.constant written into argument #" + std::to_string(argument);
+    plan.steps.push_back(std::move(*step));
     return success();
   }
 
@@ -457,6 +484,8 @@ private:
   llvm::DenseMap<Value, rt::BufferId> bufferOf;
   /// Values returned tied to a state argument -> that argument's index.
   llvm::DenseMap<Value, int64_t> writesArgument;
+  /// Tied results that are constants: (argument, constant), written last.
+  std::vector<std::pair<int64_t, ir::ConstantOp>> constantWrites;
   std::vector<std::pair<int64_t, Operation *>> inPlaceWrites;
 };
 

@@ -218,14 +218,18 @@ AttributeMap lossAttributes(Reduction reduction, std::optional<int64_t> ignoreIn
 }
 } // namespace
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, MseLossOptions options) {
+Tensor mse_loss(const Tensor& input, const Tensor& target, MseLossOptions options, std::source_location where) {
+  detail::UserFrame frame(where);
   return apply1(ops::mse_loss, {input, target}, lossAttributes(options.reduction));
 }
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOptions options) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOptions options,
+                     std::source_location where) {
+  detail::UserFrame frame(where);
   return apply1(ops::cross_entropy, {logits, labels},
                 lossAttributes(options.reduction, options.ignore_index, options.label_smoothing));
 }
-Tensor nll_loss(const Tensor& log_probs, const Tensor& labels, NllLossOptions options) {
+Tensor nll_loss(const Tensor& log_probs, const Tensor& labels, NllLossOptions options, std::source_location where) {
+  detail::UserFrame frame(where);
   return apply1(ops::nll_loss, {log_probs, labels}, lossAttributes(options.reduction, options.ignore_index));
 }
 

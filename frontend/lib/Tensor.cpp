@@ -107,7 +107,8 @@ std::string Tensor::grad_fn_name() const {
   return self.gradFn ? std::string(self.gradFn->op->name) : std::string();
 }
 
-void Tensor::backward() const {
+void Tensor::backward(std::source_location where) const {
+  detail::UserFrame frame(where);
   if (numel() != 1)
     throw Error("backward() without a gradient needs a one-element tensor, but this is " +
                 detail::describe(*this) + "; pass a seed gradient of that type: backward(gradient)");
@@ -115,7 +116,8 @@ void Tensor::backward() const {
   backward(ones_like(*this));
 }
 
-void Tensor::backward(const Tensor& gradient) const {
+void Tensor::backward(const Tensor& gradient, std::source_location where) const {
+  detail::UserFrame frame(where);
   if (!requires_grad())
     throw Error("backward() on " + detail::describe(*this) +
                 ", which does not require grad: no operand of the ops that computed it requires grad, "

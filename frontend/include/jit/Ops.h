@@ -122,11 +122,14 @@ struct NllLossOptions {
   Reduction reduction = Reduction::mean;
   int64_t ignore_index = -100;
 };
-Tensor mse_loss(const Tensor& input, const Tensor& target, MseLossOptions options = {}); ///< jit.mse_loss
+Tensor mse_loss(const Tensor& input, const Tensor& target, MseLossOptions options = {},
+                std::source_location where = std::source_location::current()); ///< jit.mse_loss
 /// logits [N, C], labels i64 [N] (jit.cross_entropy).
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOptions options = {});
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOptions options = {},
+                     std::source_location where = std::source_location::current());
 /// log_probs [N, C], labels i64 [N] (jit.nll_loss).
-Tensor nll_loss(const Tensor& log_probs, const Tensor& labels, NllLossOptions options = {});
+Tensor nll_loss(const Tensor& log_probs, const Tensor& labels, NllLossOptions options = {},
+                std::source_location where = std::source_location::current());
 
 // --- backward ops --------------------------------------------------------------------
 // The dialect's gradient kernels, public so that VJP rules (and custom ones)

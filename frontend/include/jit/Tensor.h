@@ -104,8 +104,8 @@ public:
   /// Backpropagates from a one-element tensor (seed 1) or with `gradient` (this tensor's
   /// shape and dtype) and accumulates into every leaf that requires grad.
   /// The graph is kept, so backward may run through it again.
-  void backward() const;
-  void backward(const Tensor& gradient) const;
+  void backward(std::source_location where = std::source_location::current()) const;
+  void backward(const Tensor& gradient, std::source_location where = std::source_location::current()) const;
   /// The same data, without autograd history.
   Tensor detach() const;
 
@@ -157,6 +157,25 @@ private:
   /// runs no op.
   mutable Tensor rngState_;
 };
+
+namespace detail {
+/// The source location ops are recorded with under jit::trace (DESIGN
+/// "Conventions"): public entry points (Module calls, losses, backward, the
+/// optimizer and scaler steps) take the caller's std::source_location and
+/// open a frame; the outermost frame wins, so ops a library call makes
+/// inside are located at the user's line. Ops outside any frame (a bare
+/// `a + b`) take the jit::trace call's location.
+class UserFrame {
+public:
+  explicit UserFrame(const std::source_location& where);
+  ~UserFrame();
+  UserFrame(const UserFrame&) = delete;
+  UserFrame& operator=(const UserFrame&) = delete;
+
+private:
+  bool outermost_;
+};
+} // namespace detail
 
 /// The generator used when none is passed.
 Generator& default_generator();

@@ -65,14 +65,14 @@ public:
   explicit GradScaler(GradScalerOptions options = {});
 
   /// loss * scale (the loss itself when disabled).
-  Tensor scale(const Tensor& loss) const;
+  Tensor scale(const Tensor& loss, std::source_location where = std::source_location::current()) const;
   /// Unscales the optimizer's gradients in place and records whether they
   /// are finite; once per optimizer between update() calls.
-  void unscale_(optim::Optimizer& optimizer);
+  void unscale_(optim::Optimizer& optimizer, std::source_location where = std::source_location::current());
   /// The optimizer's update, predicated on its gradients being finite.
-  void step(optim::Optimizer& optimizer);
+  void step(optim::Optimizer& optimizer, std::source_location where = std::source_location::current());
   /// The scale update from every stepped optimizer's finite flag.
-  void update();
+  void update(std::source_location where = std::source_location::current());
 
   bool is_enabled() const { return enabled_; }
   double get_scale() const;

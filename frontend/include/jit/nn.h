@@ -56,7 +56,10 @@ public:
   /// The computation. Modules that take other arguments define their own
   /// call operator; this one is what Sequential chains.
   virtual Tensor forward(const Tensor& input) = 0;
-  Tensor operator()(const Tensor& input) { return forward(input); }
+  Tensor operator()(const Tensor& input, std::source_location where = std::source_location::current()) {
+    detail::UserFrame frame(where);
+    return forward(input);
+  }
 
   /// Every parameter (own first, then children's, recursively), in registration order.
   std::vector<Tensor> parameters() const;

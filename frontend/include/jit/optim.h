@@ -68,14 +68,14 @@ public:
 
   const std::vector<Tensor>& parameters() const { return params_; }
   /// Drops (or zeroes) every parameter's gradient.
-  void zero_grad(bool set_to_none = true);
+  void zero_grad(bool set_to_none = true, std::source_location where = std::source_location::current());
 
   /// One update of every parameter that has a gradient.
-  void step() { step(Tensor(), Tensor()); }
+  void step(std::source_location where = std::source_location::current()) { step(Tensor(), Tensor(), where); }
   /// The loss scaler's form: gradients are multiplied by `inv_scale` as they
   /// are read, and with `predicate` false nothing changes (parameters,
   /// buffers and step counts stay bit-identical). Either may be undefined.
-  void step(const Tensor& inv_scale, const Tensor& predicate);
+  void step(const Tensor& inv_scale, const Tensor& predicate, std::source_location where = std::source_location::current());
 
   /// The learning rate, an f32[] state tensor.
   const Tensor& lr() const { return lr_; }

@@ -103,9 +103,13 @@ GradScaler::GradScaler(GradScalerOptions o) : enabled_(o.enabled), dynamic_(o.dy
 
 Tensor GradScaler::invScale() const { return scalar_tensor(1.0, f32) / scale_; }
 
-Tensor GradScaler::scale(const Tensor& loss) const { return enabled_ ? scale_loss(loss, scale_) : loss; }
+Tensor GradScaler::scale(const Tensor& loss, std::source_location where) const {
+  detail::UserFrame frame(where);
+  return enabled_ ? scale_loss(loss, scale_) : loss;
+}
 
-void GradScaler::unscale_(optim::Optimizer& optimizer) {
+void GradScaler::unscale_(optim::Optimizer& optimizer, std::source_location where) {
+  detail::UserFrame frame(where);
   if (!enabled_)
     return;
   PerOptimizer& state = perOptimizer_[&optimizer];
@@ -122,7 +126,8 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   state.stage = Stage::Unscaled;
 }
 
-void GradScaler::step(optim::Optimizer& optimizer) {
+void GradScaler::step(optim::Optimizer& optimizer, std::source_location where) {
+  detail::UserFrame frame(where);
   if (!enabled_)
     return optimizer.step();
   PerOptimizer& state = perOptimizer_[&optimizer];
@@ -139,7 +144,8 @@ void GradScaler::step(optim::Optimizer& optimizer) {
   state.stage = Stage::Stepped;
 }
 
-void GradScaler::update() {
+void GradScaler::update(std::source_location where) {
+  detail::UserFrame frame(where);
   if (!enabled_)
     return;
   NoGradGuard noGrad;

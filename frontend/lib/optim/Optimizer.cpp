@@ -96,7 +96,8 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr)
   detail::markState(lr_, detail::StateRole::Hyper);
 }
 
-void Optimizer::zero_grad(bool set_to_none) {
+void Optimizer::zero_grad(bool set_to_none, std::source_location where) {
+  detail::UserFrame frame(where);
   for (Tensor& param : params_)
     param.zero_grad(set_to_none);
 }
@@ -105,7 +106,8 @@ void Optimizer::set_lr(double lr) { lr_.copy_(scalar_tensor(lr, f32)); }
 
 void Optimizer::assign(Tensor& state, const Tensor& value) { state.copy_(value); }
 
-void Optimizer::step(const Tensor& inv_scale, const Tensor& predicate) {
+void Optimizer::step(const Tensor& inv_scale, const Tensor& predicate, std::source_location caller) {
+  detail::UserFrame frame(caller);
   NoGradGuard noGrad;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor grad = params_[i].grad();

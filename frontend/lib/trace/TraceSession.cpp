@@ -63,7 +63,7 @@ UserFrame::~UserFrame() {
   if (outermost_)
     gUserFrame.reset();
 }
-const std::optional<UserLocation>& UserFrame::current() { return gUserFrame; }
+const std::optional<UserLocation>& currentUserFrame() { return gUserFrame; }
 
 //===----------------------------------------------------------------------===//
 // Host reads and in-place writes (declared in Dispatch.h)
@@ -204,7 +204,7 @@ std::vector<Tensor> TraceSession::run(const OpCall& call) {
     op.operands.push_back(value);
   }
   op.attributes = call.attributes;
-  op.location = UserFrame::current() ? *UserFrame::current() : location_;
+  op.location = currentUserFrame() ? *currentUserFrame() : location_;
   int64_t index = int64_t(ops_.size());
   std::vector<Tensor> results;
   for (const TensorType& type : call.resultTypes) {

@@ -30,20 +30,8 @@ struct UserLocation {
   std::string str() const { return file + ":" + std::to_string(line); }
 };
 
-/// The location ops are recorded with: the outermost public entry point the
-/// user called (DESIGN "Conventions": operators such as `a + b` take it from
-/// this thread-local frame), else the jit::trace call site.
-class UserFrame {
-public:
-  explicit UserFrame(const std::source_location& where);
-  ~UserFrame();
-  UserFrame(const UserFrame&) = delete;
-  UserFrame& operator=(const UserFrame&) = delete;
-  static const std::optional<UserLocation>& current();
-
-private:
-  bool outermost_;
-};
+/// The innermost open UserFrame's location (jit/Tensor.h), if any.
+const std::optional<UserLocation>& currentUserFrame();
 
 enum class ArgumentRole { Input, Param, Grad, OptState, ScalerState, Hyper };
 std::string_view roleName(ArgumentRole role);

@@ -4,7 +4,9 @@
 
 #include "jit/trace.h"
 
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 
@@ -13,12 +15,14 @@ namespace {
 
 /// The MindSpore tutorial's classifier at a test-sized width.
 struct Classifier {
-  explicit Classifier(int64_t in = 784, int64_t hidden = 512, int64_t classes = 10, uint64_t seed = 1)
+  explicit Classifier(int64_t in = 784, int64_t hidden = 512, int64_t classes = 10, uint64_t seed = 1,
+                      amp::GradScalerOptions scalerOptions = {})
       : generator(seed),
         model(nn::Linear(in, hidden, true, {.generator = &generator}), nn::ReLU(),
               nn::Linear(hidden, hidden, true, {.generator = &generator}), nn::ReLU(),
               nn::Linear(hidden, classes, true, {.generator = &generator})),
-        opt(model.parameters(), {.lr = 1e-2, .momentum = 0.9}) {}
+        opt(model.parameters(), {.lr = 1e-2, .momentum = 0.9}),
+        scaler(scalerOptions) {}
 
   Tensor step(const Tensor& x, const Tensor& y) {
     opt.zero_grad();
@@ -44,12 +48,337 @@ std::pair<Tensor, Tensor> batch(int64_t size, int64_t in, int64_t classes, uint6
   return {x, tensor(labels, {size})};
 }
 
-TEST(Trace, ClassifierStepPrintsItsModule) {
-  Classifier net;
+/// Every parameter's and momentum buffer's values, the scaler's state.
+std::vector<std::vector<double>> stateOf(Classifier& net) {
+  std::vector<std::vector<double>> state;
+  for (size_t i = 0; i < net.model.parameters().size(); ++i) {
+    state.push_back(net.model.parameters()[i].to_vector());
+    state.push_back(net.opt.momentum_buffer(i).to_vector());
+  }
+  state.push_back({net.scaler.get_scale(), double(net.scaler.growth_tracker()), double(net.scaler.skipped_steps())});
+  return state;
+}
+
+constexpr int64_t kIn = 32, kHidden = 48, kClasses = 10, kBatch = 16;
+
+/// The classifier at a size that keeps eager comparisons quick.
+#define SMALL_NET(...) (kIn, kHidden, kClasses, 3 __VA_OPT__(, ) __VA_ARGS__)
+
+TEST(Trace, TheClassifierStepIsCapturedWholeWithRolesAndTies) {
+  Classifier net(784, 512, 10);
   auto [x, y] = batch(64, 784, 10, 7);
   auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); });
-  Tensor loss = step(x, y);
-  std::cout << step.traced_module() << "\n" << loss << "\n";
+  step(x, y);
+  const std::string& module = step.traced_module();
+  // 2 inputs, 6 parameters, 6 momentum buffers, lr, 4 scaler tensors.
+  for (auto [role, count] : {std::pair{"\"input\"", 2}, {"\"param\"", 6}, {"\"opt_state\"", 6},
+                             {"\"hyper\"", 1}, {"\"scaler_state\"", 4}}) {
+    size_t found = 0;
+    for (size_t at = module.find(role); at != std::string::npos; at = module.find(role, at + 1))
+      ++found;
+    EXPECT_EQ(found, size_t(count)) << role;
+  }
+  EXPECT_NE(module.find("jit.tied = 18 : i64"), std::string::npos);
+  EXPECT_NE(module.find("amp.update_scale"), std::string::npos);
+  EXPECT_EQ(step.stats().traces, 1u);
+  // Ops carry the user's source location.
+  EXPECT_NE(module.find("TraceTest.cpp"), std::string::npos);
+}
+
+TEST(Trace, EagerAndTracedAgreeBitwiseAtO0) {
+  Classifier eager SMALL_NET(), traced SMALL_NET();
+  auto step = trace([&](const Tensor& a, const Tensor& b) { return traced.step(a, b); });
+  for (uint64_t i = 0; i < 5; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 100 + i);
+    Tensor expected = eager.step(x, y);
+    Tensor got = step(x, y);
+    EXPECT_EQ(got.item(), expected.item()) << "step " << i;
+  }
+  EXPECT_EQ(stateOf(traced), stateOf(eager));
+  EXPECT_EQ(step.stats().traces, 1u);
+  EXPECT_EQ(step.stats().cache_hits, 4u);
+  // Gradients the step consumed are temporaries of the compiled step.
+  EXPECT_FALSE(traced.model.parameters()[0].grad().defined());
+}
+
+TEST(Trace, AutocastSemanticsEqualEagerAutocastBitwise) {
+  Classifier eager SMALL_NET(), traced SMALL_NET();
+  auto eagerStep = [&](const Tensor& x, const Tensor& y) {
+    eager.opt.zero_grad();
+    Tensor loss;
+    {
+      amp::autocast scope({.dtype = f16});
+      loss = cross_entropy(eager.model(x), y);
+    }
+    eager.scaler.scale(loss).backward();
+    eager.scaler.step(eager.opt);
+    eager.scaler.update();
+    return loss;
+  };
+  auto step = trace([&](const Tensor& a, const Tensor& b) { return traced.step(a, b); },
+                    {.amp = {.level = amp::O1, .dtype = f16}, .semantics = amp::Semantics::autocast});
+  for (uint64_t i = 0; i < 4; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 200 + i);
+    Tensor expected = eagerStep(x, y);
+    EXPECT_EQ(step(x, y).item(), expected.item()) << "step " << i;
+  }
+  EXPECT_EQ(stateOf(traced), stateOf(eager));
+}
+
+TEST(Trace, PaintSemanticsAgreeWithEagerAutocastWithinTolerance) {
+  Classifier eager SMALL_NET(), traced SMALL_NET();
+  auto step = trace([&](const Tensor& a, const Tensor& b) { return traced.step(a, b); },
+                    {.amp = {.level = amp::O1, .dtype = f16}});
+  for (uint64_t i = 0; i < 4; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 300 + i);
+    eager.opt.zero_grad();
+    Tensor expected;
+    {
+      amp::autocast scope({.dtype = f16});
+      expected = cross_entropy(eager.model(x), y);
+    }
+    eager.scaler.scale(expected).backward();
+    eager.scaler.step(eager.opt);
+    eager.scaler.update();
+    // Paint runs the infer/clear ops between low-precision ops low too; the
+    // loss sees f16 rounding of a few more values (a loss-level tolerance).
+    double got = step(x, y).item();
+    EXPECT_NEAR(got, expected.item(), 1e-2 * std::fabs(expected.item())) << "step " << i;
+  }
+  auto a = stateOf(traced), b = stateOf(eager);
+  for (size_t i = 0; i + 1 < a.size(); ++i)
+    expectClose(a[i], b[i], {1e-2, 1e-4}, "state " + std::to_string(i));
+}
+
+TEST(Trace, AnOverflowingStepIsSkippedOnTheCompiledStep) {
+  Classifier net SMALL_NET({.growth_interval = 2});
+  auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); },
+                    {.amp = {.level = amp::O1, .dtype = f16}});
+  auto [x, y] = batch(kBatch, kIn, kClasses, 5);
+  step(x, y);
+  EXPECT_EQ(net.scaler.get_scale(), 65536.0);
+  std::vector<std::vector<double>> before = stateOf(net);
+
+  std::vector<double> values = x.to_vector();
+  values[3] = std::numeric_limits<double>::infinity();
+  Tensor poisoned = tensor(values, x.shape());
+  step(poisoned, y);
+  std::vector<std::vector<double>> after = stateOf(net);
+  for (size_t i = 0; i + 1 < after.size(); ++i)
+    EXPECT_EQ(after[i], before[i]) << "state " << i << " changed on a skipped step";
+  EXPECT_EQ(net.scaler.get_scale(), 32768.0);
+  EXPECT_EQ(net.scaler.skipped_steps(), 1);
+  EXPECT_EQ(net.scaler.growth_tracker(), 0);
+
+  // Two clean steps grow the scale back (growth_interval 2), and update.
+  step(x, y);
+  EXPECT_NE(stateOf(net)[0], before[0]);
+  EXPECT_EQ(net.scaler.growth_tracker(), 1);
+  step(x, y);
+  EXPECT_EQ(net.scaler.get_scale(), 65536.0);
+  EXPECT_EQ(net.scaler.growth_tracker(), 0);
+  EXPECT_EQ(step.stats().traces, 1u);
+}
+
+TEST(Trace, ANewBatchSizeRetracesOnceAndIsReused) {
+  Classifier net SMALL_NET();
+  auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); }, {.log_retraces = false});
+  auto [x16, y16] = batch(16, kIn, kClasses, 1);
+  auto [x8, y8] = batch(8, kIn, kClasses, 2);
+  step(x16, y16);
+  step(x8, y8);
+  step(x16, y16);
+  step(x8, y8);
+  EXPECT_EQ(step.stats().traces, 2u);
+  EXPECT_EQ(step.stats().cache_hits, 2u);
+  ASSERT_EQ(step.stats().retrace_reasons.size(), 1u);
+  EXPECT_EQ(step.stats().retrace_reasons[0], "input #0 was f32[16x32], now f32[8x32]");
+}
+
+TEST(Trace, AChangedAmpDtypeRetraces) {
+  Classifier net SMALL_NET();
+  auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); },
+                    {.amp = {.level = amp::O1, .dtype = f16}, .log_retraces = false});
+  auto [x, y] = batch(kBatch, kIn, kClasses, 1);
+  step(x, y);
+  step.set_amp({.level = amp::O1, .dtype = bf16});
+  step(x, y);
+  EXPECT_EQ(step.stats().traces, 2u);
+  ASSERT_EQ(step.stats().retrace_reasons.size(), 1u);
+  EXPECT_NE(step.stats().retrace_reasons[0].find("dtype=bf16"), std::string::npos)
+      << step.stats().retrace_reasons[0];
+  EXPECT_NE(step.amp_report().find("bf16"), std::string::npos);
+}
+
+TEST(Trace, PastTheVariantLimitCallsRunEagerlyWithAWarning) {
+  Classifier traced SMALL_NET(), eager SMALL_NET();
+  auto step = trace([&](const Tensor& a, const Tensor& b) { return traced.step(a, b); }, {.max_variants = 2});
+  ::testing::internal::CaptureStderr();
+  for (int64_t size : {4, 5, 6, 7}) {
+    auto [x, y] = batch(size, kIn, kClasses, uint64_t(size));
+    EXPECT_EQ(step(x, y).item(), eager.step(x, y).item()) << "batch " << size;
+  }
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(step.stats().traces, 2u);
+  EXPECT_EQ(step.stats().eager_calls, 2u);
+  EXPECT_NE(log.find("running this and further new variants eagerly"), std::string::npos) << log;
+  EXPECT_NE(log.find("retraces (variant 2)"), std::string::npos) << log;
+  EXPECT_EQ(stateOf(traced), stateOf(eager));
+}
+
+TEST(Trace, AnLrScheduleChangesTheLrTensorWithoutRetracing) {
+  Classifier traced SMALL_NET(), eager SMALL_NET();
+  optim::StepLR tracedSchedule(traced.opt, 1, 0.5), eagerSchedule(eager.opt, 1, 0.5);
+  auto step = trace([&](const Tensor& a, const Tensor& b) { return traced.step(a, b); });
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 40 + i);
+    EXPECT_EQ(step(x, y).item(), eager.step(x, y).item());
+    tracedSchedule.step();
+    eagerSchedule.step();
+  }
+  EXPECT_EQ(traced.opt.lr().item(), eager.opt.lr().item());
+  EXPECT_NEAR(traced.opt.lr().item(), 1e-2 * 0.125, 1e-9);
+  EXPECT_EQ(stateOf(traced), stateOf(eager));
+  EXPECT_EQ(step.stats().traces, 1u);
+}
+
+TEST(Trace, ReadingAValueWhileTracingNamesTheOpAndTheLine) {
+  Classifier net SMALL_NET();
+  std::vector<std::vector<double>> before = stateOf(net);
+  int line = 0;
+  auto step = trace([&](const Tensor& a, const Tensor& b) {
+    net.opt.zero_grad();
+    Tensor loss = cross_entropy(net.model(a), b);
+    line = __LINE__ + 1;
+    if (loss.item() > 100.0) // data-dependent control flow
+      return loss;
+    net.scaler.scale(loss).backward();
+    net.scaler.step(net.opt);
+    net.scaler.update();
+    return loss;
+  });
+  auto [x, y] = batch(kBatch, kIn, kClasses, 1);
+  std::string message = errorOf([&] { step(x, y); });
+  EXPECT_NE(message.find("item() at "), std::string::npos) << message;
+  EXPECT_NE(message.find("TraceTest.cpp:" + std::to_string(line)), std::string::npos) << message;
+  EXPECT_NE(message.find("made by jit.cross_entropy"), std::string::npos) << message;
+  // Nothing the failed trace touched changed, and the state still trains eagerly.
+  EXPECT_EQ(stateOf(net), before);
+  net.step(x, y);
+  EXPECT_NE(stateOf(net), before);
+}
+
+TEST(Trace, ATensorLeftInsideAStepHasNoValueAfterIt) {
+  Classifier net SMALL_NET();
+  Tensor logits;
+  auto step = trace([&](const Tensor& a, const Tensor& b) {
+    net.opt.zero_grad();
+    logits = net.model(a);
+    Tensor loss = cross_entropy(logits, b);
+    loss.backward();
+    net.opt.step();
+    return loss;
+  });
+  auto [x, y] = batch(kBatch, kIn, kClasses, 1);
+  step(x, y);
+  std::string message = errorOf([&] { logits.to_vector(); });
+  EXPECT_NE(message.find("computed inside the traced step 'train_step'"), std::string::npos) << message;
+  EXPECT_NE(message.find("return it from the step"), std::string::npos) << message;
+}
+
+TEST(Trace, GradientAccumulationIsTwoTracedFunctionsSharingGradients) {
+  Classifier eager SMALL_NET(), traced SMALL_NET();
+  auto accumulate = [](Classifier& net, const Tensor& x, const Tensor& y) {
+    Tensor loss = cross_entropy(net.model(x), y);
+    net.scaler.scale(loss).backward();
+    return loss;
+  };
+  auto apply = [](Classifier& net) {
+    net.scaler.step(net.opt);
+    net.scaler.update();
+    net.opt.zero_grad(false);
+  };
+  auto tracedAccumulate = trace([&](const Tensor& x, const Tensor& y) { return accumulate(traced, x, y); },
+                                {.log_retraces = false, .name = "accumulate"});
+  auto tracedApply = trace([&]() { apply(traced); }, {.log_retraces = false, .name = "apply"});
+  for (uint64_t round = 0; round < 3; ++round) {
+    for (uint64_t micro = 0; micro < 2; ++micro) {
+      auto [x, y] = batch(kBatch, kIn, kClasses, 10 * round + micro);
+      EXPECT_EQ(tracedAccumulate(x, y).item(), accumulate(eager, x, y).item());
+    }
+    tracedApply();
+    apply(eager);
+  }
+  EXPECT_EQ(stateOf(traced), stateOf(eager));
+  for (size_t i = 0; i < traced.model.parameters().size(); ++i)
+    EXPECT_EQ(traced.model.parameters()[i].grad().to_vector(), eager.model.parameters()[i].grad().to_vector());
+  // The first call had no gradients to accumulate into; later ones do.
+  EXPECT_EQ(tracedAccumulate.stats().traces, 2u);
+  EXPECT_EQ(tracedApply.stats().traces, 1u);
+}
+
+TEST(Trace, O2ReDerivesItsParameterCopiesWhenTheUserWritesAParameter) {
+  Classifier net SMALL_NET();
+  auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); },
+                    {.amp = {.level = amp::O2, .dtype = f16}});
+  auto [x, y] = batch(kBatch, kIn, kClasses, 9);
+  double first = step(x, y).item();
+  for (int i = 0; i < 5; ++i)
+    step(x, y);
+  EXPECT_LT(step(x, y).item(), first);
+  // All-zero parameters: every logit is 0, the loss is ln(10). Stale f16
+  // copies of the old weights would give the trained loss instead.
+  for (Tensor& parameter : net.model.parameters()) {
+    NoGradGuard noGrad;
+    parameter.copy_(zeros_like(parameter));
+  }
+  EXPECT_NEAR(step(x, y).item(), std::log(10.0), 1e-3);
+  EXPECT_EQ(step.stats().traces, 1u);
+}
+
+TEST(Trace, CheckNumericsNamesTheFirstOpAndLineThatMadeAnInf) {
+  // Eager work first: the eager backend reads the variable when it is made.
+  Classifier net SMALL_NET();
+  auto [x, y] = batch(kBatch, kIn, kClasses, 1);
+  std::vector<double> values = x.to_vector();
+  values[0] = std::numeric_limits<double>::infinity();
+  Tensor poisoned = tensor(values, x.shape());
+  ::setenv("AMPJIT_CHECK_NUMERICS", "1", 1);
+  int line = 0;
+  auto step = trace([&](const Tensor& a, const Tensor& b) {
+    net.opt.zero_grad();
+    line = __LINE__ + 1;
+    Tensor loss = cross_entropy(net.model(a), b);
+    loss.backward();
+    net.opt.step();
+    return loss;
+  });
+  ::unsetenv("AMPJIT_CHECK_NUMERICS");
+  std::string message = errorOf([&] { step(poisoned, y); });
+  EXPECT_NE(message.find("AMPJIT_CHECK_NUMERICS"), std::string::npos) << message;
+  EXPECT_NE(message.find("jit.matmul #0"), std::string::npos) << message;
+  EXPECT_NE(message.find("TraceTest.cpp:" + std::to_string(line)), std::string::npos) << message;
+}
+
+TEST(Trace, AmpjitDumpWritesEveryStage) {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / "ampjit-trace-dump-test";
+  std::filesystem::remove_all(dir);
+  ::setenv("AMPJIT_DUMP", dir.c_str(), 1);
+  Classifier net SMALL_NET();
+  auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); },
+                    {.amp = {.level = amp::O1, .dtype = f16}, .name = "dumped"});
+  auto [x, y] = batch(kBatch, kIn, kClasses, 1);
+  step(x, y);
+  ::unsetenv("AMPJIT_DUMP");
+  for (const char* suffix : {".0-traced.mlir", ".1-passes.mlir", ".2-amp.mlir", ".3-plan.txt", ".amp-report.json"}) {
+    std::ifstream in(dir / (std::string("dumped.v1") + suffix));
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_FALSE(text.empty()) << suffix;
+  }
+  std::ifstream passes(dir / "dumped.v1.1-passes.mlir");
+  std::string text((std::istreambuf_iterator<char>(passes)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("IR Dump After AmpPipeline"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 } // namespace
