@@ -1,7 +1,7 @@
 // The golden joint graph: the MindSpore tutorial's MNIST train step
 // (examples/mnist_train_step.mlir: forward, backward, loss scaler, SGD with
 // momentum) after the whole AMP pipeline at O1 (f16 and bf16), O2 and O3.
-// jit::trace's dump of the same step must match these (issue 6).
+// jit::trace's dump of the same step matches them too (frontend/trace-golden.mlir).
 //
 // RUN: amp-opt %S/../../../examples/mnist_train_step.mlir --amp-pipeline="level=O1 dtype=f16" | FileCheck %s --check-prefix=O1
 // RUN: amp-opt %S/../../../examples/mnist_train_step.mlir --amp-pipeline="level=O1 dtype=bf16" | FileCheck %s --check-prefix=BF16

@@ -101,25 +101,27 @@ TEST(Trace, EagerAndTracedAgreeBitwiseAtO0) {
   EXPECT_FALSE(traced.model.parameters()[0].grad().defined());
 }
 
+/// The classifier's step eagerly, forward under jit::amp::autocast (f16).
+Tensor eagerAutocastStep(Classifier& net, const Tensor& x, const Tensor& y) {
+  net.opt.zero_grad();
+  Tensor loss;
+  {
+    amp::autocast scope({.dtype = f16});
+    loss = cross_entropy(net.model(x), y);
+  }
+  net.scaler.scale(loss).backward();
+  net.scaler.step(net.opt);
+  net.scaler.update();
+  return loss;
+}
+
 TEST(Trace, AutocastSemanticsEqualEagerAutocastBitwise) {
   Classifier eager SMALL_NET(), traced SMALL_NET();
-  auto eagerStep = [&](const Tensor& x, const Tensor& y) {
-    eager.opt.zero_grad();
-    Tensor loss;
-    {
-      amp::autocast scope({.dtype = f16});
-      loss = cross_entropy(eager.model(x), y);
-    }
-    eager.scaler.scale(loss).backward();
-    eager.scaler.step(eager.opt);
-    eager.scaler.update();
-    return loss;
-  };
   auto step = trace([&](const Tensor& a, const Tensor& b) { return traced.step(a, b); },
                     {.amp = {.level = amp::O1, .dtype = f16}, .semantics = amp::Semantics::autocast});
   for (uint64_t i = 0; i < 4; ++i) {
     auto [x, y] = batch(kBatch, kIn, kClasses, 200 + i);
-    Tensor expected = eagerStep(x, y);
+    Tensor expected = eagerAutocastStep(eager, x, y);
     EXPECT_EQ(step(x, y).item(), expected.item()) << "step " << i;
   }
   EXPECT_EQ(stateOf(traced), stateOf(eager));
@@ -131,15 +133,7 @@ TEST(Trace, PaintSemanticsAgreeWithEagerAutocastWithinTolerance) {
                     {.amp = {.level = amp::O1, .dtype = f16}});
   for (uint64_t i = 0; i < 4; ++i) {
     auto [x, y] = batch(kBatch, kIn, kClasses, 300 + i);
-    eager.opt.zero_grad();
-    Tensor expected;
-    {
-      amp::autocast scope({.dtype = f16});
-      expected = cross_entropy(eager.model(x), y);
-    }
-    eager.scaler.scale(expected).backward();
-    eager.scaler.step(eager.opt);
-    eager.scaler.update();
+    Tensor expected = eagerAutocastStep(eager, x, y);
     // Paint runs the infer/clear ops between low-precision ops low too; the
     // loss sees f16 rounding of a few more values (a loss-level tolerance).
     double got = step(x, y).item();
