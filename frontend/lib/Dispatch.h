@@ -165,6 +165,10 @@ extern constinit const OpDef scale_loss, all_finite, unscale_and_check, update_s
 /// says for `op` (lib/amp/Autocast.cpp); otherwise `operands` unchanged.
 std::vector<Tensor> autocastOperands(const OpDef& op, std::vector<Tensor> operands, const AttributeMap& attributes);
 
+/// Whether a policy spec (`policy=`, amp::Policy::policy) names a YAML file
+/// rather than a built-in: the compiler's test (loadPolicy in AmpConfig.cpp).
+bool policySpecIsFile(std::string_view spec);
+
 /// Runs `op`: applies autocast, infers result types, dispatches, records autograd.
 std::vector<Tensor> apply(const OpDef& op, std::vector<Tensor> operands, AttributeMap attributes = {},
                           const RequestedResult& requested = {});

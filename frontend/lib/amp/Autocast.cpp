@@ -18,6 +18,12 @@
 #include <set>
 #include <sstream>
 
+namespace jit::detail {
+bool policySpecIsFile(std::string_view spec) {
+  return spec.find('/') != std::string_view::npos || spec.ends_with(".yaml") || spec.ends_with(".yml");
+}
+} // namespace jit::detail
+
 namespace jit::amp {
 
 namespace {
@@ -58,8 +64,7 @@ std::shared_ptr<const PolicyData> loadPolicy(const std::string& spec) {
       slot = unwrap(PolicyData::builtin(spec, knownOps()));
     return slot;
   }
-  bool looksLikeFile = spec.find('/') != std::string::npos || spec.ends_with(".yaml") || spec.ends_with(".yml");
-  if (!looksLikeFile) {
+  if (!detail::policySpecIsFile(spec)) {
     std::string builtins;
     for (const std::string& name : PolicyData::builtinNames())
       builtins += (builtins.empty() ? "" : ", ") + name;

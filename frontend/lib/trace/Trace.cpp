@@ -126,7 +126,7 @@ private:
   std::string ampKey() const {
     std::string key = "amp-key-v1 " + pipelineOptions_;
     const std::string& policy = options_.amp.policy;
-    if (policy.find('/') != std::string::npos || policy.ends_with(".yaml") || policy.ends_with(".yml")) {
+    if (policySpecIsFile(policy)) {
       std::ifstream in(policy);
       std::stringstream text;
       text << in.rdbuf();
@@ -172,33 +172,39 @@ private:
       throw;
     }
 
-    auto variant = std::make_unique<Variant>();
-    variant->inputTypes = std::move(types);
-    variant->ampKey = std::move(key);
-    variant->bindings = std::move(traced.second);
-    bool checkNumerics = environmentFlag("AMPJIT_CHECK_NUMERICS");
-    CompileTraceOptions compileOptions{
-        .pipelineOptions = pipelineOptions_,
-        .fuseElementwise = options_.fuse_elementwise && !checkNumerics,
-        .dumpDirectory = std::getenv("AMPJIT_DUMP") ? std::getenv("AMPJIT_DUMP") : "",
-        .dumpStem = options_.name + ".v" + std::to_string(variants_.size() + 1)};
+    // Whatever fails from here on, the parameters' gradients go back to
+    // what they were before the step (the rest of the state was never touched).
     try {
-      variant->compiled = compileTrace(traced.first, compileOptions);
+      return compileVariant(traced.first, std::move(traced.second), std::move(types), std::move(key));
     } catch (...) {
       session->restoreGradients();
       throw;
     }
+  }
+
+  std::unique_ptr<Variant> compileVariant(const TraceGraph& graph, TraceBindings bindings,
+                                          std::vector<TensorType> types, std::string key) {
+    auto variant = std::make_unique<Variant>();
+    variant->inputTypes = std::move(types);
+    variant->ampKey = std::move(key);
+    variant->bindings = std::move(bindings);
+    bool checkNumerics = environmentFlag("AMPJIT_CHECK_NUMERICS");
+    const char* dumpDirectory = std::getenv("AMPJIT_DUMP");
+    CompileTraceOptions compileOptions{
+        .pipelineOptions = pipelineOptions_,
+        .fuseElementwise = options_.fuse_elementwise && !checkNumerics,
+        .dumpDirectory = dumpDirectory ? dumpDirectory : "",
+        .dumpStem = options_.name + ".v" + std::to_string(variants_.size() + 1)};
+    variant->compiled = compileTrace(graph, compileOptions);
 
     const rt::Plan& plan = variant->compiled.plan;
-    size_t traced_arguments = traced.first.arguments.size();
+    size_t traced_arguments = graph.arguments.size();
     for (size_t i = traced_arguments; i < plan.argumentCount(); ++i) {
       const rt::BufferDesc& buffer = plan.buffers[plan.argumentBuffer(i)];
       if (buffer.derivedFrom < int32_t(variant->bindings.inputCount) ||
-          buffer.derivedFrom >= int32_t(traced_arguments)) {
-        session->restoreGradients();
+          buffer.derivedFrom >= int32_t(traced_arguments))
         throw Error("jit::trace '" + options_.name + "': internal: plan argument " + std::to_string(i) +
                     " is neither traced nor derived from traced state");
-      }
       rt::Expected<rt::Tensor> storage = backend_->allocate(buffer.type);
       if (!storage)
         throw Error("jit::trace '" + options_.name + "': " + storage.message());
@@ -207,10 +213,8 @@ private:
       variant->derivedVersions.push_back(0);
     }
     rt::Expected<std::unique_ptr<rt::Executable>> executable = backend_->prepare(variant->compiled.plan);
-    if (!executable) {
-      session->restoreGradients();
+    if (!executable)
       throw Error("jit::trace '" + options_.name + "': " + executable.message());
-    }
     variant->executable = std::move(*executable);
     return variant;
   }

@@ -245,7 +245,16 @@ std::string TraceSession::describeProducer(int64_t value) const {
   return "an unknown op";
 }
 
-void TraceSession::unbindAll() {
+void TraceSession::restoreGradients() {
+  for (auto& [leaf, grad] : gradientSnapshots_)
+    leaf->grad = grad;
+}
+
+void TraceSession::stopRecording() {
+  active_ = false;
+  autocastOff_.reset();
+  handler_.reset();
+  gCurrentSession = previous_;
   for (const std::shared_ptr<TensorImpl>& impl : bound_) {
     impl->session = nullptr;
     impl->traceValue = -1;
@@ -253,19 +262,10 @@ void TraceSession::unbindAll() {
   bound_.clear();
 }
 
-void TraceSession::restoreGradients() {
-  for (auto& [leaf, grad] : gradientSnapshots_)
-    leaf->grad = grad;
-}
-
 void TraceSession::abandon() {
   if (!active_)
     return;
-  active_ = false;
-  autocastOff_.reset();
-  handler_.reset();
-  gCurrentSession = previous_;
-  unbindAll();
+  stopRecording();
   restoreGradients();
 }
 
@@ -348,11 +348,7 @@ std::pair<TraceGraph, TraceBindings> TraceSession::finish(std::span<const Tensor
   }
 
   // Stop recording; state goes back to its data, leaves to their gradient state.
-  active_ = false;
-  autocastOff_.reset();
-  handler_.reset();
-  gCurrentSession = previous_;
-  unbindAll();
+  stopRecording();
   for (const auto& [leaf, grad] : bindings.gradientState)
     leaf->grad = Tensor(grad);
   for (const auto& leaf : bindings.droppedGradients)

@@ -142,7 +142,8 @@ private:
   /// The value `tensor` stands for in this trace, capturing it if concrete.
   int64_t valueOf(const Tensor& tensor);
   int64_t capture(const std::shared_ptr<TensorImpl>& impl);
-  void unbindAll();
+  /// Uninstalls the session and unbinds captured state (finish and abandon).
+  void stopRecording();
   void snapshotGradient(const std::shared_ptr<TensorImpl>& leaf);
 
   std::string name_;
