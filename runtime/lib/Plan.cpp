@@ -2,6 +2,8 @@
 
 #include "PlanEnums.h"
 
+#include "ampjit/runtime/WindowShape.h"
+
 #include <algorithm>
 #include <bit>
 #include <charconv>
@@ -143,6 +145,16 @@ std::string_view stepKindName(StepKind kind) {
   case StepKind::AllFinite: return "all_finite";
   case StepKind::UnscaleAndCheck: return "unscale_and_check";
   case StepKind::UpdateScale: return "update_scale";
+  case StepKind::Conv2d: return "conv2d";
+  case StepKind::Conv2dGradInput: return "conv2d_grad_input";
+  case StepKind::Conv2dGradWeight: return "conv2d_grad_weight";
+  case StepKind::BatchNorm: return "batch_norm";
+  case StepKind::BatchNormInference: return "batch_norm_inference";
+  case StepKind::BatchNormGrad: return "batch_norm_grad";
+  case StepKind::MaxPool2d: return "max_pool2d";
+  case StepKind::MaxPool2dGrad: return "max_pool2d_grad";
+  case StepKind::AvgPool2d: return "avg_pool2d";
+  case StepKind::AvgPool2dGrad: return "avg_pool2d_grad";
   }
   return "<invalid step kind>";
 }
@@ -198,7 +210,17 @@ std::size_t paramsIndexOf(StepKind kind) {
   case StepKind::LogSoftmax:
   case StepKind::SoftmaxGrad:
   case StepKind::LogSoftmaxGrad:
-  case StepKind::LayerNormGrad: return variantIndex<AxisParams>();
+  case StepKind::LayerNormGrad:
+  case StepKind::BatchNormGrad: return variantIndex<AxisParams>();
+  case StepKind::Conv2d:
+  case StepKind::Conv2dGradInput:
+  case StepKind::Conv2dGradWeight: return variantIndex<Conv2dParams>();
+  case StepKind::BatchNorm:
+  case StepKind::BatchNormInference: return variantIndex<BatchNormParams>();
+  case StepKind::MaxPool2d:
+  case StepKind::MaxPool2dGrad:
+  case StepKind::AvgPool2d:
+  case StepKind::AvgPool2dGrad: return variantIndex<Pool2dParams>();
   case StepKind::LayerNorm: return variantIndex<LayerNormParams>();
   case StepKind::Dropout: return variantIndex<DropoutParams>();
   case StepKind::Loss:
@@ -349,6 +371,19 @@ std::vector<std::string> slotNames(const Step& step, bool outputs) {
   case StepKind::UpdateScale:
     return pick({"scale", "good_steps", "bad_steps", "skipped_steps", "all_finite"},
                 {"new_scale", "new_good_steps", "new_bad_steps", "new_skipped_steps"});
+  case StepKind::Conv2d: return pick({"x", "weight", "bias"}, {"y"});
+  case StepKind::Conv2dGradInput: return pick({"dy", "weight"}, {"dx"});
+  case StepKind::Conv2dGradWeight: return pick({"dy", "x"}, {"dweight"});
+  case StepKind::BatchNorm:
+    return pick({"x", "weight", "bias", "running_mean", "running_var"},
+                {"y", "save_mean", "save_invstd", "new_running_mean", "new_running_var"});
+  case StepKind::BatchNormInference: return pick({"x", "weight", "bias", "running_mean", "running_var"}, {"y"});
+  case StepKind::BatchNormGrad:
+    return pick({"dy", "x", "save_mean", "save_invstd", "weight"}, {"dx", "dweight", "dbias"});
+  case StepKind::MaxPool2d:
+  case StepKind::AvgPool2d: return pick({"x"}, {"y"});
+  case StepKind::MaxPool2dGrad:
+  case StepKind::AvgPool2dGrad: return pick({"dy", "x"}, {"dx"});
   }
   return {};
 }
@@ -359,6 +394,10 @@ bool isOptionalInputSlot(const Step& step, std::size_t slot) {
   switch (step.kind) {
   case StepKind::LayerNorm: return slot == 1 || slot == 2;
   case StepKind::LayerNormGrad: return slot == 4;
+  case StepKind::Conv2d: return slot == 2;
+  case StepKind::BatchNorm:
+  case StepKind::BatchNormInference: return slot == 1 || slot == 2;
+  case StepKind::BatchNormGrad: return slot == 4;
   case StepKind::OptimizerUpdate:
     if (step.as<OptimizerParams>().optimizer == OptimizerKind::Adam)
       return slot == adam_slot::kInvScale || slot == adam_slot::kPredicate ||
@@ -458,6 +497,10 @@ private:
   Status checkConstant() const;
   Status checkOptimizer() const;
   Status checkScaler() const;
+  Status checkConv() const;
+  Status checkBatchNorm() const;
+  Status checkBatchNormGrad() const;
+  Status checkPool() const;
 
   const Step& step_;
   std::span<const TensorType> in_;
@@ -527,6 +570,16 @@ Status StepChecker::run() {
   case StepKind::AllFinite:
   case StepKind::UnscaleAndCheck:
   case StepKind::UpdateScale: AMPJIT_RETURN_IF_ERROR(checkScaler()); break;
+  case StepKind::Conv2d:
+  case StepKind::Conv2dGradInput:
+  case StepKind::Conv2dGradWeight: AMPJIT_RETURN_IF_ERROR(checkConv()); break;
+  case StepKind::BatchNorm:
+  case StepKind::BatchNormInference: AMPJIT_RETURN_IF_ERROR(checkBatchNorm()); break;
+  case StepKind::BatchNormGrad: AMPJIT_RETURN_IF_ERROR(checkBatchNormGrad()); break;
+  case StepKind::MaxPool2d:
+  case StepKind::MaxPool2dGrad:
+  case StepKind::AvgPool2d:
+  case StepKind::AvgPool2dGrad: AMPJIT_RETURN_IF_ERROR(checkPool()); break;
   }
   return checkComputeType();
 }
@@ -932,6 +985,165 @@ Status StepChecker::checkScaler() const {
   }
   default: return Status::error("internal: not a scaler step");
   }
+}
+
+/// The two spatial entries of a window parameter, or an error naming it.
+Status checkPair(std::string_view name, const std::vector<int64_t>& values, int64_t minimum) {
+  if (values.size() != 2)
+    return Status::error(std::string(name) + " must have 2 entries [height, width], got " +
+                         std::to_string(values.size()));
+  for (int64_t value : values)
+    if (value < minimum)
+      return Status::error(std::string(name) + " entries must be at least " + std::to_string(minimum) +
+                           ", got " + shapeToString(values));
+  return Status::success();
+}
+
+Status StepChecker::checkConv() const {
+  const Conv2dParams& params = step_.as<Conv2dParams>();
+  bool forward = step_.kind == StepKind::Conv2d;
+  AMPJIT_RETURN_IF_ERROR(checkSlotCounts(forward ? 3 : 2, 1));
+  AMPJIT_RETURN_IF_ERROR(checkRequiredSlots());
+  AMPJIT_RETURN_IF_ERROR(checkPair("stride", params.stride, 1));
+  AMPJIT_RETURN_IF_ERROR(checkPair("padding", params.padding, 0));
+  AMPJIT_RETURN_IF_ERROR(checkPair("dilation", params.dilation, 1));
+  if (params.groups < 1)
+    return Status::error("groups = " + std::to_string(params.groups) + " must be at least 1");
+  // Name the three tensors whatever slot they are in.
+  const TensorType& x = step_.kind == StepKind::Conv2d           ? in(0)
+                        : step_.kind == StepKind::Conv2dGradInput ? out(0)
+                                                                  : in(1);
+  const TensorType& w = step_.kind == StepKind::Conv2dGradWeight ? out(0) : in(1);
+  const TensorType& y = forward ? out(0) : in(0);
+  std::string xName = step_.kind == StepKind::Conv2d ? inName(0)
+                      : step_.kind == StepKind::Conv2dGradInput ? outName(0) : inName(1);
+  std::string wName = step_.kind == StepKind::Conv2dGradWeight ? outName(0) : inName(1);
+  for (const auto& [type, name] : {std::pair{&x, xName}, std::pair{&w, wName}}) {
+    if (!isFloating(type->dtype))
+      return Status::error(name + " must be f16, bf16, f32 or f64");
+    if (type->shape.size() != 4)
+      return Status::error(name + " must have rank 4");
+  }
+  if (w.dtype != x.dtype)
+    return Status::error(wName + " must have the dtype of " + xName);
+  ActivationDims a = activationDims(params.nhwc);
+  FilterDims f = filterDims(params.nhwc);
+  const char* layout = params.nhwc ? "NHWC" : "NCHW";
+  int64_t channels = x.shape[size_t(a.channel)], outChannels = w.shape[size_t(f.out)];
+  if (channels % params.groups != 0 || outChannels % params.groups != 0)
+    return Status::error("groups = " + std::to_string(params.groups) + " must divide the input channels (" +
+                         std::to_string(channels) + ") and the output channels (" +
+                         std::to_string(outChannels) + ")");
+  if (w.shape[size_t(f.in)] != channels / params.groups)
+    return Status::error(wName + " must have " + std::to_string(channels / params.groups) +
+                         " input channels per group (" + layout + " " + xName + " has " +
+                         std::to_string(channels) + " channels in " + std::to_string(params.groups) +
+                         " groups)");
+  Shape expected(4);
+  expected[size_t(a.batch)] = x.shape[size_t(a.batch)];
+  expected[size_t(a.channel)] = outChannels;
+  for (int d = 0; d < 2; ++d) {
+    int64_t in = x.shape[size_t(d == 0 ? a.height : a.width)];
+    int64_t kernel = w.shape[size_t(d == 0 ? f.height : f.width)];
+    int64_t size = windowOutputSize(in, kernel, params.stride[d], params.padding[d], params.dilation[d]);
+    if (size < 1)
+      return Status::error(std::string("the ") + (d == 0 ? "height" : "width") + " " + std::to_string(in) +
+                           " of " + xName + " is smaller than the dilated kernel (" + std::to_string(kernel) +
+                           ", dilation " + std::to_string(params.dilation[d]) + ", padding " +
+                           std::to_string(params.padding[d]) + ")");
+    expected[size_t(d == 0 ? a.height : a.width)] = size;
+  }
+  TensorType yType{x.dtype, expected};
+  if (forward) {
+    if (hasIn(2))
+      AMPJIT_RETURN_IF_ERROR(expectIn(2, TensorType{x.dtype, {outChannels}}, ": one bias per output channel"));
+    return expectOut(0, yType, std::string(", the convolution of ") + layout + " input and filter");
+  }
+  return expectIn(0, yType, std::string(", the shape the convolution of the ") +
+                                (step_.kind == StepKind::Conv2dGradInput ? "input" : "filter") +
+                                " it yields would produce");
+}
+
+Status StepChecker::checkBatchNorm() const {
+  bool training = step_.kind == StepKind::BatchNorm;
+  AMPJIT_RETURN_IF_ERROR(checkSlotCounts(5, training ? 5 : 1));
+  AMPJIT_RETURN_IF_ERROR(checkRequiredSlots());
+  AMPJIT_RETURN_IF_ERROR(expectFloatIn(0));
+  const BatchNormParams& params = step_.as<BatchNormParams>();
+  const Shape& shape = in(0).shape;
+  if (shape.size() < 2)
+    return Status::error(inName(0) + " must have rank >= 2 (a batch and channels)");
+  AMPJIT_RETURN_IF_ERROR(expectAxis(params.axis, shape.size(), "axis"));
+  if (!(params.eps >= 0.0) || std::isinf(params.eps))
+    return Status::error("eps = " + formatDouble(params.eps) + " must be finite and non-negative");
+  if (!(params.momentum >= 0.0 && params.momentum <= 1.0))
+    return Status::error("momentum = " + formatDouble(params.momentum) + " must be in [0, 1]");
+  if (training && in(0).elementCount() / shape[size_t(params.axis)] < 2)
+    return Status::error(inName(0) + " has one value per channel: training statistics need more than one");
+  TensorType channel{statisticsType(in(0).dtype), {shape[size_t(params.axis)]}};
+  for (size_t i = 1; i < 5; ++i)
+    if (hasIn(i))
+      AMPJIT_RETURN_IF_ERROR(expectIn(i, channel, ": one value per channel in the statistics type"));
+  AMPJIT_RETURN_IF_ERROR(expectOut(0, in(0)));
+  if (training)
+    for (size_t i = 1; i < 5; ++i)
+      AMPJIT_RETURN_IF_ERROR(expectOut(i, channel, ": one value per channel in the statistics type"));
+  return Status::success();
+}
+
+Status StepChecker::checkBatchNormGrad() const {
+  AMPJIT_RETURN_IF_ERROR(checkSlotCounts(5, 3));
+  AMPJIT_RETURN_IF_ERROR(checkRequiredSlots());
+  AMPJIT_RETURN_IF_ERROR(expectFloatIn(1));
+  const Shape& shape = in(1).shape;
+  if (shape.size() < 2)
+    return Status::error(inName(1) + " must have rank >= 2 (a batch and channels)");
+  int64_t axis = step_.as<AxisParams>().axis;
+  AMPJIT_RETURN_IF_ERROR(expectAxis(axis, shape.size(), "axis"));
+  TensorType channel{statisticsType(in(1).dtype), {shape[size_t(axis)]}};
+  AMPJIT_RETURN_IF_ERROR(expectIn(0, in(1), ", the type of 'x'"));
+  for (size_t i = 2; i < 5; ++i)
+    if (hasIn(i))
+      AMPJIT_RETURN_IF_ERROR(expectIn(i, channel, ": one value per channel in the statistics type"));
+  AMPJIT_RETURN_IF_ERROR(expectOut(0, in(1)));
+  AMPJIT_RETURN_IF_ERROR(expectOut(1, channel));
+  return expectOut(2, channel);
+}
+
+Status StepChecker::checkPool() const {
+  bool forward = step_.kind == StepKind::MaxPool2d || step_.kind == StepKind::AvgPool2d;
+  AMPJIT_RETURN_IF_ERROR(checkSlotCounts(forward ? 1 : 2, 1));
+  AMPJIT_RETURN_IF_ERROR(checkRequiredSlots());
+  const Pool2dParams& params = step_.as<Pool2dParams>();
+  AMPJIT_RETURN_IF_ERROR(checkPair("kernel", params.kernel, 1));
+  AMPJIT_RETURN_IF_ERROR(checkPair("stride", params.stride, 1));
+  AMPJIT_RETURN_IF_ERROR(checkPair("padding", params.padding, 0));
+  for (int d = 0; d < 2; ++d)
+    if (2 * params.padding[d] > params.kernel[d])
+      return Status::error("padding " + shapeToString(params.padding) + " must be at most half the kernel " +
+                           shapeToString(params.kernel));
+  size_t xSlot = forward ? 0 : 1;
+  AMPJIT_RETURN_IF_ERROR(expectFloatIn(xSlot));
+  const TensorType& x = in(xSlot);
+  if (x.shape.size() != 4)
+    return Status::error(inName(xSlot) + " must have rank 4");
+  ActivationDims a = activationDims(params.nhwc);
+  Shape expected = x.shape;
+  for (int d = 0; d < 2; ++d) {
+    size_t dim = size_t(d == 0 ? a.height : a.width);
+    int64_t size = windowOutputSize(x.shape[dim], params.kernel[d], params.stride[d], params.padding[d], 1,
+                                    params.ceilMode);
+    if (size < 1)
+      return Status::error(std::string("the ") + (d == 0 ? "height" : "width") + " " +
+                           std::to_string(x.shape[dim]) + " of " + inName(xSlot) + " is smaller than the kernel " +
+                           shapeToString(params.kernel));
+    expected[dim] = size;
+  }
+  TensorType yType{x.dtype, expected};
+  if (forward)
+    return expectOut(0, yType, std::string(", the pooled ") + (params.nhwc ? "NHWC" : "NCHW") + " input");
+  AMPJIT_RETURN_IF_ERROR(expectIn(0, yType, ", the shape of the pooled input"));
+  return expectOut(0, x);
 }
 
 std::string describeStep(const Plan& plan, size_t index) {

@@ -346,6 +346,51 @@ void buildUpdateScale(OpContext& ctx, Step& step) {
   params.minScale = ctx.f64("min_scale", 0.0);
 }
 
+bool readLayoutIsNhwc(OpContext& ctx) { return ctx.keyword("layout", "nchw", {"nchw", "nhwc"}) == 1; }
+
+void buildConv(OpContext& ctx, Step& step) {
+  if (step.kind == StepKind::Conv2d)
+    ctx.expectCounts(3, 1, "input, weight, bias?");
+  else if (step.kind == StepKind::Conv2dGradInput)
+    ctx.expectCounts(2, 1, "grad_output, weight");
+  else
+    ctx.expectCounts(2, 1, "grad_output, input");
+  Conv2dParams& params = step.as<Conv2dParams>();
+  params.stride = ctx.i64List("stride");
+  params.padding = ctx.i64List("padding");
+  params.dilation = ctx.i64List("dilation");
+  params.groups = ctx.i64("groups", 1);
+  params.nhwc = readLayoutIsNhwc(ctx);
+}
+
+void buildBatchNorm(OpContext& ctx, Step& step) {
+  bool training = step.kind == StepKind::BatchNorm;
+  ctx.expectCounts(5, training ? 5 : 1, "input, weight?, bias?, running_mean, running_var");
+  BatchNormParams& params = step.as<BatchNormParams>();
+  params.axis = ctx.i64("axis", std::nullopt);
+  params.eps = ctx.f64("eps", 1e-5);
+  if (training)
+    params.momentum = ctx.f64("momentum", 0.1);
+}
+
+void buildBatchNormGrad(OpContext& ctx, Step& step) {
+  ctx.expectCounts(5, 3, "grad_output, input, save_mean, save_invstd, weight?");
+  step.as<AxisParams>().axis = ctx.i64("axis", std::nullopt);
+}
+
+void buildPool(OpContext& ctx, Step& step) {
+  bool forward = step.kind == StepKind::MaxPool2d || step.kind == StepKind::AvgPool2d;
+  ctx.expectCounts(forward ? 1 : 2, 1, forward ? "input" : "grad_output, input");
+  Pool2dParams& params = step.as<Pool2dParams>();
+  params.kernel = ctx.i64List("kernel_size");
+  params.stride = ctx.i64List("stride");
+  params.padding = ctx.i64List("padding");
+  params.ceilMode = ctx.flag("ceil_mode");
+  if (step.kind == StepKind::AvgPool2d || step.kind == StepKind::AvgPool2dGrad)
+    params.countIncludePad = !ctx.flag("exclude_padding");
+  params.nhwc = readLayoutIsNhwc(ctx);
+}
+
 struct OpEntry {
   OpDescription description;
   BuildFunction build;
@@ -398,6 +443,16 @@ const OpEntry kOps[] = {
     {{"jit.nll_loss_grad", SK::LossGrad}, buildLoss<LossKind::Nll>},
     {{"jit.sgd_update", SK::OptimizerUpdate}, buildSgd},
     {{"jit.adam_update", SK::OptimizerUpdate}, buildAdam},
+    {{"jit.conv2d", SK::Conv2d}, buildConv},
+    {{"jit.batch_norm", SK::BatchNorm}, buildBatchNorm},
+    {{"jit.batch_norm_inference", SK::BatchNormInference}, buildBatchNorm},
+    {{"jit.max_pool2d", SK::MaxPool2d}, buildPool},
+    {{"jit.avg_pool2d", SK::AvgPool2d}, buildPool},
+    {{"jit.conv2d_grad_input", SK::Conv2dGradInput}, buildConv},
+    {{"jit.conv2d_grad_weight", SK::Conv2dGradWeight}, buildConv},
+    {{"jit.batch_norm_grad", SK::BatchNormGrad}, buildBatchNormGrad},
+    {{"jit.max_pool2d_grad", SK::MaxPool2dGrad}, buildPool},
+    {{"jit.avg_pool2d_grad", SK::AvgPool2dGrad}, buildPool},
     {{"amp.cast", SK::Elementwise}, buildCast},
     {{"amp.scale_loss", SK::ScaleLoss}, buildScaleLoss},
     {{"amp.all_finite", SK::AllFinite}, buildAllFinite},

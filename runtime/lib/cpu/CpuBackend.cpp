@@ -34,6 +34,16 @@ Status runStep(const Step& step, const StepIO& io) {
   case StepKind::AllFinite:
   case StepKind::UnscaleAndCheck:
   case StepKind::UpdateScale: return runScaler(step, io);
+  case StepKind::Conv2d: return runConv2d(step, io);
+  case StepKind::Conv2dGradInput: return runConv2dGradInput(step, io);
+  case StepKind::Conv2dGradWeight: return runConv2dGradWeight(step, io);
+  case StepKind::BatchNorm:
+  case StepKind::BatchNormInference: return runBatchNorm(step, io);
+  case StepKind::BatchNormGrad: return runBatchNormGrad(step, io);
+  case StepKind::MaxPool2d:
+  case StepKind::AvgPool2d: return runPool2d(step, io);
+  case StepKind::MaxPool2dGrad:
+  case StepKind::AvgPool2dGrad: return runPool2dGrad(step, io);
   }
   return Status::error("no CPU kernel for step kind " + std::to_string(int(step.kind)));
 }

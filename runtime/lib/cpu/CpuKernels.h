@@ -56,6 +56,13 @@ Status runLayout(const Step& step, const StepIO& io);
 Status runConstant(const Step& step, const StepIO& io);
 Status runOptimizerUpdate(const Step& step, const StepIO& io);
 Status runScaler(const Step& step, const StepIO& io);
+Status runConv2d(const Step& step, const StepIO& io);          // Convolution.cpp
+Status runConv2dGradInput(const Step& step, const StepIO& io); // Convolution.cpp
+Status runConv2dGradWeight(const Step& step, const StepIO& io);// Convolution.cpp
+Status runBatchNorm(const Step& step, const StepIO& io);       // BatchNorm.cpp (both modes)
+Status runBatchNormGrad(const Step& step, const StepIO& io);   // BatchNorm.cpp
+Status runPool2d(const Step& step, const StepIO& io);          // Pooling.cpp (max and avg)
+Status runPool2dGrad(const Step& step, const StepIO& io);      // Pooling.cpp
 
 /// Sets the thread count OpenBLAS uses (once per process; see Gemm.cpp).
 void setBlasThreads(int threads);

@@ -147,8 +147,20 @@ enum class StepKind : uint8_t {
   AllFinite,        ///< inputs [grad...], outputs [all_finite]
   UnscaleAndCheck,  ///< inputs [inv_scale, grad...], outputs [unscaled..., all_finite]
   UpdateScale,      ///< inputs [scale, good, bad, skipped, all_finite], outputs the four new values
+  // Convolutional networks (appended, so plan files keep their kind numbers).
+  Conv2d,             ///< inputs [x, weight, bias?], outputs [y]
+  Conv2dGradInput,    ///< inputs [dy, weight], outputs [dx]
+  Conv2dGradWeight,   ///< inputs [dy, x], outputs [dweight]
+  BatchNorm,          ///< inputs [x, weight?, bias?, running_mean, running_var],
+                      ///< outputs [y, save_mean, save_invstd, new_running_mean, new_running_var]
+  BatchNormInference, ///< inputs [x, weight?, bias?, running_mean, running_var], outputs [y]
+  BatchNormGrad,      ///< inputs [dy, x, save_mean, save_invstd, weight?], outputs [dx, dweight, dbias]
+  MaxPool2d,          ///< inputs [x], outputs [y]
+  MaxPool2dGrad,      ///< inputs [dy, x], outputs [dx]
+  AvgPool2d,          ///< inputs [x], outputs [y]
+  AvgPool2dGrad,      ///< inputs [dy, x], outputs [dx]
 };
-inline constexpr int kStepKindCount = int(StepKind::UpdateScale) + 1;
+inline constexpr int kStepKindCount = int(StepKind::AvgPool2dGrad) + 1;
 
 std::string_view stepKindName(StepKind kind);
 
@@ -347,6 +359,77 @@ struct UpdateScaleParams {
   friend bool operator==(const UpdateScaleParams&, const UpdateScaleParams&) = default;
 };
 
+/// Conv2d and its two gradients. Activations are [N, C, H, W] (NCHW) or
+/// [N, H, W, C] (`nhwc`); the filter is [O, C/groups, KH, KW] (OIHW) or
+/// [O, KH, KW, C/groups] (OHWI, cuDNN's NHWC filter layout). stride, padding
+/// (zeros, both sides) and dilation are [height, width]. Output size per
+/// spatial dim: (in + 2*pad - dilation*(k-1) - 1) / stride + 1. Products
+/// accumulate in computeType in an order that does not depend on the layout
+/// (channel, then kernel row, then kernel column), so NCHW and NHWC plans
+/// agree bit for bit on the CPU. The gradients' result shapes (the input's,
+/// the filter's) are their output buffers' shapes.
+struct Conv2dParams {
+  std::vector<int64_t> stride{1, 1};
+  std::vector<int64_t> padding{0, 0};
+  std::vector<int64_t> dilation{1, 1};
+  int64_t groups = 1;
+  bool nhwc = false;
+  template <typename Visit> void forEachField(Visit&& visit) {
+    visit("stride", stride);
+    visit("padding", padding);
+    visit("dilation", dilation);
+    visit("groups", groups);
+    visit("nhwc", nhwc);
+  }
+  friend bool operator==(const Conv2dParams&, const Conv2dParams&) = default;
+};
+
+/// BatchNorm and BatchNormInference (BatchNormGrad carries AxisParams with
+/// the same axis): statistics per index of
+/// `axis` (the channel: 1 for NCHW and [N, C], 3 for NHWC) over all other
+/// dimensions. weight, bias, running statistics, save_mean and save_invstd are
+/// [C] in the statistics type (f32; f64 for f64 data) whatever the data's
+/// dtype, so low-precision activations keep fp32 statistics. Training:
+/// save_invstd = 1/sqrt(biased var + eps); new running = (1 - momentum) *
+/// running + momentum * batch statistic, with the unbiased variance (PyTorch).
+/// Inference normalises with the running statistics.
+struct BatchNormParams {
+  int64_t axis = 1;
+  double eps = 1e-5;
+  double momentum = 0.1;
+  template <typename Visit> void forEachField(Visit&& visit) {
+    visit("axis", axis);
+    visit("eps", eps);
+    visit("momentum", momentum);
+  }
+  friend bool operator==(const BatchNormParams&, const BatchNormParams&) = default;
+};
+
+/// Max and average pooling over [height, width] windows of NCHW or NHWC
+/// activations. Padding is implicit -inf (max) or zeros (average). ceilMode
+/// rounds the output size up (a window must still start inside the input or
+/// its left padding, as PyTorch). Average divides by the window's size
+/// clipped to the padded input (countIncludePad) or to the input. MaxPool2dGrad
+/// routes each output gradient to the first maximum of its window in
+/// row-major order (NaN counts as a maximum), as PyTorch's CPU kernel does.
+struct Pool2dParams {
+  std::vector<int64_t> kernel{1, 1};
+  std::vector<int64_t> stride{1, 1};
+  std::vector<int64_t> padding{0, 0};
+  bool ceilMode = false;
+  bool countIncludePad = true;
+  bool nhwc = false;
+  template <typename Visit> void forEachField(Visit&& visit) {
+    visit("kernel", kernel);
+    visit("stride", stride);
+    visit("padding", padding);
+    visit("ceil_mode", ceilMode);
+    visit("count_include_pad", countIncludePad);
+    visit("nhwc", nhwc);
+  }
+  friend bool operator==(const Pool2dParams&, const Pool2dParams&) = default;
+};
+
 /// Input slot positions of the optimizer updates (outputs: new_param, then
 /// the new value of each state input present, in input order).
 namespace sgd_slot {
@@ -363,7 +446,8 @@ inline constexpr std::size_t kNewParam = 0, kNewExpAvg = 1, kNewExpAvgSq = 2, kN
 using StepParams =
     std::variant<NoParams, GemmParams, ElementwiseParams, FusedElementwiseParams, ReductionParams,
                  AxisParams, LayerNormParams, DropoutParams, LossParams, TransposeParams,
-                 ConstantParams, OptimizerParams, UpdateScaleParams>;
+                 ConstantParams, OptimizerParams, UpdateScaleParams, Conv2dParams, BatchNormParams,
+                 Pool2dParams>;
 
 /// The StepParams alternative (variant index) each kind carries.
 std::size_t paramsIndexOf(StepKind kind);
