@@ -13,7 +13,10 @@
 
 #include "jit/Ops.h"
 
+#include "ampjit/runtime/WindowShape.h"
+
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace jit::detail {
@@ -435,6 +438,167 @@ Types inferUpdateScale(const OpDef& op, Operands operands, const AttributeMap&, 
 // VJP rules
 //===----------------------------------------------------------------------===//
 
+//===----------------------------------------------------------------------===//
+// Convolutional networks (window rules: ampjit/runtime/WindowShape.h)
+//===----------------------------------------------------------------------===//
+
+bool isNhwc(const AttributeMap& attributes) { return attrKeyword(attributes, "layout", "nchw") == "nhwc"; }
+
+std::vector<int64_t> windowPair(const OpDef& op, const AttributeMap& attributes, std::string_view name,
+                                int64_t minimum) {
+  std::vector<int64_t> values = attrList(attributes, name);
+  if (values.size() != 2 || values[0] < minimum || values[1] < minimum)
+    fail(op, std::string(name) + " must be two values [height, width], each at least " + std::to_string(minimum) +
+                 ", got " + rt::shapeToString(values));
+  return values;
+}
+
+void requireRank4(const OpDef& op, Operands operands, size_t i) {
+  requireFloat(op, operands, i);
+  if (typeOf(op, operands, i).shape.size() != 4)
+    fail(op, operand(op, operands, i) + " must have rank 4");
+}
+
+/// The convolution of `input` with `weight` (described by `inputName` and
+/// `weightName` for messages) under the op's attributes.
+TensorType convOutput(const OpDef& op, const TensorType& input, const std::string& inputName,
+                      const TensorType& weight, const std::string& weightName, const AttributeMap& attributes) {
+  std::vector<int64_t> stride = windowPair(op, attributes, "stride", 1);
+  std::vector<int64_t> padding = windowPair(op, attributes, "padding", 0);
+  std::vector<int64_t> dilation = windowPair(op, attributes, "dilation", 1);
+  int64_t groups = attrI64(attributes, "groups", 1);
+  if (input.dtype != weight.dtype)
+    fail(op, weightName + " must have the element type of " + inputName + " (ops never convert implicitly)");
+  bool nhwc = isNhwc(attributes);
+  rt::ActivationDims a = rt::activationDims(nhwc);
+  rt::FilterDims f = rt::filterDims(nhwc);
+  int64_t channels = input.shape[size_t(a.channel)], outChannels = weight.shape[size_t(f.out)];
+  if (groups < 1 || channels % groups != 0 || outChannels % groups != 0)
+    fail(op, "groups = " + std::to_string(groups) + " must divide the input channels (" + std::to_string(channels) +
+                 ") and the output channels (" + std::to_string(outChannels) + ")");
+  if (weight.shape[size_t(f.in)] != channels / groups)
+    fail(op, weightName + " must have " + std::to_string(channels / groups) + " input channels per group (" +
+                 inputName + " has " + std::to_string(channels) + " channels in " + std::to_string(groups) +
+                 " groups; the filter is " + (nhwc ? "[out, kh, kw, in/groups]" : "[out, in/groups, kh, kw]") + ")");
+  Shape shape(4);
+  shape[size_t(a.batch)] = input.shape[size_t(a.batch)];
+  shape[size_t(a.channel)] = outChannels;
+  for (int d = 0; d < 2; ++d) {
+    size_t inDim = size_t(d == 0 ? a.height : a.width), kernelDim = size_t(d == 0 ? f.height : f.width);
+    int64_t size =
+        rt::windowOutputSize(input.shape[inDim], weight.shape[kernelDim], stride[d], padding[d], dilation[d]);
+    if (size < 1)
+      fail(op, std::string("the ") + (d == 0 ? "height" : "width") + " of " + inputName +
+                   " is smaller than the dilated kernel (" + std::to_string(weight.shape[kernelDim]) + ", dilation " +
+                   std::to_string(dilation[d]) + ", padding " + std::to_string(padding[d]) + ")");
+    shape[inDim] = size;
+  }
+  return {input.dtype, shape};
+}
+
+Types inferConv2d(const OpDef& op, Operands operands, const AttributeMap& attributes, const RequestedResult&) {
+  requireRank4(op, operands, 0);
+  requireRank4(op, operands, 1);
+  TensorType output = convOutput(op, typeOf(op, operands, 0), operand(op, operands, 0), typeOf(op, operands, 1),
+                                 operand(op, operands, 1), attributes);
+  int64_t outChannels = output.shape[size_t(rt::activationDims(isNhwc(attributes)).channel)];
+  requireOptional(op, operands, 2, {output.dtype, {outChannels}}, ": one bias per output channel");
+  return {output};
+}
+
+/// conv2d_grad_input and conv2d_grad_weight: the result type is requested
+/// (the forward operand's), and convolving with it must give grad_output.
+Types inferConv2dGrad(const OpDef& op, Operands operands, const AttributeMap& attributes,
+                      const RequestedResult& requested) {
+  requireRank4(op, operands, 0);
+  requireRank4(op, operands, 1);
+  if (!requested.shape || requested.shape->size() != 4)
+    fail(op, "needs the forward operand's 4-D shape as the result shape");
+  TensorType result{typeOf(op, operands, 1).dtype, *requested.shape};
+  bool gradInput = op.name == "jit.conv2d_grad_input";
+  std::string resultName = "the result " + describe(result);
+  TensorType forward = gradInput ? convOutput(op, result, resultName, typeOf(op, operands, 1),
+                                              operand(op, operands, 1), attributes)
+                                 : convOutput(op, typeOf(op, operands, 1), operand(op, operands, 1), result,
+                                              resultName, attributes);
+  requireType(op, operands, 0, forward, ", what the forward convolution yields");
+  return {result};
+}
+
+/// Batch norm's per-channel type after checking the data operand at `input`
+/// and the per-channel operands `perChannel` (absent ones skipped).
+TensorType batchNormChannel(const OpDef& op, Operands operands, size_t input, std::initializer_list<size_t> perChannel,
+                            const AttributeMap& attributes) {
+  requireFloat(op, operands, input);
+  const TensorType& type = typeOf(op, operands, input);
+  if (type.shape.size() < 2)
+    fail(op, operand(op, operands, input) + " must have rank >= 2 (a batch and channels)");
+  int64_t axis = requireAxis(op, operands, input, attrI64(attributes, "axis", 1));
+  TensorType channel{statisticsType(type.dtype), {type.shape[size_t(axis)]}};
+  for (size_t i : perChannel)
+    requireOptional(op, operands, i, channel, ": one value per channel, f32 (f64 for f64 input)");
+  return channel;
+}
+
+Types inferBatchNorm(const OpDef& op, Operands operands, const AttributeMap& attributes, const RequestedResult&) {
+  TensorType channel = batchNormChannel(op, operands, 0, {1, 2, 3, 4}, attributes);
+  for (size_t i : {3, 4})
+    typeOf(op, operands, i); // required
+  double eps = attrF64(attributes, "eps", 1e-5);
+  if (!(eps >= 0.0) || std::isinf(eps))
+    fail(op, "eps = " + std::to_string(eps) + " must be finite and non-negative");
+  const TensorType& input = typeOf(op, operands, 0);
+  if (op.name == "jit.batch_norm_inference")
+    return {input};
+  double momentum = attrF64(attributes, "momentum", 0.1);
+  if (!(momentum >= 0.0 && momentum <= 1.0))
+    fail(op, "momentum = " + std::to_string(momentum) + " must be in [0, 1]");
+  if (input.elementCount() / channel.shape[0] < 2)
+    fail(op, operand(op, operands, 0) + " has one value per channel: training statistics need more than one");
+  return {input, channel, channel, channel, channel};
+}
+
+Types inferBatchNormGrad(const OpDef& op, Operands operands, const AttributeMap& attributes,
+                         const RequestedResult&) {
+  TensorType channel = batchNormChannel(op, operands, 1, {2, 3, 4}, attributes);
+  typeOf(op, operands, 2);
+  typeOf(op, operands, 3);
+  const TensorType& input = typeOf(op, operands, 1);
+  requireType(op, operands, 0, input, ", the type of 'input'");
+  return {input, channel, channel};
+}
+
+TensorType pooledType(const OpDef& op, Operands operands, size_t input, const AttributeMap& attributes) {
+  requireRank4(op, operands, input);
+  std::vector<int64_t> kernel = windowPair(op, attributes, "kernel_size", 1);
+  std::vector<int64_t> stride = windowPair(op, attributes, "stride", 1);
+  std::vector<int64_t> padding = windowPair(op, attributes, "padding", 0);
+  if (2 * padding[0] > kernel[0] || 2 * padding[1] > kernel[1])
+    fail(op, "padding " + rt::shapeToString(padding) + " must be at most half the kernel " +
+                 rt::shapeToString(kernel));
+  TensorType type = typeOf(op, operands, input);
+  rt::ActivationDims a = rt::activationDims(isNhwc(attributes));
+  for (int d = 0; d < 2; ++d) {
+    size_t dim = size_t(d == 0 ? a.height : a.width);
+    int64_t size = rt::windowOutputSize(type.shape[dim], kernel[d], stride[d], padding[d], 1,
+                                        attrFlag(attributes, "ceil_mode"));
+    if (size < 1)
+      fail(op, std::string("the ") + (d == 0 ? "height" : "width") + " of " + operand(op, operands, input) +
+                   " is smaller than the kernel " + rt::shapeToString(kernel));
+    type.shape[dim] = size;
+  }
+  return type;
+}
+
+Types inferPool(const OpDef& op, Operands operands, const AttributeMap& attributes, const RequestedResult&) {
+  return {pooledType(op, operands, 0, attributes)};
+}
+
+Types inferPoolGrad(const OpDef& op, Operands operands, const AttributeMap& attributes, const RequestedResult&) {
+  requireType(op, operands, 0, pooledType(op, operands, 1, attributes), ", the pooled shape of 'input'");
+  return {typeOf(op, operands, 1)};
+}
+
 using Grads = std::vector<Tensor>;
 
 const Tensor& g0(const VjpContext& c) { return c.gradOutputs[0]; }
@@ -588,6 +752,56 @@ Grads vjpNllLoss(const VjpContext& c) {
 // type), which keeps the low-precision gradient path PyTorch's.
 Grads vjpScaleLoss(const VjpContext& c) { return {apply1(ops::scale_loss, {g0(c), in(c, 1)}), Tensor()}; }
 
+// The convolution's gradients: the two library-shaped ops, and the bias's
+// as one sum over every dimension but the channel.
+Grads vjpConv2d(const VjpContext& c) {
+  const Tensor& dy = g0(c);
+  Grads grads(3);
+  if (c.needsGrad[0])
+    grads[0] = apply1(ops::conv2d_grad_input, {dy, in(c, 1)}, c.attributes, RequestedResult{.shape = in(c, 0).shape()});
+  if (c.needsGrad[1])
+    grads[1] = apply1(ops::conv2d_grad_weight, {dy, in(c, 0)}, c.attributes, RequestedResult{.shape = in(c, 1).shape()});
+  if (in(c, 2).defined() && c.needsGrad[2])
+    grads[2] = isNhwc(c.attributes) ? sum(dy, {0, 1, 2}) : sum(dy, {0, 2, 3});
+  return grads;
+}
+
+// As layer norm: only the normalised output is differentiated; the saved
+// and running statistics are not functions anyone differentiates.
+Grads vjpBatchNorm(const VjpContext& c) {
+  auto [dx, dweight, dbias] = batch_norm_grad(g0(c), in(c, 0), c.outputs[1], c.outputs[2], in(c, 1),
+                                              attrI64(c.attributes, "axis", 1));
+  return {dx, in(c, 1).defined() ? dweight : Tensor(), in(c, 2).defined() ? dbias : Tensor(), Tensor(), Tensor()};
+}
+
+// Evaluation mode is an affine map per channel: composed from elementwise ops.
+Grads vjpBatchNormInference(const VjpContext& c) {
+  const Tensor& dy = g0(c);
+  const Tensor& input = in(c, 0);
+  int64_t axis = attrI64(c.attributes, "axis", 1);
+  Shape perChannel(input.shape().size(), 1);
+  perChannel[size_t(axis)] = input.shape()[size_t(axis)];
+  std::vector<int64_t> others;
+  for (int64_t d = 0; d < input.dim(); ++d)
+    if (d != axis)
+      others.push_back(d);
+  Tensor invstd = rsqrt(in(c, 4) + attrF64(c.attributes, "eps", 1e-5));
+  Tensor scale = in(c, 1).defined() ? invstd * in(c, 1) : invstd;
+  Grads grads(5);
+  grads[0] = dy * reshape(scale, perChannel).to(dy.dtype());
+  Tensor dyWide = dy.to(invstd.dtype());
+  if (in(c, 1).defined() && c.needsGrad[1]) {
+    Tensor normalized = (input.to(invstd.dtype()) - reshape(in(c, 3), perChannel)) * reshape(invstd, perChannel);
+    grads[1] = sum(dyWide * normalized, others);
+  }
+  if (in(c, 2).defined() && c.needsGrad[2])
+    grads[2] = sum(dyWide, others);
+  return grads;
+}
+
+Grads vjpMaxPool2d(const VjpContext& c) { return {apply1(ops::max_pool2d_grad, {g0(c), in(c, 0)}, c.attributes)}; }
+Grads vjpAvgPool2d(const VjpContext& c) { return {apply1(ops::avg_pool2d_grad, {g0(c), in(c, 0)}, c.attributes)}; }
+
 using D = Differentiability;
 
 } // namespace
@@ -682,6 +896,23 @@ constinit const OpDef unscale_and_check{"amp.unscale_and_check", {"inv_scale", "
 constinit const OpDef update_scale{"amp.update_scale",
                                    {"scale", "good_steps", "bad_steps", "skipped_steps", "all_finite"},
                                    inferUpdateScale, D::None};
+constinit const OpDef conv2d{"jit.conv2d", {"input", "weight", "bias"}, inferConv2d, D::Vjp, vjpConv2d};
+constinit const OpDef batch_norm{"jit.batch_norm", {"input", "weight", "bias", "running_mean", "running_var"},
+                                 inferBatchNorm, D::Vjp, vjpBatchNorm};
+constinit const OpDef batch_norm_inference{"jit.batch_norm_inference",
+                                           {"input", "weight", "bias", "running_mean", "running_var"},
+                                           inferBatchNorm, D::Vjp, vjpBatchNormInference};
+constinit const OpDef max_pool2d{"jit.max_pool2d", {"input"}, inferPool, D::Vjp, vjpMaxPool2d};
+constinit const OpDef avg_pool2d{"jit.avg_pool2d", {"input"}, inferPool, D::Vjp, vjpAvgPool2d};
+constinit const OpDef conv2d_grad_input{"jit.conv2d_grad_input", {"grad_output", "weight"}, inferConv2dGrad,
+                                        D::NotTwice};
+constinit const OpDef conv2d_grad_weight{"jit.conv2d_grad_weight", {"grad_output", "input"}, inferConv2dGrad,
+                                         D::NotTwice};
+constinit const OpDef batch_norm_grad{"jit.batch_norm_grad",
+                                      {"grad_output", "input", "save_mean", "save_invstd", "weight"},
+                                      inferBatchNormGrad, D::NotTwice};
+constinit const OpDef max_pool2d_grad{"jit.max_pool2d_grad", {"grad_output", "input"}, inferPoolGrad, D::NotTwice};
+constinit const OpDef avg_pool2d_grad{"jit.avg_pool2d_grad", {"grad_output", "input"}, inferPoolGrad, D::NotTwice};
 } // namespace ops
 
 std::span<const OpDef* const> allOps() {
@@ -692,8 +923,10 @@ std::span<const OpDef* const> allOps() {
       &ops::constant, &ops::convert, &ops::softmax, &ops::log_softmax, &ops::layer_norm, &ops::dropout,
       &ops::mse_loss, &ops::cross_entropy, &ops::nll_loss, &ops::relu_grad, &ops::gelu_grad,
       &ops::softmax_grad, &ops::log_softmax_grad, &ops::layer_norm_grad, &ops::mse_loss_grad,
-      &ops::cross_entropy_grad, &ops::nll_loss_grad, &ops::sgd_update, &ops::adam_update, &ops::scale_loss,
-      &ops::all_finite, &ops::unscale_and_check, &ops::update_scale};
+      &ops::cross_entropy_grad, &ops::nll_loss_grad, &ops::sgd_update, &ops::adam_update, &ops::conv2d,
+      &ops::batch_norm, &ops::batch_norm_inference, &ops::max_pool2d, &ops::avg_pool2d, &ops::conv2d_grad_input,
+      &ops::conv2d_grad_weight, &ops::batch_norm_grad, &ops::max_pool2d_grad, &ops::avg_pool2d_grad,
+      &ops::scale_loss, &ops::all_finite, &ops::unscale_and_check, &ops::update_scale};
   return table;
 }
 

@@ -3,6 +3,7 @@
 
 #include "Dispatch.h"
 
+#include "jit/Autograd.h"
 #include "jit/Ops.h"
 
 #include <algorithm>
@@ -205,6 +206,91 @@ Tensor dropout(const Tensor& input, double p, bool training, Generator* generato
   return output;
 }
 
+// --- convolutional networks ---------------------------------------------------------------------
+namespace {
+std::vector<int64_t> pairList(const Pair& pair) { return {pair[0], pair[1]}; }
+std::string keywordOf(Layout layout) { return layout == Layout::nhwc ? "nhwc" : "nchw"; }
+
+AttributeMap convAttributes(const Conv2dOptions& options) {
+  return {{"stride", pairList(options.stride)},
+          {"padding", pairList(options.padding)},
+          {"dilation", pairList(options.dilation)},
+          {"groups", options.groups},
+          {"layout", keywordOf(options.layout)}};
+}
+
+AttributeMap poolAttributes(const Pool2dOptions& options, bool average) {
+  AttributeMap attributes{{"kernel_size", pairList(options.kernel_size)},
+                          {"stride", pairList(options.stride.value_or(options.kernel_size))},
+                          {"padding", pairList(options.padding)},
+                          {"layout", keywordOf(options.layout)}};
+  if (options.ceil_mode)
+    attributes["ceil_mode"] = true;
+  if (average && !options.count_include_pad)
+    attributes["exclude_padding"] = true;
+  return attributes;
+}
+} // namespace
+
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Conv2dOptions options) {
+  return apply1(ops::conv2d, {input, weight, bias}, convAttributes(options));
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>
+batch_norm_with_stats(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                      const Tensor& running_var, int64_t axis, double momentum, double eps) {
+  std::vector<Tensor> results =
+      apply(ops::batch_norm, {input, weight, bias, running_mean, running_var},
+            {{"axis", normalizeAxis("jit.batch_norm", input, axis)}, {"eps", eps}, {"momentum", momentum}});
+  return {results[0], results[1], results[2], results[3], results[4]};
+}
+
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps) {
+  if (input.dim() < 2)
+    throw Error("jit.batch_norm: operand 'input' " + detail::describe(input) +
+                " must have rank >= 2 (a batch and channels)");
+  if (!training) {
+    if (!running_mean.defined() || !running_var.defined())
+      throw Error("jit.batch_norm_inference: evaluation mode needs running_mean and running_var");
+    return apply1(ops::batch_norm_inference, {input, weight, bias, running_mean, running_var},
+                  {{"axis", int64_t(1)}, {"eps", eps}});
+  }
+  if (running_mean.defined() != running_var.defined())
+    throw Error("jit.batch_norm: give both running_mean and running_var, or neither");
+  // Without running statistics (track_running_stats=False) the op still
+  // needs operands for them; their updated values are dropped.
+  DType statistics = input.dtype() == f64 ? f64 : f32;
+  Shape channel{input.shape()[1]};
+  Tensor mean = running_mean.defined() ? running_mean : zeros(channel, statistics);
+  Tensor var = running_var.defined() ? running_var : ones(channel, statistics);
+  auto [output, saveMean, saveInvstd, newMean, newVar] =
+      batch_norm_with_stats(input, weight, bias, mean, var, 1, momentum, eps);
+  if (running_mean.defined()) {
+    NoGradGuard noGrad;
+    Tensor(running_mean).copy_(newMean);
+    Tensor(running_var).copy_(newVar);
+  }
+  return output;
+}
+
+Tensor max_pool2d(const Tensor& input, Pool2dOptions options) {
+  return apply1(ops::max_pool2d, {input}, poolAttributes(options, false));
+}
+
+Tensor avg_pool2d(const Tensor& input, Pool2dOptions options) {
+  return apply1(ops::avg_pool2d, {input}, poolAttributes(options, true));
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& input, Pair output_size) {
+  if (output_size != Pair{1, 1})
+    throw Error("adaptive_avg_pool2d: only output_size {1, 1} (global average pooling) is supported, got {" +
+                std::to_string(output_size[0]) + ", " + std::to_string(output_size[1]) + "}");
+  if (input.dim() != 4)
+    throw Error("adaptive_avg_pool2d: operand 'input' " + detail::describe(input) + " must be NCHW (rank 4)");
+  return mean(input, {2, 3}, true);
+}
+
 // --- losses ---------------------------------------------------------------------------------------
 namespace {
 AttributeMap lossAttributes(Reduction reduction, std::optional<int64_t> ignoreIndex = std::nullopt,
@@ -267,6 +353,30 @@ Tensor nll_loss_grad(const Tensor& grad_output, const Tensor& log_probs, const T
                      NllLossOptions options) {
   return apply1(ops::nll_loss_grad, {grad_output, log_probs, labels},
                 lossAttributes(options.reduction, options.ignore_index));
+}
+
+Tensor conv2d_grad_input(const Tensor& grad_output, const Tensor& weight, const Shape& input_shape,
+                         Conv2dOptions options) {
+  return apply1(ops::conv2d_grad_input, {grad_output, weight}, convAttributes(options),
+                RequestedResult{.shape = input_shape});
+}
+Tensor conv2d_grad_weight(const Tensor& grad_output, const Tensor& input, const Shape& weight_shape,
+                          Conv2dOptions options) {
+  return apply1(ops::conv2d_grad_weight, {grad_output, input}, convAttributes(options),
+                RequestedResult{.shape = weight_shape});
+}
+std::tuple<Tensor, Tensor, Tensor> batch_norm_grad(const Tensor& grad_output, const Tensor& input,
+                                                   const Tensor& save_mean, const Tensor& save_invstd,
+                                                   const Tensor& weight, int64_t axis) {
+  std::vector<Tensor> results = apply(ops::batch_norm_grad, {grad_output, input, save_mean, save_invstd, weight},
+                                      {{"axis", normalizeAxis("jit.batch_norm_grad", input, axis)}});
+  return {results[0], results[1], results[2]};
+}
+Tensor max_pool2d_grad(const Tensor& grad_output, const Tensor& input, Pool2dOptions options) {
+  return apply1(ops::max_pool2d_grad, {grad_output, input}, poolAttributes(options, false));
+}
+Tensor avg_pool2d_grad(const Tensor& grad_output, const Tensor& input, Pool2dOptions options) {
+  return apply1(ops::avg_pool2d_grad, {grad_output, input}, poolAttributes(options, true));
 }
 
 Tensor sum_to_shape(const Tensor& grad, const Shape& shape) {

@@ -11,7 +11,9 @@
 
 #include "jit/Tensor.h"
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -108,6 +110,56 @@ Tensor dropout(const Tensor& input, double p = 0.5, bool training = true, Genera
 /// jit.dropout on explicit state: {output, keep-mask (i1), next_rng_state}.
 std::tuple<Tensor, Tensor, Tensor> dropout_with_state(const Tensor& input, const Tensor& rng_state, double p);
 
+// --- convolutional networks --------------------------------------------------------
+/// Dimension order of 4-D activations: NCHW (PyTorch's default) or NHWC
+/// (channels last; the filter is then [out, kh, kw, in/groups]). Eager code
+/// uses NCHW; the compiler's layout pass makes NHWC for cuDNN.
+enum class Layout { nchw, nhwc };
+/// [height, width].
+using Pair = std::array<int64_t, 2>;
+
+struct Conv2dOptions {
+  Pair stride{1, 1};
+  Pair padding{0, 0}; ///< zeros on both sides
+  Pair dilation{1, 1};
+  int64_t groups = 1;
+  Layout layout = Layout::nchw;
+};
+/// PyTorch's F.conv2d: input [N, C, H, W], weight [O, C/groups, KH, KW],
+/// optional bias [O] (jit.conv2d).
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = {}, Conv2dOptions options = {});
+
+/// PyTorch's F.batch_norm over dimension 1 (the channel of [N, C], [N, C, L]
+/// or [N, C, H, W]). Training normalises with the batch's statistics and
+/// updates `running_mean`/`running_var` in place (when defined); evaluation
+/// uses them. Parameters and running statistics are f32 (f64 for f64 input)
+/// whatever the input's precision. (jit.batch_norm, jit.batch_norm_inference)
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight = {}, const Tensor& bias = {}, bool training = false,
+                  double momentum = 0.1, double eps = 1e-5);
+/// jit.batch_norm itself over channel `axis`, without updating anything:
+/// {output, save_mean, save_invstd, new_running_mean, new_running_var}.
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>
+batch_norm_with_stats(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                      const Tensor& running_var, int64_t axis, double momentum = 0.1, double eps = 1e-5);
+
+struct Pool2dOptions {
+  Pair kernel_size{1, 1};
+  /// Unset: the kernel size (PyTorch's default).
+  std::optional<Pair> stride{};
+  Pair padding{0, 0}; ///< at most half the kernel; -inf (max) or zeros (average)
+  bool ceil_mode = false;
+  /// Average pooling: divide by the window clipped to the padded input (true)
+  /// or to the input (false).
+  bool count_include_pad = true;
+  Layout layout = Layout::nchw;
+};
+Tensor max_pool2d(const Tensor& input, Pool2dOptions options); ///< jit.max_pool2d
+Tensor avg_pool2d(const Tensor& input, Pool2dOptions options); ///< jit.avg_pool2d
+/// PyTorch's adaptive_avg_pool2d for an output of {1, 1} (global average
+/// pooling of NCHW input): the mean over H and W, keeping them as size 1.
+Tensor adaptive_avg_pool2d(const Tensor& input, Pair output_size);
+
 // --- losses ----------------------------------------------------------------------
 enum class Reduction { none, mean, sum };
 struct MseLossOptions {
@@ -146,6 +198,18 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_grad(const Tensor& grad_output, co
                                                    const Tensor& weight, int64_t axis);
 Tensor mse_loss_grad(const Tensor& grad_output, const Tensor& input, const Tensor& target,
                      MseLossOptions options = {});
+/// The input gradient of conv2d; `input_shape` is the forward input's shape.
+Tensor conv2d_grad_input(const Tensor& grad_output, const Tensor& weight, const Shape& input_shape,
+                         Conv2dOptions options = {});
+/// The filter gradient of conv2d; `weight_shape` is the forward filter's shape.
+Tensor conv2d_grad_weight(const Tensor& grad_output, const Tensor& input, const Shape& weight_shape,
+                          Conv2dOptions options = {});
+/// {grad_input, grad_weight, grad_bias} of training-mode batch norm over channel `axis`.
+std::tuple<Tensor, Tensor, Tensor> batch_norm_grad(const Tensor& grad_output, const Tensor& input,
+                                                   const Tensor& save_mean, const Tensor& save_invstd,
+                                                   const Tensor& weight, int64_t axis);
+Tensor max_pool2d_grad(const Tensor& grad_output, const Tensor& input, Pool2dOptions options);
+Tensor avg_pool2d_grad(const Tensor& grad_output, const Tensor& input, Pool2dOptions options);
 Tensor cross_entropy_grad(const Tensor& grad_output, const Tensor& logits, const Tensor& labels,
                           CrossEntropyOptions options = {});
 Tensor nll_loss_grad(const Tensor& grad_output, const Tensor& log_probs, const Tensor& labels,

@@ -32,6 +32,7 @@
 #include "jit/Ops.h"
 #include "jit/Tensor.h"
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -209,6 +210,81 @@ private:
   int64_t endDim_;
 };
 
+/// torch.nn.Conv2d: weight [out, in/groups, kh, kw] and bias [out], uniform
+/// in [-1/sqrt(fan_in), 1/sqrt(fan_in)] with fan_in = in/groups * kh * kw
+/// (PyTorch's default init), weight drawn first.
+class Conv2d : public Module {
+public:
+  Conv2d(int64_t in_channels, int64_t out_channels, Pair kernel_size, Conv2dOptions options = {},
+         bool bias = true, InitOptions init = {});
+  Tensor forward(const Tensor& input) override;
+
+  const Conv2dOptions& options() const { return options_; }
+  Tensor weight;
+  Tensor bias; ///< undefined without bias
+
+private:
+  Conv2dOptions options_;
+};
+
+/// torch.nn.BatchNorm2d over [N, C, H, W]: weight ones and bias zeros
+/// (affine), buffers running_mean zeros and running_var ones
+/// (track_running_stats), all f32 (f64 when InitOptions asks for f64) since
+/// batch norm keeps fp32 statistics for low-precision activations. Training
+/// mode normalises with the batch's statistics and updates the running ones
+/// in place, also on steps the loss scaler skips (as PyTorch). PyTorch's
+/// num_batches_tracked is not kept: it only matters for momentum=None.
+class BatchNorm2d : public Module {
+public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
+                       bool track_running_stats = true, InitOptions init = {});
+  Tensor forward(const Tensor& input) override;
+
+  Tensor weight; ///< undefined without affine
+  Tensor bias;
+  Tensor running_mean; ///< undefined without track_running_stats
+  Tensor running_var;
+
+private:
+  int64_t numFeatures_;
+  double eps_;
+  double momentum_;
+};
+
+/// torch.nn.MaxPool2d and AvgPool2d (stride defaults to the kernel size).
+class MaxPool2d : public Module {
+public:
+  explicit MaxPool2d(Pool2dOptions options) : options_(options) {}
+  Tensor forward(const Tensor& input) override { return max_pool2d(input, options_); }
+
+private:
+  Pool2dOptions options_;
+};
+class AvgPool2d : public Module {
+public:
+  explicit AvgPool2d(Pool2dOptions options) : options_(options) {}
+  Tensor forward(const Tensor& input) override { return avg_pool2d(input, options_); }
+
+private:
+  Pool2dOptions options_;
+};
+
+/// torch.nn.AdaptiveAvgPool2d; output_size {1, 1} (global average pooling) only.
+class AdaptiveAvgPool2d : public Module {
+public:
+  explicit AdaptiveAvgPool2d(Pair output_size = {1, 1});
+  Tensor forward(const Tensor& input) override { return adaptive_avg_pool2d(input, outputSize_); }
+
+private:
+  Pair outputSize_;
+};
+
+/// Passes its input through (torch.nn.Identity).
+class Identity : public Module {
+public:
+  Tensor forward(const Tensor& input) override { return input; }
+};
+
 /// Chains modules; children are named "0", "1", ... as in PyTorch:
 ///   Sequential model(Flatten(), Linear(784, 512), ReLU(), Linear(512, 10));
 class Sequential : public Module {
@@ -234,6 +310,74 @@ public:
   Module& operator[](size_t index) const;
   Tensor forward(const Tensor& input) override;
 };
+
+//===----------------------------------------------------------------------===//
+// ResNet (torchvision's architecture and parameter names)
+//===----------------------------------------------------------------------===//
+
+struct ResNetOptions {
+  int64_t num_classes = 1000;
+  /// imagenet: conv 7x7 stride 2 + max-pool 3x3 stride 2 (torchvision, and
+  /// what PyTorch's peer runs on 32x32 images); cifar: conv 3x3 stride 1 and
+  /// no max-pool, for small images.
+  enum class Stem { imagenet, cifar } stem = Stem::imagenet;
+  /// Width of the first stage (64 in the paper); smaller for quick tests.
+  int64_t base_width = 64;
+  InitOptions init{};
+};
+
+/// conv3x3-bn-relu-conv3x3-bn (+ identity or 1x1 conv-bn downsample), relu.
+class BasicBlock : public Module {
+public:
+  static constexpr int64_t kExpansion = 1;
+  BasicBlock(int64_t in_channels, int64_t channels, int64_t stride, const InitOptions& init);
+  Tensor forward(const Tensor& input) override;
+
+private:
+  std::shared_ptr<Conv2d> conv1_, conv2_;
+  std::shared_ptr<BatchNorm2d> bn1_, bn2_;
+  std::shared_ptr<Sequential> downsample_; ///< null for the identity shortcut
+};
+
+/// conv1x1-bn-relu-conv3x3(stride)-bn-relu-conv1x1(4x)-bn (+ shortcut), relu
+/// (torchvision's ResNet v1.5: the stride sits on the 3x3 convolution).
+class Bottleneck : public Module {
+public:
+  static constexpr int64_t kExpansion = 4;
+  Bottleneck(int64_t in_channels, int64_t channels, int64_t stride, const InitOptions& init);
+  Tensor forward(const Tensor& input) override;
+
+private:
+  std::shared_ptr<Conv2d> conv1_, conv2_, conv3_;
+  std::shared_ptr<BatchNorm2d> bn1_, bn2_, bn3_;
+  std::shared_ptr<Sequential> downsample_;
+};
+
+/// torchvision.models.ResNet: children conv1, bn1, relu, maxpool, layer1-4,
+/// avgpool, fc, so named_parameters() match torchvision's state_dict keys
+/// ("layer1.0.conv1.weight"). Convolutions are drawn kaiming-normal
+/// (fan_out, ReLU gain) as torchvision initialises them; batch norms start
+/// at weight 1, bias 0; fc keeps Linear's default.
+class ResNet : public Module {
+public:
+  enum class Block { basic, bottleneck };
+  ResNet(Block block, std::array<int64_t, 4> layers, ResNetOptions options = {});
+  Tensor forward(const Tensor& input) override;
+
+private:
+  std::shared_ptr<Sequential> makeStage(Block block, int64_t channels, int64_t blocks, int64_t stride,
+                                        const InitOptions& init);
+  int64_t inChannels_;
+  std::shared_ptr<Conv2d> conv1_;
+  std::shared_ptr<BatchNorm2d> bn1_;
+  std::shared_ptr<Module> maxpool_; ///< Identity for the CIFAR stem
+  std::array<std::shared_ptr<Sequential>, 4> stages_;
+  std::shared_ptr<Linear> fc_;
+};
+
+/// ResNet-18 ([2, 2, 2, 2] basic blocks) and ResNet-50 ([3, 4, 6, 3] bottlenecks).
+std::shared_ptr<ResNet> resnet18(ResNetOptions options = {});
+std::shared_ptr<ResNet> resnet50(ResNetOptions options = {});
 
 } // namespace jit::nn
 

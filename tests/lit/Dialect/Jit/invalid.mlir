@@ -1126,3 +1126,120 @@ func.func @unknown_operation_attribute(%x: tensor<4xf32>) -> tensor<4xf32> {
   %0 = jit.relu %x {jit.opid = 3 : i64} : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+func.func @conv2d_channels_per_group(%x: tensor<2x4x8x8xf32>, %w: tensor<6x4x3x3xf32>) {
+  // expected-error @below {{'jit.conv2d' operand 'weight' of type 'tensor<6x4x3x3xf32>' must have 2 input channels per group in layout nchw (input 'tensor<2x4x8x8xf32>' has 4 channels in 2 groups)}}
+  // expected-error @below {{failed to infer returned types}}
+  %y = jit.conv2d %x, %w stride = [1, 1] padding = [0, 0] dilation = [1, 1] groups = 2
+      : (tensor<2x4x8x8xf32>, tensor<6x4x3x3xf32>) -> tensor<2x6x6x6xf32>
+  return
+}
+
+// -----
+
+func.func @conv2d_groups_divide_channels(%x: tensor<2x4x8x8xf32>, %w: tensor<5x1x3x3xf32>) {
+  // expected-error @below {{'jit.conv2d' groups = 4 must divide the input channels (4) and the output channels (5)}}
+  // expected-error @below {{failed to infer returned types}}
+  %y = jit.conv2d %x, %w stride = [1, 1] padding = [0, 0] dilation = [1, 1] groups = 4
+      : (tensor<2x4x8x8xf32>, tensor<5x1x3x3xf32>) -> tensor<2x5x6x6xf32>
+  return
+}
+
+// -----
+
+func.func @conv2d_kernel_larger_than_input(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x3x3xf32>) {
+  // expected-error @below {{'jit.conv2d' the height 4 of operand 'input' is smaller than the dilated kernel (3, dilation 2, padding 0)}}
+  // expected-error @below {{failed to infer returned types}}
+  %y = jit.conv2d %x, %w stride = [1, 1] padding = [0, 0] dilation = [2, 2]
+      : (tensor<1x1x4x4xf32>, tensor<1x1x3x3xf32>) -> tensor<1x1x1x1xf32>
+  return
+}
+
+// -----
+
+func.func @conv2d_window_attribute_arity(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x3x3xf32>) {
+  // expected-error @below {{'jit.conv2d' attribute 'stride' must have 2 entries [height, width], got 3}}
+  // expected-error @below {{failed to infer returned types}}
+  %y = jit.conv2d %x, %w stride = [1, 1, 1] padding = [0, 0] dilation = [1, 1]
+      : (tensor<1x1x4x4xf32>, tensor<1x1x3x3xf32>) -> tensor<1x1x2x2xf32>
+  return
+}
+
+// -----
+
+func.func @conv2d_element_types(%x: tensor<1x1x4x4xf16>, %w: tensor<1x1x3x3xf32>) {
+  // expected-error @below {{'jit.conv2d' operand 'weight' of type 'tensor<1x1x3x3xf32>' must have the element type of operand 'input', 'tensor<1x1x4x4xf16>'}}
+  // expected-error @below {{failed to infer returned types}}
+  %y = jit.conv2d %x, %w stride = [1, 1] padding = [0, 0] dilation = [1, 1]
+      : (tensor<1x1x4x4xf16>, tensor<1x1x3x3xf32>) -> tensor<1x1x2x2xf16>
+  return
+}
+
+// -----
+
+// Stride 2 makes both 8 and 9 rows give 4 output rows; the result type says which.
+func.func @conv2d_grad_input_shape(%dy: tensor<1x2x4x4xf32>, %w: tensor<2x1x3x3xf32>) {
+  // expected-error @below {{'jit.conv2d_grad_input' operand 'grad_output' of type 'tensor<1x2x4x4xf32>' must be 'tensor<1x2x3x3xf32>', the type the forward op yields for an input of the result's type}}
+  %dx = jit.conv2d_grad_input %dy, %w stride = [2, 2] padding = [0, 0] dilation = [1, 1]
+      : (tensor<1x2x4x4xf32>, tensor<2x1x3x3xf32>) -> tensor<1x1x8x8xf32>
+  return
+}
+
+// -----
+
+func.func @conv2d_grad_weight_shape(%dy: tensor<1x2x4x4xf32>, %x: tensor<1x1x6x6xf32>) {
+  // expected-error @below {{'jit.conv2d_grad_weight' operand 'grad_output' of type 'tensor<1x2x4x4xf32>' must be 'tensor<1x2x2x2xf32>', the type the forward op yields for a filter of the result's type}}
+  %dw = jit.conv2d_grad_weight %dy, %x stride = [1, 1] padding = [0, 0] dilation = [1, 1]
+      : (tensor<1x2x4x4xf32>, tensor<1x1x6x6xf32>) -> tensor<2x1x5x5xf32>
+  return
+}
+
+// -----
+
+// Parameters and statistics stay f32 under f16 activations.
+func.func @batch_norm_statistics_type(%x: tensor<4x3xf16>, %rm: tensor<3xf16>, %rv: tensor<3xf32>) {
+  // expected-error @below {{'jit.batch_norm' operand 'running_mean' of type 'tensor<3xf16>' must be 'tensor<3xf32>': one value per channel in the statistics type (f32, or f64 for f64 input)}}
+  // expected-error @below {{failed to infer returned types}}
+  %y, %m, %i, %rm1, %rv1 = jit.batch_norm %x running_mean %rm running_var %rv axis = 1 eps = 1.0e-05 momentum = 1.0e-01
+      : (tensor<4x3xf16>, tensor<3xf16>, tensor<3xf32>) -> (tensor<4x3xf16>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>)
+  return
+}
+
+// -----
+
+func.func @batch_norm_momentum(%x: tensor<4x3xf32>, %rm: tensor<3xf32>, %rv: tensor<3xf32>) {
+  // expected-error @below {{'jit.batch_norm' op momentum = 1.5 must be in [0, 1]}}
+  %y, %m, %i, %rm1, %rv1 = jit.batch_norm %x running_mean %rm running_var %rv axis = 1 eps = 1.0e-05 momentum = 1.5
+      : (tensor<4x3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<4x3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>)
+  return
+}
+
+// -----
+
+func.func @batch_norm_single_value_per_channel(%x: tensor<1x3xf32>, %rm: tensor<3xf32>, %rv: tensor<3xf32>) {
+  // expected-error @below {{'jit.batch_norm' op input 'tensor<1x3xf32>' has one value per channel: training statistics need more than one}}
+  %y, %m, %i, %rm1, %rv1 = jit.batch_norm %x running_mean %rm running_var %rv axis = 1 eps = 1.0e-05 momentum = 1.0e-01
+      : (tensor<1x3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<1x3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>)
+  return
+}
+
+// -----
+
+func.func @max_pool2d_padding(%x: tensor<1x1x8x8xf32>) {
+  // expected-error @below {{'jit.max_pool2d' padding [2, 2] must be at most half the kernel [3, 3]}}
+  // expected-error @below {{failed to infer returned types}}
+  %y = jit.max_pool2d %x kernel_size = [3, 3] stride = [2, 2] padding = [2, 2] : tensor<1x1x8x8xf32> -> tensor<1x1x5x5xf32>
+  return
+}
+
+// -----
+
+func.func @avg_pool2d_grad_shape(%dy: tensor<1x1x3x3xf32>, %x: tensor<1x1x8x8xf32>) {
+  // expected-error @below {{'jit.avg_pool2d_grad' operand 'grad_output' of type 'tensor<1x1x3x3xf32>' must be 'tensor<1x1x4x4xf32>', the type the forward op yields for operand 'input'}}
+  // expected-error @below {{failed to infer returned types}}
+  %dx = jit.avg_pool2d_grad %dy, %x kernel_size = [2, 2] stride = [2, 2] padding = [0, 0]
+      : (tensor<1x1x3x3xf32>, tensor<1x1x8x8xf32>) -> tensor<1x1x8x8xf32>
+  return
+}

@@ -646,3 +646,69 @@ func.func @update_with_param_copy(%w: tensor<4x8xf32>, %gw: tensor<4x8xf16>, %bu
       : tensor<4x8xf32>, tensor<4x8xf16>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf16>,
         tensor<8xf32>, tensor<8xbf16>
 }
+
+//===----------------------------------------------------------------------===//
+// Convolutional networks
+//===----------------------------------------------------------------------===//
+
+// CHECK-LABEL: func.func @convolution(
+func.func @convolution(%x: tensor<2x4x9x9xf32>, %w: tensor<6x2x3x3xf32>, %b: tensor<6xf32>,
+                       %xh: tensor<2x9x9x4xf16>, %wh: tensor<6x3x3x4xf16>)
+    -> (tensor<2x6x5x5xf32>, tensor<2x9x9x6xf16>, tensor<2x4x9x9xf32>, tensor<6x2x3x3xf32>) {
+  // CHECK-NEXT: %[[Y:.*]] = jit.conv2d %arg0, %arg1 bias %arg2 stride = [2, 2] padding = [1, 1] dilation = [1, 1] groups = 2 : (tensor<2x4x9x9xf32>, tensor<6x2x3x3xf32>, tensor<6xf32>) -> tensor<2x6x5x5xf32>
+  // CHECK-NEXT: %[[YH:.*]] = jit.conv2d %arg3, %arg4 stride = [1, 1] padding = [2, 2] dilation = [2, 2] layout = nhwc : (tensor<2x9x9x4xf16>, tensor<6x3x3x4xf16>) -> tensor<2x9x9x6xf16>
+  // CHECK-NEXT: %[[DX:.*]] = jit.conv2d_grad_input %[[Y]], %arg1 stride = [2, 2] padding = [1, 1] dilation = [1, 1] groups = 2 : (tensor<2x6x5x5xf32>, tensor<6x2x3x3xf32>) -> tensor<2x4x9x9xf32>
+  // CHECK-NEXT: %[[DW:.*]] = jit.conv2d_grad_weight %[[Y]], %arg0 stride = [2, 2] padding = [1, 1] dilation = [1, 1] groups = 2 : (tensor<2x6x5x5xf32>, tensor<2x4x9x9xf32>) -> tensor<6x2x3x3xf32>
+  // CHECK-NEXT: return %[[Y]], %[[YH]], %[[DX]], %[[DW]]
+  %y = jit.conv2d %x, %w bias %b stride = [2, 2] padding = [1, 1] dilation = [1, 1] groups = 2
+      : (tensor<2x4x9x9xf32>, tensor<6x2x3x3xf32>, tensor<6xf32>) -> tensor<2x6x5x5xf32>
+  %yh = jit.conv2d %xh, %wh stride = [1, 1] padding = [2, 2] dilation = [2, 2] groups = 1 layout = nhwc
+      : (tensor<2x9x9x4xf16>, tensor<6x3x3x4xf16>) -> tensor<2x9x9x6xf16>
+  %dx = jit.conv2d_grad_input %y, %w stride = [2, 2] padding = [1, 1] dilation = [1, 1] groups = 2
+      : (tensor<2x6x5x5xf32>, tensor<6x2x3x3xf32>) -> tensor<2x4x9x9xf32>
+  %dw = jit.conv2d_grad_weight %y, %x stride = [2, 2] padding = [1, 1] dilation = [1, 1] groups = 2
+      : (tensor<2x6x5x5xf32>, tensor<2x4x9x9xf32>) -> tensor<6x2x3x3xf32>
+  return %y, %yh, %dx, %dw : tensor<2x6x5x5xf32>, tensor<2x9x9x6xf16>, tensor<2x4x9x9xf32>, tensor<6x2x3x3xf32>
+}
+
+// Low-precision activations keep f32 parameters and statistics.
+// CHECK-LABEL: func.func @batch_norm(
+func.func @batch_norm(%x: tensor<4x3x2x2xf16>, %g: tensor<3xf32>, %b: tensor<3xf32>, %rm: tensor<3xf32>,
+                      %rv: tensor<3xf32>) -> (tensor<4x3x2x2xf16>, tensor<4x3x2x2xf16>, tensor<3xf32>) {
+  // CHECK-NEXT: %[[Y:[a-z_]+]], %[[MEAN:[a-z_]+]], %[[INVSTD:[a-z_]+]], %{{[a-z_]+}}, %{{[a-z_]+}} = jit.batch_norm %arg0 weight %arg1 bias %arg2 running_mean %arg3 running_var %arg4 axis = 1 eps = 1.000000e-05 momentum = 1.000000e-01 : (tensor<4x3x2x2xf16>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<4x3x2x2xf16>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>)
+  // CHECK-NEXT: %[[E:.*]] = jit.batch_norm_inference %arg0 running_mean %arg3 running_var %arg4 axis = 1 eps = 1.000000e-03 : (tensor<4x3x2x2xf16>, tensor<3xf32>, tensor<3xf32>) -> tensor<4x3x2x2xf16>
+  // CHECK-NEXT: %[[DX:[a-z_]+]], %[[DG:[a-z_]+]], %{{[a-z_]+}} = jit.batch_norm_grad %[[Y]], %arg0, %[[MEAN]], %[[INVSTD]] weight %arg1 axis = 1 : (tensor<4x3x2x2xf16>, tensor<4x3x2x2xf16>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<4x3x2x2xf16>, tensor<3xf32>, tensor<3xf32>)
+  %y, %mean, %invstd, %rm1, %rv1 = jit.batch_norm %x weight %g bias %b running_mean %rm running_var %rv
+      axis = 1 eps = 1.0e-05 momentum = 1.0e-01
+      : (tensor<4x3x2x2xf16>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>)
+        -> (tensor<4x3x2x2xf16>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>)
+  %e = jit.batch_norm_inference %x running_mean %rm running_var %rv axis = 1 eps = 1.0e-03
+      : (tensor<4x3x2x2xf16>, tensor<3xf32>, tensor<3xf32>) -> tensor<4x3x2x2xf16>
+  // CHECK-NEXT: return %[[E]], %[[DX]], %[[DG]]
+  %dx, %dg, %db = jit.batch_norm_grad %y, %x, %mean, %invstd weight %g axis = 1
+      : (tensor<4x3x2x2xf16>, tensor<4x3x2x2xf16>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>)
+        -> (tensor<4x3x2x2xf16>, tensor<3xf32>, tensor<3xf32>)
+  return %e, %dx, %dg : tensor<4x3x2x2xf16>, tensor<4x3x2x2xf16>, tensor<3xf32>
+}
+
+// CHECK-LABEL: func.func @pooling(
+func.func @pooling(%x: tensor<2x3x7x7xf32>, %xn: tensor<2x8x8x3xbf16>)
+    -> (tensor<2x3x7x7xf32>, tensor<2x3x4x4xf32>, tensor<2x8x8x3xbf16>) {
+  // CHECK-NEXT: %[[M:.*]] = jit.max_pool2d %arg0 kernel_size = [3, 3] stride = [2, 2] padding = [1, 1] ceil_mode : tensor<2x3x7x7xf32> -> tensor<2x3x4x4xf32>
+  // CHECK-NEXT: %[[DM:.*]] = jit.max_pool2d_grad %[[M]], %arg0 kernel_size = [3, 3] stride = [2, 2] padding = [1, 1] ceil_mode : (tensor<2x3x4x4xf32>, tensor<2x3x7x7xf32>) -> tensor<2x3x7x7xf32>
+  // CHECK-NEXT: %[[A:.*]] = jit.avg_pool2d %arg0 kernel_size = [2, 2] stride = [2, 2] padding = [1, 1] exclude_padding : tensor<2x3x7x7xf32> -> tensor<2x3x4x4xf32>
+  // CHECK-NEXT: %[[AN:.*]] = jit.avg_pool2d %arg1 kernel_size = [2, 2] stride = [2, 2] padding = [0, 0] layout = nhwc : tensor<2x8x8x3xbf16> -> tensor<2x4x4x3xbf16>
+  // CHECK-NEXT: %[[DA:.*]] = jit.avg_pool2d_grad %[[AN]], %arg1 kernel_size = [2, 2] stride = [2, 2] padding = [0, 0] layout = nhwc : (tensor<2x4x4x3xbf16>, tensor<2x8x8x3xbf16>) -> tensor<2x8x8x3xbf16>
+  // CHECK-NEXT: return %[[DM]], %[[A]], %[[DA]]
+  %m = jit.max_pool2d %x kernel_size = [3, 3] stride = [2, 2] padding = [1, 1] ceil_mode
+      : tensor<2x3x7x7xf32> -> tensor<2x3x4x4xf32>
+  %dm = jit.max_pool2d_grad %m, %x kernel_size = [3, 3] stride = [2, 2] padding = [1, 1] ceil_mode
+      : (tensor<2x3x4x4xf32>, tensor<2x3x7x7xf32>) -> tensor<2x3x7x7xf32>
+  %a = jit.avg_pool2d %x kernel_size = [2, 2] stride = [2, 2] padding = [1, 1] exclude_padding
+      : tensor<2x3x7x7xf32> -> tensor<2x3x4x4xf32>
+  %an = jit.avg_pool2d %xn kernel_size = [2, 2] stride = [2, 2] padding = [0, 0] layout = nhwc
+      : tensor<2x8x8x3xbf16> -> tensor<2x4x4x3xbf16>
+  %da = jit.avg_pool2d_grad %an, %xn kernel_size = [2, 2] stride = [2, 2] padding = [0, 0] layout = nhwc
+      : (tensor<2x4x4x3xbf16>, tensor<2x8x8x3xbf16>) -> tensor<2x8x8x3xbf16>
+  return %dm, %a, %da : tensor<2x3x7x7xf32>, tensor<2x3x4x4xf32>, tensor<2x8x8x3xbf16>
+}

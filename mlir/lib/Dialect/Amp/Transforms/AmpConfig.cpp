@@ -227,6 +227,21 @@ SmallVector<unsigned> anyPrecisionOperandIndices(Operation *op) {
       })
       .Case<AllFiniteOp, UnscaleAndCheckOp>(
           [&](auto check) { return indicesOf(check.getGradsMutable()); })
+      .Case<BatchNormOp, BatchNormInferenceOp>([&](auto norm) {
+        // Parameters and running statistics are fp32 by the op's definition
+        // (f64 with f64 data): they never take the activations' precision.
+        SmallVector<unsigned> indices = indicesOf(norm.getWeightMutable());
+        indices.append(indicesOf(norm.getBiasMutable()));
+        indices.append(indicesOf(norm.getRunningMeanMutable()));
+        indices.append(indicesOf(norm.getRunningVarMutable()));
+        return indices;
+      })
+      .Case<BatchNormGradOp>([&](BatchNormGradOp grad) {
+        SmallVector<unsigned> indices = indicesOf(grad.getSaveMeanMutable());
+        indices.append(indicesOf(grad.getSaveInvstdMutable()));
+        indices.append(indicesOf(grad.getWeightMutable()));
+        return indices;
+      })
       .Default([](Operation *) { return SmallVector<unsigned>(); });
 }
 

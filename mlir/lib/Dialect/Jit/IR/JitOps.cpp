@@ -3,6 +3,7 @@
 #include "ampjit/Dialect/Jit/IR/JitOps.h"
 
 #include "ampjit/Dialect/Jit/IR/ShapeInference.h"
+#include "ampjit/runtime/WindowShape.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -11,6 +12,8 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallSet.h"
+
+#include <cmath>
 
 using namespace mlir;
 using namespace ampjit::ir;
@@ -218,6 +221,157 @@ LogicalResult verifyParamCopy(std::optional<Location> loc, StringRef opName, Val
 /// A missing or extra optional result is reported by the ops' verifiers,
 /// which can name the operand it belongs to; only same-length lists are
 /// compared here.
+//===----------------------------------------------------------------------===//
+// Convolution, batch norm and pooling shape rules
+//===----------------------------------------------------------------------===//
+
+/// The window attribute `name` has two entries [height, width], each at least `minimum`.
+LogicalResult verifyWindowPair(std::optional<Location> loc, StringRef opName, StringRef name,
+                               ArrayRef<int64_t> values, int64_t minimum) {
+  if (values.size() != 2)
+    return emitOptionalError(loc, "'", opName, "' attribute '", name,
+                             "' must have 2 entries [height, width], got ", values.size());
+  for (int64_t value : values)
+    if (value < minimum)
+      return emitOptionalError(loc, "'", opName, "' attribute '", name, "' entries must be at least ",
+                               minimum, ", got [", values[0], ", ", values[1], "]");
+  return success();
+}
+
+FailureOr<RankedTensorType> requireRank4(std::optional<Location> loc, StringRef opName,
+                                         const NamedOperand &operand) {
+  FailureOr<RankedTensorType> type = requireStaticTensor(loc, opName, operand);
+  if (failed(type))
+    return failure();
+  if (type->getRank() != 4)
+    return emitOptionalError(loc, "'", opName, "' operand '", operand.name, "' of type ", *type,
+                             " must have rank 4");
+  return type;
+}
+
+/// The output of convolving `input` with `weight` (both rank 4, one element
+/// type) under the window attributes, or an error naming what does not fit.
+FailureOr<RankedTensorType> inferConvOutput(std::optional<Location> loc, StringRef opName,
+                                            const NamedOperand &inputOperand,
+                                            const NamedOperand &weightOperand, ArrayRef<int64_t> stride,
+                                            ArrayRef<int64_t> padding, ArrayRef<int64_t> dilation,
+                                            int64_t groups, ActivationLayout layout) {
+  if (failed(verifyWindowPair(loc, opName, "stride", stride, 1)) ||
+      failed(verifyWindowPair(loc, opName, "padding", padding, 0)) ||
+      failed(verifyWindowPair(loc, opName, "dilation", dilation, 1)))
+    return failure();
+  if (groups < 1)
+    return emitOptionalError(loc, "'", opName, "' groups = ", groups, " must be at least 1");
+  FailureOr<RankedTensorType> input = requireRank4(loc, opName, inputOperand);
+  if (failed(input))
+    return failure();
+  FailureOr<RankedTensorType> weight = requireRank4(loc, opName, weightOperand);
+  if (failed(weight))
+    return failure();
+  if (input->getElementType() != weight->getElementType())
+    return emitOptionalError(loc, "'", opName, "' operand '", weightOperand.name, "' of type ", *weight,
+                             " must have the element type of operand '", inputOperand.name, "', ", *input);
+  bool nhwc = layout == ActivationLayout::nhwc;
+  ampjit::runtime::ActivationDims a = ampjit::runtime::activationDims(nhwc);
+  ampjit::runtime::FilterDims f = ampjit::runtime::filterDims(nhwc);
+  int64_t channels = input->getDimSize(a.channel), outChannels = weight->getDimSize(f.out);
+  if (channels % groups != 0 || outChannels % groups != 0)
+    return emitOptionalError(loc, "'", opName, "' groups = ", groups, " must divide the input channels (",
+                             channels, ") and the output channels (", outChannels, ")");
+  if (weight->getDimSize(f.in) != channels / groups)
+    return emitOptionalError(loc, "'", opName, "' operand '", weightOperand.name, "' of type ", *weight,
+                             " must have ", channels / groups, " input channels per group in layout ",
+                             stringifyActivationLayout(layout), " (", inputOperand.name, " ", *input, " has ",
+                             channels, " channels in ", groups, " groups)");
+  SmallVector<int64_t, 4> shape(4);
+  shape[a.batch] = input->getDimSize(a.batch);
+  shape[a.channel] = outChannels;
+  for (int d = 0; d < 2; ++d) {
+    int inDim = d == 0 ? a.height : a.width, kernelDim = d == 0 ? f.height : f.width;
+    int64_t size = ampjit::runtime::windowOutputSize(input->getDimSize(inDim), weight->getDimSize(kernelDim),
+                                                     stride[d], padding[d], dilation[d]);
+    if (size < 1)
+      return emitOptionalError(loc, "'", opName, "' the ", d == 0 ? "height" : "width", " ",
+                               input->getDimSize(inDim), " of operand '", inputOperand.name,
+                               "' is smaller than the dilated kernel (", weight->getDimSize(kernelDim),
+                               ", dilation ", dilation[d], ", padding ", padding[d], ")");
+    shape[inDim] = size;
+  }
+  return tensorOf(shape, input->getElementType());
+}
+
+/// The pooled shape of `input` under the window attributes.
+FailureOr<RankedTensorType> inferPoolOutput(std::optional<Location> loc, StringRef opName,
+                                            const NamedOperand &inputOperand, ArrayRef<int64_t> kernel,
+                                            ArrayRef<int64_t> stride, ArrayRef<int64_t> padding, bool ceilMode,
+                                            ActivationLayout layout) {
+  if (failed(verifyWindowPair(loc, opName, "kernel_size", kernel, 1)) ||
+      failed(verifyWindowPair(loc, opName, "stride", stride, 1)) ||
+      failed(verifyWindowPair(loc, opName, "padding", padding, 0)))
+    return failure();
+  for (int d = 0; d < 2; ++d)
+    if (2 * padding[d] > kernel[d])
+      return emitOptionalError(loc, "'", opName, "' padding [", padding[0], ", ", padding[1],
+                               "] must be at most half the kernel [", kernel[0], ", ", kernel[1], "]");
+  FailureOr<RankedTensorType> input = requireRank4(loc, opName, inputOperand);
+  if (failed(input))
+    return failure();
+  ampjit::runtime::ActivationDims a = ampjit::runtime::activationDims(layout == ActivationLayout::nhwc);
+  SmallVector<int64_t, 4> shape(input->getShape());
+  for (int d = 0; d < 2; ++d) {
+    int dim = d == 0 ? a.height : a.width;
+    int64_t size = ampjit::runtime::windowOutputSize(input->getDimSize(dim), kernel[d], stride[d], padding[d],
+                                                     1, ceilMode);
+    if (size < 1)
+      return emitOptionalError(loc, "'", opName, "' the ", d == 0 ? "height" : "width", " ",
+                               input->getDimSize(dim), " of operand '", inputOperand.name,
+                               "' is smaller than the kernel [", kernel[0], ", ", kernel[1], "]");
+    shape[dim] = size;
+  }
+  return tensorOf(shape, input->getElementType());
+}
+
+/// Batch norm's data operand and its per-channel operands: [C] of dimension
+/// `axis`, in the statistics type. Returns that per-channel type.
+FailureOr<RankedTensorType> verifyBatchNormOperands(std::optional<Location> loc, StringRef opName,
+                                                    const NamedOperand &inputOperand, int64_t axis,
+                                                    ArrayRef<NamedOperand> perChannel) {
+  FailureOr<RankedTensorType> input = requireStaticTensor(loc, opName, inputOperand);
+  if (failed(input))
+    return failure();
+  if (input->getRank() < 2)
+    return emitOptionalError(loc, "'", opName, "' operand '", inputOperand.name, "' of type ", *input,
+                             " must have rank >= 2 (a batch and channels)");
+  if (axis < 0 || axis >= input->getRank())
+    return emitOptionalError(loc, "'", opName, "' axis ", axis, " is out of range for operand '",
+                             inputOperand.name, "' of type ", *input);
+  RankedTensorType channel =
+      tensorOf({input->getDimSize(axis)}, statisticsElementType(input->getElementType()));
+  for (const NamedOperand &operand : perChannel)
+    if (operand.type && operand.type != channel)
+      return emitOptionalError(loc, "'", opName, "' operand '", operand.name, "' of type ", operand.type,
+                               " must be ", channel,
+                               ": one value per channel in the statistics type (f32, or f64 for f64 input)");
+  return channel;
+}
+
+LogicalResult verifyBatchNormAttributes(Operation *op, double eps, std::optional<double> momentum) {
+  if (!(eps >= 0.0) || std::isinf(eps))
+    return op->emitOpError() << "eps = " << eps << " must be finite and non-negative";
+  if (momentum && !(*momentum >= 0.0 && *momentum <= 1.0))
+    return op->emitOpError() << "momentum = " << *momentum << " must be in [0, 1]";
+  return success();
+}
+
+/// A gradient op's operand must be what the forward op would have made.
+LogicalResult requireForwardResult(std::optional<Location> loc, StringRef opName,
+                                   const NamedOperand &operand, RankedTensorType expected, StringRef what) {
+  if (operand.type != expected)
+    return emitOptionalError(loc, "'", opName, "' operand '", operand.name, "' of type ", operand.type,
+                             " must be ", expected, ", the type the forward op yields for ", what);
+  return success();
+}
+
 bool sameTypesOrDifferentCounts(TypeRange inferred, TypeRange actual) {
   return inferred.size() != actual.size() || llvm::equal(inferred, actual);
 }
@@ -733,6 +887,156 @@ LogicalResult AdamUpdateOp::verify() {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Convolutional networks
+//===----------------------------------------------------------------------===//
+
+LogicalResult Conv2dOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                         SmallVectorImpl<Type> &inferred) {
+  StringRef opName = getOperationName();
+  FailureOr<RankedTensorType> output =
+      inferConvOutput(loc, opName, named("input", adaptor.getInput()), named("weight", adaptor.getWeight()),
+                      adaptor.getStride(), adaptor.getPadding(), adaptor.getDilation(), adaptor.getGroups(),
+                      adaptor.getLayout());
+  if (failed(output))
+    return failure();
+  if (Value bias = adaptor.getBias()) {
+    bool nhwc = adaptor.getLayout() == ActivationLayout::nhwc;
+    int64_t outChannels = output->getDimSize(ampjit::runtime::activationDims(nhwc).channel);
+    RankedTensorType expected = tensorOf({outChannels}, output->getElementType());
+    if (bias.getType() != expected)
+      return emitOptionalError(loc, "'", opName, "' operand 'bias' of type ", bias.getType(), " must be ",
+                               expected, ": one bias per output channel");
+  }
+  inferred.push_back(*output);
+  return success();
+}
+
+LogicalResult Conv2dGradInputOp::verify() {
+  StringRef opName = getOperationName();
+  FailureOr<RankedTensorType> output =
+      inferConvOutput(getLoc(), opName, {"grad_input (the result)", getGradInput().getType()},
+                      named("weight", getWeight()), getStride(), getPadding(), getDilation(), getGroups(),
+                      getLayout());
+  if (failed(output))
+    return failure();
+  return requireForwardResult(getLoc(), opName, named("grad_output", getGradOutput()), *output,
+                              "an input of the result's type");
+}
+
+LogicalResult Conv2dGradWeightOp::verify() {
+  StringRef opName = getOperationName();
+  FailureOr<RankedTensorType> output =
+      inferConvOutput(getLoc(), opName, named("input", getInput()),
+                      {"grad_weight (the result)", getGradWeight().getType()}, getStride(), getPadding(),
+                      getDilation(), getGroups(), getLayout());
+  if (failed(output))
+    return failure();
+  return requireForwardResult(getLoc(), opName, named("grad_output", getGradOutput()), *output,
+                              "a filter of the result's type");
+}
+
+LogicalResult BatchNormOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                            SmallVectorImpl<Type> &inferred) {
+  FailureOr<RankedTensorType> channel = verifyBatchNormOperands(
+      loc, getOperationName(), named("input", adaptor.getInput()), adaptor.getAxis(),
+      {named("weight", adaptor.getWeight()), named("bias", adaptor.getBias()),
+       named("running_mean", adaptor.getRunningMean()), named("running_var", adaptor.getRunningVar())});
+  if (failed(channel))
+    return failure();
+  inferred.push_back(adaptor.getInput().getType());
+  inferred.append(4, *channel);
+  return success();
+}
+
+LogicalResult BatchNormOp::verify() {
+  auto input = cast<RankedTensorType>(getInput().getType());
+  if (input.getNumElements() / input.getDimSize(getAxis()) < 2)
+    return emitOpError() << "input " << input
+                         << " has one value per channel: training statistics need more than one";
+  return verifyBatchNormAttributes(*this, getEps().convertToDouble(), getMomentum().convertToDouble());
+}
+
+LogicalResult BatchNormInferenceOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                     Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  FailureOr<RankedTensorType> channel = verifyBatchNormOperands(
+      loc, getOperationName(), named("input", adaptor.getInput()), adaptor.getAxis(),
+      {named("weight", adaptor.getWeight()), named("bias", adaptor.getBias()),
+       named("running_mean", adaptor.getRunningMean()), named("running_var", adaptor.getRunningVar())});
+  if (failed(channel))
+    return failure();
+  inferred.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+LogicalResult BatchNormInferenceOp::verify() {
+  return verifyBatchNormAttributes(*this, getEps().convertToDouble(), std::nullopt);
+}
+
+LogicalResult BatchNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                                SmallVectorImpl<Type> &inferred) {
+  StringRef opName = getOperationName();
+  NamedOperand input = named("input", adaptor.getInput());
+  FailureOr<RankedTensorType> channel = verifyBatchNormOperands(
+      loc, opName, input, adaptor.getAxis(),
+      {named("save_mean", adaptor.getSaveMean()), named("save_invstd", adaptor.getSaveInvstd()),
+       named("weight", adaptor.getWeight())});
+  if (failed(channel) ||
+      failed(requireSameType(loc, opName, input, named("grad_output", adaptor.getGradOutput()))))
+    return failure();
+  inferred.push_back(input.type);
+  inferred.append(2, *channel);
+  return success();
+}
+
+template <typename PoolOp>
+static FailureOr<RankedTensorType> inferPoolOf(std::optional<Location> loc, typename PoolOp::Adaptor adaptor) {
+  return inferPoolOutput(loc, PoolOp::getOperationName(), named("input", adaptor.getInput()),
+                         adaptor.getKernelSize(), adaptor.getStride(), adaptor.getPadding(),
+                         adaptor.getCeilMode(), adaptor.getLayout());
+}
+
+template <typename PoolGradOp>
+static LogicalResult inferPoolGrad(std::optional<Location> loc, typename PoolGradOp::Adaptor adaptor,
+                                   SmallVectorImpl<Type> &inferred) {
+  FailureOr<RankedTensorType> pooled = inferPoolOf<PoolGradOp>(loc, adaptor);
+  if (failed(pooled) || failed(requireForwardResult(loc, PoolGradOp::getOperationName(),
+                                                    named("grad_output", adaptor.getGradOutput()), *pooled,
+                                                    "operand 'input'")))
+    return failure();
+  inferred.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+LogicalResult MaxPool2dOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                            SmallVectorImpl<Type> &inferred) {
+  FailureOr<RankedTensorType> pooled = inferPoolOf<MaxPool2dOp>(loc, adaptor);
+  if (failed(pooled))
+    return failure();
+  inferred.push_back(*pooled);
+  return success();
+}
+
+LogicalResult AvgPool2dOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                            SmallVectorImpl<Type> &inferred) {
+  FailureOr<RankedTensorType> pooled = inferPoolOf<AvgPool2dOp>(loc, adaptor);
+  if (failed(pooled))
+    return failure();
+  inferred.push_back(*pooled);
+  return success();
+}
+
+LogicalResult MaxPool2dGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                                SmallVectorImpl<Type> &inferred) {
+  return inferPoolGrad<MaxPool2dGradOp>(loc, adaptor, inferred);
+}
+
+LogicalResult AvgPool2dGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                                SmallVectorImpl<Type> &inferred) {
+  return inferPoolGrad<AvgPool2dGradOp>(loc, adaptor, inferred);
+}
+
+
 std::optional<llvm::StringRef> ampjit::ir::enumAttributeKeyword(Operation *op, StringRef name) {
   if (!isa<JitDialect>(op->getDialect()))
     return std::nullopt;
@@ -750,6 +1054,9 @@ std::optional<llvm::StringRef> ampjit::ir::enumAttributeKeyword(Operation *op, S
   } else if (name == "predicate") {
     if (std::optional<ComparePredicate> kind = symbolizeComparePredicate(raw))
       keyword = stringifyComparePredicate(*kind);
+  } else if (name == "layout") {
+    if (std::optional<ActivationLayout> kind = symbolizeActivationLayout(raw))
+      keyword = stringifyActivationLayout(*kind);
   }
   return keyword;
 }
@@ -764,6 +1071,9 @@ Attribute ampjit::ir::enumAttributeFromKeyword(MLIRContext *context, StringRef n
   } else if (name == "predicate") {
     if (std::optional<ComparePredicate> kind = symbolizeComparePredicate(keyword))
       return ComparePredicateAttr::get(context, *kind);
+  } else if (name == "layout") {
+    if (std::optional<ActivationLayout> kind = symbolizeActivationLayout(keyword))
+      return ActivationLayoutAttr::get(context, *kind);
   }
   return {};
 }

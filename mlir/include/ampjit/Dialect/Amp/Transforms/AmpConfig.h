@@ -80,10 +80,12 @@ bool isLowPrecisionTensor(mlir::Type type);
 bool isAmpDisabled(mlir::Operation *op);
 std::optional<mlir::FloatType> forcedComputeType(mlir::Operation *op);
 
-/// The operands `op` reads in whatever floating-point precision they come
-/// (the optimizer updates' and the scaler's gradients): AMP never casts them.
-/// A fact of the ops' definitions (their verifiers accept any float type
-/// there), so it is not in the policy.
+/// The operands whose precision does not follow the op's compute type, so
+/// AMP never casts them: those read in whatever floating-point precision they
+/// come (the optimizer updates' and the scaler's gradients), and those fixed
+/// at fp32 whatever the activations' precision (batch norm's parameters and
+/// statistics). A fact of the ops' definitions (their verifiers say so), so
+/// it is not in the policy.
 llvm::SmallVector<unsigned> anyPrecisionOperandIndices(mlir::Operation *op);
 
 } // namespace ampjit::ir::amp

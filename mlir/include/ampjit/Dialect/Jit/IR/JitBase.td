@@ -115,6 +115,14 @@ def Jit_ComparePredicate : I32EnumAttr<"ComparePredicate",
   let cppNamespace = "::ampjit::ir";
 }
 
+def Jit_ActivationLayout : I32EnumAttr<"ActivationLayout",
+    "dimension order of a convolution's or pooling's activations (and filter)", [
+      I32EnumAttrCase<"nchw", 0>,
+      I32EnumAttrCase<"nhwc", 1>
+    ]> {
+  let cppNamespace = "::ampjit::ir";
+}
+
 //===----------------------------------------------------------------------===//
 // Base op classes
 //===----------------------------------------------------------------------===//

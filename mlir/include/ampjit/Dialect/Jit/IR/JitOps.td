@@ -673,4 +673,231 @@ def Jit_AdamUpdateOp : Jit_Op<"adam_update", [Pure, AttrSizedOperandSegments,
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Convolutional networks
+//===----------------------------------------------------------------------===//
+
+// Window attributes shared by the convolution ops: [height, width] each.
+defvar Jit_ConvAttributes = (ins DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding,
+                                 DenseI64ArrayAttr:$dilation,
+                                 DefaultValuedAttr<I64Attr, "1">:$groups,
+                                 DefaultValuedAttr<Jit_ActivationLayout, "::ampjit::ir::ActivationLayout::nchw">:$layout);
+
+def Jit_Conv2dOp : Jit_Op<"conv2d", [Pure, InferTypeOpAdaptor]> {
+  let summary = "2-D convolution (cross-correlation) with optional bias";
+  let description = [{
+    PyTorch's `conv2d`. With `layout = nchw` (the default) `input` is
+    [N, C, H, W] and `weight` [O, C/groups, KH, KW]; with `layout = nhwc`
+    (what `jit-convert-layout` makes for the CUDA target) `input` is
+    [N, H, W, C] and `weight` [O, KH, KW, C/groups], cuDNN's channels-last
+    filter. `stride`, `padding` (zeros, both sides) and `dilation` are
+    [height, width]; each output size is
+    `(in + 2*padding - dilation*(kernel-1) - 1) / stride + 1`. The optional
+    `bias` is [O].
+
+    ```mlir
+    %y = jit.conv2d %x, %w bias %b stride = [1, 1] padding = [1, 1] dilation = [1, 1]
+        : (tensor<8x3x32x32xf32>, tensor<16x3x3x3xf32>, tensor<16xf32>) -> tensor<8x16x32x32xf32>
+    ```
+  }];
+  let arguments = !con((ins Jit_FloatTensor:$input, Jit_FloatTensor:$weight,
+                            Optional<Jit_FloatTensor>:$bias), Jit_ConvAttributes);
+  let results = (outs Jit_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $weight (`bias` $bias^)? `stride` `=` $stride `padding` `=` $padding `dilation` `=` $dilation (`groups` `=` $groups^)? (`layout` `=` $layout^)? attr-dict `:` functional-type(operands, results)";
+}
+
+def Jit_BatchNormOp : Jit_Op<"batch_norm", [Pure, AttrSizedOperandSegments, InferTypeOpAdaptor]> {
+  let summary = "batch normalisation in training mode, with running-statistics update";
+  let description = [{
+    Normalises each index of dimension `axis` (the channel: 1 for NCHW and
+    [N, C], 3 for NHWC) over all other dimensions with the batch's mean and
+    biased variance, then applies the optional per-channel `weight` and
+    `bias`. Yields the output (the input's type), `save_mean` and
+    `save_invstd = 1/sqrt(var + eps)` for `jit.batch_norm_grad`, and the new
+    running statistics `(1 - momentum) * running + momentum * batch` (the
+    running variance takes the unbiased batch variance, as PyTorch).
+    Parameters and statistics are [C] in f32 (f64 for f64 input) whatever
+    the input's precision, so fp16 activations keep fp32 statistics.
+
+    ```mlir
+    %y, %mean, %invstd, %rm1, %rv1 = jit.batch_norm %x weight %g bias %b running_mean %rm
+        running_var %rv axis = 1 eps = 1.0e-05 momentum = 1.0e-01
+        : (tensor<8x16x4x4xf16>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+          -> (tensor<8x16x4x4xf16>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+    ```
+  }];
+  let arguments = (ins Jit_FloatTensor:$input, Optional<Jit_FloatTensor>:$weight,
+                       Optional<Jit_FloatTensor>:$bias, Jit_FloatTensor:$running_mean,
+                       Jit_FloatTensor:$running_var, I64Attr:$axis,
+                       DefaultValuedAttr<F64Attr, "1e-5">:$eps,
+                       DefaultValuedAttr<F64Attr, "0.1">:$momentum);
+  let results = (outs Jit_FloatTensor:$output, Jit_FloatTensor:$save_mean, Jit_FloatTensor:$save_invstd,
+                      Jit_FloatTensor:$new_running_mean, Jit_FloatTensor:$new_running_var);
+  let assemblyFormat = [{
+    $input (`weight` $weight^)? (`bias` $bias^)? `running_mean` $running_mean `running_var` $running_var
+    `axis` `=` $axis `eps` `=` $eps `momentum` `=` $momentum attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Jit_BatchNormInferenceOp : Jit_Op<"batch_norm_inference", [Pure, AttrSizedOperandSegments,
+                                                               InferTypeOpAdaptor]> {
+  let summary = "batch normalisation with the running statistics (evaluation mode)";
+  let description = [{
+    `(input - running_mean) / sqrt(running_var + eps) * weight + bias` per
+    index of dimension `axis`; operand types as `jit.batch_norm`.
+
+    ```mlir
+    %y = jit.batch_norm_inference %x weight %g bias %b running_mean %rm running_var %rv
+        axis = 1 eps = 1.0e-05
+        : (tensor<8x16x4x4xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+          -> tensor<8x16x4x4xf32>
+    ```
+  }];
+  let arguments = (ins Jit_FloatTensor:$input, Optional<Jit_FloatTensor>:$weight,
+                       Optional<Jit_FloatTensor>:$bias, Jit_FloatTensor:$running_mean,
+                       Jit_FloatTensor:$running_var, I64Attr:$axis,
+                       DefaultValuedAttr<F64Attr, "1e-5">:$eps);
+  let results = (outs Jit_FloatTensor:$output);
+  let assemblyFormat = [{
+    $input (`weight` $weight^)? (`bias` $bias^)? `running_mean` $running_mean `running_var` $running_var
+    `axis` `=` $axis `eps` `=` $eps attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+// Window attributes shared by the pooling ops: [height, width] each.
+defvar Jit_PoolAttributes = (ins DenseI64ArrayAttr:$kernel_size, DenseI64ArrayAttr:$stride,
+                                 DenseI64ArrayAttr:$padding, UnitAttr:$ceil_mode,
+                                 DefaultValuedAttr<Jit_ActivationLayout, "::ampjit::ir::ActivationLayout::nchw">:$layout);
+
+def Jit_MaxPool2dOp : Jit_Op<"max_pool2d", [Pure, InferTypeOpAdaptor]> {
+  let summary = "2-D max pooling";
+  let description = [{
+    PyTorch's `max_pool2d` over [height, width] windows of an NCHW (or, with
+    `layout = nhwc`, NHWC) input; padding counts as -inf, NaN propagates.
+    `ceil_mode` rounds the output size up (the last window still starts
+    inside the input or its left padding).
+
+    ```mlir
+    %y = jit.max_pool2d %x kernel_size = [3, 3] stride = [2, 2] padding = [1, 1]
+        : tensor<8x64x16x16xf32> -> tensor<8x64x8x8xf32>
+    ```
+  }];
+  let arguments = !con((ins Jit_FloatTensor:$input), Jit_PoolAttributes);
+  let results = (outs Jit_FloatTensor:$result);
+  let assemblyFormat = "$input `kernel_size` `=` $kernel_size `stride` `=` $stride `padding` `=` $padding (`ceil_mode` $ceil_mode^)? (`layout` `=` $layout^)? attr-dict `:` type($input) `->` type($result)";
+}
+
+def Jit_AvgPool2dOp : Jit_Op<"avg_pool2d", [Pure, InferTypeOpAdaptor]> {
+  let summary = "2-D average pooling";
+  let description = [{
+    PyTorch's `avg_pool2d`: zero padding; the divisor is the window clipped
+    to the padded input, or with `exclude_padding` (PyTorch's
+    `count_include_pad=False`) to the input.
+
+    ```mlir
+    %y = jit.avg_pool2d %x kernel_size = [2, 2] stride = [2, 2] padding = [0, 0]
+        : tensor<8x64x16x16xf32> -> tensor<8x64x8x8xf32>
+    ```
+  }];
+  let arguments = !con((ins Jit_FloatTensor:$input), Jit_PoolAttributes, (ins UnitAttr:$exclude_padding));
+  let results = (outs Jit_FloatTensor:$result);
+  let assemblyFormat = "$input `kernel_size` `=` $kernel_size `stride` `=` $stride `padding` `=` $padding (`ceil_mode` $ceil_mode^)? (`layout` `=` $layout^)? (`exclude_padding` $exclude_padding^)? attr-dict `:` type($input) `->` type($result)";
+}
+
+def Jit_Conv2dGradInputOp : Jit_Op<"conv2d_grad_input", [Pure]> {
+  let summary = "gradient of jit.conv2d with respect to its input";
+  let description = [{
+    The transposed convolution of `grad_output` with `weight`: the input
+    gradient, whose type (the forward input's, which strides make ambiguous)
+    is the result type. Attributes are the forward op's.
+
+    ```mlir
+    %dx = jit.conv2d_grad_input %dy, %w stride = [2, 2] padding = [1, 1] dilation = [1, 1]
+        : (tensor<8x16x16x16xf32>, tensor<16x3x3x3xf32>) -> tensor<8x3x32x32xf32>
+    ```
+  }];
+  let arguments = !con((ins Jit_FloatTensor:$grad_output, Jit_FloatTensor:$weight), Jit_ConvAttributes);
+  let results = (outs Jit_FloatTensor:$grad_input);
+  let assemblyFormat = "$grad_output `,` $weight `stride` `=` $stride `padding` `=` $padding `dilation` `=` $dilation (`groups` `=` $groups^)? (`layout` `=` $layout^)? attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Jit_Conv2dGradWeightOp : Jit_Op<"conv2d_grad_weight", [Pure]> {
+  let summary = "gradient of jit.conv2d with respect to its filter";
+  let description = [{
+    The correlation of the forward `input` with `grad_output`: the filter
+    gradient, whose type (the forward filter's) is the result type.
+    Attributes are the forward op's. The bias gradient is a `jit.sum`.
+
+    ```mlir
+    %dw = jit.conv2d_grad_weight %dy, %x stride = [2, 2] padding = [1, 1] dilation = [1, 1]
+        : (tensor<8x16x16x16xf32>, tensor<8x3x32x32xf32>) -> tensor<16x3x3x3xf32>
+    ```
+  }];
+  let arguments = !con((ins Jit_FloatTensor:$grad_output, Jit_FloatTensor:$input), Jit_ConvAttributes);
+  let results = (outs Jit_FloatTensor:$grad_weight);
+  let assemblyFormat = "$grad_output `,` $input `stride` `=` $stride `padding` `=` $padding `dilation` `=` $dilation (`groups` `=` $groups^)? (`layout` `=` $layout^)? attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Jit_BatchNormGradOp : Jit_Op<"batch_norm_grad", [Pure, InferTypeOpAdaptor]> {
+  let summary = "gradient of jit.batch_norm (training mode)";
+  let description = [{
+    From the output gradient, the forward input and the `save_mean` and
+    `save_invstd` the forward op yielded, the gradients of the input (its
+    type), the weight and the bias ([C], statistics type; without `weight`
+    the input gradient uses ones).
+
+    ```mlir
+    %dx, %dw, %db = jit.batch_norm_grad %dy, %x, %mean, %invstd weight %g axis = 1
+        : (tensor<8x16x4x4xf16>, tensor<8x16x4x4xf16>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+          -> (tensor<8x16x4x4xf16>, tensor<16xf32>, tensor<16xf32>)
+    ```
+  }];
+  let arguments = (ins Jit_FloatTensor:$grad_output, Jit_FloatTensor:$input, Jit_FloatTensor:$save_mean,
+                       Jit_FloatTensor:$save_invstd, Optional<Jit_FloatTensor>:$weight, I64Attr:$axis);
+  let results = (outs Jit_FloatTensor:$grad_input, Jit_FloatTensor:$grad_weight,
+                      Jit_FloatTensor:$grad_bias);
+  let assemblyFormat = [{
+    $grad_output `,` $input `,` $save_mean `,` $save_invstd (`weight` $weight^)? `axis` `=` $axis attr-dict
+    `:` functional-type(operands, results)
+  }];
+}
+
+def Jit_MaxPool2dGradOp : Jit_Op<"max_pool2d_grad", [Pure, InferTypeOpAdaptor]> {
+  let summary = "gradient of jit.max_pool2d";
+  let description = [{
+    Routes each element of `grad_output` to the first maximum (row-major
+    within its window, NaN counting as a maximum) of the forward `input`;
+    overlapping windows accumulate. Attributes are the forward op's.
+
+    ```mlir
+    %dx = jit.max_pool2d_grad %dy, %x kernel_size = [3, 3] stride = [2, 2] padding = [1, 1]
+        : (tensor<8x64x8x8xf32>, tensor<8x64x16x16xf32>) -> tensor<8x64x16x16xf32>
+    ```
+  }];
+  let arguments = !con((ins Jit_FloatTensor:$grad_output, Jit_FloatTensor:$input), Jit_PoolAttributes);
+  let results = (outs Jit_FloatTensor:$grad_input);
+  let assemblyFormat = "$grad_output `,` $input `kernel_size` `=` $kernel_size `stride` `=` $stride `padding` `=` $padding (`ceil_mode` $ceil_mode^)? (`layout` `=` $layout^)? attr-dict `:` functional-type(operands, results)";
+}
+
+def Jit_AvgPool2dGradOp : Jit_Op<"avg_pool2d_grad", [Pure, InferTypeOpAdaptor]> {
+  let summary = "gradient of jit.avg_pool2d";
+  let description = [{
+    Spreads each element of `grad_output`, divided by its window's divisor,
+    over the window. `input` (the forward input) gives the result type.
+
+    ```mlir
+    %dx = jit.avg_pool2d_grad %dy, %x kernel_size = [2, 2] stride = [2, 2] padding = [0, 0]
+        : (tensor<8x64x8x8xf32>, tensor<8x64x16x16xf32>) -> tensor<8x64x16x16xf32>
+    ```
+  }];
+  let arguments = !con((ins Jit_FloatTensor:$grad_output, Jit_FloatTensor:$input), Jit_PoolAttributes,
+                       (ins UnitAttr:$exclude_padding));
+  let results = (outs Jit_FloatTensor:$grad_input);
+  let assemblyFormat = "$grad_output `,` $input `kernel_size` `=` $kernel_size `stride` `=` $stride `padding` `=` $padding (`ceil_mode` $ceil_mode^)? (`layout` `=` $layout^)? (`exclude_padding` $exclude_padding^)? attr-dict `:` functional-type(operands, results)";
+}
+
 #endif // AMPJIT_DIALECT_JIT_IR_JITOPS_TD
