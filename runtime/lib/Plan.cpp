@@ -431,6 +431,21 @@ bool mayWriteInPlace(StepKind kind) {
   }
 }
 
+/// Whether output slot `output` of `step` may be the buffer of the input it
+/// reads: the in-place kinds above, and batch norm's running statistics
+/// (new_running_mean/var over running_mean/var, state the kernel reads in
+/// full before writing).
+bool mayWriteSlotInPlace(const Step& step, size_t output, BufferId buffer) {
+  if (mayWriteInPlace(step.kind))
+    return true;
+  if (step.kind != StepKind::BatchNorm || (output != 3 && output != 4))
+    return false;
+  for (size_t input = 0; input < step.inputs.size(); ++input)
+    if (step.inputs[input] == buffer && input != output)
+      return false;
+  return true;
+}
+
 TensorType scalarOf(DType dtype) { return TensorType{dtype, {}}; }
 
 DType statisticsType(DType input) { return input == DType::F64 ? DType::F64 : DType::F32; }
@@ -1014,7 +1029,6 @@ Status StepChecker::checkConv() const {
                         : step_.kind == StepKind::Conv2dGradInput ? out(0)
                                                                   : in(1);
   const TensorType& w = step_.kind == StepKind::Conv2dGradWeight ? out(0) : in(1);
-  const TensorType& y = forward ? out(0) : in(0);
   std::string xName = step_.kind == StepKind::Conv2d ? inName(0)
                       : step_.kind == StepKind::Conv2dGradInput ? outName(0) : inName(1);
   std::string wName = step_.kind == StepKind::Conv2dGradWeight ? outName(0) : inName(1);
@@ -1358,10 +1372,10 @@ Status verifyPlan(const Plan& plan) {
           return Status::error(where + ": " + slotName(true, other) + " and " + slotName(true, slot) +
                                " both write " + describeBuffer(plan, id));
       bool alsoRead = std::find(step.inputs.begin(), step.inputs.end(), id) != step.inputs.end();
-      if (alsoRead && !mayWriteInPlace(step.kind))
+      if (alsoRead && !mayWriteSlotInPlace(step, slot, id))
         return Status::error(where + ": " + slotName(true, slot) + " writes " + describeBuffer(plan, id) +
-                             ", which it also reads; only elementwise, optimizer and scaler steps "
-                             "update in place");
+                             ", which it also reads; only elementwise, optimizer and scaler steps, and "
+                             "batch norm's running statistics, update in place");
       defined[id] = true;
       if (firstWrite[id] == kNever)
         firstWrite[id] = index;

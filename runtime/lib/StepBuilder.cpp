@@ -485,12 +485,27 @@ std::optional<StepKind> stepKindOf(std::string_view op) {
   return std::nullopt;
 }
 
-Expected<Step> buildStep(std::string_view op, std::span<const std::optional<TensorType>> operands,
+/// Ops whose last operand position is optional and which have no other
+/// optional one, so MLIR records no segment sizes for them: read off an MLIR
+/// op, an absent trailing operand is simply missing. Their position counts.
+std::optional<size_t> positionsWithTrailingOptional(std::string_view op) {
+  if (op == "jit.conv2d")
+    return 3;
+  if (op == "jit.layer_norm_grad" || op == "jit.batch_norm_grad")
+    return 5;
+  return std::nullopt;
+}
+
+Expected<Step> buildStep(std::string_view op, std::span<const std::optional<TensorType>> givenOperands,
                          std::span<const TensorType> results, const AttributeMap& attributes) {
   const OpEntry* entry = findOp(op);
   if (!entry)
     return Status::error("'" + std::string(op) + "' has no runtime step: the StepBuilder does not know this op");
   std::string name(op);
+  std::vector<std::optional<TensorType>> padded(givenOperands.begin(), givenOperands.end());
+  if (std::optional<size_t> positions = positionsWithTrailingOptional(op); positions && padded.size() + 1 == *positions)
+    padded.push_back(std::nullopt);
+  std::span<const std::optional<TensorType>> operands = padded;
 
   Step step;
   step.kind = entry->description.kind;

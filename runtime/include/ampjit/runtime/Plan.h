@@ -364,9 +364,8 @@ struct UpdateScaleParams {
 /// [O, KH, KW, C/groups] (OHWI, cuDNN's NHWC filter layout). stride, padding
 /// (zeros, both sides) and dilation are [height, width]. Output size per
 /// spatial dim: (in + 2*pad - dilation*(k-1) - 1) / stride + 1. Products
-/// accumulate in computeType in an order that does not depend on the layout
-/// (channel, then kernel row, then kernel column), so NCHW and NHWC plans
-/// agree bit for bit on the CPU. The gradients' result shapes (the input's,
+/// accumulate in computeType in an order that depends on the shapes only,
+/// not on the layout, so NCHW and NHWC plans agree bit for bit on the CPU. The gradients' result shapes (the input's,
 /// the filter's) are their output buffers' shapes.
 struct Conv2dParams {
   std::vector<int64_t> stride{1, 1};
@@ -410,8 +409,9 @@ struct BatchNormParams {
 /// rounds the output size up (a window must still start inside the input or
 /// its left padding, as PyTorch). Average divides by the window's size
 /// clipped to the padded input (countIncludePad) or to the input. MaxPool2dGrad
-/// routes each output gradient to the first maximum of its window in
-/// row-major order (NaN counts as a maximum), as PyTorch's CPU kernel does.
+/// routes each output gradient to its window's maximum, the first in
+/// row-major order among equal values; a NaN replaces any maximum seen
+/// before it (so the last NaN wins), as PyTorch's CPU kernel does.
 struct Pool2dParams {
   std::vector<int64_t> kernel{1, 1};
   std::vector<int64_t> stride{1, 1};

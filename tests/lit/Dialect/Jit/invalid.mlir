@@ -1210,7 +1210,7 @@ func.func @batch_norm_statistics_type(%x: tensor<4x3xf16>, %rm: tensor<3xf16>, %
 // -----
 
 func.func @batch_norm_momentum(%x: tensor<4x3xf32>, %rm: tensor<3xf32>, %rv: tensor<3xf32>) {
-  // expected-error @below {{'jit.batch_norm' op momentum = 1.5 must be in [0, 1]}}
+  // expected-error @below {{'jit.batch_norm' op momentum = 1.500000e+00 must be in [0, 1]}}
   %y, %m, %i, %rm1, %rv1 = jit.batch_norm %x running_mean %rm running_var %rv axis = 1 eps = 1.0e-05 momentum = 1.5
       : (tensor<4x3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<4x3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>)
   return

@@ -869,9 +869,10 @@ def Jit_BatchNormGradOp : Jit_Op<"batch_norm_grad", [Pure, InferTypeOpAdaptor]> 
 def Jit_MaxPool2dGradOp : Jit_Op<"max_pool2d_grad", [Pure, InferTypeOpAdaptor]> {
   let summary = "gradient of jit.max_pool2d";
   let description = [{
-    Routes each element of `grad_output` to the first maximum (row-major
-    within its window, NaN counting as a maximum) of the forward `input`;
-    overlapping windows accumulate. Attributes are the forward op's.
+    Routes each element of `grad_output` to the maximum of its window of the
+    forward `input` (the first in row-major order among equal values; a NaN
+    replaces any maximum before it, as PyTorch's CPU kernel); overlapping
+    windows accumulate. Attributes are the forward op's.
 
     ```mlir
     %dx = jit.max_pool2d_grad %dy, %x kernel_size = [3, 3] stride = [2, 2] padding = [1, 1]
