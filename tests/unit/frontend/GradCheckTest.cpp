@@ -188,3 +188,68 @@ TEST(GradCheck, Losses) {
   gradcheck("nll of log_softmax", [](auto& x) { return nll_loss(log_softmax(x[0], 1), x[1]); },
             {normal({4, 5}), labels({0, 1, 3, 2})});
 }
+
+// The convolution's three gradients (input, filter, bias) through stride,
+// padding, dilation and groups, and the layout the compiler uses on the GPU.
+TEST(GradCheck, Conv2d) {
+  gradcheck("conv2d 3x3 pad 1 with bias",
+            [](auto& x) { return conv2d(x[0], x[1], x[2], {.padding = {1, 1}}); },
+            {normal({2, 3, 5, 5}), normal({4, 3, 3, 3}), normal({4})});
+  gradcheck("conv2d stride 2, dilation 2, non-square kernel",
+            [](auto& x) { return conv2d(x[0], x[1], {}, {.stride = {2, 1}, .padding = {1, 0}, .dilation = {2, 1}}); },
+            {normal({1, 2, 7, 6}), normal({3, 2, 2, 3})});
+  gradcheck("conv2d groups 2",
+            [](auto& x) { return conv2d(x[0], x[1], x[2], {.stride = {2, 2}, .padding = {1, 1}, .groups = 2}); },
+            {normal({2, 4, 5, 5}), normal({6, 2, 3, 3}), normal({6})});
+  gradcheck("conv2d depthwise nhwc",
+            [](auto& x) { return conv2d(x[0], x[1], x[2], {.padding = {1, 1}, .groups = 3, .layout = Layout::nhwc}); },
+            {normal({2, 4, 4, 3}), normal({3, 3, 3, 1}), normal({3})});
+}
+
+TEST(GradCheck, BatchNorm) {
+  // Training mode: the batch statistics depend on the input, so dx has the
+  // two extra terms of batch norm's backward.
+  gradcheck("batch_norm training NCHW",
+            [](auto& x) {
+              Tensor mean = zeros({3}, f64), var = ones({3}, f64);
+              return batch_norm(x[0], mean, var, x[1], x[2], /*training=*/true);
+            },
+            {normal({4, 3, 2, 3}), positive({3}), normal({3})});
+  gradcheck("batch_norm training [N, C] without affine",
+            [](auto& x) { return batch_norm(x[0], Tensor(), Tensor(), {}, {}, /*training=*/true); }, {normal({5, 4})});
+  gradcheck("batch_norm training NHWC (axis 3)",
+            [](auto& x) {
+              return std::get<0>(batch_norm_with_stats(x[0], x[1], x[2], zeros({3}, f64), ones({3}, f64), 3));
+            },
+            {normal({2, 3, 2, 3}), positive({3}), normal({3})});
+  // The running statistics are state, not inputs: no gradient flows to them.
+  Tensor runningMean = normal({2}), runningVar = positive({2});
+  gradcheck("batch_norm evaluation",
+            [&](auto& x) { return batch_norm(x[0], runningMean, runningVar, x[1], x[2], /*training=*/false, 0.1, 1e-3); },
+            {normal({3, 2, 2, 2}), positive({2}), normal({2})});
+}
+
+TEST(GradCheck, Pooling) {
+  // Distinct values (a permutation scaled apart by 0.1) keep every window's
+  // maximum unique, away from max's non-differentiable ties.
+  std::vector<double> distinct(2 * 2 * 6 * 6);
+  for (size_t i = 0; i < distinct.size(); ++i)
+    distinct[i] = 0.1 * double((i * 37) % distinct.size());
+  Tensor x = tensor(std::span<const double>(distinct), {2, 2, 6, 6}, f64);
+  gradcheck("max_pool2d 3x3 stride 2 pad 1 (overlapping windows)",
+            [](auto& v) { return max_pool2d(v[0], {.kernel_size = {3, 3}, .stride = Pair{2, 2}, .padding = {1, 1}}); },
+            {x});
+  gradcheck("max_pool2d ceil_mode",
+            [](auto& v) { return max_pool2d(v[0], {.kernel_size = {2, 2}, .ceil_mode = true}); },
+            {tensor(std::span<const double>(distinct.data(), 2 * 2 * 5 * 5), {2, 2, 5, 5}, f64)});
+  gradcheck("avg_pool2d with padding counted",
+            [](auto& v) { return avg_pool2d(v[0], {.kernel_size = {3, 3}, .stride = Pair{2, 2}, .padding = {1, 1}}); },
+            {normal({2, 3, 5, 5})});
+  gradcheck("avg_pool2d padding excluded, ceil_mode",
+            [](auto& v) {
+              return avg_pool2d(v[0], {.kernel_size = {2, 2}, .padding = {1, 1}, .ceil_mode = true,
+                                       .count_include_pad = false});
+            },
+            {normal({1, 2, 5, 4})});
+  gradcheck("adaptive_avg_pool2d", [](auto& v) { return adaptive_avg_pool2d(v[0], {1, 1}); }, {normal({2, 3, 3, 4})});
+}

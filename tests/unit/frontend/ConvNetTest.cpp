@@ -1,0 +1,180 @@
+// Convolutional networks through the frontend: nn modules, the ResNet
+// builder, eager versus traced steps, and a ResNet-18 that learns with AMP.
+
+#include "FrontendTestUtil.h"
+
+#include "jit/trace.h"
+
+#include <cmath>
+
+namespace jit::testing {
+namespace {
+
+int64_t parameterCount(const nn::Module& module) {
+  int64_t count = 0;
+  for (const Tensor& parameter : module.parameters())
+    count += parameter.numel();
+  return count;
+}
+
+TEST(ConvNet, Conv2dModuleHasPyTorchShapesAndInitBounds) {
+  Generator generator(5);
+  nn::Conv2d conv(6, 8, {3, 5}, {.padding = {1, 2}, .groups = 2}, true, {.generator = &generator});
+  EXPECT_EQ(conv.weight.shape(), (Shape{8, 3, 3, 5}));
+  EXPECT_EQ(conv.bias.shape(), (Shape{8}));
+  // PyTorch's default: uniform in +-1/sqrt(fan_in), fan_in = 3 * 3 * 5.
+  double bound = 1.0 / std::sqrt(45.0), largest = 0.0;
+  for (double v : conv.weight.to_vector())
+    largest = std::max(largest, std::fabs(v));
+  EXPECT_LE(largest, bound);
+  EXPECT_GT(largest, 0.8 * bound);
+  Tensor y = conv(randn({2, 6, 7, 9}, f32, &generator));
+  EXPECT_EQ(y.shape(), (Shape{2, 8, 7, 9}));
+  EXPECT_THROW(nn::Conv2d(6, 8, {3, 3}, {.groups = 4}), Error);
+  EXPECT_THROW(conv(randn({6, 7, 9})), Error);
+}
+
+TEST(ConvNet, BatchNorm2dTrainsOnBatchStatisticsAndUpdatesRunningOnes) {
+  nn::BatchNorm2d bn(3, 1e-5, 0.25);
+  Generator generator(8);
+  Tensor x = randn({4, 3, 2, 2}, f32, &generator) * 2.0 + 1.0;
+  Tensor y = bn(x);
+  // Each channel of the output has mean 0 and biased variance 1.
+  std::vector<double> values = y.to_vector(), input = x.to_vector();
+  for (int64_t c = 0; c < 3; ++c) {
+    double sum = 0, squares = 0, inputSum = 0, inputSquares = 0;
+    for (int64_t n = 0; n < 4; ++n)
+      for (int64_t i = 0; i < 4; ++i) {
+        size_t at = size_t((n * 3 + c) * 4 + i);
+        sum += values[at];
+        squares += values[at] * values[at];
+        inputSum += input[at];
+        inputSquares += input[at] * input[at];
+      }
+    EXPECT_NEAR(sum / 16, 0.0, 1e-5);
+    EXPECT_NEAR(squares / 16, 1.0, 1e-3);
+    double mean = inputSum / 16, unbiased = (inputSquares - 16 * mean * mean) / 15;
+    EXPECT_NEAR(bn.running_mean.to_vector()[size_t(c)], 0.25 * mean, 1e-5);
+    EXPECT_NEAR(bn.running_var.to_vector()[size_t(c)], 0.75 + 0.25 * unbiased, 1e-4);
+  }
+  // Evaluation mode normalises with the running statistics and leaves them alone.
+  bn.eval();
+  std::vector<double> runningMean = bn.running_mean.to_vector();
+  Tensor z = bn(x);
+  EXPECT_EQ(bn.running_mean.to_vector(), runningMean);
+  double expected = (input[0] - runningMean[0]) / std::sqrt(bn.running_var.to_vector()[0] + 1e-5);
+  EXPECT_NEAR(z.to_vector()[0], expected, 1e-5);
+  EXPECT_EQ(bn.weight.dtype(), f32);
+}
+
+TEST(ConvNet, ResNetsHaveTorchvisionNamesAndParameterCounts) {
+  auto resnet18 = nn::resnet18({.num_classes = 10});
+  auto resnet50 = nn::resnet50({.num_classes = 10});
+  // torchvision.models.resnet18/50(num_classes=10): 11,181,642 and 23,528,522.
+  EXPECT_EQ(parameterCount(*resnet18), 11181642);
+  EXPECT_EQ(parameterCount(*resnet50), 23528522);
+  std::vector<nn::NamedTensor> named = resnet50->named_parameters();
+  EXPECT_EQ(named.size(), 161u);
+  EXPECT_EQ(named.front().first, "conv1.weight");
+  EXPECT_EQ(named.back().first, "fc.bias");
+  bool sawDownsample = false;
+  for (const auto& [name, tensor] : named)
+    sawDownsample |= name == "layer2.0.downsample.0.weight";
+  EXPECT_TRUE(sawDownsample);
+  EXPECT_EQ(resnet18->named_buffers().size(), 40u); // running mean and var of 20 batch norms
+  EXPECT_EQ(resnet18->named_buffers()[0].first, "bn1.running_mean");
+}
+
+/// A small ResNet with SGD and a GradScaler: what one training step is.
+struct ResNetTrainer {
+  explicit ResNetTrainer(nn::ResNetOptions options, amp::GradScalerOptions scalerOptions = {})
+      : model(nn::resnet18(options)), opt(model->parameters(), {.lr = 0.05, .momentum = 0.9}),
+        scaler(scalerOptions) {}
+
+  Tensor step(const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy((*model)(x), y);
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+    return loss;
+  }
+
+  std::vector<std::vector<double>> state() const {
+    std::vector<std::vector<double>> values;
+    for (const nn::NamedTensor& entry : model->state_dict())
+      values.push_back(entry.second.to_vector());
+    return values;
+  }
+
+  std::shared_ptr<nn::ResNet> model;
+  optim::SGD opt;
+  amp::GradScaler scaler;
+};
+
+/// Images whose class is visible (a class-dependent bright patch), so a
+/// network can learn them quickly.
+std::pair<Tensor, Tensor> images(int64_t batch, int64_t size, int64_t classes, uint64_t seed) {
+  Generator generator(seed);
+  std::vector<double> pixels(size_t(batch * 3 * size * size));
+  std::vector<int64_t> labels;
+  for (int64_t n = 0; n < batch; ++n) {
+    int64_t label = n % classes;
+    labels.push_back(label);
+    for (int64_t c = 0; c < 3; ++c)
+      for (int64_t h = 0; h < size; ++h)
+        for (int64_t w = 0; w < size; ++w) {
+          bool patch = (h * classes / size) == label && c == label % 3;
+          pixels[size_t(((n * 3 + c) * size + h) * size + w)] = generator.next_normal() * 0.5 + (patch ? 2.0 : 0.0);
+        }
+  }
+  return {tensor(std::span<const double>(pixels), {batch, 3, size, size}), tensor(labels, {batch})};
+}
+
+TEST(ConvNet, SmallResNetEagerAndTracedAgreeBitwiseAtO0) {
+  nn::ResNetOptions options{.num_classes = 4, .stem = nn::ResNetOptions::Stem::cifar, .base_width = 4};
+  Generator first(21), second(21);
+  options.init.generator = &first;
+  ResNetTrainer eager(options);
+  options.init.generator = &second;
+  ResNetTrainer traced(options);
+  ASSERT_EQ(eager.state(), traced.state());
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return traced.step(x, y); });
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = images(4, 8, 4, 300 + i);
+    Tensor expected = eager.step(x, y);
+    Tensor got = step(x, y);
+    EXPECT_EQ(got.item(), expected.item()) << "step " << i;
+  }
+  // Parameters, and the batch norms' running statistics updated inside the step.
+  EXPECT_EQ(traced.state(), eager.state());
+  for (size_t i = 0; i < traced.model->parameters().size(); ++i)
+    EXPECT_EQ(traced.opt.momentum_buffer(i).to_vector(), eager.opt.momentum_buffer(i).to_vector()) << i;
+  EXPECT_EQ(step.stats().traces, 1u);
+  EXPECT_NE(step.traced_module().find("jit.batch_norm_grad"), std::string::npos);
+  EXPECT_NE(step.traced_module().find("jit.conv2d_grad_weight"), std::string::npos);
+}
+
+TEST(ConvNet, ResNet18LearnsWithO1Float16) {
+  // torchvision's ResNet-18 with its ImageNet stem on 32x32 images, as
+  // PyTorch's peer runs ResNet-50; one fixed batch, so the loss must fall.
+  Generator generator(3);
+  ResNetTrainer net({.num_classes = 4, .init = {.generator = &generator}});
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return net.step(x, y); },
+                    {.amp = {.level = amp::O1, .dtype = f16}});
+  auto [x, y] = images(8, 32, 4, 11);
+  std::vector<double> losses;
+  for (int i = 0; i < 20; ++i)
+    losses.push_back(step(x, y).item());
+  for (double loss : losses)
+    EXPECT_TRUE(std::isfinite(loss));
+  double firstThree = (losses[0] + losses[1] + losses[2]) / 3, lastThree = (losses[17] + losses[18] + losses[19]) / 3;
+  EXPECT_LT(lastThree, 0.5 * firstThree) << "first " << losses[0] << ", last " << losses[19];
+  EXPECT_EQ(step.stats().traces, 1u);
+  // Convolutions ran in f16 and batch-norm statistics in f32.
+  std::string report = step.amp_report();
+  EXPECT_NE(report.find("jit.conv2d"), std::string::npos);
+}
+
+} // namespace
+} // namespace jit::testing
