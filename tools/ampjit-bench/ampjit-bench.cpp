@@ -1,0 +1,426 @@
+// ampjit-bench: times whole traced training steps and prints JSON, one line
+// per configuration, then a summary line. Workloads are the peers' (the
+// PyTorch scripts in bench/peers/, copied from the team's anchors):
+//
+//   classifier  MindSpore's MNIST MLP 784-512-512-10, batch 64, cross-entropy
+//   mlp9        Paddle's 9 x Linear(8192), batch 2048, MSE
+//   resnet50    torchvision ResNet-50 (ImageNet stem), 3x32x32, batch 128, 10 classes
+//   resnet18    the same with ResNet-18
+//
+// each at O0 and at O1/O2 with f16 and bf16, plain SGD as the peers run it,
+// dynamic loss scaling for f16. Per configuration it reports the median and
+// minimum step time after warm-up, the time to the first step in a fresh
+// process (this binary re-run with --first-step-only: trace, compile, first
+// step), the peak resident memory, and where PyTorch with CUDA is importable,
+// the peer's time for the matching configuration measured in the same run and
+// the ratio. On the CPU backend there is no peer (the peer scripts need CUDA)
+// and the sizes default smaller; the JSON says what ran.
+
+#include "jit/jit.h"
+#include "jit/trace.h"
+
+#include <nlohmann/json.hpp>
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using jit::Tensor;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::vector<std::string> models{"classifier"};
+  std::vector<jit::amp::Level> levels{jit::amp::O0, jit::amp::O1, jit::amp::O2};
+  std::vector<jit::DType> dtypes{jit::f16, jit::bf16};
+  jit::Backend backend = jit::Backend::automatic;
+  int64_t steps = 30;
+  int64_t warmup = 5;
+  int64_t batchSize = -1; ///< -1: the workload's (smaller on the CPU)
+  int64_t width = -1;     ///< mlp9 width; -1: 8192 (1024 on the CPU)
+  bool peer = true;
+  bool firstStepOnly = false;
+  std::string peerScript = AMPJIT_PEER_SCRIPT;
+};
+
+const char* kUsage = R"(usage: ampjit-bench [options]
+  --model M[,M...]    classifier (default), mlp9, resnet50, resnet18, or all
+  --levels L[,L...]   AMP levels among O0,O1,O2,O3 (default O0,O1,O2)
+  --dtypes D[,D...]   low-precision types for O1-O3: f16,bf16 (default both)
+  --backend B         cpu, cuda or automatic (default)
+  --steps N           timed steps after warm-up (default 30)
+  --warmup N          untimed steps after the first (default 5)
+  --batch-size N      override the workload's batch size
+  --width N           mlp9's layer width (default 8192; 1024 on the CPU)
+  --no-peer           do not run the PyTorch peer
+  --peer-script PATH  the peer script (default: the repository's bench/peers/torch_peers.py)
+)";
+
+std::vector<std::string> splitList(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream stream(text);
+  for (std::string item; std::getline(stream, item, ',');)
+    if (!item.empty())
+      items.push_back(item);
+  return items;
+}
+
+[[noreturn]] void usageError(const std::string& message) {
+  std::cerr << "ampjit-bench: " << message << "\n" << kUsage;
+  std::exit(2);
+}
+
+jit::amp::Level parseLevel(const std::string& text) {
+  for (jit::amp::Level level : {jit::amp::O0, jit::amp::O1, jit::amp::O2, jit::amp::O3})
+    if (text == jit::amp::level_name(level))
+      return level;
+  usageError("unknown AMP level '" + text + "' (O0, O1, O2 or O3)");
+}
+
+Options parseOptions(int argc, char** argv) {
+  Options options;
+  auto value = [&](int& i) -> std::string {
+    if (i + 1 >= argc)
+      usageError(std::string(argv[i]) + " needs a value");
+    return argv[++i];
+  };
+  auto number = [&](int& i) -> int64_t {
+    std::string text = value(i);
+    try {
+      size_t used = 0;
+      int64_t parsed = std::stoll(text, &used);
+      if (used == text.size() && parsed > 0)
+        return parsed;
+    } catch (const std::exception&) {
+    }
+    usageError(std::string(argv[i - 1]) + " needs a positive integer, got '" + text + "'");
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      std::exit(0);
+    } else if (arg == "--model") {
+      options.models = splitList(value(i));
+      if (options.models == std::vector<std::string>{"all"})
+        options.models = {"classifier", "mlp9", "resnet50"};
+      for (const std::string& model : options.models)
+        if (model != "classifier" && model != "mlp9" && model != "resnet50" && model != "resnet18")
+          usageError("unknown model '" + model + "'");
+    } else if (arg == "--levels") {
+      options.levels.clear();
+      for (const std::string& level : splitList(value(i)))
+        options.levels.push_back(parseLevel(level));
+    } else if (arg == "--dtypes") {
+      options.dtypes.clear();
+      for (const std::string& dtype : splitList(value(i))) {
+        if (dtype != "f16" && dtype != "bf16")
+          usageError("unknown dtype '" + dtype + "' (f16 or bf16)");
+        options.dtypes.push_back(dtype == "f16" ? jit::f16 : jit::bf16);
+      }
+    } else if (arg == "--backend") {
+      std::string backend = value(i);
+      if (backend == "cpu")
+        options.backend = jit::Backend::cpu;
+      else if (backend == "cuda")
+        options.backend = jit::Backend::cuda;
+      else if (backend == "automatic")
+        options.backend = jit::Backend::automatic;
+      else
+        usageError("unknown backend '" + backend + "'");
+    } else if (arg == "--steps") {
+      options.steps = number(i);
+    } else if (arg == "--warmup") {
+      options.warmup = number(i);
+    } else if (arg == "--batch-size") {
+      options.batchSize = number(i);
+    } else if (arg == "--width") {
+      options.width = number(i);
+    } else if (arg == "--no-peer") {
+      options.peer = false;
+    } else if (arg == "--peer-script") {
+      options.peerScript = value(i);
+    } else if (arg == "--first-step-only") {
+      options.firstStepOnly = true;
+    } else {
+      usageError("unknown option '" + arg + "'");
+    }
+  }
+  return options;
+}
+
+/// Whether steps will run on the CPU backend (what automatic picks today).
+bool runsOnCpu(const Options& options) { return options.backend != jit::Backend::cuda; }
+
+//===----------------------------------------------------------------------===//
+// Workloads
+//===----------------------------------------------------------------------===//
+
+/// One model with its optimizer, scaler and a fixed batch on the backend.
+struct Workload {
+  std::string name;
+  std::string peerWork; ///< the peer script's name for it
+  std::shared_ptr<jit::nn::Module> model;
+  std::unique_ptr<jit::optim::SGD> optimizer;
+  std::unique_ptr<jit::amp::GradScaler> scaler;
+  Tensor x, y;
+  bool mse = false;
+  nlohmann::json shape;
+
+  Tensor step(const Tensor& input, const Tensor& target) {
+    optimizer->zero_grad();
+    Tensor output = (*model)(input);
+    Tensor loss = mse ? jit::mse_loss(output, target) : jit::cross_entropy(output, target);
+    scaler->scale(loss).backward();
+    scaler->step(*optimizer);
+    scaler->update();
+    return loss;
+  }
+};
+
+Tensor labels(int64_t batch, int64_t classes, jit::Generator& generator) {
+  std::vector<int64_t> values;
+  for (int64_t i = 0; i < batch; ++i)
+    values.push_back(int64_t(generator.next_uniform() * double(classes)) % classes);
+  return jit::tensor(values, {batch});
+}
+
+Workload makeWorkload(const std::string& name, const Options& options, jit::DType dtype, bool lowPrecision) {
+  Workload work;
+  work.name = name;
+  jit::Generator generator(0);
+  bool cpu = runsOnCpu(options);
+  // bf16's range needs no loss scaling; PyTorch's peer enables its scaler for f16 only.
+  work.scaler = std::make_unique<jit::amp::GradScaler>(
+      jit::amp::GradScalerOptions{.enabled = lowPrecision && dtype == jit::f16});
+  double lr = 1e-2;
+  if (name == "classifier") {
+    int64_t batch = options.batchSize > 0 ? options.batchSize : 64;
+    auto model = std::make_shared<jit::nn::Sequential>(
+        jit::nn::Flatten(), jit::nn::Linear(784, 512, true, {.generator = &generator}), jit::nn::ReLU(),
+        jit::nn::Linear(512, 512, true, {.generator = &generator}), jit::nn::ReLU(),
+        jit::nn::Linear(512, 10, true, {.generator = &generator}));
+    work.model = model;
+    work.peerWork = "mnist";
+    work.x = jit::randn({batch, 1, 28, 28}, jit::f32, &generator);
+    work.y = labels(batch, 10, generator);
+    work.shape = {{"batch", batch}};
+  } else if (name == "mlp9") {
+    int64_t width = options.width > 0 ? options.width : cpu ? 1024 : 8192;
+    int64_t batch = options.batchSize > 0 ? options.batchSize : cpu ? 256 : 2048;
+    auto model = std::make_shared<jit::nn::Sequential>();
+    for (int i = 0; i < 9; ++i)
+      model->push_back(jit::nn::Linear(width, width, true, {.generator = &generator}));
+    work.model = model;
+    work.peerWork = width == 8192 && batch == 2048 ? "mlp9" : "";
+    work.mse = true;
+    lr = 1e-4;
+    work.x = jit::rand({batch, width}, jit::f32, &generator);
+    work.y = jit::rand({batch, width}, jit::f32, &generator);
+    work.shape = {{"batch", batch}, {"width", width}};
+  } else {
+    int64_t batch = options.batchSize > 0 ? options.batchSize : cpu ? 16 : 128;
+    jit::nn::ResNetOptions resnet{.num_classes = 10, .init = {.generator = &generator}};
+    work.model = name == "resnet50" ? jit::nn::resnet50(resnet) : jit::nn::resnet18(resnet);
+    work.peerWork = name == "resnet50" && batch == 128 ? "resnet50_cifar" : "";
+    work.x = jit::randn({batch, 3, 32, 32}, jit::f32, &generator);
+    work.y = labels(batch, 10, generator);
+    work.shape = {{"batch", batch}, {"image", "3x32x32"}, {"classes", 10}};
+  }
+  if (options.batchSize > 0 || (cpu && name != "classifier"))
+    work.peerWork.clear(); // the peer's shapes are fixed
+  work.optimizer = std::make_unique<jit::optim::SGD>(work.model->parameters(), jit::optim::SGDOptions{.lr = lr});
+  return work;
+}
+
+jit::TraceOptions traceOptions(const Options& options, jit::amp::Level level, jit::DType dtype) {
+  jit::TraceOptions trace;
+  trace.amp = jit::amp::Policy{.level = level,
+                               .dtype = level == jit::amp::O0 ? std::optional<jit::DType>()
+                                                              : std::optional<jit::DType>(dtype)};
+  trace.backend = options.backend;
+  trace.name = "bench_step";
+  trace.log_retraces = false;
+  return trace;
+}
+
+double peakResidentMegabytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return double(usage.ru_maxrss) / 1024.0; // kilobytes on Linux
+}
+
+double secondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+/// Trace, compile and run the first step; then warm up and time.
+nlohmann::json measure(const std::string& model, jit::amp::Level level, jit::DType dtype, const Options& options,
+                       bool firstStepOnly) {
+  bool lowPrecision = level != jit::amp::O0;
+  Workload work = makeWorkload(model, options, dtype, lowPrecision);
+  auto step = jit::trace([&](const Tensor& x, const Tensor& y) { return work.step(x, y); },
+                         traceOptions(options, level, dtype));
+  Clock::time_point start = Clock::now();
+  double loss = step(work.x, work.y).item();
+  double firstStep = secondsSince(start);
+  nlohmann::json result{{"model", model},
+                        {"level", jit::amp::level_name(level)},
+                        {"dtype", lowPrecision ? jit::dtype_name(dtype) : "f32"},
+                        {"shape", work.shape}};
+  if (firstStepOnly) {
+    result["time_to_first_step_s"] = firstStep;
+    return result;
+  }
+  for (int64_t i = 0; i < options.warmup; ++i)
+    step(work.x, work.y).item();
+  // On the CPU backend a step has finished when it returns; reading the loss
+  // keeps the measurement honest should that change.
+  std::vector<double> times;
+  for (int64_t i = 0; i < options.steps; ++i) {
+    Clock::time_point begin = Clock::now();
+    loss = step(work.x, work.y).item();
+    times.push_back(secondsSince(begin) * 1e3);
+  }
+  std::sort(times.begin(), times.end());
+  result.update({{"backend", runsOnCpu(options) ? "cpu" : "cuda"},
+                 {"steps", options.steps},
+                 {"ms_per_step_median", times[times.size() / 2]},
+                 {"ms_per_step_min", times.front()},
+                 {"time_to_first_step_in_process_s", firstStep},
+                 {"peak_host_rss_mb", peakResidentMegabytes()},
+                 {"final_loss", loss},
+                 {"skipped_steps", work.scaler->skipped_steps()},
+                 {"traces", step.stats().traces}});
+  if (!work.peerWork.empty())
+    result["peer_work"] = work.peerWork;
+  return result;
+}
+
+/// Runs a command and returns its standard output (empty on failure).
+std::string capture(const std::string& command, int& status) {
+  std::string output;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) {
+    status = -1;
+    return output;
+  }
+  std::array<char, 4096> buffer{};
+  while (size_t read = fread(buffer.data(), 1, buffer.size(), pipe))
+    output.append(buffer.data(), read);
+  status = pclose(pipe);
+  return output;
+}
+
+std::string shellQuote(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text)
+    quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+/// The first JSON object line of `output` that has `key`.
+nlohmann::json lineWith(const std::string& output, const std::string& key) {
+  std::stringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    nlohmann::json parsed = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_object() && parsed.contains(key))
+      return parsed;
+  }
+  return nullptr;
+}
+
+/// Time to first step in a fresh process: this binary, same configuration.
+nlohmann::json freshProcessFirstStep(const std::string& self, const std::string& model, jit::amp::Level level,
+                                     jit::DType dtype, const Options& options) {
+  std::string command = shellQuote(self) + " --first-step-only --no-peer --model " + model + " --levels " +
+                        std::string(jit::amp::level_name(level)) + " --dtypes " +
+                        std::string(jit::dtype_name(dtype)) + " --backend " +
+                        (options.backend == jit::Backend::cuda ? "cuda" : runsOnCpu(options) ? "cpu" : "automatic");
+  if (options.batchSize > 0)
+    command += " --batch-size " + std::to_string(options.batchSize);
+  if (options.width > 0)
+    command += " --width " + std::to_string(options.width);
+  int status = 0;
+  Clock::time_point start = Clock::now();
+  nlohmann::json line = lineWith(capture(command + " 2>/dev/null", status), "time_to_first_step_s");
+  double processSeconds = secondsSince(start);
+  if (status != 0 || line.is_null())
+    return {{"error", "the fresh process failed (exit status " + std::to_string(status) + ")"}};
+  return {{"time_to_first_step_s", line["time_to_first_step_s"]}, {"fresh_process_wall_s", processSeconds}};
+}
+
+/// The peer configuration matching a level and dtype ("amp_fp16", ...).
+std::string peerMode(jit::amp::Level level, jit::DType dtype) {
+  if (level == jit::amp::O0)
+    return "fp32";
+  return dtype == jit::f16 ? "amp_fp16" : "amp_bf16";
+}
+
+/// Why the peer cannot run here, or empty when it can.
+std::string peerUnavailableReason(const Options& options) {
+  if (!options.peer)
+    return "disabled (--no-peer)";
+  if (runsOnCpu(options))
+    return "the peer scripts time PyTorch on CUDA; this run uses the CPU backend";
+  int status = 0;
+  capture("python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1", status);
+  if (status != 0)
+    return "PyTorch with CUDA is not importable (python3 -c 'import torch')";
+  return "";
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  Options options = parseOptions(argc, argv);
+  try {
+    if (options.firstStepOnly) {
+      std::cout << measure(options.models.at(0), options.levels.at(0), options.dtypes.at(0), options, true).dump()
+                << std::endl;
+      return 0;
+    }
+    std::string peerReason = peerUnavailableReason(options);
+    nlohmann::json summary = nlohmann::json::array();
+    for (const std::string& model : options.models)
+      for (jit::amp::Level level : options.levels)
+        for (jit::DType dtype : options.dtypes) {
+          if (level == jit::amp::O0 && dtype != options.dtypes.front())
+            continue; // O0 is f32 whatever the dtype list says
+          nlohmann::json result = measure(model, level, dtype, options, false);
+          result["fresh_process"] = freshProcessFirstStep(argv[0], model, level, dtype, options);
+          if (peerReason.empty() && result.contains("peer_work")) {
+            int status = 0;
+            std::string output =
+                capture("python3 " + shellQuote(options.peerScript) + " --only " +
+                            result["peer_work"].get<std::string>() + " " + peerMode(level, dtype) + " eager 2>&1",
+                        status);
+            nlohmann::json peer = lineWith(output, "ms_per_step");
+            if (!peer.is_null()) {
+              result["peer"] = peer;
+              result["speedup_vs_peer"] = peer["ms_per_step"].get<double>() / result["ms_per_step_median"].get<double>();
+            } else {
+              result["peer"] = {{"error", output.substr(0, 300)}};
+            }
+          }
+          std::cout << result.dump() << std::endl;
+          summary.push_back({{"model", model}, {"level", result["level"]}, {"dtype", result["dtype"]},
+                             {"ms_per_step_median", result["ms_per_step_median"]}});
+        }
+    nlohmann::json tail{{"summary", summary}};
+    if (!peerReason.empty())
+      tail["peer"] = {{"ran", false}, {"reason", peerReason}};
+    std::cout << tail.dump() << std::endl;
+    return 0;
+  } catch (const jit::Error& error) {
+    std::cerr << "ampjit-bench: " << error.what() << "\n";
+    return 1;
+  }
+}
