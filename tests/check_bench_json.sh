@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# ampjit-bench prints one JSON object per configuration and a summary: every
+# configuration ran compiled (one trace), has positive median and first-step
+# times (in process and in a fresh process), and the summary says why no
+# peer ran on the CPU. Tiny sizes: this checks the tool, it measures nothing.
+set -euo pipefail
+bench=$1
+output=$("$bench" --backend cpu --model classifier,resnet18 --levels O0,O2 --dtypes bf16 --steps 3 --warmup 1 --batch-size 4)
+echo "$output"
+python3 - "$output" <<'PY'
+import json, sys
+lines = [json.loads(line) for line in sys.argv[1].splitlines() if line.strip()]
+configs, summary = lines[:-1], lines[-1]
+expected = {("classifier", "O0", "f32"), ("classifier", "O2", "bf16"), ("resnet18", "O0", "f32"), ("resnet18", "O2", "bf16")}
+got = {(c["model"], c["level"], c["dtype"]) for c in configs}
+assert got == expected, f"configurations {got}, expected {expected}"
+for c in configs:
+    assert c["traces"] == 1, c
+    assert 0 < c["ms_per_step_min"] <= c["ms_per_step_median"], c
+    assert c["time_to_first_step_in_process_s"] > 0, c
+    assert c["fresh_process"].get("time_to_first_step_s", 0) > 0, c
+    assert c["peak_host_rss_mb"] > 0, c
+assert summary["peer"]["ran"] is False and "CPU" in summary["peer"]["reason"], summary
+assert len(summary["summary"]) == 4
+print("ampjit-bench JSON ok")
+PY
