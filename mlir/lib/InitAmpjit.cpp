@@ -5,6 +5,7 @@
 #include "ampjit/Dialect/Amp/IR/AmpDialect.h"
 #include "ampjit/Dialect/Amp/Transforms/Passes.h"
 #include "ampjit/Dialect/Jit/IR/JitDialect.h"
+#include "ampjit/Dialect/Jit/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -22,6 +23,7 @@ void registerAmpjitPasses() {
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   ir::amp::registerAmpPasses();
+  ir::registerJitPasses();
 }
 
 } // namespace ampjit
