@@ -20,8 +20,6 @@
 
 #include "ampjit/runtime/WindowShape.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 
 namespace ampjit::runtime::cpu {
@@ -148,33 +146,6 @@ std::vector<T> loadFilter(const BufferView& view, const ConvGeometry& g, bool nh
 // GEMM and the column matrix
 //===----------------------------------------------------------------------===//
 
-void blasGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-              const float* b, int64_t ldb, float* c) {
-  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
-              blasint(m), blasint(n), blasint(k), 1.0f, a, blasint(lda), b, blasint(ldb), 0.0f, c,
-              blasint(n));
-}
-
-void blasGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
-              const double* b, int64_t ldb, double* c) {
-  cblas_dgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
-              blasint(m), blasint(n), blasint(k), 1.0, a, blasint(lda), b, blasint(ldb), 0.0, c,
-              blasint(n));
-}
-
-/// C[m, n] = op(A) @ op(B) with beta = 0; zeros when k = 0 (BLAS may leave C untouched then).
-template <typename T>
-void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T* c) {
-  if (m == 0 || n == 0)
-    return;
-  if (k == 0) {
-    std::fill(c, c + m * n, T(0));
-    return;
-  }
-  blasGemm(transA, transB, m, n, k, a, lda, b, ldb, c);
-}
-
 /// Whether every GEMM dimension of a chunk fits BLAS's 32-bit indices.
 Status checkBlasLimits(const ConvGeometry& g) {
   int64_t columns = g.imagesPerChunk() * g.outPlane();
@@ -288,7 +259,7 @@ Status convForward(const Step& step, const StepIO& io) {
     for (int64_t group = 0; group < g.groups; ++group) {
       im2col(x.data(), g, chunk, group, col.data());
       // [Og, K] filter rows of this group (contiguous in OIHW) times the columns.
-      gemm<T>(false, false, g.groupOutChannels, columns, patch, w.data() + group * g.groupOutChannels * patch,
+      blasGemm(false, false, g.groupOutChannels, columns, patch, w.data() + group * g.groupOutChannels * patch,
               patch, col.data(), columns, product.data());
       // The bias is added to the finished sum, so y = sum + bias rounds once.
       for (int64_t o = 0; o < g.groupOutChannels; ++o) {
@@ -326,7 +297,7 @@ Status convGradInput(const Step& step, const StepIO& io) {
     for (int64_t group = 0; group < g.groups; ++group) {
       gatherGroupOutput(dy.data(), g, chunk, group, dyGroup.data());
       // [K, Og] (the group's filter rows, transposed) times [Og, columns].
-      gemm<T>(true, false, patch, columns, g.groupOutChannels, w.data() + group * g.groupOutChannels * patch,
+      blasGemm(true, false, patch, columns, g.groupOutChannels, w.data() + group * g.groupOutChannels * patch,
               patch, dyGroup.data(), columns, dcol.data());
       col2imAccumulate(dcol.data(), g, chunk, group, dx.data());
     }
@@ -359,7 +330,7 @@ Status convGradWeight(const Step& step, const StepIO& io) {
       T* target = dw.data() + group * g.groupOutChannels * patch;
       // The first chunk writes its rows directly; later ones add theirs.
       T* result = firstChunk ? target : partial.data();
-      gemm<T>(false, true, g.groupOutChannels, patch, columns, dyGroup.data(), columns, col.data(), columns, result);
+      blasGemm(false, true, g.groupOutChannels, patch, columns, dyGroup.data(), columns, col.data(), columns, result);
       if (!firstChunk)
         for (int64_t i = 0; i < g.groupOutChannels * patch; ++i)
           target[i] += partial[size_t(i)];

@@ -64,6 +64,14 @@ Status runBatchNormGrad(const Step& step, const StepIO& io);   // BatchNorm.cpp
 Status runPool2d(const Step& step, const StepIO& io);          // Pooling.cpp (max and avg)
 Status runPool2dGrad(const Step& step, const StepIO& io);      // Pooling.cpp
 
+/// C[m, n] = op(A) @ op(B), row-major with leading dimensions lda/ldb, beta 0,
+/// through OpenBLAS (Gemm.cpp); C is zeros when k = 0. Shared by the GEMM and
+/// convolution kernels.
+void blasGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float* c);
+void blasGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+              const double* b, int64_t ldb, double* c);
+
 /// Sets the thread count OpenBLAS uses (once per process; see Gemm.cpp).
 void setBlasThreads(int threads);
 

@@ -12,7 +12,9 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <mutex>
+#include <type_traits>
 
 namespace ampjit::runtime::cpu {
 
@@ -26,6 +28,39 @@ void setBlasThreads(int threads) {
     openblas_set_num_threads(threads);
     current = threads;
   }
+}
+
+namespace {
+
+// BLAS may leave C untouched when K = 0, and some builds reject empty M or N.
+template <typename T>
+void gemmThroughBlas(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+                     const T* b, int64_t ldb, T* c) {
+  if (m == 0 || n == 0)
+    return;
+  if (k == 0) {
+    std::fill(c, c + m * n, T(0));
+    return;
+  }
+  auto opA = transA ? CblasTrans : CblasNoTrans, opB = transB ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, opA, opB, blasint(m), blasint(n), blasint(k), 1.0f, a, blasint(lda), b,
+                blasint(ldb), 0.0f, c, blasint(n));
+  else
+    cblas_dgemm(CblasRowMajor, opA, opB, blasint(m), blasint(n), blasint(k), 1.0, a, blasint(lda), b,
+                blasint(ldb), 0.0, c, blasint(n));
+}
+
+} // namespace
+
+void blasGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float* c) {
+  gemmThroughBlas(transA, transB, m, n, k, a, lda, b, ldb, c);
+}
+
+void blasGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+              const double* b, int64_t ldb, double* c) {
+  gemmThroughBlas(transA, transB, m, n, k, a, lda, b, ldb, c);
 }
 
 namespace {
@@ -48,20 +83,6 @@ std::vector<int64_t> batchOffsets(const Shape& operandBatch, const Shape& result
     }
   }
   return offsets;
-}
-
-void blasGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-              const float* b, int64_t ldb, float* c) {
-  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
-              blasint(m), blasint(n), blasint(k), 1.0f, a, blasint(lda), b, blasint(ldb), 0.0f, c,
-              blasint(n));
-}
-
-void blasGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
-              const double* b, int64_t ldb, double* c) {
-  cblas_dgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
-              blasint(m), blasint(n), blasint(k), 1.0, a, blasint(lda), b, blasint(ldb), 0.0, c,
-              blasint(n));
 }
 
 /// The operand as a contiguous T array: the buffer itself when it already
@@ -105,11 +126,8 @@ Status gemm(const Step& step, const StepIO& io) {
     T* c = writeDirectly ? cView.as<T>() + int64_t(batch) * cMatrix : cScratch.data();
     if (cMatrix == 0)
       continue;
-    if (k == 0)
-      std::fill(c, c + cMatrix, T(0)); // BLAS may leave C untouched when K = 0
-    else
-      blasGemm(params.transposeA, params.transposeB, m, n, k, a + aOffsets[batch] * aMatrix, aCols,
-               b + bOffsets[batch] * bMatrix, bCols, c);
+    blasGemm(params.transposeA, params.transposeB, m, n, k, a + aOffsets[batch] * aMatrix, aCols,
+             b + bOffsets[batch] * bMatrix, bCols, c);
     if (!writeDirectly)
       storeRange<T>(cView, int64_t(batch) * cMatrix, cMatrix, c);
   }
