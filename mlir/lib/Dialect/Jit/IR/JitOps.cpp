@@ -1008,22 +1008,24 @@ static LogicalResult inferPoolGrad(std::optional<Location> loc, typename PoolGra
   return success();
 }
 
-LogicalResult MaxPool2dOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
-                                            SmallVectorImpl<Type> &inferred) {
-  FailureOr<RankedTensorType> pooled = inferPoolOf<MaxPool2dOp>(loc, adaptor);
+template <typename PoolOp>
+static LogicalResult inferPool(std::optional<Location> loc, typename PoolOp::Adaptor adaptor,
+                               SmallVectorImpl<Type> &inferred) {
+  FailureOr<RankedTensorType> pooled = inferPoolOf<PoolOp>(loc, adaptor);
   if (failed(pooled))
     return failure();
   inferred.push_back(*pooled);
   return success();
 }
 
+LogicalResult MaxPool2dOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                            SmallVectorImpl<Type> &inferred) {
+  return inferPool<MaxPool2dOp>(loc, adaptor, inferred);
+}
+
 LogicalResult AvgPool2dOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                             SmallVectorImpl<Type> &inferred) {
-  FailureOr<RankedTensorType> pooled = inferPoolOf<AvgPool2dOp>(loc, adaptor);
-  if (failed(pooled))
-    return failure();
-  inferred.push_back(*pooled);
-  return success();
+  return inferPool<AvgPool2dOp>(loc, adaptor, inferred);
 }
 
 LogicalResult MaxPool2dGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
