@@ -4,6 +4,7 @@
 #include "jit/nn.h"
 
 #include "Dispatch.h"
+#include "Init.h"
 #include "jit/Autograd.h"
 
 #include <cmath>
@@ -11,10 +12,6 @@
 namespace jit::nn {
 
 namespace {
-
-Tensor uniformParameter(Shape shape, double bound, const InitOptions& init) {
-  return (rand(std::move(shape), init.dtype, init.generator) * 2.0 - 1.0) * bound;
-}
 
 /// torchvision's kaiming_normal_(mode="fan_out", nonlinearity="relu").
 Tensor kaimingNormalFanOut(Shape shape, const InitOptions& init) {
@@ -39,17 +36,12 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Pair kernel_size, Conv
     throw Error("nn::Conv2d: modules hold NCHW (OIHW) parameters; the compiler chooses NHWC itself");
   int64_t fanIn = in_channels / options.groups * kernel_size[0] * kernel_size[1];
   double bound = 1.0 / std::sqrt(double(fanIn));
-  // Values come from the same uniform draws as Linear's (weight first, row-major).
-  Generator& generator = init.generator ? *init.generator : default_generator();
-  InitOptions drawing{init.dtype, &generator};
-  {
-    NoGradGuard noGrad;
-    weight = register_parameter(
-        "weight", uniformParameter({out_channels, in_channels / options.groups, kernel_size[0], kernel_size[1]},
-                                   bound, drawing));
-    if (hasBias)
-      bias = register_parameter("bias", uniformParameter({out_channels}, bound, drawing));
-  }
+  // The same draws as Linear's: weight first, then bias, row-major.
+  weight = register_parameter(
+      "weight", detail::uniformTensor({out_channels, in_channels / options.groups, kernel_size[0], kernel_size[1]},
+                                      bound, init));
+  if (hasBias)
+    bias = register_parameter("bias", detail::uniformTensor({out_channels}, bound, init));
 }
 
 Tensor Conv2d::forward(const Tensor& input) {

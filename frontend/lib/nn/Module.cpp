@@ -3,6 +3,8 @@
 
 #include "jit/nn.h"
 
+#include "Init.h"
+
 #include "jit/Autograd.h"
 
 #include <cmath>
@@ -105,21 +107,6 @@ void Module::zero_grad(bool set_to_none) {
 
 // --- layers -----------------------------------------------------------------------
 
-namespace {
-
-/// `numel` values uniform in [-bound, bound), drawn in order from the generator.
-Tensor uniformTensor(Shape shape, double bound, const InitOptions& options) {
-  Generator& generator = options.generator ? *options.generator : default_generator();
-  int64_t count = 1;
-  for (int64_t d : shape)
-    count *= d;
-  std::vector<double> values(static_cast<size_t>(count));
-  for (double& v : values)
-    v = (2.0 * generator.next_uniform() - 1.0) * bound;
-  return tensor(std::span<const double>(values), std::move(shape), options.dtype);
-}
-
-} // namespace
 
 Linear::Linear(int64_t in_features, int64_t out_features, bool hasBias, InitOptions options)
     : inFeatures_(in_features), outFeatures_(out_features) {
@@ -129,9 +116,9 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool hasBias, InitOpti
   // PyTorch: kaiming_uniform_(a=sqrt(5)) on [out, in] is bound
   // sqrt(6 / ((1 + 5) * fan_in)) = 1/sqrt(fan_in); the bias uses the same bound.
   double bound = 1.0 / std::sqrt(double(in_features));
-  weight = register_parameter("weight", uniformTensor({out_features, in_features}, bound, options));
+  weight = register_parameter("weight", detail::uniformTensor({out_features, in_features}, bound, options));
   if (hasBias)
-    bias = register_parameter("bias", uniformTensor({out_features}, bound, options));
+    bias = register_parameter("bias", detail::uniformTensor({out_features}, bound, options));
 }
 
 Tensor Linear::forward(const Tensor& input) {
@@ -222,3 +209,18 @@ Tensor Sequential::forward(const Tensor& input) {
 }
 
 } // namespace jit::nn
+
+namespace jit::detail {
+
+Tensor uniformTensor(Shape shape, double bound, const nn::InitOptions& options) {
+  Generator& generator = options.generator ? *options.generator : default_generator();
+  int64_t count = 1;
+  for (int64_t d : shape)
+    count *= d;
+  std::vector<double> values(static_cast<size_t>(count));
+  for (double& v : values)
+    v = (2.0 * generator.next_uniform() - 1.0) * bound;
+  return tensor(std::span<const double>(values), std::move(shape), options.dtype);
+}
+
+} // namespace jit::detail
