@@ -12,16 +12,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ampjit/Codegen/PlanBuilder.h"
-#include "ampjit/InitAmpjit.h"
+#include "CompileExample.h"
+
 #include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/CpuBackend.h"
-
-#include "mlir/IR/DialectRegistry.h"
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/Parser/Parser.h"
-#include "mlir/Pass/PassManager.h"
-#include "mlir/Pass/PassRegistry.h"
 
 #include <gtest/gtest.h>
 
@@ -31,7 +25,7 @@
 #include <vector>
 
 namespace rt = ampjit::runtime;
-using namespace mlir;
+using ampjit::testing::snapshot;
 
 namespace {
 
@@ -128,39 +122,8 @@ func.func @residual_step(
 )mlir";
 
 /// The step after `pipeline` (none when empty), in its IR and as a plan.
-struct Compiled {
-  std::string ir;
-  rt::Plan plan;
-};
-
-Compiled compileStep(const std::string &pipeline) {
-  static bool registered = (ampjit::registerAmpjitPasses(), true);
-  (void)registered;
-  DialectRegistry registry;
-  ampjit::registerAmpjitDialects(registry);
-  MLIRContext context(registry);
-  context.loadAllAvailableDialects();
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(kResidualStep, &context);
-  EXPECT_TRUE(module);
-  if (!module)
-    return {};
-  if (!pipeline.empty()) {
-    PassManager passManager(&context, ModuleOp::getOperationName());
-    EXPECT_TRUE(succeeded(parsePassPipeline(pipeline, passManager))) << pipeline;
-    EXPECT_TRUE(succeeded(passManager.run(*module))) << pipeline;
-  }
-  Compiled compiled;
-  llvm::raw_string_ostream os(compiled.ir);
-  module->print(os);
-  FailureOr<func::FuncOp> entry = ampjit::codegen::findEntryFunction(*module, "");
-  EXPECT_TRUE(succeeded(entry));
-  if (failed(entry))
-    return compiled;
-  FailureOr<rt::Plan> plan = ampjit::codegen::buildPlan(*entry);
-  EXPECT_TRUE(succeeded(plan)) << pipeline;
-  if (succeeded(plan))
-    compiled.plan = std::move(*plan);
-  return compiled;
+ampjit::testing::CompiledModule compileStep(const std::string &pipeline) {
+  return ampjit::testing::compileSource(kResidualStep, "residual-step", pipeline);
 }
 
 size_t countOccurrences(const std::string &text, const std::string &what) {
@@ -200,13 +163,6 @@ std::vector<rt::Tensor> randomArguments(const rt::Plan &plan) {
   rt::Status derived = rt::rederiveArguments(plan, arguments);
   EXPECT_TRUE(derived.ok()) << derived.message();
   return arguments;
-}
-
-std::vector<std::vector<std::byte>> snapshot(const std::vector<rt::Tensor> &tensors) {
-  std::vector<std::vector<std::byte>> bytes;
-  for (const rt::Tensor &tensor : tensors)
-    bytes.emplace_back(tensor.bytes(), tensor.bytes() + tensor.type().byteSize());
-  return bytes;
 }
 
 size_t countSteps(const rt::Plan &plan, rt::StepKind kind) {
@@ -274,8 +230,8 @@ void expectBitwiseEqualRuns(const rt::Plan &nchw, const rt::Plan &nhwc, int step
 }
 
 TEST(ConvertLayout, NhwcStepComputesTheNchwStepsBits) {
-  Compiled nchw = compileStep("");
-  Compiled nhwc = compileStep("jit-convert-layout");
+  ampjit::testing::CompiledModule nchw = compileStep("");
+  ampjit::testing::CompiledModule nhwc = compileStep("jit-convert-layout");
   ASSERT_FALSE(nchw.plan.steps.empty());
   ASSERT_FALSE(nhwc.plan.steps.empty());
 
@@ -294,8 +250,8 @@ TEST(ConvertLayout, NhwcStepComputesTheNchwStepsBits) {
 }
 
 TEST(ConvertLayout, NchwOptionChangesNothing) {
-  Compiled traced = compileStep("");
-  Compiled unchanged = compileStep("jit-convert-layout{layout=nchw}");
+  ampjit::testing::CompiledModule traced = compileStep("");
+  ampjit::testing::CompiledModule unchanged = compileStep("jit-convert-layout{layout=nchw}");
   EXPECT_EQ(traced.ir, unchanged.ir);
   EXPECT_EQ(traced.plan, unchanged.plan);
 }
@@ -304,8 +260,8 @@ TEST(ConvertLayout, AfterAmpTheNhwcStepStillComputesTheSameBits) {
   for (const char *amp : {"level=O1 dtype=f16", "level=O1 dtype=bf16", "level=O2 dtype=bf16"}) {
     SCOPED_TRACE(amp);
     std::string pipeline = std::string("amp-pipeline{") + amp + "}";
-    Compiled nchw = compileStep(pipeline);
-    Compiled nhwc = compileStep(pipeline + ",jit-convert-layout");
+    ampjit::testing::CompiledModule nchw = compileStep(pipeline);
+    ampjit::testing::CompiledModule nhwc = compileStep(pipeline + ",jit-convert-layout");
     ASSERT_FALSE(nchw.plan.steps.empty());
     ASSERT_FALSE(nhwc.plan.steps.empty());
     EXPECT_EQ(checkLayoutSteps(nhwc.plan, /*nhwc=*/true), 11u);

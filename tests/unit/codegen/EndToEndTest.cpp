@@ -22,6 +22,7 @@
 #include <random>
 
 namespace rt = ampjit::runtime;
+using ampjit::testing::snapshot;
 
 namespace {
 
@@ -71,14 +72,6 @@ std::vector<rt::Tensor> initialArguments(const rt::Plan &plan) {
   rt::Status derived = rt::rederiveArguments(plan, arguments);
   EXPECT_TRUE(derived.ok()) << derived.message();
   return arguments;
-}
-
-/// The bytes of every argument, to compare state bit for bit.
-std::vector<std::vector<std::byte>> snapshot(const std::vector<rt::Tensor> &arguments) {
-  std::vector<std::vector<std::byte>> bytes;
-  for (const rt::Tensor &tensor : arguments)
-    bytes.emplace_back(tensor.bytes(), tensor.bytes() + tensor.type().byteSize());
-  return bytes;
 }
 
 std::vector<double> trainLosses(const std::string &ampOptions, int steps) {

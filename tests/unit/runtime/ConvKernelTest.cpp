@@ -287,26 +287,6 @@ TEST(CpuConv2d, BatchesLargerThanOneColumnChunkMatchTheReference) {
 // Gradient checks in f64
 //===----------------------------------------------------------------------===//
 
-/// d(sum(forward(x) * weights))/dx by central differences, one element at a time.
-std::vector<double> numericalGradient(const std::function<Tensor(const Tensor&)>& forward, const Tensor& x,
-                                      const std::vector<double>& weights) {
-  std::vector<double> grad;
-  double h = 1e-6;
-  for (int64_t i = 0; i < x.elementCount(); ++i) {
-    Tensor plus = *x.clone(), minus = *x.clone();
-    plus.set(i, x.at(i) + h);
-    minus.set(i, x.at(i) - h);
-    std::vector<double> up = forward(plus).toDoubles(), down = forward(minus).toDoubles();
-    double derivative = 0;
-    for (size_t k = 0; k < up.size(); ++k)
-      derivative += weights[k] * (up[k] - down[k]) / (2 * h);
-    grad.push_back(derivative);
-  }
-  return grad;
-}
-
-constexpr Tolerance kGradientCheck = {1e-6, 1e-7};
-
 TEST(CpuGradientCheck, Conv2dBothGradients) {
   std::mt19937_64 rng(24);
   std::vector<ConvConfig> configs = {

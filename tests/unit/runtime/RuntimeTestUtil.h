@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <random>
 #include <string>
@@ -325,6 +326,26 @@ inline std::vector<Tensor> runOp(std::string_view op, std::vector<const Tensor*>
 
 /// Every floating dtype, for tests that run each kernel in each precision.
 inline constexpr DType kFloatTypes[] = {DType::F32, DType::F16, DType::BF16, DType::F64};
+
+/// d(sum(forward(x) * weights))/dx by central differences, one element at a time.
+inline std::vector<double> numericalGradient(const std::function<Tensor(const Tensor&)>& forward,
+                                             const Tensor& x, const std::vector<double>& weights) {
+  std::vector<double> grad;
+  double h = 1e-6;
+  for (int64_t i = 0; i < x.elementCount(); ++i) {
+    Tensor plus = *x.clone(), minus = *x.clone();
+    plus.set(i, x.at(i) + h);
+    minus.set(i, x.at(i) - h);
+    std::vector<double> up = forward(plus).toDoubles(), down = forward(minus).toDoubles();
+    double derivative = 0;
+    for (size_t k = 0; k < up.size(); ++k)
+      derivative += weights[k] * (up[k] - down[k]) / (2 * h);
+    grad.push_back(derivative);
+  }
+  return grad;
+}
+
+inline constexpr Tolerance kGradientCheck = {1e-6, 1e-7};
 
 } // namespace ampjit::runtime::test
 

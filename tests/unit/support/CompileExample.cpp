@@ -12,35 +12,60 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 using namespace mlir;
 
 namespace ampjit::testing {
 
-runtime::Plan compileExample(const std::string &file, const std::string &ampOptions,
-                             codegen::PlanOptions options) {
+CompiledModule compileSource(const std::string &source, const std::string &sourceName,
+                             const std::string &pipeline, codegen::PlanOptions options) {
   static bool registered = (ampjit::registerAmpjitPasses(), true);
   (void)registered;
   DialectRegistry registry;
   ampjit::registerAmpjitDialects(registry);
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
-  OwningOpRef<ModuleOp> module =
-      parseSourceFile<ModuleOp>(std::string(AMPJIT_EXAMPLES_DIR) + "/" + file, &context);
-  EXPECT_TRUE(module) << file;
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(source, &context, sourceName);
+  EXPECT_TRUE(module) << sourceName;
   if (!module)
     return {};
-  if (!ampOptions.empty()) {
+  if (!pipeline.empty()) {
     PassManager passManager(&context, ModuleOp::getOperationName());
-    EXPECT_TRUE(succeeded(parsePassPipeline("amp-pipeline{" + ampOptions + "}", passManager)));
-    EXPECT_TRUE(succeeded(passManager.run(*module))) << ampOptions;
+    EXPECT_TRUE(succeeded(parsePassPipeline(pipeline, passManager))) << pipeline;
+    EXPECT_TRUE(succeeded(passManager.run(*module))) << pipeline;
   }
+  CompiledModule compiled;
+  llvm::raw_string_ostream os(compiled.ir);
+  module->print(os);
   FailureOr<func::FuncOp> entry = codegen::findEntryFunction(*module, "");
   EXPECT_TRUE(succeeded(entry));
   if (failed(entry))
-    return {};
+    return compiled;
   FailureOr<runtime::Plan> plan = codegen::buildPlan(*entry, options);
-  EXPECT_TRUE(succeeded(plan));
-  return succeeded(plan) ? std::move(*plan) : runtime::Plan{};
+  EXPECT_TRUE(succeeded(plan)) << pipeline;
+  if (succeeded(plan))
+    compiled.plan = std::move(*plan);
+  return compiled;
+}
+
+runtime::Plan compileExample(const std::string &file, const std::string &ampOptions,
+                             codegen::PlanOptions options) {
+  std::string path = std::string(AMPJIT_EXAMPLES_DIR) + "/" + file;
+  std::ifstream stream(path);
+  EXPECT_TRUE(stream) << path;
+  std::stringstream source;
+  source << stream.rdbuf();
+  std::string pipeline = ampOptions.empty() ? "" : "amp-pipeline{" + ampOptions + "}";
+  return compileSource(source.str(), path, pipeline, options).plan;
+}
+
+std::vector<std::vector<std::byte>> snapshot(const std::vector<runtime::Tensor> &tensors) {
+  std::vector<std::vector<std::byte>> bytes;
+  for (const runtime::Tensor &tensor : tensors)
+    bytes.emplace_back(tensor.bytes(), tensor.bytes() + tensor.type().byteSize());
+  return bytes;
 }
 
 } // namespace ampjit::testing
