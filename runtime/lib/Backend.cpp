@@ -62,6 +62,9 @@ Status rederiveArguments(const Plan& plan, std::span<Tensor> arguments) {
       continue;
     const Tensor& source = arguments[size_t(buffer.derivedFrom)];
     Tensor& derived = arguments[size_t(buffer.argument)];
+    if (source.device() != Device::Host || derived.device() != Device::Host)
+      return Status::error("rederiveArguments: argument " + std::to_string(buffer.argument) +
+                           " is not in host memory; re-derive through its Executable");
     // One rounding from the exact source value (f32 and f64 are exact in double).
     for (int64_t i = 0; i < derived.elementCount(); ++i)
       derived.set(i, source.at(i));

@@ -47,10 +47,32 @@ Expected<std::shared_ptr<Storage>> Storage::allocate(std::size_t bytes) {
   if (memory == nullptr)
     return Status::error("out of memory allocating " + std::to_string(bytes) + " bytes");
   std::memset(memory, 0, rounded);
-  return std::shared_ptr<Storage>(new (std::nothrow) Storage(static_cast<std::byte*>(memory), bytes));
+  return std::shared_ptr<Storage>(new (std::nothrow)
+                                      Storage(static_cast<std::byte*>(memory), bytes, Device::Host, nullptr));
 }
 
-Storage::~Storage() { std::free(data_); }
+std::shared_ptr<Storage> Storage::adopt(std::byte* data, std::size_t size, Device device, Release release) {
+  return std::shared_ptr<Storage>(new Storage(data, size, device, std::move(release)));
+}
+
+Storage::~Storage() {
+  if (release_)
+    release_(data_);
+  else
+    std::free(data_);
+}
+
+Expected<Tensor> Tensor::wrap(TensorType type, std::shared_ptr<Storage> storage) {
+  int64_t count = checkedElementCount(type.shape);
+  if (count < 0)
+    return Status::error("cannot make a tensor of shape " + shapeToString(type.shape) +
+                         ": dimensions must be non-negative and the element count at most 2^48");
+  std::size_t bytes = std::size_t(count) * dtypeSize(type.dtype);
+  if (storage == nullptr || storage->size() < bytes)
+    return Status::error("storage of " + std::to_string(storage ? storage->size() : 0) +
+                         " bytes cannot hold a tensor of type " + typeToString(type));
+  return Tensor(std::move(type), count, std::move(storage));
+}
 
 Expected<Tensor> Tensor::allocate(DType dtype, Shape shape) {
   int64_t count = checkedElementCount(shape);
@@ -85,6 +107,8 @@ std::vector<double> Tensor::toDoubles() const {
 }
 
 Expected<Tensor> Tensor::clone() const {
+  if (device() != Device::Host)
+    return Status::error("Tensor::clone copies host tensors only; copy a CUDA tensor through its backend");
   Expected<Tensor> copy = allocate(type_);
   if (copy && byteSize() > 0)
     std::memcpy(copy->bytes(), bytes(), byteSize());
@@ -92,7 +116,7 @@ Expected<Tensor> Tensor::clone() const {
 }
 
 bool Tensor::bitwiseEqual(const Tensor& other) const {
-  if (type_ != other.type_)
+  if (type_ != other.type_ || device() != Device::Host || other.device() != Device::Host)
     return false;
   return byteSize() == 0 || std::memcmp(bytes(), other.bytes(), byteSize()) == 0;
 }

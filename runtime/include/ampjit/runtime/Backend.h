@@ -16,6 +16,8 @@
 
 namespace ampjit::runtime {
 
+Status rederiveArguments(const Plan& plan, std::span<Tensor> arguments);
+
 /// A verified plan with everything it needs between runs (the arena, and on
 /// a GPU its kernels and graph).
 class Executable {
@@ -30,6 +32,10 @@ public:
   /// output a new tensor, an untied argument or constant a copy. One run at a
   /// time per Executable (its arena is shared between runs).
   virtual Expected<std::vector<Tensor>> run(std::span<Tensor> arguments) = 0;
+
+  /// rederiveArguments for arguments in this executable's memory (a device
+  /// backend rounds on the device).
+  virtual Status rederive(std::span<Tensor> arguments) { return rederiveArguments(plan(), arguments); }
 };
 
 class Backend {
@@ -57,7 +63,8 @@ Status checkArguments(const Plan& plan, std::span<const Tensor> arguments);
 /// Re-establishes derived state (`BufferDesc::derivedFrom`, O2's
 /// low-precision parameter copies): every derived argument becomes its
 /// source rounded to nearest even. Call it after writing a source parameter
-/// between steps, and once to initialise the copies.
+/// between steps, and once to initialise the copies. Host tensors only
+/// (Executable::rederive serves every backend).
 Status rederiveArguments(const Plan& plan, std::span<Tensor> arguments);
 
 } // namespace ampjit::runtime

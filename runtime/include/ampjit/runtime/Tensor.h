@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <span>
@@ -28,9 +29,10 @@ namespace ampjit::runtime {
 /// for any vector load the kernels (or a GPU copy engine) use.
 inline constexpr std::size_t kTensorAlignment = 64;
 
-/// Where a tensor's bytes live. Only host memory exists so far; the CUDA
-/// backend will add device storage behind the same handle.
-enum class Device : uint8_t { Host };
+/// Where a tensor's bytes live. Host bytes can be read through the element
+/// accessors; CUDA bytes are device pointers that only a backend's kernels
+/// and copies touch (Backend::toHost brings them back).
+enum class Device : uint8_t { Host, Cuda };
 
 /// The C++ element type of each DType's storage. Booleans are one byte each,
 /// 0 or 1, read as uint8_t (bool's object representation is not guaranteed).
@@ -82,8 +84,12 @@ void storeElementFromDouble(DType dtype, std::byte* data, int64_t index, double 
 /// 64-byte aligned bytes, freed when the last Tensor sharing them goes away.
 class Storage {
 public:
-  /// Zero-filled. Fails (rather than aborting) when the allocation does.
+  /// Host bytes, zero-filled. Fails (rather than aborting) when the allocation does.
   static Expected<std::shared_ptr<Storage>> allocate(std::size_t bytes);
+  /// Bytes a backend allocated elsewhere (device memory); `release` gives
+  /// them back when the last handle goes away.
+  using Release = std::function<void(std::byte*)>;
+  static std::shared_ptr<Storage> adopt(std::byte* data, std::size_t size, Device device, Release release);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -91,11 +97,15 @@ public:
   std::byte* data() { return data_; }
   const std::byte* data() const { return data_; }
   std::size_t size() const { return size_; }
+  Device device() const { return device_; }
 
 private:
-  Storage(std::byte* data, std::size_t size) : data_(data), size_(size) {}
+  Storage(std::byte* data, std::size_t size, Device device, Release release)
+      : data_(data), size_(size), device_(device), release_(std::move(release)) {}
   std::byte* data_;
   std::size_t size_;
+  Device device_;
+  Release release_;
 };
 
 class Tensor {
@@ -107,6 +117,9 @@ public:
   /// when memory runs out.
   static Expected<Tensor> allocate(DType dtype, Shape shape);
   static Expected<Tensor> allocate(const TensorType& type) { return allocate(type.dtype, type.shape); }
+  /// A tensor over existing storage (a backend's device memory); the storage
+  /// must hold at least the type's bytes.
+  static Expected<Tensor> wrap(TensorType type, std::shared_ptr<Storage> storage);
 
   /// A tensor of `dtype` and `shape` filled from `values`, each rounded once to
   /// nearest even (see storeElementFromDouble). `values` has one element per
@@ -122,7 +135,7 @@ public:
   std::size_t byteSize() const { return std::size_t(elementCount_) * dtypeSize(type_.dtype); }
   /// Row-major contiguous strides in elements (tensors are always contiguous).
   std::vector<int64_t> strides() const { return contiguousStrides(type_.shape); }
-  Device device() const { return Device::Host; }
+  Device device() const { return storage_ ? storage_->device() : Device::Host; }
 
   std::byte* bytes() { return storage_ ? storage_->data() : nullptr; }
   const std::byte* bytes() const { return storage_ ? storage_->data() : nullptr; }

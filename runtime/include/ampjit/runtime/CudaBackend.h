@@ -1,0 +1,96 @@
+#ifndef AMPJIT_RUNTIME_CUDABACKEND_H
+#define AMPJIT_RUNTIME_CUDABACKEND_H
+
+// The CUDA backend: plans run on one NVIDIA GPU.
+//
+//   * Memory: every tensor and arena comes from one stream-ordered CUDA
+//     memory pool that keeps what it has reserved, so after the first step
+//     no run calls cudaMalloc. An Executable owns its arena, its constants,
+//     its output buffers and a staging buffer per input argument, all at
+//     fixed addresses.
+//   * Steps: GEMMs through cuBLASLt (f32 with true fp32 compute, never TF32;
+//     f16/bf16 with fp32 accumulation), elementwise and fused elementwise
+//     steps as CUDA C++ generated from the plan and compiled by NVRTC (cached
+//     on disk), convolution, batch norm and pooling through cuDNN, the rest
+//     (reductions, softmax, norms, losses, layout, dropout, scaler and
+//     optimizer updates, consecutive updates as one multi-tensor launch)
+//     through kernels compiled into the library.
+//   * Runs: run() only enqueues work on the backend's stream and returns:
+//     results are device tensors, and nothing waits for the GPU until a
+//     value is brought to the host (toHost, or an AsyncHostCopy). The first
+//     run of an Executable enqueues step by step; the second is captured as
+//     one CUDA graph, which later runs replay. Inputs are copied into the
+//     staging buffers first (from host or device memory), so a new batch
+//     never invalidates the graph; state arguments are used in place, and
+//     the graph is re-captured when one of them moves to other storage.
+//
+// In a build without CUDA every entry point exists: createCudaBackend fails
+// with a message saying so and cudaDeviceCount() is 0.
+
+#include "ampjit/runtime/Backend.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+namespace ampjit::runtime {
+
+/// Whether this build contains the CUDA backend.
+bool cudaBackendBuilt();
+/// Devices the CUDA runtime reports; 0 on any error (no driver, no device,
+/// a build without CUDA), which is what GPU tests skip on.
+int cudaDeviceCount();
+
+struct CudaBackendOptions {
+  int device = 0;
+  /// Capture the second run of each Executable as a CUDA graph and replay it.
+  bool useGraphs = true;
+  /// Where NVRTC output is cached; empty means the default directory
+  /// (AMPJIT_KERNEL_CACHE, XDG_CACHE_HOME/ampjit or ~/.cache/ampjit).
+  std::filesystem::path kernelCacheDirectory{};
+};
+
+/// What an Executable of this backend has done; for tests and benchmarks.
+struct CudaRunStats {
+  int64_t eagerRuns = 0;   ///< runs enqueued step by step
+  int64_t captures = 0;    ///< graphs captured (the first, and re-captures)
+  int64_t graphReplays = 0;
+  int64_t kernelsCompiled = 0; ///< NVRTC compilations at prepare (cache misses)
+  int64_t kernelCacheHits = 0;
+};
+
+/// A device-to-host copy in flight: the value of a loss, the scale or the
+/// found-inf flag after a step, without making the next step wait.
+class AsyncHostCopy {
+public:
+  virtual ~AsyncHostCopy() = default;
+  /// Whether the copy has finished (never blocks).
+  virtual bool ready() = 0;
+  /// Waits for the copy and returns the host tensor.
+  virtual Expected<Tensor> wait() = 0;
+};
+
+class CudaBackend : public Backend {
+public:
+  /// Enqueues a copy of `tensor` into pinned host memory, ordered after all
+  /// work enqueued so far.
+  virtual Expected<std::unique_ptr<AsyncHostCopy>> copyToHostAsync(const Tensor& tensor) = 0;
+  /// A device tensor with `host`'s bytes (`host` may already be on the device).
+  virtual Expected<Tensor> toDevice(const Tensor& host) = 0;
+  /// Waits for everything enqueued so far.
+  virtual Status synchronize() = 0;
+  /// Device bytes the pool has handed out at most since the backend began.
+  virtual int64_t peakDeviceBytes() = 0;
+  /// The CUDA stream every run is enqueued on (a cudaStream_t), for callers
+  /// that time it with events.
+  virtual void* stream() = 0;
+  /// Statistics of an Executable this backend prepared.
+  virtual CudaRunStats stats(const Executable& executable) const = 0;
+};
+
+Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions options = {});
+
+} // namespace ampjit::runtime
+
+#endif // AMPJIT_RUNTIME_CUDABACKEND_H

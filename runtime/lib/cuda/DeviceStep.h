@@ -1,0 +1,134 @@
+#ifndef AMPJIT_RUNTIME_LIB_CUDA_DEVICESTEP_H
+#define AMPJIT_RUNTIME_LIB_CUDA_DEVICESTEP_H
+
+// How the CUDA backend runs a plan step: at prepare time each step (or run
+// of steps that share one launch, such as consecutive optimizer updates)
+// becomes a DeviceStep, which holds whatever the step needs between runs
+// (a cuBLASLt algorithm, cuDNN descriptors, a loaded NVRTC kernel, launch
+// geometry). A run then enqueues every DeviceStep, in plan order, on one
+// stream with the buffers' device pointers. Enqueue never allocates, never
+// synchronises and never reads device memory on the host, so a whole run can
+// be captured into a CUDA graph and replayed.
+//
+// Built only with the CUDA backend (AMPJIT_CUDA_ENABLED).
+
+#include "ampjit/runtime/Plan.h"
+#include "ampjit/runtime/Status.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ampjit::runtime::cuda {
+
+class KernelCompiler;
+
+/// What prepare-time code may use: the device's properties and the
+/// libraries' handles, created once per backend.
+struct DeviceContext {
+  int device = 0;
+  /// "sm_90"; NVRTC compiles generated kernels for it.
+  std::string architecture;
+  int multiprocessorCount = 0;
+  cublasLtHandle_t cublasLt = nullptr;
+  /// Created on first use (cudnnCreate loads several libraries): call
+  /// cudnnHandle() rather than reading this.
+  cudnnHandle_t cudnn = nullptr;
+  KernelCompiler* compiler = nullptr;
+
+  /// The cuDNN handle, created the first time a plan needs it.
+  Expected<cudnnHandle_t> cudnnHandle();
+};
+
+/// One enqueue's buffers: device pointers in the step's slot order (for a
+/// grouped DeviceStep, the slots of its steps one after another), nullptr for
+/// an absent optional slot, and the shared workspace of at least
+/// workspaceBytes().
+struct StepPointers {
+  std::span<void* const> inputs;
+  std::span<void* const> outputs;
+  void* workspace = nullptr;
+};
+
+class DeviceStep {
+public:
+  virtual ~DeviceStep() = default;
+  /// Scratch device memory enqueue needs (one workspace serves all steps,
+  /// since they run one after another on one stream).
+  virtual std::size_t workspaceBytes() const { return 0; }
+  /// Enqueues the step's work on `stream`: asynchronous, capturable (no
+  /// allocation, no synchronisation, no host reads of device memory).
+  virtual Status enqueue(const StepPointers& pointers, cudaStream_t stream) = 0;
+};
+
+/// Per-family factories; each returns an error naming the step when the step
+/// is not one it runs or its shapes are outside what it supports.
+
+/// Gemm through cuBLASLt (CublasLtGemm.cpp).
+Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const Plan& plan, const Step& step);
+/// Elementwise and FusedElementwise through NVRTC (GeneratedKernels.cpp).
+Expected<std::unique_ptr<DeviceStep>> makeGeneratedElementwiseStep(DeviceContext& context, const Plan& plan,
+                                                                   const Step& step);
+/// Every other kind but the convolutional ones, through the hand-written
+/// kernels compiled into the library (KernelSteps.cpp dispatches):
+///  * numeric kernels: Reduction, the softmax family, LayerNorm(Grad), Loss,
+///    LossGrad, Dropout (NumericSteps.cpp, NumericKernels.cu);
+///  * update kernels: ScaleLoss, AllFinite, UnscaleAndCheck, UpdateScale,
+///    OptimizerUpdate and its multi-tensor groups, and the layout kinds
+///    BroadcastTo, Reshape, Transpose, Constant (UpdateSteps.cpp,
+///    UpdateKernels.cu, LayoutKernels.cu).
+bool runsAsHandwrittenKernel(StepKind kind);
+Expected<std::unique_ptr<DeviceStep>> makeHandwrittenStep(DeviceContext& context, const Plan& plan,
+                                                          const Step& step);
+bool runsAsNumericKernel(StepKind kind);
+Expected<std::unique_ptr<DeviceStep>> makeNumericStep(DeviceContext& context, const Plan& plan, const Step& step);
+bool runsAsUpdateKernel(StepKind kind);
+Expected<std::unique_ptr<DeviceStep>> makeUpdateStep(DeviceContext& context, const Plan& plan, const Step& step);
+/// Consecutive OptimizerUpdate steps that one multi-tensor launch can run
+/// (same optimizer parameters, same dtypes and present slots, shared
+/// lr/step/inv_scale/predicate buffers).
+bool canShareOptimizerLaunch(const Plan& plan, const Step& first, const Step& next);
+/// One launch for `steps` (at least one OptimizerUpdate step, each pair
+/// allowed by canShareOptimizerLaunch); its StepPointers hold the steps'
+/// slots one step after another.
+Expected<std::unique_ptr<DeviceStep>> makeOptimizerGroupStep(DeviceContext& context, const Plan& plan,
+                                                             std::span<const Step* const> steps);
+/// Conv2d, its gradients, batch norm and pooling through cuDNN (Cudnn.cpp).
+bool runsThroughCudnn(StepKind kind);
+Expected<std::unique_ptr<DeviceStep>> makeCudnnStep(DeviceContext& context, const Plan& plan, const Step& step);
+
+/// "cudaErrorMemoryAllocation: out of memory" as a Status, prefixed by `what`.
+Status cudaFailure(cudaError_t error, const std::string& what);
+Status cublasFailure(cublasStatus_t status, const std::string& what);
+Status cudnnFailure(cudnnStatus_t status, const std::string& what);
+
+#define AMPJIT_CUDA_RETURN_IF_ERROR(expr, what)                                                      \
+  do {                                                                                               \
+    cudaError_t ampjitCudaError_ = (expr);                                                           \
+    if (ampjitCudaError_ != cudaSuccess)                                                             \
+      return ::ampjit::runtime::cuda::cudaFailure(ampjitCudaError_, (what));                         \
+  } while (0)
+
+#define AMPJIT_CUBLAS_RETURN_IF_ERROR(expr, what)                                                    \
+  do {                                                                                               \
+    cublasStatus_t ampjitCublasStatus_ = (expr);                                                     \
+    if (ampjitCublasStatus_ != CUBLAS_STATUS_SUCCESS)                                                \
+      return ::ampjit::runtime::cuda::cublasFailure(ampjitCublasStatus_, (what));                    \
+  } while (0)
+
+#define AMPJIT_CUDNN_RETURN_IF_ERROR(expr, what)                                                     \
+  do {                                                                                               \
+    cudnnStatus_t ampjitCudnnStatus_ = (expr);                                                       \
+    if (ampjitCudnnStatus_ != CUDNN_STATUS_SUCCESS)                                                  \
+      return ::ampjit::runtime::cuda::cudnnFailure(ampjitCudnnStatus_, (what));                      \
+  } while (0)
+
+} // namespace ampjit::runtime::cuda
+
+#endif // AMPJIT_RUNTIME_LIB_CUDA_DEVICESTEP_H

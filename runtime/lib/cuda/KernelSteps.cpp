@@ -1,0 +1,18 @@
+// Which hand-written kernel family runs a step (DeviceStep.h).
+
+#include "DeviceStep.h"
+
+namespace ampjit::runtime::cuda {
+
+bool runsAsHandwrittenKernel(StepKind kind) { return runsAsNumericKernel(kind) || runsAsUpdateKernel(kind); }
+
+Expected<std::unique_ptr<DeviceStep>> makeHandwrittenStep(DeviceContext& context, const Plan& plan,
+                                                          const Step& step) {
+  if (runsAsNumericKernel(step.kind))
+    return makeNumericStep(context, plan, step);
+  if (runsAsUpdateKernel(step.kind))
+    return makeUpdateStep(context, plan, step);
+  return Status::error("no hand-written CUDA kernel runs " + std::string(stepKindName(step.kind)) + " steps");
+}
+
+} // namespace ampjit::runtime::cuda

@@ -1,0 +1,1 @@
+#include "GpuTestUtil.h"

@@ -1,0 +1,2 @@
+// Filled in by the CudnnKernelTest work.
+#include "GpuTestUtil.h"

@@ -1,0 +1,150 @@
+#ifndef AMPJIT_TESTS_GPU_GPUTESTUTIL_H
+#define AMPJIT_TESTS_GPU_GPUTESTUTIL_H
+
+// What every GPU test shares: the skip rule (no device, or any error from
+// cudaGetDeviceCount), one CUDA backend per test, and "run this plan on the
+// CPU backend and on the CUDA backend from the same host arguments, then
+// compare" with DESIGN's tolerances.
+
+#include "ampjit/runtime/CpuBackend.h"
+#include "ampjit/runtime/CudaBackend.h"
+#include "ampjit/runtime/Plan.h"
+#include "ampjit/runtime/Tensor.h"
+
+#include "Tolerance.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace ampjit::runtime::gputest {
+
+class GpuTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (cudaDeviceCount() == 0)
+      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reported none or failed)";
+    Expected<std::unique_ptr<CudaBackend>> backend = createCudaBackend();
+    ASSERT_TRUE(backend.ok()) << backend.message();
+    cuda = std::move(*backend);
+    cpu = createCpuBackend();
+  }
+
+  std::unique_ptr<CudaBackend> cuda;
+  std::unique_ptr<Backend> cpu;
+};
+
+/// Host tensors for every argument of `plan`: floating ones uniform in
+/// [low, high) (never all zeros), i64 ones in [0, integerBound), i1 ones 1.
+inline std::vector<Tensor> randomArguments(const Plan& plan, uint32_t seed, double low = -1.0, double high = 1.0,
+                                           int64_t integerBound = 2) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<double> uniform(low, high);
+  std::vector<Tensor> arguments;
+  for (size_t i = 0; i < plan.argumentCount(); ++i) {
+    const TensorType& type = plan.buffers[plan.argumentBuffer(i)].type;
+    Tensor tensor = *Tensor::allocate(type);
+    for (int64_t e = 0; e < tensor.elementCount(); ++e) {
+      if (type.dtype == DType::I64)
+        tensor.set(e, double(std::uniform_int_distribution<int64_t>(0, integerBound - 1)(generator)));
+      else if (type.dtype == DType::I1)
+        tensor.set(e, 1.0);
+      else
+        tensor.set(e, uniform(generator));
+    }
+    arguments.push_back(std::move(tensor));
+  }
+  return arguments;
+}
+
+/// The results of one run of a plan on each backend, and the arguments after
+/// it (state is updated in place), all as host tensors.
+struct BothRuns {
+  std::vector<Tensor> cpuResults, cudaResults;
+  std::vector<Tensor> cpuArguments, cudaArguments;
+};
+
+/// Runs `plan` `runs` times on each backend from copies of `hostArguments`.
+inline Expected<BothRuns> runOnBoth(Backend& cpu, CudaBackend& cuda, const Plan& plan,
+                                    const std::vector<Tensor>& hostArguments, int runs = 1) {
+  BothRuns both;
+  std::vector<Tensor> cpuArguments, cudaArguments;
+  for (const Tensor& argument : hostArguments) {
+    Expected<Tensor> copy = argument.clone();
+    if (!copy)
+      return copy.status();
+    cpuArguments.push_back(std::move(*copy));
+    Expected<Tensor> device = cuda.toDevice(argument);
+    if (!device)
+      return device.status();
+    cudaArguments.push_back(std::move(*device));
+  }
+  Expected<std::unique_ptr<Executable>> cpuExecutable = cpu.prepare(plan);
+  if (!cpuExecutable)
+    return cpuExecutable.status();
+  Expected<std::unique_ptr<Executable>> cudaExecutable = cuda.prepare(plan);
+  if (!cudaExecutable)
+    return cudaExecutable.status();
+  for (int run = 0; run < runs; ++run) {
+    Expected<std::vector<Tensor>> cpuResults = (*cpuExecutable)->run(cpuArguments);
+    if (!cpuResults)
+      return cpuResults.status();
+    both.cpuResults = std::move(*cpuResults);
+    Expected<std::vector<Tensor>> cudaResults = (*cudaExecutable)->run(cudaArguments);
+    if (!cudaResults)
+      return cudaResults.status();
+    both.cudaResults.clear();
+    for (const Tensor& result : *cudaResults) {
+      Expected<Tensor> host = cuda.toHost(result);
+      if (!host)
+        return host.status();
+      both.cudaResults.push_back(std::move(*host));
+    }
+  }
+  both.cpuArguments = std::move(cpuArguments);
+  for (const Tensor& argument : cudaArguments) {
+    Expected<Tensor> host = cuda.toHost(argument);
+    if (!host)
+      return host.status();
+    both.cudaArguments.push_back(std::move(*host));
+  }
+  return both;
+}
+
+/// Every element of `actual` within DESIGN's tolerance of `expected` for
+/// `expected`'s dtype, scaled by `slack` (GEMMs and reductions grow with K;
+/// transcendental functions differ by an ulp between host and device);
+/// NaN matches NaN and infinities match exactly. i64 and i1 must be equal.
+inline ::testing::AssertionResult allClose(const Tensor& expected, const Tensor& actual, double slack = 1.0) {
+  if (expected.type() != actual.type())
+    return ::testing::AssertionFailure() << "types differ: " << typeToString(expected.type()) << " vs "
+                                         << typeToString(actual.type());
+  testing::Tolerance tolerance = testing::toleranceFor(expected.dtype());
+  bool exact = !isFloating(expected.dtype());
+  int64_t mismatches = 0;
+  std::string first;
+  for (int64_t i = 0; i < expected.elementCount(); ++i) {
+    double e = expected.at(i), a = actual.at(i);
+    bool ok;
+    if (std::isnan(e) || std::isnan(a))
+      ok = std::isnan(e) && std::isnan(a);
+    else if (std::isinf(e) || std::isinf(a) || exact)
+      ok = e == a;
+    else
+      ok = std::fabs(a - e) <= slack * (tolerance.atol + tolerance.rtol * std::fabs(e));
+    if (!ok && mismatches++ == 0)
+      first = "element " + std::to_string(i) + ": expected " + std::to_string(e) + ", got " + std::to_string(a);
+  }
+  if (mismatches == 0)
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << mismatches << " of " << expected.elementCount()
+                                       << " elements differ; first " << first;
+}
+
+} // namespace ampjit::runtime::gputest
+
+#endif // AMPJIT_TESTS_GPU_GPUTESTUTIL_H

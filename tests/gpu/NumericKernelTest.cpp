@@ -1,0 +1,2 @@
+// Filled in by the NumericKernelTest work.
+#include "GpuTestUtil.h"

@@ -1,0 +1,2 @@
+// Filled in by the UpdateKernelTest work.
+#include "GpuTestUtil.h"
