@@ -99,4 +99,23 @@ std::vector<int64_t> broadcastStrides(std::span<const int64_t> from, std::span<c
   return strides;
 }
 
+std::vector<int64_t> broadcastOffsets(const Shape& from, const Shape& to) {
+  std::vector<int64_t> strides = broadcastStrides(from, to);
+  int64_t count = elementCount(to);
+  std::vector<int64_t> offsets(size_t(count), 0);
+  std::vector<int64_t> index(to.size(), 0);
+  int64_t offset = 0;
+  for (int64_t b = 0; b < count; ++b) {
+    offsets[size_t(b)] = offset;
+    for (size_t d = to.size(); d-- > 0;) {
+      offset += strides[d];
+      if (++index[d] < to[d])
+        break;
+      offset -= strides[d] * index[d];
+      index[d] = 0;
+    }
+  }
+  return offsets;
+}
+
 } // namespace ampjit::runtime

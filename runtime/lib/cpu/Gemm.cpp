@@ -65,25 +65,6 @@ void blasGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const d
 
 namespace {
 
-/// Offsets (in matrices) of each batch entry of C into a broadcast operand.
-std::vector<int64_t> batchOffsets(const Shape& operandBatch, const Shape& resultBatch) {
-  std::vector<int64_t> strides = broadcastStrides(operandBatch, resultBatch);
-  int64_t count = elementCount(resultBatch);
-  std::vector<int64_t> offsets(size_t(count), 0);
-  std::vector<int64_t> index(resultBatch.size(), 0);
-  int64_t offset = 0;
-  for (int64_t b = 0; b < count; ++b) {
-    offsets[size_t(b)] = offset;
-    for (size_t d = resultBatch.size(); d-- > 0;) {
-      offset += strides[d];
-      if (++index[d] < resultBatch[d])
-        break;
-      offset -= strides[d] * index[d];
-      index[d] = 0;
-    }
-  }
-  return offsets;
-}
 
 /// The operand as a contiguous T array: the buffer itself when it already
 /// holds T, otherwise a widened copy in `scratch`.
@@ -110,8 +91,8 @@ Status gemm(const Step& step, const StepIO& io) {
     return Status::error("matrix dimensions exceed what BLAS can index (2^31 - 1)");
 
   Shape resultBatch(cShape.begin(), cShape.end() - 2);
-  std::vector<int64_t> aOffsets = batchOffsets(Shape(aShape.begin(), aShape.end() - 2), resultBatch);
-  std::vector<int64_t> bOffsets = batchOffsets(Shape(bShape.begin(), bShape.end() - 2), resultBatch);
+  std::vector<int64_t> aOffsets = broadcastOffsets(Shape(aShape.begin(), aShape.end() - 2), resultBatch);
+  std::vector<int64_t> bOffsets = broadcastOffsets(Shape(bShape.begin(), bShape.end() - 2), resultBatch);
 
   std::vector<T> aScratch, bScratch, cScratch;
   const T* a = operandAs<T>(aView, aScratch);

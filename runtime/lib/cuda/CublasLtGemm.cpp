@@ -1,1 +1,241 @@
-// being written
+// Gemm steps through cuBLASLt.
+//
+// The plan's matrices are row-major; cuBLASLt's are column-major. A row-major
+// C[M, N] is the column-major C^T[N, M], and C^T = op(B)^T op(A)^T, so the
+// call computes with B's bytes as its first operand and A's as its second,
+// with m = N, n = M: no data moves.
+//
+// Precision as the CPU backend's GEMM: f32 computes in true fp32
+// (CUBLAS_COMPUTE_32F never uses TF32; only the _FAST_ compute types do),
+// f16 and bf16 accumulate in fp32 and round C once, f64 computes in f64.
+// The algorithm comes from cuBLASLt's heuristic at prepare, for the
+// alignment the buffers are known to have, so a run only enqueues.
+
+#include "DeviceStep.h"
+
+#include "ampjit/runtime/Shape.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace ampjit::runtime::cuda {
+
+namespace {
+
+/// cuBLASLt's workspace: what NVIDIA recommends for Hopper.
+constexpr std::size_t kGemmWorkspaceBytes = 32u << 20;
+
+Expected<cudaDataType_t> cudaTypeOf(DType dtype) {
+  switch (dtype) {
+  case DType::F32: return CUDA_R_32F;
+  case DType::F64: return CUDA_R_64F;
+  case DType::F16: return CUDA_R_16F;
+  case DType::BF16: return CUDA_R_16BF;
+  default: return Status::error("cuBLASLt multiplies floating matrices only, not " + std::string(dtypeName(dtype)));
+  }
+}
+
+/// Owns the cuBLASLt descriptors of one step.
+struct LtDescriptors {
+  cublasLtMatmulDesc_t matmul = nullptr;
+  cublasLtMatrixLayout_t first = nullptr, second = nullptr, result = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  ~LtDescriptors() {
+    if (preference)
+      cublasLtMatmulPreferenceDestroy(preference);
+    if (result)
+      cublasLtMatrixLayoutDestroy(result);
+    if (second)
+      cublasLtMatrixLayoutDestroy(second);
+    if (first)
+      cublasLtMatrixLayoutDestroy(first);
+    if (matmul)
+      cublasLtMatmulDescDestroy(matmul);
+  }
+};
+
+Status setBatch(cublasLtMatrixLayout_t layout, int32_t count, int64_t strideElements) {
+  AMPJIT_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
+      "setting a batch count");
+  AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                                 &strideElements, sizeof strideElements),
+                                "setting a batch stride");
+  return Status::success();
+}
+
+/// Whether offsets[b] == b * stride for one stride (a strided batch), and that stride.
+bool isStrided(const std::vector<int64_t>& offsets, int64_t& stride) {
+  stride = offsets.size() > 1 ? offsets[1] - offsets[0] : 0;
+  for (size_t b = 0; b < offsets.size(); ++b)
+    if (offsets[b] != int64_t(b) * stride)
+      return false;
+  return true;
+}
+
+class GemmStep final : public DeviceStep {
+public:
+  std::size_t workspaceBytes() const override { return kGemmWorkspaceBytes; }
+
+  Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
+    if (pointers.inputs.size() != 2 || pointers.outputs.size() != 1)
+      return Status::error("gemm step: wrong number of buffers");
+    const auto* aBytes = static_cast<const std::byte*>(pointers.inputs[0]);
+    const auto* bBytes = static_cast<const std::byte*>(pointers.inputs[1]);
+    auto* cBytes = static_cast<std::byte*>(pointers.outputs[0]);
+    if (empty_)
+      return Status::success();
+    if (zeroK_) {
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(cBytes, 0, cBytesTotal_, stream), "zeroing a K = 0 product");
+      return Status::success();
+    }
+    const void* alpha = computeDouble_ ? static_cast<const void*>(&alphaDouble_) : &alphaFloat_;
+    const void* beta = computeDouble_ ? static_cast<const void*>(&betaDouble_) : &betaFloat_;
+    for (const Call& call : calls_) {
+      // cuBLASLt's first operand holds B's bytes and its second A's (see the file comment).
+      AMPJIT_CUBLAS_RETURN_IF_ERROR(
+          cublasLtMatmul(handle_, descriptors_.matmul, alpha, bBytes + call.bByteOffset, descriptors_.first,
+                         aBytes + call.aByteOffset, descriptors_.second, beta, cBytes + call.cByteOffset,
+                         descriptors_.result, cBytes + call.cByteOffset, descriptors_.result, &algorithm_,
+                         pointers.workspace, kGemmWorkspaceBytes, stream),
+          "cublasLtMatmul");
+    }
+    return Status::success();
+  }
+
+  struct Call {
+    int64_t aByteOffset = 0, bByteOffset = 0, cByteOffset = 0;
+  };
+
+  cublasLtHandle_t handle_ = nullptr;
+  LtDescriptors descriptors_;
+  cublasLtMatmulAlgo_t algorithm_{};
+  std::vector<Call> calls_;
+  bool empty_ = false, zeroK_ = false, computeDouble_ = false;
+  std::size_t cBytesTotal_ = 0;
+  float alphaFloat_ = 1.0f, betaFloat_ = 0.0f;
+  double alphaDouble_ = 1.0, betaDouble_ = 0.0;
+};
+
+} // namespace
+
+Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const Plan& plan, const Step& step) {
+  if (step.kind != StepKind::Gemm)
+    return Status::error("makeGemmStep: not a gemm step");
+  const GemmParams& params = step.as<GemmParams>();
+  const TensorType& aType = plan.buffers[step.inputs[0]].type;
+  const TensorType& bType = plan.buffers[step.inputs[1]].type;
+  const TensorType& cType = plan.buffers[step.outputs[0]].type;
+  const Shape &aShape = aType.shape, &bShape = bType.shape, &cShape = cType.shape;
+  size_t rank = cShape.size();
+  int64_t m = cShape[rank - 2], n = cShape[rank - 1];
+  int64_t aRows = aShape[aShape.size() - 2], aCols = aShape[aShape.size() - 1];
+  int64_t bRows = bShape[bShape.size() - 2], bCols = bShape[bShape.size() - 1];
+  int64_t k = params.transposeA ? aRows : aCols;
+
+  auto gemm = std::make_unique<GemmStep>();
+  gemm->handle_ = context.cublasLt;
+  gemm->cBytesTotal_ = cType.byteSize();
+  if (cType.elementCount() == 0) {
+    gemm->empty_ = true;
+    return std::unique_ptr<DeviceStep>(std::move(gemm));
+  }
+  if (k == 0) {
+    gemm->zeroK_ = true;
+    return std::unique_ptr<DeviceStep>(std::move(gemm));
+  }
+
+  Expected<cudaDataType_t> aCuda = cudaTypeOf(aType.dtype), bCuda = cudaTypeOf(bType.dtype),
+                           cCuda = cudaTypeOf(cType.dtype);
+  if (!aCuda || !bCuda || !cCuda)
+    return Status::error(!aCuda ? aCuda.message() : !bCuda ? bCuda.message() : cCuda.message());
+  gemm->computeDouble_ = step.computeType == DType::F64;
+  cublasComputeType_t compute = gemm->computeDouble_ ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
+  cudaDataType_t scale = gemm->computeDouble_ ? CUDA_R_64F : CUDA_R_32F;
+
+  // Batch entries: one strided-batched call when every operand's entries are
+  // evenly spaced (contiguous or fully broadcast), else one call per entry.
+  Shape resultBatch(cShape.begin(), cShape.end() - 2);
+  std::vector<int64_t> aOffsets = broadcastOffsets(Shape(aShape.begin(), aShape.end() - 2), resultBatch);
+  std::vector<int64_t> bOffsets = broadcastOffsets(Shape(bShape.begin(), bShape.end() - 2), resultBatch);
+  int64_t aMatrix = aRows * aCols, bMatrix = bRows * bCols, cMatrix = m * n;
+  int64_t aStride = 0, bStride = 0;
+  bool strided = isStrided(aOffsets, aStride) && isStrided(bOffsets, bStride) &&
+                 aOffsets.size() <= size_t(INT32_MAX);
+  int64_t aSize = int64_t(dtypeSize(aType.dtype)), bSize = int64_t(dtypeSize(bType.dtype)),
+          cSize = int64_t(dtypeSize(cType.dtype));
+  if (strided) {
+    gemm->calls_.push_back({});
+  } else {
+    for (size_t batch = 0; batch < aOffsets.size(); ++batch)
+      gemm->calls_.push_back({aOffsets[batch] * aMatrix * aSize, bOffsets[batch] * bMatrix * bSize,
+                              int64_t(batch) * cMatrix * cSize});
+  }
+
+  // Every pointer is a 64-byte aligned buffer plus these offsets: tell the
+  // heuristic the alignment that really holds.
+  uint64_t alignmentUnion = 64;
+  auto account = [&](int64_t bytes) { alignmentUnion |= uint64_t(bytes); };
+  for (const GemmStep::Call& call : gemm->calls_) {
+    account(call.aByteOffset);
+    account(call.bByteOffset);
+    account(call.cByteOffset);
+  }
+  if (strided && aOffsets.size() > 1) {
+    account(aStride * aMatrix * aSize);
+    account(bStride * bMatrix * bSize);
+    account(cMatrix * cSize);
+  }
+  uint32_t alignment = uint32_t(std::min<uint64_t>(64, alignmentUnion & (~alignmentUnion + 1)));
+
+  LtDescriptors& d = gemm->descriptors_;
+  AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&d.matmul, compute, scale), "creating a matmul descriptor");
+  cublasOperation_t firstOp = params.transposeB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t secondOp = params.transposeA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  AMPJIT_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(d.matmul, CUBLASLT_MATMUL_DESC_TRANSA, &firstOp, sizeof firstOp),
+      "setting transa");
+  AMPJIT_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(d.matmul, CUBLASLT_MATMUL_DESC_TRANSB, &secondOp, sizeof secondOp),
+      "setting transb");
+  // Column-major views of the row-major bytes: B as [N, K] (or [K, N] when
+  // transposed), A as [K, M] (or [M, K]), C as [N, M].
+  AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.first, *bCuda, uint64_t(bCols), uint64_t(bRows), bCols),
+                                "creating B's layout");
+  AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.second, *aCuda, uint64_t(aCols), uint64_t(aRows), aCols),
+                                "creating A's layout");
+  AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.result, *cCuda, uint64_t(n), uint64_t(m), n),
+                                "creating C's layout");
+  if (strided && aOffsets.size() > 1) {
+    int32_t count = int32_t(aOffsets.size());
+    AMPJIT_RETURN_IF_ERROR(setBatch(d.first, count, bStride * bMatrix));
+    AMPJIT_RETURN_IF_ERROR(setBatch(d.second, count, aStride * aMatrix));
+    AMPJIT_RETURN_IF_ERROR(setBatch(d.result, count, cMatrix));
+  }
+
+  AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&d.preference), "creating a matmul preference");
+  uint64_t workspace = kGemmWorkspaceBytes;
+  AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(d.preference,
+                                                                     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                                     &workspace, sizeof workspace),
+                                "setting the workspace limit");
+  for (cublasLtMatmulPreferenceAttributes_t attribute :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    AMPJIT_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulPreferenceSetAttribute(d.preference, attribute, &alignment, sizeof alignment),
+        "setting an alignment preference");
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(context.cublasLt, d.matmul, d.first, d.second,
+                                                               d.result, d.result, d.preference, 1, &result, &found),
+                                "choosing a cuBLASLt algorithm");
+  if (found == 0)
+    return Status::error("cuBLASLt has no algorithm for a " + typeToString(aType) + " x " + typeToString(bType) +
+                         " -> " + typeToString(cType) + " product");
+  gemm->algorithm_ = result.algo;
+  return std::unique_ptr<DeviceStep>(std::move(gemm));
+}
+
+} // namespace ampjit::runtime::cuda

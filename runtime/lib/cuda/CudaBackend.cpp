@@ -1,1 +1,556 @@
-// being written
+// The CUDA backend (CudaBackend.h): memory from the device's stream-ordered
+// pool, plans prepared into DeviceSteps, runs enqueued on one stream and,
+// from the second run on, replayed as one CUDA graph.
+
+#include "ampjit/runtime/CudaBackend.h"
+
+#include "DeviceStep.h"
+#include "Nvrtc.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+namespace ampjit::runtime {
+
+bool cudaBackendBuilt() { return true; }
+
+int cudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError(); // clear the sticky "no driver" error for later calls
+    return 0;
+  }
+  return count;
+}
+
+namespace {
+
+using cuda::DeviceContext;
+using cuda::DeviceStep;
+using cuda::StepPointers;
+
+/// What outlives the backend object for as long as anything uses it: the
+/// stream, the library handles and the loaded kernels. The backend, each
+/// Executable and each device tensor hold it, so a tensor freed after its
+/// backend still has a stream to free on.
+struct DeviceRuntime {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cudaMemPool_t pool = nullptr;
+  cuda::KernelCompiler compiler;
+  DeviceContext context;
+
+  explicit DeviceRuntime(std::filesystem::path cacheDirectory) : compiler(std::move(cacheDirectory)) {}
+  ~DeviceRuntime() {
+    cudaSetDevice(device);
+    if (stream)
+      cudaStreamSynchronize(stream);
+    if (context.cudnn)
+      cudnnDestroy(context.cudnn);
+    if (context.cublasLt)
+      cublasLtDestroy(context.cublasLt);
+    for (cudaLibrary_t library : context.loadedLibraries)
+      cudaLibraryUnload(library);
+    if (stream)
+      cudaStreamDestroy(stream);
+  }
+};
+
+/// Device bytes from the pool, freed back to it (stream-ordered) with the
+/// last handle. Rounded up so every allocation keeps kTensorAlignment.
+Expected<std::shared_ptr<Storage>> allocateDevice(const std::shared_ptr<DeviceRuntime>& runtime, std::size_t bytes,
+                                                  bool zeroFill) {
+  std::size_t rounded = std::max<std::size_t>(256, (bytes + 255) / 256 * 256);
+  void* memory = nullptr;
+  cudaError_t error = cudaMallocFromPoolAsync(&memory, rounded, runtime->pool, runtime->stream);
+  if (error != cudaSuccess)
+    return cuda::cudaFailure(error, "allocating " + std::to_string(bytes) + " bytes of device memory");
+  if (zeroFill) {
+    error = cudaMemsetAsync(memory, 0, rounded, runtime->stream);
+    if (error != cudaSuccess) {
+      cudaFreeAsync(memory, runtime->stream);
+      return cuda::cudaFailure(error, "zero-filling device memory");
+    }
+  }
+  return Storage::adopt(static_cast<std::byte*>(memory), bytes, Device::Cuda,
+                        [runtime](std::byte* data) { cudaFreeAsync(data, runtime->stream); });
+}
+
+Expected<Tensor> allocateDeviceTensor(const std::shared_ptr<DeviceRuntime>& runtime, const TensorType& type,
+                                      bool zeroFill) {
+  if (checkedElementCount(type.shape) < 0)
+    return Status::error("cannot allocate a tensor of shape " + shapeToString(type.shape));
+  Expected<std::shared_ptr<Storage>> storage = allocateDevice(runtime, type.byteSize(), zeroFill);
+  if (!storage)
+    return storage.status();
+  return Tensor::wrap(type, std::move(*storage));
+}
+
+std::string describeArgument(const Plan& plan, std::size_t index) {
+  const BufferDesc& buffer = plan.buffers[plan.argumentBuffer(index)];
+  std::string text = "argument " + std::to_string(index);
+  if (!buffer.name.empty())
+    text += " '" + buffer.name + "'";
+  return text + " (" + std::string(bufferRoleName(buffer.role)) + " " + typeToString(buffer.type) + ")";
+}
+
+/// A DeviceStep and the plan steps it runs (several for a multi-tensor group).
+struct PreparedStep {
+  std::unique_ptr<DeviceStep> step;
+  std::vector<std::size_t> indices;
+};
+
+class CudaExecutable final : public Executable {
+public:
+  CudaExecutable(Plan plan, std::shared_ptr<DeviceRuntime> runtime, bool useGraphs)
+      : plan_(std::move(plan)), runtime_(std::move(runtime)), useGraphs_(useGraphs) {}
+
+  ~CudaExecutable() override {
+    if (graph_)
+      cudaGraphExecDestroy(graph_);
+  }
+
+  Status prepare() {
+    DeviceContext& context = runtime_->context;
+    int64_t compiledBefore = context.kernelsCompiled, hitsBefore = context.kernelCacheHits;
+    for (std::size_t index = 0; index < plan_.steps.size();) {
+      std::size_t end = index + 1;
+      if (plan_.steps[index].kind == StepKind::OptimizerUpdate)
+        while (end < plan_.steps.size() && plan_.steps[end].kind == StepKind::OptimizerUpdate &&
+               cuda::canShareOptimizerLaunch(plan_, plan_.steps[index], plan_.steps[end]))
+          ++end;
+      Expected<std::unique_ptr<DeviceStep>> step = makeStep(index, end);
+      if (!step)
+        return Status::error(describe(index) + ": " + step.message());
+      PreparedStep prepared{std::move(*step), {}};
+      for (std::size_t i = index; i < end; ++i)
+        prepared.indices.push_back(i);
+      workspaceBytes_ = std::max(workspaceBytes_, prepared.step->workspaceBytes());
+      steps_.push_back(std::move(prepared));
+      index = end;
+    }
+    stats_.kernelsCompiled = context.kernelsCompiled - compiledBefore;
+    stats_.kernelCacheHits = context.kernelCacheHits - hitsBefore;
+
+    // Fixed memory: the arena, the workspace, and per buffer the constants'
+    // bytes, the outputs' buffers and the inputs' staging buffers, so that
+    // a captured graph's addresses stay valid for every later run.
+    AMPJIT_RETURN_IF_ERROR(allocateFixed(arena_, plan_.arenaBytes, "its arena"));
+    AMPJIT_RETURN_IF_ERROR(allocateFixed(workspace_, workspaceBytes_, "the steps' workspace"));
+    fixed_.resize(plan_.buffers.size());
+    for (BufferId id = 0; id < plan_.buffers.size(); ++id) {
+      const BufferDesc& buffer = plan_.buffers[id];
+      if (buffer.role != BufferRole::Constant && buffer.role != BufferRole::Output &&
+          buffer.role != BufferRole::Input)
+        continue;
+      AMPJIT_RETURN_IF_ERROR(allocateFixed(fixed_[id], buffer.type.byteSize(), "buffer %" + std::to_string(id)));
+      if (buffer.role == BufferRole::Constant && !buffer.constantData.empty())
+        AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(fixed_[id]->data(), buffer.constantData.data(),
+                                                    buffer.constantData.size(), cudaMemcpyHostToDevice,
+                                                    runtime_->stream),
+                                    "plan @" + plan_.name + ": uploading constant %" + std::to_string(id));
+    }
+    AMPJIT_RETURN_IF_ERROR(prepareRederivation());
+    // Prepare may wait: surface any failure of the uploads now, not in a run.
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(runtime_->stream), "plan @" + plan_.name + ": preparing");
+    return Status::success();
+  }
+
+  const Plan& plan() const override { return plan_; }
+
+  Expected<std::vector<Tensor>> run(std::span<Tensor> arguments) override {
+    AMPJIT_RETURN_IF_ERROR(checkArguments(plan_, arguments));
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(runtime_->device), "selecting the device");
+    cudaStream_t stream = runtime_->stream;
+    std::vector<void*> argumentKey;
+    pointers_.assign(plan_.buffers.size(), nullptr);
+    for (BufferId id = 0; id < plan_.buffers.size(); ++id) {
+      const BufferDesc& buffer = plan_.buffers[id];
+      switch (buffer.role) {
+      case BufferRole::Temporary: pointers_[id] = arena_->data() + buffer.arenaOffset; break;
+      case BufferRole::Constant:
+      case BufferRole::Output: pointers_[id] = fixed_[id]->data(); break;
+      case BufferRole::Input: {
+        // A new batch is copied into the staging buffer the graph reads, from
+        // host or device memory alike.
+        const Tensor& input = arguments[std::size_t(buffer.argument)];
+        pointers_[id] = fixed_[id]->data();
+        if (input.byteSize() > 0)
+          AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pointers_[id], input.bytes(), input.byteSize(),
+                                                      cudaMemcpyDefault, stream),
+                                      "plan @" + plan_.name + ": copying " + describeArgument(plan_, buffer.argument));
+        break;
+      }
+      default: {
+        Tensor& state = arguments[std::size_t(buffer.argument)];
+        if (state.device() != Device::Cuda)
+          return Status::error("plan @" + plan_.name + ": " + describeArgument(plan_, std::size_t(buffer.argument)) +
+                               " is in host memory; the CUDA backend reads and updates state on the device "
+                               "(allocate it with the backend or copy it there with toDevice)");
+        pointers_[id] = state.bytes();
+        argumentKey.push_back(pointers_[id]);
+        break;
+      }
+      }
+    }
+
+    if (!useGraphs_ || stats_.eagerRuns == 0 || !graphFailure_.empty()) {
+      // The first run goes step by step: it loads lazily initialised library
+      // state (cuBLASLt, cuDNN) outside any capture.
+      AMPJIT_RETURN_IF_ERROR(enqueueSteps(stream));
+      ++stats_.eagerRuns;
+    } else {
+      if (graph_ == nullptr || argumentKey != capturedKey_)
+        AMPJIT_RETURN_IF_ERROR(capture(stream, argumentKey));
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph_, stream), "plan @" + plan_.name + ": launching its graph");
+      ++stats_.graphReplays;
+    }
+
+    std::vector<Tensor> results;
+    for (const PlanResult& result : plan_.results) {
+      const BufferDesc& buffer = plan_.buffers[result.buffer];
+      if (result.tiedArgument >= 0) {
+        results.push_back(arguments[std::size_t(result.tiedArgument)]);
+        continue;
+      }
+      // Outputs live in fixed buffers the next run overwrites: each run's
+      // results are copies the caller owns.
+      Expected<Tensor> copy = allocateDeviceTensor(runtime_, buffer.type, false);
+      if (!copy)
+        return Status::error("plan @" + plan_.name + ": " + copy.message());
+      if (copy->byteSize() > 0)
+        AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(copy->bytes(), pointers_[result.buffer], copy->byteSize(),
+                                                    cudaMemcpyDeviceToDevice, stream),
+                                    "plan @" + plan_.name + ": copying a result");
+      results.push_back(std::move(*copy));
+    }
+    return results;
+  }
+
+  Status rederive(std::span<Tensor> arguments) override {
+    AMPJIT_RETURN_IF_ERROR(checkArguments(plan_, arguments));
+    for (const Rederivation& rederivation : rederivations_) {
+      Tensor& source = arguments[rederivation.source];
+      Tensor& derived = arguments[rederivation.derived];
+      if (source.device() != Device::Cuda || derived.device() != Device::Cuda)
+        return Status::error("plan @" + plan_.name + ": re-deriving " + describeArgument(plan_, rederivation.derived) +
+                             " needs it and its source on the device");
+      void* in[] = {source.bytes()};
+      void* out[] = {derived.bytes()};
+      AMPJIT_RETURN_IF_ERROR(rederivation.convert->enqueue(StepPointers{in, out, nullptr}, runtime_->stream));
+    }
+    return Status::success();
+  }
+
+  CudaRunStats stats() const { return stats_; }
+
+private:
+  Expected<std::unique_ptr<DeviceStep>> makeStep(std::size_t index, std::size_t end) {
+    DeviceContext& context = runtime_->context;
+    const Step& step = plan_.steps[index];
+    if (end - index > 1) {
+      std::vector<const Step*> group;
+      for (std::size_t i = index; i < end; ++i)
+        group.push_back(&plan_.steps[i]);
+      return cuda::makeOptimizerGroupStep(context, plan_, group);
+    }
+    if (step.kind == StepKind::Gemm)
+      return cuda::makeGemmStep(context, plan_, step);
+    if (step.kind == StepKind::Elementwise || step.kind == StepKind::FusedElementwise)
+      return cuda::makeGeneratedElementwiseStep(context, plan_, step);
+    if (cuda::runsThroughCudnn(step.kind))
+      return cuda::makeCudnnStep(context, plan_, step);
+    if (cuda::runsAsHandwrittenKernel(step.kind))
+      return cuda::makeHandwrittenStep(context, plan_, step);
+    return Status::error("the CUDA backend has no kernel for " + std::string(stepKindName(step.kind)) + " steps");
+  }
+
+  Status allocateFixed(std::shared_ptr<Storage>& storage, uint64_t bytes, const std::string& what) {
+    Expected<std::shared_ptr<Storage>> allocated = allocateDevice(runtime_, std::size_t(bytes), true);
+    if (!allocated)
+      return Status::error("plan @" + plan_.name + ": " + what + ": " + allocated.message());
+    storage = std::move(*allocated);
+    return Status::success();
+  }
+
+  Status enqueueSteps(cudaStream_t stream) {
+    std::vector<void*> in, out;
+    void* workspace = workspaceBytes_ > 0 ? static_cast<void*>(workspace_->data()) : nullptr;
+    for (PreparedStep& prepared : steps_) {
+      in.clear();
+      out.clear();
+      for (std::size_t index : prepared.indices) {
+        const Step& step = plan_.steps[index];
+        for (BufferId id : step.inputs)
+          in.push_back(id == kNoBuffer ? nullptr : pointers_[id]);
+        for (BufferId id : step.outputs)
+          out.push_back(id == kNoBuffer ? nullptr : pointers_[id]);
+      }
+      Status status = prepared.step->enqueue(StepPointers{in, out, workspace}, stream);
+      if (!status)
+        return Status::error(describe(prepared.indices.front()) + ": " + status.message());
+    }
+    return Status::success();
+  }
+
+  /// Records every step into a graph for the current argument addresses;
+  /// updates the instantiated graph in place when its topology allows.
+  Status capture(cudaStream_t stream, const std::vector<void*>& key) {
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                                "plan @" + plan_.name + ": beginning graph capture");
+    Status enqueued = enqueueSteps(stream);
+    cudaGraph_t graph = nullptr;
+    cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    if (!enqueued || ended != cudaSuccess) {
+      if (graph)
+        cudaGraphDestroy(graph);
+      (void)cudaGetLastError();
+      // What cannot be captured still runs: remember why and go step by step.
+      graphFailure_ = !enqueued ? enqueued.message() : cuda::cudaFailure(ended, "ending capture").message();
+      return enqueueSteps(stream);
+    }
+    if (graph_) {
+      cudaGraphExecUpdateResultInfo info{};
+      if (cudaGraphExecUpdate(graph_, graph, &info) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cudaGraphExecDestroy(graph_);
+        graph_ = nullptr;
+      }
+    }
+    cudaError_t instantiated = graph_ ? cudaSuccess : cudaGraphInstantiate(&graph_, graph, 0);
+    cudaGraphDestroy(graph);
+    if (instantiated != cudaSuccess) {
+      graph_ = nullptr;
+      return cuda::cudaFailure(instantiated, "plan @" + plan_.name + ": instantiating its graph");
+    }
+    capturedKey_ = key;
+    ++stats_.captures;
+    return Status::success();
+  }
+
+  /// O2's derived copies are re-established on the device by the same
+  /// generated Convert kernel a plan step would use.
+  Status prepareRederivation() {
+    for (const BufferDesc& buffer : plan_.buffers) {
+      if (buffer.derivedFrom < 0)
+        continue;
+      Plan conversion;
+      conversion.name = plan_.name + ".rederive";
+      conversion.buffers.push_back(plan_.buffers[plan_.argumentBuffer(std::size_t(buffer.derivedFrom))]);
+      conversion.buffers.push_back(buffer);
+      Step convert;
+      convert.kind = StepKind::Elementwise;
+      convert.params = ElementwiseParams{.op = ElementwiseOp::Convert};
+      convert.computeType = (conversion.buffers[0].type.dtype == DType::F64 || buffer.type.dtype == DType::F64)
+                                ? DType::F64
+                                : DType::F32;
+      convert.inputs = {0};
+      convert.outputs = {1};
+      convert.origin = "rederive " + buffer.name;
+      Expected<std::unique_ptr<DeviceStep>> step =
+          cuda::makeGeneratedElementwiseStep(runtime_->context, conversion, convert);
+      if (!step)
+        return Status::error("plan @" + plan_.name + ": preparing the re-derivation of " +
+                             describeArgument(plan_, std::size_t(buffer.argument)) + ": " + step.message());
+      rederivations_.push_back({std::size_t(buffer.derivedFrom), std::size_t(buffer.argument), std::move(*step)});
+    }
+    return Status::success();
+  }
+
+  std::string describe(std::size_t index) const {
+    const Step& step = plan_.steps[index];
+    std::string text =
+        "plan @" + plan_.name + ", step " + std::to_string(index) + " (" + std::string(stepKindName(step.kind));
+    if (!step.origin.empty())
+      text += " from " + step.origin;
+    return text + ")";
+  }
+
+  struct Rederivation {
+    std::size_t source, derived;
+    std::unique_ptr<DeviceStep> convert;
+  };
+
+  Plan plan_;
+  std::shared_ptr<DeviceRuntime> runtime_;
+  bool useGraphs_;
+  std::vector<PreparedStep> steps_;
+  std::size_t workspaceBytes_ = 0;
+  std::shared_ptr<Storage> arena_, workspace_;
+  std::vector<std::shared_ptr<Storage>> fixed_;
+  std::vector<void*> pointers_;
+  std::vector<Rederivation> rederivations_;
+  cudaGraphExec_t graph_ = nullptr;
+  std::vector<void*> capturedKey_;
+  std::string graphFailure_;
+  CudaRunStats stats_;
+};
+
+class PinnedHostCopy final : public AsyncHostCopy {
+public:
+  PinnedHostCopy(std::shared_ptr<DeviceRuntime> runtime, TensorType type, void* pinned, cudaEvent_t done)
+      : runtime_(std::move(runtime)), type_(std::move(type)), pinned_(pinned), done_(done) {}
+  ~PinnedHostCopy() override {
+    // The copy may still be writing the pinned buffer.
+    cudaEventSynchronize(done_);
+    cudaEventDestroy(done_);
+    cudaFreeHost(pinned_);
+  }
+
+  bool ready() override { return cudaEventQuery(done_) == cudaSuccess; }
+
+  Expected<Tensor> wait() override {
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done_), "waiting for a device-to-host copy");
+    Expected<Tensor> host = Tensor::allocate(type_);
+    if (!host)
+      return host;
+    if (host->byteSize() > 0)
+      std::memcpy(host->bytes(), pinned_, host->byteSize());
+    return host;
+  }
+
+private:
+  std::shared_ptr<DeviceRuntime> runtime_;
+  TensorType type_;
+  void* pinned_;
+  cudaEvent_t done_;
+};
+
+class CudaBackendImpl final : public CudaBackend {
+public:
+  explicit CudaBackendImpl(std::shared_ptr<DeviceRuntime> runtime, CudaBackendOptions options)
+      : runtime_(std::move(runtime)), options_(std::move(options)) {}
+
+  std::string_view name() const override { return "cuda"; }
+
+  Expected<Tensor> allocate(const TensorType& type) override {
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(runtime_->device), "selecting the device");
+    return allocateDeviceTensor(runtime_, type, true);
+  }
+
+  Expected<std::unique_ptr<Executable>> prepare(Plan plan) override {
+    Status valid = verifyPlan(plan);
+    if (!valid)
+      return Status::error("plan @" + plan.name + " is invalid: " + valid.message());
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(runtime_->device), "selecting the device");
+    auto executable = std::make_unique<CudaExecutable>(std::move(plan), runtime_, options_.useGraphs);
+    AMPJIT_RETURN_IF_ERROR(executable->prepare());
+    return std::unique_ptr<Executable>(std::move(executable));
+  }
+
+  Expected<Tensor> toHost(const Tensor& tensor) override {
+    if (tensor.device() == Device::Host)
+      return tensor;
+    Expected<Tensor> host = Tensor::allocate(tensor.type());
+    if (!host)
+      return host;
+    if (tensor.byteSize() > 0)
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host->bytes(), tensor.bytes(), tensor.byteSize(),
+                                                  cudaMemcpyDeviceToHost, runtime_->stream),
+                                  "copying a " + typeToString(tensor.type()) + " tensor to the host");
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(runtime_->stream), "waiting for the device");
+    return host;
+  }
+
+  Expected<Tensor> toDevice(const Tensor& host) override {
+    if (host.device() == Device::Cuda)
+      return host;
+    Expected<Tensor> device = allocateDeviceTensor(runtime_, host.type(), false);
+    if (!device)
+      return device;
+    // From pageable memory the call returns once the bytes are staged, so
+    // `host` may change right after.
+    if (host.byteSize() > 0)
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device->bytes(), host.bytes(), host.byteSize(),
+                                                  cudaMemcpyHostToDevice, runtime_->stream),
+                                  "copying a " + typeToString(host.type()) + " tensor to the device");
+    return device;
+  }
+
+  Expected<std::unique_ptr<AsyncHostCopy>> copyToHostAsync(const Tensor& tensor) override {
+    if (tensor.device() != Device::Cuda)
+      return Status::error("copyToHostAsync: the tensor is not on the device");
+    void* pinned = nullptr;
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned, std::max<std::size_t>(1, tensor.byteSize())),
+                                "allocating pinned host memory");
+    cudaEvent_t done = nullptr;
+    cudaError_t error = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+    if (error == cudaSuccess && tensor.byteSize() > 0)
+      error = cudaMemcpyAsync(pinned, tensor.bytes(), tensor.byteSize(), cudaMemcpyDeviceToHost, runtime_->stream);
+    if (error == cudaSuccess)
+      error = cudaEventRecord(done, runtime_->stream);
+    if (error != cudaSuccess) {
+      if (done)
+        cudaEventDestroy(done);
+      cudaFreeHost(pinned);
+      return cuda::cudaFailure(error, "enqueueing a device-to-host copy");
+    }
+    return std::unique_ptr<AsyncHostCopy>(new PinnedHostCopy(runtime_, tensor.type(), pinned, done));
+  }
+
+  Status synchronize() override {
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(runtime_->stream), "waiting for the device");
+    return Status::success();
+  }
+
+  int64_t peakDeviceBytes() override {
+    uint64_t high = 0;
+    if (cudaMemPoolGetAttribute(runtime_->pool, cudaMemPoolAttrUsedMemHigh, &high) != cudaSuccess)
+      return -1;
+    return int64_t(high);
+  }
+
+  void* stream() override { return runtime_->stream; }
+
+  CudaRunStats stats(const Executable& executable) const override {
+    const auto* cudaExecutable = dynamic_cast<const CudaExecutable*>(&executable);
+    return cudaExecutable ? cudaExecutable->stats() : CudaRunStats{};
+  }
+
+private:
+  std::shared_ptr<DeviceRuntime> runtime_;
+  CudaBackendOptions options_;
+};
+
+} // namespace
+
+Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions options) {
+  int count = cudaDeviceCount();
+  if (count == 0)
+    return Status::error("no CUDA device is available (cudaGetDeviceCount found none, or no driver is installed)");
+  if (options.device < 0 || options.device >= count)
+    return Status::error("CUDA device " + std::to_string(options.device) + " does not exist (" +
+                         std::to_string(count) + " found)");
+  std::filesystem::path cache = options.kernelCacheDirectory.empty() ? cuda::defaultKernelCacheDirectory()
+                                                                     : options.kernelCacheDirectory;
+  auto runtime = std::make_shared<DeviceRuntime>(cache);
+  runtime->device = options.device;
+  AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device), "selecting CUDA device " + std::to_string(options.device));
+  int major = 0, minor = 0, multiprocessors = 0;
+  AMPJIT_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options.device),
+                              "reading the compute capability");
+  AMPJIT_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, options.device),
+                              "reading the compute capability");
+  AMPJIT_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, options.device),
+      "reading the multiprocessor count");
+  AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&runtime->stream, cudaStreamNonBlocking),
+                              "creating the backend's stream");
+  // The pool keeps what it reserved: after the first step every allocation
+  // is served from it, never from cudaMalloc.
+  AMPJIT_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&runtime->pool, options.device),
+                              "getting the device's memory pool");
+  uint64_t keepEverything = std::numeric_limits<uint64_t>::max();
+  AMPJIT_CUDA_RETURN_IF_ERROR(
+      cudaMemPoolSetAttribute(runtime->pool, cudaMemPoolAttrReleaseThreshold, &keepEverything),
+      "configuring the memory pool");
+  AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&runtime->context.cublasLt), "creating the cuBLASLt handle");
+  runtime->context.device = options.device;
+  runtime->context.architecture = "sm_" + std::to_string(major) + std::to_string(minor);
+  runtime->context.multiprocessorCount = multiprocessors;
+  runtime->context.compiler = &runtime->compiler;
+  return std::unique_ptr<CudaBackend>(new CudaBackendImpl(std::move(runtime), std::move(options)));
+}
+
+} // namespace ampjit::runtime

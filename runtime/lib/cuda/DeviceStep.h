@@ -20,6 +20,8 @@
 #include <cudnn.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -41,6 +43,13 @@ struct DeviceContext {
   /// cudnnHandle() rather than reading this.
   cudnnHandle_t cudnn = nullptr;
   KernelCompiler* compiler = nullptr;
+  /// NVRTC kernels loaded so far, by kernel name (one name, one source), so
+  /// identical steps share one module; and the libraries to unload.
+  std::map<std::string, cudaKernel_t> loadedKernels;
+  std::vector<cudaLibrary_t> loadedLibraries;
+  /// Compilations and cache hits of this context's kernels (CudaRunStats).
+  int64_t kernelsCompiled = 0;
+  int64_t kernelCacheHits = 0;
 
   /// The cuDNN handle, created the first time a plan needs it.
   Expected<cudnnHandle_t> cudnnHandle();

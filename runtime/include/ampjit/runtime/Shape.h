@@ -60,6 +60,11 @@ Expected<Shape> broadcastShapes(std::span<const Shape> shapes);
 /// entry per dimension of `to`. Requires broadcastsTo(from, to).
 std::vector<int64_t> broadcastStrides(std::span<const int64_t> from, std::span<const int64_t> to);
 
+/// For each index of `to` in row-major order, the row-major linear index of
+/// the element of `from` it reads when `from` is broadcast to `to` (the batch
+/// entries of a broadcast GEMM operand). Requires broadcastsTo(from, to).
+std::vector<int64_t> broadcastOffsets(const Shape& from, const Shape& to);
+
 } // namespace ampjit::runtime
 
 #endif // AMPJIT_RUNTIME_SHAPE_H
