@@ -1,13 +1,507 @@
-// PLACEHOLDER until the update kernels land: every kind reports it has no kernel.
+// Plan steps on the update kernels (UpdateKernels.h): the loss-scaler steps,
+// the optimizer updates (one step, or consecutive steps as one multi-tensor
+// launch) and the layout kinds. Everything about shapes, dtypes and hazards
+// is settled here at prepare time; enqueue only fills pointer tables and
+// launches.
+
 #include "DeviceStep.h"
+#include "UpdateKernels.h"
+
+#include <algorithm>
+#include <cstring>
+
 namespace ampjit::runtime::cuda {
-bool runsAsUpdateKernel(StepKind) { return false; }
-Expected<std::unique_ptr<DeviceStep>> makeUpdateStep(DeviceContext&, const Plan&, const Step& step) {
-  return Status::error("no CUDA kernel for " + std::string(stepKindName(step.kind)) + " steps yet");
+
+namespace {
+
+static_assert(int(DType::F32) == int(update::ElementType::F32) && int(DType::F64) == int(update::ElementType::F64) &&
+                  int(DType::F16) == int(update::ElementType::F16) &&
+                  int(DType::BF16) == int(update::ElementType::BF16) &&
+                  int(DType::I64) == int(update::ElementType::I64) && int(DType::I1) == int(update::ElementType::I1),
+              "update::ElementType mirrors DType");
+
+update::ElementType elementType(DType dtype) { return update::ElementType(int(dtype)); }
+
+const TensorType& typeOf(const Plan& plan, BufferId id) { return plan.buffers[id].type; }
+
+std::string stepName(const Step& step) {
+  return std::string(stepKindName(step.kind)) + (step.origin.empty() ? "" : " (" + step.origin + ")");
 }
-bool canShareOptimizerLaunch(const Plan&, const Step&, const Step&) { return false; }
-Expected<std::unique_ptr<DeviceStep>> makeOptimizerGroupStep(DeviceContext&, const Plan&,
-                                                             std::span<const Step* const>) {
-  return Status::error("no CUDA optimizer kernel yet");
+
+Status wrongPointerCount(const Step& step) {
+  return Status::error(stepName(step) + ": enqueued with the wrong number of buffers");
 }
+
+std::unique_ptr<DeviceStep> upcast(std::unique_ptr<DeviceStep> step) { return step; }
+
+//===----------------------------------------------------------------------===//
+// Loss scaler
+//===----------------------------------------------------------------------===//
+
+class ScaleLossStep final : public DeviceStep {
+public:
+  ScaleLossStep(const Plan& plan, const Step& step)
+      : step_(step), type_(elementType(typeOf(plan, step.inputs[0]).dtype)),
+        computeF64_(step.computeType == DType::F64) {}
+
+  Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
+    if (pointers.inputs.size() != 2 || pointers.outputs.size() != 1)
+      return wrongPointerCount(step_);
+    AMPJIT_CUDA_RETURN_IF_ERROR(update::launchScaleLoss(pointers.inputs[0], pointers.outputs[0], type_,
+                                                        static_cast<const float*>(pointers.inputs[1]),
+                                                        computeF64_, stream),
+                                stepName(step_));
+    return Status::success();
+  }
+
+private:
+  Step step_;
+  update::ElementType type_;
+  bool computeF64_;
+};
+
+class AllFiniteStep final : public DeviceStep {
+public:
+  AllFiniteStep(const Plan& plan, const Step& step) : step_(step) {
+    for (BufferId id : step.inputs)
+      tensors_.push_back({nullptr, typeOf(plan, id).elementCount(), elementType(typeOf(plan, id).dtype)});
+  }
+
+  Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
+    if (pointers.inputs.size() != tensors_.size() || pointers.outputs.size() != 1)
+      return wrongPointerCount(step_);
+    for (size_t k = 0; k < tensors_.size(); ++k)
+      tensors_[k].data = pointers.inputs[k];
+    AMPJIT_CUDA_RETURN_IF_ERROR(update::launchAllFinite(tensors_.data(), tensors_.size(),
+                                                        static_cast<uint8_t*>(pointers.outputs[0]), stream),
+                                stepName(step_));
+    return Status::success();
+  }
+
+private:
+  Step step_;
+  /// Types and counts fixed at prepare; pointers filled per enqueue.
+  std::vector<update::FiniteCheckTensor> tensors_;
+};
+
+class UnscaleAndCheckStep final : public DeviceStep {
+public:
+  UnscaleAndCheckStep(const Plan& plan, const Step& step)
+      : step_(step), computeF64_(step.computeType == DType::F64) {
+    for (size_t k = 1; k < step.inputs.size(); ++k) {
+      const TensorType& type = typeOf(plan, step.inputs[k]);
+      tensors_.push_back({nullptr, nullptr, type.elementCount(), elementType(type.dtype)});
+    }
+  }
+
+  Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
+    if (pointers.inputs.size() != tensors_.size() + 1 || pointers.outputs.size() != tensors_.size() + 1)
+      return wrongPointerCount(step_);
+    for (size_t k = 0; k < tensors_.size(); ++k) {
+      tensors_[k].in = pointers.inputs[k + 1];
+      tensors_[k].out = pointers.outputs[k];
+    }
+    AMPJIT_CUDA_RETURN_IF_ERROR(update::launchUnscaleAndCheck(static_cast<const float*>(pointers.inputs[0]),
+                                                              tensors_.data(), tensors_.size(),
+                                                              static_cast<uint8_t*>(pointers.outputs.back()),
+                                                              computeF64_, stream),
+                                stepName(step_));
+    return Status::success();
+  }
+
+private:
+  Step step_;
+  bool computeF64_;
+  std::vector<update::UnscaleTensor> tensors_;
+};
+
+class UpdateScaleStep final : public DeviceStep {
+public:
+  explicit UpdateScaleStep(const Step& step) : step_(step) {
+    const UpdateScaleParams& params = step.as<UpdateScaleParams>();
+    config_ = {params.growthFactor, params.backoffFactor, params.growthInterval, params.backoffInterval,
+               params.minScale};
+  }
+
+  Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
+    if (pointers.inputs.size() != 5 || pointers.outputs.size() != 4)
+      return wrongPointerCount(step_);
+    update::UpdateScalePointers p{
+        static_cast<const float*>(pointers.inputs[0]),   static_cast<const int64_t*>(pointers.inputs[1]),
+        static_cast<const int64_t*>(pointers.inputs[2]), static_cast<const int64_t*>(pointers.inputs[3]),
+        static_cast<const uint8_t*>(pointers.inputs[4]), static_cast<float*>(pointers.outputs[0]),
+        static_cast<int64_t*>(pointers.outputs[1]),      static_cast<int64_t*>(pointers.outputs[2]),
+        static_cast<int64_t*>(pointers.outputs[3])};
+    AMPJIT_CUDA_RETURN_IF_ERROR(update::launchUpdateScale(config_, p, stream), stepName(step_));
+    return Status::success();
+  }
+
+private:
+  Step step_;
+  update::UpdateScaleConfig config_{};
+};
+
+//===----------------------------------------------------------------------===//
+// Optimizers
+//===----------------------------------------------------------------------===//
+
+/// The slot positions of one optimizer's step layout.
+struct OptimizerSlots {
+  size_t inputs, outputs;
+  size_t param, grad, state0, state1, step, lr, invScale, predicate, copy;
+  size_t newParam, newState0, newState1, newCopy;
+  static constexpr size_t kNone = size_t(-1);
+
+  static OptimizerSlots of(const Step& step) {
+    if (step.as<OptimizerParams>().optimizer == OptimizerKind::Adam) {
+      using namespace adam_slot;
+      return {9,      4,   kParam,      kGrad,     kExpAvg,        kExpAvgSq,     kStep,        kLr,
+              kInvScale, kPredicate, kParamCopy, kNewParam, kNewExpAvg, kNewExpAvgSq, kNewParamCopy};
+    }
+    using namespace sgd_slot;
+    return {8,          3,          kParam,     kGrad,     kMomentumBuffer,    kNone, kStep, kLr,
+            kInvScale,  kPredicate, kParamCopy, kNewParam, kNewMomentumBuffer, kNone, kNewParamCopy};
+  }
+};
+
+/// Whether two buffers may share bytes: the same buffer, or temporaries whose
+/// arena ranges overlap (codegen reuses the bytes of dead temporaries).
+bool sameMemory(const Plan& plan, BufferId a, BufferId b) {
+  if (a == kNoBuffer || b == kNoBuffer)
+    return false;
+  if (a == b)
+    return true;
+  const BufferDesc &x = plan.buffers[a], &y = plan.buffers[b];
+  if (x.role != BufferRole::Temporary || y.role != BufferRole::Temporary)
+    return false;
+  uint64_t xEnd = x.arenaOffset + uint64_t(x.type.byteSize()), yEnd = y.arenaOffset + uint64_t(y.type.byteSize());
+  return x.arenaOffset < yEnd && y.arenaOffset < xEnd;
+}
+
+/// Whether running two steps in one launch (elements in any order) could
+/// differ from running them one after the other: one writes what the other
+/// reads or writes.
+bool stepsConflict(const Plan& plan, const Step& a, const Step& b) {
+  auto writesInto = [&](const Step& writer, const Step& other) {
+    for (BufferId out : writer.outputs) {
+      for (BufferId in : other.inputs)
+        if (sameMemory(plan, out, in))
+          return true;
+      for (BufferId otherOut : other.outputs)
+        if (sameMemory(plan, out, otherOut))
+          return true;
+    }
+    return false;
+  };
+  return writesInto(a, b) || writesInto(b, a);
+}
+
+class OptimizerGroupStep final : public DeviceStep {
+public:
+  /// `steps` verified by makeOptimizerGroupStep.
+  OptimizerGroupStep(const Plan& plan, std::span<const Step* const> steps)
+      : origin_(stepName(*steps.front())), slots_(OptimizerSlots::of(*steps.front())) {
+    const Step& first = *steps.front();
+    const OptimizerParams& params = first.as<OptimizerParams>();
+    config_.adam = params.optimizer == OptimizerKind::Adam;
+    config_.computeF64 = first.computeType == DType::F64;
+    config_.momentum = params.momentum;
+    config_.dampening = params.dampening;
+    config_.nesterov = params.nesterov;
+    config_.beta1 = params.beta1;
+    config_.beta2 = params.beta2;
+    config_.eps = params.eps;
+    config_.decoupledWeightDecay = params.decoupledWeightDecay;
+    config_.weightDecay = params.weightDecay;
+    config_.maximize = params.maximize;
+    config_.paramType = elementType(typeOf(plan, first.inputs[slots_.param]).dtype);
+    config_.gradType = elementType(typeOf(plan, first.inputs[slots_.grad]).dtype);
+    BufferId copy = first.inputs[slots_.copy];
+    config_.copyType = copy == kNoBuffer ? update::ElementType::F16 : elementType(typeOf(plan, copy).dtype);
+
+    // Split into launches whose steps touch disjoint memory, so that one
+    // launch's arbitrary element order equals the plan's step order.
+    std::vector<size_t> current;
+    for (size_t k = 0; k < steps.size(); ++k) {
+      counts_.push_back(typeOf(plan, steps[k]->inputs[slots_.param]).elementCount());
+      bool conflict = std::any_of(current.begin(), current.end(),
+                                  [&](size_t j) { return stepsConflict(plan, *steps[j], *steps[k]); });
+      if (conflict) {
+        launches_.push_back(std::move(current));
+        current.clear();
+      }
+      current.push_back(k);
+    }
+    launches_.push_back(std::move(current));
+    tensors_.resize(steps.size());
+  }
+
+  Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
+    if (pointers.inputs.size() != counts_.size() * slots_.inputs ||
+        pointers.outputs.size() != counts_.size() * slots_.outputs)
+      return Status::error(origin_ + ": enqueued with the wrong number of buffers");
+    for (const std::vector<size_t>& launch : launches_) {
+      for (size_t n = 0; n < launch.size(); ++n) {
+        size_t k = launch[n];
+        std::span<void* const> in = pointers.inputs.subspan(k * slots_.inputs, slots_.inputs);
+        std::span<void* const> out = pointers.outputs.subspan(k * slots_.outputs, slots_.outputs);
+        auto input = [&](size_t slot) -> const void* { return slot == OptimizerSlots::kNone ? nullptr : in[slot]; };
+        auto output = [&](size_t slot) -> void* { return slot == OptimizerSlots::kNone ? nullptr : out[slot]; };
+        tensors_[n] = {input(slots_.param),     input(slots_.grad),       input(slots_.state0),
+                       input(slots_.state1),    input(slots_.copy),       output(slots_.newParam),
+                       output(slots_.newState0), output(slots_.newState1), output(slots_.newCopy),
+                       counts_[k]};
+      }
+      // The scalars are the same buffers for every step of the group.
+      std::span<void* const> in = pointers.inputs.subspan(launch.front() * slots_.inputs, slots_.inputs);
+      update::OptimizerScalars scalars{static_cast<const int64_t*>(in[slots_.step]),
+                                       static_cast<const float*>(in[slots_.lr]),
+                                       static_cast<const float*>(in[slots_.invScale]),
+                                       static_cast<const uint8_t*>(in[slots_.predicate])};
+      AMPJIT_CUDA_RETURN_IF_ERROR(update::launchOptimizer(config_, scalars, tensors_.data(), launch.size(), stream),
+                                  origin_);
+    }
+    return Status::success();
+  }
+
+private:
+  std::string origin_;
+  OptimizerSlots slots_;
+  update::OptimizerConfig config_{};
+  /// Elements per step.
+  std::vector<int64_t> counts_;
+  /// Step indices per launch (each then chunked by the launcher).
+  std::vector<std::vector<size_t>> launches_;
+  std::vector<update::OptimizerTensor> tensors_;
+};
+
+//===----------------------------------------------------------------------===//
+// Layout
+//===----------------------------------------------------------------------===//
+
+class ReshapeStep final : public DeviceStep {
+public:
+  ReshapeStep(const Plan& plan, const Step& step) : step_(step), bytes_(size_t(typeOf(plan, step.outputs[0]).byteSize())) {}
+
+  Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
+    if (pointers.inputs.size() != 1 || pointers.outputs.size() != 1)
+      return wrongPointerCount(step_);
+    // Codegen may give a reshape its input's own buffer: then nothing moves.
+    if (bytes_ == 0 || pointers.inputs[0] == pointers.outputs[0])
+      return Status::success();
+    AMPJIT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(pointers.outputs[0], pointers.inputs[0], bytes_, cudaMemcpyDeviceToDevice, stream),
+        stepName(step_));
+    return Status::success();
+  }
+
+private:
+  Step step_;
+  size_t bytes_;
+};
+
+/// Output dims and per-output-dim input strides with size-1 dimensions
+/// dropped and runs that are contiguous in the input merged, so any rank
+/// whose movement needs at most kMaxLayoutRank dimensions runs.
+Expected<update::StridedCopyShape> collapse(const Shape& dims, const std::vector<int64_t>& strides) {
+  std::vector<int64_t> d, s;
+  for (size_t k = 0; k < dims.size(); ++k) {
+    if (dims[k] == 1)
+      continue;
+    if (!d.empty() && s.back() == strides[k] * dims[k]) {
+      d.back() *= dims[k];
+      s.back() = strides[k];
+      continue;
+    }
+    d.push_back(dims[k]);
+    s.push_back(strides[k]);
+  }
+  if (d.size() > size_t(update::kMaxLayoutRank))
+    return Status::error("needs " + std::to_string(d.size()) + " strided dimensions; the kernel handles " +
+                         std::to_string(update::kMaxLayoutRank));
+  update::StridedCopyShape shape{};
+  shape.rank = int32_t(d.size());
+  for (size_t k = 0; k < d.size(); ++k) {
+    shape.dims[k] = d[k];
+    shape.inStrides[k] = s[k];
+  }
+  return shape;
+}
+
+class StridedCopyStep final : public DeviceStep {
+public:
+  StridedCopyStep(const Step& step, const TensorType& out, update::StridedCopyShape shape)
+      : step_(step), count_(out.elementCount()), elementBytes_(int32_t(dtypeSize(out.dtype))), shape_(shape) {}
+
+  Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
+    if (pointers.inputs.size() != 1 || pointers.outputs.size() != 1)
+      return wrongPointerCount(step_);
+    AMPJIT_CUDA_RETURN_IF_ERROR(
+        update::launchStridedCopy(pointers.inputs[0], pointers.outputs[0], count_, elementBytes_, shape_, stream),
+        stepName(step_));
+    return Status::success();
+  }
+
+private:
+  Step step_;
+  int64_t count_;
+  int32_t elementBytes_;
+  update::StridedCopyShape shape_;
+};
+
+class ConstantStep final : public DeviceStep {
+public:
+  ConstantStep(const Step& step, const TensorType& out)
+      : step_(step), count_(out.elementCount()), elementBytes_(int32_t(dtypeSize(out.dtype))) {}
+  ~ConstantStep() override {
+    if (data_ != nullptr)
+      cudaFree(data_);
+  }
+  ConstantStep(const ConstantStep&) = delete;
+  ConstantStep& operator=(const ConstantStep&) = delete;
+
+  /// A splat is filled at run time; full data is uploaded once, here.
+  Status prepare() {
+    const std::vector<uint8_t>& data = step_.as<ConstantParams>().data;
+    if (count_ == 0)
+      return Status::success();
+    if (data.size() == size_t(elementBytes_)) {
+      std::memcpy(&splatBits_, data.data(), data.size());
+      return Status::success();
+    }
+    bytes_ = data.size();
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaMalloc(&data_, bytes_), stepName(step_) + ": constant data");
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpy(data_, data.data(), bytes_, cudaMemcpyHostToDevice),
+                                stepName(step_) + ": constant data");
+    return Status::success();
+  }
+
+  Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
+    if (!pointers.inputs.empty() || pointers.outputs.size() != 1)
+      return wrongPointerCount(step_);
+    if (count_ == 0)
+      return Status::success();
+    if (data_ != nullptr)
+      AMPJIT_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(pointers.outputs[0], data_, bytes_, cudaMemcpyDeviceToDevice, stream), stepName(step_));
+    else
+      AMPJIT_CUDA_RETURN_IF_ERROR(update::launchFill(pointers.outputs[0], count_, elementBytes_, splatBits_, stream),
+                                  stepName(step_));
+    return Status::success();
+  }
+
+private:
+  Step step_;
+  int64_t count_;
+  int32_t elementBytes_;
+  uint64_t splatBits_ = 0; // little-endian: the element's bytes are the low ones
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+} // namespace
+
+bool runsAsUpdateKernel(StepKind kind) {
+  switch (kind) {
+  case StepKind::ScaleLoss:
+  case StepKind::AllFinite:
+  case StepKind::UnscaleAndCheck:
+  case StepKind::UpdateScale:
+  case StepKind::OptimizerUpdate:
+  case StepKind::BroadcastTo:
+  case StepKind::Reshape:
+  case StepKind::Transpose:
+  case StepKind::Constant: return true;
+  default: return false;
+  }
+}
+
+Expected<std::unique_ptr<DeviceStep>> makeUpdateStep(DeviceContext& context, const Plan& plan, const Step& step) {
+  switch (step.kind) {
+  case StepKind::ScaleLoss: return upcast(std::make_unique<ScaleLossStep>(plan, step));
+  case StepKind::AllFinite: return upcast(std::make_unique<AllFiniteStep>(plan, step));
+  case StepKind::UnscaleAndCheck: return upcast(std::make_unique<UnscaleAndCheckStep>(plan, step));
+  case StepKind::UpdateScale: return upcast(std::make_unique<UpdateScaleStep>(step));
+  case StepKind::OptimizerUpdate: {
+    const Step* steps[] = {&step};
+    return makeOptimizerGroupStep(context, plan, steps);
+  }
+  case StepKind::Reshape: return upcast(std::make_unique<ReshapeStep>(plan, step));
+  case StepKind::BroadcastTo:
+  case StepKind::Transpose: {
+    const TensorType &in = typeOf(plan, step.inputs[0]), &out = typeOf(plan, step.outputs[0]);
+    std::vector<int64_t> strides;
+    if (step.kind == StepKind::BroadcastTo) {
+      strides = broadcastStrides(in.shape, out.shape);
+    } else {
+      std::vector<int64_t> inStrides = contiguousStrides(in.shape);
+      for (int64_t dim : step.as<TransposeParams>().perm)
+        strides.push_back(inStrides[size_t(dim)]);
+    }
+    Expected<update::StridedCopyShape> shape = collapse(out.shape, strides);
+    if (!shape)
+      return Status::error(stepName(step) + ": " + shape.message());
+    return upcast(std::make_unique<StridedCopyStep>(step, out, *shape));
+  }
+  case StepKind::Constant: {
+    auto constant = std::make_unique<ConstantStep>(step, typeOf(plan, step.outputs[0]));
+    AMPJIT_RETURN_IF_ERROR(constant->prepare());
+    return upcast(std::move(constant));
+  }
+  default: return Status::error("no CUDA update kernel runs " + stepName(step) + " steps");
+  }
+}
+
+namespace {
+
+/// Whether `next` can use `first`'s launch configuration: same parameters
+/// and compute type, the same slots present with the same dtypes, and the
+/// same shared scalars (step, lr, inv_scale, predicate).
+bool sameOptimizerConfiguration(const Plan& plan, const Step& first, const Step& next) {
+  if (first.kind != StepKind::OptimizerUpdate || next.kind != StepKind::OptimizerUpdate)
+    return false;
+  if (first.params != next.params || first.computeType != next.computeType ||
+      first.inputs.size() != next.inputs.size() || first.outputs.size() != next.outputs.size())
+    return false;
+  auto sameSlots = [&](const std::vector<BufferId>& a, const std::vector<BufferId>& b) {
+    for (size_t k = 0; k < a.size(); ++k) {
+      if ((a[k] == kNoBuffer) != (b[k] == kNoBuffer))
+        return false;
+      if (a[k] != kNoBuffer && typeOf(plan, a[k]).dtype != typeOf(plan, b[k]).dtype)
+        return false;
+    }
+    return true;
+  };
+  if (!sameSlots(first.inputs, next.inputs) || !sameSlots(first.outputs, next.outputs))
+    return false;
+  OptimizerSlots slots = OptimizerSlots::of(first);
+  if (first.inputs.size() != slots.inputs || first.outputs.size() != slots.outputs)
+    return false;
+  for (size_t slot : {slots.step, slots.lr, slots.invScale, slots.predicate})
+    if (first.inputs[slot] != next.inputs[slot])
+      return false;
+  return true;
+}
+
+} // namespace
+
+bool canShareOptimizerLaunch(const Plan& plan, const Step& first, const Step& next) {
+  return sameOptimizerConfiguration(plan, first, next) && !stepsConflict(plan, first, next);
+}
+
+Expected<std::unique_ptr<DeviceStep>> makeOptimizerGroupStep(DeviceContext&, const Plan& plan,
+                                                             std::span<const Step* const> steps) {
+  if (steps.empty())
+    return Status::error("an optimizer group needs at least one step");
+  const Step& first = *steps.front();
+  if (first.kind != StepKind::OptimizerUpdate)
+    return Status::error("no CUDA optimizer kernel runs " + stepName(first) + " steps");
+  // Steps that touch each other's buffers are allowed: the group runs them
+  // in separate launches, in order.
+  for (const Step* step : steps)
+    if (!sameOptimizerConfiguration(plan, first, *step))
+      return Status::error(stepName(*step) + " cannot share a launch with " + stepName(first));
+  return upcast(std::make_unique<OptimizerGroupStep>(plan, steps));
+}
+
 } // namespace ampjit::runtime::cuda

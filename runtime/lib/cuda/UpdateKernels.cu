@@ -1,0 +1,444 @@
+// The loss-scaler and optimizer kernels. Each mirrors its CPU reference
+// (runtime/lib/cpu/Scaler.cpp, Optimizers.cpp, include/.../LossScaler.h)
+// operation for operation: values are widened exactly, arithmetic runs in the
+// step's compute type (f32, or f64 when any operand is f64), each stored value
+// is rounded once to nearest even. The build passes --fmad=false, so no
+// multiply-add is contracted, as on the CPU.
+//
+// Multi-tensor launches take their tensor tables by value in one kernel
+// argument (under the 4 KB parameter limit; longer lists become several
+// launches). Every block walks every tensor of the table with a grid-stride
+// loop, which keeps indexing trivial at the cost of idle threads on small
+// tensors.
+
+#include "UpdateKernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+namespace ampjit::runtime::cuda::update {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 4096;
+
+unsigned blocksFor(int64_t count) {
+  return unsigned(std::min<int64_t>((count + kThreads - 1) / kThreads, kMaxBlocks));
+}
+
+__device__ int64_t firstIndex() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ int64_t gridStride() { return int64_t(gridDim.x) * blockDim.x; }
+
+/// Element i widened to C (float or double); exact for every dtype C holds.
+template <typename C>
+__device__ C loadAs(const void* data, ElementType type, int64_t i) {
+  switch (type) {
+  case ElementType::F32: return C(static_cast<const float*>(data)[i]);
+  case ElementType::F64: return C(static_cast<const double*>(data)[i]);
+  case ElementType::F16: return C(__half2float(__ushort_as_half(static_cast<const unsigned short*>(data)[i])));
+  case ElementType::BF16:
+    return C(__bfloat162float(__ushort_as_bfloat16(static_cast<const unsigned short*>(data)[i])));
+  case ElementType::I64: return C(static_cast<const long long*>(data)[i]);
+  case ElementType::I1: return static_cast<const uint8_t*>(data)[i] ? C(1) : C(0);
+  }
+  return C(0);
+}
+
+/// Stores a floating value rounded once to nearest even (a double goes to
+/// f16/bf16 directly, never through float, as the CPU's doubleToHalf).
+__device__ void storeAs(void* data, ElementType type, int64_t i, float value) {
+  switch (type) {
+  case ElementType::F32: static_cast<float*>(data)[i] = value; return;
+  case ElementType::F64: static_cast<double*>(data)[i] = double(value); return;
+  case ElementType::F16: static_cast<unsigned short*>(data)[i] = __half_as_ushort(__float2half_rn(value)); return;
+  case ElementType::BF16:
+    static_cast<unsigned short*>(data)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(value));
+    return;
+  case ElementType::I64:
+  case ElementType::I1: return; // update kernels store floating data only (verified plans)
+  }
+}
+
+__device__ void storeAs(void* data, ElementType type, int64_t i, double value) {
+  switch (type) {
+  case ElementType::F32: static_cast<float*>(data)[i] = float(value); return;
+  case ElementType::F64: static_cast<double*>(data)[i] = value; return;
+  case ElementType::F16: static_cast<unsigned short*>(data)[i] = __half_as_ushort(__double2half(value)); return;
+  case ElementType::BF16:
+    static_cast<unsigned short*>(data)[i] = __bfloat16_as_ushort(__double2bfloat16(value));
+    return;
+  case ElementType::I64:
+  case ElementType::I1: return;
+  }
+}
+
+/// Whether element i is finite, from its bits (the CPU's isFiniteAt), so no
+/// compiler flag can fold the test away.
+__device__ bool isFiniteAt(const void* data, ElementType type, int64_t i) {
+  switch (type) {
+  case ElementType::F32: return (static_cast<const uint32_t*>(data)[i] & 0x7F800000u) != 0x7F800000u;
+  case ElementType::F64:
+    return (static_cast<const unsigned long long*>(data)[i] & 0x7FF0000000000000ull) != 0x7FF0000000000000ull;
+  case ElementType::F16: return (static_cast<const unsigned short*>(data)[i] & 0x7C00u) != 0x7C00u;
+  case ElementType::BF16: return (static_cast<const unsigned short*>(data)[i] & 0x7F80u) != 0x7F80u;
+  case ElementType::I64:
+  case ElementType::I1: return true;
+  }
+  return true;
+}
+
+__host__ __device__ int elementBytes(ElementType type) {
+  switch (type) {
+  case ElementType::F32: return 4;
+  case ElementType::F64:
+  case ElementType::I64: return 8;
+  case ElementType::F16:
+  case ElementType::BF16: return 2;
+  case ElementType::I1: return 1;
+  }
+  return 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Loss scaler
+//===----------------------------------------------------------------------===//
+
+template <typename C>
+__global__ void scaleLossKernel(const void* loss, void* scaled, ElementType type, const float* scale) {
+  C value = loadAs<C>(loss, type, 0);
+  value *= C(*scale);
+  storeAs(scaled, type, 0, value);
+}
+
+constexpr int kMaxFiniteTensors = 128;
+struct FiniteTable {
+  const void* data[kMaxFiniteTensors];
+  int64_t count[kMaxFiniteTensors];
+  ElementType type[kMaxFiniteTensors];
+  int32_t size;
+};
+static_assert(sizeof(FiniteTable) < 4096, "kernel arguments must stay under 4 KB");
+
+__global__ void allFiniteKernel(FiniteTable table, uint8_t* flag) {
+  bool finite = true;
+  for (int t = 0; t < table.size; ++t)
+    for (int64_t i = firstIndex(); i < table.count[t]; i += gridStride())
+      finite = finite && isFiniteAt(table.data[t], table.type[t], i);
+  // Every writer stores the same 0: the race is benign.
+  if (!finite)
+    *flag = 0;
+}
+
+constexpr int kMaxUnscaleTensors = 96;
+struct UnscaleTable {
+  const void* in[kMaxUnscaleTensors];
+  void* out[kMaxUnscaleTensors];
+  int64_t count[kMaxUnscaleTensors];
+  ElementType type[kMaxUnscaleTensors];
+  int32_t size;
+};
+static_assert(sizeof(UnscaleTable) < 4096, "kernel arguments must stay under 4 KB");
+
+template <typename C>
+__global__ void unscaleAndCheckKernel(UnscaleTable table, const float* invScale, uint8_t* flag) {
+  C factor = C(*invScale);
+  bool finite = true;
+  for (int t = 0; t < table.size; ++t) {
+    for (int64_t i = firstIndex(); i < table.count[t]; i += gridStride()) {
+      // The input is checked before it is overwritten (in place), and the
+      // stored output too, in case an inv_scale above 1 overflows it.
+      bool inputFinite = isFiniteAt(table.in[t], table.type[t], i);
+      C value = loadAs<C>(table.in[t], table.type[t], i) * factor;
+      storeAs(table.out[t], table.type[t], i, value);
+      bool outputFinite = isFiniteAt(table.out[t], table.type[t], i);
+      finite = finite && inputFinite && outputFinite;
+    }
+  }
+  if (!finite)
+    *flag = 0;
+}
+
+__global__ void updateScaleKernel(UpdateScaleConfig config, UpdateScalePointers p) {
+  // Everything is read before anything is written: outputs may be inputs.
+  float scale = *p.scale;
+  int64_t good = *p.goodSteps, bad = *p.badSteps, skipped = *p.skippedSteps;
+  bool finite = *p.allFinite != 0;
+  if (finite) {
+    bad = 0;
+    good += 1;
+    if (good >= config.growthInterval) {
+      float grown = float(double(scale) * config.growthFactor);
+      if (isfinite(grown))
+        scale = grown;
+      good = 0;
+    }
+  } else {
+    good = 0;
+    skipped += 1;
+    bad += 1;
+    if (bad >= config.backoffInterval) {
+      double reduced = double(scale) * config.backoffFactor;
+      // std::max(reduced, minScale): keeps `reduced` unless it compares below.
+      scale = float(reduced < config.minScale ? config.minScale : reduced);
+      bad = 0;
+    }
+  }
+  *p.newScale = scale;
+  *p.newGoodSteps = good;
+  *p.newBadSteps = bad;
+  *p.newSkippedSteps = skipped;
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizers
+//===----------------------------------------------------------------------===//
+
+constexpr int kMaxOptimizerTensors = 36;
+struct OptimizerTable {
+  OptimizerTensor tensors[kMaxOptimizerTensors];
+  int32_t size;
+};
+struct OptimizerArguments {
+  OptimizerConfig config;
+  OptimizerScalars scalars;
+  OptimizerTable table;
+};
+static_assert(sizeof(OptimizerArguments) < 4096, "kernel arguments must stay under 4 KB");
+
+/// The gradient element unscaled and with maximize applied (the CPU's
+/// GradientReader): f64 gradients unscale in f64, all others in f32 as read.
+template <typename T>
+__device__ T readGradient(const OptimizerConfig& config, const void* grad, int64_t i, bool hasInvScale,
+                          float invScale) {
+  T value;
+  if (config.gradType == ElementType::F64) {
+    value = T(loadAs<double>(grad, config.gradType, i) * (hasInvScale ? double(invScale) : 1.0));
+  } else {
+    float unscaled = loadAs<float>(grad, config.gradType, i);
+    if (hasInvScale)
+      unscaled *= invScale;
+    value = T(unscaled);
+  }
+  return config.maximize ? -value : value;
+}
+
+__device__ void copyElement(const void* from, void* to, int bytes, int64_t i) {
+  switch (bytes) {
+  case 2: static_cast<unsigned short*>(to)[i] = static_cast<const unsigned short*>(from)[i]; return;
+  case 4: static_cast<uint32_t*>(to)[i] = static_cast<const uint32_t*>(from)[i]; return;
+  case 8: static_cast<unsigned long long*>(to)[i] = static_cast<const unsigned long long*>(from)[i]; return;
+  default: static_cast<uint8_t*>(to)[i] = static_cast<const uint8_t*>(from)[i]; return;
+  }
+}
+
+/// A skipped step: each present new value that is another buffer gets its
+/// input's bits.
+__device__ void carryOver(const void* from, void* to, int bytes, int64_t i) {
+  if (to != nullptr && to != from)
+    copyElement(from, to, bytes, i);
+}
+
+template <typename T>
+__device__ void sgdElement(const OptimizerConfig& c, const OptimizerTensor& x, int64_t i, T lr, bool firstStep,
+                           bool hasInvScale, float invScale) {
+  T momentum = T(c.momentum), weightDecay = T(c.weightDecay);
+  T undamped = T(1.0 - c.dampening);
+  T p = loadAs<T>(x.param, c.paramType, i);
+  T g = readGradient<T>(c, x.grad, i, hasInvScale, invScale);
+  if (c.weightDecay != 0.0)
+    g = g + weightDecay * p;
+  if (c.momentum != 0.0) {
+    // PyTorch starts the buffer as the gradient itself on the first step.
+    T b = firstStep ? g : momentum * loadAs<T>(x.state0, c.paramType, i) + undamped * g;
+    storeAs(x.newState0, c.paramType, i, b);
+    g = c.nesterov ? g + momentum * b : b;
+  }
+  p = p - lr * g;
+  storeAs(x.newParam, c.paramType, i, p);
+  if (x.copy != nullptr)
+    storeAs(x.newCopy, c.copyType, i, p);
+}
+
+template <typename T>
+struct AdamScalars {
+  T stepSize, biasCorrection2Sqrt, decay;
+};
+
+template <typename T>
+__device__ void adamElement(const OptimizerConfig& c, const OptimizerTensor& x, int64_t i, const AdamScalars<T>& s,
+                            bool hasInvScale, float invScale) {
+  T weightDecay = T(c.weightDecay), eps = T(c.eps);
+  T beta2 = T(c.beta2), oneMinusBeta1 = T(1.0 - c.beta1), oneMinusBeta2 = T(1.0 - c.beta2);
+  T p = loadAs<T>(x.param, c.paramType, i);
+  T g = readGradient<T>(c, x.grad, i, hasInvScale, invScale);
+  if (c.weightDecay != 0.0) {
+    if (c.decoupledWeightDecay)
+      p = p * s.decay;
+    else
+      g = g + weightDecay * p;
+  }
+  T m = loadAs<T>(x.state0, c.paramType, i);
+  m = m + oneMinusBeta1 * (g - m); // lerp(m, g, 1 - beta1)
+  T v = loadAs<T>(x.state1, c.paramType, i) * beta2 + oneMinusBeta2 * (g * g);
+  T denominator = sqrt(v) / s.biasCorrection2Sqrt + eps;
+  p = p - s.stepSize * (m / denominator);
+  storeAs(x.newState0, c.paramType, i, m);
+  storeAs(x.newState1, c.paramType, i, v);
+  storeAs(x.newParam, c.paramType, i, p);
+  if (x.copy != nullptr)
+    storeAs(x.newCopy, c.copyType, i, p);
+}
+
+template <typename T>
+__global__ void optimizerKernel(OptimizerArguments args) {
+  const OptimizerConfig& c = args.config;
+  const OptimizerScalars& scalars = args.scalars;
+  if (scalars.predicate != nullptr && *scalars.predicate == 0) {
+    int paramBytes = elementBytes(c.paramType), copyBytes = elementBytes(c.copyType);
+    for (int t = 0; t < args.table.size; ++t) {
+      const OptimizerTensor& x = args.table.tensors[t];
+      for (int64_t i = firstIndex(); i < x.count; i += gridStride()) {
+        carryOver(x.param, x.newParam, paramBytes, i);
+        if (x.state0 != nullptr)
+          carryOver(x.state0, x.newState0, paramBytes, i);
+        if (x.state1 != nullptr)
+          carryOver(x.state1, x.newState1, paramBytes, i);
+        if (x.copy != nullptr)
+          carryOver(x.copy, x.newCopy, copyBytes, i);
+      }
+    }
+    return;
+  }
+  bool hasInvScale = scalars.invScale != nullptr;
+  float invScale = hasInvScale ? *scalars.invScale : 1.0f;
+  float lrValue = *scalars.lr;
+  if (c.adam) {
+    // Scalars in double, as PyTorch computes them from Python floats.
+    double lr = lrValue;
+    double step = double(*scalars.step + 1);
+    double biasCorrection1 = 1.0 - pow(c.beta1, step);
+    double biasCorrection2 = 1.0 - pow(c.beta2, step);
+    AdamScalars<T> s{T(lr / biasCorrection1), T(sqrt(biasCorrection2)), T(1.0 - lr * c.weightDecay)};
+    for (int t = 0; t < args.table.size; ++t) {
+      const OptimizerTensor& x = args.table.tensors[t];
+      for (int64_t i = firstIndex(); i < x.count; i += gridStride())
+        adamElement<T>(c, x, i, s, hasInvScale, invScale);
+    }
+    return;
+  }
+  bool firstStep = scalars.step != nullptr && *scalars.step == 0;
+  T lr = T(lrValue);
+  for (int t = 0; t < args.table.size; ++t) {
+    const OptimizerTensor& x = args.table.tensors[t];
+    for (int64_t i = firstIndex(); i < x.count; i += gridStride())
+      sgdElement<T>(c, x, i, lr, firstStep, hasInvScale, invScale);
+  }
+}
+
+} // namespace
+
+cudaError_t launchScaleLoss(const void* loss, void* scaled, ElementType type, const float* scale, bool computeF64,
+                            cudaStream_t stream) {
+  if (computeF64)
+    scaleLossKernel<double><<<1, 1, 0, stream>>>(loss, scaled, type, scale);
+  else
+    scaleLossKernel<float><<<1, 1, 0, stream>>>(loss, scaled, type, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t launchAllFinite(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag,
+                            cudaStream_t stream) {
+  cudaError_t error = cudaMemsetAsync(flag, 1, 1, stream);
+  if (error != cudaSuccess)
+    return error;
+  FiniteTable table{};
+  int64_t largest = 0;
+  for (std::size_t k = 0; k < tensorCount; ++k) {
+    if (tensors[k].count > 0) { // empty tensors have nothing to check
+      table.data[table.size] = tensors[k].data;
+      table.count[table.size] = tensors[k].count;
+      table.type[table.size] = tensors[k].type;
+      ++table.size;
+      largest = std::max(largest, tensors[k].count);
+    }
+    bool last = k + 1 == tensorCount;
+    if (table.size == kMaxFiniteTensors || (last && table.size > 0)) {
+      allFiniteKernel<<<blocksFor(largest), kThreads, 0, stream>>>(table, flag);
+      if ((error = cudaGetLastError()) != cudaSuccess)
+        return error;
+      table.size = 0;
+      largest = 0;
+    }
+  }
+  return cudaSuccess;
+}
+
+cudaError_t launchUnscaleAndCheck(const float* invScale, const UnscaleTensor* tensors, std::size_t tensorCount,
+                                  uint8_t* flag, bool computeF64, cudaStream_t stream) {
+  cudaError_t error = cudaMemsetAsync(flag, 1, 1, stream);
+  if (error != cudaSuccess)
+    return error;
+  UnscaleTable table{};
+  int64_t largest = 0;
+  for (std::size_t k = 0; k < tensorCount; ++k) {
+    if (tensors[k].count > 0) {
+      table.in[table.size] = tensors[k].in;
+      table.out[table.size] = tensors[k].out;
+      table.count[table.size] = tensors[k].count;
+      table.type[table.size] = tensors[k].type;
+      ++table.size;
+      largest = std::max(largest, tensors[k].count);
+    }
+    bool last = k + 1 == tensorCount;
+    if (table.size == kMaxUnscaleTensors || (last && table.size > 0)) {
+      if (computeF64)
+        unscaleAndCheckKernel<double><<<blocksFor(largest), kThreads, 0, stream>>>(table, invScale, flag);
+      else
+        unscaleAndCheckKernel<float><<<blocksFor(largest), kThreads, 0, stream>>>(table, invScale, flag);
+      if ((error = cudaGetLastError()) != cudaSuccess)
+        return error;
+      table.size = 0;
+      largest = 0;
+    }
+  }
+  return cudaSuccess;
+}
+
+cudaError_t launchUpdateScale(const UpdateScaleConfig& config, const UpdateScalePointers& pointers,
+                              cudaStream_t stream) {
+  updateScaleKernel<<<1, 1, 0, stream>>>(config, pointers);
+  return cudaGetLastError();
+}
+
+cudaError_t launchOptimizer(const OptimizerConfig& config, const OptimizerScalars& scalars,
+                            const OptimizerTensor* tensors, std::size_t tensorCount, cudaStream_t stream) {
+  OptimizerArguments args{};
+  args.config = config;
+  args.scalars = scalars;
+  int64_t largest = 0;
+  for (std::size_t k = 0; k < tensorCount; ++k) {
+    if (tensors[k].count > 0) {
+      args.table.tensors[args.table.size++] = tensors[k];
+      largest = std::max(largest, tensors[k].count);
+    }
+    bool last = k + 1 == tensorCount;
+    if (args.table.size == kMaxOptimizerTensors || (last && args.table.size > 0)) {
+      if (config.computeF64)
+        optimizerKernel<double><<<blocksFor(largest), kThreads, 0, stream>>>(args);
+      else
+        optimizerKernel<float><<<blocksFor(largest), kThreads, 0, stream>>>(args);
+      cudaError_t error = cudaGetLastError();
+      if (error != cudaSuccess)
+        return error;
+      args.table.size = 0;
+      largest = 0;
+    }
+  }
+  return cudaSuccess;
+}
+
+} // namespace ampjit::runtime::cuda::update

@@ -1,0 +1,153 @@
+#ifndef AMPJIT_RUNTIME_LIB_CUDA_UPDATEKERNELS_H
+#define AMPJIT_RUNTIME_LIB_CUDA_UPDATEKERNELS_H
+
+// Launchers of the update kernels (UpdateKernels.cu): the loss-scaler steps
+// and the fused optimizer updates, single and multi-tensor. nvcc compiles the
+// .cu file as C++17, so this header is plain C++17 with no runtime headers;
+// UpdateSteps.cpp adapts plan steps to it.
+//
+// Every launcher only enqueues on `stream` (graph-capturable) and returns the
+// first CUDA error. Host arrays passed in are read before the launcher
+// returns (their contents travel by value in kernel arguments).
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ampjit::runtime::cuda::update {
+
+/// Element types, numbered as the runtime's DType (F32, F64, F16, BF16, I64, I1)
+/// so the adapter converts with a cast.
+enum class ElementType : int32_t { F32 = 0, F64 = 1, F16 = 2, BF16 = 3, I64 = 4, I1 = 5 };
+
+//===----------------------------------------------------------------------===//
+// Loss scaler
+//===----------------------------------------------------------------------===//
+
+/// scaled = loss * scale (one element), in f64 when computeF64, else f32.
+cudaError_t launchScaleLoss(const void* loss, void* scaled, ElementType type, const float* scale, bool computeF64,
+                            cudaStream_t stream);
+
+struct FiniteCheckTensor {
+  const void* data;
+  int64_t count;
+  ElementType type;
+};
+
+/// flag = 1, then 0 if any element of any tensor is inf or NaN.
+cudaError_t launchAllFinite(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag,
+                            cudaStream_t stream);
+
+struct UnscaleTensor {
+  const void* in;
+  void* out; ///< may be `in` (unscaled in place)
+  int64_t count;
+  ElementType type;
+};
+
+/// out = in * inv_scale for each tensor; flag = 1, then 0 if any input or
+/// any (rounded) output element is inf or NaN.
+cudaError_t launchUnscaleAndCheck(const float* invScale, const UnscaleTensor* tensors, std::size_t tensorCount,
+                                  uint8_t* flag, bool computeF64, cudaStream_t stream);
+
+struct UpdateScaleConfig {
+  double growthFactor;
+  double backoffFactor;
+  int64_t growthInterval;
+  int64_t backoffInterval;
+  double minScale;
+};
+
+/// The loss-scaler state update (LossScaler.h's updateLossScale) in one
+/// thread; outputs may be their inputs.
+struct UpdateScalePointers {
+  const float* scale;
+  const int64_t* goodSteps;
+  const int64_t* badSteps;
+  const int64_t* skippedSteps;
+  const uint8_t* allFinite;
+  float* newScale;
+  int64_t* newGoodSteps;
+  int64_t* newBadSteps;
+  int64_t* newSkippedSteps;
+};
+cudaError_t launchUpdateScale(const UpdateScaleConfig& config, const UpdateScalePointers& pointers,
+                              cudaStream_t stream);
+
+//===----------------------------------------------------------------------===//
+// Optimizers
+//===----------------------------------------------------------------------===//
+
+/// What every tensor of one optimizer launch shares: parameters and dtypes.
+struct OptimizerConfig {
+  bool adam;
+  bool computeF64;
+  double momentum;  // sgd
+  double dampening; // sgd
+  bool nesterov;    // sgd
+  double beta1;     // adam
+  double beta2;     // adam
+  double eps;       // adam
+  bool decoupledWeightDecay;
+  double weightDecay;
+  bool maximize;
+  ElementType paramType; ///< also the type of the state buffers
+  ElementType gradType;
+  ElementType copyType; ///< of param_copy, when present
+};
+
+/// Scalars every tensor of the launch reads (nullptr when absent).
+struct OptimizerScalars {
+  const int64_t* step;
+  const float* lr;
+  const float* invScale;
+  const uint8_t* predicate;
+};
+
+/// One parameter's buffers. state0 is SGD's momentum buffer or Adam's
+/// exp_avg, state1 Adam's exp_avg_sq; absent ones are nullptr. Outputs may
+/// be their inputs.
+struct OptimizerTensor {
+  const void* param;
+  const void* grad;
+  const void* state0;
+  const void* state1;
+  const void* copy;
+  void* newParam;
+  void* newState0;
+  void* newState1;
+  void* newCopy;
+  int64_t count;
+};
+
+/// Updates every tensor (as few launches as the kernel-argument limit
+/// allows). With the predicate present and 0, each new value is its input,
+/// bit for bit (copied where the output is another buffer).
+cudaError_t launchOptimizer(const OptimizerConfig& config, const OptimizerScalars& scalars,
+                            const OptimizerTensor* tensors, std::size_t tensorCount, cudaStream_t stream);
+
+//===----------------------------------------------------------------------===//
+// Layout (LayoutKernels.cu)
+//===----------------------------------------------------------------------===//
+
+inline constexpr int kMaxLayoutRank = 8;
+
+/// out (row-major, `dims`) element at index (i0, ..., ir-1) reads input
+/// element sum(ik * inStrides[k]) (strides in elements; 0 broadcasts).
+struct StridedCopyShape {
+  int32_t rank;
+  int64_t dims[kMaxLayoutRank];
+  int64_t inStrides[kMaxLayoutRank];
+};
+
+/// elementBytes is 1, 2, 4 or 8.
+cudaError_t launchStridedCopy(const void* in, void* out, int64_t count, int32_t elementBytes,
+                              const StridedCopyShape& shape, cudaStream_t stream);
+
+/// Every element of out = the low `elementBytes` bytes of `bits` (little-endian).
+cudaError_t launchFill(void* out, int64_t count, int32_t elementBytes, uint64_t bits, cudaStream_t stream);
+
+} // namespace ampjit::runtime::cuda::update
+
+#endif // AMPJIT_RUNTIME_LIB_CUDA_UPDATEKERNELS_H
