@@ -1,0 +1,707 @@
+// The numeric kernels: reductions, the softmax family, layer norm, losses
+// and dropout. Each mirrors its CPU kernel (runtime/lib/cpu/Normalization.cpp,
+// Losses.cpp, Layout.cpp) expression by expression, so that values, dtypes,
+// NaN/inf propagation and edge cases agree; only sums run as parallel trees
+// instead of the CPU's sequential order. Row-wise work runs one block per
+// row (grid-stride over rows, so every thread of a block takes the same
+// path and may join the block reductions).
+
+#include "NumericKernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace ampjit::runtime::cuda::numeric {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 65535;
+
+//===----------------------------------------------------------------------===//
+// Widening loads, rounding stores, math in the compute type
+//===----------------------------------------------------------------------===//
+
+template <typename S> struct ComputeOf { using type = float; };
+template <> struct ComputeOf<double> { using type = double; };
+template <typename S> using Compute = typename ComputeOf<S>::type;
+
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ double widen(double v) { return v; }
+__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+__device__ __forceinline__ void store(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store(double* p, double v) { *p = v; }
+__device__ __forceinline__ void store(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
+__device__ __forceinline__ float dexp(float v) { return expf(v); }
+__device__ __forceinline__ double dexp(double v) { return exp(v); }
+__device__ __forceinline__ float dlog(float v) { return logf(v); }
+__device__ __forceinline__ double dlog(double v) { return log(v); }
+__device__ __forceinline__ float dsqrt(float v) { return sqrtf(v); }
+__device__ __forceinline__ double dsqrt(double v) { return sqrt(v); }
+
+__device__ __forceinline__ float negativeInfinity(float) { return -__int_as_float(0x7f800000); }
+__device__ __forceinline__ double negativeInfinity(double) { return -__longlong_as_double(0x7ff0000000000000LL); }
+__device__ __forceinline__ float quietNaN(float) { return __int_as_float(0x7fc00000); }
+__device__ __forceinline__ double quietNaN(double) { return __longlong_as_double(0x7ff8000000000000LL); }
+
+/// The CPU's max step: a NaN value replaces the accumulator and a NaN
+/// accumulator is never replaced, so max propagates NaN in any order.
+template <typename T> __device__ __forceinline__ T maxCombine(T acc, T value) {
+  return (value > acc || value != value) ? value : acc;
+}
+
+struct SumOp {
+  template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct MaxOp {
+  template <typename T> __device__ T operator()(T a, T b) const { return maxCombine(a, b); }
+};
+
+/// Combines one value per thread of a kThreads-thread block; every thread
+/// gets the result. Every thread of the block must call it.
+template <typename T, typename Op> __device__ T blockReduce(T value, Op op) {
+  __shared__ T shared[kThreads];
+  __syncthreads(); // a previous call's readers are done with shared[0]
+  shared[threadIdx.x] = value;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (int(threadIdx.x) < half)
+      shared[threadIdx.x] = op(shared[threadIdx.x], shared[threadIdx.x + half]);
+    __syncthreads();
+  }
+  return shared[0];
+}
+
+unsigned blocksFor(int64_t items) { return unsigned(std::min<int64_t>(std::max<int64_t>(items, 1), kMaxBlocks)); }
+unsigned blocksForElements(int64_t count) { return blocksFor((count + kThreads - 1) / kThreads); }
+
+/// Calls f with a value of the storage type.
+template <typename F> cudaError_t dispatch(Storage storage, F&& f) {
+  switch (storage) {
+  case Storage::F32: return f(float{});
+  case Storage::F16: return f(__half{});
+  case Storage::BF16: return f(__nv_bfloat16{});
+  case Storage::F64: return f(double{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+__device__ int64_t keptOffset(const ReductionGeometry& g, int64_t index) {
+  int64_t offset = 0;
+  for (int d = g.keptRank - 1; d >= 0; --d) {
+    offset += (index % g.keptSizes[d]) * g.keptStrides[d];
+    index /= g.keptSizes[d];
+  }
+  return offset;
+}
+
+__device__ int64_t reducedOffset(const ReductionGeometry& g, int64_t index) {
+  int64_t offset = 0;
+  for (int d = g.reducedRank - 1; d >= 0; --d) {
+    offset += (index % g.reducedSizes[d]) * g.reducedStrides[d];
+    index /= g.reducedSizes[d];
+  }
+  return offset;
+}
+
+template <typename T> __device__ T reduceIdentity(const ReductionGeometry& g) {
+  return g.op == ReduceKind::Max ? negativeInfinity(T()) : T(0);
+}
+
+template <typename T> __device__ T reduceCombine(const ReductionGeometry& g, T acc, T value) {
+  return g.op == ReduceKind::Max ? maxCombine(acc, value) : acc + value;
+}
+
+template <typename T> __device__ T reduceFinish(const ReductionGeometry& g, T acc) {
+  return g.op == ReduceKind::Mean ? acc / T(g.reducedCount) : acc;
+}
+
+/// Few reduced elements: one thread per output, sequential (the CPU's order).
+template <typename S> __global__ void reduceSmallKernel(ReductionGeometry g, const S* x, S* y) {
+  using T = Compute<S>;
+  for (int64_t out = int64_t(blockIdx.x) * kThreads + threadIdx.x; out < g.outputCount;
+       out += int64_t(gridDim.x) * kThreads) {
+    int64_t base = keptOffset(g, out);
+    T acc;
+    if (g.reducedRank == 0) { // a rank-0 input: the CPU copies the element
+      acc = widen(x[base]);
+    } else {
+      acc = reduceIdentity<T>(g);
+      for (int64_t r = 0; r < g.reducedCount; ++r)
+        acc = reduceCombine(g, acc, T(widen(x[base + reducedOffset(g, r)])));
+    }
+    store(y + out, reduceFinish(g, acc));
+  }
+}
+
+/// Many reduced elements: one block per output.
+template <typename S> __global__ void reduceBlockKernel(ReductionGeometry g, const S* x, S* y) {
+  using T = Compute<S>;
+  for (int64_t out = blockIdx.x; out < g.outputCount; out += gridDim.x) {
+    int64_t base = keptOffset(g, out);
+    T acc = reduceIdentity<T>(g);
+    for (int64_t r = threadIdx.x; r < g.reducedCount; r += kThreads)
+      acc = reduceCombine(g, acc, T(widen(x[base + reducedOffset(g, r)])));
+    acc = g.op == ReduceKind::Max ? blockReduce(acc, MaxOp{}) : blockReduce(acc, SumOp{});
+    if (threadIdx.x == 0)
+      store(y + out, reduceFinish(g, acc));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Softmax family
+//===----------------------------------------------------------------------===//
+
+template <typename S>
+__global__ void softmaxKernel(SoftmaxKind kind, AxisGeometry g, const S* first, const S* second, S* out) {
+  using T = Compute<S>;
+  int64_t rows = g.outer * g.inner;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    int64_t base = (row / g.inner) * g.length * g.inner + row % g.inner, stride = g.inner;
+    if (kind == SoftmaxKind::Softmax || kind == SoftmaxKind::LogSoftmax) {
+      T max = negativeInfinity(T());
+      for (int64_t j = threadIdx.x; j < g.length; j += kThreads)
+        max = maxCombine(max, T(widen(first[base + j * stride])));
+      max = blockReduce(max, MaxOp{});
+      T sum = 0;
+      for (int64_t j = threadIdx.x; j < g.length; j += kThreads)
+        sum += dexp(T(widen(first[base + j * stride])) - max);
+      sum = blockReduce(sum, SumOp{});
+      if (kind == SoftmaxKind::Softmax) {
+        for (int64_t j = threadIdx.x; j < g.length; j += kThreads)
+          store(out + base + j * stride, dexp(T(widen(first[base + j * stride])) - max) / sum);
+      } else {
+        T logSum = dlog(sum);
+        for (int64_t j = threadIdx.x; j < g.length; j += kThreads)
+          store(out + base + j * stride, T(widen(first[base + j * stride])) - max - logSum);
+      }
+    } else if (kind == SoftmaxKind::SoftmaxGrad) {
+      T dot = 0;
+      for (int64_t j = threadIdx.x; j < g.length; j += kThreads)
+        dot += T(widen(first[base + j * stride])) * T(widen(second[base + j * stride]));
+      dot = blockReduce(dot, SumOp{});
+      for (int64_t j = threadIdx.x; j < g.length; j += kThreads) {
+        T dy = widen(first[base + j * stride]), y = widen(second[base + j * stride]);
+        store(out + base + j * stride, y * (dy - dot));
+      }
+    } else {
+      T sum = 0;
+      for (int64_t j = threadIdx.x; j < g.length; j += kThreads)
+        sum += T(widen(first[base + j * stride]));
+      sum = blockReduce(sum, SumOp{});
+      for (int64_t j = threadIdx.x; j < g.length; j += kThreads) {
+        T dy = widen(first[base + j * stride]), y = widen(second[base + j * stride]);
+        store(out + base + j * stride, dy - dexp(y) * sum);
+      }
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Layer norm
+//===----------------------------------------------------------------------===//
+
+template <typename S>
+__global__ void layerNormKernel(RowGeometry g, double eps, const S* x, const S* weight, const S* bias, S* y,
+                                Compute<S>* means, Compute<S>* rstds) {
+  using T = Compute<S>;
+  T epsilon = T(eps);
+  for (int64_t row = blockIdx.x; row < g.rows; row += gridDim.x) {
+    const S* xRow = x + row * g.cols;
+    // Two passes (mean, then centred squares), as the CPU.
+    T sum = 0;
+    for (int64_t c = threadIdx.x; c < g.cols; c += kThreads)
+      sum += T(widen(xRow[c]));
+    sum = blockReduce(sum, SumOp{});
+    T mean = sum / T(g.cols);
+    T squares = 0;
+    for (int64_t c = threadIdx.x; c < g.cols; c += kThreads) {
+      T centred = T(widen(xRow[c])) - mean;
+      squares += centred * centred;
+    }
+    squares = blockReduce(squares, SumOp{});
+    T rstd = T(1) / dsqrt(squares / T(g.cols) + epsilon);
+    for (int64_t c = threadIdx.x; c < g.cols; c += kThreads) {
+      T w = weight ? T(widen(weight[c])) : T(1);
+      T b = bias ? T(widen(bias[c])) : T(0);
+      store(y + row * g.cols + c, (T(widen(xRow[c])) - mean) * rstd * w + b);
+    }
+    if (threadIdx.x == 0) {
+      means[row] = mean;
+      rstds[row] = rstd;
+    }
+  }
+}
+
+template <typename S>
+__global__ void layerNormGradInputKernel(RowGeometry g, const S* dy, const S* x, const Compute<S>* means,
+                                         const Compute<S>* rstds, const S* weight, S* dx) {
+  using T = Compute<S>;
+  for (int64_t row = blockIdx.x; row < g.rows; row += gridDim.x) {
+    const S* dyRow = dy + row * g.cols;
+    const S* xRow = x + row * g.cols;
+    T mean = means[row], rstd = rstds[row];
+    T sumG = 0, sumGXhat = 0;
+    for (int64_t c = threadIdx.x; c < g.cols; c += kThreads) {
+      T xhat = (T(widen(xRow[c])) - mean) * rstd;
+      T gradient = T(widen(dyRow[c])) * (weight ? T(widen(weight[c])) : T(1));
+      sumG += gradient;
+      sumGXhat += gradient * xhat;
+    }
+    sumG = blockReduce(sumG, SumOp{});
+    sumGXhat = blockReduce(sumGXhat, SumOp{});
+    T meanG = sumG / T(g.cols), meanGXhat = sumGXhat / T(g.cols);
+    for (int64_t c = threadIdx.x; c < g.cols; c += kThreads) {
+      T xhat = (T(widen(xRow[c])) - mean) * rstd;
+      T gradient = T(widen(dyRow[c])) * (weight ? T(widen(weight[c])) : T(1));
+      store(dx + row * g.cols + c, rstd * (gradient - meanG - xhat * meanGXhat));
+    }
+  }
+}
+
+constexpr int kColumnTile = 32, kRowLanes = 8;
+
+/// dweight and dbias: 32 columns per block, 8 row lanes each summing every
+/// 8th row, then the lanes in order.
+template <typename S>
+__global__ void layerNormGradParamsKernel(RowGeometry g, const S* dy, const S* x, const Compute<S>* means,
+                                          const Compute<S>* rstds, S* dweight, S* dbias) {
+  using T = Compute<S>;
+  __shared__ T partialWeight[kRowLanes][kColumnTile];
+  __shared__ T partialBias[kRowLanes][kColumnTile];
+  for (int64_t tile = blockIdx.x; tile * kColumnTile < g.cols; tile += gridDim.x) {
+    int64_t c = tile * kColumnTile + threadIdx.x;
+    T w = 0, b = 0;
+    if (c < g.cols)
+      for (int64_t r = threadIdx.y; r < g.rows; r += kRowLanes) {
+        T d = widen(dy[r * g.cols + c]);
+        T xhat = (T(widen(x[r * g.cols + c])) - means[r]) * rstds[r];
+        w += d * xhat;
+        b += d;
+      }
+    partialWeight[threadIdx.y][threadIdx.x] = w;
+    partialBias[threadIdx.y][threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < g.cols) {
+      T totalWeight = 0, totalBias = 0;
+      for (int lane = 0; lane < kRowLanes; ++lane) {
+        totalWeight += partialWeight[lane][threadIdx.x];
+        totalBias += partialBias[lane][threadIdx.x];
+      }
+      if (dweight)
+        store(dweight + c, totalWeight);
+      if (dbias)
+        store(dbias + c, totalBias);
+    }
+    __syncthreads();
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Losses
+//===----------------------------------------------------------------------===//
+
+template <typename S>
+__global__ void mseElementsKernel(int64_t count, const S* input, const S* target, S* out) {
+  using T = Compute<S>;
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < count; i += int64_t(gridDim.x) * kThreads) {
+    T difference = T(widen(input[i])) - T(widen(target[i]));
+    store(out + i, difference * difference);
+  }
+}
+
+/// One block: the sum (or mean) of the squared differences.
+template <typename S>
+__global__ void mseTotalKernel(LossGeometry g, const S* input, const S* target, S* out) {
+  using T = Compute<S>;
+  T total = 0;
+  for (int64_t i = threadIdx.x; i < g.count; i += kThreads) {
+    T difference = T(widen(input[i])) - T(widen(target[i]));
+    total += difference * difference;
+  }
+  total = blockReduce(total, SumOp{});
+  if (threadIdx.x == 0)
+    store(out, g.reduction == LossReduction::Mean ? total / T(g.count) : total);
+}
+
+__device__ __forceinline__ bool labelInRange(const LossGeometry& g, int64_t label) {
+  return label >= 0 && label < g.classes;
+}
+
+/// log(sum(exp(row))) as the CPU's logSumExp: max + log(sum exp(x - max)).
+template <typename S> __device__ Compute<S> blockLogSumExp(const S* row, int64_t classes) {
+  using T = Compute<S>;
+  T max = negativeInfinity(T());
+  for (int64_t c = threadIdx.x; c < classes; c += kThreads)
+    max = maxCombine(max, T(widen(row[c])));
+  max = blockReduce(max, MaxOp{});
+  T sum = 0;
+  for (int64_t c = threadIdx.x; c < classes; c += kThreads)
+    sum += dexp(T(widen(row[c])) - max);
+  sum = blockReduce(sum, SumOp{});
+  return max + dlog(sum);
+}
+
+/// The per-row loss of cross-entropy or nll into perRow (the output itself
+/// for reduction none, else the compute-type workspace). Ignored rows are 0;
+/// a label outside [0, classes) that is not ignored is an error on the CPU,
+/// which a kernel cannot report: its row becomes NaN.
+template <typename S, typename O>
+__global__ void classificationRowsKernel(LossGeometry g, const S* input, const int64_t* labels, O* perRow) {
+  using T = Compute<S>;
+  for (int64_t n = blockIdx.x; n < g.rows; n += gridDim.x) {
+    int64_t label = labels[n];
+    if (label == g.ignoreIndex || !labelInRange(g, label)) {
+      if (threadIdx.x == 0)
+        store(perRow + n, label == g.ignoreIndex ? T(0) : quietNaN(T()));
+      continue;
+    }
+    const S* row = input + n * g.classes;
+    if (g.loss == LossKind::Nll) {
+      if (threadIdx.x == 0)
+        store(perRow + n, -T(widen(row[label])));
+      continue;
+    }
+    T lse = blockLogSumExp(row, g.classes);
+    T nll = lse - T(widen(row[label]));
+    T value = nll;
+    if (g.labelSmoothing != 0.0) {
+      // The uniform part: mean over classes of -log_softmax = lse - mean(row).
+      T rowSum = 0;
+      for (int64_t c = threadIdx.x; c < g.classes; c += kThreads)
+        rowSum += T(widen(row[c]));
+      rowSum = blockReduce(rowSum, SumOp{});
+      T uniform = lse - rowSum / T(g.classes);
+      T smoothing = T(g.labelSmoothing);
+      value = (T(1) - smoothing) * nll + smoothing * uniform;
+    }
+    if (threadIdx.x == 0)
+      store(perRow + n, value);
+  }
+}
+
+/// One block: how many rows are counted (not ignored, label in range; the
+/// CPU fails on any other label).
+__device__ long long blockCountRows(const LossGeometry& g, const int64_t* labels) {
+  long long counted = 0;
+  for (int64_t n = threadIdx.x; n < g.rows; n += kThreads)
+    counted += (labels[n] != g.ignoreIndex && labelInRange(g, labels[n])) ? 1 : 0;
+  return blockReduce(counted, SumOp{});
+}
+
+/// One block: the sum of the per-row losses, divided by the counted rows for
+/// mean (0/0 = NaN when every row is ignored, as the CPU and PyTorch).
+template <typename S>
+__global__ void classificationTotalKernel(LossGeometry g, const Compute<S>* perRow, const int64_t* labels, S* out) {
+  using T = Compute<S>;
+  T total = 0;
+  for (int64_t n = threadIdx.x; n < g.rows; n += kThreads)
+    total += perRow[n];
+  total = blockReduce(total, SumOp{});
+  long long counted = blockCountRows(g, labels);
+  if (threadIdx.x == 0)
+    store(out, g.reduction == LossReduction::Mean ? total / T(counted) : total);
+}
+
+template <typename S>
+__global__ void countRowsKernel(LossGeometry g, const int64_t* labels, long long* counted) {
+  long long value = blockCountRows(g, labels);
+  if (threadIdx.x == 0)
+    *counted = value;
+}
+
+template <typename S>
+__global__ void mseGradKernel(LossGeometry g, double norm, const S* gradOutput, const S* input, const S* target,
+                              S* grad) {
+  using T = Compute<S>;
+  T normT = T(norm);
+  bool perElement = g.reduction == LossReduction::None;
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < g.count; i += int64_t(gridDim.x) * kThreads) {
+    T incoming = widen(gradOutput[perElement ? i : 0]);
+    store(grad + i, normT * (T(widen(input[i])) - T(widen(target[i]))) * incoming);
+  }
+}
+
+/// One block per row of the cross-entropy or nll gradient; `counted` (mean
+/// only) is countRowsKernel's result. Rows with an out-of-range label become NaN.
+template <typename S>
+__global__ void classificationGradKernel(LossGeometry g, const S* gradOutput, const S* input,
+                                         const int64_t* labels, const long long* counted, S* grad) {
+  using T = Compute<S>;
+  for (int64_t n = blockIdx.x; n < g.rows; n += gridDim.x) {
+    int64_t label = labels[n];
+    S* target = grad + n * g.classes;
+    if (label == g.ignoreIndex || !labelInRange(g, label)) {
+      T value = label == g.ignoreIndex ? T(0) : quietNaN(T());
+      for (int64_t c = threadIdx.x; c < g.classes; c += kThreads)
+        store(target + c, value);
+      continue;
+    }
+    T scale = widen(gradOutput[g.reduction == LossReduction::None ? n : 0]);
+    if (g.reduction == LossReduction::Mean)
+      scale /= T(*counted);
+    if (g.loss == LossKind::Nll) {
+      for (int64_t c = threadIdx.x; c < g.classes; c += kThreads)
+        store(target + c, c == label ? -scale : T(0));
+      continue;
+    }
+    const S* row = input + n * g.classes;
+    T lse = blockLogSumExp(row, g.classes);
+    T smoothing = T(g.labelSmoothing);
+    T uniform = smoothing / T(g.classes);
+    for (int64_t c = threadIdx.x; c < g.classes; c += kThreads) {
+      T probability = dexp(T(widen(row[c])) - lse);
+      T wanted = (c == label ? T(1) - smoothing : T(0)) + uniform;
+      store(target + c, scale * (probability - wanted));
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Dropout
+//===----------------------------------------------------------------------===//
+
+/// Philox.h's philoxBitsAt, word for word.
+__device__ uint32_t philoxBitsAt(uint64_t seed, uint64_t position) {
+  constexpr uint32_t kMultiplier0 = 0xD2511F53u, kMultiplier1 = 0xCD9E8D57u;
+  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
+  uint64_t block = position / 4;
+  uint32_t c0 = uint32_t(block), c1 = uint32_t(block >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 += kWeyl0;
+      k1 += kWeyl1;
+    }
+    uint64_t product0 = uint64_t(kMultiplier0) * c0;
+    uint64_t product1 = uint64_t(kMultiplier1) * c2;
+    uint32_t n0 = uint32_t(product1 >> 32) ^ c1 ^ k0, n1 = uint32_t(product1);
+    uint32_t n2 = uint32_t(product0 >> 32) ^ c3 ^ k1, n3 = uint32_t(product0);
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
+  }
+  switch (position % 4) {
+  case 0: return c0;
+  case 1: return c1;
+  case 2: return c2;
+  default: return c3;
+  }
+}
+
+template <typename S>
+__global__ void dropoutKernel(int64_t count, double p, double scale, const S* x, const int64_t* state, S* y,
+                              uint8_t* mask) {
+  using T = Compute<S>;
+  uint64_t seed = uint64_t(state[0]), offset = uint64_t(state[1]);
+  T scaleT = T(scale);
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < count; i += int64_t(gridDim.x) * kThreads) {
+    uint32_t bits = philoxBitsAt(seed, offset + uint64_t(i));
+    bool keep = double(bits >> 8) * 0x1p-24 >= p;
+    T value = widen(x[i]);
+    store(y + i, keep ? value * scaleT : T(0));
+    mask[i] = keep ? 1 : 0;
+  }
+}
+
+/// Runs after dropoutKernel (stream order): next_rng_state is usually
+/// rng_state itself, which every thread of dropoutKernel reads.
+__global__ void dropoutAdvanceKernel(int64_t count, const int64_t* state, int64_t* next) {
+  int64_t seed = state[0], offset = state[1];
+  next[0] = seed;
+  next[1] = int64_t(uint64_t(offset) + uint64_t(count));
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Launchers
+//===----------------------------------------------------------------------===//
+
+cudaError_t launchReduction(Storage storage, const ReductionGeometry& geometry, const void* x, void* y,
+                            cudaStream_t stream) {
+  if (geometry.outputCount == 0)
+    return cudaSuccess;
+  return dispatch(storage, [&](auto zero) {
+    using S = decltype(zero);
+    const S* in = static_cast<const S*>(x);
+    S* out = static_cast<S*>(y);
+    if (geometry.reducedCount <= 32)
+      reduceSmallKernel<S><<<blocksForElements(geometry.outputCount), kThreads, 0, stream>>>(geometry, in, out);
+    else
+      reduceBlockKernel<S><<<blocksFor(geometry.outputCount), kThreads, 0, stream>>>(geometry, in, out);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launchSoftmax(Storage storage, SoftmaxKind kind, AxisGeometry geometry, const void* first,
+                          const void* second, void* out, cudaStream_t stream) {
+  if (geometry.outer * geometry.length * geometry.inner == 0)
+    return cudaSuccess;
+  return dispatch(storage, [&](auto zero) {
+    using S = decltype(zero);
+    softmaxKernel<S><<<blocksFor(geometry.outer * geometry.inner), kThreads, 0, stream>>>(
+        kind, geometry, static_cast<const S*>(first), static_cast<const S*>(second), static_cast<S*>(out));
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launchLayerNorm(Storage storage, RowGeometry geometry, double eps, const void* x, const void* weight,
+                            const void* bias, void* y, void* mean, void* rstd, cudaStream_t stream) {
+  if (geometry.rows == 0)
+    return cudaSuccess;
+  return dispatch(storage, [&](auto zero) {
+    using S = decltype(zero);
+    using T = Compute<S>;
+    layerNormKernel<S><<<blocksFor(geometry.rows), kThreads, 0, stream>>>(
+        geometry, eps, static_cast<const S*>(x), static_cast<const S*>(weight), static_cast<const S*>(bias),
+        static_cast<S*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launchLayerNormGrad(Storage storage, RowGeometry geometry, const void* dy, const void* x,
+                                const void* mean, const void* rstd, const void* weight, void* dx, void* dweight,
+                                void* dbias, cudaStream_t stream) {
+  return dispatch(storage, [&](auto zero) {
+    using S = decltype(zero);
+    using T = Compute<S>;
+    if (geometry.rows > 0 && geometry.cols > 0 && dx) {
+      layerNormGradInputKernel<S><<<blocksFor(geometry.rows), kThreads, 0, stream>>>(
+          geometry, static_cast<const S*>(dy), static_cast<const S*>(x), static_cast<const T*>(mean),
+          static_cast<const T*>(rstd), static_cast<const S*>(weight), static_cast<S*>(dx));
+      cudaError_t error = cudaGetLastError();
+      if (error != cudaSuccess)
+        return error;
+    }
+    // With no rows the parameter gradients are zeros, which this kernel writes too.
+    if (geometry.cols > 0 && (dweight || dbias)) {
+      dim3 threads(kColumnTile, kRowLanes);
+      layerNormGradParamsKernel<S><<<blocksFor((geometry.cols + kColumnTile - 1) / kColumnTile), threads, 0, stream>>>(
+          geometry, static_cast<const S*>(dy), static_cast<const S*>(x), static_cast<const T*>(mean),
+          static_cast<const T*>(rstd), static_cast<S*>(dweight), static_cast<S*>(dbias));
+      return cudaGetLastError();
+    }
+    return cudaSuccess;
+  });
+}
+
+namespace {
+
+std::size_t computeSize(Storage storage) { return storage == Storage::F64 ? sizeof(double) : sizeof(float); }
+
+bool isClassification(const LossGeometry& geometry) { return geometry.loss != LossKind::Mse; }
+
+} // namespace
+
+std::size_t lossWorkspaceBytes(Storage storage, const LossGeometry& geometry) {
+  if (!isClassification(geometry) || geometry.reduction == LossReduction::None)
+    return 0;
+  return std::size_t(geometry.rows) * computeSize(storage);
+}
+
+std::size_t lossGradWorkspaceBytes(Storage, const LossGeometry& geometry) {
+  if (!isClassification(geometry) || geometry.reduction != LossReduction::Mean)
+    return 0;
+  return sizeof(long long);
+}
+
+cudaError_t launchLoss(Storage storage, const LossGeometry& geometry, const void* input, const void* target,
+                       void* loss, void* workspace, cudaStream_t stream) {
+  return dispatch(storage, [&](auto zero) {
+    using S = decltype(zero);
+    using T = Compute<S>;
+    const S* in = static_cast<const S*>(input);
+    S* out = static_cast<S*>(loss);
+    if (!isClassification(geometry)) {
+      const S* tg = static_cast<const S*>(target);
+      if (geometry.reduction == LossReduction::None) {
+        if (geometry.count == 0)
+          return cudaSuccess;
+        mseElementsKernel<S><<<blocksForElements(geometry.count), kThreads, 0, stream>>>(geometry.count, in, tg, out);
+      } else {
+        mseTotalKernel<S><<<1, kThreads, 0, stream>>>(geometry, in, tg, out);
+      }
+      return cudaGetLastError();
+    }
+    const int64_t* labels = static_cast<const int64_t*>(target);
+    if (geometry.reduction == LossReduction::None) {
+      if (geometry.rows == 0)
+        return cudaSuccess;
+      classificationRowsKernel<S, S><<<blocksFor(geometry.rows), kThreads, 0, stream>>>(geometry, in, labels, out);
+      return cudaGetLastError();
+    }
+    T* perRow = static_cast<T*>(workspace);
+    if (geometry.rows > 0) {
+      classificationRowsKernel<S, T><<<blocksFor(geometry.rows), kThreads, 0, stream>>>(geometry, in, labels, perRow);
+      cudaError_t error = cudaGetLastError();
+      if (error != cudaSuccess)
+        return error;
+    }
+    classificationTotalKernel<S><<<1, kThreads, 0, stream>>>(geometry, perRow, labels, out);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launchLossGrad(Storage storage, const LossGeometry& geometry, const void* gradOutput,
+                           const void* input, const void* target, void* grad, void* workspace,
+                           cudaStream_t stream) {
+  return dispatch(storage, [&](auto zero) {
+    using S = decltype(zero);
+    const S* incoming = static_cast<const S*>(gradOutput);
+    const S* in = static_cast<const S*>(input);
+    S* out = static_cast<S*>(grad);
+    if (!isClassification(geometry)) {
+      if (geometry.count == 0)
+        return cudaSuccess;
+      // PyTorch: norm * (input - target) * grad_output, norm = 2 (or 2 / numel for mean).
+      double norm = geometry.reduction == LossReduction::Mean ? 2.0 / double(geometry.count) : 2.0;
+      mseGradKernel<S><<<blocksForElements(geometry.count), kThreads, 0, stream>>>(
+          geometry, norm, incoming, in, static_cast<const S*>(target), out);
+      return cudaGetLastError();
+    }
+    if (geometry.rows == 0)
+      return cudaSuccess;
+    const int64_t* labels = static_cast<const int64_t*>(target);
+    long long* counted = static_cast<long long*>(workspace);
+    if (geometry.reduction == LossReduction::Mean) {
+      countRowsKernel<S><<<1, kThreads, 0, stream>>>(geometry, labels, counted);
+      cudaError_t error = cudaGetLastError();
+      if (error != cudaSuccess)
+        return error;
+    }
+    classificationGradKernel<S><<<blocksFor(geometry.rows), kThreads, 0, stream>>>(geometry, incoming, in, labels,
+                                                                                   counted, out);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launchDropout(Storage storage, int64_t count, double p, const void* x, const int64_t* state, void* y,
+                          uint8_t* mask, int64_t* nextState, cudaStream_t stream) {
+  return dispatch(storage, [&](auto zero) {
+    using S = decltype(zero);
+    if (count > 0) {
+      dropoutKernel<S><<<blocksForElements(count), kThreads, 0, stream>>>(
+          count, p, 1.0 / (1.0 - p), static_cast<const S*>(x), state, static_cast<S*>(y), mask);
+      cudaError_t error = cudaGetLastError();
+      if (error != cudaSuccess)
+        return error;
+    }
+    dropoutAdvanceKernel<<<1, 1, 0, stream>>>(count, state, nextState);
+    return cudaGetLastError();
+  });
+}
+
+} // namespace ampjit::runtime::cuda::numeric

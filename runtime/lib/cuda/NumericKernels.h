@@ -1,0 +1,99 @@
+#ifndef AMPJIT_RUNTIME_LIB_CUDA_NUMERICKERNELS_H
+#define AMPJIT_RUNTIME_LIB_CUDA_NUMERICKERNELS_H
+
+// Launchers of the numeric kernels (NumericKernels.cu, NumericLossKernels.cu):
+// reductions, the softmax family, layer norm, losses and dropout. Plain
+// C++17 so nvcc can compile the kernels without the runtime's C++20 headers;
+// NumericSteps.cpp turns plan steps into these descriptions.
+//
+// Every launcher computes what the CPU kernel of the same kind computes
+// (runtime/lib/cpu): data widened to f32 (f64 for f64 data), one rounding per
+// stored result; only the order of summation differs (parallel trees). Each
+// one enqueues on `stream` only and returns the first CUDA error.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ampjit::runtime::cuda::numeric {
+
+/// The floating storage types the kernels read and write; the compute type
+/// follows from it (f64 for F64, f32 otherwise).
+enum class Storage : int { F32, F16, BF16, F64 };
+
+/// Largest rank a reduction supports (dimensions are passed by value).
+constexpr int kMaxReductionRank = 16;
+
+enum class ReduceKind : int { Sum, Mean, Max };
+
+/// A reduction as strides: output element o is the kept index (row-major over
+/// keptSizes) and reduces the row-major reduced index space. Strides are the
+/// input's, in elements.
+struct ReductionGeometry {
+  ReduceKind op = ReduceKind::Sum;
+  int64_t outputCount = 0;
+  int64_t reducedCount = 1;
+  int keptRank = 0;
+  int reducedRank = 0;
+  int64_t keptSizes[kMaxReductionRank] = {};
+  int64_t keptStrides[kMaxReductionRank] = {};
+  int64_t reducedSizes[kMaxReductionRank] = {};
+  int64_t reducedStrides[kMaxReductionRank] = {};
+};
+cudaError_t launchReduction(Storage storage, const ReductionGeometry& geometry, const void* x, void* y,
+                            cudaStream_t stream);
+
+enum class SoftmaxKind : int { Softmax, LogSoftmax, SoftmaxGrad, LogSoftmaxGrad };
+
+/// A tensor viewed as [outer, length, inner] around an axis.
+struct AxisGeometry {
+  int64_t outer = 1, length = 1, inner = 1;
+};
+/// `first` is x (dy for the gradients), `second` y for the gradients (unused otherwise).
+cudaError_t launchSoftmax(Storage storage, SoftmaxKind kind, AxisGeometry geometry, const void* first,
+                          const void* second, void* out, cudaStream_t stream);
+
+/// [rows, cols] with cols the normalised dimensions flattened.
+struct RowGeometry {
+  int64_t rows = 0, cols = 0;
+};
+/// weight and bias may be null (1 and 0); mean and rstd are in the compute type.
+cudaError_t launchLayerNorm(Storage storage, RowGeometry geometry, double eps, const void* x, const void* weight,
+                            const void* bias, void* y, void* mean, void* rstd, cudaStream_t stream);
+/// weight may be null (1); any of dx, dweight, dbias may be null (not written).
+cudaError_t launchLayerNormGrad(Storage storage, RowGeometry geometry, const void* dy, const void* x,
+                                const void* mean, const void* rstd, const void* weight, void* dx, void* dweight,
+                                void* dbias, cudaStream_t stream);
+
+enum class LossKind : int { Mse, CrossEntropy, Nll };
+enum class LossReduction : int { None, Mean, Sum };
+
+/// Mse: `count` elements. CrossEntropy and Nll: [rows, classes] scores, [rows]
+/// i64 labels.
+struct LossGeometry {
+  LossKind loss = LossKind::Mse;
+  LossReduction reduction = LossReduction::Mean;
+  int64_t ignoreIndex = -100;
+  double labelSmoothing = 0.0;
+  int64_t count = 0;
+  int64_t rows = 0, classes = 0;
+};
+/// Scratch bytes launchLoss / launchLossGrad need (the workspace pointer may
+/// be null when 0).
+std::size_t lossWorkspaceBytes(Storage storage, const LossGeometry& geometry);
+std::size_t lossGradWorkspaceBytes(Storage storage, const LossGeometry& geometry);
+cudaError_t launchLoss(Storage storage, const LossGeometry& geometry, const void* input, const void* target,
+                       void* loss, void* workspace, cudaStream_t stream);
+cudaError_t launchLossGrad(Storage storage, const LossGeometry& geometry, const void* gradOutput,
+                           const void* input, const void* target, void* grad, void* workspace,
+                           cudaStream_t stream);
+
+/// state and nextState are [seed, offset] (they may be the same buffer); mask
+/// is one byte per element.
+cudaError_t launchDropout(Storage storage, int64_t count, double p, const void* x, const int64_t* state, void* y,
+                          uint8_t* mask, int64_t* nextState, cudaStream_t stream);
+
+} // namespace ampjit::runtime::cuda::numeric
+
+#endif // AMPJIT_RUNTIME_LIB_CUDA_NUMERICKERNELS_H
