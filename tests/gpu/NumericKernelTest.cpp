@@ -1,2 +1,376 @@
-// Filled in by the NumericKernelTest work.
+// The numeric CUDA kernels (reductions, softmax family, layer norm, losses,
+// dropout) against the CPU backend: one-op plans over every floating dtype,
+// odd sizes (1, 3, sizes that are not multiples of the block size, rows longer
+// than a block), axis variants, empty tensors and NaN/inf inputs.
+
 #include "GpuTestUtil.h"
+
+#include "ampjit/runtime/StepBuilder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ampjit::runtime::gputest {
+namespace {
+
+constexpr DType kDataTypes[] = {DType::F32, DType::F16, DType::BF16, DType::F64};
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::string shapeText(const Shape& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    text += (i ? "," : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+std::string describe(DType dtype, const Shape& shape, const std::string& extra = "") {
+  return std::string(dtypeName(dtype)) + " " + shapeText(shape) + (extra.empty() ? "" : " " + extra);
+}
+
+Expected<Plan> singleOp(std::string_view op, std::vector<std::optional<TensorType>> operands,
+                        std::vector<TensorType> results, const AttributeMap& attributes,
+                        std::vector<int> tied = {}) {
+  return buildSingleOpPlan(op, operands, results, attributes, tied);
+}
+
+/// Runs `plan` on both backends `runs` times and expects every result (and
+/// every argument, which in-place state updates write) to agree; result k
+/// is compared with slack `slacks[k]` (the last entry for the rest).
+void expectAgree(Backend& cpu, CudaBackend& cuda, const Plan& plan, const std::vector<Tensor>& arguments,
+                 std::vector<double> slacks, const std::string& what, int runs = 1) {
+  Expected<BothRuns> both = runOnBoth(cpu, cuda, plan, arguments, runs);
+  ASSERT_TRUE(both.ok()) << what << ": " << both.message();
+  ASSERT_EQ(both->cpuResults.size(), both->cudaResults.size()) << what;
+  for (size_t k = 0; k < both->cpuResults.size(); ++k) {
+    double slack = slacks.empty() ? 1.0 : slacks[std::min(k, slacks.size() - 1)];
+    EXPECT_TRUE(allClose(both->cpuResults[k], both->cudaResults[k], slack)) << what << ", result " << k;
+  }
+  for (size_t k = 0; k < both->cpuArguments.size(); ++k)
+    EXPECT_TRUE(allClose(both->cpuArguments[k], both->cudaArguments[k])) << what << ", argument " << k;
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+Shape reducedShape(const Shape& shape, const std::vector<int64_t>& axes, bool keepdim) {
+  Shape out;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    bool reduced = std::find(axes.begin(), axes.end(), int64_t(d)) != axes.end();
+    if (!reduced)
+      out.push_back(shape[d]);
+    else if (keepdim)
+      out.push_back(1);
+  }
+  return out;
+}
+
+struct ReductionCase {
+  Shape shape;
+  std::vector<int64_t> axes;
+};
+
+TEST_F(GpuTest, ReductionsMatchTheCpuOverEveryAxisPattern) {
+  const ReductionCase cases[] = {
+      {{}, {}},                // rank 0: a copy
+      {{1}, {0}},
+      {{3}, {0}},
+      {{1037}, {0}},           // one block, a partial last chunk
+      {{4, 5, 6}, {1}},        // middle axis, few elements: a thread per output
+      {{4, 5, 6}, {0, 2}},     // non-adjacent axes
+      {{4, 5, 6}, {0, 1, 2}},
+      {{2, 33, 70}, {0, 2}},   // non-adjacent, a block per output
+      {{7, 300}, {1}},
+      {{300, 7}, {0}},
+      {{3, 2, 257}, {1, 2}},
+      {{2, 0, 3}, {1}},        // nothing reduced: 0, NaN and -inf
+      {{0, 3}, {1}},           // no output
+  };
+  for (const ReductionCase& c : cases)
+    for (std::string op : {"jit.sum", "jit.mean", "jit.max"})
+      for (bool keepdim : {false, true})
+        for (DType dtype : kDataTypes) {
+          TensorType in{dtype, c.shape};
+          TensorType out{dtype, reducedShape(c.shape, c.axes, keepdim)};
+          Expected<Plan> plan = singleOp(op, {in}, {out}, {{"axes", c.axes}, {"keepdim", keepdim}});
+          ASSERT_TRUE(plan.ok()) << plan.message();
+          int64_t reduced = 1;
+          for (int64_t axis : c.axes)
+            reduced *= c.shape[size_t(axis)];
+          std::string what = op + " " + describe(dtype, c.shape, keepdim ? "keepdim" : "");
+          expectAgree(*cpu, *cuda, *plan, randomArguments(*plan, 1), {1.0 + double(reduced) / 64}, what);
+        }
+}
+
+TEST_F(GpuTest, ReductionsPropagateNaNAndInfinities) {
+  for (DType dtype : kDataTypes)
+    for (std::string op : {"jit.sum", "jit.mean", "jit.max"})
+      for (int64_t length : {5, 100}) { // a thread per output, then a block per output
+        TensorType in{dtype, {4, length}};
+        Expected<Plan> plan = singleOp(op, {in}, {TensorType{dtype, {4}}}, {{"axes", std::vector<int64_t>{1}}});
+        ASSERT_TRUE(plan.ok()) << plan.message();
+        std::vector<Tensor> arguments = randomArguments(*plan, 2);
+        arguments[0].set(1, kNaN);                  // row 0: a NaN among finite values
+        arguments[0].set(length + 2, kInf);         // row 1: +inf
+        arguments[0].set(2 * length, kInf);         // row 2: +inf and -inf (sum NaN, max inf)
+        arguments[0].set(2 * length + 3, -kInf);
+        arguments[0].set(3 * length + length - 1, kNaN); // row 3: NaN last, after a -inf
+        arguments[0].set(3 * length, -kInf);
+        expectAgree(*cpu, *cuda, *plan, arguments, {1.0 + double(length) / 64},
+                    op + " " + describe(dtype, in.shape, "with NaN/inf"));
+      }
+}
+
+//===----------------------------------------------------------------------===//
+// Softmax family
+//===----------------------------------------------------------------------===//
+
+struct AxisCase {
+  Shape shape;
+  int64_t axis;
+};
+
+const AxisCase kAxisCases[] = {
+    {{1}, 0}, {{3, 5}, 1}, {{4, 1000}, 1}, {{2, 3000}, 1}, {{5, 7, 3}, 1}, {{2, 3, 4}, 0}, {{3, 4, 1}, 2},
+    {{0, 6}, 1}, {{4, 0}, 1},
+};
+
+TEST_F(GpuTest, SoftmaxFamilyMatchesTheCpu) {
+  for (std::string op : {"jit.softmax", "jit.log_softmax", "jit.softmax_grad", "jit.log_softmax_grad"})
+    for (const AxisCase& c : kAxisCases)
+      for (DType dtype : kDataTypes) {
+        bool grad = op.ends_with("_grad");
+        TensorType type{dtype, c.shape};
+        std::vector<std::optional<TensorType>> operands = {type};
+        if (grad)
+          operands.push_back(type);
+        Expected<Plan> plan = singleOp(op, operands, {type}, {{"axis", c.axis}});
+        ASSERT_TRUE(plan.ok()) << plan.message();
+        // Spread logits so exp() is exercised over a real range.
+        std::vector<Tensor> arguments = randomArguments(*plan, 3, grad ? -1.0 : -8.0, grad ? 1.0 : 8.0);
+        double length = double(c.shape[size_t(c.axis)]);
+        expectAgree(*cpu, *cuda, *plan, arguments, {2.0 + length / 64},
+                    op + " " + describe(dtype, c.shape, "axis " + std::to_string(c.axis)));
+      }
+}
+
+TEST_F(GpuTest, SoftmaxPropagatesNaNAndInfinities) {
+  for (std::string op : {"jit.softmax", "jit.log_softmax"})
+    for (DType dtype : kDataTypes) {
+      TensorType type{dtype, {4, 300}};
+      Expected<Plan> plan = singleOp(op, {type}, {type}, {{"axis", int64_t(1)}});
+      ASSERT_TRUE(plan.ok()) << plan.message();
+      std::vector<Tensor> arguments = randomArguments(*plan, 4);
+      arguments[0].set(7, kNaN);         // row 0: NaN everywhere
+      arguments[0].set(300 + 5, kInf);   // row 1: inf - inf = NaN, as the CPU
+      for (int64_t j = 0; j < 300; ++j)  // row 2: all -inf
+        arguments[0].set(600 + j, -kInf);
+      arguments[0].set(900 + 11, -kInf); // row 3: one -inf gives probability 0
+      expectAgree(*cpu, *cuda, *plan, arguments, {2.0 + 300.0 / 64}, op + " " + describe(dtype, type.shape));
+    }
+}
+
+//===----------------------------------------------------------------------===//
+// Layer norm
+//===----------------------------------------------------------------------===//
+
+const AxisCase kLayerNormCases[] = {
+    {{4, 37}, 1}, {{5, 1}, 1}, {{1, 3}, 1}, {{3, 1500}, 1}, {{2, 3, 300}, 1}, {{2, 3, 4}, 0}, {{2, 3, 5}, 2},
+    {{0, 8}, 1}, {{3, 0}, 1},
+};
+
+DType statisticsTypeOf(DType dtype) { return dtype == DType::F64 ? DType::F64 : DType::F32; }
+
+TEST_F(GpuTest, LayerNormMatchesTheCpu) {
+  for (const AxisCase& c : kLayerNormCases)
+    for (DType dtype : kDataTypes)
+      for (int affine = 0; affine < 4; ++affine) { // bit 0: weight, bit 1: bias
+        Shape normalised(c.shape.begin() + c.axis, c.shape.end());
+        Shape rows(c.shape.begin(), c.shape.begin() + c.axis);
+        TensorType type{dtype, c.shape}, param{dtype, normalised}, stats{statisticsTypeOf(dtype), rows};
+        std::vector<std::optional<TensorType>> operands = {type, affine & 1 ? std::optional(param) : std::nullopt,
+                                                           affine & 2 ? std::optional(param) : std::nullopt};
+        Expected<Plan> plan =
+            singleOp("jit.layer_norm", operands, {type, stats, stats}, {{"axis", c.axis}, {"eps", 1e-5}});
+        ASSERT_TRUE(plan.ok()) << plan.message();
+        int64_t cols = elementCount(normalised);
+        // Offset the data so the centred second pass matters.
+        std::vector<Tensor> arguments = randomArguments(*plan, 5, 2.0, 4.0);
+        expectAgree(*cpu, *cuda, *plan, arguments, {2.0 + double(cols) / 64},
+                    "layer_norm " + describe(dtype, c.shape, "affine " + std::to_string(affine)));
+      }
+}
+
+TEST_F(GpuTest, LayerNormGradMatchesTheCpu) {
+  for (const AxisCase& c : kLayerNormCases)
+    for (DType dtype : kDataTypes)
+      for (bool weight : {false, true}) {
+        Shape normalised(c.shape.begin() + c.axis, c.shape.end());
+        Shape rowShape(c.shape.begin(), c.shape.begin() + c.axis);
+        TensorType type{dtype, c.shape}, param{dtype, normalised}, stats{statisticsTypeOf(dtype), rowShape};
+        std::vector<std::optional<TensorType>> operands = {type, type, stats, stats,
+                                                           weight ? std::optional(param) : std::nullopt};
+        Expected<Plan> plan = singleOp("jit.layer_norm_grad", operands, {type, param, param}, {{"axis", c.axis}});
+        ASSERT_TRUE(plan.ok()) << plan.message();
+        std::vector<Tensor> arguments = randomArguments(*plan, 6);
+        for (int64_t r = 0; r < arguments[3].elementCount(); ++r) // rstd > 0, as layer_norm yields it
+          arguments[3].set(r, 0.5 + std::fabs(arguments[3].at(r)));
+        double cols = double(elementCount(normalised)), rows = double(elementCount(rowShape));
+        expectAgree(*cpu, *cuda, *plan, arguments, {2.0 + cols / 64, 2.0 + rows / 64},
+                    "layer_norm_grad " + describe(dtype, c.shape, weight ? "weight" : "no weight"));
+      }
+}
+
+TEST_F(GpuTest, LayerNormPropagatesNaN) {
+  for (DType dtype : kDataTypes) {
+    TensorType type{dtype, {3, 300}}, param{dtype, {300}}, stats{statisticsTypeOf(dtype), {3}};
+    Expected<Plan> plan = singleOp("jit.layer_norm", {type, param, param}, {type, stats, stats}, {{"axis", int64_t(1)}});
+    ASSERT_TRUE(plan.ok()) << plan.message();
+    std::vector<Tensor> arguments = randomArguments(*plan, 7);
+    arguments[0].set(4, kNaN);
+    arguments[0].set(300 + 9, kInf);
+    expectAgree(*cpu, *cuda, *plan, arguments, {2.0 + 300.0 / 64}, "layer_norm " + describe(dtype, type.shape));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Losses
+//===----------------------------------------------------------------------===//
+
+const std::string kReductions[] = {"none", "mean", "sum"};
+
+Shape lossShape(const std::string& reduction, int64_t rows) {
+  return reduction == "none" ? Shape{rows} : Shape{};
+}
+
+TEST_F(GpuTest, MseLossAndGradMatchTheCpu) {
+  const Shape shapes[] = {{1}, {3}, {3, 5}, {1037}, {2, 700}, {0}};
+  for (const Shape& shape : shapes)
+    for (const std::string& reduction : kReductions)
+      for (DType dtype : kDataTypes) {
+        TensorType type{dtype, shape};
+        TensorType loss{dtype, reduction == "none" ? shape : Shape{}};
+        AttributeMap attributes = {{"reduction", reduction}};
+        double slack = 2.0 + double(elementCount(shape)) / 64;
+        std::string what = reduction + " " + describe(dtype, shape);
+        Expected<Plan> forward = singleOp("jit.mse_loss", {type, type}, {loss}, attributes);
+        ASSERT_TRUE(forward.ok()) << forward.message();
+        expectAgree(*cpu, *cuda, *forward, randomArguments(*forward, 8), {slack}, "mse_loss " + what);
+        Expected<Plan> backward = singleOp("jit.mse_loss_grad", {loss, type, type}, {type}, attributes);
+        ASSERT_TRUE(backward.ok()) << backward.message();
+        expectAgree(*cpu, *cuda, *backward, randomArguments(*backward, 9), {2.0}, "mse_loss_grad " + what);
+      }
+}
+
+struct ClassificationCase {
+  int64_t rows, classes;
+};
+
+/// Labels in [0, classes), with every third row ignored when `ignoreSome`,
+/// or every row when `ignoreAll`.
+void setLabels(Tensor& labels, int64_t classes, int64_t ignoreIndex, bool ignoreSome, bool ignoreAll) {
+  for (int64_t n = 0; n < labels.elementCount(); ++n) {
+    double label = double((n * 7 + 3) % std::max<int64_t>(classes, 1));
+    if (ignoreAll || (ignoreSome && n % 3 == 1))
+      label = double(ignoreIndex);
+    labels.set(n, label);
+  }
+}
+
+TEST_F(GpuTest, ClassificationLossesAndGradsMatchTheCpu) {
+  const ClassificationCase cases[] = {{1, 1}, {1, 3}, {3, 5}, {17, 10}, {4, 1000}, {2, 3001}, {300, 7}, {0, 5}};
+  for (std::string loss : {"jit.cross_entropy", "jit.nll_loss"})
+    for (const ClassificationCase& c : cases)
+      for (const std::string& reduction : kReductions)
+        for (double smoothing : {0.0, 0.1})
+          for (int64_t ignoreIndex : {int64_t(-100), int64_t(2)})
+            for (int ignoring = 0; ignoring < 3; ++ignoring) // none, some, all rows ignored
+              for (DType dtype : kDataTypes) {
+                if (loss == "jit.nll_loss" && smoothing != 0.0)
+                  continue;
+                TensorType scores{dtype, {c.rows, c.classes}}, labels{DType::I64, {c.rows}};
+                TensorType lossType{dtype, lossShape(reduction, c.rows)};
+                AttributeMap attributes = {{"reduction", reduction}, {"ignore_index", ignoreIndex}};
+                if (loss == "jit.cross_entropy")
+                  attributes["label_smoothing"] = smoothing;
+                std::string what = loss + " " + reduction + " " + describe(dtype, scores.shape) + " smoothing " +
+                                   std::to_string(smoothing) + " ignore_index " + std::to_string(ignoreIndex) +
+                                   " ignoring " + std::to_string(ignoring);
+                double slack = 2.0 + double(c.classes + c.rows) / 64;
+
+                Expected<Plan> forward = singleOp(loss, {scores, labels}, {lossType}, attributes);
+                ASSERT_TRUE(forward.ok()) << forward.message();
+                std::vector<Tensor> arguments = randomArguments(*forward, 10, -4.0, 4.0);
+                setLabels(arguments[1], c.classes, ignoreIndex, ignoring == 1, ignoring == 2);
+                expectAgree(*cpu, *cuda, *forward, arguments, {slack}, what);
+
+                Expected<Plan> backward = singleOp(loss + "_grad", {lossType, scores, labels}, {scores}, attributes);
+                ASSERT_TRUE(backward.ok()) << backward.message();
+                std::vector<Tensor> gradArguments = randomArguments(*backward, 11, -4.0, 4.0);
+                setLabels(gradArguments[2], c.classes, ignoreIndex, ignoring == 1, ignoring == 2);
+                expectAgree(*cpu, *cuda, *backward, gradArguments, {slack}, what + " (grad)");
+              }
+}
+
+TEST_F(GpuTest, CrossEntropyPropagatesNaNAndInfinities) {
+  for (DType dtype : kDataTypes)
+    for (const std::string& reduction : kReductions) {
+      TensorType scores{dtype, {4, 300}}, labels{DType::I64, {4}}, lossType{dtype, lossShape(reduction, 4)};
+      AttributeMap attributes = {{"reduction", reduction}, {"label_smoothing", 0.05}};
+      Expected<Plan> forward = singleOp("jit.cross_entropy", {scores, labels}, {lossType}, attributes);
+      ASSERT_TRUE(forward.ok()) << forward.message();
+      std::vector<Tensor> arguments = randomArguments(*forward, 12);
+      setLabels(arguments[1], 300, -100, false, false);
+      arguments[0].set(3, kNaN);
+      arguments[0].set(300 + 8, kInf);
+      arguments[0].set(600 + 8, -kInf);
+      expectAgree(*cpu, *cuda, *forward, arguments, {2.0 + 304.0 / 64},
+                  "cross_entropy " + reduction + " " + describe(dtype, scores.shape));
+    }
+}
+
+//===----------------------------------------------------------------------===//
+// Dropout
+//===----------------------------------------------------------------------===//
+
+TEST_F(GpuTest, DropoutMaskIsBitIdenticalToTheCpu) {
+  const Shape shapes[] = {{1}, {3}, {4097}, {3, 5, 7}, {0}};
+  // Seeds beyond 32 bits and an offset that crosses a 32-bit block boundary.
+  const std::pair<int64_t, int64_t> states[] = {{1234, 10}, {0x1234567890abLL, (int64_t(1) << 34) - 5}, {0, 0}};
+  for (const Shape& shape : shapes)
+    for (double p : {0.0, 0.3, 0.9})
+      for (const auto& [seed, offset] : states)
+        for (DType dtype : kDataTypes) {
+          TensorType type{dtype, shape}, mask{DType::I1, shape}, state{DType::I64, {2}};
+          Expected<Plan> plan = singleOp("jit.dropout", {type, state}, {type, mask, state}, {{"p", p}});
+          ASSERT_TRUE(plan.ok()) << plan.message();
+          std::vector<Tensor> arguments = randomArguments(*plan, 13);
+          arguments[1].set(0, double(seed));
+          arguments[1].set(1, double(offset));
+          expectAgree(*cpu, *cuda, *plan, arguments, {1.0},
+                      "dropout " + describe(dtype, shape, "p " + std::to_string(p) + " seed " + std::to_string(seed)));
+        }
+}
+
+TEST_F(GpuTest, DropoutAdvancesItsStateInPlace) {
+  // next_rng_state tied to rng_state: every run reads the state the last one
+  // wrote, so three runs agree only if the kernel reads before it writes.
+  for (DType dtype : kDataTypes) {
+    TensorType type{dtype, {1000}}, mask{DType::I1, {1000}}, state{DType::I64, {2}};
+    Expected<Plan> plan = singleOp("jit.dropout", {type, state}, {type, mask, state}, {{"p", 0.5}}, {-1, -1, 1});
+    ASSERT_TRUE(plan.ok()) << plan.message();
+    std::vector<Tensor> arguments = randomArguments(*plan, 14);
+    arguments[1].set(0, 77.0);
+    arguments[1].set(1, 3.0);
+    expectAgree(*cpu, *cuda, *plan, arguments, {1.0}, "in-place dropout " + std::string(dtypeName(dtype)), 3);
+  }
+}
+
+} // namespace
+} // namespace ampjit::runtime::gputest
