@@ -22,6 +22,10 @@ if(NOT AMPJIT_ENABLE_CUDA STREQUAL "OFF")
     # their plain launcher headers, never the C++20 runtime headers.
     set(CMAKE_CUDA_STANDARD 17)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    # The runtime links CUDA::cudart_static itself; CMake's implicit
+    # -lcudart_static/-lcudadevrt would reach the C++ linker without their
+    # directory.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY None)
     enable_language(CUDA)
     # cuDNN ships beside the toolkit on the development machines and in the
     # system library folder on the GPU machine.

@@ -38,6 +38,27 @@ Tensor makeTensor(rt::Tensor value) {
   return Tensor(std::move(impl));
 }
 
+Tensor makeDeviceTensor(rt::Tensor device, std::function<rt::Expected<rt::Tensor>(const rt::Tensor&)> download) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->type = device.type();
+  impl->deviceCopy = std::make_shared<DeviceCopy>();
+  impl->deviceCopy->device = std::move(device);
+  impl->deviceCopy->hostStale = true;
+  impl->deviceCopy->download = std::move(download);
+  return Tensor(std::move(impl));
+}
+
+void syncFromDevice(const TensorImpl& impl, std::string_view what) {
+  if (!impl.deviceCopy || !impl.deviceCopy->hostStale)
+    return;
+  rt::Expected<rt::Tensor> host = impl.deviceCopy->download(impl.deviceCopy->device);
+  if (!host)
+    throw Error(std::string(what) + ": reading a " + describe(impl.type) + " back from the GPU: " + host.message());
+  // Refreshing the cache of a value is not a write: the version stays.
+  const_cast<TensorImpl&>(impl).value = std::move(*host);
+  impl.deviceCopy->hostStale = false;
+}
+
 int64_t nextOpId() {
   // Ids only need to be unique among the ops a backward pass links; a
   // per-thread counter keeps concurrent threads from contending.

@@ -41,6 +41,20 @@ class TraceSession;
 /// captures is `hyper` (read-only or user state it carries between steps).
 enum class StateRole : uint8_t { Unmarked, Param, Grad, OptState, ScalerState, Hyper };
 
+/// The device copy of a value a CUDA-compiled step keeps on the GPU: state
+/// it updates in place, and its outputs. While `hostStale`, the device holds
+/// the newer value and the host `value` (if any) is older; concreteValue
+/// downloads it before any host read, so steps never wait for the GPU unless
+/// the program reads a value.
+struct DeviceCopy {
+  rt::Tensor device;
+  bool hostStale = false;
+  /// The TensorImpl::version whose value `device` holds; a host write
+  /// (a newer version) makes the next step upload again.
+  uint64_t version = 0;
+  std::function<rt::Expected<rt::Tensor>(const rt::Tensor&)> download;
+};
+
 struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   TensorType type;
   /// The data of an eager tensor.
@@ -62,6 +76,8 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   /// Bumped by every in-place write (copy_ and friends), so a compiled step
   /// knows when state it derived (O2's low-precision copies) is stale.
   uint64_t version = 0;
+  /// Set once a CUDA-compiled step has used this tensor (DeviceCopy).
+  std::shared_ptr<DeviceCopy> deviceCopy;
 };
 
 /// The data of `impl` for a host read (item, to_vector, data_ptr, printing,
@@ -83,6 +99,11 @@ inline void markState(const Tensor& tensor, StateRole role) {
 }
 
 Tensor makeTensor(rt::Tensor value);
+/// A tensor whose value is on the device (a CUDA step's output), brought to
+/// the host by `download` when first read.
+Tensor makeDeviceTensor(rt::Tensor device, std::function<rt::Expected<rt::Tensor>(const rt::Tensor&)> download);
+/// Brings a stale host value up to date from its DeviceCopy (a no-op otherwise).
+void syncFromDevice(const TensorImpl& impl, std::string_view what);
 
 //===----------------------------------------------------------------------===//
 // The op table

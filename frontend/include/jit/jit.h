@@ -8,6 +8,7 @@
 #include "jit/Autograd.h"
 #include "jit/Ops.h"
 #include "jit/Tensor.h"
+#include "jit/cuda.h"
 #include "jit/nn.h"
 
 #endif // JIT_JIT_H

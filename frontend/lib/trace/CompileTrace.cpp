@@ -168,6 +168,8 @@ CompiledTrace compileTrace(const TraceGraph& graph, const CompileTraceOptions& o
   {
     PassManager passManager(&context, ModuleOp::getOperationName());
     std::string pipeline = "amp-pipeline{" + options.pipelineOptions + " report=" + reportPath.string() + "}";
+    if (options.convertToNhwc)
+      pipeline += ",jit-convert-layout{layout=nhwc}";
     if (failed(parsePassPipeline(pipeline, passManager, afterPassesStream)))
       throw Error("jit::trace '" + graph.name + "': bad AMP options '" + options.pipelineOptions +
                   "': " + afterPasses);

@@ -17,6 +17,9 @@ struct CompileTraceOptions {
   /// `--amp-pipeline` options (amp::Policy::pipelineOptions() plus semantics).
   std::string pipelineOptions;
   bool fuseElementwise = true;
+  /// Run convolutional ops channels-last (jit-convert-layout{layout=nhwc}),
+  /// the layout cuDNN's tensor-core kernels want; the CPU runs both alike.
+  bool convertToNhwc = false;
   /// AMPJIT_DUMP: write every stage here as `<stem>.*`.
   std::string dumpDirectory;
   std::string dumpStem;

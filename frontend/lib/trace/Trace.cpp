@@ -3,11 +3,13 @@
 
 #include "CompileTrace.h"
 #include "TraceSession.h"
+#include "CudaDevice.h"
 
 #include "jit/trace.h"
 
 #include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/CpuBackend.h"
+#include "ampjit/runtime/CudaBackend.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -55,18 +57,22 @@ public:
   TracedStep(TraceOptions options, std::source_location where)
       : options_(std::move(options)),
         where_{where.file_name(), unsigned(where.line()), unsigned(where.column())} {
+    bool wantCuda = options_.backend == Backend::cuda ||
+                    (options_.backend == Backend::automatic && rt::cudaDeviceCount() > 0);
+    if (wantCuda) {
+      cuda_ = sharedCudaBackend("jit::trace '" + options_.name + "' on Backend::cuda");
+      backend_ = cuda_;
+    } else {
+      backend_ = std::shared_ptr<rt::Backend>(rt::createCpuBackend());
+    }
     setAmp(options_.amp);
-    if (options_.backend == Backend::cuda)
-      throw Error("jit::trace '" + options_.name +
-                  "': the CUDA backend cannot run traced steps yet; use Backend::cpu or Backend::automatic");
-    backend_ = rt::createCpuBackend();
   }
 
   void setAmp(amp::Policy policy) {
     options_.amp = std::move(policy);
     // Resolving checks the options now (jit::Error on nonsense), not at the first call.
     pipelineOptions_ = options_.amp.pipelineOptions() + " semantics=" + semanticsName(options_.semantics) +
-                       " target=cpu";
+                       " target=" + (cuda_ ? cuda_->architecture() : std::string("cpu"));
   }
 
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const TracedFunctionBase::Body& body) {
@@ -193,6 +199,7 @@ private:
     CompileTraceOptions compileOptions{
         .pipelineOptions = pipelineOptions_,
         .fuseElementwise = options_.fuse_elementwise && !checkNumerics,
+        .convertToNhwc = cuda_ != nullptr,
         .dumpDirectory = dumpDirectory ? dumpDirectory : "",
         .dumpStem = options_.name + ".v" + std::to_string(variants_.size() + 1)};
     variant->compiled = compileTrace(graph, compileOptions);
@@ -225,6 +232,11 @@ private:
     for (const Tensor& input : inputs)
       arguments.push_back(concreteValue(input.impl(), "a traced step's input"));
     for (const auto& state : bindings.state) {
+      if (cuda_) {
+        arguments.push_back(deviceArgument(*state));
+        continue;
+      }
+      syncFromDevice(*state, "a traced step's state");
       // The step writes state in place; another handle sharing the data
       // (a detach() taken earlier) keeps its old value, as eagerly.
       if (state->value.sharesStorage()) {
@@ -241,7 +253,7 @@ private:
     for (rt::Tensor& derived : variant.derived)
       arguments.push_back(derived);
     if (stale) {
-      if (rt::Status status = rt::rederiveArguments(variant.executable->plan(), arguments); !status.ok())
+      if (rt::Status status = variant.executable->rederive(arguments); !status.ok())
         throw Error("jit::trace '" + options_.name + "': " + status.message());
       for (size_t i = 0; i < variant.derived.size(); ++i)
         variant.derivedVersions[i] = bindings.state[variant.derivedSources[i]]->version;
@@ -253,22 +265,66 @@ private:
       throw Error("jit::trace '" + options_.name + "': " + results.message());
     std::vector<Tensor> outputs;
     for (size_t i = 0; i < bindings.outputCount; ++i)
-      outputs.push_back(makeTensor(std::move((*results)[i])));
+      outputs.push_back(wrapResult(std::move((*results)[i])));
+    if (cuda_) {
+      // The step updated its tied state on the device: host copies are stale
+      // until read.
+      for (const rt::PlanResult& result : variant.executable->plan().results) {
+        size_t argument = size_t(result.tiedArgument);
+        if (result.tiedArgument >= 0 && argument >= bindings.inputCount &&
+            argument - bindings.inputCount < bindings.state.size())
+          bindings.state[argument - bindings.inputCount]->deviceCopy->hostStale = true;
+      }
+    }
     for (const auto& state : bindings.gradientState)
       state.leaf->grad = Tensor(state.grad);
     for (const auto& leaf : bindings.droppedGradients)
       leaf->grad = Tensor();
     for (const auto& gradient : bindings.newGradients) {
-      gradient.leaf->grad = makeTensor(std::move((*results)[gradient.result]));
+      gradient.leaf->grad = wrapResult(std::move((*results)[gradient.result]));
       markState(gradient.leaf->grad, StateRole::Grad);
     }
     return outputs;
   }
 
+  /// A run's result as a frontend tensor: as is from the CPU, read back
+  /// lazily from the GPU.
+  Tensor wrapResult(rt::Tensor result) {
+    if (result.device() != rt::Device::Cuda)
+      return makeTensor(std::move(result));
+    return makeDeviceTensor(std::move(result), downloader());
+  }
+
+  std::function<rt::Expected<rt::Tensor>(const rt::Tensor&)> downloader() {
+    std::shared_ptr<rt::CudaBackend> backend = cuda_;
+    return [backend](const rt::Tensor& device) { return backend->toHost(device); };
+  }
+
+  /// The device copy of a state tensor, uploaded when the host holds a newer
+  /// value (first use, or a host write since).
+  rt::Tensor deviceArgument(TensorImpl& state) {
+    std::shared_ptr<DeviceCopy>& copy = state.deviceCopy;
+    if (copy && (copy->hostStale || copy->version == state.version))
+      return copy->device;
+    rt::Expected<rt::Tensor> uploaded = cuda_->toDevice(concreteValue(state, "a traced step's state"));
+    if (!uploaded)
+      throw Error("jit::trace '" + options_.name + "': " + uploaded.message());
+    if (!copy) {
+      copy = std::make_shared<DeviceCopy>();
+      copy->download = downloader();
+    }
+    copy->device = std::move(*uploaded);
+    copy->version = state.version;
+    copy->hostStale = false;
+    return copy->device;
+  }
+
+
   TraceOptions options_;
   UserLocation where_;
   std::string pipelineOptions_;
-  std::unique_ptr<rt::Backend> backend_;
+  std::shared_ptr<rt::Backend> backend_;
+  std::shared_ptr<rt::CudaBackend> cuda_;
   std::vector<std::unique_ptr<Variant>> variants_;
   Variant* last_ = nullptr;
   TraceStats stats_;

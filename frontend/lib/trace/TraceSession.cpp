@@ -81,6 +81,7 @@ const rt::Tensor& concreteValue(const TensorImpl& impl, std::string_view what, c
     throw Error(std::string(what) + " at " + at + " reads the value of a tensor (" + describe(impl.type) +
                 ") while jit::trace records '" + session->name() +
                 "': a traced step cannot depend on a tensor's value");
+  syncFromDevice(impl, what);
   if (!impl.value.defined()) {
     if (impl.session)
       throw Error(std::string(what) + " at " + at + ": this " + describe(impl.type) +
@@ -102,6 +103,9 @@ void assignValue(TensorImpl& target, const Tensor& value) {
                 target.session->name() + "' (it has no data; only the step's outputs do)");
   target.value = concreteValue(value.impl(), "copy_");
   ++target.version;
+  // The host now holds the newest value; the next CUDA step uploads it.
+  if (target.deviceCopy)
+    target.deviceCopy->hostStale = false;
 }
 
 //===----------------------------------------------------------------------===//

@@ -417,6 +417,27 @@ private:
   cudaEvent_t done_;
 };
 
+class StreamEvent final : public DeviceEvent {
+public:
+  explicit StreamEvent(std::shared_ptr<DeviceRuntime> runtime, cudaEvent_t event)
+      : runtime_(std::move(runtime)), event_(event) {}
+  ~StreamEvent() override { cudaEventDestroy(event_); }
+
+  Expected<double> millisecondsUntil(DeviceEvent& later) override {
+    auto* end = dynamic_cast<StreamEvent*>(&later);
+    if (end == nullptr)
+      return Status::error("timing between events of different backends");
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(end->event_), "waiting for an event");
+    float milliseconds = 0;
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&milliseconds, event_, end->event_), "timing two events");
+    return double(milliseconds);
+  }
+
+private:
+  std::shared_ptr<DeviceRuntime> runtime_;
+  cudaEvent_t event_;
+};
+
 class CudaBackendImpl final : public CudaBackend {
 public:
   explicit CudaBackendImpl(std::shared_ptr<DeviceRuntime> runtime, CudaBackendOptions options)
@@ -489,6 +510,17 @@ public:
     return std::unique_ptr<AsyncHostCopy>(new PinnedHostCopy(runtime_, tensor.type(), pinned, done));
   }
 
+  Expected<std::unique_ptr<DeviceEvent>> recordEvent() override {
+    cudaEvent_t event = nullptr;
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventCreate(&event), "creating an event");
+    cudaError_t error = cudaEventRecord(event, runtime_->stream);
+    if (error != cudaSuccess) {
+      cudaEventDestroy(event);
+      return cuda::cudaFailure(error, "recording an event");
+    }
+    return std::unique_ptr<DeviceEvent>(new StreamEvent(runtime_, event));
+  }
+
   Status synchronize() override {
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(runtime_->stream), "waiting for the device");
     return Status::success();
@@ -502,6 +534,8 @@ public:
   }
 
   void* stream() override { return runtime_->stream; }
+
+  std::string architecture() const override { return runtime_->context.architecture; }
 
   CudaRunStats stats(const Executable& executable) const override {
     const auto* cudaExecutable = dynamic_cast<const CudaExecutable*>(&executable);

@@ -71,8 +71,18 @@ public:
   virtual Expected<Tensor> wait() = 0;
 };
 
+/// A point in the backend's stream, for timing GPU work with CUDA events.
+class DeviceEvent {
+public:
+  virtual ~DeviceEvent() = default;
+  /// GPU milliseconds from this event to `later`, waiting for `later` to complete.
+  virtual Expected<double> millisecondsUntil(DeviceEvent& later) = 0;
+};
+
 class CudaBackend : public Backend {
 public:
+  /// Records an event after all work enqueued so far.
+  virtual Expected<std::unique_ptr<DeviceEvent>> recordEvent() = 0;
   /// Enqueues a copy of `tensor` into pinned host memory, ordered after all
   /// work enqueued so far.
   virtual Expected<std::unique_ptr<AsyncHostCopy>> copyToHostAsync(const Tensor& tensor) = 0;
@@ -85,6 +95,8 @@ public:
   /// The CUDA stream every run is enqueued on (a cudaStream_t), for callers
   /// that time it with events.
   virtual void* stream() = 0;
+  /// The device's architecture as NVRTC and the AMP pass's `target` name it ("sm_90").
+  virtual std::string architecture() const = 0;
   /// Statistics of an Executable this backend prepared.
   virtual CudaRunStats stats(const Executable& executable) const = 0;
 };

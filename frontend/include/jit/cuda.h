@@ -1,0 +1,37 @@
+#ifndef JIT_CUDA_H
+#define JIT_CUDA_H
+
+// The GPU that traced steps run on (jit::Backend::cuda, or automatic with a
+// device present): whether there is one, waiting for it, timing it with CUDA
+// events, and its memory high-water mark. A step returns once its work is
+// enqueued; reading a value (item, to_vector) waits for what it needs.
+
+#include <cstdint>
+#include <memory>
+
+namespace jit::cuda {
+
+/// Whether this build has the CUDA backend and a device is present.
+bool is_available();
+/// Waits for every step enqueued so far.
+void synchronize();
+/// Device bytes the memory pool has handed out at most.
+int64_t max_memory_allocated();
+
+/// A CUDA event on the stream traced steps run on.
+class Event {
+public:
+  /// Records an event after everything enqueued so far.
+  static Event record();
+  /// GPU milliseconds from this event to `later` (waits for `later`).
+  double elapsed_ms(const Event& later) const;
+
+  struct Impl;
+
+private:
+  std::shared_ptr<Impl> impl_;
+};
+
+} // namespace jit::cuda
+
+#endif // JIT_CUDA_H

@@ -1,0 +1,67 @@
+// jit::cuda (cuda.h) and the one CUDA backend every traced function shares.
+
+#include "CudaDevice.h"
+
+#include "jit/Tensor.h"
+#include "jit/cuda.h"
+
+namespace jit {
+
+namespace detail {
+
+std::shared_ptr<rt::CudaBackend> sharedCudaBackend(const std::string& who) {
+  static std::shared_ptr<rt::CudaBackend> shared;
+  if (!shared) {
+    rt::Expected<std::unique_ptr<rt::CudaBackend>> created = rt::createCudaBackend();
+    if (!created)
+      throw Error(who + ": " + created.message());
+    shared = std::move(*created);
+  }
+  return shared;
+}
+
+} // namespace detail
+
+namespace cuda {
+
+namespace rt = ampjit::runtime;
+
+struct Event::Impl {
+  std::unique_ptr<rt::DeviceEvent> event;
+};
+
+bool is_available() { return rt::cudaDeviceCount() > 0; }
+
+void synchronize() {
+  if (!is_available())
+    return;
+  if (rt::Status status = detail::sharedCudaBackend("jit::cuda::synchronize")->synchronize(); !status.ok())
+    throw Error("jit::cuda::synchronize: " + status.message());
+}
+
+int64_t max_memory_allocated() {
+  return is_available() ? detail::sharedCudaBackend("jit::cuda::max_memory_allocated")->peakDeviceBytes() : 0;
+}
+
+Event Event::record() {
+  rt::Expected<std::unique_ptr<rt::DeviceEvent>> event =
+      detail::sharedCudaBackend("jit::cuda::Event::record")->recordEvent();
+  if (!event)
+    throw Error("jit::cuda::Event::record: " + event.message());
+  Event result;
+  result.impl_ = std::make_shared<Impl>(Impl{std::move(*event)});
+  return result;
+}
+
+double Event::elapsed_ms(const Event& later) const {
+  if (!impl_ || !later.impl_)
+    throw Error("jit::cuda::Event::elapsed_ms: an event that was never recorded");
+  rt::Expected<double> milliseconds = impl_->event->millisecondsUntil(*later.impl_->event);
+  if (!milliseconds)
+    throw Error("jit::cuda::Event::elapsed_ms: " + milliseconds.message());
+  return *milliseconds;
+}
+
+} // namespace cuda
+
+} // namespace jit

@@ -1,0 +1,20 @@
+#ifndef JIT_LIB_CUDADEVICE_H
+#define JIT_LIB_CUDADEVICE_H
+
+#include "ampjit/runtime/CudaBackend.h"
+
+#include <memory>
+#include <string>
+
+namespace jit::detail {
+
+namespace rt = ampjit::runtime;
+
+/// One CUDA backend (one stream, one memory pool) for every traced function
+/// and jit::cuda call, so state shared between traced functions is ordered
+/// on one stream. Throws jit::Error, naming `who`, when there is no device.
+std::shared_ptr<rt::CudaBackend> sharedCudaBackend(const std::string& who);
+
+} // namespace jit::detail
+
+#endif // JIT_LIB_CUDADEVICE_H
