@@ -21,6 +21,8 @@
 
 #include "ampjit/runtime/WindowShape.h"
 
+#include <algorithm>
+#include <array>
 #include <climits>
 #include <vector>
 
@@ -406,14 +408,20 @@ Status ConvolutionStep::enqueue(const StepPointers& pointers, cudaStream_t strea
 ///  * the gradient: dbias = sum(dy), dweight = sum(dy * xhat), dx from the
 ///    given save_mean and save_invstd (cuDNN recomputes nothing when they are
 ///    passed).
+/// bf16 data is staged through f32 copies in the workspace: PyTorch never
+/// sends bf16 to cuDNN's legacy batch norm, so neither do we, and widening,
+/// computing in f32 and rounding y or dx once is exactly the CPU's rule.
 class BatchNormStep final : public DeviceStep {
 public:
   BatchNormStep(const Step& step, bool isDouble) : kind_(step.kind), label_(labelOf(step)), blend_(isDouble) {}
 
   Status prepare(DeviceContext& context, const Plan& plan, const Step& step);
+  std::size_t workspaceBytes() const override { return staged_ ? 3 * stagedBytes_ : 0; }
   Status enqueue(const StepPointers& pointers, cudaStream_t stream) override;
 
 private:
+  Status run(std::span<void* const> in, std::span<void* const> out, cudaStream_t stream);
+
   StepKind kind_;
   std::string label_;
   Blend blend_;
@@ -427,6 +435,11 @@ private:
   bool nothing_ = false;
   /// A gradient over no elements: dweight and dbias are 0, dx is empty.
   bool zeroParameterGradients_ = false;
+  /// bf16 data runs in f32: three f32 copies (x, dy and y or dx), each
+  /// `stagedBytes_` (rounded up to 256 bytes) in the workspace.
+  bool staged_ = false;
+  int64_t elementCount_ = 0;
+  std::size_t stagedBytes_ = 0;
 };
 
 Status BatchNormStep::prepare(DeviceContext& context, const Plan& plan, const Step& step) {
@@ -452,6 +465,10 @@ Status BatchNormStep::prepare(DeviceContext& context, const Plan& plan, const St
   }
   // cuDNN's kernels index with 32 bits.
   AMPJIT_RETURN_IF_ERROR(checkFitsInt({xType.elementCount()}, label_));
+  elementCount_ = xType.elementCount();
+  staged_ = xType.dtype == DType::BF16;
+  stagedBytes_ = (std::size_t(elementCount_) * sizeof(float) + 255) / 256 * 256;
+  DType dataType = staged_ ? DType::F32 : xType.dtype;
 
   Expected<cudnnHandle_t> handle = context.cudnnHandle();
   if (!handle)
@@ -472,9 +489,9 @@ Status BatchNormStep::prepare(DeviceContext& context, const Plan& plan, const St
   }
   AMPJIT_RETURN_IF_ERROR(data_.create(label_));
   if (shape.size() >= 3 && axis == int64_t(shape.size()) - 1)
-    AMPJIT_RETURN_IF_ERROR(setTensor4d(data_, true, xType.dtype, shape[0], channels, before / shape[0], 1, label_));
+    AMPJIT_RETURN_IF_ERROR(setTensor4d(data_, true, dataType, shape[0], channels, before / shape[0], 1, label_));
   else
-    AMPJIT_RETURN_IF_ERROR(setTensor4d(data_, false, xType.dtype, before, channels, after, 1, label_));
+    AMPJIT_RETURN_IF_ERROR(setTensor4d(data_, false, dataType, before, channels, after, 1, label_));
   AMPJIT_RETURN_IF_ERROR(statistics_.create(label_));
   AMPJIT_CUDNN_RETURN_IF_ERROR(cudnnDeriveBNTensorDescriptor(statistics_.get(), data_.get(), CUDNN_BATCHNORM_SPATIAL),
                                label_ + ": deriving the statistics descriptor");
@@ -508,8 +525,34 @@ Status BatchNormStep::enqueue(const StepPointers& pointers, cudaStream_t stream)
     return Status::success();
   }
   AMPJIT_CUDNN_RETURN_IF_ERROR(cudnnSetStream(handle_, stream), label_ + ": binding the stream");
-  const std::span<void* const>& in = pointers.inputs;
-  const std::span<void* const>& out = pointers.outputs;
+  if (!staged_)
+    return run(pointers.inputs, pointers.outputs, stream);
+  // The data slots (x; dy and x for the gradient) read f32 copies and y or
+  // dx is written to a third one; per-channel slots stay as they are.
+  char* workspace = static_cast<char*>(pointers.workspace);
+  float* first = reinterpret_cast<float*>(workspace);
+  float* second = reinterpret_cast<float*>(workspace + stagedBytes_);
+  float* result = reinterpret_cast<float*>(workspace + 2 * stagedBytes_);
+  std::array<void*, 5> in{}, out{};
+  std::copy(pointers.inputs.begin(), pointers.inputs.end(), in.begin());
+  std::copy(pointers.outputs.begin(), pointers.outputs.end(), out.begin());
+  std::size_t dataSlots = kind_ == StepKind::BatchNormGrad ? 2 : 1;
+  float* staging[2] = {first, second};
+  for (std::size_t slot = 0; slot < dataSlots; ++slot) {
+    AMPJIT_CUDA_RETURN_IF_ERROR(pooling::launchWidenBf16(in[slot], staging[slot], elementCount_, stream),
+                                label_ + ": widening bf16 data");
+    in[slot] = staging[slot];
+  }
+  void* target = out[0];
+  out[0] = result;
+  AMPJIT_RETURN_IF_ERROR(run(in, out, stream));
+  AMPJIT_CUDA_RETURN_IF_ERROR(pooling::launchNarrowToBf16(result, target, elementCount_, stream),
+                              label_ + ": rounding the result to bf16");
+  return Status::success();
+}
+
+/// The cuDNN call, on data in the descriptor's type (the stream is bound).
+Status BatchNormStep::run(std::span<void* const> in, std::span<void* const> out, cudaStream_t stream) {
   auto orOnes = [&](void* weight) { return weight != nullptr ? weight : ones_.get(); };
   auto orZeros = [&](void* bias) { return bias != nullptr ? bias : zeros_.get(); };
 
