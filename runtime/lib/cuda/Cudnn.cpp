@@ -11,7 +11,8 @@
 // accumulate in f32 for f16/bf16/f32 data (f64 for f64), f32 never runs on
 // TF32 (CUDNN_FMA_MATH), f16/bf16 may use tensor cores (they accumulate in
 // f32). Batch norm statistics are f32 (f64 for f64 data), cuDNN's derived
-// descriptor type, which is the plan's statistics type.
+// descriptor type, which is the plan's statistics type; bf16 batch norm data
+// runs through f32 copies (BatchNormStep).
 //
 // Pooling does not use cuDNN: PoolingKernels.cu mirrors the CPU's windows,
 // tie and NaN rules bit for bit, which cuDNN's pooling does not.
