@@ -89,6 +89,9 @@ TEST_F(GpuTest, ReductionsMatchTheCpuOverEveryAxisPattern) {
       {{7, 300}, {1}},
       {{300, 7}, {0}},
       {{3, 2, 257}, {1, 2}},
+      {{3, 40000}, {1}},       // few outputs, long ranges: split over blocks
+      {{70001}, {0}},          // a whole-tensor reduction, split
+      {{2, 129, 300}, {0, 2}}, // split, non-adjacent axes
       {{2, 0, 3}, {1}},        // nothing reduced: 0, NaN and -inf
       {{0, 3}, {1}},           // no output
   };
@@ -111,7 +114,7 @@ TEST_F(GpuTest, ReductionsMatchTheCpuOverEveryAxisPattern) {
 TEST_F(GpuTest, ReductionsPropagateNaNAndInfinities) {
   for (DType dtype : kDataTypes)
     for (std::string op : {"jit.sum", "jit.mean", "jit.max"})
-      for (int64_t length : {5, 100}) { // a thread per output, then a block per output
+      for (int64_t length : {5, 100, 40000}) { // a thread, a block, several blocks per output
         TensorType in{dtype, {4, length}};
         Expected<Plan> plan = singleOp(op, {in}, {TensorType{dtype, {4}}}, {{"axes", std::vector<int64_t>{1}}});
         ASSERT_TRUE(plan.ok()) << plan.message();
@@ -182,6 +185,7 @@ TEST_F(GpuTest, SoftmaxPropagatesNaNAndInfinities) {
 
 const AxisCase kLayerNormCases[] = {
     {{4, 37}, 1}, {{5, 1}, 1}, {{1, 3}, 1}, {{3, 1500}, 1}, {{2, 3, 300}, 1}, {{2, 3, 4}, 0}, {{2, 3, 5}, 2},
+    {{5000, 3}, 1}, // many rows: the parameter gradients split the rows
     {{0, 8}, 1}, {{3, 0}, 1},
 };
 
@@ -250,7 +254,7 @@ Shape lossShape(const std::string& reduction, int64_t rows) {
 }
 
 TEST_F(GpuTest, MseLossAndGradMatchTheCpu) {
-  const Shape shapes[] = {{1}, {3}, {3, 5}, {1037}, {2, 700}, {0}};
+  const Shape shapes[] = {{1}, {3}, {3, 5}, {1037}, {2, 700}, {70001}, {0}};
   for (const Shape& shape : shapes)
     for (const std::string& reduction : kReductions)
       for (DType dtype : kDataTypes) {

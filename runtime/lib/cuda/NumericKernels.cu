@@ -159,6 +159,38 @@ template <typename S> __global__ void reduceBlockKernel(ReductionGeometry g, con
   }
 }
 
+/// Split reductions, stage one: block b reduces chunk b % splits of output
+/// b / splits into partials[b] (not finished: mean divides in stage two).
+template <typename S>
+__global__ void reducePartialKernel(ReductionGeometry g, int64_t splits, int64_t chunk, const S* x,
+                                    Compute<S>* partials) {
+  using T = Compute<S>;
+  for (int64_t b = blockIdx.x; b < g.outputCount * splits; b += gridDim.x) {
+    int64_t out = b / splits, begin = (b % splits) * chunk;
+    int64_t end = begin + chunk < g.reducedCount ? begin + chunk : g.reducedCount;
+    int64_t base = keptOffset(g, out);
+    T acc = reduceIdentity<T>(g);
+    for (int64_t r = begin + threadIdx.x; r < end; r += kThreads)
+      acc = reduceCombine(g, acc, T(widen(x[base + reducedOffset(g, r)])));
+    acc = g.op == ReduceKind::Max ? blockReduce(acc, MaxOp{}) : blockReduce(acc, SumOp{});
+    if (threadIdx.x == 0)
+      partials[b] = acc;
+  }
+}
+
+/// Stage two: one thread per output combines its partials in order.
+template <typename S>
+__global__ void reduceCombinePartialsKernel(ReductionGeometry g, int64_t splits, const Compute<S>* partials, S* y) {
+  using T = Compute<S>;
+  for (int64_t out = int64_t(blockIdx.x) * kThreads + threadIdx.x; out < g.outputCount;
+       out += int64_t(gridDim.x) * kThreads) {
+    T acc = reduceIdentity<T>(g);
+    for (int64_t s = 0; s < splits; ++s)
+      acc = reduceCombine(g, acc, partials[out * splits + s]);
+    store(y + out, reduceFinish(g, acc));
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Softmax family
 //===----------------------------------------------------------------------===//
@@ -273,18 +305,23 @@ __global__ void layerNormGradInputKernel(RowGeometry g, const S* dy, const S* x,
 constexpr int kColumnTile = 32, kRowLanes = 8;
 
 /// dweight and dbias: 32 columns per block, 8 row lanes each summing every
-/// 8th row, then the lanes in order.
+/// 8th row of the block's row range (blockIdx.y picks one of gridDim.y
+/// ranges of rowChunk rows), then the lanes in order. One range stores the
+/// results; several write per-range partials for layerNormGradParamsCombineKernel.
 template <typename S>
-__global__ void layerNormGradParamsKernel(RowGeometry g, const S* dy, const S* x, const Compute<S>* means,
-                                          const Compute<S>* rstds, S* dweight, S* dbias) {
+__global__ void layerNormGradParamsKernel(RowGeometry g, int64_t rowChunk, const S* dy, const S* x,
+                                          const Compute<S>* means, const Compute<S>* rstds, S* dweight, S* dbias,
+                                          Compute<S>* partials) {
   using T = Compute<S>;
   __shared__ T partialWeight[kRowLanes][kColumnTile];
   __shared__ T partialBias[kRowLanes][kColumnTile];
+  int64_t rowBegin = int64_t(blockIdx.y) * rowChunk;
+  int64_t rowEnd = rowBegin + rowChunk < g.rows ? rowBegin + rowChunk : g.rows;
   for (int64_t tile = blockIdx.x; tile * kColumnTile < g.cols; tile += gridDim.x) {
     int64_t c = tile * kColumnTile + threadIdx.x;
     T w = 0, b = 0;
     if (c < g.cols)
-      for (int64_t r = threadIdx.y; r < g.rows; r += kRowLanes) {
+      for (int64_t r = rowBegin + threadIdx.y; r < rowEnd; r += kRowLanes) {
         T d = widen(dy[r * g.cols + c]);
         T xhat = (T(widen(x[r * g.cols + c])) - means[r]) * rstds[r];
         w += d * xhat;
@@ -299,12 +336,35 @@ __global__ void layerNormGradParamsKernel(RowGeometry g, const S* dy, const S* x
         totalWeight += partialWeight[lane][threadIdx.x];
         totalBias += partialBias[lane][threadIdx.x];
       }
-      if (dweight)
-        store(dweight + c, totalWeight);
-      if (dbias)
-        store(dbias + c, totalBias);
+      if (gridDim.y == 1) {
+        if (dweight)
+          store(dweight + c, totalWeight);
+        if (dbias)
+          store(dbias + c, totalBias);
+      } else {
+        // partials: [2][ranges][cols], weight then bias.
+        partials[int64_t(blockIdx.y) * g.cols + c] = totalWeight;
+        partials[(int64_t(gridDim.y) + blockIdx.y) * g.cols + c] = totalBias;
+      }
     }
     __syncthreads();
+  }
+}
+
+template <typename S>
+__global__ void layerNormGradParamsCombineKernel(RowGeometry g, int64_t ranges, const Compute<S>* partials,
+                                                 S* dweight, S* dbias) {
+  using T = Compute<S>;
+  for (int64_t c = int64_t(blockIdx.x) * kThreads + threadIdx.x; c < g.cols; c += int64_t(gridDim.x) * kThreads) {
+    T totalWeight = 0, totalBias = 0;
+    for (int64_t range = 0; range < ranges; ++range) {
+      totalWeight += partials[range * g.cols + c];
+      totalBias += partials[(ranges + range) * g.cols + c];
+    }
+    if (dweight)
+      store(dweight + c, totalWeight);
+    if (dbias)
+      store(dbias + c, totalBias);
   }
 }
 
@@ -321,15 +381,29 @@ __global__ void mseElementsKernel(int64_t count, const S* input, const S* target
   }
 }
 
-/// One block: the sum (or mean) of the squared differences.
+/// Stage one of a reduced mse: block b sums its grid-stride share of the
+/// squared differences into partials[b].
 template <typename S>
-__global__ void mseTotalKernel(LossGeometry g, const S* input, const S* target, S* out) {
+__global__ void msePartialKernel(int64_t count, const S* input, const S* target, Compute<S>* partials) {
   using T = Compute<S>;
   T total = 0;
-  for (int64_t i = threadIdx.x; i < g.count; i += kThreads) {
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < count; i += int64_t(gridDim.x) * kThreads) {
     T difference = T(widen(input[i])) - T(widen(target[i]));
     total += difference * difference;
   }
+  total = blockReduce(total, SumOp{});
+  if (threadIdx.x == 0)
+    partials[blockIdx.x] = total;
+}
+
+/// Stage two, one block: the sum of the partials, divided by the element
+/// count for mean (0/0 = NaN for an empty input, as the CPU).
+template <typename S>
+__global__ void mseTotalKernel(LossGeometry g, int64_t partialCount, const Compute<S>* partials, S* out) {
+  using T = Compute<S>;
+  T total = 0;
+  for (int64_t i = threadIdx.x; i < partialCount; i += kThreads)
+    total += partials[i];
   total = blockReduce(total, SumOp{});
   if (threadIdx.x == 0)
     store(out, g.reduction == LossReduction::Mean ? total / T(g.count) : total);
@@ -414,7 +488,6 @@ __global__ void classificationTotalKernel(LossGeometry g, const Compute<S>* perR
     store(out, g.reduction == LossReduction::Mean ? total / T(counted) : total);
 }
 
-template <typename S>
 __global__ void countRowsKernel(LossGeometry g, const int64_t* labels, long long* counted) {
   long long value = blockCountRows(g, labels);
   if (threadIdx.x == 0)
@@ -530,15 +603,52 @@ __global__ void dropoutAdvanceKernel(int64_t count, const int64_t* state, int64_
 // Launchers
 //===----------------------------------------------------------------------===//
 
+namespace {
+
+std::size_t computeSize(Storage storage) { return storage == Storage::F64 ? sizeof(double) : sizeof(float); }
+
+/// Elements one block of a split reduction reduces; ranges of at most two
+/// chunks stay one block per output.
+constexpr int64_t kSplitChunk = 16384;
+/// Outputs below which a long reduction is split (a block per output would
+/// leave most of the GPU idle).
+constexpr int64_t kSplitBelowOutputs = 256;
+
+int64_t reductionSplits(const ReductionGeometry& geometry) {
+  if (geometry.outputCount == 0 || geometry.outputCount >= kSplitBelowOutputs ||
+      geometry.reducedCount <= 2 * kSplitChunk)
+    return 1;
+  return std::min<int64_t>((geometry.reducedCount + kSplitChunk - 1) / kSplitChunk, 4096);
+}
+
+} // namespace
+
+std::size_t reductionWorkspaceBytes(Storage storage, const ReductionGeometry& geometry) {
+  int64_t splits = reductionSplits(geometry);
+  return splits > 1 ? std::size_t(geometry.outputCount * splits) * computeSize(storage) : 0;
+}
+
 cudaError_t launchReduction(Storage storage, const ReductionGeometry& geometry, const void* x, void* y,
-                            cudaStream_t stream) {
+                            void* workspace, cudaStream_t stream) {
   if (geometry.outputCount == 0)
     return cudaSuccess;
   return dispatch(storage, [&](auto zero) {
     using S = decltype(zero);
+    using T = Compute<S>;
     const S* in = static_cast<const S*>(x);
     S* out = static_cast<S*>(y);
-    if (geometry.reducedCount <= 32)
+    int64_t splits = reductionSplits(geometry);
+    if (splits > 1) {
+      int64_t chunk = (geometry.reducedCount + splits - 1) / splits;
+      T* partials = static_cast<T*>(workspace);
+      reducePartialKernel<S><<<blocksFor(geometry.outputCount * splits), kThreads, 0, stream>>>(
+          geometry, splits, chunk, in, partials);
+      cudaError_t error = cudaGetLastError();
+      if (error != cudaSuccess)
+        return error;
+      reduceCombinePartialsKernel<S><<<blocksForElements(geometry.outputCount), kThreads, 0, stream>>>(
+          geometry, splits, partials, out);
+    } else if (geometry.reducedCount <= 32)
       reduceSmallKernel<S><<<blocksForElements(geometry.outputCount), kThreads, 0, stream>>>(geometry, in, out);
     else
       reduceBlockKernel<S><<<blocksFor(geometry.outputCount), kThreads, 0, stream>>>(geometry, in, out);
@@ -572,9 +682,26 @@ cudaError_t launchLayerNorm(Storage storage, RowGeometry geometry, double eps, c
   });
 }
 
+namespace {
+
+/// Row ranges the parameter gradients split their rows into: one per 1024
+/// rows beyond the first 4096 (each block sums its range serially).
+int64_t layerNormGradRowRanges(RowGeometry geometry) {
+  if (geometry.rows <= 4096)
+    return 1;
+  return std::min<int64_t>((geometry.rows + 1023) / 1024, 256);
+}
+
+} // namespace
+
+std::size_t layerNormGradWorkspaceBytes(Storage storage, RowGeometry geometry) {
+  int64_t ranges = layerNormGradRowRanges(geometry);
+  return ranges > 1 ? std::size_t(2 * ranges * geometry.cols) * computeSize(storage) : 0;
+}
+
 cudaError_t launchLayerNormGrad(Storage storage, RowGeometry geometry, const void* dy, const void* x,
                                 const void* mean, const void* rstd, const void* weight, void* dx, void* dweight,
-                                void* dbias, cudaStream_t stream) {
+                                void* dbias, void* workspace, cudaStream_t stream) {
   return dispatch(storage, [&](auto zero) {
     using S = decltype(zero);
     using T = Compute<S>;
@@ -588,10 +715,19 @@ cudaError_t launchLayerNormGrad(Storage storage, RowGeometry geometry, const voi
     }
     // With no rows the parameter gradients are zeros, which this kernel writes too.
     if (geometry.cols > 0 && (dweight || dbias)) {
+      int64_t ranges = layerNormGradRowRanges(geometry);
+      int64_t rowChunk = ranges > 1 ? (geometry.rows + ranges - 1) / ranges : geometry.rows;
+      T* partials = static_cast<T*>(workspace);
       dim3 threads(kColumnTile, kRowLanes);
-      layerNormGradParamsKernel<S><<<blocksFor((geometry.cols + kColumnTile - 1) / kColumnTile), threads, 0, stream>>>(
-          geometry, static_cast<const S*>(dy), static_cast<const S*>(x), static_cast<const T*>(mean),
-          static_cast<const T*>(rstd), static_cast<S*>(dweight), static_cast<S*>(dbias));
+      dim3 blocks(blocksFor((geometry.cols + kColumnTile - 1) / kColumnTile), unsigned(ranges));
+      layerNormGradParamsKernel<S><<<blocks, threads, 0, stream>>>(
+          geometry, rowChunk, static_cast<const S*>(dy), static_cast<const S*>(x), static_cast<const T*>(mean),
+          static_cast<const T*>(rstd), static_cast<S*>(dweight), static_cast<S*>(dbias), partials);
+      cudaError_t error = cudaGetLastError();
+      if (error != cudaSuccess || ranges == 1)
+        return error;
+      layerNormGradParamsCombineKernel<S><<<blocksForElements(geometry.cols), kThreads, 0, stream>>>(
+          geometry, ranges, partials, static_cast<S*>(dweight), static_cast<S*>(dbias));
       return cudaGetLastError();
     }
     return cudaSuccess;
@@ -600,15 +736,20 @@ cudaError_t launchLayerNormGrad(Storage storage, RowGeometry geometry, const voi
 
 namespace {
 
-std::size_t computeSize(Storage storage) { return storage == Storage::F64 ? sizeof(double) : sizeof(float); }
-
 bool isClassification(const LossGeometry& geometry) { return geometry.loss != LossKind::Mse; }
+
+/// Blocks (and partial sums) of a reduced mse's first stage.
+int64_t msePartialCount(const LossGeometry& geometry) {
+  return geometry.count == 0 ? 0 : std::min<int64_t>(blocksForElements(geometry.count), 1024);
+}
 
 } // namespace
 
 std::size_t lossWorkspaceBytes(Storage storage, const LossGeometry& geometry) {
-  if (!isClassification(geometry) || geometry.reduction == LossReduction::None)
+  if (geometry.reduction == LossReduction::None)
     return 0;
+  if (!isClassification(geometry))
+    return std::size_t(msePartialCount(geometry)) * computeSize(storage);
   return std::size_t(geometry.rows) * computeSize(storage);
 }
 
@@ -632,7 +773,15 @@ cudaError_t launchLoss(Storage storage, const LossGeometry& geometry, const void
           return cudaSuccess;
         mseElementsKernel<S><<<blocksForElements(geometry.count), kThreads, 0, stream>>>(geometry.count, in, tg, out);
       } else {
-        mseTotalKernel<S><<<1, kThreads, 0, stream>>>(geometry, in, tg, out);
+        int64_t partialCount = msePartialCount(geometry);
+        T* partials = static_cast<T*>(workspace);
+        if (partialCount > 0) {
+          msePartialKernel<S><<<unsigned(partialCount), kThreads, 0, stream>>>(geometry.count, in, tg, partials);
+          cudaError_t error = cudaGetLastError();
+          if (error != cudaSuccess)
+            return error;
+        }
+        mseTotalKernel<S><<<1, kThreads, 0, stream>>>(geometry, partialCount, partials, out);
       }
       return cudaGetLastError();
     }
@@ -677,7 +826,7 @@ cudaError_t launchLossGrad(Storage storage, const LossGeometry& geometry, const 
     const int64_t* labels = static_cast<const int64_t*>(target);
     long long* counted = static_cast<long long*>(workspace);
     if (geometry.reduction == LossReduction::Mean) {
-      countRowsKernel<S><<<1, kThreads, 0, stream>>>(geometry, labels, counted);
+      countRowsKernel<<<1, kThreads, 0, stream>>>(geometry, labels, counted);
       cudaError_t error = cudaGetLastError();
       if (error != cudaSuccess)
         return error;

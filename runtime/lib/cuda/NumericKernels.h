@@ -41,8 +41,11 @@ struct ReductionGeometry {
   int64_t reducedSizes[kMaxReductionRank] = {};
   int64_t reducedStrides[kMaxReductionRank] = {};
 };
+/// Scratch bytes launchReduction needs: few outputs over many elements split
+/// each output's range over several blocks and combine their partials.
+std::size_t reductionWorkspaceBytes(Storage storage, const ReductionGeometry& geometry);
 cudaError_t launchReduction(Storage storage, const ReductionGeometry& geometry, const void* x, void* y,
-                            cudaStream_t stream);
+                            void* workspace, cudaStream_t stream);
 
 enum class SoftmaxKind : int { Softmax, LogSoftmax, SoftmaxGrad, LogSoftmaxGrad };
 
@@ -61,10 +64,13 @@ struct RowGeometry {
 /// weight and bias may be null (1 and 0); mean and rstd are in the compute type.
 cudaError_t launchLayerNorm(Storage storage, RowGeometry geometry, double eps, const void* x, const void* weight,
                             const void* bias, void* y, void* mean, void* rstd, cudaStream_t stream);
+/// Scratch bytes launchLayerNormGrad needs (partial dweight/dbias sums over
+/// row ranges when there are many rows).
+std::size_t layerNormGradWorkspaceBytes(Storage storage, RowGeometry geometry);
 /// weight may be null (1); any of dx, dweight, dbias may be null (not written).
 cudaError_t launchLayerNormGrad(Storage storage, RowGeometry geometry, const void* dy, const void* x,
                                 const void* mean, const void* rstd, const void* weight, void* dx, void* dweight,
-                                void* dbias, cudaStream_t stream);
+                                void* dbias, void* workspace, cudaStream_t stream);
 
 enum class LossKind : int { Mse, CrossEntropy, Nll };
 enum class LossReduction : int { None, Mean, Sum };

@@ -100,9 +100,11 @@ Expected<std::unique_ptr<DeviceStep>> makeReduction(const Plan& plan, const Step
       geometry.outputCount *= shape[d];
     }
   }
-  return makeStep(step, 0, [storage, geometry](const StepPointers& p, cudaStream_t stream) {
-    return nk::launchReduction(storage, geometry, slot(p.inputs, 0), slot(p.outputs, 0), stream);
-  });
+  return makeStep(step, nk::reductionWorkspaceBytes(storage, geometry),
+                  [storage, geometry](const StepPointers& p, cudaStream_t stream) {
+                    return nk::launchReduction(storage, geometry, slot(p.inputs, 0), slot(p.outputs, 0), p.workspace,
+                                               stream);
+                  });
 }
 
 Expected<std::unique_ptr<DeviceStep>> makeSoftmax(const Plan& plan, const Step& step, nk::Storage storage) {
@@ -135,11 +137,13 @@ Expected<std::unique_ptr<DeviceStep>> makeLayerNormGrad(const Plan& plan, const 
   const Shape& shape = inputType(plan, step, 1).shape;
   std::size_t axis = std::size_t(step.as<AxisParams>().axis);
   nk::RowGeometry geometry{product(shape, 0, axis), product(shape, axis, shape.size())};
-  return makeStep(step, 0, [storage, geometry](const StepPointers& p, cudaStream_t stream) {
-    return nk::launchLayerNormGrad(storage, geometry, slot(p.inputs, 0), slot(p.inputs, 1), slot(p.inputs, 2),
-                                   slot(p.inputs, 3), slot(p.inputs, 4), slot(p.outputs, 0), slot(p.outputs, 1),
-                                   slot(p.outputs, 2), stream);
-  });
+  return makeStep(step, nk::layerNormGradWorkspaceBytes(storage, geometry),
+                  [storage, geometry](const StepPointers& p, cudaStream_t stream) {
+                    return nk::launchLayerNormGrad(storage, geometry, slot(p.inputs, 0), slot(p.inputs, 1),
+                                                   slot(p.inputs, 2), slot(p.inputs, 3), slot(p.inputs, 4),
+                                                   slot(p.outputs, 0), slot(p.outputs, 1), slot(p.outputs, 2),
+                                                   p.workspace, stream);
+                  });
 }
 
 Expected<std::unique_ptr<DeviceStep>> makeLoss(const Plan& plan, const Step& step, nk::Storage storage) {
