@@ -131,7 +131,8 @@ cudaError_t launchOptimizer(const OptimizerConfig& config, const OptimizerScalar
 // Layout (LayoutKernels.cu)
 //===----------------------------------------------------------------------===//
 
-inline constexpr int kMaxLayoutRank = 8;
+/// After size-1 dimensions are dropped and contiguous runs merged.
+inline constexpr int kMaxLayoutRank = 16;
 
 /// out (row-major, `dims`) element at index (i0, ..., ir-1) reads input
 /// element sum(ik * inStrides[k]) (strides in elements; 0 broadcasts).
