@@ -87,11 +87,14 @@ TEST_F(GpuTest, ReductionsMatchTheCpuOverEveryAxisPattern) {
       {{4, 5, 6}, {0, 1, 2}},
       {{2, 33, 70}, {0, 2}},   // non-adjacent, a block per output
       {{7, 300}, {1}},
-      {{300, 7}, {0}},
       {{3, 2, 257}, {1, 2}},
       {{3, 40000}, {1}},       // few outputs, long ranges: split over blocks
       {{70001}, {0}},          // a whole-tensor reduction, split
-      {{2, 129, 300}, {0, 2}}, // split, non-adjacent axes
+      {{3, 5, 20000}, {0, 2}}, // split, non-adjacent axes
+      {{300, 7}, {0}},         // over rows, outputs contiguous: the column kernel
+      {{2000, 40}, {0}},       // the column kernel in several parts
+      {{3, 600, 50}, {0, 1}},
+      {{64, 3, 33}, {0}},
       {{2, 0, 3}, {1}},        // nothing reduced: 0, NaN and -inf
       {{0, 3}, {1}},           // no output
   };
@@ -128,6 +131,24 @@ TEST_F(GpuTest, ReductionsPropagateNaNAndInfinities) {
         arguments[0].set(3 * length, -kInf);
         expectAgree(*cpu, *cuda, *plan, arguments, {1.0 + double(length) / 64},
                     op + " " + describe(dtype, in.shape, "with NaN/inf"));
+      }
+}
+
+TEST_F(GpuTest, ColumnReductionsPropagateNaNAndInfinities) {
+  for (DType dtype : kDataTypes)
+    for (std::string op : {"jit.sum", "jit.mean", "jit.max"})
+      for (int64_t rows : {100, 3000}) { // one part, several parts
+        TensorType in{dtype, {rows, 40}};
+        Expected<Plan> plan = singleOp(op, {in}, {TensorType{dtype, {40}}}, {{"axes", std::vector<int64_t>{0}}});
+        ASSERT_TRUE(plan.ok()) << plan.message();
+        std::vector<Tensor> arguments = randomArguments(*plan, 15);
+        arguments[0].set(5 * 40 + 0, kNaN);           // column 0: a NaN
+        arguments[0].set((rows - 1) * 40 + 1, kInf);  // column 1: +inf in the last row
+        arguments[0].set(7 * 40 + 2, kInf);           // column 2: +inf and -inf
+        arguments[0].set((rows / 2) * 40 + 2, -kInf);
+        arguments[0].set((rows - 1) * 40 + 39, kNaN); // the last column, last row
+        expectAgree(*cpu, *cuda, *plan, arguments, {1.0 + double(rows) / 64},
+                    op + " " + describe(dtype, in.shape, "over rows with NaN/inf"));
       }
 }
 

@@ -178,6 +178,42 @@ __global__ void reducePartialKernel(ReductionGeometry g, int64_t splits, int64_t
   }
 }
 
+constexpr int kColumnOutputs = 32, kColumnLanes = 8;
+
+/// Outputs whose innermost kept dimension is contiguous (a bias gradient's
+/// sum over rows): 32 consecutive outputs per block so loads coalesce, 8
+/// lanes striding over the block's part of the reduced range (blockIdx.y of
+/// gridDim.y parts of `chunk` elements), lanes combined in order. One part
+/// stores the finished outputs, several write partials[out * parts + part].
+template <typename S>
+__global__ void reduceColumnsKernel(ReductionGeometry g, int64_t chunk, const S* x, S* y, Compute<S>* partials) {
+  using T = Compute<S>;
+  __shared__ T lanes[kColumnLanes][kColumnOutputs];
+  int64_t begin = int64_t(blockIdx.y) * chunk;
+  int64_t end = begin + chunk < g.reducedCount ? begin + chunk : g.reducedCount;
+  for (int64_t tile = blockIdx.x; tile * kColumnOutputs < g.outputCount; tile += gridDim.x) {
+    int64_t out = tile * kColumnOutputs + threadIdx.x;
+    T acc = reduceIdentity<T>(g);
+    if (out < g.outputCount) {
+      int64_t base = keptOffset(g, out);
+      for (int64_t r = begin + threadIdx.y; r < end; r += kColumnLanes)
+        acc = reduceCombine(g, acc, T(widen(x[base + reducedOffset(g, r)])));
+    }
+    lanes[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && out < g.outputCount) {
+      T total = lanes[0][threadIdx.x];
+      for (int lane = 1; lane < kColumnLanes; ++lane)
+        total = reduceCombine(g, total, lanes[lane][threadIdx.x]);
+      if (gridDim.y == 1)
+        store(y + out, reduceFinish(g, total));
+      else
+        partials[out * gridDim.y + blockIdx.y] = total;
+    }
+    __syncthreads();
+  }
+}
+
 /// Stage two: one thread per output combines its partials in order.
 template <typename S>
 __global__ void reduceCombinePartialsKernel(ReductionGeometry g, int64_t splits, const Compute<S>* partials, S* y) {
@@ -621,11 +657,35 @@ int64_t reductionSplits(const ReductionGeometry& geometry) {
   return std::min<int64_t>((geometry.reducedCount + kSplitChunk - 1) / kSplitChunk, 4096);
 }
 
+/// Whether the column kernel runs the reduction: many outputs, each over
+/// more than a few elements, consecutive outputs adjacent in memory.
+bool reducesColumns(const ReductionGeometry& geometry) {
+  return reductionSplits(geometry) == 1 && geometry.reducedCount > 32 && geometry.keptRank > 0 &&
+         geometry.keptStrides[geometry.keptRank - 1] == 1;
+}
+
+/// Parts the column kernel splits the reduced range into: enough blocks to
+/// fill the GPU, at least 256 elements a part.
+int64_t columnParts(const ReductionGeometry& geometry) {
+  int64_t tiles = (geometry.outputCount + kColumnOutputs - 1) / kColumnOutputs;
+  int64_t wanted = std::max<int64_t>(1, 512 / tiles);
+  return std::max<int64_t>(1, std::min<int64_t>(wanted, geometry.reducedCount / 256));
+}
+
+/// Partial results (per output and part) a reduction keeps in the workspace.
+int64_t reductionPartials(const ReductionGeometry& geometry) {
+  if (reducesColumns(geometry)) {
+    int64_t parts = columnParts(geometry);
+    return parts > 1 ? geometry.outputCount * parts : 0;
+  }
+  int64_t splits = reductionSplits(geometry);
+  return splits > 1 ? geometry.outputCount * splits : 0;
+}
+
 } // namespace
 
 std::size_t reductionWorkspaceBytes(Storage storage, const ReductionGeometry& geometry) {
-  int64_t splits = reductionSplits(geometry);
-  return splits > 1 ? std::size_t(geometry.outputCount * splits) * computeSize(storage) : 0;
+  return std::size_t(reductionPartials(geometry)) * computeSize(storage);
 }
 
 cudaError_t launchReduction(Storage storage, const ReductionGeometry& geometry, const void* x, void* y,
@@ -638,7 +698,19 @@ cudaError_t launchReduction(Storage storage, const ReductionGeometry& geometry, 
     const S* in = static_cast<const S*>(x);
     S* out = static_cast<S*>(y);
     int64_t splits = reductionSplits(geometry);
-    if (splits > 1) {
+    if (reducesColumns(geometry)) {
+      int64_t parts = columnParts(geometry);
+      int64_t chunk = (geometry.reducedCount + parts - 1) / parts;
+      T* partials = static_cast<T*>(workspace);
+      dim3 threads(kColumnOutputs, kColumnLanes);
+      dim3 blocks(blocksFor((geometry.outputCount + kColumnOutputs - 1) / kColumnOutputs), unsigned(parts));
+      reduceColumnsKernel<S><<<blocks, threads, 0, stream>>>(geometry, chunk, in, out, partials);
+      cudaError_t error = cudaGetLastError();
+      if (error != cudaSuccess || parts == 1)
+        return error;
+      reduceCombinePartialsKernel<S><<<blocksForElements(geometry.outputCount), kThreads, 0, stream>>>(
+          geometry, parts, partials, out);
+    } else if (splits > 1) {
       int64_t chunk = (geometry.reducedCount + splits - 1) / splits;
       T* partials = static_cast<T*>(workspace);
       reducePartialKernel<S><<<blocksFor(geometry.outputCount * splits), kThreads, 0, stream>>>(
