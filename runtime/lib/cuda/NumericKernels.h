@@ -1,7 +1,7 @@
 #ifndef AMPJIT_RUNTIME_LIB_CUDA_NUMERICKERNELS_H
 #define AMPJIT_RUNTIME_LIB_CUDA_NUMERICKERNELS_H
 
-// Launchers of the numeric kernels (NumericKernels.cu, NumericLossKernels.cu):
+// Launchers of the numeric kernels (NumericKernels.cu):
 // reductions, the softmax family, layer norm, losses and dropout. Plain
 // C++17 so nvcc can compile the kernels without the runtime's C++20 headers;
 // NumericSteps.cpp turns plan steps into these descriptions.
