@@ -1,1 +1,277 @@
+//===- CudaBackendTest.cpp - the CUDA backend's core against the CPU ------===//
+//
+// GEMMs (cuBLASLt) and generated elementwise kernels (NVRTC) against the CPU
+// backend; graph capture and replay against step-by-step runs; that a
+// replayed run only enqueues; input staging, state rules, re-derivation and
+// asynchronous reads. Skipped without a device.
+//
+//===----------------------------------------------------------------------===//
+
 #include "GpuTestUtil.h"
+#include "RuntimeTestUtil.h"
+
+#include <chrono>
+
+namespace ampjit::runtime::gputest {
+namespace {
+
+using test::PlanBuilder;
+using test::tt;
+
+Plan matmulPlan(DType dtype, Shape a, Shape b, Shape c, bool transposeA, bool transposeB) {
+  PlanBuilder builder("matmul");
+  BufferId x = builder.argument(tt(dtype, a), BufferRole::Input, "a");
+  BufferId y = builder.argument(tt(dtype, b), BufferRole::Input, "b");
+  BufferId z = builder.output(tt(dtype, c));
+  AttributeMap attributes;
+  if (transposeA)
+    attributes["transpose_lhs"] = true;
+  if (transposeB)
+    attributes["transpose_rhs"] = true;
+  builder.op("jit.matmul", {x, y}, {z}, attributes);
+  builder.result(z);
+  return builder.finish();
+}
+
+TEST_F(GpuTest, GemmMatchesCpuForEveryDtypeTransposeAndBatchBroadcast) {
+  struct Case {
+    Shape a, b, c;
+    bool transposeA, transposeB;
+  };
+  const int64_t m = 37, k = 300, n = 53;
+  std::vector<Case> cases = {
+      {{m, k}, {k, n}, {m, n}, false, false},
+      {{k, m}, {k, n}, {m, n}, true, false},
+      {{m, k}, {n, k}, {m, n}, false, true},
+      {{k, m}, {n, k}, {m, n}, true, true},
+      {{4, m, k}, {k, n}, {4, m, n}, false, false},          // B broadcast: stride 0
+      {{3, 1, m, k}, {1, 2, k, n}, {3, 2, m, n}, false, true}, // not evenly strided: one call per entry
+      {{1, k}, {k, 1}, {1, 1}, false, false},
+      {{m, 0}, {0, n}, {m, n}, false, false}, // K = 0: zeros
+  };
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(dtypeName(dtype)) + " " + shapeToString(c.a) + " x " + shapeToString(c.b));
+      Plan plan = matmulPlan(dtype, c.a, c.b, c.c, c.transposeA, c.transposeB);
+      Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, randomArguments(plan, 7));
+      ASSERT_TRUE(both.ok()) << both.message();
+      // The reduction order differs from OpenBLAS's: the bound grows with K.
+      EXPECT_TRUE(allClose(both->cpuResults[0], both->cudaResults[0], 1.0 + double(k) / 16.0));
+    }
+  }
+}
+
+TEST_F(GpuTest, TrueFp32GemmIsNotTf32) {
+  // With TF32 (10-bit mantissa inputs) this product would be off by ~1e-3
+  // relative; true fp32 stays within a few ulps of the CPU.
+  Plan plan = matmulPlan(DType::F32, {64, 512}, {512, 64}, {64, 64}, false, false);
+  Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, randomArguments(plan, 3));
+  ASSERT_TRUE(both.ok()) << both.message();
+  const Tensor &expected = both->cpuResults[0], &actual = both->cudaResults[0];
+  double worst = 0;
+  for (int64_t i = 0; i < expected.elementCount(); ++i)
+    worst = std::max(worst, std::fabs(expected.at(i) - actual.at(i)) / (std::fabs(expected.at(i)) + 1e-3));
+  EXPECT_LT(worst, 1e-4);
+}
+
+Plan elementwiseChain() {
+  PlanBuilder b("chain");
+  BufferId x = b.argument(tt(DType::F16, {33, 129}), BufferRole::Input, "x");
+  BufferId bias = b.argument(tt(DType::F16, {129}), BufferRole::Input, "bias");
+  BufferId scale = b.argument(tt(DType::F32, {}), BufferRole::Input, "scale");
+  BufferId t1 = b.temporary(tt(DType::F16, {33, 129})), t2 = b.output(tt(DType::F16, {33, 129}));
+  b.op("jit.add", {x, bias}, {t1});
+  b.op("jit.relu", {t1}, {t2});
+  BufferId t3 = b.temporary(tt(DType::F32, {33, 129})), t4 = b.temporary(tt(DType::F32, {33, 129}));
+  BufferId t5 = b.output(tt(DType::F32, {33, 129}));
+  b.op("jit.convert", {t2}, {t3});
+  b.op("jit.mul", {t3, scale}, {t4});
+  b.op("jit.gelu", {t4}, {t5}, {{"approximate", std::string("tanh")}});
+  BufferId mask = b.temporary(tt(DType::I1, {33, 129})), index = b.output(tt(DType::I64, {33, 129}));
+  b.op("jit.compare", {t3, t5}, {mask}, {{"predicate", std::string("gt")}});
+  b.op("jit.convert", {mask}, {index});
+  BufferId bf = b.output(tt(DType::BF16, {33, 129}));
+  b.op("amp.cast", {t5}, {bf});
+  for (BufferId out : {t2, t5, index, bf})
+    b.result(out);
+  return b.finish();
+}
+
+TEST_F(GpuTest, GeneratedElementwiseKernelsMatchCpu) {
+  Plan plan = elementwiseChain();
+  Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, randomArguments(plan, 11, -3.0, 3.0));
+  ASSERT_TRUE(both.ok()) << both.message();
+  ASSERT_EQ(both->cpuResults.size(), both->cudaResults.size());
+  for (size_t i = 0; i < both->cpuResults.size(); ++i) {
+    SCOPED_TRACE("result " + std::to_string(i));
+    // The device's tanh may differ from the host's in the last ulp.
+    EXPECT_TRUE(allClose(both->cpuResults[i], both->cudaResults[i], 2.0));
+  }
+}
+
+/// p <- p - 0.5 * (x @ w), with p and w state: a plan with a GEMM, generated
+/// kernels and a tied result, enough to tell replays from re-runs.
+Plan statefulPlan() {
+  PlanBuilder b("stateful");
+  BufferId x = b.argument(tt(DType::F32, {16, 32}), BufferRole::Input, "x");
+  BufferId w = b.argument(tt(DType::F32, {32, 8}), BufferRole::Param, "w");
+  BufferId p = b.argument(tt(DType::F32, {16, 8}), BufferRole::Param, "p");
+  BufferId half = b.constant(tt(DType::F32, {}), std::vector<double>{0.5});
+  BufferId product = b.temporary(tt(DType::F32, {16, 8})), scaled = b.temporary(tt(DType::F32, {16, 8}));
+  BufferId updated = b.temporary(tt(DType::F32, {16, 8}));
+  b.op("jit.matmul", {x, w}, {product});
+  b.op("jit.mul", {product, half}, {scaled});
+  b.op("jit.sub", {p, scaled}, {updated});
+  BufferId loss = b.output(tt(DType::F32, {16, 8}));
+  b.op("jit.relu", {updated}, {loss});
+  b.result(loss);
+  b.result(updated, 2);
+  return b.finish();
+}
+
+TEST_F(GpuTest, GraphReplayEqualsStepByStepRuns) {
+  Plan plan = statefulPlan();
+  std::vector<Tensor> host = randomArguments(plan, 5);
+  Expected<std::unique_ptr<CudaBackend>> eagerBackend = createCudaBackend({.useGraphs = false});
+  ASSERT_TRUE(eagerBackend.ok()) << eagerBackend.message();
+  std::vector<std::vector<Tensor>> results(2);
+  std::vector<Tensor> finalState(2);
+  for (int variant = 0; variant < 2; ++variant) {
+    CudaBackend& backend = variant == 0 ? **eagerBackend : *cuda;
+    std::vector<Tensor> arguments;
+    for (const Tensor& argument : host)
+      arguments.push_back(*backend.toDevice(argument));
+    Expected<std::unique_ptr<Executable>> executable = backend.prepare(plan);
+    ASSERT_TRUE(executable.ok()) << executable.message();
+    for (int run = 0; run < 5; ++run) {
+      // A new batch every run: staged into the graph's input buffer.
+      arguments[0] = *backend.toDevice(randomArguments(plan, 100 + run)[0]);
+      Expected<std::vector<Tensor>> ran = (*executable)->run(arguments);
+      ASSERT_TRUE(ran.ok()) << ran.message();
+      results[variant].push_back(*backend.toHost((*ran)[0]));
+      EXPECT_TRUE((*ran)[1].sharesStorageWith(arguments[2])) << "tied state is updated in place";
+    }
+    finalState[variant] = *backend.toHost(arguments[2]);
+    CudaRunStats stats = backend.stats(**executable);
+    if (variant == 0) {
+      EXPECT_EQ(stats.eagerRuns, 5);
+      EXPECT_EQ(stats.captures, 0);
+    } else {
+      EXPECT_EQ(stats.eagerRuns, 1);
+      EXPECT_EQ(stats.captures, 1);
+      EXPECT_EQ(stats.graphReplays, 4);
+    }
+  }
+  for (int run = 0; run < 5; ++run)
+    EXPECT_TRUE(results[0][size_t(run)].bitwiseEqual(results[1][size_t(run)])) << "run " << run;
+  EXPECT_TRUE(finalState[0].bitwiseEqual(finalState[1]));
+}
+
+TEST_F(GpuTest, StateMovingToOtherStorageRecapturesTheGraph) {
+  Plan plan = statefulPlan();
+  std::vector<Tensor> arguments;
+  for (const Tensor& argument : randomArguments(plan, 9))
+    arguments.push_back(*cuda->toDevice(argument));
+  Expected<std::unique_ptr<Executable>> executable = cuda->prepare(plan);
+  ASSERT_TRUE(executable.ok()) << executable.message();
+  for (int run = 0; run < 3; ++run)
+    ASSERT_TRUE((*executable)->run(arguments).ok());
+  Tensor before = *cuda->toHost(arguments[2]);
+  arguments[2] = *cuda->toDevice(before); // same value, new storage
+  ASSERT_TRUE((*executable)->run(arguments).ok());
+  CudaRunStats stats = cuda->stats(**executable);
+  EXPECT_EQ(stats.captures, 2);
+  // The new storage, not the old, was updated.
+  EXPECT_FALSE(cuda->toHost(arguments[2])->bitwiseEqual(before));
+}
+
+TEST_F(GpuTest, ReplayedRunOnlyEnqueues) {
+  // Ten 2048^3 fp32 products (~170 GFLOP, tens of ms on an H100) against the
+  // host time of run(): a run that waited for the GPU would take as long.
+  PlanBuilder b("heavy");
+  const int64_t size = 2048;
+  BufferId x = b.argument(tt(DType::F32, {size, size}), BufferRole::Input, "x");
+  BufferId w = b.argument(tt(DType::F32, {size, size}), BufferRole::Param, "w");
+  BufferId current = x;
+  for (int i = 0; i < 10; ++i) {
+    BufferId next = i == 9 ? b.output(tt(DType::F32, {size, size})) : b.temporary(tt(DType::F32, {size, size}));
+    b.op("jit.matmul", {current, w}, {next});
+    current = next;
+  }
+  b.result(current);
+  Plan plan = b.finish();
+  std::vector<Tensor> arguments;
+  for (const Tensor& argument : randomArguments(plan, 1, -0.02, 0.02))
+    arguments.push_back(*cuda->toDevice(argument));
+  Expected<std::unique_ptr<Executable>> executable = cuda->prepare(plan);
+  ASSERT_TRUE(executable.ok()) << executable.message();
+  for (int run = 0; run < 3; ++run)
+    ASSERT_TRUE((*executable)->run(arguments).ok());
+  ASSERT_TRUE(cuda->synchronize().ok());
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point start = Clock::now();
+  ASSERT_TRUE((*executable)->run(arguments).ok());
+  double enqueued = std::chrono::duration<double>(Clock::now() - start).count();
+  ASSERT_TRUE(cuda->synchronize().ok());
+  double completed = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_EQ(cuda->stats(**executable).graphReplays, 3);
+  EXPECT_LT(enqueued, completed / 4) << "enqueue " << enqueued << " s, completion " << completed << " s";
+}
+
+TEST_F(GpuTest, InputsComeFromHostOrDeviceButStateMustBeOnTheDevice) {
+  Plan plan = statefulPlan();
+  std::vector<Tensor> host = randomArguments(plan, 21);
+  std::vector<Tensor> arguments = {host[0], *cuda->toDevice(host[1]), *cuda->toDevice(host[2])};
+  Expected<std::unique_ptr<Executable>> executable = cuda->prepare(plan);
+  ASSERT_TRUE(executable.ok()) << executable.message();
+  EXPECT_TRUE((*executable)->run(arguments).ok()) << "a host input is staged";
+  arguments[2] = host[2];
+  Expected<std::vector<Tensor>> refused = (*executable)->run(arguments);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("argument 2 'p' (param f32[16, 8]) is in host memory"), std::string::npos)
+      << refused.message();
+}
+
+TEST_F(GpuTest, RederivingRoundsTheSourceOnTheDevice) {
+  PlanBuilder b("derived");
+  b.argument(tt(DType::F32, {1000}), BufferRole::Param, "w");
+  BufferId low = b.argument(tt(DType::F16, {1000}), BufferRole::Param, "w.f16");
+  BufferId out = b.output(tt(DType::F16, {1000}));
+  b.op("jit.relu", {low}, {out});
+  b.result(out);
+  Plan plan = b.finish();
+  plan.buffers[low].derivedFrom = 0;
+  ASSERT_TRUE(verifyPlan(plan).ok()) << verifyPlan(plan).message();
+
+  std::vector<Tensor> host = randomArguments(plan, 4, -70000.0, 70000.0);
+  std::vector<Tensor> onCpu = {*host[0].clone(), *host[1].clone()};
+  ASSERT_TRUE(rederiveArguments(plan, onCpu).ok());
+  std::vector<Tensor> onDevice = {*cuda->toDevice(host[0]), *cuda->toDevice(host[1])};
+  Expected<std::unique_ptr<Executable>> executable = cuda->prepare(plan);
+  ASSERT_TRUE(executable.ok()) << executable.message();
+  ASSERT_TRUE((*executable)->rederive(onDevice).ok());
+  // Out-of-range values become infinities in both, rounding to nearest even.
+  EXPECT_TRUE(onCpu[1].bitwiseEqual(*cuda->toHost(onDevice[1])));
+}
+
+TEST_F(GpuTest, AsyncHostCopyDeliversTheValueAfterTheRun) {
+  Plan plan = statefulPlan();
+  std::vector<Tensor> host = randomArguments(plan, 13);
+  std::vector<Tensor> arguments;
+  for (const Tensor& argument : host)
+    arguments.push_back(*cuda->toDevice(argument));
+  Expected<std::unique_ptr<Executable>> executable = cuda->prepare(plan);
+  ASSERT_TRUE(executable.ok());
+  Expected<std::vector<Tensor>> ran = (*executable)->run(arguments);
+  ASSERT_TRUE(ran.ok()) << ran.message();
+  Expected<std::unique_ptr<AsyncHostCopy>> pending = cuda->copyToHostAsync((*ran)[0]);
+  ASSERT_TRUE(pending.ok()) << pending.message();
+  Expected<Tensor> value = (*pending)->wait();
+  ASSERT_TRUE(value.ok());
+  EXPECT_TRUE((*pending)->ready());
+  EXPECT_TRUE(value->bitwiseEqual(*cuda->toHost((*ran)[0])));
+  EXPECT_GT(cuda->peakDeviceBytes(), 0);
+}
+
+} // namespace
+} // namespace ampjit::runtime::gputest

@@ -13,8 +13,6 @@
 
 namespace ampjit::runtime {
 
-bool cudaBackendBuilt() { return true; }
-
 int cudaDeviceCount() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {

@@ -4,7 +4,6 @@
 
 namespace ampjit::runtime {
 
-bool cudaBackendBuilt() { return false; }
 int cudaDeviceCount() { return 0; }
 
 Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions) {

@@ -1,5 +1,6 @@
 // jit::trace: capture, guards, eager-vs-traced agreement and trace-time errors.
 
+#include "ClassifierNet.h"
 #include "FrontendTestUtil.h"
 
 #include "jit/trace.h"
@@ -12,52 +13,6 @@
 
 namespace jit::testing {
 namespace {
-
-/// The MindSpore tutorial's classifier at a test-sized width.
-struct Classifier {
-  explicit Classifier(int64_t in = 784, int64_t hidden = 512, int64_t classes = 10, uint64_t seed = 1,
-                      amp::GradScalerOptions scalerOptions = {})
-      : generator(seed),
-        model(nn::Linear(in, hidden, true, {.generator = &generator}), nn::ReLU(),
-              nn::Linear(hidden, hidden, true, {.generator = &generator}), nn::ReLU(),
-              nn::Linear(hidden, classes, true, {.generator = &generator})),
-        opt(model.parameters(), {.lr = 1e-2, .momentum = 0.9}),
-        scaler(scalerOptions) {}
-
-  Tensor step(const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy(model(x), y);
-    scaler.scale(loss).backward();
-    scaler.step(opt);
-    scaler.update();
-    return loss;
-  }
-
-  Generator generator;
-  nn::Sequential model;
-  optim::SGD opt;
-  amp::GradScaler scaler;
-};
-
-std::pair<Tensor, Tensor> batch(int64_t size, int64_t in, int64_t classes, uint64_t seed) {
-  Generator generator(seed);
-  Tensor x = rand({size, in}, f32, &generator);
-  std::vector<int64_t> labels;
-  for (int64_t i = 0; i < size; ++i)
-    labels.push_back(int64_t(generator.next_uniform() * double(classes)));
-  return {x, tensor(labels, {size})};
-}
-
-/// Every parameter's and momentum buffer's values, the scaler's state.
-std::vector<std::vector<double>> stateOf(Classifier& net) {
-  std::vector<std::vector<double>> state;
-  for (size_t i = 0; i < net.model.parameters().size(); ++i) {
-    state.push_back(net.model.parameters()[i].to_vector());
-    state.push_back(net.opt.momentum_buffer(i).to_vector());
-  }
-  state.push_back({net.scaler.get_scale(), double(net.scaler.growth_tracker()), double(net.scaler.skipped_steps())});
-  return state;
-}
 
 constexpr int64_t kIn = 32, kHidden = 48, kClasses = 10, kBatch = 16;
 

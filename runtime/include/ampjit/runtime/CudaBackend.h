@@ -28,6 +28,7 @@
 // with a message saying so and cudaDeviceCount() is 0.
 
 #include "ampjit/runtime/Backend.h"
+#include "ampjit/runtime/BuildInfo.h" // cudaBackendBuilt()
 
 #include <cstdint>
 #include <filesystem>
@@ -36,8 +37,6 @@
 
 namespace ampjit::runtime {
 
-/// Whether this build contains the CUDA backend.
-bool cudaBackendBuilt();
 /// Devices the CUDA runtime reports; 0 on any error (no driver, no device,
 /// a build without CUDA), which is what GPU tests skip on.
 int cudaDeviceCount();

@@ -1,0 +1,60 @@
+// Device storage behind the Tensor handle, and the CUDA backend's entry
+// points on a machine without a GPU (what CI checks of the CUDA build).
+
+#include "ampjit/runtime/Backend.h"
+#include "ampjit/runtime/CudaBackend.h"
+#include "ampjit/runtime/Tensor.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+namespace ampjit::runtime {
+namespace {
+
+/// Host bytes labelled as device memory: enough to check that host-only
+/// operations refuse them and that the release function runs.
+std::shared_ptr<Storage> fakeDeviceStorage(std::size_t bytes, int* releases) {
+  auto* data = static_cast<std::byte*>(std::calloc(bytes, 1));
+  return Storage::adopt(data, bytes, Device::Cuda, [releases](std::byte* pointer) {
+    ++*releases;
+    std::free(pointer);
+  });
+}
+
+TEST(DeviceStorage, HostOnlyOperationsRefuseDeviceTensors) {
+  int releases = 0;
+  {
+    Expected<Tensor> device = Tensor::wrap(TensorType{DType::F32, {4}}, fakeDeviceStorage(16, &releases));
+    ASSERT_TRUE(device.ok()) << device.message();
+    EXPECT_EQ(device->device(), Device::Cuda);
+    Expected<Tensor> copy = device->clone();
+    ASSERT_FALSE(copy.ok());
+    EXPECT_NE(copy.message().find("copy a CUDA tensor through its backend"), std::string::npos) << copy.message();
+    EXPECT_FALSE(device->bitwiseEqual(*device)) << "device bytes are never compared on the host";
+    Tensor host = *Tensor::allocate(DType::F32, {4});
+    EXPECT_EQ(host.device(), Device::Host);
+  }
+  EXPECT_EQ(releases, 1) << "the last handle gives the bytes back through the backend's release";
+}
+
+TEST(DeviceStorage, WrapRejectsStorageTooSmallForTheType) {
+  int releases = 0;
+  Expected<Tensor> tooSmall = Tensor::wrap(TensorType{DType::F64, {4}}, fakeDeviceStorage(16, &releases));
+  ASSERT_FALSE(tooSmall.ok());
+  EXPECT_NE(tooSmall.message().find("cannot hold a tensor of type f64[4]"), std::string::npos) << tooSmall.message();
+}
+
+TEST(CudaBackend, WithoutADeviceCreatingItIsAClearError) {
+  if (cudaDeviceCount() > 0)
+    GTEST_SKIP() << "this machine has a CUDA device";
+  Expected<std::unique_ptr<CudaBackend>> backend = createCudaBackend();
+  ASSERT_FALSE(backend.ok());
+  if (cudaBackendBuilt())
+    EXPECT_NE(backend.message().find("no CUDA device is available"), std::string::npos) << backend.message();
+  else
+    EXPECT_NE(backend.message().find("has no CUDA backend"), std::string::npos) << backend.message();
+}
+
+} // namespace
+} // namespace ampjit::runtime
