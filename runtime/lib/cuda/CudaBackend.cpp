@@ -201,8 +201,15 @@ public:
     } else {
       if (graph_ == nullptr || argumentKey != capturedKey_)
         AMPJIT_RETURN_IF_ERROR(capture(stream, argumentKey));
-      AMPJIT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph_, stream), "plan @" + plan_.name + ": launching its graph");
-      ++stats_.graphReplays;
+      if (graphFailure_.empty()) {
+        AMPJIT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph_, stream), "plan @" + plan_.name + ": launching its graph");
+        ++stats_.graphReplays;
+      } else {
+        // The capture failed and capture() has already run this run's steps
+        // one by one: launching now would run them a second time (and, after
+        // a failed re-capture, on the old graph's stale state addresses).
+        ++stats_.eagerRuns;
+      }
     }
 
     std::vector<Tensor> results;
@@ -304,8 +311,14 @@ private:
       if (graph)
         cudaGraphDestroy(graph);
       (void)cudaGetLastError();
-      // What cannot be captured still runs: remember why and go step by step.
+      // What cannot be captured still runs: remember why and go step by step
+      // (run() then launches nothing). A graph of earlier state addresses is
+      // never launched again.
       graphFailure_ = !enqueued ? enqueued.message() : cuda::cudaFailure(ended, "ending capture").message();
+      if (graph_) {
+        cudaGraphExecDestroy(graph_);
+        graph_ = nullptr;
+      }
       return enqueueSteps(stream);
     }
     if (graph_) {
@@ -319,8 +332,13 @@ private:
     cudaError_t instantiated = graph_ ? cudaSuccess : cudaGraphInstantiate(&graph_, graph, 0);
     cudaGraphDestroy(graph);
     if (instantiated != cudaSuccess) {
+      // As for a failed capture: nothing of this run has executed yet, so
+      // run it step by step (and every later run) instead of failing every
+      // run from now on.
+      (void)cudaGetLastError();
       graph_ = nullptr;
-      return cuda::cudaFailure(instantiated, "plan @" + plan_.name + ": instantiating its graph");
+      graphFailure_ = cuda::cudaFailure(instantiated, "instantiating its graph").message();
+      return enqueueSteps(stream);
     }
     capturedKey_ = key;
     ++stats_.captures;
