@@ -12,13 +12,6 @@ namespace ampjit::runtime::cuda::update {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 4096;
-
-unsigned blocksFor(int64_t count) {
-  return unsigned(std::min<int64_t>((count + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
 /// Output element i (row-major over shape.dims) reads the input element its
 /// multi-index selects through shape.inStrides.
 template <typename Element>

@@ -23,13 +23,6 @@ namespace ampjit::runtime::cuda::update {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 4096;
-
-unsigned blocksFor(int64_t count) {
-  return unsigned(std::min<int64_t>((count + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
 __device__ int64_t firstIndex() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ int64_t gridStride() { return int64_t(gridDim.x) * blockDim.x; }
 

@@ -17,6 +17,16 @@
 
 namespace ampjit::runtime::cuda::update {
 
+/// Launch geometry of every update and layout kernel: grid-stride loops over
+/// blocks of kThreads, at most kMaxBlocks of them.
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 4096;
+
+inline unsigned blocksFor(int64_t count) {
+  int64_t blocks = (count + kThreads - 1) / kThreads;
+  return unsigned(blocks < kMaxBlocks ? blocks : kMaxBlocks);
+}
+
 /// Element types, numbered as the runtime's DType (F32, F64, F16, BF16, I64, I1)
 /// so the adapter converts with a cast.
 enum class ElementType : int32_t { F32 = 0, F64 = 1, F16 = 2, BF16 = 3, I64 = 4, I1 = 5 };
