@@ -235,6 +235,7 @@ public:
 
   Status rederive(std::span<Tensor> arguments) override {
     AMPJIT_RETURN_IF_ERROR(checkArguments(plan_, arguments));
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(runtime_->device), "selecting the device");
     for (const Rederivation& rederivation : rederivations_) {
       Tensor& source = arguments[rederivation.source];
       Tensor& derived = arguments[rederivation.derived];
@@ -493,6 +494,7 @@ public:
   Expected<Tensor> toDevice(const Tensor& host) override {
     if (host.device() == Device::Cuda)
       return host;
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(runtime_->device), "selecting the device");
     Expected<Tensor> device = allocateDeviceTensor(runtime_, host.type(), false);
     if (!device)
       return device;
@@ -508,6 +510,8 @@ public:
   Expected<std::unique_ptr<AsyncHostCopy>> copyToHostAsync(const Tensor& tensor) override {
     if (tensor.device() != Device::Cuda)
       return Status::error("copyToHostAsync: the tensor is not on the device");
+    // The event must belong to the stream's device.
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(runtime_->device), "selecting the device");
     void* pinned = nullptr;
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned, std::max<std::size_t>(1, tensor.byteSize())),
                                 "allocating pinned host memory");
@@ -528,6 +532,7 @@ public:
 
   Expected<std::unique_ptr<DeviceEvent>> recordEvent() override {
     cudaEvent_t event = nullptr;
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(runtime_->device), "selecting the device");
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventCreate(&event), "creating an event");
     cudaError_t error = cudaEventRecord(event, runtime_->stream);
     if (error != cudaSuccess) {
