@@ -97,6 +97,7 @@ TEST_F(GpuTest, ReductionsMatchTheCpuOverEveryAxisPattern) {
       {{64, 3, 33}, {0}},
       {{2, 0, 3}, {1}},        // nothing reduced: 0, NaN and -inf
       {{0, 3}, {1}},           // no output
+      {{40, 0}, {0}},          // no output, over rows (the column kernel's shape)
   };
   for (const ReductionCase& c : cases)
     for (std::string op : {"jit.sum", "jit.mean", "jit.max"})

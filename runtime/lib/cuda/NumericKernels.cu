@@ -658,10 +658,12 @@ int64_t reductionSplits(const ReductionGeometry& geometry) {
 }
 
 /// Whether the column kernel runs the reduction: many outputs, each over
-/// more than a few elements, consecutive outputs adjacent in memory.
+/// more than a few elements, consecutive outputs adjacent in memory. Never
+/// with no outputs ([40, 0] over rows), for which columnParts would divide
+/// by zero tiles.
 bool reducesColumns(const ReductionGeometry& geometry) {
-  return reductionSplits(geometry) == 1 && geometry.reducedCount > 32 && geometry.keptRank > 0 &&
-         geometry.keptStrides[geometry.keptRank - 1] == 1;
+  return geometry.outputCount > 0 && reductionSplits(geometry) == 1 && geometry.reducedCount > 32 &&
+         geometry.keptRank > 0 && geometry.keptStrides[geometry.keptRank - 1] == 1;
 }
 
 /// Parts the column kernel splits the reduced range into: enough blocks to
