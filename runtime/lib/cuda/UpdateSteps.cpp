@@ -373,6 +373,10 @@ public:
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaMalloc(&data_, bytes_), stepName(step_) + ": constant data");
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpy(data_, data.data(), bytes_, cudaMemcpyHostToDevice),
                                 stepName(step_) + ": constant data");
+    // From pageable memory cudaMemcpy may return before its DMA on the
+    // default stream lands, and runs enqueue on a non-blocking stream that
+    // does not wait for the default one: wait here, at prepare.
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr), stepName(step_) + ": constant data");
     return Status::success();
   }
 
