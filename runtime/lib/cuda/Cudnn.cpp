@@ -76,11 +76,16 @@ public:
     if (pointer_ != nullptr)
       cudaFree(pointer_);
   }
-  /// Allocates `bytes` and copies `host` into it (synchronously: prepare time).
+  /// Allocates `bytes` and copies `host` into it, waiting for the copy (prepare time).
   Status upload(const void* host, std::size_t bytes, const std::string& what) {
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaMalloc(&pointer_, bytes), what + ": allocating a constant operand");
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpy(pointer_, host, bytes, cudaMemcpyHostToDevice),
                                 what + ": uploading a constant operand");
+    // From pageable memory cudaMemcpy may return once the bytes are staged,
+    // before its DMA on the default stream lands, and runs enqueue on the
+    // backend's non-blocking stream, which does not wait for the default
+    // one: wait here, at prepare.
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr), what + ": uploading a constant operand");
     return Status::success();
   }
   void* get() const { return pointer_; }
