@@ -537,6 +537,11 @@ Status StepChecker::checkRequiredSlots() const {
     if (step_.inputs[i] == kNoBuffer && !isOptionalInputSlot(step_, i))
       return Status::error("input '" + (i < inNames_.size() ? inNames_[i] : std::to_string(i)) +
                            "' is required but absent");
+  // No kind has optional outputs: every kernel writes every output slot.
+  for (size_t i = 0; i < step_.outputs.size(); ++i)
+    if (step_.outputs[i] == kNoBuffer)
+      return Status::error("output '" + (i < outNames_.size() ? outNames_[i] : std::to_string(i)) +
+                           "' is required but absent");
   return Status::success();
 }
 

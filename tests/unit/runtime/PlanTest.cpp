@@ -277,6 +277,22 @@ TEST(PlanVerifier, ReadingBeforeWritingIsRejected) {
             "step 0 (elementwise from jit.relu): input 'x' reads buffer %0 before any step writes it");
 }
 
+TEST(PlanVerifier, EveryOutputSlotIsRequired) {
+  // Rank-0 statistics of an axis-0 layer norm have the default type, so
+  // without this rule an absent mean or rstd would pass the type checks and
+  // a kernel would write through a null pointer.
+  PlanBuilder b("p");
+  BufferId x = b.argument(tt(DType::F32, {4}), BufferRole::Input);
+  BufferId y = b.output(tt(DType::F32, {4}));
+  BufferId mean = b.output(tt(DType::F32, {})), rstd = b.output(tt(DType::F32, {}));
+  b.op("jit.layer_norm", {x, kNoBuffer, kNoBuffer}, {y, mean, rstd}, {{"axis", int64_t(0)}, {"eps", 1e-5}});
+  b.result(y);
+  Plan plan = b.finish();
+  EXPECT_EQ(verifyMessage(plan), "");
+  plan.steps[0].outputs[1] = kNoBuffer;
+  EXPECT_EQ(verifyMessage(plan), "step 0 (layer_norm from jit.layer_norm): output 'mean' is required but absent");
+}
+
 TEST(PlanVerifier, InPlaceOnlyForElementwiseKinds) {
   PlanBuilder b("p");
   BufferId w = b.argument(tt(DType::F32, {4, 4}), BufferRole::Param);
