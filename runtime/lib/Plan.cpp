@@ -1100,6 +1100,8 @@ Status StepChecker::checkBatchNorm() const {
     return Status::error("eps = " + formatDouble(params.eps) + " must be finite and non-negative");
   if (!(params.momentum >= 0.0 && params.momentum <= 1.0))
     return Status::error("momentum = " + formatDouble(params.momentum) + " must be in [0, 1]");
+  if (shape[size_t(params.axis)] == 0)
+    return Status::error(inName(0) + " has no channels (dimension " + std::to_string(params.axis) + " is 0)");
   if (training && in(0).elementCount() / shape[size_t(params.axis)] < 2)
     return Status::error(inName(0) + " has one value per channel: training statistics need more than one");
   TensorType channel{statisticsType(in(0).dtype), {shape[size_t(params.axis)]}};

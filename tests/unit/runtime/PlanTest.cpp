@@ -293,6 +293,25 @@ TEST(PlanVerifier, EveryOutputSlotIsRequired) {
   EXPECT_EQ(verifyMessage(plan), "step 0 (layer_norm from jit.layer_norm): output 'mean' is required but absent");
 }
 
+TEST(PlanVerifier, BatchNormWithoutChannelsIsAnErrorNotACrash) {
+  PlanBuilder b("p");
+  BufferId x = b.argument(tt(DType::F32, {4, 0}), BufferRole::Input);
+  BufferId mean = b.argument(tt(DType::F32, {0}), BufferRole::Hyper);
+  BufferId variance = b.argument(tt(DType::F32, {0}), BufferRole::Hyper);
+  BufferId y = b.output(tt(DType::F32, {4, 0}));
+  std::vector<BufferId> statistics;
+  for (int i = 0; i < 4; ++i)
+    statistics.push_back(b.output(tt(DType::F32, {0})));
+  Step step;
+  step.kind = StepKind::BatchNorm;
+  step.params = BatchNormParams{};
+  step.inputs = {x, kNoBuffer, kNoBuffer, mean, variance};
+  step.outputs = {y, statistics[0], statistics[1], statistics[2], statistics[3]};
+  b.step(step);
+  b.result(y);
+  EXPECT_EQ(verifyMessage(b.finish()), "step 0 (batch_norm): input 'x' (f32[4x0]) has no channels (dimension 1 is 0)");
+}
+
 TEST(PlanVerifier, InPlaceOnlyForElementwiseKinds) {
   PlanBuilder b("p");
   BufferId w = b.argument(tt(DType::F32, {4, 4}), BufferRole::Param);

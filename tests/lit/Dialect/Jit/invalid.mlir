@@ -1218,6 +1218,15 @@ func.func @batch_norm_momentum(%x: tensor<4x3xf32>, %rm: tensor<3xf32>, %rv: ten
 
 // -----
 
+func.func @batch_norm_no_channels(%x: tensor<4x0xf32>, %rm: tensor<0xf32>, %rv: tensor<0xf32>) {
+  // expected-error @below {{'jit.batch_norm' op input 'tensor<4x0xf32>' has no channels (dimension 1 is 0)}}
+  %y, %m, %i, %rm1, %rv1 = jit.batch_norm %x running_mean %rm running_var %rv axis = 1 eps = 1.0e-05 momentum = 1.0e-01
+      : (tensor<4x0xf32>, tensor<0xf32>, tensor<0xf32>) -> (tensor<4x0xf32>, tensor<0xf32>, tensor<0xf32>, tensor<0xf32>, tensor<0xf32>)
+  return
+}
+
+// -----
+
 func.func @batch_norm_single_value_per_channel(%x: tensor<1x3xf32>, %rm: tensor<3xf32>, %rv: tensor<3xf32>) {
   // expected-error @below {{'jit.batch_norm' op input 'tensor<1x3xf32>' has one value per channel: training statistics need more than one}}
   %y, %m, %i, %rm1, %rv1 = jit.batch_norm %x running_mean %rm running_var %rv axis = 1 eps = 1.0e-05 momentum = 1.0e-01

@@ -951,6 +951,8 @@ LogicalResult BatchNormOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
 
 LogicalResult BatchNormOp::verify() {
   auto input = cast<RankedTensorType>(getInput().getType());
+  if (input.getDimSize(getAxis()) == 0)
+    return emitOpError() << "input " << input << " has no channels (dimension " << getAxis() << " is 0)";
   if (input.getNumElements() / input.getDimSize(getAxis()) < 2)
     return emitOpError() << "input " << input
                          << " has one value per channel: training statistics need more than one";
