@@ -112,6 +112,15 @@ public:
   Status prepare() {
     DeviceContext& context = runtime_->context;
     int64_t compiledBefore = context.kernelsCompiled, hitsBefore = context.kernelCacheHits;
+    planRederivation();
+    std::vector<cuda::PlanStep> generated;
+    for (const Step& step : plan_.steps)
+      if (step.kind == StepKind::Elementwise || step.kind == StepKind::FusedElementwise)
+        generated.push_back({&plan_, &step});
+    for (const Rederivation& rederivation : rederivations_)
+      generated.push_back({&rederivation.conversion, &rederivation.conversion.steps[0]});
+    if (Status compiled = cuda::precompileGeneratedKernels(context, generated); !compiled)
+      return Status::error("plan @" + plan_.name + ": compiling its kernels: " + compiled.message());
     for (std::size_t index = 0; index < plan_.steps.size();) {
       std::size_t end = index + 1;
       if (plan_.steps[index].kind == StepKind::OptimizerUpdate)
@@ -347,12 +356,14 @@ private:
   }
 
   /// O2's derived copies are re-established on the device by the same
-  /// generated Convert kernel a plan step would use.
-  Status prepareRederivation() {
+  /// generated Convert kernel a plan step would use: one single-step plan per
+  /// derived argument, its kernel compiled with the plan's.
+  void planRederivation() {
     for (const BufferDesc& buffer : plan_.buffers) {
       if (buffer.derivedFrom < 0)
         continue;
-      Plan conversion;
+      Rederivation rederivation{std::size_t(buffer.derivedFrom), std::size_t(buffer.argument), {}, nullptr};
+      Plan& conversion = rederivation.conversion;
       conversion.name = plan_.name + ".rederive";
       conversion.buffers.push_back(plan_.buffers[plan_.argumentBuffer(std::size_t(buffer.derivedFrom))]);
       conversion.buffers.push_back(buffer);
@@ -365,12 +376,19 @@ private:
       convert.inputs = {0};
       convert.outputs = {1};
       convert.origin = "rederive " + buffer.name;
-      Expected<std::unique_ptr<DeviceStep>> step =
-          cuda::makeGeneratedElementwiseStep(runtime_->context, conversion, convert);
+      conversion.steps.push_back(std::move(convert));
+      rederivations_.push_back(std::move(rederivation));
+    }
+  }
+
+  Status prepareRederivation() {
+    for (Rederivation& rederivation : rederivations_) {
+      Expected<std::unique_ptr<DeviceStep>> step = cuda::makeGeneratedElementwiseStep(
+          runtime_->context, rederivation.conversion, rederivation.conversion.steps[0]);
       if (!step)
         return Status::error("plan @" + plan_.name + ": preparing the re-derivation of " +
-                             describeArgument(plan_, std::size_t(buffer.argument)) + ": " + step.message());
-      rederivations_.push_back({std::size_t(buffer.derivedFrom), std::size_t(buffer.argument), std::move(*step)});
+                             describeArgument(plan_, rederivation.derived) + ": " + step.message());
+      rederivation.convert = std::move(*step);
     }
     return Status::success();
   }
@@ -386,6 +404,7 @@ private:
 
   struct Rederivation {
     std::size_t source, derived;
+    Plan conversion;
     std::unique_ptr<DeviceStep> convert;
   };
 

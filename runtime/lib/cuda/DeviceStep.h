@@ -84,6 +84,15 @@ Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const
 /// Elementwise and FusedElementwise through NVRTC (GeneratedKernels.cpp).
 Expected<std::unique_ptr<DeviceStep>> makeGeneratedElementwiseStep(DeviceContext& context, const Plan& plan,
                                                                    const Step& step);
+/// An Elementwise or FusedElementwise step and the plan whose buffers it names.
+struct PlanStep {
+  const Plan* plan;
+  const Step* step;
+};
+/// Compiles every kernel of these steps that the context has not loaded, in
+/// parallel threads, and loads them, so that makeGeneratedElementwiseStep
+/// finds them ready (time to first step: one compilation's time, not the sum).
+Status precompileGeneratedKernels(DeviceContext& context, std::span<const PlanStep> steps);
 /// Every other kind but the convolutional ones, through the hand-written
 /// kernels compiled into the library (KernelSteps.cpp dispatches):
 ///  * numeric kernels: Reduction, the softmax family, LayerNorm(Grad), Loss,

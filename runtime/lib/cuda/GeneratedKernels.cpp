@@ -14,6 +14,21 @@ namespace ampjit::runtime::cuda {
 
 namespace {
 
+/// Loads a compiled kernel's CUBIN and records its handle under its name.
+Expected<cudaKernel_t> loadCompiled(DeviceContext& context, const std::string& name, const CompiledKernel& compiled) {
+  ++(compiled.cacheHit ? context.kernelCacheHits : context.kernelsCompiled);
+  cudaLibrary_t library = nullptr;
+  AMPJIT_CUDA_RETURN_IF_ERROR(
+      cudaLibraryLoadData(&library, compiled.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+      "loading kernel " + name);
+  context.loadedLibraries.push_back(library);
+  cudaKernel_t handle = nullptr;
+  AMPJIT_CUDA_RETURN_IF_ERROR(cudaLibraryGetKernel(&handle, library, name.c_str()),
+                              "finding kernel " + name + " in its module");
+  context.loadedKernels.emplace(name, handle);
+  return handle;
+}
+
 Expected<cudaKernel_t> loadKernel(DeviceContext& context, const ElementwiseKernel& kernel) {
   if (auto found = context.loadedKernels.find(kernel.name); found != context.loadedKernels.end())
     return found->second;
@@ -22,17 +37,7 @@ Expected<cudaKernel_t> loadKernel(DeviceContext& context, const ElementwiseKerne
   Expected<CompiledKernel> compiled = context.compiler->compile(kernel.source, kernel.name, context.architecture);
   if (!compiled)
     return compiled.status();
-  ++(compiled->cacheHit ? context.kernelCacheHits : context.kernelsCompiled);
-  cudaLibrary_t library = nullptr;
-  AMPJIT_CUDA_RETURN_IF_ERROR(cudaLibraryLoadData(&library, compiled->cubin.data(), nullptr, nullptr, 0, nullptr,
-                                                  nullptr, 0),
-                              "loading kernel " + kernel.name);
-  context.loadedLibraries.push_back(library);
-  cudaKernel_t handle = nullptr;
-  AMPJIT_CUDA_RETURN_IF_ERROR(cudaLibraryGetKernel(&handle, library, kernel.name.c_str()),
-                              "finding kernel " + kernel.name + " in its module");
-  context.loadedKernels.emplace(kernel.name, handle);
-  return handle;
+  return loadCompiled(context, kernel.name, *compiled);
 }
 
 class GeneratedElementwiseStep final : public DeviceStep {
@@ -94,6 +99,37 @@ Expected<std::unique_ptr<DeviceStep>> makeGeneratedElementwiseStep(DeviceContext
   // loop covers the rest.
   int64_t maxBlocks = std::max(1, context.multiprocessorCount) * 16;
   return std::unique_ptr<DeviceStep>(new GeneratedElementwiseStep(*handle, kernel->launch, maxBlocks));
+}
+
+Status precompileGeneratedKernels(DeviceContext& context, std::span<const PlanStep> steps) {
+  if (context.compiler == nullptr)
+    return Status::error("no kernel compiler in the CUDA device context");
+  std::vector<ElementwiseKernel> missing;
+  for (const PlanStep& entry : steps) {
+    Expected<ElementwiseKernel> kernel = emitElementwiseKernel(*entry.plan, *entry.step);
+    if (!kernel)
+      return kernel.status();
+    bool known = context.loadedKernels.count(kernel->name) > 0 ||
+                 std::any_of(missing.begin(), missing.end(), [&](const auto& k) { return k.name == kernel->name; });
+    if (!known)
+      missing.push_back(std::move(*kernel));
+  }
+  if (missing.empty())
+    return Status::success();
+
+  std::vector<CompileRequest> requests;
+  for (const ElementwiseKernel& kernel : missing)
+    requests.push_back({kernel.source, kernel.name});
+  std::vector<Expected<CompiledKernel>> compiled =
+      compileInParallel(context.compiler->cacheDirectory(), requests, context.architecture);
+  for (std::size_t i = 0; i < missing.size(); ++i) {
+    if (!compiled[i])
+      return compiled[i].status();
+    Expected<cudaKernel_t> loaded = loadCompiled(context, missing[i].name, *compiled[i]);
+    if (!loaded)
+      return loaded.status();
+  }
+  return Status::success();
 }
 
 } // namespace ampjit::runtime::cuda

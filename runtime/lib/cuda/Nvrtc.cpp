@@ -6,12 +6,16 @@
 
 #include <nvrtc.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <system_error>
+#include <thread>
 #include <unistd.h>
 
 #ifndef AMPJIT_CUDA_INCLUDE_DIR
@@ -238,6 +242,32 @@ Expected<CompiledKernel> KernelCompiler::compile(std::string_view source, std::s
   if (!entry.empty())
     writeEntryAtomically(entry, encodeEntry(key, compiled->cubin));
   return compiled;
+}
+
+std::vector<Expected<CompiledKernel>> compileInParallel(const std::filesystem::path& cacheDirectory,
+                                                        std::span<const CompileRequest> requests,
+                                                        std::string_view architecture) {
+  std::vector<std::optional<Expected<CompiledKernel>>> slots(requests.size());
+  std::atomic<std::size_t> next{0};
+  // One compiler per thread (its counters are its own); they share the
+  // cache directory, which is safe across threads and processes.
+  auto work = [&] {
+    KernelCompiler compiler(cacheDirectory);
+    for (std::size_t i = next++; i < requests.size(); i = next++)
+      slots[i].emplace(compiler.compile(requests[i].source, requests[i].programName, architecture));
+  };
+  std::size_t threads =
+      std::min<std::size_t>(requests.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (std::size_t t = 1; t < threads; ++t)
+    pool.emplace_back(work);
+  work();
+  for (std::thread& thread : pool)
+    thread.join();
+  std::vector<Expected<CompiledKernel>> results;
+  for (std::optional<Expected<CompiledKernel>>& slot : slots)
+    results.push_back(std::move(*slot));
+  return results;
 }
 
 } // namespace ampjit::runtime::cuda

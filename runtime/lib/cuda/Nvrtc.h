@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,6 +73,19 @@ private:
   int64_t cacheHits_ = 0;
   int64_t compilations_ = 0;
 };
+
+struct CompileRequest {
+  std::string_view source;
+  std::string_view programName;
+};
+
+/// Every request compiled (through the cache in `cacheDirectory`, or none
+/// when empty) on up to one thread per core, results in request order. NVRTC
+/// spends most of a compilation parsing the fp16/bf16 headers on one core,
+/// so a plan's kernels side by side take about the time of the slowest.
+std::vector<Expected<CompiledKernel>> compileInParallel(const std::filesystem::path& cacheDirectory,
+                                                        std::span<const CompileRequest> requests,
+                                                        std::string_view architecture);
 
 /// NVRTC alone, no cache: the CUBIN, or an error with NVRTC's log.
 Expected<CompiledKernel> compileWithNvrtc(std::string_view source, std::string_view programName,

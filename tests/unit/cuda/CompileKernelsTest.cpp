@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -238,6 +239,40 @@ TEST(CompileKernels, EveryKernelOfTheMnistTrainStep) {
   }
   std::printf("[ compiled ] MNIST train step: %zu steps, %zu kernels compiled for %s\n", steps, total,
               kArchitecture);
+}
+
+TEST(CompileKernels, InParallelEqualsOneByOne) {
+  // What the CUDA backend does at prepare: the O1-f16 step's kernels compiled
+  // side by side give the CUBINs compiled one at a time, in request order,
+  // and a failing request fails alone.
+  rt::Plan plan = compileMnistStep("level=O1 dtype=f16");
+  std::vector<cuda::ElementwiseKernel> kernels;
+  for (const rt::Step& step : plan.steps)
+    if (step.kind == rt::StepKind::Elementwise || step.kind == rt::StepKind::FusedElementwise)
+      kernels.push_back(*cuda::emitElementwiseKernel(plan, step));
+  ASSERT_GT(kernels.size(), 2u);
+  std::vector<cuda::CompileRequest> requests;
+  for (const cuda::ElementwiseKernel& kernel : kernels)
+    requests.push_back({kernel.source, kernel.name});
+  const std::string broken = "extern \"C\" __global__ void broken() { undeclared(); }\n";
+  requests.push_back({broken, "broken"});
+
+  auto start = std::chrono::steady_clock::now();
+  std::vector<rt::Expected<cuda::CompiledKernel>> together = cuda::compileInParallel({}, requests, kArchitecture);
+  double parallelSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(together.size(), requests.size());
+  start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    rt::Expected<cuda::CompiledKernel> alone = cuda::compileWithNvrtc(kernels[i].source, kernels[i].name, kArchitecture);
+    ASSERT_TRUE(alone) << alone.message();
+    ASSERT_TRUE(together[i]) << kernels[i].name << ": " << together[i].message();
+    EXPECT_EQ(together[i]->cubin, alone->cubin) << kernels[i].name;
+  }
+  double serialSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(together.back());
+  EXPECT_NE(together.back().message().find("undeclared"), std::string::npos) << together.back().message();
+  std::printf("[ compiled ] %zu kernels: %.2f s side by side, %.2f s one by one (%u cores)\n", kernels.size(),
+              parallelSeconds, serialSeconds, std::thread::hardware_concurrency());
 }
 
 TEST(CompileKernels, CacheHitsAndRewritesCorruptEntries) {
