@@ -22,15 +22,8 @@ constexpr DType kDataTypes[] = {DType::F32, DType::F16, DType::BF16, DType::F64}
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-std::string shapeText(const Shape& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    text += (i ? "," : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 std::string describe(DType dtype, const Shape& shape, const std::string& extra = "") {
-  return std::string(dtypeName(dtype)) + " " + shapeText(shape) + (extra.empty() ? "" : " " + extra);
+  return std::string(dtypeName(dtype)) + " " + shapeToString(shape) + (extra.empty() ? "" : " " + extra);
 }
 
 Expected<Plan> singleOp(std::string_view op, std::vector<std::optional<TensorType>> operands,
