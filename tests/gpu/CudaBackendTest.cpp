@@ -160,6 +160,7 @@ TEST_F(GpuTest, GraphReplayEqualsStepByStepRuns) {
       EXPECT_EQ(stats.eagerRuns, 1);
       EXPECT_EQ(stats.captures, 1);
       EXPECT_EQ(stats.graphReplays, 4);
+      EXPECT_EQ(stats.graphDisabledReason, "");
     }
   }
   for (int run = 0; run < 5; ++run)

@@ -258,7 +258,11 @@ public:
     return Status::success();
   }
 
-  CudaRunStats stats() const { return stats_; }
+  CudaRunStats stats() const {
+    CudaRunStats stats = stats_;
+    stats.graphDisabledReason = graphFailure_;
+    return stats;
+  }
 
 private:
   Expected<std::unique_ptr<DeviceStep>> makeStep(std::size_t index, std::size_t end) {

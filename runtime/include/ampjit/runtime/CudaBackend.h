@@ -57,6 +57,9 @@ struct CudaRunStats {
   int64_t graphReplays = 0;
   int64_t kernelsCompiled = 0; ///< NVRTC compilations at prepare (cache misses)
   int64_t kernelCacheHits = 0;
+  /// Why runs go step by step instead of replaying a graph (a capture or an
+  /// instantiation failed); empty while graphs work.
+  std::string graphDisabledReason{};
 };
 
 /// A device-to-host copy in flight: the value of a loss, the scale or the
