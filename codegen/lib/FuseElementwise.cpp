@@ -9,6 +9,11 @@
 // give the same bits. Only consecutive steps are grouped, so no step moves and
 // every dependence is kept.
 //
+//
+// GEMM epilogues (for the CUDA backend): a product read only by a bias add,
+// itself read only by a relu, becomes one Gemm step whose epilogue adds the
+// bias and applies the relu before C's one rounding, as cuBLASLt does.
+//
 //===----------------------------------------------------------------------===//
 
 #include "ampjit/Codegen/PlanBuilder.h"
@@ -153,6 +158,60 @@ void fuseElementwiseSteps(rt::Plan &plan) {
       steps.push_back(fuseRun(plan, readers, s, last));
     s = last + 1;
   }
+  plan.steps = std::move(steps);
+  dropUnusedTemporaries(plan);
+}
+
+void fuseGemmEpilogues(rt::Plan &plan) {
+  Readers readers = findReaders(plan);
+  auto onlyReader = [&](rt::BufferId id, size_t step) {
+    return plan.buffers[id].role == rt::BufferRole::Temporary && !readers.returned[id] &&
+           readers.steps[id] == std::vector<size_t>{step};
+  };
+  auto isElementwise = [&](size_t index, rt::ElementwiseOp op) {
+    return index < plan.steps.size() && plan.steps[index].kind == rt::StepKind::Elementwise &&
+           plan.steps[index].as<rt::ElementwiseParams>().op == op;
+  };
+  std::vector<bool> removed(plan.steps.size(), false);
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    rt::Step &gemm = plan.steps[s];
+    if (gemm.kind != rt::StepKind::Gemm || gemm.as<rt::GemmParams>().epilogue != rt::GemmEpilogue::None ||
+        gemm.computeType == rt::DType::F64)
+      continue;
+    const rt::GemmParams &params = gemm.as<rt::GemmParams>();
+    const rt::Shape &aShape = plan.buffers[gemm.inputs[0]].type.shape;
+    int64_t k = aShape[aShape.size() - (params.transposeA ? 2 : 1)];
+    rt::BufferId product = gemm.outputs[0];
+    const rt::TensorType &productType = plan.buffers[product].type;
+    if (k == 0 || !onlyReader(product, s + 1) || !isElementwise(s + 1, rt::ElementwiseOp::Add))
+      continue;
+    const rt::Step &add = plan.steps[s + 1];
+    rt::BufferId bias = add.inputs[0] == product ? add.inputs[1] : add.inputs[0];
+    rt::BufferId sum = add.outputs[0];
+    if (bias == product || plan.buffers[sum].type != productType ||
+        plan.buffers[bias].type != rt::TensorType{productType.dtype, {productType.shape.back()}})
+      continue;
+    rt::GemmEpilogue epilogue = rt::GemmEpilogue::Bias;
+    rt::BufferId result = sum;
+    size_t last = s + 1;
+    if (onlyReader(sum, s + 2) && isElementwise(s + 2, rt::ElementwiseOp::Relu) &&
+        plan.buffers[plan.steps[s + 2].outputs[0]].type == productType) {
+      epilogue = rt::GemmEpilogue::BiasRelu;
+      result = plan.steps[s + 2].outputs[0];
+      last = s + 2;
+    }
+    gemm.as<rt::GemmParams>().epilogue = epilogue;
+    gemm.inputs.push_back(bias);
+    gemm.outputs[0] = result;
+    gemm.origin += " + " + plan.steps[s + 1].origin + (last == s + 2 ? " + " + plan.steps[s + 2].origin : "");
+    for (size_t i = s + 1; i <= last; ++i)
+      removed[i] = true;
+    s = last;
+  }
+  std::vector<rt::Step> steps;
+  for (size_t s = 0; s < plan.steps.size(); ++s)
+    if (!removed[s])
+      steps.push_back(std::move(plan.steps[s]));
   plan.steps = std::move(steps);
   dropUnusedTemporaries(plan);
 }

@@ -164,6 +164,8 @@ public:
     if (failed(addArguments()) || failed(planResults()) || failed(addSteps()) ||
         failed(checkInPlaceUpdates()))
       return failure();
+    if (options.fuseGemmEpilogues)
+      fuseGemmEpilogues(plan);
     if (options.fuseElementwise)
       fuseElementwiseSteps(plan);
     layOutArena();

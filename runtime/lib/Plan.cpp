@@ -159,6 +159,15 @@ std::string_view stepKindName(StepKind kind) {
   return "<invalid step kind>";
 }
 
+std::string_view gemmEpilogueName(GemmEpilogue epilogue) {
+  switch (epilogue) {
+  case GemmEpilogue::None: return "none";
+  case GemmEpilogue::Bias: return "bias";
+  case GemmEpilogue::BiasRelu: return "bias_relu";
+  }
+  return "<invalid epilogue>";
+}
+
 std::string_view reduceOpName(ReduceOp op) {
   switch (op) {
   case ReduceOp::Sum: return "sum";
@@ -329,7 +338,9 @@ std::vector<std::string> slotNames(const Step& step, bool outputs) {
     return outputs ? out : in;
   };
   switch (step.kind) {
-  case StepKind::Gemm: return pick({"A", "B"}, {"C"});
+  case StepKind::Gemm:
+    return gemmEpilogueHasBias(step.as<GemmParams>().epilogue) ? pick({"A", "B", "bias"}, {"C"})
+                                                                 : pick({"A", "B"}, {"C"});
   case StepKind::Elementwise: return pick(elementwiseInputNames(step.as<ElementwiseParams>().op), {"out"});
   case StepKind::FusedElementwise:
     return outputs ? numbered("out", step.outputs.size()) : numbered("in", step.inputs.size());
@@ -608,9 +619,10 @@ Status StepChecker::run() {
 }
 
 Status StepChecker::checkGemm() const {
-  AMPJIT_RETURN_IF_ERROR(checkSlotCounts(2, 1));
-  AMPJIT_RETURN_IF_ERROR(checkRequiredSlots());
   const GemmParams& params = step_.as<GemmParams>();
+  bool bias = gemmEpilogueHasBias(params.epilogue);
+  AMPJIT_RETURN_IF_ERROR(checkSlotCounts(bias ? 3 : 2, 1));
+  AMPJIT_RETURN_IF_ERROR(checkRequiredSlots());
   for (size_t i = 0; i < 2; ++i) {
     AMPJIT_RETURN_IF_ERROR(expectFloatIn(i));
     if (in(i).shape.size() < 2)
@@ -637,7 +649,11 @@ Status StepChecker::checkGemm() const {
   Shape expected = *batch;
   expected.push_back(m);
   expected.push_back(n);
-  return expectOut(0, TensorType{out(0).dtype, expected});
+  AMPJIT_RETURN_IF_ERROR(expectOut(0, TensorType{out(0).dtype, expected}));
+  if (bias && in(2) != TensorType{out(0).dtype, {n}})
+    return Status::error(inName(2) + " must be " + typeToString(TensorType{out(0).dtype, {n}}) +
+                         " (one value per column of C, in C's dtype)");
+  return Status::success();
 }
 
 Status StepChecker::checkElementwise() const {

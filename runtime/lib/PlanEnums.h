@@ -28,6 +28,10 @@ template <> struct EnumInfo<ElementwiseOp> {
   static constexpr int count = kElementwiseOpCount;
   static std::string_view name(ElementwiseOp value) { return elementwiseOpName(value); }
 };
+template <> struct EnumInfo<GemmEpilogue> {
+  static constexpr int count = kGemmEpilogueCount;
+  static std::string_view name(GemmEpilogue value) { return gemmEpilogueName(value); }
+};
 template <> struct EnumInfo<ReduceOp> {
   static constexpr int count = kReduceOpCount;
   static std::string_view name(ReduceOp value) { return reduceOpName(value); }

@@ -162,6 +162,8 @@ std::string printStep(const Plan& plan, std::size_t index) {
       const Shape& shape = plan.buffers[c].type.shape;
       text += " batch=" + shapeToString(std::span(shape).first(shape.size() - 2));
     }
+    if (params.epilogue != GemmEpilogue::None)
+      text += " epilogue=" + std::string(gemmEpilogueName(params.epilogue));
     text += slotList(step, step.inputs, false,
                      {params.transposeA ? "^T" : "", params.transposeB ? "^T" : ""});
     text += slotList(step, step.outputs, true);

@@ -61,6 +61,34 @@ TEST_F(GpuTest, GemmMatchesCpuForEveryDtypeTransposeAndBatchBroadcast) {
   }
 }
 
+TEST_F(GpuTest, GemmEpiloguesMatchCpu) {
+  // cuBLASLt's bias and relu-bias epilogues against the CPU's, which add the
+  // bias and apply relu to the accumulated product before its one rounding.
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    for (GemmEpilogue epilogue : {GemmEpilogue::Bias, GemmEpilogue::BiasRelu}) {
+      for (bool batched : {false, true}) {
+        SCOPED_TRACE(std::string(dtypeName(dtype)) + " " + std::string(gemmEpilogueName(epilogue)) +
+                     (batched ? " batched" : ""));
+        Shape a = batched ? Shape{3, 45, 200} : Shape{45, 200}, c = batched ? Shape{3, 45, 70} : Shape{45, 70};
+        PlanBuilder builder("epilogue");
+        BufferId x = builder.argument(tt(dtype, a), BufferRole::Input, "x");
+        BufferId w = builder.argument(tt(dtype, {70, 200}), BufferRole::Param, "w");
+        BufferId bias = builder.argument(tt(dtype, {70}), BufferRole::Param, "bias");
+        BufferId y = builder.output(tt(dtype, c));
+        builder.op("jit.matmul", {x, w}, {y}, {{"transpose_rhs", true}});
+        builder.result(y);
+        Plan plan = builder.finish();
+        plan.steps[0].as<GemmParams>().epilogue = epilogue;
+        plan.steps[0].inputs.push_back(bias);
+        ASSERT_TRUE(verifyPlan(plan).ok()) << verifyPlan(plan).message();
+        Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, randomArguments(plan, 17));
+        ASSERT_TRUE(both.ok()) << both.message();
+        EXPECT_TRUE(allClose(both->cpuResults[0], both->cudaResults[0], 1.0 + 200.0 / 16.0));
+      }
+    }
+  }
+}
+
 TEST_F(GpuTest, TrueFp32GemmIsNotTf32) {
   // With TF32 (10-bit mantissa inputs) this product would be off by ~1e-3
   // relative; true fp32 stays within a few ulps of the CPU.

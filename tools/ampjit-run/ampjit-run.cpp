@@ -1,7 +1,7 @@
 //===- ampjit-run.cpp - compile a .mlir step and run it -------------------===//
 //
 //   ampjit-run step.mlir [--amp-pipeline="level=O1 dtype=f16"] [--print-plan]
-//              [--jit-fuse-elementwise] [--emit-plan=plan.bin] [--steps=N] [--seed=S] [--arg=3=w.npy]
+//              [--jit-fuse-elementwise] [--jit-fuse-gemm-epilogues] [--emit-plan=plan.bin] [--steps=N] [--seed=S] [--arg=3=w.npy]
 //              [--arg=14=0.01] [--print-results] [--save-results=DIR]
 //
 // Parses and verifies the module, optionally runs the AMP pipeline, lowers the
@@ -52,6 +52,9 @@ static llvm::cl::opt<bool> printPlan("print-plan", llvm::cl::desc("Print the pla
 static llvm::cl::opt<bool> fuseElementwise(
     "jit-fuse-elementwise",
     llvm::cl::desc("Fuse runs of elementwise steps and casts into one step each"));
+static llvm::cl::opt<bool> fuseGemmEpilogues(
+    "jit-fuse-gemm-epilogues",
+    llvm::cl::desc("Fold a product's bias add (and a relu after it) into the gemm step (the CUDA pipeline's)"));
 static llvm::cl::opt<std::string> emitPlan("emit-plan", llvm::cl::desc("Save the plan to this file"));
 static llvm::cl::opt<std::string> loadPlanFile(
     "load-plan", llvm::cl::desc("Run this saved plan instead of compiling (the .mlir is not read)"));
@@ -262,7 +265,7 @@ int main(int argc, char **argv) {
     if (failed(entry))
       return 1;
     FailureOr<rt::Plan> built =
-        ampjit::codegen::buildPlan(*entry, {.fuseElementwise = fuseElementwise});
+        ampjit::codegen::buildPlan(*entry, {.fuseElementwise = fuseElementwise, .fuseGemmEpilogues = fuseGemmEpilogues});
     if (failed(built))
       return 1;
     plan = std::move(*built);

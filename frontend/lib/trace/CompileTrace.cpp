@@ -189,7 +189,9 @@ CompiledTrace compileTrace(const TraceGraph& graph, const CompileTraceOptions& o
   if (failed(entry))
     throw fail("internal: the traced function is missing");
   FailureOr<rt::Plan> plan =
-      ampjit::codegen::buildPlan(*entry, {.fuseElementwise = options.fuseElementwise, .recordLocations = true});
+      ampjit::codegen::buildPlan(*entry, {.fuseElementwise = options.fuseElementwise,
+                                          .fuseGemmEpilogues = options.fuseGemmEpilogues,
+                                          .recordLocations = true});
   if (failed(plan))
     throw fail("code generation failed");
   compiled.plan = std::move(*plan);

@@ -103,12 +103,24 @@ Status gemm(const Step& step, const StepIO& io) {
     cScratch.resize(size_t(m * n));
 
   int64_t aMatrix = aRows * aCols, bMatrix = bRows * bCols, cMatrix = m * n;
+  // The epilogue works on the accumulated product, before C's one rounding.
+  std::vector<T> bias;
+  if (gemmEpilogueHasBias(params.epilogue))
+    bias = loadAll<T>(io.in[2]);
+  bool relu = params.epilogue == GemmEpilogue::BiasRelu;
   for (size_t batch = 0; batch < aOffsets.size(); ++batch) {
     T* c = writeDirectly ? cView.as<T>() + int64_t(batch) * cMatrix : cScratch.data();
     if (cMatrix == 0)
       continue;
     blasGemm(params.transposeA, params.transposeB, m, n, k, a + aOffsets[batch] * aMatrix, aCols,
              b + bOffsets[batch] * bMatrix, bCols, c);
+    if (!bias.empty())
+      for (int64_t row = 0; row < m; ++row)
+        for (int64_t column = 0; column < n; ++column) {
+          T value = c[row * n + column] + bias[size_t(column)];
+          // relu as the elementwise kernel computes it: NaN propagates.
+          c[row * n + column] = relu && value < T(0) ? T(0) : value;
+        }
     if (!writeDirectly)
       storeRange<T>(cView, int64_t(batch) * cMatrix, cMatrix, c);
   }

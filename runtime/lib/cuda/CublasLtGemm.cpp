@@ -78,8 +78,17 @@ public:
   std::size_t workspaceBytes() const override { return kGemmWorkspaceBytes; }
 
   Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
-    if (pointers.inputs.size() != 2 || pointers.outputs.size() != 1)
+    if (pointers.inputs.size() != (hasBias_ ? 3u : 2u) || pointers.outputs.size() != 1)
       return Status::error("gemm step: wrong number of buffers");
+    if (hasBias_) {
+      // A host-side descriptor update: captured graphs keep the pointer the
+      // matmul node was recorded with.
+      const void* bias = pointers.inputs[2];
+      AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(descriptors_.matmul,
+                                                                   CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                                   sizeof bias),
+                                    "setting the bias pointer");
+    }
     const auto* aBytes = static_cast<const std::byte*>(pointers.inputs[0]);
     const auto* bBytes = static_cast<const std::byte*>(pointers.inputs[1]);
     auto* cBytes = static_cast<std::byte*>(pointers.outputs[0]);
@@ -111,7 +120,7 @@ public:
   LtDescriptors descriptors_;
   cublasLtMatmulAlgo_t algorithm_{};
   std::vector<Call> calls_;
-  bool empty_ = false, zeroK_ = false, computeDouble_ = false;
+  bool empty_ = false, zeroK_ = false, computeDouble_ = false, hasBias_ = false;
   std::size_t cBytesTotal_ = 0;
   float alphaFloat_ = 1.0f, betaFloat_ = 0.0f;
   double alphaDouble_ = 1.0, betaDouble_ = 0.0;
@@ -141,6 +150,8 @@ Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const
     return std::unique_ptr<DeviceStep>(std::move(gemm));
   }
   if (k == 0) {
+    if (params.epilogue != GemmEpilogue::None)
+      return Status::error("a product over K = 0 with an epilogue (codegen fuses none)");
     gemm->zeroK_ = true;
     return std::unique_ptr<DeviceStep>(std::move(gemm));
   }
@@ -198,6 +209,20 @@ Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const
   AMPJIT_CUBLAS_RETURN_IF_ERROR(
       cublasLtMatmulDescSetAttribute(d.matmul, CUBLASLT_MATMUL_DESC_TRANSB, &secondOp, sizeof secondOp),
       "setting transb");
+  if (params.epilogue != GemmEpilogue::None) {
+    // cuBLASLt's bias has one value per row of its column-major D, which is
+    // one per column of our row-major C: the plan's [N] bias as it is.
+    cublasLtEpilogue_t epilogue =
+        params.epilogue == GemmEpilogue::BiasRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    AMPJIT_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(d.matmul, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue),
+        "setting the epilogue");
+    cudaDataType_t biasType = *cCuda;
+    AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.matmul, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                                 &biasType, sizeof biasType),
+                                  "setting the bias type");
+    gemm->hasBias_ = true;
+  }
   // Column-major views of the row-major bytes: B as [N, K] (or [K, N] when
   // transposed), A as [K, M] (or [M, K]), C as [N, M].
   AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.first, *bCuda, uint64_t(bCols), uint64_t(bRows), bCols),

@@ -169,6 +169,42 @@ TEST(EndToEnd, FusedAndUnfusedPlansGiveTheSameBits) {
   }
 }
 
+TEST(EndToEnd, GemmEpiloguesKeepF32BitsAndRoundOnceLess) {
+  // The CUDA pipeline folds bias adds and relus into the GEMMs. In f32 the
+  // epilogue computes exactly the unfused steps' bits; in f16 it skips one
+  // rounding of the product, so the losses stay within f16's tolerance.
+  for (const char *options : {"level=O0", "level=O1 dtype=f16"}) {
+    SCOPED_TRACE(options);
+    bool lowPrecision = std::string(options) != "level=O0";
+    rt::Plan unfused = compileMnistStep(options, true);
+    rt::Plan fused = ampjit::testing::compileExample("mnist_train_step.mlir", options,
+                                                     {.fuseElementwise = true, .fuseGemmEpilogues = true});
+    size_t withEpilogue = 0;
+    for (const rt::Step &step : fused.steps)
+      withEpilogue += step.kind == rt::StepKind::Gemm &&
+                      step.as<rt::GemmParams>().epilogue == rt::GemmEpilogue::BiasRelu;
+    EXPECT_EQ(withEpilogue, 2u) << "both hidden layers: matmul + bias + relu";
+    EXPECT_LT(fused.steps.size(), unfused.steps.size());
+    std::vector<rt::Tensor> plain = initialArguments(unfused), fusedArguments = initialArguments(fused);
+    std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();
+    auto plainExecutable = backend->prepare(unfused), fusedExecutable = backend->prepare(fused);
+    ASSERT_TRUE(plainExecutable.ok()) << plainExecutable.message();
+    ASSERT_TRUE(fusedExecutable.ok()) << fusedExecutable.message();
+    for (int step = 0; step < 3; ++step) {
+      auto plainResults = (*plainExecutable)->run(plain);
+      auto fusedResults = (*fusedExecutable)->run(fusedArguments);
+      ASSERT_TRUE(plainResults.ok() && fusedResults.ok());
+      double plainLoss = plainResults->front().at(0), fusedLoss = fusedResults->front().at(0);
+      if (lowPrecision)
+        EXPECT_NEAR(fusedLoss, plainLoss, 1e-2 * std::fabs(plainLoss)) << "step " << step;
+      else
+        EXPECT_EQ(snapshot(*plainResults), snapshot(*fusedResults)) << "step " << step;
+    }
+    if (!lowPrecision)
+      EXPECT_EQ(snapshot(plain), snapshot(fusedArguments));
+  }
+}
+
 TEST(EndToEnd, SavedPlanLoadsAndRunsIdentically) {
   rt::Plan plan = compileMnistStep("level=O1 dtype=bf16");
   rt::Expected<rt::Plan> decoded = rt::decodePlan(rt::encodePlan(plan), "in-memory");

@@ -138,10 +138,10 @@ TEST(PlanFile, WrongMagicIsAClearError) {
 
 TEST(PlanFile, OtherVersionIsAClearError) {
   std::vector<uint8_t> bytes = encodePlan(sampleTrainStep());
-  bytes[8] = 2;
+  bytes[8] = 1; // before GEMM epilogues
   Expected<Plan> decoded = decodePlan(bytes, "old.bin");
   ASSERT_FALSE(decoded.ok());
-  EXPECT_EQ(decoded.message(), "old.bin: plan format version 2, but this runtime reads version 1; "
+  EXPECT_EQ(decoded.message(), "old.bin: plan format version 1, but this runtime reads version 2; "
                                "recompile the step with this version of ampjit");
 }
 
@@ -310,6 +310,29 @@ TEST(PlanVerifier, BatchNormWithoutChannelsIsAnErrorNotACrash) {
   b.step(step);
   b.result(y);
   EXPECT_EQ(verifyMessage(b.finish()), "step 0 (batch_norm): input 'x' (f32[4x0]) has no channels (dimension 1 is 0)");
+}
+
+TEST(PlanVerifier, GemmEpilogueBiasIsOneValuePerColumnInCsDtype) {
+  auto plan = [](TensorType biasType, bool withBias) {
+    PlanBuilder b("p");
+    BufferId a = b.argument(tt(DType::F16, {4, 8}), BufferRole::Input);
+    BufferId w = b.argument(tt(DType::F16, {8, 3}), BufferRole::Param);
+    BufferId bias = b.argument(biasType, BufferRole::Param);
+    BufferId c = b.output(tt(DType::F16, {4, 3}));
+    b.op("jit.matmul", {a, w}, {c});
+    b.result(c);
+    Plan built = b.finish();
+    built.steps[0].as<GemmParams>().epilogue = GemmEpilogue::BiasRelu;
+    if (withBias)
+      built.steps[0].inputs.push_back(bias);
+    return built;
+  };
+  EXPECT_EQ(verifyMessage(plan(tt(DType::F16, {3}), true)), "");
+  EXPECT_EQ(verifyMessage(plan(tt(DType::F32, {3}), true)),
+            "step 0 (gemm from jit.matmul): input 'bias' (f32[3]) must be f16[3] (one value per column of C, in "
+            "C's dtype)");
+  EXPECT_NE(verifyMessage(plan(tt(DType::F16, {3}), false)).find("needs 3 and 1"), std::string::npos)
+      << verifyMessage(plan(tt(DType::F16, {3}), false));
 }
 
 TEST(PlanVerifier, InPlaceOnlyForElementwiseKinds) {

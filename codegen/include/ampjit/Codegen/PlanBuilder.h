@@ -23,6 +23,10 @@ struct PlanOptions {
   /// output shape into one fused step that reads every input once and writes
   /// only the values read after it (`--jit-fuse-elementwise`).
   bool fuseElementwise = false;
+  /// Fold a product's bias add (and a relu after it) into the Gemm step as
+  /// its epilogue (`--jit-fuse-gemm-epilogues`; on for the CUDA backend,
+  /// whose cuBLASLt applies it before the one rounding).
+  bool fuseGemmEpilogues = false;
   /// Append each op's `file:line` to its step's origin, so runtime messages
   /// (AMPJIT_CHECK_NUMERICS) name the user's source line. jit::trace sets it.
   bool recordLocations = false;
@@ -35,6 +39,10 @@ mlir::FailureOr<runtime::Plan> buildPlan(mlir::func::FuncOp function, PlanOption
 /// The fusion of PlanOptions::fuseElementwise, on a plan whose arena is not
 /// laid out yet; drops the buffers that became registers.
 void fuseElementwiseSteps(runtime::Plan &plan);
+
+/// The fusion of PlanOptions::fuseGemmEpilogues, on a plan whose arena is
+/// not laid out yet (before elementwise fusion, which would take the add).
+void fuseGemmEpilogues(runtime::Plan &plan);
 
 /// The function of `module` to compile: the one named `name`, or the only
 /// function with a body when `name` is empty.

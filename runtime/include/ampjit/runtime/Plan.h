@@ -125,7 +125,7 @@ Status checkElementwiseTypes(ElementwiseOp op, std::span<const DType> operands, 
 //===----------------------------------------------------------------------===//
 
 enum class StepKind : uint8_t {
-  Gemm,             ///< batched C = op(A) @ op(B); inputs [A, B], outputs [C]
+  Gemm,             ///< batched C = op(A) @ op(B); inputs [A, B, bias if the epilogue has one], outputs [C]
   Elementwise,      ///< one ElementwiseOp over broadcast operands
   FusedElementwise, ///< a small program over broadcast inputs, several outputs
   Reduction,        ///< sum/mean/max over axes
@@ -170,17 +170,30 @@ struct NoParams {
   friend bool operator==(const NoParams&, const NoParams&) = default;
 };
 
+/// What a GEMM applies to each accumulated product before its one rounding
+/// (cuBLASLt's epilogues): nothing, + bias[n], or relu(. + bias[n]).
+enum class GemmEpilogue : uint8_t { None, Bias, BiasRelu };
+inline constexpr int kGemmEpilogueCount = 3;
+std::string_view gemmEpilogueName(GemmEpilogue epilogue);
+inline bool gemmEpilogueHasBias(GemmEpilogue epilogue) { return epilogue != GemmEpilogue::None; }
+
 /// Operands A [batch..., M, K] (or [..., K, M] transposed) and B [batch..., K, N]
 /// (or [..., N, K]); batch dimensions broadcast; C = [broadcast batch..., M, N].
 /// Low-precision operands are widened exactly, products accumulate in the
-/// step's computeType, and C is rounded once. No bias or beta: a bias add is
-/// a separate elementwise step, so fused and unfused plans agree bit for bit.
+/// step's computeType, and C is rounded once. Without an epilogue a bias add
+/// is a separate elementwise step, so fused and unfused plans agree bit for
+/// bit. With one (codegen fuses them for the CUDA backend only) the third
+/// input is the bias, [N] in C's dtype, added (and relu applied) in the
+/// compute type before C's one rounding: bit for bit the unfused result in
+/// f32 and f64, one rounding fewer in f16/bf16.
 struct GemmParams {
   bool transposeA = false;
   bool transposeB = false;
+  GemmEpilogue epilogue = GemmEpilogue::None;
   template <typename Visit> void forEachField(Visit&& visit) {
     visit("transpose_a", transposeA);
     visit("transpose_b", transposeB);
+    visit("epilogue", epilogue);
   }
   friend bool operator==(const GemmParams&, const GemmParams&) = default;
 };
