@@ -145,6 +145,26 @@ TEST(EndToEnd, AnInfInOneStepSkipsExactlyThatStep) {
   }
 }
 
+/// Runs two plans of the same step for 3 steps from the same initial
+/// arguments on the CPU, handing each step's results to `compare`; with
+/// `sameFinalState`, the state must end bit for bit equal.
+template <typename Compare>
+void runSideBySide(const rt::Plan &first, const rt::Plan &second, Compare compare, bool sameFinalState) {
+  std::vector<rt::Tensor> firstArguments = initialArguments(first), secondArguments = initialArguments(second);
+  std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();
+  auto firstExecutable = backend->prepare(first), secondExecutable = backend->prepare(second);
+  ASSERT_TRUE(firstExecutable.ok()) << firstExecutable.message();
+  ASSERT_TRUE(secondExecutable.ok()) << secondExecutable.message();
+  for (int step = 0; step < 3; ++step) {
+    auto firstResults = (*firstExecutable)->run(firstArguments);
+    auto secondResults = (*secondExecutable)->run(secondArguments);
+    ASSERT_TRUE(firstResults.ok() && secondResults.ok());
+    compare(step, *firstResults, *secondResults);
+  }
+  if (sameFinalState)
+    EXPECT_EQ(snapshot(firstArguments), snapshot(secondArguments));
+}
+
 TEST(EndToEnd, FusedAndUnfusedPlansGiveTheSameBits) {
   for (const char *options : {"level=O0", "level=O1 dtype=f16", "level=O1 dtype=bf16", "level=O2 dtype=f16"}) {
     SCOPED_TRACE(options);
@@ -154,18 +174,9 @@ TEST(EndToEnd, FusedAndUnfusedPlansGiveTheSameBits) {
       fusedSteps += step.kind == rt::StepKind::FusedElementwise;
     EXPECT_GT(fusedSteps, 0u);
     EXPECT_LT(fused.steps.size(), unfused.steps.size());
-    std::vector<rt::Tensor> plain = initialArguments(unfused), fusedArguments = initialArguments(fused);
-    std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();
-    auto plainExecutable = backend->prepare(unfused), fusedExecutable = backend->prepare(fused);
-    ASSERT_TRUE(plainExecutable.ok()) << plainExecutable.message();
-    ASSERT_TRUE(fusedExecutable.ok()) << fusedExecutable.message();
-    for (int step = 0; step < 3; ++step) {
-      auto plainResults = (*plainExecutable)->run(plain);
-      auto fusedResults = (*fusedExecutable)->run(fusedArguments);
-      ASSERT_TRUE(plainResults.ok() && fusedResults.ok());
-      EXPECT_EQ(snapshot(*plainResults), snapshot(*fusedResults)) << "step " << step;
-    }
-    EXPECT_EQ(snapshot(plain), snapshot(fusedArguments));
+    runSideBySide(unfused, fused, [](int step, const auto &plainResults, const auto &fusedResults) {
+      EXPECT_EQ(snapshot(plainResults), snapshot(fusedResults)) << "step " << step;
+    }, /*sameFinalState=*/true);
   }
 }
 
@@ -185,23 +196,13 @@ TEST(EndToEnd, GemmEpiloguesKeepF32BitsAndRoundOnceLess) {
                       step.as<rt::GemmParams>().epilogue == rt::GemmEpilogue::BiasRelu;
     EXPECT_EQ(withEpilogue, 2u) << "both hidden layers: matmul + bias + relu";
     EXPECT_LT(fused.steps.size(), unfused.steps.size());
-    std::vector<rt::Tensor> plain = initialArguments(unfused), fusedArguments = initialArguments(fused);
-    std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();
-    auto plainExecutable = backend->prepare(unfused), fusedExecutable = backend->prepare(fused);
-    ASSERT_TRUE(plainExecutable.ok()) << plainExecutable.message();
-    ASSERT_TRUE(fusedExecutable.ok()) << fusedExecutable.message();
-    for (int step = 0; step < 3; ++step) {
-      auto plainResults = (*plainExecutable)->run(plain);
-      auto fusedResults = (*fusedExecutable)->run(fusedArguments);
-      ASSERT_TRUE(plainResults.ok() && fusedResults.ok());
-      double plainLoss = plainResults->front().at(0), fusedLoss = fusedResults->front().at(0);
+    runSideBySide(unfused, fused, [&](int step, const auto &plainResults, const auto &fusedResults) {
+      double plainLoss = plainResults.front().at(0), fusedLoss = fusedResults.front().at(0);
       if (lowPrecision)
         EXPECT_NEAR(fusedLoss, plainLoss, 1e-2 * std::fabs(plainLoss)) << "step " << step;
       else
-        EXPECT_EQ(snapshot(*plainResults), snapshot(*fusedResults)) << "step " << step;
-    }
-    if (!lowPrecision)
-      EXPECT_EQ(snapshot(plain), snapshot(fusedArguments));
+        EXPECT_EQ(snapshot(plainResults), snapshot(fusedResults)) << "step " << step;
+    }, /*sameFinalState=*/!lowPrecision);
   }
 }
 
