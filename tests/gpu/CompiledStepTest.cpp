@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ClassifierNet.h"
-#include "Tolerance.h"
+#include "FrontendTestUtil.h"
 
 #include "jit/cuda.h"
 #include "jit/trace.h"
@@ -31,17 +31,6 @@ protected:
   }
 };
 
-::testing::AssertionResult close(const std::vector<double>& expected, const std::vector<double>& actual,
-                                 ampjit::testing::Tolerance tolerance, double slack) {
-  if (expected.size() != actual.size())
-    return ::testing::AssertionFailure() << "sizes differ";
-  for (size_t i = 0; i < expected.size(); ++i)
-    if (!(std::fabs(actual[i] - expected[i]) <= slack * (tolerance.atol + tolerance.rtol * std::fabs(expected[i]))))
-      return ::testing::AssertionFailure() << "element " << i << ": expected " << expected[i] << ", got "
-                                           << actual[i];
-  return ::testing::AssertionSuccess();
-}
-
 struct Level {
   amp::Level level;
   DType dtype;
@@ -59,20 +48,20 @@ TEST_F(CompiledStepOnGpu, ClassifierStepMatchesTheCpuStepAtEveryLevel) {
                          {.amp = policy, .backend = Backend::cuda});
     // Results are rounded to the low-precision type where AMP put it; GEMMs
     // sum in a different order on the device.
-    ampjit::testing::Tolerance tolerance =
-        ampjit::testing::toleranceFor(config.level == amp::O0 ? ampjit::runtime::DType::F32
-                                      : config.dtype == f16   ? ampjit::runtime::DType::F16
-                                                              : ampjit::runtime::DType::BF16);
+    Tolerance tolerance = toleranceFor(config.level == amp::O0 ? ampjit::runtime::DType::F32
+                                       : config.dtype == f16   ? ampjit::runtime::DType::F16
+                                                               : ampjit::runtime::DType::BF16);
     for (int stepIndex = 0; stepIndex < 4; ++stepIndex) {
       auto [x, y] = batch(kBatch, kIn, kClasses, 40 + uint64_t(stepIndex));
       double cpuLoss = cpuStep(x, y).item();
       double gpuLoss = gpuStep(x, y).item();
-      EXPECT_TRUE(close({cpuLoss}, {gpuLoss}, tolerance, 8.0 * (stepIndex + 1))) << "loss of step " << stepIndex;
+      expectClose({gpuLoss}, {cpuLoss}, ampjit::testing::scaled(tolerance, 8.0 * (stepIndex + 1)),
+                  "loss of step " + std::to_string(stepIndex));
     }
     std::vector<std::vector<double>> cpuState = stateOf(onCpu), gpuState = stateOf(onGpu);
     ASSERT_EQ(cpuState.size(), gpuState.size());
     for (size_t i = 0; i + 1 < cpuState.size(); ++i)
-      EXPECT_TRUE(close(cpuState[i], gpuState[i], tolerance, 64.0)) << "state " << i;
+      expectClose(gpuState[i], cpuState[i], ampjit::testing::scaled(tolerance, 64.0), "state " + std::to_string(i));
     EXPECT_EQ(cpuState.back(), gpuState.back()) << "scaler state";
     EXPECT_EQ(gpuStep.stats().traces, 1u);
   }

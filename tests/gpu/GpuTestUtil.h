@@ -11,6 +11,7 @@
 #include "ampjit/runtime/Plan.h"
 #include "ampjit/runtime/Tensor.h"
 
+#include "RuntimeTestUtil.h"
 #include "Tolerance.h"
 
 #include <gtest/gtest.h>
@@ -119,30 +120,15 @@ inline Expected<BothRuns> runOnBoth(Backend& cpu, CudaBackend& cuda, const Plan&
 /// `expected`'s dtype, scaled by `slack` (GEMMs and reductions grow with K;
 /// transcendental functions differ by an ulp between host and device);
 /// NaN matches NaN and infinities match exactly. i64 and i1 must be equal.
+/// The runtime tests' allClose does the comparison.
 inline ::testing::AssertionResult allClose(const Tensor& expected, const Tensor& actual, double slack = 1.0) {
   if (expected.type() != actual.type())
     return ::testing::AssertionFailure() << "types differ: " << typeToString(expected.type()) << " vs "
                                          << typeToString(actual.type());
-  testing::Tolerance tolerance = testing::toleranceFor(expected.dtype());
-  bool exact = !isFloating(expected.dtype());
-  int64_t mismatches = 0;
-  std::string first;
-  for (int64_t i = 0; i < expected.elementCount(); ++i) {
-    double e = expected.at(i), a = actual.at(i);
-    bool ok;
-    if (std::isnan(e) || std::isnan(a))
-      ok = std::isnan(e) && std::isnan(a);
-    else if (std::isinf(e) || std::isinf(a) || exact)
-      ok = e == a;
-    else
-      ok = std::fabs(a - e) <= slack * (tolerance.atol + tolerance.rtol * std::fabs(e));
-    if (!ok && mismatches++ == 0)
-      first = "element " + std::to_string(i) + ": expected " + std::to_string(e) + ", got " + std::to_string(a);
-  }
-  if (mismatches == 0)
-    return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << mismatches << " of " << expected.elementCount()
-                                       << " elements differ; first " << first;
+  testing::Tolerance tolerance = isFloating(expected.dtype())
+                                     ? testing::scaled(testing::toleranceFor(expected.dtype()), slack)
+                                     : testing::Tolerance{0.0, 0.0};
+  return test::allClose(actual, expected.toDoubles(), tolerance);
 }
 
 } // namespace ampjit::runtime::gputest

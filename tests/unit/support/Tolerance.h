@@ -24,6 +24,12 @@ inline Tolerance toleranceFor(runtime::DType dtype) {
   }
 }
 
+/// `tolerance`, `slack` times wider: for results compared with another
+/// computation of the same value (another summation order, another device).
+inline Tolerance scaled(Tolerance tolerance, double slack) {
+  return {slack * tolerance.rtol, slack * tolerance.atol};
+}
+
 } // namespace ampjit::testing
 
 #endif // AMPJIT_TESTS_UNIT_SUPPORT_TOLERANCE_H
