@@ -9,6 +9,7 @@
 // on the GPU and in double on the CPU. Pooling mirrors the CPU's order, so it
 // must agree to the dtype's tolerance with no slack, ties and NaN included.
 
+#include "ConvTestShapes.h"
 #include "GpuTestUtil.h"
 
 #include "ampjit/runtime/StepBuilder.h"
@@ -20,6 +21,9 @@
 
 namespace ampjit::runtime::gputest {
 namespace {
+
+using test::ConvShape;
+using test::PoolShape;
 
 constexpr DType kDTypes[] = {DType::F32, DType::F16, DType::BF16, DType::F64};
 
@@ -68,30 +72,7 @@ void expectResultsMatch(const BothRuns& both, double slack, const std::string& l
 // Convolution
 //===----------------------------------------------------------------------===//
 
-struct ConvCase {
-  std::string label;
-  Shape x, w; // NCHW, OIHW
-  std::vector<int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
-  int64_t groups = 1;
-  bool bias = false;
-
-  Shape y() const {
-    Shape shape = {x[0], w[0], 0, 0};
-    for (int d = 0; d < 2; ++d)
-      shape[size_t(2 + d)] = windowOutputSize(x[size_t(2 + d)], w[size_t(2 + d)], stride[size_t(d)],
-                                              padding[size_t(d)], dilation[size_t(d)]);
-    return shape;
-  }
-  AttributeMap attributes(bool nhwc) const {
-    return {{"stride", stride},
-            {"padding", padding},
-            {"dilation", dilation},
-            {"groups", groups},
-            {"layout", layoutName(nhwc)}};
-  }
-};
-
-std::vector<ConvCase> convCases() {
+std::vector<ConvShape> convCases() {
   return {
       {"plain 3x3 with bias", {2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1, true},
       {"stride, padding, dilation", {2, 4, 9, 8}, {6, 4, 3, 2}, {2, 1}, {1, 2}, {2, 1}, 1, false},
@@ -113,7 +94,7 @@ bool unsupportedDouble(DType dtype, const Status& status) {
 
 TEST_F(GpuTest, Conv2dAndItsGradientsMatchTheCpu) {
   uint32_t seed = 100;
-  for (const ConvCase& c : convCases())
+  for (const ConvShape& c : convCases())
     for (DType dtype : kDTypes)
       for (bool nhwc : {false, true}) {
         std::string label = c.label + " " + nameOf(dtype) + " " + layoutName(nhwc);
@@ -157,7 +138,7 @@ TEST_F(GpuTest, Conv2dAndItsGradientsMatchTheCpu) {
 
 TEST_F(GpuTest, Conv2dWithAnEmptyBatchYieldsAZeroWeightGradient) {
   for (bool nhwc : {false, true}) {
-    ConvCase c{"empty batch", {0, 3, 5, 5}, {4, 3, 3, 3}};
+    ConvShape c{.label = "empty batch", .x = {0, 3, 5, 5}, .w = {4, 3, 3, 3}, .bias = false};
     TensorType x{DType::F32, inLayout(c.x, nhwc)}, w{DType::F32, inLayout(c.w, nhwc)};
     TensorType y{DType::F32, inLayout(c.y(), nhwc)};
     Expected<Plan> plan = planFor("jit.conv2d_grad_weight", {y, x}, {w}, c.attributes(nhwc));
@@ -288,30 +269,7 @@ TEST_F(GpuTest, BatchNormGradMatchesTheCpu) {
 // Pooling
 //===----------------------------------------------------------------------===//
 
-struct PoolCase {
-  std::string label;
-  Shape x; // NCHW
-  std::vector<int64_t> kernel, stride, padding{0, 0};
-  bool ceilMode = false;
-  bool countIncludePad = true;
-
-  Shape y() const {
-    Shape shape = x;
-    for (int d = 0; d < 2; ++d)
-      shape[size_t(2 + d)] = windowOutputSize(x[size_t(2 + d)], kernel[size_t(d)], stride[size_t(d)],
-                                              padding[size_t(d)], 1, ceilMode);
-    return shape;
-  }
-  AttributeMap attributes(bool average, bool nhwc) const {
-    AttributeMap attributes = {{"kernel_size", kernel}, {"stride", stride}, {"padding", padding},
-                               {"ceil_mode", ceilMode}, {"layout", layoutName(nhwc)}};
-    if (average)
-      attributes["exclude_padding"] = !countIncludePad;
-    return attributes;
-  }
-};
-
-std::vector<PoolCase> poolCases() {
+std::vector<PoolShape> poolCases() {
   return {
       {"3x3 stride 2 padding 1", {2, 3, 7, 7}, {3, 3}, {2, 2}, {1, 1}},
       {"ceil mode", {1, 2, 6, 6}, {3, 3}, {2, 2}, {0, 0}, true},
@@ -333,7 +291,7 @@ void makeTiesAndNaN(Tensor& x, uint32_t seed) {
 
 TEST_F(GpuTest, PoolingAndItsGradientsMatchTheCpu) {
   uint32_t seed = 600;
-  for (const PoolCase& c : poolCases())
+  for (const PoolShape& c : poolCases())
     for (DType dtype : kDTypes)
       for (bool nhwc : {false, true})
         for (bool average : {false, true})

@@ -8,6 +8,7 @@
 
 #include "ampjit/runtime/WindowShape.h"
 
+#include "ConvTestShapes.h"
 #include "RuntimeTestUtil.h"
 
 #include <gtest/gtest.h>
@@ -27,8 +28,6 @@ DType statisticsTypeOf(DType dtype) { return dtype == DType::F64 ? DType::F64 : 
 
 /// Unit roundoff of the accumulation: f32 for f16/bf16/f32 data, f64 for f64.
 double accumulationRoundoff(DType dtype) { return dtype == DType::F64 ? 0x1p-53 : 0x1p-24; }
-
-AttributeMap::value_type layoutAttribute(bool nhwc) { return {"layout", std::string(nhwc ? "nhwc" : "nchw")}; }
 
 /// A rank-4 tensor with its dimensions permuted: output dim i is input dim perm[i].
 Tensor permuted(const Tensor& in, std::array<int, 4> perm) {
@@ -83,83 +82,63 @@ struct Accumulation {
 // Conv2d
 //===----------------------------------------------------------------------===//
 
-struct ConvConfig {
-  std::string label{};
-  Shape x{}; // NCHW
-  Shape w{}; // OIHW
-  std::vector<int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
-  int64_t groups = 1;
-  bool bias = true;
+/// Calls f(xIndex, wIndex, yIndex) for every product of the convolution
+/// whose input element is inside the input (NCHW / OIHW indices).
+template <typename F>
+void forEachTap(const ConvShape& c, F&& f) {
+  const Shape &x = c.x, &w = c.w;
+  Shape out = c.y();
+  int64_t groupIn = w[1], groupOut = w[0] / c.groups;
+  for (int64_t n = 0; n < out[0]; ++n)
+    for (int64_t o = 0; o < out[1]; ++o)
+      for (int64_t oh = 0; oh < out[2]; ++oh)
+        for (int64_t ow = 0; ow < out[3]; ++ow) {
+          int64_t group = o / groupOut;
+          int64_t yIndex = ((n * out[1] + o) * out[2] + oh) * out[3] + ow;
+          for (int64_t ch = 0; ch < groupIn; ++ch)
+            for (int64_t kh = 0; kh < w[2]; ++kh)
+              for (int64_t kw = 0; kw < w[3]; ++kw) {
+                int64_t ih = oh * c.stride[0] - c.padding[0] + kh * c.dilation[0];
+                int64_t iw = ow * c.stride[1] - c.padding[1] + kw * c.dilation[1];
+                if (ih < 0 || ih >= x[2] || iw < 0 || iw >= x[3])
+                  continue;
+                int64_t xIndex = ((n * x[1] + group * groupIn + ch) * x[2] + ih) * x[3] + iw;
+                int64_t wIndex = ((o * groupIn + ch) * w[2] + kh) * w[3] + kw;
+                f(xIndex, wIndex, yIndex);
+              }
+        }
+}
 
-  Shape y() const {
-    Shape shape = {x[0], w[0], 0, 0};
-    for (int d = 0; d < 2; ++d)
-      shape[size_t(2 + d)] =
-          (x[size_t(2 + d)] + 2 * padding[size_t(d)] - dilation[size_t(d)] * (w[size_t(2 + d)] - 1) - 1) /
-              stride[size_t(d)] +
-          1;
-    return shape;
-  }
-  AttributeMap attributes(bool nhwc) const {
-    return {{"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups},
-            layoutAttribute(nhwc)};
-  }
-
-  /// Calls f(xIndex, wIndex, yIndex) for every product of the convolution
-  /// whose input element is inside the input (NCHW / OIHW indices).
-  template <typename F>
-  void forEachTap(F&& f) const {
-    Shape out = y();
-    int64_t groupIn = w[1], groupOut = w[0] / groups;
-    for (int64_t n = 0; n < out[0]; ++n)
-      for (int64_t o = 0; o < out[1]; ++o)
-        for (int64_t oh = 0; oh < out[2]; ++oh)
-          for (int64_t ow = 0; ow < out[3]; ++ow) {
-            int64_t group = o / groupOut;
-            int64_t yIndex = ((n * out[1] + o) * out[2] + oh) * out[3] + ow;
-            for (int64_t c = 0; c < groupIn; ++c)
-              for (int64_t kh = 0; kh < w[2]; ++kh)
-                for (int64_t kw = 0; kw < w[3]; ++kw) {
-                  int64_t ih = oh * stride[0] - padding[0] + kh * dilation[0];
-                  int64_t iw = ow * stride[1] - padding[1] + kw * dilation[1];
-                  if (ih < 0 || ih >= x[2] || iw < 0 || iw >= x[3])
-                    continue;
-                  int64_t xIndex = ((n * x[1] + group * groupIn + c) * x[2] + ih) * x[3] + iw;
-                  int64_t wIndex = ((o * groupIn + c) * w[2] + kh) * w[3] + kw;
-                  f(xIndex, wIndex, yIndex);
-                }
-          }
-  }
-
-  Accumulation forwardReference(const Tensor& xv, const Tensor& wv, const Tensor* bias) const {
-    Accumulation y(elementCount(this->y()));
-    forEachTap([&](int64_t xi, int64_t wi, int64_t yi) { y.add(yi, xv.at(xi) * wv.at(wi)); });
-    if (bias) {
-      Shape out = this->y();
-      int64_t plane = out[2] * out[3];
-      for (int64_t i = 0; i < elementCount(out); ++i) {
-        // Added to the finished sum: one more rounding, bounded through the magnitude.
-        double b = bias->at((i / plane) % out[1]);
-        y.value[size_t(i)] += b;
-        y.magnitude[size_t(i)] += std::abs(b);
-      }
+Accumulation forwardReference(const ConvShape& c, const Tensor& xv, const Tensor& wv, const Tensor* bias) {
+  Accumulation y(elementCount(c.y()));
+  forEachTap(c, [&](int64_t xi, int64_t wi, int64_t yi) { y.add(yi, xv.at(xi) * wv.at(wi)); });
+  if (bias) {
+    Shape out = c.y();
+    int64_t plane = out[2] * out[3];
+    for (int64_t i = 0; i < elementCount(out); ++i) {
+      // Added to the finished sum: one more rounding, bounded through the magnitude.
+      double b = bias->at((i / plane) % out[1]);
+      y.value[size_t(i)] += b;
+      y.magnitude[size_t(i)] += std::abs(b);
     }
-    return y;
   }
-  Accumulation gradInputReference(const Tensor& dy, const Tensor& wv) const {
-    Accumulation dx(elementCount(x));
-    forEachTap([&](int64_t xi, int64_t wi, int64_t yi) { dx.add(xi, dy.at(yi) * wv.at(wi)); });
-    return dx;
-  }
-  Accumulation gradWeightReference(const Tensor& dy, const Tensor& xv) const {
-    Accumulation dw(elementCount(w));
-    forEachTap([&](int64_t xi, int64_t wi, int64_t yi) { dw.add(wi, dy.at(yi) * xv.at(xi)); });
-    return dw;
-  }
-};
+  return y;
+}
 
-std::vector<ConvConfig> convConfigs() {
-  std::vector<ConvConfig> configs;
+Accumulation gradInputReference(const ConvShape& c, const Tensor& dy, const Tensor& wv) {
+  Accumulation dx(elementCount(c.x));
+  forEachTap(c, [&](int64_t xi, int64_t wi, int64_t yi) { dx.add(xi, dy.at(yi) * wv.at(wi)); });
+  return dx;
+}
+
+Accumulation gradWeightReference(const ConvShape& c, const Tensor& dy, const Tensor& xv) {
+  Accumulation dw(elementCount(c.w));
+  forEachTap(c, [&](int64_t xi, int64_t wi, int64_t yi) { dw.add(wi, dy.at(yi) * xv.at(xi)); });
+  return dw;
+}
+
+std::vector<ConvShape> convConfigs() {
+  std::vector<ConvShape> configs;
   configs.push_back({.label = "3x3", .x = {2, 3, 7, 6}, .w = {4, 3, 3, 3}});
   configs.push_back({.label = "stride 2, padding 1", .x = {2, 4, 9, 8}, .w = {6, 4, 3, 3}, .stride = {2, 2},
                      .padding = {1, 1}});
@@ -184,7 +163,7 @@ struct ConvResults {
 
 /// Runs the three kernels on NCHW operands; with `nhwc`, transposes the
 /// operands to NHWC/OHWI, runs the NHWC plans and transposes the results back.
-ConvResults runConv(const ConvConfig& c, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& dy,
+ConvResults runConv(const ConvShape& c, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& dy,
                     bool nhwc) {
   AttributeMap attributes = c.attributes(nhwc);
   auto toLayout = [&](const Tensor& t) { return nhwc ? toChannelsLast(t) : t; };
@@ -202,13 +181,13 @@ ConvResults runConv(const ConvConfig& c, const Tensor& x, const Tensor& w, const
 TEST(CpuConv2d, ForwardAndGradientsMatchTheReferenceInEveryDtype) {
   std::mt19937_64 rng(21);
   for (DType dtype : kFloatTypes) {
-    for (const ConvConfig& c : convConfigs()) {
+    for (const ConvShape& c : convConfigs()) {
       Tensor x = randomTensor(dtype, c.x, rng), w = randomTensor(dtype, c.w, rng);
       Tensor bias = randomTensor(dtype, {c.w[0]}, rng), dy = randomTensor(dtype, c.y(), rng);
       ConvResults results = runConv(c, x, w, c.bias ? &bias : nullptr, dy, false);
       ASSERT_TRUE(results.y.defined()) << c.label;
-      Accumulation y = c.forwardReference(x, w, c.bias ? &bias : nullptr);
-      Accumulation dx = c.gradInputReference(dy, w), dw = c.gradWeightReference(dy, x);
+      Accumulation y = forwardReference(c, x, w, c.bias ? &bias : nullptr);
+      Accumulation dx = gradInputReference(c, dy, w), dw = gradWeightReference(c, dy, x);
       EXPECT_TRUE(allClose(results.y, y.value, toleranceFor(dtype), y.bound(dtype))) << name(dtype) << " " << c.label;
       EXPECT_TRUE(allClose(results.dx, dx.value, toleranceFor(dtype), dx.bound(dtype)))
           << name(dtype) << " " << c.label;
@@ -221,7 +200,7 @@ TEST(CpuConv2d, ForwardAndGradientsMatchTheReferenceInEveryDtype) {
 TEST(CpuConv2d, NhwcIsBitIdenticalToNchw) {
   std::mt19937_64 rng(22);
   for (DType dtype : kFloatTypes) {
-    for (const ConvConfig& c : convConfigs()) {
+    for (const ConvShape& c : convConfigs()) {
       Tensor x = randomTensor(dtype, c.x, rng), w = randomTensor(dtype, c.w, rng);
       Tensor bias = randomTensor(dtype, {c.w[0]}, rng), dy = randomTensor(dtype, c.y(), rng);
       ConvResults nchw = runConv(c, x, w, c.bias ? &bias : nullptr, dy, false);
@@ -240,7 +219,7 @@ TEST(CpuConv2d, LowPrecisionAccumulatesInF32AndRoundsOnce) {
   // that rounds back to even.
   Tensor x = filled(DType::F16, {1, 4096, 1, 1}, std::vector<double>(4096, 1.0));
   Tensor w = filled(DType::F16, {1, 4096, 1, 1}, std::vector<double>(4096, 0x1p-12));
-  AttributeMap attributes = ConvConfig{.x = {1, 4096, 1, 1}, .w = {1, 4096, 1, 1}}.attributes(false);
+  AttributeMap attributes = ConvShape{.x = {1, 4096, 1, 1}, .w = {1, 4096, 1, 1}}.attributes(false);
   std::vector<Tensor> y = runOp("jit.conv2d", {&x, &w, nullptr}, {tt(DType::F16, {1, 1, 1, 1})}, attributes);
   ASSERT_EQ(y.size(), 1u);
   EXPECT_EQ(y[0].at(0), 1.0);
@@ -250,7 +229,7 @@ TEST(CpuConv2d, LowPrecisionAccumulatesInF32AndRoundsOnce) {
   Tensor x2 = filled(DType::F16, {1, 2, 1, 1}, {0.5, 0x1p-12});
   Tensor w2 = filled(DType::F16, {1, 2, 1, 1}, {1.0, 1.0});
   Tensor bias = filled(DType::F16, {1}, {0x1p-12});
-  AttributeMap two = ConvConfig{.x = {1, 2, 1, 1}, .w = {1, 2, 1, 1}}.attributes(false);
+  AttributeMap two = ConvShape{.x = {1, 2, 1, 1}, .w = {1, 2, 1, 1}}.attributes(false);
   std::vector<Tensor> biased = runOp("jit.conv2d", {&x2, &w2, &bias}, {tt(DType::F16, {1, 1, 1, 1})}, two);
   ASSERT_EQ(biased.size(), 1u);
   EXPECT_EQ(biased[0].at(0), 0.5 + 0x1p-11);
@@ -272,15 +251,15 @@ TEST(CpuConv2d, BatchesLargerThanOneColumnChunkMatchTheReference) {
   // gradient adds three per-chunk GEMMs. Integer data keeps every sum exact
   // (|dw| < 3 * 725^2 * 4 < 2^24), so a lost or doubled chunk cannot hide
   // inside a rounding bound.
-  ConvConfig c{.label = "chunked", .x = {3, 1, 728, 728}, .w = {1, 1, 4, 4}};
+  ConvShape c{.label = "chunked", .x = {3, 1, 728, 728}, .w = {1, 1, 4, 4}};
   std::mt19937_64 rng(23);
   Tensor x = randomIntegers(DType::F32, c.x, rng, -2, 2), w = randomIntegers(DType::F32, c.w, rng, -2, 2);
   Tensor bias = randomIntegers(DType::F32, {1}, rng, -2, 2), dy = randomIntegers(DType::F32, c.y(), rng, -2, 2);
   ConvResults results = runConv(c, x, w, &bias, dy, false);
   ASSERT_TRUE(results.y.defined());
-  EXPECT_TRUE(allClose(results.y, c.forwardReference(x, w, &bias).value, {0, 0}));
-  EXPECT_TRUE(allClose(results.dx, c.gradInputReference(dy, w).value, {0, 0}));
-  EXPECT_TRUE(allClose(results.dw, c.gradWeightReference(dy, x).value, {0, 0}));
+  EXPECT_TRUE(allClose(results.y, forwardReference(c, x, w, &bias).value, {0, 0}));
+  EXPECT_TRUE(allClose(results.dx, gradInputReference(c, dy, w).value, {0, 0}));
+  EXPECT_TRUE(allClose(results.dw, gradWeightReference(c, dy, x).value, {0, 0}));
 }
 
 //===----------------------------------------------------------------------===//
@@ -289,12 +268,12 @@ TEST(CpuConv2d, BatchesLargerThanOneColumnChunkMatchTheReference) {
 
 TEST(CpuGradientCheck, Conv2dBothGradients) {
   std::mt19937_64 rng(24);
-  std::vector<ConvConfig> configs = {
+  std::vector<ConvShape> configs = {
       {.label = "stride 2, padding 1", .x = {2, 2, 5, 5}, .w = {3, 2, 3, 3}, .stride = {2, 2}, .padding = {1, 1}},
       {.label = "groups 2, dilation 2", .x = {1, 4, 6, 5}, .w = {4, 2, 2, 3}, .padding = {1, 2},
        .dilation = {2, 2}, .groups = 2},
   };
-  for (const ConvConfig& c : configs) {
+  for (const ConvShape& c : configs) {
     for (bool nhwc : {false, true}) {
       Tensor x = randomTensor(DType::F64, c.x, rng), w = randomTensor(DType::F64, c.w, rng);
       Tensor bias = randomTensor(DType::F64, {c.w[0]}, rng), dy = randomTensor(DType::F64, c.y(), rng);
@@ -607,71 +586,49 @@ TEST(CpuGradientCheck, BatchNorm) {
 // Pooling
 //===----------------------------------------------------------------------===//
 
-struct PoolConfig {
-  std::string label{};
-  Shape x{}; // NCHW
-  std::vector<int64_t> kernel{}, stride{}, padding{0, 0};
-  bool ceilMode = false;
-  bool countIncludePad = true;
-
-  Shape y() const {
-    Shape shape = x;
-    for (int d = 0; d < 2; ++d)
-      shape[size_t(2 + d)] = windowOutputSize(x[size_t(2 + d)], kernel[size_t(d)], stride[size_t(d)],
-                                              padding[size_t(d)], 1, ceilMode);
-    return shape;
-  }
-  AttributeMap attributes(bool average, bool nhwc) const {
-    AttributeMap attributes = {{"kernel_size", kernel}, {"stride", stride}, {"padding", padding},
-                               {"ceil_mode", ceilMode}, layoutAttribute(nhwc)};
-    if (average)
-      attributes["exclude_padding"] = !countIncludePad;
-    return attributes;
-  }
-
-  /// Calls f(yIndex, window, divisor) per output element, with the NCHW
-  /// indices of the window's in-bounds elements in row-major order.
-  template <typename F>
-  void forEachWindow(F&& f) const {
-    Shape out = y();
-    int64_t height = x[2], width = x[3];
-    for (int64_t plane = 0; plane < out[0] * out[1]; ++plane)
-      for (int64_t oh = 0; oh < out[2]; ++oh)
-        for (int64_t ow = 0; ow < out[3]; ++ow) {
-          std::vector<int64_t> window;
-          int64_t paddedRows = 0, paddedColumns = 0;
-          for (int64_t kh = 0; kh < kernel[0]; ++kh) {
-            int64_t ih = oh * stride[0] - padding[0] + kh;
-            paddedRows += ih < height + padding[0] ? 1 : 0;
-          }
-          for (int64_t kw = 0; kw < kernel[1]; ++kw) {
-            int64_t iw = ow * stride[1] - padding[1] + kw;
-            paddedColumns += iw < width + padding[1] ? 1 : 0;
-          }
-          for (int64_t kh = 0; kh < kernel[0]; ++kh)
-            for (int64_t kw = 0; kw < kernel[1]; ++kw) {
-              int64_t ih = oh * stride[0] - padding[0] + kh, iw = ow * stride[1] - padding[1] + kw;
-              if (ih >= 0 && ih < height && iw >= 0 && iw < width)
-                window.push_back((plane * height + ih) * width + iw);
-            }
-          double divisor = countIncludePad ? double(paddedRows * paddedColumns) : double(window.size());
-          f(((plane * out[2]) + oh) * out[3] + ow, window, divisor);
+/// Calls f(yIndex, window, divisor) per output element, with the NCHW
+/// indices of the window's in-bounds elements in row-major order.
+template <typename F>
+void forEachWindow(const PoolShape& c, F&& f) {
+  const std::vector<int64_t> &kernel = c.kernel, &stride = c.stride, &padding = c.padding;
+  Shape out = c.y();
+  int64_t height = c.x[2], width = c.x[3];
+  for (int64_t plane = 0; plane < out[0] * out[1]; ++plane)
+    for (int64_t oh = 0; oh < out[2]; ++oh)
+      for (int64_t ow = 0; ow < out[3]; ++ow) {
+        std::vector<int64_t> window;
+        int64_t paddedRows = 0, paddedColumns = 0;
+        for (int64_t kh = 0; kh < kernel[0]; ++kh) {
+          int64_t ih = oh * stride[0] - padding[0] + kh;
+          paddedRows += ih < height + padding[0] ? 1 : 0;
         }
-  }
+        for (int64_t kw = 0; kw < kernel[1]; ++kw) {
+          int64_t iw = ow * stride[1] - padding[1] + kw;
+          paddedColumns += iw < width + padding[1] ? 1 : 0;
+        }
+        for (int64_t kh = 0; kh < kernel[0]; ++kh)
+          for (int64_t kw = 0; kw < kernel[1]; ++kw) {
+            int64_t ih = oh * stride[0] - padding[0] + kh, iw = ow * stride[1] - padding[1] + kw;
+            if (ih >= 0 && ih < height && iw >= 0 && iw < width)
+              window.push_back((plane * height + ih) * width + iw);
+          }
+        double divisor = c.countIncludePad ? double(paddedRows * paddedColumns) : double(window.size());
+        f(((plane * out[2]) + oh) * out[3] + ow, window, divisor);
+      }
+}
 
-  /// The index PyTorch's CPU max pooling picks: the first element greater
-  /// than all before it, or NaN (so the last NaN).
-  static int64_t argmax(const Tensor& x, const std::vector<int64_t>& window) {
-    int64_t best = window.front();
-    double max = -INFINITY;
-    for (int64_t i : window)
-      if (x.at(i) > max || std::isnan(x.at(i)))
-        max = x.at(i), best = i;
-    return best;
-  }
-};
+/// The index PyTorch's CPU max pooling picks: the first element greater
+/// than all before it, or NaN (so the last NaN).
+int64_t windowArgmax(const Tensor& x, const std::vector<int64_t>& window) {
+  int64_t best = window.front();
+  double max = -INFINITY;
+  for (int64_t i : window)
+    if (x.at(i) > max || std::isnan(x.at(i)))
+      max = x.at(i), best = i;
+  return best;
+}
 
-std::vector<PoolConfig> poolConfigs() {
+std::vector<PoolShape> poolConfigs() {
   return {
       {.label = "2x2 stride 2", .x = {2, 3, 6, 6}, .kernel = {2, 2}, .stride = {2, 2}},
       {.label = "3x3 stride 2 padding 1 (ResNet)", .x = {2, 2, 7, 8}, .kernel = {3, 3}, .stride = {2, 2},
@@ -691,7 +648,7 @@ std::vector<PoolConfig> poolConfigs() {
 TEST(CpuPool2d, MaxPoolForwardAndBackwardMatchTheReference) {
   std::mt19937_64 rng(41);
   for (DType dtype : kFloatTypes) {
-    for (const PoolConfig& c : poolConfigs()) {
+    for (const PoolShape& c : poolConfigs()) {
       Tensor x = randomTensor(dtype, c.x, rng), dy = randomTensor(dtype, c.y(), rng);
       AttributeMap attributes = c.attributes(false, false);
       std::vector<Tensor> y = runOp("jit.max_pool2d", {&x}, {dy.type()}, attributes);
@@ -700,8 +657,8 @@ TEST(CpuPool2d, MaxPoolForwardAndBackwardMatchTheReference) {
       ASSERT_EQ(dx.size(), 1u);
       std::vector<double> expectedY(size_t(dy.elementCount()));
       Accumulation expectedDx(x.elementCount());
-      c.forEachWindow([&](int64_t yi, const std::vector<int64_t>& window, double) {
-        int64_t best = PoolConfig::argmax(x, window);
+      forEachWindow(c, [&](int64_t yi, const std::vector<int64_t>& window, double) {
+        int64_t best = windowArgmax(x, window);
         expectedY[size_t(yi)] = x.at(best);
         expectedDx.add(best, dy.at(yi));
       });
@@ -716,7 +673,7 @@ TEST(CpuPool2d, MaxPoolForwardAndBackwardMatchTheReference) {
 TEST(CpuPool2d, AvgPoolForwardAndBackwardMatchTheReference) {
   std::mt19937_64 rng(42);
   for (DType dtype : kFloatTypes) {
-    for (const PoolConfig& c : poolConfigs()) {
+    for (const PoolShape& c : poolConfigs()) {
       Tensor x = randomTensor(dtype, c.x, rng), dy = randomTensor(dtype, c.y(), rng);
       AttributeMap attributes = c.attributes(true, false);
       std::vector<Tensor> y = runOp("jit.avg_pool2d", {&x}, {dy.type()}, attributes);
@@ -724,7 +681,7 @@ TEST(CpuPool2d, AvgPoolForwardAndBackwardMatchTheReference) {
       ASSERT_EQ(y.size(), 1u);
       ASSERT_EQ(dx.size(), 1u);
       Accumulation expectedY(dy.elementCount()), expectedDx(x.elementCount());
-      c.forEachWindow([&](int64_t yi, const std::vector<int64_t>& window, double divisor) {
+      forEachWindow(c, [&](int64_t yi, const std::vector<int64_t>& window, double divisor) {
         for (int64_t i : window) {
           expectedY.add(yi, x.at(i) / divisor);
           expectedDx.add(i, dy.at(yi) / divisor);
@@ -748,7 +705,7 @@ TEST(CpuPool2d, AvgPoolDivisorsFollowPyTorch) {
   for (int i = 1; i <= 16; ++i)
     values.push_back(i);
   Tensor x = filled(DType::F64, {1, 1, 4, 4}, values);
-  PoolConfig c{.x = {1, 1, 4, 4}, .kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceilMode = true};
+  PoolShape c{.x = {1, 1, 4, 4}, .kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceilMode = true};
   ASSERT_EQ(c.y(), (Shape{1, 1, 3, 3}));
   std::vector<Tensor> included = runOp("jit.avg_pool2d", {&x}, {tt(DType::F64, c.y())}, c.attributes(true, false));
   c.countIncludePad = false;
@@ -778,7 +735,7 @@ TEST(CpuPool2d, MaxPoolTiesGoToTheFirstMaximumAndOverlapsAccumulate) {
   // top-left element, the first in row-major order.
   Tensor equal = filled(DType::F32, {1, 1, 3, 3}, std::vector<double>(9, 1.0));
   Tensor dy = filled(DType::F32, {1, 1, 2, 2}, {1, 2, 3, 4});
-  PoolConfig c{.x = {1, 1, 3, 3}, .kernel = {2, 2}, .stride = {1, 1}};
+  PoolShape c{.x = {1, 1, 3, 3}, .kernel = {2, 2}, .stride = {1, 1}};
   std::vector<Tensor> dx = runOp("jit.max_pool2d_grad", {&dy, &equal}, {equal.type()}, c.attributes(false, false));
   ASSERT_EQ(dx.size(), 1u);
   EXPECT_EQ(dx[0].toDoubles(), (std::vector<double>{1, 2, 0, 3, 4, 0, 0, 0, 0}));
@@ -795,7 +752,7 @@ TEST(CpuPool2d, MaxPoolTiesGoToTheFirstMaximumAndOverlapsAccumulate) {
   // padding 1) over a 3x3 input start at (-1,-1), (-1,1), (1,-1) and (1,1),
   // so their first in-bounds elements are (0,0), (0,1), (1,0) and (1,1).
   Tensor negative = filled(DType::F32, {1, 1, 3, 3}, std::vector<double>(9, -INFINITY));
-  PoolConfig padded{.x = {1, 1, 3, 3}, .kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
+  PoolShape padded{.x = {1, 1, 3, 3}, .kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
   ASSERT_EQ(padded.y(), (Shape{1, 1, 2, 2}));
   std::vector<Tensor> y =
       runOp("jit.max_pool2d", {&negative}, {tt(DType::F32, padded.y())}, padded.attributes(false, false));
@@ -811,7 +768,7 @@ TEST(CpuPool2d, MaxPoolPropagatesNanAndRoutesItsGradientThere) {
     // One 2x3 window: 1, NaN, 7 / 3, NaN, 2.
     Tensor x = filled(dtype, {1, 1, 2, 3}, {1, NAN, 7, 3, NAN, 2});
     Tensor dy = filled(dtype, {1, 1, 1, 1}, {5});
-    PoolConfig c{.x = {1, 1, 2, 3}, .kernel = {2, 3}, .stride = {2, 3}};
+    PoolShape c{.x = {1, 1, 2, 3}, .kernel = {2, 3}, .stride = {2, 3}};
     std::vector<Tensor> y = runOp("jit.max_pool2d", {&x}, {dy.type()}, c.attributes(false, false));
     std::vector<Tensor> dx = runOp("jit.max_pool2d_grad", {&dy, &x}, {x.type()}, c.attributes(false, false));
     ASSERT_EQ(y.size(), 1u);
@@ -832,7 +789,7 @@ TEST(CpuPool2d, MaxPoolPropagatesNanAndRoutesItsGradientThere) {
 TEST(CpuPool2d, NhwcIsBitIdenticalToNchw) {
   std::mt19937_64 rng(43);
   for (DType dtype : kFloatTypes) {
-    for (const PoolConfig& c : poolConfigs()) {
+    for (const PoolShape& c : poolConfigs()) {
       Tensor x = randomTensor(dtype, c.x, rng), dy = randomTensor(dtype, c.y(), rng);
       // Ties, so that the first-maximum rule is exercised in both layouts.
       x.set(0, 1.0), x.set(1, 1.0), x.set(c.x[3], 1.0);
@@ -854,7 +811,7 @@ TEST(CpuPool2d, NhwcIsBitIdenticalToNchw) {
 
 TEST(CpuGradientCheck, AvgPool) {
   std::mt19937_64 rng(44);
-  for (const PoolConfig& c : poolConfigs()) {
+  for (const PoolShape& c : poolConfigs()) {
     for (bool nhwc : {false, true}) {
       Tensor x = randomTensor(DType::F64, c.x, rng), dy = randomTensor(DType::F64, c.y(), rng);
       if (nhwc)
