@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 namespace ampjit::runtime {
 
@@ -112,14 +113,23 @@ public:
   Status prepare() {
     DeviceContext& context = runtime_->context;
     int64_t compiledBefore = context.kernelsCompiled, hitsBefore = context.kernelCacheHits;
-    planRederivation();
-    std::vector<cuda::PlanStep> generated;
-    for (const Step& step : plan_.steps)
-      if (step.kind == StepKind::Elementwise || step.kind == StepKind::FusedElementwise)
-        generated.push_back({&plan_, &step});
+    // Every generated kernel is emitted once, then all are compiled together.
+    AMPJIT_RETURN_IF_ERROR(planRederivation());
+    std::vector<std::optional<cuda::ElementwiseKernel>> kernels(plan_.steps.size());
+    std::vector<const cuda::ElementwiseKernel*> toCompile;
+    for (std::size_t index = 0; index < plan_.steps.size(); ++index) {
+      const Step& step = plan_.steps[index];
+      if (step.kind != StepKind::Elementwise && step.kind != StepKind::FusedElementwise)
+        continue;
+      Expected<cuda::ElementwiseKernel> kernel = cuda::emitElementwiseKernel(plan_, step);
+      if (!kernel)
+        return Status::error(describe(index) + ": " + kernel.message());
+      kernels[index] = std::move(*kernel);
+      toCompile.push_back(&*kernels[index]);
+    }
     for (const Rederivation& rederivation : rederivations_)
-      generated.push_back({&rederivation.conversion, &rederivation.conversion.steps[0]});
-    if (Status compiled = cuda::precompileGeneratedKernels(context, generated); !compiled)
+      toCompile.push_back(&rederivation.kernel);
+    if (Status compiled = cuda::precompileGeneratedKernels(context, toCompile); !compiled)
       return Status::error("plan @" + plan_.name + ": compiling its kernels: " + compiled.message());
     for (std::size_t index = 0; index < plan_.steps.size();) {
       std::size_t end = index + 1;
@@ -127,7 +137,7 @@ public:
         while (end < plan_.steps.size() && plan_.steps[end].kind == StepKind::OptimizerUpdate &&
                cuda::canShareOptimizerLaunch(plan_, plan_.steps[index], plan_.steps[end]))
           ++end;
-      Expected<std::unique_ptr<DeviceStep>> step = makeStep(index, end);
+      Expected<std::unique_ptr<DeviceStep>> step = makeStep(index, end, kernels[index]);
       if (!step)
         return Status::error(describe(index) + ": " + step.message());
       PreparedStep prepared{std::move(*step), {}};
@@ -265,7 +275,10 @@ public:
   }
 
 private:
-  Expected<std::unique_ptr<DeviceStep>> makeStep(std::size_t index, std::size_t end) {
+  /// The DeviceStep for steps [index, end); `kernel` is the generated kernel
+  /// of an elementwise step, emitted once at prepare.
+  Expected<std::unique_ptr<DeviceStep>> makeStep(std::size_t index, std::size_t end,
+                                                 const std::optional<cuda::ElementwiseKernel>& kernel) {
     DeviceContext& context = runtime_->context;
     const Step& step = plan_.steps[index];
     if (end - index > 1) {
@@ -276,8 +289,8 @@ private:
     }
     if (step.kind == StepKind::Gemm)
       return cuda::makeGemmStep(context, plan_, step);
-    if (step.kind == StepKind::Elementwise || step.kind == StepKind::FusedElementwise)
-      return cuda::makeGeneratedElementwiseStep(context, plan_, step);
+    if (kernel)
+      return cuda::makeGeneratedElementwiseStep(context, *kernel);
     if (cuda::runsThroughCudnn(step.kind))
       return cuda::makeCudnnStep(context, plan_, step);
     if (cuda::runsAsHandwrittenKernel(step.kind))
@@ -360,14 +373,13 @@ private:
   }
 
   /// O2's derived copies are re-established on the device by the same
-  /// generated Convert kernel a plan step would use: one single-step plan per
-  /// derived argument, its kernel compiled with the plan's.
-  void planRederivation() {
+  /// generated Convert kernel a plan step would use: emitted from a
+  /// single-step plan per derived argument, compiled with the plan's kernels.
+  Status planRederivation() {
     for (const BufferDesc& buffer : plan_.buffers) {
       if (buffer.derivedFrom < 0)
         continue;
-      Rederivation rederivation{std::size_t(buffer.derivedFrom), std::size_t(buffer.argument), {}, nullptr};
-      Plan& conversion = rederivation.conversion;
+      Plan conversion;
       conversion.name = plan_.name + ".rederive";
       conversion.buffers.push_back(plan_.buffers[plan_.argumentBuffer(std::size_t(buffer.derivedFrom))]);
       conversion.buffers.push_back(buffer);
@@ -380,15 +392,20 @@ private:
       convert.inputs = {0};
       convert.outputs = {1};
       convert.origin = "rederive " + buffer.name;
-      conversion.steps.push_back(std::move(convert));
-      rederivations_.push_back(std::move(rederivation));
+      Expected<cuda::ElementwiseKernel> kernel = cuda::emitElementwiseKernel(conversion, convert);
+      if (!kernel)
+        return Status::error("plan @" + plan_.name + ": the re-derivation of " +
+                             describeArgument(plan_, std::size_t(buffer.argument)) + ": " + kernel.message());
+      rederivations_.push_back({std::size_t(buffer.derivedFrom), std::size_t(buffer.argument), std::move(*kernel),
+                                nullptr});
     }
+    return Status::success();
   }
 
   Status prepareRederivation() {
     for (Rederivation& rederivation : rederivations_) {
-      Expected<std::unique_ptr<DeviceStep>> step = cuda::makeGeneratedElementwiseStep(
-          runtime_->context, rederivation.conversion, rederivation.conversion.steps[0]);
+      Expected<std::unique_ptr<DeviceStep>> step =
+          cuda::makeGeneratedElementwiseStep(runtime_->context, rederivation.kernel);
       if (!step)
         return Status::error("plan @" + plan_.name + ": preparing the re-derivation of " +
                              describeArgument(plan_, rederivation.derived) + ": " + step.message());
@@ -408,7 +425,7 @@ private:
 
   struct Rederivation {
     std::size_t source, derived;
-    Plan conversion;
+    cuda::ElementwiseKernel kernel;
     std::unique_ptr<DeviceStep> convert;
   };
 

@@ -14,6 +14,7 @@
 
 #include "ampjit/runtime/Plan.h"
 #include "ampjit/runtime/Status.h"
+#include "ampjit/runtime/cuda/KernelSource.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -81,18 +82,15 @@ public:
 
 /// Gemm through cuBLASLt (CublasLtGemm.cpp).
 Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const Plan& plan, const Step& step);
-/// Elementwise and FusedElementwise through NVRTC (GeneratedKernels.cpp).
-Expected<std::unique_ptr<DeviceStep>> makeGeneratedElementwiseStep(DeviceContext& context, const Plan& plan,
-                                                                   const Step& step);
-/// An Elementwise or FusedElementwise step and the plan whose buffers it names.
-struct PlanStep {
-  const Plan* plan;
-  const Step* step;
-};
-/// Compiles every kernel of these steps that the context has not loaded, in
-/// parallel threads, and loads them, so that makeGeneratedElementwiseStep
-/// finds them ready (time to first step: one compilation's time, not the sum).
-Status precompileGeneratedKernels(DeviceContext& context, std::span<const PlanStep> steps);
+/// Elementwise and FusedElementwise through NVRTC (GeneratedKernels.cpp):
+/// the step's kernel as emitElementwiseKernel made it, loaded (compiled
+/// first unless precompileGeneratedKernels did).
+Expected<std::unique_ptr<DeviceStep>> makeGeneratedElementwiseStep(DeviceContext& context,
+                                                                   const ElementwiseKernel& kernel);
+/// Compiles every kernel the context has not loaded, in parallel threads,
+/// and loads them, so that makeGeneratedElementwiseStep finds them ready
+/// (time to first step: one compilation's time, not the sum).
+Status precompileGeneratedKernels(DeviceContext& context, std::span<const ElementwiseKernel* const> kernels);
 /// Every other kind but the convolutional ones, through the hand-written
 /// kernels compiled into the library (KernelSteps.cpp dispatches):
 ///  * numeric kernels: Reduction, the softmax family, LayerNorm(Grad), Loss,

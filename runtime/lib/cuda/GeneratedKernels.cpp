@@ -87,45 +87,39 @@ private:
 
 } // namespace
 
-Expected<std::unique_ptr<DeviceStep>> makeGeneratedElementwiseStep(DeviceContext& context, const Plan& plan,
-                                                                   const Step& step) {
-  Expected<ElementwiseKernel> kernel = emitElementwiseKernel(plan, step);
-  if (!kernel)
-    return kernel.status();
-  Expected<cudaKernel_t> handle = loadKernel(context, *kernel);
+Expected<std::unique_ptr<DeviceStep>> makeGeneratedElementwiseStep(DeviceContext& context,
+                                                                   const ElementwiseKernel& kernel) {
+  Expected<cudaKernel_t> handle = loadKernel(context, kernel);
   if (!handle)
     return handle.status();
   // Enough blocks to fill the device several times over; the grid-stride
   // loop covers the rest.
   int64_t maxBlocks = std::max(1, context.multiprocessorCount) * 16;
-  return std::unique_ptr<DeviceStep>(new GeneratedElementwiseStep(*handle, kernel->launch, maxBlocks));
+  return std::unique_ptr<DeviceStep>(new GeneratedElementwiseStep(*handle, kernel.launch, maxBlocks));
 }
 
-Status precompileGeneratedKernels(DeviceContext& context, std::span<const PlanStep> steps) {
+Status precompileGeneratedKernels(DeviceContext& context, std::span<const ElementwiseKernel* const> kernels) {
   if (context.compiler == nullptr)
     return Status::error("no kernel compiler in the CUDA device context");
-  std::vector<ElementwiseKernel> missing;
-  for (const PlanStep& entry : steps) {
-    Expected<ElementwiseKernel> kernel = emitElementwiseKernel(*entry.plan, *entry.step);
-    if (!kernel)
-      return kernel.status();
+  std::vector<const ElementwiseKernel*> missing;
+  for (const ElementwiseKernel* kernel : kernels) {
     bool known = context.loadedKernels.count(kernel->name) > 0 ||
-                 std::any_of(missing.begin(), missing.end(), [&](const auto& k) { return k.name == kernel->name; });
+                 std::any_of(missing.begin(), missing.end(), [&](const auto* k) { return k->name == kernel->name; });
     if (!known)
-      missing.push_back(std::move(*kernel));
+      missing.push_back(kernel);
   }
   if (missing.empty())
     return Status::success();
 
   std::vector<CompileRequest> requests;
-  for (const ElementwiseKernel& kernel : missing)
-    requests.push_back({kernel.source, kernel.name});
+  for (const ElementwiseKernel* kernel : missing)
+    requests.push_back({kernel->source, kernel->name});
   std::vector<Expected<CompiledKernel>> compiled =
       compileInParallel(context.compiler->cacheDirectory(), requests, context.architecture);
   for (std::size_t i = 0; i < missing.size(); ++i) {
     if (!compiled[i])
       return compiled[i].status();
-    Expected<cudaKernel_t> loaded = loadCompiled(context, missing[i].name, *compiled[i]);
+    Expected<cudaKernel_t> loaded = loadCompiled(context, missing[i]->name, *compiled[i]);
     if (!loaded)
       return loaded.status();
   }
