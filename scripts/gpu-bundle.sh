@@ -16,7 +16,7 @@ for binary in ampjit-gpu-tests ampjit-bench ampjit-train ampjit-cuda-compile-tes
   strip -o "gpu-bundle/bin/$binary" "$build/bin/$binary"
   xz -9 -T0 "gpu-bundle/bin/$binary"
 done
-cp bench/peers/torch_peers.py gpu-bundle/bench/
+cp bench/peers/torch_peers.py bench/peers/torch_graph_peer.py gpu-bundle/bench/
 git rev-parse HEAD > gpu-bundle/COMMIT
 
 cat > gpu-bundle/run.sh <<'RUN'
@@ -43,7 +43,7 @@ done
 echo "gpu tests: exit $? ($(grep -c '^\[       OK' "$out/gpu-tests.log") ok, $(grep -c '^\[  FAILED' "$out/gpu-tests.log") failed lines)" \
   | tee -a "$out/summary.txt"
 "$here/run/ampjit-bench" --model "${AMPJIT_BENCH_MODELS:-classifier,mlp9,resnet50}" --levels O0,O1,O2 --dtypes f16,bf16 \
-  --peer-script "$here/bench/torch_peers.py" > "$out/bench.jsonl" 2> "$out/bench.log"
+  --peer-compile --peer-script "$here/bench/torch_peers.py" > "$out/bench.jsonl" 2> "$out/bench.log"
 echo "bench: exit $?" | tee -a "$out/summary.txt"
 tail -n 1 "$out/bench.jsonl" >> "$out/summary.txt"
 RUN

@@ -12,8 +12,11 @@
 // minimum step time after warm-up, the time to the first step in a fresh
 // process (this binary re-run with --first-step-only: trace, compile, first
 // step), the peak resident memory, and where PyTorch with CUDA is importable,
-// the peer's time for the matching configuration measured in the same run and
-// the ratio. On the CPU backend there is no peer (the peer scripts need CUDA)
+// the peers measured in the same run with our speedup over each: PyTorch
+// eager in the matching mode, torch.compile in it (--peer-compile), and for
+// O1-O3 the anchors' strongest launch-bound peer, the bf16 whole step in one
+// CUDA graph (torch_graph_peer.py; the issues' targets compare f16 runs with
+// it too). On the CPU backend there is no peer (the peer scripts need CUDA)
 // and the sizes default smaller; the JSON says what ran.
 
 #include "jit/jit.h"
@@ -30,6 +33,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -50,6 +54,7 @@ struct Options {
   int64_t batchSize = -1; ///< -1: the workload's (smaller on the CPU)
   int64_t width = -1;     ///< mlp9 width; -1: 8192 (1024 on the CPU)
   bool peer = true;
+  bool peerCompile = false;
   bool firstStepOnly = false;
   std::string peerScript = AMPJIT_PEER_SCRIPT;
 };
@@ -63,8 +68,10 @@ const char* kUsage = R"(usage: ampjit-bench [options]
   --warmup N          untimed steps after the first (default 5)
   --batch-size N      override the workload's batch size
   --width N           mlp9's layer width (default 8192; 1024 on the CPU)
-  --no-peer           do not run the PyTorch peer
-  --peer-script PATH  the peer script (default: the repository's bench/peers/torch_peers.py)
+  --no-peer           do not run the PyTorch peers
+  --peer-compile      also time torch.compile for O1-O3 (slow: it compiles every configuration)
+  --peer-script PATH  the peer script (default: the repository's bench/peers/torch_peers.py);
+                      torch_graph_peer.py beside it is the bf16 whole-step CUDA-graph peer
 )";
 
 std::vector<std::string> splitList(const std::string& text) {
@@ -149,6 +156,8 @@ Options parseOptions(int argc, char** argv) {
       options.width = number(i);
     } else if (arg == "--no-peer") {
       options.peer = false;
+    } else if (arg == "--peer-compile") {
+      options.peerCompile = true;
     } else if (arg == "--peer-script") {
       options.peerScript = value(i);
     } else if (arg == "--first-step-only") {
@@ -408,6 +417,50 @@ std::string peerUnavailableReason(const Options& options) {
   return "";
 }
 
+/// The peers run for a configuration, each measured once per run (the graph
+/// peer serves both dtypes of a workload, torch.compile both levels of a mode).
+class PeerRuns {
+public:
+  explicit PeerRuns(const Options& options) : options_(options) {}
+
+  /// {"eager": {...}, "torch_compile": {...}, "bf16_graph": {...}}: each peer's
+  /// JSON line with our speedup over it, or its error.
+  nlohmann::json compare(const std::string& work, jit::amp::Level level, jit::DType dtype, double oursMs) {
+    std::string mode = peerMode(level, dtype);
+    std::string script = shellQuote(options_.peerScript);
+    nlohmann::json peers = nlohmann::json::object();
+    peers["eager"] = measured(script + " --only " + work + " " + mode + " eager", oursMs);
+    if (level == jit::amp::O0)
+      return peers;
+    if (options_.peerCompile)
+      peers["torch_compile"] = measured(script + " --only " + work + " " + mode + " default", oursMs);
+    std::filesystem::path graphScript =
+        std::filesystem::path(options_.peerScript).parent_path() / "torch_graph_peer.py";
+    peers["bf16_graph"] = measured(shellQuote(graphScript.string()) + " --only " + work, oursMs);
+    return peers;
+  }
+
+private:
+  nlohmann::json measured(const std::string& arguments, double oursMs) {
+    auto cached = runs_.find(arguments);
+    if (cached == runs_.end()) {
+      int status = 0;
+      std::string output = capture("python3 " + arguments + " 2>&1", status);
+      nlohmann::json peer = lineWith(output, "ms_per_step");
+      if (peer.is_null())
+        peer = {{"error", "python3 " + arguments + ": " + output.substr(output.size() > 300 ? output.size() - 300 : 0)}};
+      cached = runs_.emplace(arguments, peer).first;
+    }
+    nlohmann::json peer = cached->second;
+    if (peer.contains("ms_per_step"))
+      peer["speedup"] = peer["ms_per_step"].get<double>() / oursMs;
+    return peer;
+  }
+
+  const Options& options_;
+  std::map<std::string, nlohmann::json> runs_;
+};
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -419,6 +472,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::string peerReason = peerUnavailableReason(options);
+    PeerRuns peers(options);
     nlohmann::json summary = nlohmann::json::array();
     for (const std::string& model : options.models)
       for (jit::amp::Level level : options.levels)
@@ -427,23 +481,16 @@ int main(int argc, char** argv) {
             continue; // O0 is f32 whatever the dtype list says
           nlohmann::json result = measure(model, level, dtype, options, false);
           result["fresh_process"] = freshProcessFirstStep(argv[0], model, level, dtype, options);
-          if (peerReason.empty() && result.contains("peer_work")) {
-            int status = 0;
-            std::string output =
-                capture("python3 " + shellQuote(options.peerScript) + " --only " +
-                            result["peer_work"].get<std::string>() + " " + peerMode(level, dtype) + " eager 2>&1",
-                        status);
-            nlohmann::json peer = lineWith(output, "ms_per_step");
-            if (!peer.is_null()) {
-              result["peer"] = peer;
-              result["speedup_vs_peer"] = peer["ms_per_step"].get<double>() / result["ms_per_step_median"].get<double>();
-            } else {
-              result["peer"] = {{"error", output.substr(0, 300)}};
-            }
-          }
+          if (peerReason.empty() && result.contains("peer_work"))
+            result["peers"] = peers.compare(result["peer_work"].get<std::string>(), level, dtype,
+                                            result["ms_per_step_median"].get<double>());
           std::cout << result.dump() << std::endl;
-          summary.push_back({{"model", model}, {"level", result["level"]}, {"dtype", result["dtype"]},
-                             {"ms_per_step_median", result["ms_per_step_median"]}});
+          nlohmann::json entry{{"model", model}, {"level", result["level"]}, {"dtype", result["dtype"]},
+                               {"ms_per_step_median", result["ms_per_step_median"]}};
+          for (const auto& [name, peer] : result.value("peers", nlohmann::json::object()).items())
+            if (peer.contains("speedup"))
+              entry["speedup_vs"][name] = peer["speedup"];
+          summary.push_back(entry);
         }
     nlohmann::json tail{{"summary", summary}};
     if (!peerReason.empty())
