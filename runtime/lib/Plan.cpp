@@ -329,6 +329,26 @@ std::vector<std::string> lossInputNames(LossKind kind) {
 
 } // namespace
 
+std::string describeStep(const Plan& plan, std::size_t index) {
+  const Step& step = plan.steps[index];
+  std::string text = "step " + std::to_string(index) + " (" + std::string(stepKindName(step.kind));
+  if (!step.origin.empty())
+    text += " from " + step.origin;
+  return text + ")";
+}
+
+std::string describeStepOfPlan(const Plan& plan, std::size_t index) {
+  return "plan @" + plan.name + ", " + describeStep(plan, index);
+}
+
+Status nonFiniteOutputError(const Plan& plan, std::size_t index, std::size_t slot) {
+  const Step& step = plan.steps[index];
+  std::vector<std::string> names = slotNames(step, true);
+  return Status::error("AMPJIT_CHECK_NUMERICS: " + describeStepOfPlan(plan, index) + " produced an inf or NaN in output '" +
+                       (slot < names.size() ? names[slot] : std::to_string(slot)) + "' (buffer %" +
+                       std::to_string(step.outputs[slot]) + ")");
+}
+
 std::vector<std::string> slotNames(const Step& step, bool outputs) {
   // A step whose params do not match its kind is reported by the verifier;
   // here it only needs names, so fall back to numbered slots.
@@ -1184,14 +1204,6 @@ Status StepChecker::checkPool() const {
     return expectOut(0, yType, std::string(", the pooled ") + (params.nhwc ? "NHWC" : "NCHW") + " input");
   AMPJIT_RETURN_IF_ERROR(expectIn(0, yType, ", the shape of the pooled input"));
   return expectOut(0, x);
-}
-
-std::string describeStep(const Plan& plan, size_t index) {
-  const Step& step = plan.steps[index];
-  std::string text = "step " + std::to_string(index) + " (" + std::string(stepKindName(step.kind));
-  if (!step.origin.empty())
-    text += " from " + step.origin;
-  return text + ")";
 }
 
 std::string describeBuffer(const Plan& plan, BufferId id) {

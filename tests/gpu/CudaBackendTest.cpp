@@ -302,5 +302,35 @@ TEST_F(GpuTest, AsyncHostCopyDeliversTheValueAfterTheRun) {
   EXPECT_GT(cuda->peakDeviceBytes(), 0);
 }
 
+TEST_F(GpuTest, CheckNumericsNamesTheSameFirstStepAsTheCpu) {
+  // exp overflows in f16 at step 0's input 12; log of -3 is NaN at step 1;
+  // the first bad step is 0, and both backends must say so in the same words.
+  PlanBuilder builder("numerics");
+  BufferId x = builder.argument(tt(DType::F16, {4}), BufferRole::Input, "x");
+  BufferId e = builder.temporary(tt(DType::F16, {4}));
+  BufferId l = builder.output(tt(DType::F16, {4}));
+  builder.op("jit.exp", {x}, {e});
+  builder.op("jit.log", {e}, {l});
+  builder.result(l);
+  Plan plan = builder.finish();
+  std::vector<Tensor> arguments = {test::filled(DType::F16, {4}, {1, 12, -3, 4})};
+  Expected<std::vector<Tensor>> onCpu = createCpuBackend({.checkNumerics = true})->run(plan, arguments);
+  ASSERT_FALSE(onCpu.ok());
+  Expected<std::unique_ptr<CudaBackend>> checking = createCudaBackend({.checkNumerics = true});
+  ASSERT_TRUE(checking.ok()) << checking.message();
+  Expected<std::unique_ptr<Executable>> executable = (*checking)->prepare(plan);
+  ASSERT_TRUE(executable.ok()) << executable.message();
+  for (int run = 0; run < 3; ++run) { // never a graph: every run checks
+    Expected<std::vector<Tensor>> onDevice = (*executable)->run(arguments);
+    ASSERT_FALSE(onDevice.ok()) << "run " << run;
+    EXPECT_EQ(onDevice.message(), onCpu.message());
+  }
+  EXPECT_EQ((*checking)->stats(**executable).captures, 0);
+  // Without the option an inf is data.
+  Expected<std::unique_ptr<Executable>> plain = cuda->prepare(plan);
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_TRUE((*plain)->run(arguments).ok());
+}
+
 } // namespace
 } // namespace ampjit::runtime::gputest

@@ -10,6 +10,7 @@
 #include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/CpuBackend.h"
 #include "ampjit/runtime/CudaBackend.h"
+#include "ampjit/runtime/Environment.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -23,11 +24,6 @@ namespace jit {
 namespace detail {
 
 namespace {
-
-bool environmentFlag(const char* name) {
-  const char* value = std::getenv(name);
-  return value && *value && std::string(value) != "0";
-}
 
 std::string semanticsName(amp::Semantics semantics) {
   return semantics == amp::Semantics::paint ? "paint" : "autocast";
@@ -194,7 +190,7 @@ private:
     variant->inputTypes = std::move(types);
     variant->ampKey = std::move(key);
     variant->bindings = std::move(bindings);
-    bool checkNumerics = environmentFlag("AMPJIT_CHECK_NUMERICS");
+    bool checkNumerics = rt::environmentFlag("AMPJIT_CHECK_NUMERICS");
     const char* dumpDirectory = std::getenv("AMPJIT_DUMP");
     CompileTraceOptions compileOptions{
         .pipelineOptions = pipelineOptions_,

@@ -2,6 +2,8 @@
 
 #include "CpuKernels.h"
 
+#include "ampjit/runtime/Environment.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -53,11 +55,6 @@ Status runStep(const Step& step, const StepIO& io) {
 namespace {
 
 using cpu::BufferView;
-
-bool environmentFlag(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr && std::strcmp(value, "1") == 0;
-}
 
 /// All bytes 0xFF: a NaN in f16, bf16, f32 and f64, -1 in i64.
 constexpr int kPoisonByte = 0xFF;
@@ -137,7 +134,7 @@ public:
         out.push_back(id == kNoBuffer ? absent : views[id]);
       Status status = runStepCatchingAllocationFailure(step, cpu::StepIO{in, out});
       if (!status)
-        return Status::error(describe(index) + ": " + status.message());
+        return Status::error(describeStepOfPlan(plan_, index) + ": " + status.message());
       if (options_.checkNumerics)
         AMPJIT_RETURN_IF_ERROR(checkNumerics(index, out));
       if (options_.poisonFreedTemporaries)
@@ -165,25 +162,10 @@ public:
   }
 
 private:
-  std::string describe(size_t index) const {
-    const Step& step = plan_.steps[index];
-    std::string text = "plan @" + plan_.name + ", step " + std::to_string(index) + " (" +
-                       std::string(stepKindName(step.kind));
-    if (!step.origin.empty())
-      text += " from " + step.origin;
-    return text + ")";
-  }
-
   Status checkNumerics(size_t index, const std::vector<BufferView>& out) const {
-    const Step& step = plan_.steps[index];
-    std::vector<std::string> names = slotNames(step, true);
-    for (size_t slot = 0; slot < out.size(); ++slot) {
-      if (!out[slot].present || !isFloating(out[slot].dtype) || cpu::allFinite(out[slot]))
-        continue;
-      return Status::error("AMPJIT_CHECK_NUMERICS: " + describe(index) + " produced an inf or NaN in output '" +
-                           (slot < names.size() ? names[slot] : std::to_string(slot)) + "' (buffer %" +
-                           std::to_string(step.outputs[slot]) + ")");
-    }
+    for (size_t slot = 0; slot < out.size(); ++slot)
+      if (out[slot].present && isFloating(out[slot].dtype) && !cpu::allFinite(out[slot]))
+        return nonFiniteOutputError(plan_, index, slot);
     return Status::success();
   }
 

@@ -6,6 +6,9 @@
 
 #include "DeviceStep.h"
 #include "Nvrtc.h"
+#include "UpdateKernels.h"
+
+#include "ampjit/runtime/Environment.h"
 
 #include <algorithm>
 #include <cstring>
@@ -102,8 +105,9 @@ struct PreparedStep {
 
 class CudaExecutable final : public Executable {
 public:
-  CudaExecutable(Plan plan, std::shared_ptr<DeviceRuntime> runtime, bool useGraphs)
-      : plan_(std::move(plan)), runtime_(std::move(runtime)), useGraphs_(useGraphs) {}
+  CudaExecutable(Plan plan, std::shared_ptr<DeviceRuntime> runtime, bool useGraphs, bool checkNumerics)
+      : plan_(std::move(plan)), runtime_(std::move(runtime)), useGraphs_(useGraphs && !checkNumerics),
+        checkNumerics_(checkNumerics) {}
 
   ~CudaExecutable() override {
     if (graph_)
@@ -123,7 +127,7 @@ public:
         continue;
       Expected<cuda::ElementwiseKernel> kernel = cuda::emitElementwiseKernel(plan_, step);
       if (!kernel)
-        return Status::error(describe(index) + ": " + kernel.message());
+        return Status::error(describeStepOfPlan(plan_, index) + ": " + kernel.message());
       kernels[index] = std::move(*kernel);
       toCompile.push_back(&*kernels[index]);
     }
@@ -139,7 +143,7 @@ public:
           ++end;
       Expected<std::unique_ptr<DeviceStep>> step = makeStep(index, end, kernels[index]);
       if (!step)
-        return Status::error(describe(index) + ": " + step.message());
+        return Status::error(describeStepOfPlan(plan_, index) + ": " + step.message());
       PreparedStep prepared{std::move(*step), {}};
       for (std::size_t i = index; i < end; ++i)
         prepared.indices.push_back(i);
@@ -155,6 +159,8 @@ public:
     // a captured graph's addresses stay valid for every later run.
     AMPJIT_RETURN_IF_ERROR(allocateFixed(arena_, plan_.arenaBytes, "its arena"));
     AMPJIT_RETURN_IF_ERROR(allocateFixed(workspace_, workspaceBytes_, "the steps' workspace"));
+    if (checkNumerics_)
+      AMPJIT_RETURN_IF_ERROR(allocateFixed(finiteFlag_, 1, "the numerics check's flag"));
     fixed_.resize(plan_.buffers.size());
     for (BufferId id = 0; id < plan_.buffers.size(); ++id) {
       const BufferDesc& buffer = plan_.buffers[id];
@@ -321,7 +327,34 @@ private:
       }
       Status status = prepared.step->enqueue(StepPointers{in, out, workspace}, stream);
       if (!status)
-        return Status::error(describe(prepared.indices.front()) + ": " + status.message());
+        return Status::error(describeStepOfPlan(plan_, prepared.indices.front()) + ": " + status.message());
+      if (checkNumerics_)
+        for (std::size_t index : prepared.indices)
+          AMPJIT_RETURN_IF_ERROR(checkNumerics(index, stream));
+    }
+    return Status::success();
+  }
+
+  /// AMPJIT_CHECK_NUMERICS: waits for step `index` and checks each floating
+  /// output as the CPU backend does, so both name the same first step.
+  Status checkNumerics(std::size_t index, cudaStream_t stream) {
+    const Step& step = plan_.steps[index];
+    for (std::size_t slot = 0; slot < step.outputs.size(); ++slot) {
+      BufferId id = step.outputs[slot];
+      if (id == kNoBuffer || !isFloating(plan_.buffers[id].type.dtype))
+        continue;
+      const TensorType& type = plan_.buffers[id].type;
+      cuda::update::FiniteCheckTensor tensor{pointers_[id], type.elementCount(),
+                                             cuda::update::ElementType(int(type.dtype))};
+      auto* flag = reinterpret_cast<uint8_t*>(finiteFlag_->data());
+      uint8_t finite = 0;
+      AMPJIT_CUDA_RETURN_IF_ERROR(cuda::update::launchAllFinite(&tensor, 1, flag, stream),
+                                  describeStepOfPlan(plan_, index) + ": checking its outputs");
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&finite, flag, 1, cudaMemcpyDeviceToHost, stream),
+                                  describeStepOfPlan(plan_, index) + ": reading the numerics check");
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), describeStepOfPlan(plan_, index));
+      if (finite == 0)
+        return nonFiniteOutputError(plan_, index, slot);
     }
     return Status::success();
   }
@@ -414,14 +447,6 @@ private:
     return Status::success();
   }
 
-  std::string describe(std::size_t index) const {
-    const Step& step = plan_.steps[index];
-    std::string text =
-        "plan @" + plan_.name + ", step " + std::to_string(index) + " (" + std::string(stepKindName(step.kind));
-    if (!step.origin.empty())
-      text += " from " + step.origin;
-    return text + ")";
-  }
 
   struct Rederivation {
     std::size_t source, derived;
@@ -432,6 +457,9 @@ private:
   Plan plan_;
   std::shared_ptr<DeviceRuntime> runtime_;
   bool useGraphs_;
+  bool checkNumerics_;
+  /// Where checkNumerics writes, allocated only when checking.
+  std::shared_ptr<Storage> finiteFlag_;
   std::vector<PreparedStep> steps_;
   std::size_t workspaceBytes_ = 0;
   std::shared_ptr<Storage> arena_, workspace_;
@@ -498,7 +526,9 @@ private:
 class CudaBackendImpl final : public CudaBackend {
 public:
   explicit CudaBackendImpl(std::shared_ptr<DeviceRuntime> runtime, CudaBackendOptions options)
-      : runtime_(std::move(runtime)), options_(std::move(options)) {}
+      : runtime_(std::move(runtime)), options_(std::move(options)) {
+    options_.checkNumerics |= environmentFlag("AMPJIT_CHECK_NUMERICS");
+  }
 
   std::string_view name() const override { return "cuda"; }
 
@@ -512,7 +542,8 @@ public:
     if (!valid)
       return Status::error("plan @" + plan.name + " is invalid: " + valid.message());
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(runtime_->device), "selecting the device");
-    auto executable = std::make_unique<CudaExecutable>(std::move(plan), runtime_, options_.useGraphs);
+    auto executable = std::make_unique<CudaExecutable>(std::move(plan), runtime_, options_.useGraphs,
+                                                       options_.checkNumerics);
     AMPJIT_RETURN_IF_ERROR(executable->prepare());
     return std::unique_ptr<Executable>(std::move(executable));
   }

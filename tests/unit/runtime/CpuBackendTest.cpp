@@ -4,6 +4,7 @@
 // arguments are clear errors.
 
 #include "ampjit/runtime/CpuBackend.h"
+#include "ampjit/runtime/Environment.h"
 #include "ampjit/runtime/PlanFile.h"
 
 #include "RuntimeTestUtil.h"
@@ -283,6 +284,25 @@ TEST(CpuBackend, CheckNumericsNamesTheFirstStepProducingNan) {
                               "an inf or NaN in output 'out' (buffer %2)");
   // Without the option a NaN is data.
   EXPECT_TRUE(cpuBackend().run(plan, arguments).ok());
+}
+
+TEST(CpuBackend, CheckNumericsSwitchIsOnForAnyValueButEmptyOrZero) {
+  // The frontend reads the same variable to compile unfused; both layers
+  // share environmentFlag, so "yes" cannot turn on one and not the other.
+  PlanBuilder b("numerics");
+  BufferId x = b.argument(tt(DType::F32, {2}), BufferRole::Input, "x");
+  BufferId y = b.output(tt(DType::F32, {2}));
+  b.op("jit.log", {x}, {y});
+  b.result(y);
+  Plan plan = b.finish();
+  std::vector<Tensor> arguments = {filled(DType::F32, {2}, {-1, 1})};
+  for (auto [value, checks] : {std::pair{"1", true}, {"yes", true}, {"0", false}, {"", false}}) {
+    ::setenv("AMPJIT_CHECK_NUMERICS", value, 1);
+    EXPECT_EQ(environmentFlag("AMPJIT_CHECK_NUMERICS"), checks) << "'" << value << "'";
+    EXPECT_EQ(createCpuBackend()->run(plan, arguments).ok(), !checks) << "'" << value << "'";
+  }
+  ::unsetenv("AMPJIT_CHECK_NUMERICS");
+  EXPECT_FALSE(environmentFlag("AMPJIT_CHECK_NUMERICS"));
 }
 
 //===----------------------------------------------------------------------===//

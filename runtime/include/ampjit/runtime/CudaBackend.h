@@ -45,6 +45,11 @@ struct CudaBackendOptions {
   int device = 0;
   /// Capture the second run of each Executable as a CUDA graph and replay it.
   bool useGraphs = true;
+  /// Wait after every step and stop with an error naming the first step whose
+  /// floating-point output holds an inf or NaN, in the CPU backend's words
+  /// (DESIGN: AMPJIT_CHECK_NUMERICS=1 also turns it on). Runs go step by
+  /// step, without graphs. Off by default: overflow is the scaler's business.
+  bool checkNumerics = false;
   /// Where NVRTC output is cached; empty means the default directory
   /// (AMPJIT_KERNEL_CACHE, XDG_CACHE_HOME/ampjit or ~/.cache/ampjit).
   std::filesystem::path kernelCacheDirectory{};

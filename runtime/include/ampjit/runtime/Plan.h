@@ -521,6 +521,15 @@ std::vector<std::string> slotNames(const Step& step, bool outputs);
 /// Whether an input slot may hold kNoBuffer.
 bool isOptionalInputSlot(const Step& step, std::size_t slot);
 
+/// How errors name a step: "step N (kind from origin)".
+std::string describeStep(const Plan& plan, std::size_t index);
+/// The same with its plan, as backends' errors say it: "plan @name, step N (...)".
+std::string describeStepOfPlan(const Plan& plan, std::size_t index);
+/// The error of AMPJIT_CHECK_NUMERICS (DESIGN: it names the first op that
+/// produced an inf or NaN) for output slot `slot` of step `index`, the same
+/// words on every backend.
+Status nonFiniteOutputError(const Plan& plan, std::size_t index, std::size_t slot);
+
 /// Checks every rule of the plan model: buffer table, arguments and results,
 /// ties, slot counts and ids, dtypes and shapes of every step, arena bounds
 /// and that no two temporaries share arena bytes while both are live, that
