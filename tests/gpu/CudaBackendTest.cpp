@@ -8,9 +8,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "GpuTestUtil.h"
+#include "cuda/FiniteCheckSchedule.h"
 #include "RuntimeTestUtil.h"
 
 #include <chrono>
+#include <cmath>
 
 namespace ampjit::runtime::gputest {
 namespace {
@@ -330,6 +332,45 @@ TEST_F(GpuTest, CheckNumericsNamesTheSameFirstStepAsTheCpu) {
   Expected<std::unique_ptr<Executable>> plain = cuda->prepare(plan);
   ASSERT_TRUE(plain.ok()) << plain.message();
   EXPECT_TRUE((*plain)->run(arguments).ok());
+}
+
+TEST_F(GpuTest, SplitFiniteCheckEqualsOneCheck) {
+  // Gradients large enough for the side stream: each is its own chunk,
+  // forked after its writer; the flag must be reset inside every replay.
+  const int64_t n = ampjit::runtime::cuda::kMinEarlyFiniteCheckElements;
+  PlanBuilder builder("split_check");
+  BufferId x = builder.argument(tt(DType::F16, {n}), BufferRole::Input, "x");
+  BufferId g1 = builder.temporary(tt(DType::F16, {n}));
+  BufferId g2 = builder.temporary(tt(DType::F16, {n}));
+  BufferId g3 = builder.temporary(tt(DType::F16, {n}));
+  BufferId ok = builder.output(tt(DType::I1, {}));
+  builder.op("jit.neg", {x}, {g1});
+  builder.op("jit.exp", {x}, {g2});
+  builder.op("jit.add", {g1, g2}, {g3});
+  builder.op("amp.all_finite", {g1, g2, g3}, {ok});
+  builder.result(ok);
+  Plan plan = builder.finish();
+  Expected<std::unique_ptr<Executable>> executable = cuda->prepare(plan);
+  ASSERT_TRUE(executable.ok()) << executable.message();
+  EXPECT_EQ(cuda->stats(**executable).sideStreamChunks, 3);
+  // finite, exp overflowing at the last element, finite again, NaN at the first.
+  std::vector<std::pair<int64_t, double>> pokes{{0, 0.5}, {n - 1, 12.0}, {0, 0.25}, {0, std::nan("")}};
+  for (std::size_t run = 0; run < pokes.size(); ++run) {
+    std::vector<Tensor> arguments = randomArguments(plan, uint32_t(40 + run));
+    std::vector<double> values = arguments[0].toDoubles();
+    for (double& value : values)
+      value = std::fmod(std::fabs(value), 1.0);
+    values[std::size_t(pokes[run].first)] = pokes[run].second;
+    arguments[0] = *Tensor::fromDoubles(DType::F16, {n}, values);
+    Expected<std::vector<Tensor>> expected = cpu->run(plan, arguments);
+    ASSERT_TRUE(expected.ok()) << expected.message();
+    Expected<std::vector<Tensor>> got = (*executable)->run(arguments);
+    ASSERT_TRUE(got.ok()) << got.message();
+    EXPECT_TRUE(cuda->toHost((*got)[0])->bitwiseEqual((*expected)[0])) << "run " << run;
+  }
+  CudaRunStats stats = cuda->stats(**executable);
+  EXPECT_EQ(stats.captures, 1);
+  EXPECT_EQ(stats.graphDisabledReason, "") << "forking to the side stream must stay capturable";
 }
 
 } // namespace

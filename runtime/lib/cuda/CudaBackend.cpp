@@ -5,6 +5,7 @@
 #include "ampjit/runtime/CudaBackend.h"
 
 #include "DeviceStep.h"
+#include "FiniteCheckSchedule.h"
 #include "Nvrtc.h"
 #include "UpdateKernels.h"
 
@@ -39,6 +40,9 @@ using cuda::StepPointers;
 struct DeviceRuntime {
   int device = 0;
   cudaStream_t stream = nullptr;
+  /// Where memory-bound work overlaps the main stream's GEMMs
+  /// (FiniteCheckSchedule.h); every run joins it back before it returns.
+  cudaStream_t sideStream = nullptr;
   cudaMemPool_t pool = nullptr;
   cuda::KernelCompiler compiler;
   DeviceContext context;
@@ -48,6 +52,10 @@ struct DeviceRuntime {
     cudaSetDevice(device);
     if (stream)
       cudaStreamSynchronize(stream);
+    if (sideStream) {
+      cudaStreamSynchronize(sideStream);
+      cudaStreamDestroy(sideStream);
+    }
     if (context.cudnn)
       cudnnDestroy(context.cudnn);
     if (context.cublasLt)
@@ -103,6 +111,15 @@ struct PreparedStep {
   std::vector<std::size_t> indices;
 };
 
+/// An AllFinite step checked partly on the side stream.
+struct SplitFiniteCheck {
+  std::size_t stepIndex;
+  cuda::FiniteCheckSchedule schedule;
+  std::shared_ptr<Storage> flag; ///< its own byte: the step's output may be another temporary's until the step
+  cudaEvent_t sideDone;
+  std::vector<cudaEvent_t> chunkReady; ///< per early chunk, recorded on the main stream after its writer
+};
+
 class CudaExecutable final : public Executable {
 public:
   CudaExecutable(Plan plan, std::shared_ptr<DeviceRuntime> runtime, bool useGraphs, bool checkNumerics)
@@ -112,6 +129,12 @@ public:
   ~CudaExecutable() override {
     if (graph_)
       cudaGraphExecDestroy(graph_);
+    for (SplitFiniteCheck& split : splitChecks_) {
+      for (cudaEvent_t event : split.chunkReady)
+        cudaEventDestroy(event);
+      if (split.sideDone)
+        cudaEventDestroy(split.sideDone);
+    }
   }
 
   Status prepare() {
@@ -161,6 +184,7 @@ public:
     AMPJIT_RETURN_IF_ERROR(allocateFixed(workspace_, workspaceBytes_, "the steps' workspace"));
     if (checkNumerics_)
       AMPJIT_RETURN_IF_ERROR(allocateFixed(finiteFlag_, 1, "the numerics check's flag"));
+    AMPJIT_RETURN_IF_ERROR(prepareSplitFiniteChecks());
     fixed_.resize(plan_.buffers.size());
     for (BufferId id = 0; id < plan_.buffers.size(); ++id) {
       const BufferDesc& buffer = plan_.buffers[id];
@@ -316,6 +340,10 @@ private:
     std::vector<void*> in, out;
     void* workspace = workspaceBytes_ > 0 ? static_cast<void*>(workspace_->data()) : nullptr;
     for (PreparedStep& prepared : steps_) {
+      if (auto split = splitAtStep_.find(prepared.indices.front()); split != splitAtStep_.end()) {
+        AMPJIT_RETURN_IF_ERROR(joinFiniteCheck(splitChecks_[split->second], stream));
+        continue;
+      }
       in.clear();
       out.clear();
       for (std::size_t index : prepared.indices) {
@@ -331,7 +359,78 @@ private:
       if (checkNumerics_)
         for (std::size_t index : prepared.indices)
           AMPJIT_RETURN_IF_ERROR(checkNumerics(index, stream));
+      for (std::size_t index : prepared.indices)
+        if (auto forks = forksAfterStep_.find(index); forks != forksAfterStep_.end())
+          for (auto [split, chunk] : forks->second)
+            AMPJIT_RETURN_IF_ERROR(forkFiniteCheck(splitChecks_[split], chunk, stream));
     }
+    return Status::success();
+  }
+
+  /// Splits each large AllFinite step over the side stream (FiniteCheckSchedule.h).
+  Status prepareSplitFiniteChecks() {
+    for (const PreparedStep& prepared : steps_) {
+      std::size_t index = prepared.indices.front();
+      if (plan_.steps[index].kind != StepKind::AllFinite)
+        continue;
+      std::optional<cuda::FiniteCheckSchedule> schedule = cuda::scheduleFiniteCheck(plan_, index);
+      if (!schedule)
+        continue;
+      SplitFiniteCheck split{index, std::move(*schedule), nullptr, nullptr, {}};
+      AMPJIT_RETURN_IF_ERROR(allocateFixed(split.flag, 1, "the split finiteness check's flag"));
+      split.chunkReady.resize(split.schedule.early.size(), nullptr);
+      for (cudaEvent_t& event : split.chunkReady)
+        AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                                    describeStepOfPlan(plan_, index) + ": creating an event");
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&split.sideDone, cudaEventDisableTiming),
+                                  describeStepOfPlan(plan_, index) + ": creating an event");
+      for (std::size_t chunk = 0; chunk < split.schedule.early.size(); ++chunk)
+        forksAfterStep_[split.schedule.early[chunk].afterStep].emplace_back(splitChecks_.size(), chunk);
+      splitAtStep_[index] = splitChecks_.size();
+      stats_.sideStreamChunks += int64_t(split.schedule.early.size());
+      splitChecks_.push_back(std::move(split));
+    }
+    return Status::success();
+  }
+
+  std::vector<cuda::update::FiniteCheckTensor> finiteCheckTensors(const std::vector<BufferId>& buffers) const {
+    std::vector<cuda::update::FiniteCheckTensor> tensors;
+    for (BufferId id : buffers)
+      tensors.push_back({pointers_[id], plan_.buffers[id].type.elementCount(),
+                         cuda::update::ElementType(int(plan_.buffers[id].type.dtype))});
+    return tensors;
+  }
+
+  /// After a chunk's last writer: the side stream waits for the main stream
+  /// there and checks the chunk while the main stream goes on.
+  Status forkFiniteCheck(SplitFiniteCheck& split, std::size_t chunk, cudaStream_t stream) {
+    cudaStream_t side = runtime_->sideStream;
+    auto* flag = reinterpret_cast<uint8_t*>(split.flag->data());
+    std::string where = describeStepOfPlan(plan_, split.stepIndex) + ": chunk " + std::to_string(chunk);
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(split.chunkReady[chunk], stream), where + ": forking");
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side, split.chunkReady[chunk], 0), where + ": forking");
+    if (chunk == 0) // the flag is reset inside the run (and the graph), before any chunk clears it
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag, 1, 1, side), where + ": resetting the flag");
+    std::vector<cuda::update::FiniteCheckTensor> tensors = finiteCheckTensors(split.schedule.early[chunk].buffers);
+    AMPJIT_CUDA_RETURN_IF_ERROR(cuda::update::launchFiniteCheck(tensors.data(), tensors.size(), flag, side), where);
+    return Status::success();
+  }
+
+  /// The AllFinite step itself: join the side stream, check what is left,
+  /// and write the flag where the plan expects it. The step's output bytes
+  /// may belong to other temporaries until here, so only now are they written.
+  Status joinFiniteCheck(SplitFiniteCheck& split, cudaStream_t stream) {
+    auto* flag = reinterpret_cast<uint8_t*>(split.flag->data());
+    std::string where = describeStepOfPlan(plan_, split.stepIndex);
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(split.sideDone, runtime_->sideStream), where + ": joining");
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, split.sideDone, 0), where + ": joining");
+    std::vector<cuda::update::FiniteCheckTensor> tensors = finiteCheckTensors(split.schedule.atStep);
+    AMPJIT_CUDA_RETURN_IF_ERROR(cuda::update::launchFiniteCheck(tensors.data(), tensors.size(), flag, stream), where);
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pointers_[plan_.steps[split.stepIndex].outputs[0]], flag, 1,
+                                                cudaMemcpyDeviceToDevice, stream),
+                                where + ": writing the flag");
+    if (checkNumerics_)
+      AMPJIT_RETURN_IF_ERROR(checkNumerics(split.stepIndex, stream));
     return Status::success();
   }
 
@@ -461,6 +560,11 @@ private:
   /// Where checkNumerics writes, allocated only when checking.
   std::shared_ptr<Storage> finiteFlag_;
   std::vector<PreparedStep> steps_;
+  std::vector<SplitFiniteCheck> splitChecks_;
+  /// Plan step index -> the (split, chunk) pairs forked after it; the
+  /// AllFinite step index -> its split.
+  std::map<std::size_t, std::vector<std::pair<std::size_t, std::size_t>>> forksAfterStep_;
+  std::map<std::size_t, std::size_t> splitAtStep_;
   std::size_t workspaceBytes_ = 0;
   std::shared_ptr<Storage> arena_, workspace_;
   std::vector<std::shared_ptr<Storage>> fixed_;
@@ -663,6 +767,8 @@ Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions opti
       "reading the multiprocessor count");
   AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&runtime->stream, cudaStreamNonBlocking),
                               "creating the backend's stream");
+  AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&runtime->sideStream, cudaStreamNonBlocking),
+                              "creating the backend's side stream");
   // The pool keeps what it reserved: after the first step every allocation
   // is served from it, never from cudaMalloc.
   AMPJIT_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&runtime->pool, options.device),

@@ -348,6 +348,12 @@ cudaError_t launchAllFinite(const FiniteCheckTensor* tensors, std::size_t tensor
   cudaError_t error = cudaMemsetAsync(flag, 1, 1, stream);
   if (error != cudaSuccess)
     return error;
+  return launchFiniteCheck(tensors, tensorCount, flag, stream);
+}
+
+cudaError_t launchFiniteCheck(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag,
+                              cudaStream_t stream) {
+  cudaError_t error = cudaSuccess;
   FiniteTable table{};
   int64_t largest = 0;
   for (std::size_t k = 0; k < tensorCount; ++k) {

@@ -48,6 +48,10 @@ struct FiniteCheckTensor {
 /// flag = 1, then 0 if any element of any tensor is inf or NaN.
 cudaError_t launchAllFinite(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag,
                             cudaStream_t stream);
+/// flag = 0 if any element of any tensor is inf or NaN, else unchanged: one
+/// chunk of a check split over several launches (FiniteCheckSchedule.h).
+cudaError_t launchFiniteCheck(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag,
+                              cudaStream_t stream);
 
 struct UnscaleTensor {
   const void* in;

@@ -23,6 +23,10 @@
 //     staging buffers first (from host or device memory), so a new batch
 //     never invalidates the graph; state arguments are used in place, and
 //     the graph is re-captured when one of them moves to other storage.
+//   * A second stream where overlap pays: the loss scaler's finiteness check
+//     of large gradients runs there in chunks, each as soon as its gradients
+//     are final, under the backward GEMMs that follow (FiniteCheckSchedule.h);
+//     every run joins it back, so callers only ever see one stream.
 //
 // In a build without CUDA every entry point exists: createCudaBackend fails
 // with a message saying so and cudaDeviceCount() is 0.
@@ -62,6 +66,9 @@ struct CudaRunStats {
   int64_t graphReplays = 0;
   int64_t kernelsCompiled = 0; ///< NVRTC compilations at prepare (cache misses)
   int64_t kernelCacheHits = 0;
+  /// Chunks of finiteness checks that run on the side stream, under the
+  /// backward GEMMs, instead of after them (per run).
+  int64_t sideStreamChunks = 0;
   /// Why runs go step by step instead of replaying a graph (a capture or an
   /// instantiation failed); empty while graphs work.
   std::string graphDisabledReason{};
