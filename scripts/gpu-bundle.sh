@@ -4,7 +4,8 @@
 # PyTorch peer script, stripped and xz-compressed into gpu-bundle/ (git
 # ignores it) with gpu-bundle/run.sh, which runs there and writes its logs
 # to $OUT. With the device tool: carry ["gpu-bundle"], command
-# `bash gpu-bundle/run.sh`. Build first (scripts/run-tests.sh or ninja in build/).
+# `bash gpu-bundle/run.sh` (then `bash gpu-bundle/run.sh bench mlp9`, `... bench resnet50`:
+# one device command may run 600 s). Build first (scripts/run-tests.sh or ninja in build/).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build="${1:-build}"
@@ -21,8 +22,11 @@ git rev-parse HEAD > gpu-bundle/COMMIT
 
 cat > gpu-bundle/run.sh <<'RUN'
 #!/usr/bin/env bash
-# Runs on the GPU machine: the GPU tests, then the benchmark with the PyTorch
-# peer in the same run. Logs and JSON go to $OUT (default gpu-out/).
+# Runs on the GPU machine. Stages, in the order given (default: tests bench classifier):
+#   tests           every GPU test in its own process (a crash costs one test, not the rest)
+#   bench MODEL...  ampjit-bench for the models (classifier, mlp9, resnet50) with all peers
+# One device command may run 600 s: give mlp9 and resnet50 a call each.
+# Logs, JSON and summary.txt go to $OUT (default gpu-out/).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${OUT:-$here/../gpu-out}"
@@ -30,22 +34,53 @@ mkdir -p "$out" "$here/run"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export AMPJIT_KERNEL_CACHE="$here/run/kernel-cache"
 for compressed in "$here"/bin/*.xz; do
-  xz -dc "$compressed" > "$here/run/$(basename "$compressed" .xz)"
-  chmod +x "$here/run/$(basename "$compressed" .xz)"
+  binary="$here/run/$(basename "$compressed" .xz)"
+  [ -x "$binary" ] || { xz -dc "$compressed" > "$binary" && chmod +x "$binary"; }
 done
-echo "commit $(cat "$here/COMMIT")" | tee "$out/summary.txt"
+echo "commit $(cat "$here/COMMIT")" | tee -a "$out/summary.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$out/summary.txt"
 for binary in "$here"/run/ampjit-*; do
   missing=$(ldd "$binary" | grep 'not found' || true)
   [ -z "$missing" ] || echo "$(basename "$binary") misses: $missing" | tee -a "$out/summary.txt"
 done
-"$here/run/ampjit-gpu-tests" --gtest_output="json:$out/gpu-tests.json" > "$out/gpu-tests.log" 2>&1
-echo "gpu tests: exit $? ($(grep -c '^\[       OK' "$out/gpu-tests.log") ok, $(grep -c '^\[  FAILED' "$out/gpu-tests.log") failed lines)" \
-  | tee -a "$out/summary.txt"
-"$here/run/ampjit-bench" --model "${AMPJIT_BENCH_MODELS:-classifier,mlp9,resnet50}" --levels O0,O1,O2 --dtypes f16,bf16 \
-  --peer-compile --peer-script "$here/bench/torch_peers.py" > "$out/bench.jsonl" 2> "$out/bench.log"
-echo "bench: exit $?" | tee -a "$out/summary.txt"
-tail -n 1 "$out/bench.jsonl" >> "$out/summary.txt"
+
+run_tests() {
+  local tests passed=0 skipped=0 failed=() crashed=() log status
+  tests=$("$here/run/ampjit-gpu-tests" --gtest_list_tests | awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}')
+  for test in $tests; do
+    log=$(timeout 300 "$here/run/ampjit-gpu-tests" --gtest_filter="$test" 2>&1)
+    status=$?
+    printf '=== %s (exit %s)\n%s\n' "$test" "$status" "$log" >> "$out/gpu-tests.log"
+    case $status in
+      0) if grep -q '^\[  SKIPPED \]' <<< "$log"; then skipped=$((skipped + 1)); else passed=$((passed + 1)); fi ;;
+      1) failed+=("$test") ;;
+      *) crashed+=("$test") ;; # a signal or the timeout
+    esac
+  done
+  echo "gpu tests: ${passed} passed, ${skipped} skipped, ${#failed[@]} failed, ${#crashed[@]} crashed or timed out" \
+    | tee -a "$out/summary.txt"
+  [ ${#failed[@]} -eq 0 ] || echo "  failed: ${failed[*]}" | tee -a "$out/summary.txt"
+  [ ${#crashed[@]} -eq 0 ] || echo "  crashed: ${crashed[*]}" | tee -a "$out/summary.txt"
+  "$here/run/ampjit-cuda-compile-tests" > "$out/cuda-compile-tests.log" 2>&1
+  echo "cuda compile tests: exit $?" | tee -a "$out/summary.txt"
+}
+
+run_bench() {
+  local model=$1
+  timeout 560 "$here/run/ampjit-bench" --model "$model" --levels O0,O1,O2 --dtypes f16,bf16 \
+    --peer-compile --peer-script "$here/bench/torch_peers.py" >> "$out/bench.jsonl" 2>> "$out/bench.log"
+  echo "bench $model: exit $?" | tee -a "$out/summary.txt"
+  tail -n 1 "$out/bench.jsonl" >> "$out/summary.txt"
+}
+
+[ $# -gt 0 ] || set -- tests bench classifier
+while [ $# -gt 0 ]; do
+  case $1 in
+    tests) run_tests; shift ;;
+    bench) shift; while [ $# -gt 0 ] && [ "$1" != tests ] && [ "$1" != bench ]; do run_bench "$1"; shift; done ;;
+    *) echo "run.sh: unknown stage '$1' (tests, bench MODEL...)" | tee -a "$out/summary.txt"; exit 2 ;;
+  esac
+done
 RUN
 chmod +x gpu-bundle/run.sh
 du -sh gpu-bundle
