@@ -10,9 +10,17 @@
 // every dependence is kept.
 //
 //
-// GEMM epilogues (for the CUDA backend): a product read only by a bias add,
-// itself read only by a relu, becomes one Gemm step whose epilogue adds the
-// bias and applies the relu before C's one rounding, as cuBLASLt does.
+// GEMM epilogues (for the CUDA backend; Plan.h's GemmEpilogue says what each
+// computes), the patterns traced Linear layers produce:
+//   product -> + bias [-> relu | gelu_tanh]      bias, bias_relu, bias_gelu(_aux)
+//   product -> gelu_tanh_grad(., x) [-> sum_0]   dgelu(_bgrad)
+//   sum_0(dY) ... dY^T @ X                       bgrad_a
+// Every folded intermediate is a temporary read only by the folded steps
+// (the GELU input excepted: the forward keeps it as an aux output); K > 0,
+// f16/bf16/f32 only, and the GELU and gradient epilogues need unbatched
+// products with the shapes cuBLASLt accepts. Not folded: relu_grad (cuBLASLt's
+// DRELU reads a bit mask the forward would have to write, see
+// docs/architecture.md) and bias gradients in another dtype than C's.
 //
 //===----------------------------------------------------------------------===//
 
@@ -162,7 +170,61 @@ void fuseElementwiseSteps(rt::Plan &plan) {
   dropUnusedTemporaries(plan);
 }
 
+namespace {
+
+/// Removes the marked steps and the temporaries nothing uses any more.
+void removeSteps(rt::Plan &plan, const std::vector<bool> &removed) {
+  std::vector<rt::Step> steps;
+  for (size_t s = 0; s < plan.steps.size(); ++s)
+    if (!removed[s])
+      steps.push_back(std::move(plan.steps[s]));
+  plan.steps = std::move(steps);
+  dropUnusedTemporaries(plan);
+}
+
+/// A Gemm step's M, N, K, and whether it is unbatched (the GELU and gradient
+/// epilogues need rank-2 operands).
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+  bool unbatched = false;
+};
+
+GemmShape shapeOf(const rt::Plan &plan, const rt::Step &gemm) {
+  const rt::GemmParams &params = gemm.as<rt::GemmParams>();
+  const rt::Shape &aShape = plan.buffers[gemm.inputs[0]].type.shape;
+  const rt::Shape &bShape = plan.buffers[gemm.inputs[1]].type.shape;
+  const rt::Shape &cShape = plan.buffers[gemm.outputs[0]].type.shape;
+  GemmShape shape;
+  shape.k = aShape[aShape.size() - (params.transposeA ? 2 : 1)];
+  shape.m = cShape[cShape.size() - 2];
+  shape.n = cShape.back();
+  shape.unbatched = aShape.size() == 2 && bShape.size() == 2;
+  return shape;
+}
+
+bool isPlainGemm(const rt::Step &step) {
+  return step.kind == rt::StepKind::Gemm && step.as<rt::GemmParams>().epilogue == rt::GemmEpilogue::None &&
+         step.computeType != rt::DType::F64;
+}
+
+/// cuBLASLt reads and writes the GELU input with a leading dimension of C's
+/// row length, which must be a multiple of 8 (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD).
+constexpr int64_t kGeluInputLeadingMultiple = 8;
+
+/// Whether `step` sums its input over axis 0 of a matrix into a vector.
+bool isColumnSum(const rt::Plan &plan, const rt::Step &step) {
+  if (step.kind != rt::StepKind::Reduction || step.computeType == rt::DType::F64)
+    return false;
+  const rt::ReductionParams &params = step.as<rt::ReductionParams>();
+  return params.op == rt::ReduceOp::Sum && params.axes == std::vector<int64_t>{0} && !params.keepdim &&
+         plan.buffers[step.inputs[0]].type.shape.size() == 2;
+}
+
+} // namespace
+
 void fuseGemmEpilogues(rt::Plan &plan) {
+  // Forward (bias, relu, gelu) and GELU-gradient epilogues: a product read
+  // only by the next step, folded with up to two steps after it.
   Readers readers = findReaders(plan);
   auto onlyReader = [&](rt::BufferId id, size_t step) {
     return plan.buffers[id].role == rt::BufferRole::Temporary && !readers.returned[id] &&
@@ -172,48 +234,121 @@ void fuseGemmEpilogues(rt::Plan &plan) {
     return index < plan.steps.size() && plan.steps[index].kind == rt::StepKind::Elementwise &&
            plan.steps[index].as<rt::ElementwiseParams>().op == op;
   };
+  auto typeOf = [&](rt::BufferId id) -> const rt::TensorType & { return plan.buffers[id].type; };
   std::vector<bool> removed(plan.steps.size(), false);
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     rt::Step &gemm = plan.steps[s];
-    if (gemm.kind != rt::StepKind::Gemm || gemm.as<rt::GemmParams>().epilogue != rt::GemmEpilogue::None ||
-        gemm.computeType == rt::DType::F64)
+    if (!isPlainGemm(gemm))
       continue;
-    const rt::GemmParams &params = gemm.as<rt::GemmParams>();
-    const rt::Shape &aShape = plan.buffers[gemm.inputs[0]].type.shape;
-    int64_t k = aShape[aShape.size() - (params.transposeA ? 2 : 1)];
+    GemmShape shape = shapeOf(plan, gemm);
     rt::BufferId product = gemm.outputs[0];
-    const rt::TensorType &productType = plan.buffers[product].type;
-    if (k == 0 || !onlyReader(product, s + 1) || !isElementwise(s + 1, rt::ElementwiseOp::Add))
+    const rt::TensorType &productType = typeOf(product);
+    if (shape.k == 0 || !onlyReader(product, s + 1))
+      continue;
+    bool geluMatrices = shape.unbatched && shape.m > 0 && shape.n > 0 && shape.n % kGeluInputLeadingMultiple == 0;
+    rt::GemmParams &params = gemm.as<rt::GemmParams>();
+    auto fold = [&](rt::GemmEpilogue epilogue, size_t last) {
+      params.epilogue = epilogue;
+      for (size_t i = s + 1; i <= last; ++i) {
+        gemm.origin += " + " + plan.steps[i].origin;
+        removed[i] = true;
+      }
+      s = last;
+    };
+
+    // dgelu(_bgrad): gelu_grad(product, x) [, its sum over the batch].
+    if (isElementwise(s + 1, rt::ElementwiseOp::GeluTanhGrad)) {
+      const rt::Step &geluGrad = plan.steps[s + 1];
+      rt::BufferId geluInput = geluGrad.inputs[1], gradient = geluGrad.outputs[0];
+      if (!geluMatrices || geluGrad.inputs[0] != product || geluInput == product ||
+          typeOf(geluInput) != productType || typeOf(gradient) != productType)
+        continue;
+      gemm.inputs.push_back(geluInput);
+      gemm.outputs[0] = gradient;
+      // cuBLASLt writes the bias gradient in C's type: a sum in another
+      // dtype (AMP's fp32 sums of low-precision gradients) stays a step.
+      if (s + 2 < plan.steps.size() && isColumnSum(plan, plan.steps[s + 2]) &&
+          plan.steps[s + 2].inputs[0] == gradient &&
+          plan.buffers[plan.steps[s + 2].outputs[0]].role == rt::BufferRole::Temporary &&
+          typeOf(plan.steps[s + 2].outputs[0]) == rt::TensorType{productType.dtype, {shape.n}}) {
+        gemm.outputs.push_back(plan.steps[s + 2].outputs[0]);
+        fold(rt::GemmEpilogue::DGeluBiasGrad, s + 2);
+      } else {
+        fold(rt::GemmEpilogue::DGelu, s + 1);
+      }
+      continue;
+    }
+
+    if (!isElementwise(s + 1, rt::ElementwiseOp::Add))
       continue;
     const rt::Step &add = plan.steps[s + 1];
     rt::BufferId bias = add.inputs[0] == product ? add.inputs[1] : add.inputs[0];
     rt::BufferId sum = add.outputs[0];
-    if (bias == product || plan.buffers[sum].type != productType ||
-        plan.buffers[bias].type != rt::TensorType{productType.dtype, {productType.shape.back()}})
+    if (bias == product || typeOf(sum) != productType ||
+        typeOf(bias) != rt::TensorType{productType.dtype, {productType.shape.back()}})
       continue;
-    rt::GemmEpilogue epilogue = rt::GemmEpilogue::Bias;
-    rt::BufferId result = sum;
-    size_t last = s + 1;
-    if (onlyReader(sum, s + 2) && isElementwise(s + 2, rt::ElementwiseOp::Relu) &&
-        plan.buffers[plan.steps[s + 2].outputs[0]].type == productType) {
-      epilogue = rt::GemmEpilogue::BiasRelu;
-      result = plan.steps[s + 2].outputs[0];
-      last = s + 2;
-    }
-    gemm.as<rt::GemmParams>().epilogue = epilogue;
     gemm.inputs.push_back(bias);
-    gemm.outputs[0] = result;
-    gemm.origin += " + " + plan.steps[s + 1].origin + (last == s + 2 ? " + " + plan.steps[s + 2].origin : "");
-    for (size_t i = s + 1; i <= last; ++i)
-      removed[i] = true;
-    s = last;
+    gemm.outputs[0] = sum;
+    size_t activation = s + 2;
+    bool activationFollows = activation < plan.steps.size() &&
+                             plan.steps[activation].kind == rt::StepKind::Elementwise &&
+                             plan.steps[activation].inputs[0] == sum &&
+                             typeOf(plan.steps[activation].outputs[0]) == productType;
+    if (activationFollows && onlyReader(sum, activation) && isElementwise(activation, rt::ElementwiseOp::Relu)) {
+      gemm.outputs[0] = plan.steps[activation].outputs[0];
+      fold(rt::GemmEpilogue::BiasRelu, activation);
+    } else if (activationFollows && geluMatrices && isElementwise(activation, rt::ElementwiseOp::GeluTanh) &&
+               plan.buffers[sum].role == rt::BufferRole::Temporary) {
+      // The pre-activation keeps its buffer when anything else reads it (the
+      // backward's gelu_grad): cuBLASLt stores it as the aux output, rounded
+      // to C's dtype exactly as the add step stored it.
+      gemm.outputs[0] = plan.steps[activation].outputs[0];
+      bool keepPreActivation = !onlyReader(sum, activation);
+      if (keepPreActivation)
+        gemm.outputs.push_back(sum);
+      fold(keepPreActivation ? rt::GemmEpilogue::BiasGeluAux : rt::GemmEpilogue::BiasGelu, activation);
+    } else {
+      fold(rt::GemmEpilogue::Bias, s + 1);
+    }
   }
-  std::vector<rt::Step> steps;
-  for (size_t s = 0; s < plan.steps.size(); ++s)
-    if (!removed[s])
-      steps.push_back(std::move(plan.steps[s]));
-  plan.steps = std::move(steps);
-  dropUnusedTemporaries(plan);
+  removeSteps(plan, removed);
+
+  // bgrad_a: a weight gradient dW = dY^T X whose dY is also summed over the
+  // batch (a bias gradient) gets that sum as its epilogue. The sum's result is
+  // then written later, by the gemm: every reader must come after it.
+  readers = findReaders(plan);
+  removed.assign(plan.steps.size(), false);
+  for (size_t r = 0; r < plan.steps.size(); ++r) {
+    const rt::Step &sum = plan.steps[r];
+    if (!isColumnSum(plan, sum))
+      continue;
+    rt::BufferId summed = sum.inputs[0], biasGrad = sum.outputs[0];
+    if (plan.buffers[biasGrad].role != rt::BufferRole::Temporary || readers.returned[biasGrad])
+      continue;
+    for (size_t s = r + 1; s < plan.steps.size(); ++s) {
+      rt::Step &gemm = plan.steps[s];
+      // State updated in place between the two would give the gemm another dY.
+      const std::vector<rt::BufferId> &written = gemm.outputs;
+      if (std::find(written.begin(), written.end(), summed) != written.end())
+        break;
+      if (!isPlainGemm(gemm) || gemm.inputs[0] != summed)
+        continue;
+      GemmShape shape = shapeOf(plan, gemm);
+      // cuBLASLt's BGRADB (our A is its B) needs B transposed; dW = dY^T X is.
+      bool fits = gemm.as<rt::GemmParams>().transposeA && shape.unbatched && shape.k > 0 && shape.m > 0 &&
+                  shape.n > 0 && typeOf(biasGrad) == rt::TensorType{typeOf(gemm.outputs[0]).dtype, {shape.m}} &&
+                  std::all_of(readers.steps[biasGrad].begin(), readers.steps[biasGrad].end(),
+                              [&](size_t reader) { return reader > s; });
+      if (!fits)
+        continue;
+      gemm.as<rt::GemmParams>().epilogue = rt::GemmEpilogue::BiasGradA;
+      gemm.outputs.push_back(biasGrad);
+      gemm.origin += " + " + sum.origin;
+      removed[r] = true;
+      break;
+    }
+  }
+  removeSteps(plan, removed);
 }
 
 } // namespace ampjit::codegen

@@ -164,6 +164,11 @@ std::string_view gemmEpilogueName(GemmEpilogue epilogue) {
   case GemmEpilogue::None: return "none";
   case GemmEpilogue::Bias: return "bias";
   case GemmEpilogue::BiasRelu: return "bias_relu";
+  case GemmEpilogue::BiasGelu: return "bias_gelu";
+  case GemmEpilogue::BiasGeluAux: return "bias_gelu_aux";
+  case GemmEpilogue::DGelu: return "dgelu";
+  case GemmEpilogue::DGeluBiasGrad: return "dgelu_bgrad";
+  case GemmEpilogue::BiasGradA: return "bgrad_a";
   }
   return "<invalid epilogue>";
 }
@@ -358,9 +363,19 @@ std::vector<std::string> slotNames(const Step& step, bool outputs) {
     return outputs ? out : in;
   };
   switch (step.kind) {
-  case StepKind::Gemm:
-    return gemmEpilogueHasBias(step.as<GemmParams>().epilogue) ? pick({"A", "B", "bias"}, {"C"})
-                                                                 : pick({"A", "B"}, {"C"});
+  case StepKind::Gemm: {
+    GemmEpilogue epilogue = step.as<GemmParams>().epilogue;
+    std::vector<std::string> in = {"A", "B"}, out = {"C"};
+    if (gemmEpilogueHasBias(epilogue))
+      in.push_back("bias");
+    if (gemmEpilogueReadsGeluInput(epilogue))
+      in.push_back("gelu_input");
+    if (gemmEpilogueWritesGeluInput(epilogue))
+      out.push_back("gelu_input");
+    if (gemmEpilogueWritesBiasGrad(epilogue))
+      out.push_back("bias_grad");
+    return pick(in, out);
+  }
   case StepKind::Elementwise: return pick(elementwiseInputNames(step.as<ElementwiseParams>().op), {"out"});
   case StepKind::FusedElementwise:
     return outputs ? numbered("out", step.outputs.size()) : numbered("in", step.inputs.size());
@@ -640,13 +655,18 @@ Status StepChecker::run() {
 
 Status StepChecker::checkGemm() const {
   const GemmParams& params = step_.as<GemmParams>();
-  bool bias = gemmEpilogueHasBias(params.epilogue);
-  AMPJIT_RETURN_IF_ERROR(checkSlotCounts(bias ? 3 : 2, 1));
+  GemmEpilogue epilogue = params.epilogue;
+  bool extraInput = gemmEpilogueHasBias(epilogue) || gemmEpilogueReadsGeluInput(epilogue);
+  bool extraOutput = gemmEpilogueWritesGeluInput(epilogue) || gemmEpilogueWritesBiasGrad(epilogue);
+  AMPJIT_RETURN_IF_ERROR(checkSlotCounts(extraInput ? 3 : 2, extraOutput ? 2 : 1));
   AMPJIT_RETURN_IF_ERROR(checkRequiredSlots());
   for (size_t i = 0; i < 2; ++i) {
     AMPJIT_RETURN_IF_ERROR(expectFloatIn(i));
     if (in(i).shape.size() < 2)
       return Status::error(inName(i) + " must have rank >= 2");
+    if (gemmEpilogueNeedsMatrices(epilogue) && in(i).shape.size() != 2)
+      return Status::error(inName(i) + " must have rank 2: epilogue '" + std::string(gemmEpilogueName(epilogue)) +
+                           "' works on unbatched products only");
   }
   if (!isFloating(out(0).dtype))
     return Status::error(outName(0) + " must be floating-point");
@@ -670,9 +690,21 @@ Status StepChecker::checkGemm() const {
   expected.push_back(m);
   expected.push_back(n);
   AMPJIT_RETURN_IF_ERROR(expectOut(0, TensorType{out(0).dtype, expected}));
-  if (bias && in(2) != TensorType{out(0).dtype, {n}})
-    return Status::error(inName(2) + " must be " + typeToString(TensorType{out(0).dtype, {n}}) +
+  DType cType = out(0).dtype;
+  if (gemmEpilogueHasBias(epilogue) && in(2) != TensorType{cType, {n}})
+    return Status::error(inName(2) + " must be " + typeToString(TensorType{cType, {n}}) +
                          " (one value per column of C, in C's dtype)");
+  if (gemmEpilogueReadsGeluInput(epilogue) && in(2) != out(0))
+    return Status::error(inName(2) + " must be " + typeToString(out(0)) +
+                         " (the GELU input the forward saved: C's shape and dtype)");
+  if (gemmEpilogueWritesGeluInput(epilogue))
+    AMPJIT_RETURN_IF_ERROR(expectOut(1, out(0), " (the GELU input, saved for the backward: C's shape and dtype)"));
+  if (epilogue == GemmEpilogue::DGeluBiasGrad)
+    AMPJIT_RETURN_IF_ERROR(expectOut(1, TensorType{cType, {n}},
+                                     " (the sum over C's rows, one value per column, in C's dtype)"));
+  if (epilogue == GemmEpilogue::BiasGradA)
+    AMPJIT_RETURN_IF_ERROR(expectOut(1, TensorType{cType, {m}},
+                                     " (the sum over K of op(A), one value per row of C, in C's dtype)"));
   return Status::success();
 }
 

@@ -91,6 +91,85 @@ TEST_F(GpuTest, GemmEpiloguesMatchCpu) {
   }
 }
 
+TEST_F(GpuTest, GeluAndGradientEpiloguesMatchCpu) {
+  // cuBLASLt's GELU_BIAS, GELU_AUX_BIAS, DGELU, DGELU_BGRAD and BGRADB (our
+  // bgrad_a) against the CPU's definitions (Plan.h): every output, C and the
+  // aux matrix or bias gradient, within the dtype's tolerance grown with K
+  // (the product) or with M and K (a bias gradient sums M rows of it).
+  // Shapes as a Linear layer's: A [M, K] (dY [K, M] for bgrad_a), W [N, K].
+  constexpr int64_t m = 48, k = 200, n = 72;
+  struct Case {
+    GemmEpilogue epilogue;
+    bool transposeA;
+  };
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    for (Case c : {Case{GemmEpilogue::BiasGelu, false}, Case{GemmEpilogue::BiasGeluAux, false},
+                   Case{GemmEpilogue::DGelu, false}, Case{GemmEpilogue::DGeluBiasGrad, false},
+                   Case{GemmEpilogue::BiasGradA, true}}) {
+      SCOPED_TRACE(std::string(dtypeName(dtype)) + " " + std::string(gemmEpilogueName(c.epilogue)));
+      bool extraInput = gemmEpilogueHasBias(c.epilogue) || gemmEpilogueReadsGeluInput(c.epilogue);
+      bool extraOutput = gemmEpilogueWritesGeluInput(c.epilogue) || gemmEpilogueWritesBiasGrad(c.epilogue);
+      PlanBuilder builder("epilogue");
+      BufferId a = builder.argument(tt(dtype, c.transposeA ? Shape{k, m} : Shape{m, k}), BufferRole::Input, "a");
+      BufferId w = builder.argument(tt(dtype, {n, k}), BufferRole::Param, "w");
+      BufferId extra = kNoBuffer;
+      if (extraInput)
+        extra = builder.argument(gemmEpilogueHasBias(c.epilogue) ? tt(dtype, {n}) : tt(dtype, {m, n}),
+                                 BufferRole::Input, "extra");
+      BufferId y = builder.output(tt(dtype, {m, n}));
+      AttributeMap attributes = {{"transpose_rhs", true}};
+      if (c.transposeA)
+        attributes["transpose_lhs"] = true;
+      builder.op("jit.matmul", {a, w}, {y}, attributes);
+      builder.result(y);
+      BufferId extraOut = kNoBuffer;
+      if (extraOutput) {
+        TensorType type = c.epilogue == GemmEpilogue::BiasGeluAux     ? tt(dtype, {m, n})
+                          : c.epilogue == GemmEpilogue::DGeluBiasGrad ? tt(dtype, {n})
+                                                                      : tt(dtype, {m});
+        extraOut = builder.output(type);
+        builder.result(extraOut);
+      }
+      Plan plan = builder.finish();
+      plan.steps[0].as<GemmParams>().epilogue = c.epilogue;
+      if (extraInput)
+        plan.steps[0].inputs.push_back(extra);
+      if (extraOutput)
+        plan.steps[0].outputs.push_back(extraOut);
+      ASSERT_TRUE(verifyPlan(plan).ok()) << verifyPlan(plan).message();
+      Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, randomArguments(plan, 23));
+      ASSERT_TRUE(both.ok()) << both.message();
+      ASSERT_EQ(both->cudaResults.size(), extraOutput ? 2u : 1u);
+      EXPECT_TRUE(allClose(both->cpuResults[0], both->cudaResults[0], 1.0 + double(k) / 16.0)) << "C";
+      if (extraOutput) {
+        // dgelu_bgrad's sum of M products of random sign has errors adding
+        // up as M terms against a result growing as sqrt(M).
+        double slack = c.epilogue == GemmEpilogue::DGeluBiasGrad ? (1.0 + double(k) / 16.0) * std::sqrt(double(m))
+                                                                 : 1.0 + double(k) / 16.0;
+        EXPECT_TRUE(allClose(both->cpuResults[1], both->cudaResults[1], slack)) << "extra output";
+      }
+    }
+  }
+}
+
+TEST_F(GpuTest, EpiloguesCuBlasLtCannotRunAreRefusedAtPrepare) {
+  // GELU input whose leading dimension (C's N = 12) is not a multiple of 8.
+  PlanBuilder builder("odd");
+  BufferId a = builder.argument(tt(DType::F16, {8, 16}), BufferRole::Input, "a");
+  BufferId w = builder.argument(tt(DType::F16, {12, 16}), BufferRole::Param, "w");
+  BufferId x = builder.argument(tt(DType::F16, {8, 12}), BufferRole::Input, "x");
+  BufferId y = builder.output(tt(DType::F16, {8, 12}));
+  builder.op("jit.matmul", {a, w}, {y}, {{"transpose_rhs", true}});
+  builder.result(y);
+  Plan plan = builder.finish();
+  plan.steps[0].as<GemmParams>().epilogue = GemmEpilogue::DGelu;
+  plan.steps[0].inputs.push_back(x);
+  ASSERT_TRUE(verifyPlan(plan).ok()) << verifyPlan(plan).message();
+  Expected<std::unique_ptr<Executable>> prepared = cuda->prepare(plan);
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_NE(prepared.message().find("multiple of 8"), std::string::npos) << prepared.message();
+}
+
 TEST_F(GpuTest, TrueFp32GemmIsNotTf32) {
   // With TF32 (10-bit mantissa inputs) this product would be off by ~1e-3
   // relative; true fp32 stays within a few ulps of the CPU.

@@ -54,7 +54,8 @@ static llvm::cl::opt<bool> fuseElementwise(
     llvm::cl::desc("Fuse runs of elementwise steps and casts into one step each"));
 static llvm::cl::opt<bool> fuseGemmEpilogues(
     "jit-fuse-gemm-epilogues",
-    llvm::cl::desc("Fold a product's bias add (and a relu after it) into the gemm step (the CUDA pipeline's)"));
+    llvm::cl::desc("Fold bias adds, relu/gelu-tanh, gelu-tanh gradients and bias-gradient sums into the "
+                   "gemm steps (the CUDA pipeline's cuBLASLt epilogues)"));
 static llvm::cl::opt<std::string> emitPlan("emit-plan", llvm::cl::desc("Save the plan to this file"));
 static llvm::cl::opt<std::string> loadPlanFile(
     "load-plan", llvm::cl::desc("Run this saved plan instead of compiling (the .mlir is not read)"));

@@ -20,7 +20,8 @@ struct CompileTraceOptions {
   /// Run convolutional ops channels-last (jit-convert-layout{layout=nhwc}),
   /// the layout cuDNN's tensor-core kernels want; the CPU runs both alike.
   bool convertToNhwc = false;
-  /// Fold bias adds and relus into GEMM epilogues (cuBLASLt applies them).
+  /// Fold bias adds, activations and their gradients into GEMM epilogues
+  /// (cuBLASLt applies them; codegen::PlanOptions::fuseGemmEpilogues).
   bool fuseGemmEpilogues = false;
   /// AMPJIT_DUMP: write every stage here as `<stem>.*`.
   std::string dumpDirectory;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <numbers>
 #include <span>
 #include <vector>
 
@@ -74,6 +75,32 @@ void blasGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const d
 
 /// Sets the thread count OpenBLAS uses (once per process; see Gemm.cpp).
 void setBlasThreads(int threads);
+
+// GELU's tanh approximation and its gradient, shared by the elementwise ops
+// (GeluTanh, GeluTanhGrad) and the GEMM epilogues, so a fused epilogue
+// computes exactly what the unfused steps compute. PyTorch's constants:
+// sqrt(2 / pi) and 0.044715.
+template <typename T> inline constexpr T kGeluBeta = T(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
+template <typename T> inline constexpr T kGeluKappa = T(0.044715);
+
+template <typename T> T geluTanh(T x) {
+  T inner = kGeluBeta<T> * (x + kGeluKappa<T> * x * x * x);
+  return T(0.5) * x * (T(1) + std::tanh(inner));
+}
+
+// As PyTorch's GeluBackward with approximate='tanh'.
+template <typename T> T geluTanhGrad(T dy, T x) {
+  T xSquared = x * x;
+  T inner = kGeluBeta<T> * (x + kGeluKappa<T> * xSquared * x);
+  T tanhInner = std::tanh(inner);
+  T left = T(0.5) * x;
+  T right = T(1) + tanhInner;
+  T leftDerivative = T(0.5) * right;
+  T tanhDerivative = T(1) - tanhInner * tanhInner;
+  T innerDerivative = kGeluBeta<T> * (T(1) + T(3) * kGeluKappa<T> * xSquared);
+  T rightDerivative = left * tanhDerivative * innerDerivative;
+  return dy * (leftDerivative + rightDerivative);
+}
 
 //===----------------------------------------------------------------------===//
 // Widening loads and rounding stores

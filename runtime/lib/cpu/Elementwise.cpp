@@ -43,33 +43,10 @@ template <typename T> T geluExact(T x) {
   return T(0.5) * x * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
 }
 
-// PyTorch's constants: sqrt(2 / pi) and 0.044715.
-template <typename T> constexpr T kGeluBeta = T(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
-template <typename T> constexpr T kGeluKappa = T(0.044715);
-
-template <typename T> T geluTanh(T x) {
-  T inner = kGeluBeta<T> * (x + kGeluKappa<T> * x * x * x);
-  return T(0.5) * x * (T(1) + std::tanh(inner));
-}
-
 template <typename T> T geluExactGrad(T dy, T x) {
   T cdf = T(0.5) * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
   T pdf = std::exp(T(-0.5) * x * x) * T(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
   return dy * (cdf + x * pdf);
-}
-
-// As PyTorch's GeluBackward with approximate='tanh'.
-template <typename T> T geluTanhGrad(T dy, T x) {
-  T xSquared = x * x;
-  T inner = kGeluBeta<T> * (x + kGeluKappa<T> * xSquared * x);
-  T tanhInner = std::tanh(inner);
-  T left = T(0.5) * x;
-  T right = T(1) + tanhInner;
-  T leftDerivative = T(0.5) * right;
-  T tanhDerivative = T(1) - tanhInner * tanhInner;
-  T innerDerivative = kGeluBeta<T> * (T(1) + T(3) * kGeluKappa<T> * xSquared);
-  T rightDerivative = left * tanhDerivative * innerDerivative;
-  return dy * (leftDerivative + rightDerivative);
 }
 
 template <typename T, typename F>

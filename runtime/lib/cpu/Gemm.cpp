@@ -1,8 +1,8 @@
 // GEMM through OpenBLAS, as tensor cores do it: low-precision operands are
 // widened exactly to f32 (f64 for f64 data), products accumulate in that
 // precision inside sgemm/dgemm, and C is rounded once to its dtype. beta is
-// always 0 and no bias is folded in, so a plan that adds the bias in a
-// separate (or fused) elementwise step gives the same bits either way.
+// always 0; a GEMM epilogue (bias, activation, gradients) is applied to the
+// accumulated product afterwards, with the elementwise kernels' formulas.
 //
 // OpenBLAS is linked statically and pinned to a fixed thread count (1 by
 // default): its GEMM splits M and N across threads, never K, but a fixed
@@ -103,27 +103,72 @@ Status gemm(const Step& step, const StepIO& io) {
     cScratch.resize(size_t(m * n));
 
   int64_t aMatrix = aRows * aCols, bMatrix = bRows * bCols, cMatrix = m * n;
-  // The epilogue works on the accumulated product, before C's one rounding.
-  std::vector<T> bias;
-  if (gemmEpilogueHasBias(params.epilogue))
+  // Every epilogue works on the accumulated product in T, before C's one
+  // rounding (Plan.h, GemmEpilogue). The epilogues that need more than a bias
+  // are unbatched (the verifier checks it), so their extra buffers are one matrix.
+  GemmEpilogue epilogue = params.epilogue;
+  std::vector<T> bias, geluInput, geluInputOut, biasGrad;
+  if (gemmEpilogueHasBias(epilogue))
     bias = loadAll<T>(io.in[2]);
-  bool relu = params.epilogue == GemmEpilogue::BiasRelu;
+  if (gemmEpilogueReadsGeluInput(epilogue))
+    geluInput = loadAll<T>(io.in[2]);
+  if (gemmEpilogueWritesGeluInput(epilogue))
+    geluInputOut.resize(size_t(cMatrix));
+  if (epilogue == GemmEpilogue::DGeluBiasGrad)
+    biasGrad.assign(size_t(n), T(0));
+  if (epilogue == GemmEpilogue::BiasGradA) {
+    // bias_grad[r] = sum over k of op(A)[r, k], k in increasing order: the
+    // order a Reduction step sums A's rows (transposed) or columns in.
+    biasGrad.assign(size_t(m), T(0));
+    for (int64_t row = 0; row < m; ++row)
+      for (int64_t inner = 0; inner < k; ++inner)
+        biasGrad[size_t(row)] += params.transposeA ? a[inner * aCols + row] : a[row * aCols + inner];
+  }
+  auto applyEpilogue = [&](T* c) {
+    for (int64_t row = 0; row < m; ++row)
+      for (int64_t column = 0; column < n; ++column) {
+        T& value = c[row * n + column];
+        switch (epilogue) {
+        case GemmEpilogue::None:
+        case GemmEpilogue::BiasGradA: break;
+        case GemmEpilogue::Bias: value += bias[size_t(column)]; break;
+        case GemmEpilogue::BiasRelu:
+          value += bias[size_t(column)];
+          // relu as the elementwise kernel computes it: NaN propagates.
+          value = value < T(0) ? T(0) : value;
+          break;
+        case GemmEpilogue::BiasGelu:
+        case GemmEpilogue::BiasGeluAux:
+          value += bias[size_t(column)];
+          if (!geluInputOut.empty())
+            geluInputOut[size_t(row * n + column)] = value;
+          value = geluTanh(value);
+          break;
+        case GemmEpilogue::DGelu:
+        case GemmEpilogue::DGeluBiasGrad:
+          value = geluTanhGrad(value, geluInput[size_t(row * n + column)]);
+          // Rows in increasing order, as a Reduction over axis 0 sums them.
+          if (!biasGrad.empty())
+            biasGrad[size_t(column)] += value;
+          break;
+        }
+      }
+  };
   for (size_t batch = 0; batch < aOffsets.size(); ++batch) {
     T* c = writeDirectly ? cView.as<T>() + int64_t(batch) * cMatrix : cScratch.data();
     if (cMatrix == 0)
       continue;
     blasGemm(params.transposeA, params.transposeB, m, n, k, a + aOffsets[batch] * aMatrix, aCols,
              b + bOffsets[batch] * bMatrix, bCols, c);
-    if (!bias.empty())
-      for (int64_t row = 0; row < m; ++row)
-        for (int64_t column = 0; column < n; ++column) {
-          T value = c[row * n + column] + bias[size_t(column)];
-          // relu as the elementwise kernel computes it: NaN propagates.
-          c[row * n + column] = relu && value < T(0) ? T(0) : value;
-        }
+    if (epilogue != GemmEpilogue::None && epilogue != GemmEpilogue::BiasGradA)
+      applyEpilogue(c);
     if (!writeDirectly)
       storeRange<T>(cView, int64_t(batch) * cMatrix, cMatrix, c);
   }
+  if (!geluInputOut.empty())
+    storeRange<T>(io.out[1], 0, cMatrix, geluInputOut.data());
+  if (gemmEpilogueWritesBiasGrad(epilogue))
+    storeRange<T>(io.out[1], 0, int64_t(biasGrad.size()), biasGrad.data());
   return Status::success();
 }
 

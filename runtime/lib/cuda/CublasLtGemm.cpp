@@ -10,6 +10,13 @@
 // f16 and bf16 accumulate in fp32 and round C once, f64 computes in f64.
 // The algorithm comes from cuBLASLt's heuristic at prepare, for the
 // alignment the buffers are known to have, so a run only enqueues.
+//
+// Epilogues (Plan.h, GemmEpilogue) map one to one onto cuBLASLt's, seen
+// through the swap: our C[M, N] is cuBLASLt's D with N rows and M columns, so
+// a bias or a bias gradient of one value per column of C (bias, dgelu_bgrad)
+// is cuBLASLt's per-row vector, the GELU input has C's layout with leading
+// dimension N, and a sum over K of our A (bgrad_a) is cuBLASLt's BGRADB,
+// since our A is its B.
 
 #include "DeviceStep.h"
 
@@ -17,6 +24,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdint>
+#include <string>
 
 namespace ampjit::runtime::cuda {
 
@@ -73,22 +82,45 @@ bool isStrided(const std::vector<int64_t>& offsets, int64_t& stride) {
   return true;
 }
 
+cublasLtEpilogue_t cublasEpilogueOf(GemmEpilogue epilogue) {
+  switch (epilogue) {
+  case GemmEpilogue::None: return CUBLASLT_EPILOGUE_DEFAULT;
+  case GemmEpilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
+  case GemmEpilogue::BiasRelu: return CUBLASLT_EPILOGUE_RELU_BIAS;
+  case GemmEpilogue::BiasGelu: return CUBLASLT_EPILOGUE_GELU_BIAS;
+  case GemmEpilogue::BiasGeluAux: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  case GemmEpilogue::DGelu: return CUBLASLT_EPILOGUE_DGELU;
+  case GemmEpilogue::DGeluBiasGrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  case GemmEpilogue::BiasGradA: return CUBLASLT_EPILOGUE_BGRADB; // our A is cuBLASLt's B
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+/// Where an epilogue's extra buffer goes: cuBLASLt's bias pointer (a bias, or
+/// a bias gradient it writes) or its aux pointer (the GELU input).
+enum class EpilogueBuffer : uint8_t { None, Bias, Aux };
+
+/// The one multiple of 64 every plan buffer's address is (arena offsets and
+/// the pool's allocations). The heuristic reads the bias and aux pointers'
+/// values only for their alignment, and they are set per enqueue, so at
+/// prepare they hold this placeholder: the algorithm then needs no more
+/// alignment than the real pointers have.
+const void* const kAlignmentPlaceholder = reinterpret_cast<const void*>(uintptr_t(64));
+
 class GemmStep final : public DeviceStep {
 public:
   std::size_t workspaceBytes() const override { return kGemmWorkspaceBytes; }
 
   Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
-    if (pointers.inputs.size() != (hasBias_ ? 3u : 2u) || pointers.outputs.size() != 1)
+    size_t inputs = 2 + (extraInput_ != EpilogueBuffer::None), outputs = 1 + (extraOutput_ != EpilogueBuffer::None);
+    if (pointers.inputs.size() != inputs || pointers.outputs.size() != outputs)
       return Status::error("gemm step: wrong number of buffers");
-    if (hasBias_) {
-      // A host-side descriptor update: captured graphs keep the pointer the
-      // matmul node was recorded with.
-      const void* bias = pointers.inputs[2];
-      AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(descriptors_.matmul,
-                                                                   CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                                   sizeof bias),
-                                    "setting the bias pointer");
-    }
+    // Host-side descriptor updates: captured graphs keep the pointers the
+    // matmul node was recorded with.
+    if (extraInput_ != EpilogueBuffer::None && descriptors_.matmul)
+      AMPJIT_RETURN_IF_ERROR(setEpiloguePointer(extraInput_, pointers.inputs[2]));
+    if (extraOutput_ != EpilogueBuffer::None && descriptors_.matmul)
+      AMPJIT_RETURN_IF_ERROR(setEpiloguePointer(extraOutput_, pointers.outputs[1]));
     const auto* aBytes = static_cast<const std::byte*>(pointers.inputs[0]);
     const auto* bBytes = static_cast<const std::byte*>(pointers.inputs[1]);
     auto* cBytes = static_cast<std::byte*>(pointers.outputs[0]);
@@ -112,6 +144,15 @@ public:
     return Status::success();
   }
 
+  Status setEpiloguePointer(EpilogueBuffer buffer, const void* pointer) {
+    cublasLtMatmulDescAttributes_t attribute =
+        buffer == EpilogueBuffer::Bias ? CUBLASLT_MATMUL_DESC_BIAS_POINTER : CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER;
+    AMPJIT_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(descriptors_.matmul, attribute, &pointer, sizeof pointer),
+        buffer == EpilogueBuffer::Bias ? "setting the bias pointer" : "setting the epilogue aux pointer");
+    return Status::success();
+  }
+
   struct Call {
     int64_t aByteOffset = 0, bByteOffset = 0, cByteOffset = 0;
   };
@@ -120,7 +161,8 @@ public:
   LtDescriptors descriptors_;
   cublasLtMatmulAlgo_t algorithm_{};
   std::vector<Call> calls_;
-  bool empty_ = false, zeroK_ = false, computeDouble_ = false, hasBias_ = false;
+  bool empty_ = false, zeroK_ = false, computeDouble_ = false;
+  EpilogueBuffer extraInput_ = EpilogueBuffer::None, extraOutput_ = EpilogueBuffer::None;
   std::size_t cBytesTotal_ = 0;
   float alphaFloat_ = 1.0f, betaFloat_ = 0.0f;
   double alphaDouble_ = 1.0, betaDouble_ = 0.0;
@@ -145,6 +187,28 @@ Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const
   auto gemm = std::make_unique<GemmStep>();
   gemm->handle_ = context.cublasLt;
   gemm->cBytesTotal_ = cType.byteSize();
+  GemmEpilogue epilogue = params.epilogue;
+  std::string epilogueName = "the " + std::string(gemmEpilogueName(epilogue)) + " epilogue";
+  // What cuBLASLt cannot run; codegen fuses none of these.
+  if (gemmEpilogueNeedsMatrices(epilogue)) {
+    if (step.computeType == DType::F64)
+      return Status::error(epilogueName + " runs on f16, bf16 and f32 products only, not f64");
+    if (m == 0 || n == 0 || k == 0)
+      return Status::error(epilogueName + " needs a non-empty product, not " + std::to_string(m) + "x" +
+                           std::to_string(n) + " over K = " + std::to_string(k));
+    if ((gemmEpilogueReadsGeluInput(epilogue) || gemmEpilogueWritesGeluInput(epilogue)) && n % 8 != 0)
+      return Status::error(epilogueName + " needs C's row length N to be a multiple of 8 (cuBLASLt's "
+                           "EPILOGUE_AUX_LD), not " + std::to_string(n));
+    if (epilogue == GemmEpilogue::BiasGradA && !params.transposeA)
+      return Status::error(epilogueName + " needs A transposed (dW = dY^T X): cuBLASLt's BGRADB, which sums our A, "
+                           "takes its B transposed only");
+  }
+  gemm->extraInput_ = gemmEpilogueHasBias(epilogue)         ? EpilogueBuffer::Bias
+                      : gemmEpilogueReadsGeluInput(epilogue) ? EpilogueBuffer::Aux
+                                                             : EpilogueBuffer::None;
+  gemm->extraOutput_ = gemmEpilogueWritesBiasGrad(epilogue)   ? EpilogueBuffer::Bias
+                       : gemmEpilogueWritesGeluInput(epilogue) ? EpilogueBuffer::Aux
+                                                               : EpilogueBuffer::None;
   if (cType.elementCount() == 0) {
     gemm->empty_ = true;
     return std::unique_ptr<DeviceStep>(std::move(gemm));
@@ -209,19 +273,40 @@ Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const
   AMPJIT_CUBLAS_RETURN_IF_ERROR(
       cublasLtMatmulDescSetAttribute(d.matmul, CUBLASLT_MATMUL_DESC_TRANSB, &secondOp, sizeof secondOp),
       "setting transb");
-  if (params.epilogue != GemmEpilogue::None) {
-    // cuBLASLt's bias has one value per row of its column-major D, which is
-    // one per column of our row-major C: the plan's [N] bias as it is.
-    cublasLtEpilogue_t epilogue =
-        params.epilogue == GemmEpilogue::BiasRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
-    AMPJIT_CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(d.matmul, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue),
-        "setting the epilogue");
-    cudaDataType_t biasType = *cCuda;
-    AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.matmul, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                                 &biasType, sizeof biasType),
-                                  "setting the bias type");
-    gemm->hasBias_ = true;
+  if (epilogue != GemmEpilogue::None) {
+    cublasLtEpilogue_t cublasEpilogue = cublasEpilogueOf(epilogue);
+    AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.matmul, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                                 &cublasEpilogue, sizeof cublasEpilogue),
+                                  "setting the epilogue");
+    // The bias and the bias gradient are in C's dtype (the plan's rule, and
+    // the type cuBLASLt writes a bias gradient in).
+    if (gemmEpilogueHasBias(epilogue) || gemmEpilogueWritesBiasGrad(epilogue)) {
+      cudaDataType_t biasType = *cCuda;
+      AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.matmul, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                                   &biasType, sizeof biasType),
+                                    "setting the bias type");
+      AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                                   &kAlignmentPlaceholder,
+                                                                   sizeof kAlignmentPlaceholder),
+                                    "setting the bias pointer's alignment");
+    }
+    // The GELU input: C's dtype and layout, so its leading dimension is C's (N).
+    if (gemmEpilogueReadsGeluInput(epilogue) || gemmEpilogueWritesGeluInput(epilogue)) {
+      int64_t leading = n;
+      cudaDataType_t auxType = *cCuda;
+      AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.matmul, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                                   &leading, sizeof leading),
+                                    "setting the epilogue aux leading dimension");
+      AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.matmul,
+                                                                   CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                                                                   &auxType, sizeof auxType),
+                                    "setting the epilogue aux type");
+      AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.matmul,
+                                                                   CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                                   &kAlignmentPlaceholder,
+                                                                   sizeof kAlignmentPlaceholder),
+                                    "setting the epilogue aux pointer's alignment");
+    }
   }
   // Column-major views of the row-major bytes: B as [N, K] (or [K, N] when
   // transposed), A as [K, M] (or [M, K]), C as [N, M].

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CompileExample.h"
+#include "Tolerance.h"
 
 #include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/CpuBackend.h"
@@ -180,6 +181,13 @@ TEST(EndToEnd, FusedAndUnfusedPlansGiveTheSameBits) {
   }
 }
 
+size_t countEpilogues(const rt::Plan &plan, rt::GemmEpilogue epilogue) {
+  size_t count = 0;
+  for (const rt::Step &step : plan.steps)
+    count += step.kind == rt::StepKind::Gemm && step.as<rt::GemmParams>().epilogue == epilogue;
+  return count;
+}
+
 TEST(EndToEnd, GemmEpiloguesKeepF32BitsAndRoundOnceLess) {
   // The CUDA pipeline folds bias adds and relus into the GEMMs. In f32 the
   // epilogue computes exactly the unfused steps' bits; in f16 it skips one
@@ -190,11 +198,11 @@ TEST(EndToEnd, GemmEpiloguesKeepF32BitsAndRoundOnceLess) {
     rt::Plan unfused = compileMnistStep(options, true);
     rt::Plan fused = ampjit::testing::compileExample("mnist_train_step.mlir", options,
                                                      {.fuseElementwise = true, .fuseGemmEpilogues = true});
-    size_t withEpilogue = 0;
-    for (const rt::Step &step : fused.steps)
-      withEpilogue += step.kind == rt::StepKind::Gemm &&
-                      step.as<rt::GemmParams>().epilogue == rt::GemmEpilogue::BiasRelu;
-    EXPECT_EQ(withEpilogue, 2u) << "both hidden layers: matmul + bias + relu";
+    EXPECT_EQ(countEpilogues(fused, rt::GemmEpilogue::BiasRelu), 2u) << "both hidden layers: matmul + bias + relu";
+    // Each weight gradient takes its bias gradient in f32; AMP sums the
+    // low-precision gradients in f32, which cuBLASLt's C-typed bias
+    // gradient cannot hold, so those sums stay steps.
+    EXPECT_EQ(countEpilogues(fused, rt::GemmEpilogue::BiasGradA), lowPrecision ? 0u : 3u);
     EXPECT_LT(fused.steps.size(), unfused.steps.size());
     runSideBySide(unfused, fused, [&](int step, const auto &plainResults, const auto &fusedResults) {
       double plainLoss = plainResults.front().at(0), fusedLoss = fusedResults.front().at(0);
@@ -203,6 +211,106 @@ TEST(EndToEnd, GemmEpiloguesKeepF32BitsAndRoundOnceLess) {
       else
         EXPECT_EQ(snapshot(plainResults), snapshot(fusedResults)) << "step " << step;
     }, /*sameFinalState=*/!lowPrecision);
+  }
+}
+
+/// Arguments of examples/gelu_mlp_train_step.mlir (x, labels, 6 parameters,
+/// 6 momentum buffers, lr, the scaler's state).
+std::vector<rt::Tensor> geluStepArguments(const rt::Plan &plan) {
+  std::mt19937_64 generator(7);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<rt::Tensor> arguments;
+  for (size_t index = 0; index < plan.argumentCount(); ++index) {
+    const rt::BufferDesc &buffer = plan.buffers[plan.argumentBuffer(index)];
+    std::vector<double> values(size_t(buffer.type.elementCount()), 0.0);
+    if (index == kImages) {
+      for (double &value : values)
+        value = normal(generator);
+    } else if (index == kLabels) {
+      for (size_t i = 0; i < values.size(); ++i)
+        values[i] = double(i % 8);
+    } else if (buffer.role == rt::BufferRole::Param && buffer.derivedFrom < 0) {
+      int64_t fanIn = buffer.type.shape.size() == 2 ? buffer.type.shape[1] : 64;
+      std::uniform_real_distribution<double> uniform(-1 / std::sqrt(double(fanIn)), 1 / std::sqrt(double(fanIn)));
+      for (double &value : values)
+        value = uniform(generator);
+    } else if (index == kLearningRate) {
+      values[0] = 0.05;
+    } else if (index == kScale) {
+      values[0] = 65536.0;
+    }
+    rt::Expected<rt::Tensor> tensor = rt::Tensor::fromDoubles(buffer.type.dtype, buffer.type.shape, values);
+    EXPECT_TRUE(tensor.ok()) << tensor.message();
+    arguments.push_back(std::move(*tensor));
+  }
+  rt::Status derived = rt::rederiveArguments(plan, arguments);
+  EXPECT_TRUE(derived.ok()) << derived.message();
+  return arguments;
+}
+
+TEST(EndToEnd, GeluAndGradientEpiloguesOnATracedStep) {
+  // A traced GELU(tanh) MLP step with every epilogue the CUDA pipeline
+  // folds, run on the CPU against the same plan without them: in f32 the
+  // same bits (losses, parameters, momentum, scaler), in f16/bf16 the same
+  // training within the dtype's tolerance.
+  // The hidden layers' bias gradients fold into gelu's gradient, and the
+  // logits' into its weight gradient, where the sum is in C's dtype: f32 at
+  // O0, bf16 at O2-bf16; elsewhere AMP sums in f32 and the sums stay steps.
+  struct Case {
+    const char *options;
+    bool lowPrecision, biasGradientsFold;
+  };
+  for (Case c : {Case{"level=O0", false, true}, Case{"level=O1 dtype=f16", true, false},
+                 Case{"level=O1 dtype=bf16", true, false}, Case{"level=O2 dtype=f16", true, false},
+                 Case{"level=O2 dtype=bf16", true, true}}) {
+    SCOPED_TRACE(c.options);
+    rt::Plan unfused = ampjit::testing::compileExample("gelu_mlp_train_step.mlir", c.options, {.fuseElementwise = true});
+    rt::Plan fused = ampjit::testing::compileExample("gelu_mlp_train_step.mlir", c.options,
+                                                     {.fuseElementwise = true, .fuseGemmEpilogues = true});
+    EXPECT_EQ(countEpilogues(fused, rt::GemmEpilogue::BiasGeluAux), 2u) << "both hidden layers keep gelu's input";
+    EXPECT_EQ(countEpilogues(fused, rt::GemmEpilogue::DGeluBiasGrad), c.biasGradientsFold ? 2u : 0u);
+    EXPECT_EQ(countEpilogues(fused, rt::GemmEpilogue::DGelu), c.biasGradientsFold ? 0u : 2u);
+    EXPECT_EQ(countEpilogues(fused, rt::GemmEpilogue::BiasGradA), c.biasGradientsFold ? 1u : 0u) << "the logits' layer";
+    EXPECT_LT(fused.steps.size(), unfused.steps.size());
+
+    std::vector<rt::Tensor> plainArguments = geluStepArguments(unfused), fusedArguments = geluStepArguments(fused);
+    std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();
+    auto plainExecutable = backend->prepare(unfused), fusedExecutable = backend->prepare(fused);
+    ASSERT_TRUE(plainExecutable.ok()) << plainExecutable.message();
+    ASSERT_TRUE(fusedExecutable.ok()) << fusedExecutable.message();
+    double firstLoss = 0, lastLoss = 0;
+    for (int step = 0; step < 5; ++step) {
+      auto plainResults = (*plainExecutable)->run(plainArguments);
+      auto fusedResults = (*fusedExecutable)->run(fusedArguments);
+      ASSERT_TRUE(plainResults.ok() && fusedResults.ok());
+      double plainLoss = plainResults->front().at(0), fusedLoss = fusedResults->front().at(0);
+      (step == 0 ? firstLoss : lastLoss) = fusedLoss;
+      if (c.lowPrecision)
+        EXPECT_NEAR(fusedLoss, plainLoss, 1e-2 * std::fabs(plainLoss)) << "step " << step;
+      else
+        EXPECT_EQ(snapshot(*plainResults), snapshot(*fusedResults)) << "step " << step;
+    }
+    EXPECT_LT(lastLoss, firstLoss) << "the fused step trains";
+    if (!c.lowPrecision) {
+      EXPECT_EQ(snapshot(plainArguments), snapshot(fusedArguments));
+      continue;
+    }
+    // The parameters' (f32 masters') change over the 5 steps: the same within
+    // a few roundings of the dtype, norm-wise (an element's own change may be
+    // near 0 where its gradient's rounding is not).
+    std::vector<rt::Tensor> initial = geluStepArguments(unfused);
+    bool bf16 = std::string(c.options).find("bf16") != std::string::npos;
+    double rtol = ampjit::testing::toleranceFor(bf16 ? rt::DType::BF16 : rt::DType::F16).rtol;
+    for (size_t index = kFirstParam; index < kFirstParam + 6; ++index) {
+      double difference = 0, change = 0;
+      for (int64_t e = 0; e < plainArguments[index].elementCount(); ++e) {
+        double plainChange = plainArguments[index].at(e) - initial[index].at(e);
+        double fusedChange = fusedArguments[index].at(e) - initial[index].at(e);
+        difference += (fusedChange - plainChange) * (fusedChange - plainChange);
+        change += plainChange * plainChange;
+      }
+      EXPECT_LE(std::sqrt(difference), 4.0 * rtol * std::sqrt(change)) << "argument " << index;
+    }
   }
 }
 

@@ -23,9 +23,10 @@ struct PlanOptions {
   /// output shape into one fused step that reads every input once and writes
   /// only the values read after it (`--jit-fuse-elementwise`).
   bool fuseElementwise = false;
-  /// Fold a product's bias add (and a relu after it) into the Gemm step as
-  /// its epilogue (`--jit-fuse-gemm-epilogues`; on for the CUDA backend,
-  /// whose cuBLASLt applies it before the one rounding).
+  /// Fold bias adds, relu/gelu-tanh activations, gelu-tanh gradients and
+  /// bias-gradient sums into the Gemm steps as their epilogues
+  /// (`--jit-fuse-gemm-epilogues`; on for the CUDA backend, whose cuBLASLt
+  /// applies them before the one rounding; runtime GemmEpilogue).
   bool fuseGemmEpilogues = false;
   /// Append each op's `file:line` to its step's origin, so runtime messages
   /// (AMPJIT_CHECK_NUMERICS) name the user's source line. jit::trace sets it.

@@ -125,7 +125,7 @@ Status checkElementwiseTypes(ElementwiseOp op, std::span<const DType> operands, 
 //===----------------------------------------------------------------------===//
 
 enum class StepKind : uint8_t {
-  Gemm,             ///< batched C = op(A) @ op(B); inputs [A, B, bias if the epilogue has one], outputs [C]
+  Gemm,             ///< batched C = op(A) @ op(B); inputs [A, B, bias | gelu_input?], outputs [C, gelu_input | bias_grad?] (see GemmEpilogue)
   Elementwise,      ///< one ElementwiseOp over broadcast operands
   FusedElementwise, ///< a small program over broadcast inputs, several outputs
   Reduction,        ///< sum/mean/max over axes
@@ -170,22 +170,62 @@ struct NoParams {
   friend bool operator==(const NoParams&, const NoParams&) = default;
 };
 
-/// What a GEMM applies to each accumulated product before its one rounding
-/// (cuBLASLt's epilogues): nothing, + bias[n], or relu(. + bias[n]).
-enum class GemmEpilogue : uint8_t { None, Bias, BiasRelu };
-inline constexpr int kGemmEpilogueCount = 3;
+/// What a GEMM applies to each accumulated product P = op(A) @ op(B) before
+/// C's one rounding: cuBLASLt's epilogues, one definition for every backend.
+/// All arithmetic runs in the step's compute type on the unrounded product;
+/// every buffer is rounded once when stored. `gelu` is the tanh approximation
+/// (the ElementwiseOp GeluTanh formula; cuBLASLt has no erf GELU), `gelu'` its
+/// gradient (GeluTanhGrad).
+///
+///   epilogue        extra input          C                     extra output
+///   none            -                    P                     -
+///   bias            bias [N]             P + bias              -
+///   bias_relu       bias [N]             relu(P + bias)        -
+///   bias_gelu       bias [N]             gelu(P + bias)        -
+///   bias_gelu_aux   bias [N]             gelu(P + bias)        gelu_input = P + bias
+///   dgelu           gelu_input [M, N]    gelu'(P, gelu_input)  -
+///   dgelu_bgrad     gelu_input [M, N]    gelu'(P, gelu_input)  bias_grad[n] = sum over m of C[m, n]
+///   bgrad_a         -                    P                     bias_grad[m] = sum over k of op(A)[m, k]
+///
+/// bias, gelu_input and bias_grad have C's dtype (cuBLASLt stores the aux
+/// matrix and the bias gradient in C's type); the epilogues after bias_relu
+/// need unbatched (rank-2) operands. bias_grad accumulates in the compute
+/// type in index order (the order a Reduction step sums in), from C's values
+/// before their rounding for dgelu_bgrad and from the widened A for bgrad_a,
+/// and is rounded once. So in f32 and f64 every epilogue gives exactly the
+/// bits of the unfused steps (product, add, activation, gradient, sum); in
+/// f16/bf16 it skips the roundings of the intermediate values. bgrad_a is the
+/// bias gradient of a weight gradient dW = dY^T X (A = dY, transposed): the
+/// sum over the batch of dY, without a Reduction step.
+enum class GemmEpilogue : uint8_t { None, Bias, BiasRelu, BiasGelu, BiasGeluAux, DGelu, DGeluBiasGrad, BiasGradA };
+inline constexpr int kGemmEpilogueCount = 8;
 std::string_view gemmEpilogueName(GemmEpilogue epilogue);
-inline bool gemmEpilogueHasBias(GemmEpilogue epilogue) { return epilogue != GemmEpilogue::None; }
+/// Input slot 2 is the bias.
+inline bool gemmEpilogueHasBias(GemmEpilogue epilogue) {
+  return epilogue == GemmEpilogue::Bias || epilogue == GemmEpilogue::BiasRelu ||
+         epilogue == GemmEpilogue::BiasGelu || epilogue == GemmEpilogue::BiasGeluAux;
+}
+/// Output slot 1 is the GELU input (the pre-activation the backward reads).
+inline bool gemmEpilogueWritesGeluInput(GemmEpilogue epilogue) { return epilogue == GemmEpilogue::BiasGeluAux; }
+/// Input slot 2 is the GELU input saved by the forward.
+inline bool gemmEpilogueReadsGeluInput(GemmEpilogue epilogue) {
+  return epilogue == GemmEpilogue::DGelu || epilogue == GemmEpilogue::DGeluBiasGrad;
+}
+/// Output slot 1 is a bias gradient.
+inline bool gemmEpilogueWritesBiasGrad(GemmEpilogue epilogue) {
+  return epilogue == GemmEpilogue::DGeluBiasGrad || epilogue == GemmEpilogue::BiasGradA;
+}
+/// Whether the epilogue is one of those that need rank-2 operands.
+inline bool gemmEpilogueNeedsMatrices(GemmEpilogue epilogue) {
+  return epilogue != GemmEpilogue::None && epilogue != GemmEpilogue::Bias && epilogue != GemmEpilogue::BiasRelu;
+}
 
 /// Operands A [batch..., M, K] (or [..., K, M] transposed) and B [batch..., K, N]
 /// (or [..., N, K]); batch dimensions broadcast; C = [broadcast batch..., M, N].
 /// Low-precision operands are widened exactly, products accumulate in the
 /// step's computeType, and C is rounded once. Without an epilogue a bias add
 /// is a separate elementwise step, so fused and unfused plans agree bit for
-/// bit. With one (codegen fuses them for the CUDA backend only) the third
-/// input is the bias, [N] in C's dtype, added (and relu applied) in the
-/// compute type before C's one rounding: bit for bit the unfused result in
-/// f32 and f64, one rounding fewer in f16/bf16.
+/// bit. Codegen fuses epilogues (GemmEpilogue) for the CUDA backend only.
 struct GemmParams {
   bool transposeA = false;
   bool transposeB = false;
