@@ -162,8 +162,9 @@ void runSideBySide(const rt::Plan &first, const rt::Plan &second, Compare compar
     ASSERT_TRUE(firstResults.ok() && secondResults.ok());
     compare(step, *firstResults, *secondResults);
   }
-  if (sameFinalState)
+  if (sameFinalState) {
     EXPECT_EQ(snapshot(firstArguments), snapshot(secondArguments));
+  }
 }
 
 TEST(EndToEnd, FusedAndUnfusedPlansGiveTheSameBits) {

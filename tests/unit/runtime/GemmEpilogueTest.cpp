@@ -227,8 +227,9 @@ TEST(GemmEpilogue, EveryDtypeMatchesTheF64Reference) {
       ASSERT_FALSE(fused.empty());
       Reference ref = reference(c.epilogue, c.transposeA, arguments);
       EXPECT_TRUE(allClose(fused[0], ref.c, toleranceFor(dtype), ref.cBound)) << "C";
-      if (fused.size() > 1)
+      if (fused.size() > 1) {
         EXPECT_TRUE(allClose(fused[1], ref.extra, toleranceFor(dtype), ref.extraBound)) << "extra output";
+      }
     }
   }
 }
