@@ -451,7 +451,7 @@ private:
 Status BatchNormStep::prepare(DeviceContext& context, const Plan& plan, const Step& step) {
   bool gradient = kind_ == StepKind::BatchNormGrad;
   const TensorType& xType = plan.buffers[step.inputs[gradient ? 1 : 0]].type;
-  int64_t axis = gradient ? step.as<AxisParams>().axis : step.as<BatchNormParams>().axis;
+  int64_t axis = gradient ? step.as<BatchNormGradParams>().axis : step.as<BatchNormParams>().axis;
   if (!gradient) {
     eps_ = step.as<BatchNormParams>().eps;
     momentum_ = step.as<BatchNormParams>().momentum;

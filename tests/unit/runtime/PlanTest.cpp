@@ -138,10 +138,10 @@ TEST(PlanFile, WrongMagicIsAClearError) {
 
 TEST(PlanFile, OtherVersionIsAClearError) {
   std::vector<uint8_t> bytes = encodePlan(sampleTrainStep());
-  bytes[8] = 1; // before GEMM epilogues
+  bytes[8] = 2; // before batch-norm epilogues
   Expected<Plan> decoded = decodePlan(bytes, "old.bin");
   ASSERT_FALSE(decoded.ok());
-  EXPECT_EQ(decoded.message(), "old.bin: plan format version 1, but this runtime reads version 2; "
+  EXPECT_EQ(decoded.message(), "old.bin: plan format version 2, but this runtime reads version 3; "
                                "recompile the step with this version of ampjit");
 }
 

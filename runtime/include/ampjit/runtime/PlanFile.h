@@ -20,7 +20,9 @@ namespace ampjit::runtime {
 
 /// The version this library writes and the only one it reads. Bump it for
 /// any change to the encoding or to the meaning of a stored field.
-inline constexpr uint32_t kPlanFormatVersion = 2; // 2: GemmParams::epilogue
+// 2: GemmParams::epilogue. 3: BatchNormParams::activation, and BatchNormGrad
+// carries BatchNormGradParams (axis, activation) instead of AxisParams.
+inline constexpr uint32_t kPlanFormatVersion = 3;
 
 /// The file's bytes. Does not verify the plan (tests encode broken plans on
 /// purpose; savePlan verifies first).
