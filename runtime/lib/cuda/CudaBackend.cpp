@@ -292,7 +292,7 @@ private:
     if (kernel)
       return cuda::makeGeneratedElementwiseStep(context, *kernel);
     if (cuda::runsThroughCudnn(step.kind))
-      return cuda::makeCudnnStep(context, plan_, step);
+      return cuda::makeCudnnStep(context, plan_, step, cudnnState_);
     if (cuda::runsAsHandwrittenKernel(step.kind))
       return cuda::makeHandwrittenStep(context, plan_, step);
     return Status::error("the CUDA backend has no kernel for " + std::string(stepKindName(step.kind)) + " steps");
@@ -434,6 +434,8 @@ private:
   bool useGraphs_;
   std::vector<PreparedStep> steps_;
   std::size_t workspaceBytes_ = 0;
+  /// Shared by this plan's cuDNN steps (fused batch norms' reserve spaces).
+  cuda::CudnnPlanState cudnnState_;
   std::shared_ptr<Storage> arena_, workspace_;
   std::vector<std::shared_ptr<Storage>> fixed_;
   std::vector<void*> pointers_;
