@@ -16,6 +16,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "PlanFusion.h"
+
 #include "ampjit/Codegen/PlanBuilder.h"
 
 #include <algorithm>
@@ -26,13 +28,7 @@ namespace rt = ampjit::runtime;
 
 namespace ampjit::codegen {
 
-namespace {
-
-/// Where each buffer is read: step indices, and whether the function returns it.
-struct Readers {
-  std::vector<std::vector<size_t>> steps;
-  std::vector<bool> returned;
-};
+namespace detail {
 
 Readers findReaders(const rt::Plan &plan) {
   Readers readers{std::vector<std::vector<size_t>>(plan.buffers.size()),
@@ -45,6 +41,17 @@ Readers findReaders(const rt::Plan &plan) {
     readers.returned[result.buffer] = true;
   return readers;
 }
+
+bool Readers::onlyReader(const rt::Plan &plan, rt::BufferId id, size_t step) const {
+  return plan.buffers[id].role == rt::BufferRole::Temporary && !returned[id] &&
+         steps[id] == std::vector<size_t>{step};
+}
+
+} // namespace detail
+
+namespace {
+
+using detail::Readers;
 
 /// One fused step for the steps [first, last] (all Elementwise, one output shape).
 rt::Step fuseRun(const rt::Plan &plan, const Readers &readers, size_t first, size_t last) {
@@ -100,7 +107,10 @@ rt::Step fuseRun(const rt::Plan &plan, const Readers &readers, size_t first, siz
   return fused;
 }
 
-/// Drops temporaries no step writes any more and renumbers the rest.
+} // namespace
+
+namespace detail {
+
 void dropUnusedTemporaries(rt::Plan &plan) {
   std::vector<bool> used(plan.buffers.size(), false);
   for (const rt::Step &step : plan.steps) {
@@ -135,7 +145,10 @@ void dropUnusedTemporaries(rt::Plan &plan) {
     remap(result.buffer);
 }
 
-} // namespace
+} // namespace detail
+
+using detail::dropUnusedTemporaries;
+using detail::findReaders;
 
 void fuseElementwiseSteps(rt::Plan &plan) {
   Readers readers = findReaders(plan);
@@ -164,10 +177,7 @@ void fuseElementwiseSteps(rt::Plan &plan) {
 
 void fuseGemmEpilogues(rt::Plan &plan) {
   Readers readers = findReaders(plan);
-  auto onlyReader = [&](rt::BufferId id, size_t step) {
-    return plan.buffers[id].role == rt::BufferRole::Temporary && !readers.returned[id] &&
-           readers.steps[id] == std::vector<size_t>{step};
-  };
+  auto onlyReader = [&](rt::BufferId id, size_t step) { return readers.onlyReader(plan, id, step); };
   auto isElementwise = [&](size_t index, rt::ElementwiseOp op) {
     return index < plan.steps.size() && plan.steps[index].kind == rt::StepKind::Elementwise &&
            plan.steps[index].as<rt::ElementwiseParams>().op == op;
