@@ -22,6 +22,9 @@ struct CompileTraceOptions {
   bool convertToNhwc = false;
   /// Fold bias adds and relus into GEMM epilogues (cuBLASLt applies them).
   bool fuseGemmEpilogues = false;
+  /// Fold relus (and residual adds) into batch norms and their gradients
+  /// (cuDNN's fused batch-norm calls).
+  bool fuseBatchNormEpilogues = false;
   /// AMPJIT_DUMP: write every stage here as `<stem>.*`.
   std::string dumpDirectory;
   std::string dumpStem;
