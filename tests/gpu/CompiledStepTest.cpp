@@ -69,12 +69,14 @@ TEST_F(CompiledStepOnGpu, ClassifierStepMatchesTheCpuStepAtEveryLevel) {
 }
 
 /// A small ResNet-18 (CIFAR stem, widths 4-32: every batch norm's channel
-/// count a multiple of 4) with SGD and a GradScaler.
+/// count a multiple of 4) with SGD and a GradScaler. The lr is small: with
+/// batch statistics over 4 images, two runs a rounding apart drift apart
+/// quickly at a training lr (seen on the CPU between fused and unfused bf16).
 struct SmallResNet {
   explicit SmallResNet(Generator& generator)
       : model(nn::resnet18({.num_classes = 4, .stem = nn::ResNetOptions::Stem::cifar, .base_width = 4,
                             .init = {.generator = &generator}})),
-        opt(model->parameters(), {.lr = 0.05, .momentum = 0.9}) {}
+        opt(model->parameters(), {.lr = 5e-4, .momentum = 0.9}) {}
   Tensor step(const Tensor& x, const Tensor& y) {
     opt.zero_grad();
     Tensor loss = cross_entropy((*model)(x), y);
@@ -114,8 +116,10 @@ TEST_F(CompiledStepOnGpu, ResNetStepWithFusedBatchNormsMatchesTheCpuStep) {
         double cpuLoss = cpuStep(x, y).item();
         double gpuLoss = gpuStep(x, y).item();
         // Convolutions and batch-norm sums run in another order on the
-        // device, and every block's epilogue rounds once instead of twice.
-        EXPECT_NEAR(gpuLoss, cpuLoss, 2e-2 * std::fabs(cpuLoss)) << "step " << stepIndex;
+        // device, and every block's epilogue rounds once instead of twice
+        // (on the CPU, fused and unfused first losses differ by ~1% in bf16).
+        double relative = config.level == amp::O0 ? 1e-3 : config.dtype == bf16 ? 4e-2 : 1e-2;
+        EXPECT_NEAR(gpuLoss, cpuLoss, relative * std::fabs(cpuLoss)) << "step " << stepIndex;
       }
       EXPECT_EQ(gpuStep.stats().traces, 1u);
     }
