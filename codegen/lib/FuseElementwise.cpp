@@ -24,6 +24,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "PlanFusion.h"
+
 #include "ampjit/Codegen/PlanBuilder.h"
 
 #include <algorithm>
@@ -34,13 +36,7 @@ namespace rt = ampjit::runtime;
 
 namespace ampjit::codegen {
 
-namespace {
-
-/// Where each buffer is read: step indices, and whether the function returns it.
-struct Readers {
-  std::vector<std::vector<size_t>> steps;
-  std::vector<bool> returned;
-};
+namespace detail {
 
 Readers findReaders(const rt::Plan &plan) {
   Readers readers{std::vector<std::vector<size_t>>(plan.buffers.size()),
@@ -53,6 +49,17 @@ Readers findReaders(const rt::Plan &plan) {
     readers.returned[result.buffer] = true;
   return readers;
 }
+
+bool Readers::onlyReader(const rt::Plan &plan, rt::BufferId id, size_t step) const {
+  return plan.buffers[id].role == rt::BufferRole::Temporary && !returned[id] &&
+         steps[id] == std::vector<size_t>{step};
+}
+
+} // namespace detail
+
+namespace {
+
+using detail::Readers;
 
 /// One fused step for the steps [first, last] (all Elementwise, one output shape).
 rt::Step fuseRun(const rt::Plan &plan, const Readers &readers, size_t first, size_t last) {
@@ -108,7 +115,10 @@ rt::Step fuseRun(const rt::Plan &plan, const Readers &readers, size_t first, siz
   return fused;
 }
 
-/// Drops temporaries no step writes any more and renumbers the rest.
+} // namespace
+
+namespace detail {
+
 void dropUnusedTemporaries(rt::Plan &plan) {
   std::vector<bool> used(plan.buffers.size(), false);
   for (const rt::Step &step : plan.steps) {
@@ -143,7 +153,10 @@ void dropUnusedTemporaries(rt::Plan &plan) {
     remap(result.buffer);
 }
 
-} // namespace
+} // namespace detail
+
+using detail::dropUnusedTemporaries;
+using detail::findReaders;
 
 void fuseElementwiseSteps(rt::Plan &plan) {
   Readers readers = findReaders(plan);
@@ -226,10 +239,7 @@ void fuseGemmEpilogues(rt::Plan &plan) {
   // Forward (bias, relu, gelu) and GELU-gradient epilogues: a product read
   // only by the next step, folded with up to two steps after it.
   Readers readers = findReaders(plan);
-  auto onlyReader = [&](rt::BufferId id, size_t step) {
-    return plan.buffers[id].role == rt::BufferRole::Temporary && !readers.returned[id] &&
-           readers.steps[id] == std::vector<size_t>{step};
-  };
+  auto onlyReader = [&](rt::BufferId id, size_t step) { return readers.onlyReader(plan, id, step); };
   auto isElementwise = [&](size_t index, rt::ElementwiseOp op) {
     return index < plan.steps.size() && plan.steps[index].kind == rt::StepKind::Elementwise &&
            plan.steps[index].as<rt::ElementwiseParams>().op == op;

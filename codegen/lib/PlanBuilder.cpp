@@ -166,6 +166,8 @@ public:
       return failure();
     if (options.fuseGemmEpilogues)
       fuseGemmEpilogues(plan);
+    if (options.fuseBatchNormEpilogues)
+      fuseBatchNormEpilogues(plan);
     if (options.fuseElementwise)
       fuseElementwiseSteps(plan);
     layOutArena();

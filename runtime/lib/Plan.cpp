@@ -173,6 +173,15 @@ std::string_view gemmEpilogueName(GemmEpilogue epilogue) {
   return "<invalid epilogue>";
 }
 
+std::string_view batchNormActivationName(BatchNormActivation activation) {
+  switch (activation) {
+  case BatchNormActivation::None: return "none";
+  case BatchNormActivation::Relu: return "relu";
+  case BatchNormActivation::AddRelu: return "add_relu";
+  }
+  return "<invalid activation>";
+}
+
 std::string_view reduceOpName(ReduceOp op) {
   switch (op) {
   case ReduceOp::Sum: return "sum";
@@ -224,8 +233,8 @@ std::size_t paramsIndexOf(StepKind kind) {
   case StepKind::LogSoftmax:
   case StepKind::SoftmaxGrad:
   case StepKind::LogSoftmaxGrad:
-  case StepKind::LayerNormGrad:
-  case StepKind::BatchNormGrad: return variantIndex<AxisParams>();
+  case StepKind::LayerNormGrad: return variantIndex<AxisParams>();
+  case StepKind::BatchNormGrad: return variantIndex<BatchNormGradParams>();
   case StepKind::Conv2d:
   case StepKind::Conv2dGradInput:
   case StepKind::Conv2dGradWeight: return variantIndex<Conv2dParams>();
@@ -421,11 +430,26 @@ std::vector<std::string> slotNames(const Step& step, bool outputs) {
   case StepKind::Conv2dGradInput: return pick({"dy", "weight"}, {"dx"});
   case StepKind::Conv2dGradWeight: return pick({"dy", "x"}, {"dweight"});
   case StepKind::BatchNorm:
-    return pick({"x", "weight", "bias", "running_mean", "running_var"},
-                {"y", "save_mean", "save_invstd", "new_running_mean", "new_running_var"});
-  case StepKind::BatchNormInference: return pick({"x", "weight", "bias", "running_mean", "running_var"}, {"y"});
-  case StepKind::BatchNormGrad:
-    return pick({"dy", "x", "save_mean", "save_invstd", "weight"}, {"dx", "dweight", "dbias"});
+  case StepKind::BatchNormInference: {
+    std::vector<std::string> in = {"x", "weight", "bias", "running_mean", "running_var"};
+    if (step.as<BatchNormParams>().activation == BatchNormActivation::AddRelu)
+      in.push_back("z");
+    if (step.kind == StepKind::BatchNormInference)
+      return pick(in, {"y"});
+    return pick(in, {"y", "save_mean", "save_invstd", "new_running_mean", "new_running_var"});
+  }
+  case StepKind::BatchNormGrad: {
+    std::vector<std::string> in = {"dy", "x", "save_mean", "save_invstd", "weight"};
+    std::vector<std::string> out = {"dx", "dweight", "dbias"};
+    BatchNormActivation activation = step.as<BatchNormGradParams>().activation;
+    if (activation != BatchNormActivation::None) {
+      in.push_back("y");
+      in.push_back("bias");
+    }
+    if (activation == BatchNormActivation::AddRelu)
+      out.push_back("dz");
+    return pick(in, out);
+  }
   case StepKind::MaxPool2d:
   case StepKind::AvgPool2d: return pick({"x"}, {"y"});
   case StepKind::MaxPool2dGrad:
@@ -443,7 +467,8 @@ bool isOptionalInputSlot(const Step& step, std::size_t slot) {
   case StepKind::Conv2d: return slot == 2;
   case StepKind::BatchNorm:
   case StepKind::BatchNormInference: return slot == 1 || slot == 2;
-  case StepKind::BatchNormGrad: return slot == 4;
+  case StepKind::BatchNormGrad:
+    return slot == batch_norm_grad_slot::kWeight || slot == batch_norm_grad_slot::kBias;
   case StepKind::OptimizerUpdate:
     if (step.as<OptimizerParams>().optimizer == OptimizerKind::Adam)
       return slot == adam_slot::kInvScale || slot == adam_slot::kPredicate ||
@@ -1156,10 +1181,13 @@ Status StepChecker::checkConv() const {
 
 Status StepChecker::checkBatchNorm() const {
   bool training = step_.kind == StepKind::BatchNorm;
-  AMPJIT_RETURN_IF_ERROR(checkSlotCounts(5, training ? 5 : 1));
+  const BatchNormParams& params = step_.as<BatchNormParams>();
+  if (int(params.activation) >= kBatchNormActivationCount)
+    return Status::error("has an invalid activation " + std::to_string(int(params.activation)));
+  bool addsResidual = params.activation == BatchNormActivation::AddRelu;
+  AMPJIT_RETURN_IF_ERROR(checkSlotCounts(addsResidual ? 6 : 5, training ? 5 : 1));
   AMPJIT_RETURN_IF_ERROR(checkRequiredSlots());
   AMPJIT_RETURN_IF_ERROR(expectFloatIn(0));
-  const BatchNormParams& params = step_.as<BatchNormParams>();
   const Shape& shape = in(0).shape;
   if (shape.size() < 2)
     return Status::error(inName(0) + " must have rank >= 2 (a batch and channels)");
@@ -1176,6 +1204,8 @@ Status StepChecker::checkBatchNorm() const {
   for (size_t i = 1; i < 5; ++i)
     if (hasIn(i))
       AMPJIT_RETURN_IF_ERROR(expectIn(i, channel, ": one value per channel in the statistics type"));
+  if (addsResidual)
+    AMPJIT_RETURN_IF_ERROR(expectIn(batch_norm_slot::kZ, in(0), ", the type of 'x' (the residual added before the relu)"));
   AMPJIT_RETURN_IF_ERROR(expectOut(0, in(0)));
   if (training)
     for (size_t i = 1; i < 5; ++i)
@@ -1184,22 +1214,37 @@ Status StepChecker::checkBatchNorm() const {
 }
 
 Status StepChecker::checkBatchNormGrad() const {
-  AMPJIT_RETURN_IF_ERROR(checkSlotCounts(5, 3));
+  namespace slot = batch_norm_grad_slot;
+  BatchNormActivation activation = step_.as<BatchNormGradParams>().activation;
+  if (int(activation) >= kBatchNormActivationCount)
+    return Status::error("has an invalid activation " + std::to_string(int(activation)));
+  bool folded = activation != BatchNormActivation::None;
+  bool residual = activation == BatchNormActivation::AddRelu;
+  AMPJIT_RETURN_IF_ERROR(checkSlotCounts(folded ? 7 : 5, residual ? 4 : 3));
   AMPJIT_RETURN_IF_ERROR(checkRequiredSlots());
-  AMPJIT_RETURN_IF_ERROR(expectFloatIn(1));
-  const Shape& shape = in(1).shape;
+  AMPJIT_RETURN_IF_ERROR(expectFloatIn(slot::kX));
+  const Shape& shape = in(slot::kX).shape;
   if (shape.size() < 2)
-    return Status::error(inName(1) + " must have rank >= 2 (a batch and channels)");
-  int64_t axis = step_.as<AxisParams>().axis;
+    return Status::error(inName(slot::kX) + " must have rank >= 2 (a batch and channels)");
+  int64_t axis = step_.as<BatchNormGradParams>().axis;
   AMPJIT_RETURN_IF_ERROR(expectAxis(axis, shape.size(), "axis"));
-  TensorType channel{statisticsType(in(1).dtype), {shape[size_t(axis)]}};
-  AMPJIT_RETURN_IF_ERROR(expectIn(0, in(1), ", the type of 'x'"));
-  for (size_t i = 2; i < 5; ++i)
+  TensorType channel{statisticsType(in(slot::kX).dtype), {shape[size_t(axis)]}};
+  AMPJIT_RETURN_IF_ERROR(expectIn(slot::kDy, in(slot::kX), ", the type of 'x'"));
+  for (size_t i : {slot::kSaveMean, slot::kSaveInvstd, slot::kWeight})
     if (hasIn(i))
       AMPJIT_RETURN_IF_ERROR(expectIn(i, channel, ": one value per channel in the statistics type"));
-  AMPJIT_RETURN_IF_ERROR(expectOut(0, in(1)));
-  AMPJIT_RETURN_IF_ERROR(expectOut(1, channel));
-  return expectOut(2, channel);
+  if (folded) {
+    AMPJIT_RETURN_IF_ERROR(
+        expectIn(slot::kY, in(slot::kX), ", the type of 'x' (the forward's output after the relu)"));
+    if (hasIn(slot::kBias))
+      AMPJIT_RETURN_IF_ERROR(expectIn(slot::kBias, channel, ": one value per channel in the statistics type"));
+  }
+  AMPJIT_RETURN_IF_ERROR(expectOut(slot::kDx, in(slot::kX)));
+  AMPJIT_RETURN_IF_ERROR(expectOut(slot::kDweight, channel));
+  AMPJIT_RETURN_IF_ERROR(expectOut(slot::kDbias, channel));
+  if (residual)
+    AMPJIT_RETURN_IF_ERROR(expectOut(slot::kDz, in(slot::kX), ", the type of 'x' (the residual's gradient)"));
+  return Status::success();
 }
 
 Status StepChecker::checkPool() const {

@@ -32,6 +32,10 @@ template <> struct EnumInfo<GemmEpilogue> {
   static constexpr int count = kGemmEpilogueCount;
   static std::string_view name(GemmEpilogue value) { return gemmEpilogueName(value); }
 };
+template <> struct EnumInfo<BatchNormActivation> {
+  static constexpr int count = kBatchNormActivationCount;
+  static std::string_view name(BatchNormActivation value) { return batchNormActivationName(value); }
+};
 template <> struct EnumInfo<ReduceOp> {
   static constexpr int count = kReduceOpCount;
   static std::string_view name(ReduceOp value) { return reduceOpName(value); }

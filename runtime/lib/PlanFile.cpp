@@ -42,11 +42,19 @@ public:
   void f64(double value) { little(std::bit_cast<uint64_t>(value), 8); }
   void string(const std::string& value) {
     u32(uint32_t(value.size()));
-    bytes.insert(bytes.end(), value.begin(), value.end());
+    append(reinterpret_cast<const uint8_t*>(value.data()), value.size());
   }
   void blob(const std::vector<uint8_t>& value) {
     u64(value.size());
-    bytes.insert(bytes.end(), value.begin(), value.end());
+    append(value.data(), value.size());
+  }
+  // Growing, then copying: GCC 12 warns falsely (-Wstringop-overflow) about
+  // vector::insert of a range once enough of encodePlan is inlined.
+  void append(const uint8_t* data, std::size_t count) {
+    std::size_t end = bytes.size();
+    bytes.resize(end + count);
+    if (count > 0)
+      std::memcpy(bytes.data() + end, data, count);
   }
   void shape(const Shape& value) {
     u32(uint32_t(value.size()));

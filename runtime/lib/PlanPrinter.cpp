@@ -86,6 +86,10 @@ public:
     first_ = false;
     if (!isRelevantField(step_, name))
       return;
+    // Most batch norms have no epilogue; say so only when they have one.
+    if constexpr (std::is_same_v<T, BatchNormActivation>)
+      if (value == BatchNormActivation::None)
+        return;
     if constexpr (std::is_same_v<T, bool>) {
       if (value)
         text_ += std::string(" ") + name;

@@ -375,7 +375,7 @@ void buildBatchNorm(OpContext& ctx, Step& step) {
 
 void buildBatchNormGrad(OpContext& ctx, Step& step) {
   ctx.expectCounts(5, 3, "grad_output, input, save_mean, save_invstd, weight?");
-  step.as<AxisParams>().axis = ctx.i64("axis", std::nullopt);
+  step.as<BatchNormGradParams>().axis = ctx.i64("axis", std::nullopt);
 }
 
 void buildPool(OpContext& ctx, Step& step) {

@@ -9,6 +9,7 @@
 // on the GPU and in double on the CPU. Pooling mirrors the CPU's order, so it
 // must agree to the dtype's tolerance with no slack, ties and NaN included.
 
+#include "BatchNormTestPlans.h"
 #include "ConvTestShapes.h"
 #include "GpuTestUtil.h"
 
@@ -16,6 +17,7 @@
 #include "ampjit/runtime/WindowShape.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 
@@ -263,6 +265,41 @@ TEST_F(GpuTest, BatchNormGradMatchesTheCpu) {
         int64_t perChannel = x.elementCount() / c.x[size_t(c.axis)];
         expectResultsMatch(*both, reductionSlack(perChannel * 2), label);
       }
+}
+
+TEST_F(GpuTest, FusedBatchNormMatchesTheCpuOnCudnnsPathAndTheFallback) {
+  // The epilogues (BatchNormActivation) against the CPU's definition. f16
+  // training on rank-4 NHWC with channels a multiple of 4 runs cuDNN's fused
+  // calls (reserve space passed from forward to backward); every other case,
+  // and every case under AMPJIT_CUDA_FUSED_BN=0, the fallback kernels. Three
+  // runs: step by step, captured, replayed.
+  uint32_t seed = 550;
+  for (const char* fusedCalls : {"1", "0"}) {
+    ::setenv("AMPJIT_CUDA_FUSED_BN", fusedCalls, 1);
+    for (const test::BatchNormBlockShape& shape : test::batchNormBlockShapes())
+      for (DType dtype : kDTypes)
+        for (BatchNormActivation activation : {BatchNormActivation::Relu, BatchNormActivation::AddRelu})
+          for (bool training : {true, false})
+            for (bool affine : {true, false}) {
+              test::BatchNormBlockOptions options{dtype, activation, training, affine};
+              std::string label = shape.label + " " + nameOf(dtype) + " " +
+                                  std::string(batchNormActivationName(activation)) +
+                                  (training ? " training" : " inference") + (affine ? "" : " no weight/bias") +
+                                  " AMPJIT_CUDA_FUSED_BN=" + fusedCalls;
+              Plan plan = test::batchNormBlockPlan(shape, options);
+              std::vector<Tensor> arguments = randomArguments(plan, seed++);
+              for (size_t i = 0; i < plan.argumentCount(); ++i) {
+                const std::string& name = plan.buffers[plan.argumentBuffer(i)].name;
+                if (name == "running_var" || name == "weight")
+                  fillPositive(arguments, i, seed++);
+              }
+              Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, arguments, 3);
+              ASSERT_TRUE(both.ok()) << label << ": " << both.message();
+              int64_t perChannel = test::tt(dtype, shape.x).elementCount() / shape.x[size_t(shape.axis)];
+              expectResultsMatch(*both, reductionSlack(perChannel * 2), label);
+            }
+  }
+  ::unsetenv("AMPJIT_CUDA_FUSED_BN");
 }
 
 //===----------------------------------------------------------------------===//

@@ -1,7 +1,8 @@
 //===- ampjit-run.cpp - compile a .mlir step and run it -------------------===//
 //
 //   ampjit-run step.mlir [--amp-pipeline="level=O1 dtype=f16"] [--print-plan]
-//              [--jit-fuse-elementwise] [--jit-fuse-gemm-epilogues] [--emit-plan=plan.bin] [--steps=N] [--seed=S] [--arg=3=w.npy]
+//              [--jit-fuse-elementwise] [--jit-fuse-gemm-epilogues] [--jit-fuse-batch-norm-epilogues]
+//              [--emit-plan=plan.bin] [--steps=N] [--seed=S] [--arg=3=w.npy]
 //              [--arg=14=0.01] [--print-results] [--save-results=DIR]
 //
 // Parses and verifies the module, optionally runs the AMP pipeline, lowers the
@@ -56,6 +57,10 @@ static llvm::cl::opt<bool> fuseGemmEpilogues(
     "jit-fuse-gemm-epilogues",
     llvm::cl::desc("Fold bias adds, relu/gelu-tanh, gelu-tanh gradients and bias-gradient sums into the "
                    "gemm steps (the CUDA pipeline's cuBLASLt epilogues)"));
+static llvm::cl::opt<bool> fuseBatchNormEpilogues(
+    "jit-fuse-batch-norm-epilogues",
+    llvm::cl::desc("Fold relu(batch_norm(x) [+ z]) into the batch norm and the relu's gradient into its "
+                   "batch_norm_grad (the CUDA pipeline's)"));
 static llvm::cl::opt<std::string> emitPlan("emit-plan", llvm::cl::desc("Save the plan to this file"));
 static llvm::cl::opt<std::string> loadPlanFile(
     "load-plan", llvm::cl::desc("Run this saved plan instead of compiling (the .mlir is not read)"));
@@ -266,7 +271,9 @@ int main(int argc, char **argv) {
     if (failed(entry))
       return 1;
     FailureOr<rt::Plan> built =
-        ampjit::codegen::buildPlan(*entry, {.fuseElementwise = fuseElementwise, .fuseGemmEpilogues = fuseGemmEpilogues});
+        ampjit::codegen::buildPlan(*entry, {.fuseElementwise = fuseElementwise,
+                                            .fuseGemmEpilogues = fuseGemmEpilogues,
+                                            .fuseBatchNormEpilogues = fuseBatchNormEpilogues});
     if (failed(built))
       return 1;
     plan = std::move(*built);

@@ -191,6 +191,7 @@ CompiledTrace compileTrace(const TraceGraph& graph, const CompileTraceOptions& o
   FailureOr<rt::Plan> plan =
       ampjit::codegen::buildPlan(*entry, {.fuseElementwise = options.fuseElementwise,
                                           .fuseGemmEpilogues = options.fuseGemmEpilogues,
+                                          .fuseBatchNormEpilogues = options.fuseBatchNormEpilogues,
                                           .recordLocations = true});
   if (failed(plan))
     throw fail("code generation failed");

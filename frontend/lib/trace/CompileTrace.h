@@ -23,6 +23,9 @@ struct CompileTraceOptions {
   /// Fold bias adds, activations and their gradients into GEMM epilogues
   /// (cuBLASLt applies them; codegen::PlanOptions::fuseGemmEpilogues).
   bool fuseGemmEpilogues = false;
+  /// Fold relus (and residual adds) into batch norms and their gradients
+  /// (cuDNN's fused batch-norm calls).
+  bool fuseBatchNormEpilogues = false;
   /// AMPJIT_DUMP: write every stage here as `<stem>.*`.
   std::string dumpDirectory;
   std::string dumpStem;

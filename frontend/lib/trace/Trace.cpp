@@ -197,6 +197,7 @@ private:
         .fuseElementwise = options_.fuse_elementwise && !checkNumerics,
         .convertToNhwc = cuda_ != nullptr,
         .fuseGemmEpilogues = cuda_ != nullptr && !checkNumerics,
+        .fuseBatchNormEpilogues = cuda_ != nullptr && !checkNumerics,
         .dumpDirectory = dumpDirectory ? dumpDirectory : "",
         .dumpStem = options_.name + ".v" + std::to_string(variants_.size() + 1)};
     variant->compiled = compileTrace(graph, compileOptions);

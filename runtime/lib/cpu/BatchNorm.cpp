@@ -11,6 +11,12 @@
 // Sums visit elements in row-major order of the reduced index. For NCHW
 // (axis 1) and NHWC (axis 3) that is (n, h, w) in both, so the two layouts
 // produce identical bits.
+//
+// The fused epilogues (Plan.h, BatchNormActivation) are the unfused steps'
+// arithmetic without the stores between them: relu(bn + z) in the compute
+// type with the Elementwise relu (`v < 0 ? 0 : v`), and in the gradient the
+// ReluGrad select applied to dy before the sums. So f32/f64 plans give the
+// unfused bits, and f16/bf16 forwards differ only by the skipped roundings.
 
 #include "CpuKernels.h"
 
@@ -104,6 +110,14 @@ Status batchNorm(const Step& step, const StepIO& io) {
     size_t k = size_t(c);
     y[size_t(i)] = (x[size_t(i)] - mean[k]) * invstd[k] * weight[k] + bias[k];
   });
+  if (params.activation == BatchNormActivation::AddRelu) {
+    std::vector<T> z = loadAll<T>(io.in[batch_norm_slot::kZ]);
+    for (size_t e = 0; e < y.size(); ++e)
+      y[e] = y[e] + z[e];
+  }
+  if (params.activation != BatchNormActivation::None)
+    for (T& value : y)
+      value = value < T(0) ? T(0) : value;
   storeRange<T>(io.out[0], 0, int64_t(y.size()), y.data());
   if (training) {
     storeRange<T>(io.out[1], 0, channels, mean.data());
@@ -120,10 +134,19 @@ Status batchNorm(const Step& step, const StepIO& io) {
 /// the per-channel sums.
 template <typename T>
 Status batchNormGrad(const Step& step, const StepIO& io) {
-  ChannelLayout layout(io.in[1].dims(), step.as<AxisParams>().axis);
+  const BatchNormGradParams& params = step.as<BatchNormGradParams>();
+  ChannelLayout layout(io.in[1].dims(), params.axis);
   int64_t channels = layout.channels;
   size_t channelCount = size_t(channels); // (`vector<T> v(size_t(channels))` would declare a function)
   std::vector<T> dy = loadAll<T>(io.in[0]), x = loadAll<T>(io.in[1]);
+  if (params.activation != BatchNormActivation::None) {
+    // The relu's gradient: from here on `dy` is g. The bias slot is unused.
+    std::vector<T> y = loadAll<T>(io.in[batch_norm_grad_slot::kY]);
+    for (size_t e = 0; e < dy.size(); ++e)
+      dy[e] = y[e] > T(0) ? dy[e] : T(0);
+    if (params.activation == BatchNormActivation::AddRelu)
+      storeRange<T>(io.out[batch_norm_grad_slot::kDz], 0, int64_t(dy.size()), dy.data());
+  }
   std::vector<T> mean = loadAll<T>(io.in[2]), invstd = loadAll<T>(io.in[3]);
   std::vector<T> weight = loadOr<T>(io.in[4], channels, T(1));
 

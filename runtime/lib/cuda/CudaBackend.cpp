@@ -322,7 +322,7 @@ private:
     if (kernel)
       return cuda::makeGeneratedElementwiseStep(context, *kernel);
     if (cuda::runsThroughCudnn(step.kind))
-      return cuda::makeCudnnStep(context, plan_, step);
+      return cuda::makeCudnnStep(context, plan_, step, cudnnState_);
     if (cuda::runsAsHandwrittenKernel(step.kind))
       return cuda::makeHandwrittenStep(context, plan_, step);
     return Status::error("the CUDA backend has no kernel for " + std::string(stepKindName(step.kind)) + " steps");
@@ -566,6 +566,8 @@ private:
   std::map<std::size_t, std::vector<std::pair<std::size_t, std::size_t>>> forksAfterStep_;
   std::map<std::size_t, std::size_t> splitAtStep_;
   std::size_t workspaceBytes_ = 0;
+  /// Shared by this plan's cuDNN steps (fused batch norms' reserve spaces).
+  cuda::CudnnPlanState cudnnState_;
   std::shared_ptr<Storage> arena_, workspace_;
   std::vector<std::shared_ptr<Storage>> fixed_;
   std::vector<void*> pointers_;

@@ -17,6 +17,7 @@
 // Pooling does not use cuDNN: PoolingKernels.cu mirrors the CPU's windows,
 // tie and NaN rules bit for bit, which cuDNN's pooling does not.
 
+#include "BatchNormKernels.h"
 #include "DeviceStep.h"
 #include "PoolingKernels.h"
 
@@ -25,6 +26,8 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 namespace ampjit::runtime::cuda {
@@ -402,6 +405,59 @@ Status ConvolutionStep::enqueue(const StepPointers& pointers, cudaStream_t strea
 // Batch norm
 //===----------------------------------------------------------------------===//
 
+using ActivationDescriptor = Descriptor<cudnnActivationDescriptor_t, cudnnCreateActivationDescriptor,
+                                        cudnnDestroyActivationDescriptor>;
+
+pooling::Storage poolingStorageOf(DType dtype) {
+  switch (dtype) {
+  case DType::F16: return pooling::Storage::F16;
+  case DType::BF16: return pooling::Storage::BF16;
+  case DType::F64: return pooling::Storage::F64;
+  default: return pooling::Storage::F32;
+  }
+}
+
+/// AMPJIT_CUDA_FUSED_BN=0 sends every fused batch norm to the fallback (the
+/// first GPU sessions bisect with it); anything else, or unset, allows cuDNN's
+/// fused calls where they apply.
+bool cudnnFusedBatchNormAllowed() {
+  const char* value = std::getenv("AMPJIT_CUDA_FUSED_BN");
+  return value == nullptr || std::string_view(value) != "0";
+}
+
+} // namespace
+
+/// What a fused batch norm's forward leaves for its gradient when both run
+/// cuDNN's fused calls (CUDNN_BATCHNORM_SPATIAL_PERSISTENT with an
+/// activation): the reserve space, which cudnnBatchNormalizationForwardTrainingEx
+/// writes and cudnnBatchNormalizationBackwardEx reads, and must be kept
+/// between them. Plan buffers cannot hold it (its size is cuDNN's business),
+/// so the forward's BatchNormStep allocates it at prepare and registers it in
+/// the plan's CudnnPlanState under its save_mean buffer, which the gradient
+/// reads too: that is how the gradient finds it. One space per forward step,
+/// reused by every run (a run's backward reads what the same run's forward
+/// wrote, in stream order).
+struct BatchNormReserve {
+  BatchNormReserve() = default;
+  BatchNormReserve(const BatchNormReserve&) = delete;
+  BatchNormReserve& operator=(const BatchNormReserve&) = delete;
+  ~BatchNormReserve() {
+    if (space != nullptr)
+      cudaFree(space);
+  }
+  void* space = nullptr;
+  std::size_t bytes = 0;
+  BatchNormActivation activation = BatchNormActivation::None;
+  /// The forward's eps, which cuDNN wants again in the backward.
+  double eps = 1e-5;
+  /// Whether the forward runs the fused call, so the space holds what the
+  /// backward needs. Cleared for good if cuDNN refuses the call on the first
+  /// run (before any capture): both steps then take the fallback.
+  bool forwardUsesCudnn = false;
+};
+
+namespace {
+
 /// BatchNorm (training), BatchNormInference and BatchNormGrad through
 /// cuDNN's spatial batch norm. What cuDNN computes matches the plan's
 /// definitions (Plan.h, runtime/lib/cpu/BatchNorm.cpp):
@@ -417,20 +473,60 @@ Status ConvolutionStep::enqueue(const StepPointers& pointers, cudaStream_t strea
 /// bf16 data is staged through f32 copies in the workspace: PyTorch never
 /// sends bf16 to cuDNN's legacy batch norm, so neither do we, and widening,
 /// computing in f32 and rounding y or dx once is exactly the CPU's rule.
+///
+/// Epilogues (BatchNormActivation) take one of two paths, chosen at prepare:
+///  * cuDNN's fused calls, cudnnBatchNormalizationForwardTrainingEx and
+///    cudnnBatchNormalizationBackwardEx with CUDNN_BATCHNORM_OPS_BN_ACTIVATION
+///    or _BN_ADD_ACTIVATION and a ReLU activation descriptor, for exactly the
+///    configuration cuDNN documents for its semi-persistent NHWC kernel: a
+///    training forward and its gradient, both fused, f16 data, rank-4 NHWC,
+///    fully packed, mode CUDNN_BATCHNORM_SPATIAL_PERSISTENT, a non-null
+///    workspace of the size cuDNN asks, a reserve space kept from forward to
+///    backward (BatchNormReserve), and channels a multiple of 4 (cuDNN
+///    requires it for the add; we ask it of both, ResNets have it anyway);
+///  * otherwise (bf16, f32, f64, NCHW or other ranks, other channel counts,
+///    inference, AMPJIT_CUDA_FUSED_BN=0, a gradient whose forward is not
+///    fused, or cuDNN refusing the call on the first run) the fallback: the
+///    forward normalises as an unfused step would, but into f32 (f16/bf16
+///    data staged; f32/f64 in y itself), and a kernel applies (add and) relu
+///    and rounds once; the gradient runs the relu-gradient kernel into dz (or
+///    a workspace scratch) and then the unfused backward on it.
+/// Both stay capturable: everything is allocated and decided at prepare.
 class BatchNormStep final : public DeviceStep {
 public:
   BatchNormStep(const Step& step, bool isDouble) : kind_(step.kind), label_(labelOf(step)), blend_(isDouble) {}
 
-  Status prepare(DeviceContext& context, const Plan& plan, const Step& step);
-  std::size_t workspaceBytes() const override { return staged_ ? 3 * stagedBytes_ : 0; }
+  Status prepare(DeviceContext& context, const Plan& plan, const Step& step, CudnnPlanState& state);
+  std::size_t workspaceBytes() const override {
+    return std::max(fallbackWorkspaceBytes(), fused_ ? cudnnWorkspaceBytes_ : std::size_t(0));
+  }
   Status enqueue(const StepPointers& pointers, cudaStream_t stream) override;
 
 private:
+  bool gradient() const { return kind_ == StepKind::BatchNormGrad; }
+  std::size_t fallbackWorkspaceBytes() const { return (staged_ ? 3 * stagedBytes_ : 0) + reluGradScratchBytes_; }
+  /// Decides whether this step runs cuDNN's fused call (fused_) and, if so,
+  /// describes it; any configuration cuDNN's fused kernel does not cover
+  /// leaves fused_ false, which is not an error.
+  Status prepareFused(const Plan& plan, const Step& step, CudnnPlanState& state);
+  /// cuDNN's fused forward or backward (the stream is bound; a forward's
+  /// running statistics are already in its outputs).
+  cudnnStatus_t runFused(const StepPointers& pointers);
+  /// Everything but the fused calls: the plain batch norm, staged for bf16,
+  /// with the fallback's relu-gradient and epilogue kernels around it.
+  Status runUnfused(const StepPointers& pointers, cudaStream_t stream);
+  /// The legacy cuDNN call, on data in the descriptor's type (the stream is bound).
   Status run(std::span<void* const> in, std::span<void* const> out, cudaStream_t stream);
+  /// cuDNN updates the running statistics in the buffers it is given: give
+  /// it the outputs, holding the old values unless they already are the
+  /// state (updated in place).
+  Status copyRunningStatistics(std::span<void* const> in, std::span<void* const> out, cudaStream_t stream);
 
   StepKind kind_;
   std::string label_;
   Blend blend_;
+  BatchNormActivation activation_ = BatchNormActivation::None;
+  pooling::Storage storage_ = pooling::Storage::F32;
   cudnnHandle_t handle_ = nullptr;
   TensorDescriptor data_, statistics_;
   /// Stand-ins for an absent weight (ones) and bias (zeros).
@@ -441,21 +537,42 @@ private:
   bool nothing_ = false;
   /// A gradient over no elements: dweight and dbias are 0, dx is empty.
   bool zeroParameterGradients_ = false;
-  /// bf16 data runs in f32: three f32 copies (x, dy and y or dx), each
-  /// `stagedBytes_` (rounded up to 256 bytes) in the workspace.
+  /// bf16 data, and f16 data of a forward epilogue, runs in f32: three f32
+  /// copies (x, dy and y or dx), each `stagedBytes_` (rounded up to 256
+  /// bytes), at the start of the workspace.
   bool staged_ = false;
   int64_t elementCount_ = 0;
   std::size_t stagedBytes_ = 0;
+  /// A relu-only gradient's g on the fallback, after the staged copies.
+  std::size_t reluGradScratchBytes_ = 0;
+
+  // cuDNN's fused path.
+  bool fused_ = false;
+  /// Set when cuDNN refused this gradient's fused call on the first run.
+  bool refused_ = false;
+  /// Set after the fused call first succeeded: a refusal after that is an error.
+  bool confirmed_ = false;
+  cudnnBatchNormOps_t operations_ = CUDNN_BATCHNORM_OPS_BN;
+  TensorDescriptor fusedData_, fusedStatistics_;
+  ActivationDescriptor relu_;
+  std::size_t cudnnWorkspaceBytes_ = 0;
+  std::shared_ptr<BatchNormReserve> reserve_;
 };
 
-Status BatchNormStep::prepare(DeviceContext& context, const Plan& plan, const Step& step) {
-  bool gradient = kind_ == StepKind::BatchNormGrad;
-  const TensorType& xType = plan.buffers[step.inputs[gradient ? 1 : 0]].type;
-  int64_t axis = gradient ? step.as<AxisParams>().axis : step.as<BatchNormParams>().axis;
-  if (!gradient) {
-    eps_ = step.as<BatchNormParams>().eps;
-    momentum_ = step.as<BatchNormParams>().momentum;
+Status BatchNormStep::prepare(DeviceContext& context, const Plan& plan, const Step& step, CudnnPlanState& state) {
+  const TensorType& xType = plan.buffers[step.inputs[gradient() ? 1 : 0]].type;
+  int64_t axis = 0;
+  if (gradient()) {
+    axis = step.as<BatchNormGradParams>().axis;
+    activation_ = step.as<BatchNormGradParams>().activation;
+  } else {
+    const BatchNormParams& params = step.as<BatchNormParams>();
+    axis = params.axis;
+    activation_ = params.activation;
+    eps_ = params.eps;
+    momentum_ = params.momentum;
   }
+  storage_ = poolingStorageOf(xType.dtype);
   const Shape& shape = xType.shape;
   int64_t channels = shape[size_t(axis)];
   DType statisticsType = xType.dtype == DType::F64 ? DType::F64 : DType::F32;
@@ -465,15 +582,18 @@ Status BatchNormStep::prepare(DeviceContext& context, const Plan& plan, const St
     return Status::success();
   }
   if (xType.elementCount() == 0) {
-    nothing_ = !gradient;
-    zeroParameterGradients_ = gradient;
+    nothing_ = !gradient();
+    zeroParameterGradients_ = gradient();
     return Status::success();
   }
   // cuDNN's kernels index with 32 bits.
   AMPJIT_RETURN_IF_ERROR(checkFitsInt({xType.elementCount()}, label_));
   elementCount_ = xType.elementCount();
-  staged_ = xType.dtype == DType::BF16;
+  bool forwardEpilogue = !gradient() && activation_ != BatchNormActivation::None;
+  staged_ = xType.dtype == DType::BF16 || (xType.dtype == DType::F16 && forwardEpilogue);
   stagedBytes_ = (std::size_t(elementCount_) * sizeof(float) + 255) / 256 * 256;
+  if (gradient() && activation_ == BatchNormActivation::Relu)
+    reluGradScratchBytes_ = (std::size_t(elementCount_) * dtypeSize(xType.dtype) + 255) / 256 * 256;
   DType dataType = staged_ ? DType::F32 : xType.dtype;
 
   Expected<cudnnHandle_t> handle = context.cudnnHandle();
@@ -502,8 +622,11 @@ Status BatchNormStep::prepare(DeviceContext& context, const Plan& plan, const St
   AMPJIT_CUDNN_RETURN_IF_ERROR(cudnnDeriveBNTensorDescriptor(statistics_.get(), data_.get(), CUDNN_BATCHNORM_SPATIAL),
                                label_ + ": deriving the statistics descriptor");
 
-  bool hasWeight = step.inputs[gradient ? 4 : 1] != kNoBuffer;
-  bool hasBias = gradient || step.inputs[2] != kNoBuffer;
+  bool hasWeight = step.inputs[gradient() ? batch_norm_grad_slot::kWeight : batch_norm_slot::kWeight] != kNoBuffer;
+  // The plain backward does not read the bias; the fused one does.
+  bool hasBias = gradient() ? activation_ == BatchNormActivation::None ||
+                                  step.inputs[batch_norm_grad_slot::kBias] != kNoBuffer
+                            : step.inputs[batch_norm_slot::kBias] != kNoBuffer;
   auto fill = [&](DeviceBuffer& buffer, double value) -> Status {
     std::size_t count = std::size_t(channels);
     if (statisticsType == DType::F64) {
@@ -517,6 +640,73 @@ Status BatchNormStep::prepare(DeviceContext& context, const Plan& plan, const St
     AMPJIT_RETURN_IF_ERROR(fill(ones_, 1.0));
   if (!hasBias)
     AMPJIT_RETURN_IF_ERROR(fill(zeros_, 0.0));
+  return prepareFused(plan, step, state);
+}
+
+Status BatchNormStep::prepareFused(const Plan& plan, const Step& step, CudnnPlanState& state) {
+  if (activation_ == BatchNormActivation::None || kind_ == StepKind::BatchNormInference ||
+      !cudnnFusedBatchNormAllowed())
+    return Status::success();
+  const TensorType& xType = plan.buffers[step.inputs[gradient() ? batch_norm_grad_slot::kX : batch_norm_slot::kX]].type;
+  const Shape& shape = xType.shape;
+  int64_t axis = gradient() ? step.as<BatchNormGradParams>().axis : step.as<BatchNormParams>().axis;
+  bool addsResidual = activation_ == BatchNormActivation::AddRelu;
+  if (xType.dtype != DType::F16 || shape.size() != 4 || axis != 3 || shape[3] % 4 != 0)
+    return Status::success();
+  std::shared_ptr<BatchNormReserve> reserve;
+  if (gradient()) {
+    auto found = state.batchNormReserves.find(step.inputs[batch_norm_grad_slot::kSaveMean]);
+    if (found == state.batchNormReserves.end() || !found->second->forwardUsesCudnn ||
+        found->second->activation != activation_)
+      return Status::success();
+    reserve = found->second;
+  }
+
+  // Plan buffers are dense, so [N, H, W, C] is a fully packed NHWC tensor.
+  AMPJIT_RETURN_IF_ERROR(fusedData_.create(label_));
+  AMPJIT_RETURN_IF_ERROR(
+      setTensor4d(fusedData_, true, DType::F16, shape[0], shape[3], shape[1], shape[2], label_));
+  AMPJIT_RETURN_IF_ERROR(fusedStatistics_.create(label_));
+  AMPJIT_CUDNN_RETURN_IF_ERROR(
+      cudnnDeriveBNTensorDescriptor(fusedStatistics_.get(), fusedData_.get(), CUDNN_BATCHNORM_SPATIAL_PERSISTENT),
+      label_ + ": deriving the fused statistics descriptor");
+  AMPJIT_RETURN_IF_ERROR(relu_.create(label_));
+  // CUDNN_PROPAGATE_NAN: relu(NaN) = NaN, as the plan's relu (`v < 0 ? 0 : v`).
+  AMPJIT_CUDNN_RETURN_IF_ERROR(cudnnSetActivationDescriptor(relu_.get(), CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0),
+                               label_ + ": describing the relu");
+  operations_ = addsResidual ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+  cudnnTensorDescriptor_t residual = addsResidual ? fusedData_.get() : nullptr;
+  std::size_t workspace = 0;
+  // A size query that fails means cuDNN has no fused kernel for this
+  // configuration: the fallback runs instead.
+  if (gradient()) {
+    if (cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle_, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, operations_,
+                                                          fusedData_.get(), fusedData_.get(), fusedData_.get(),
+                                                          residual, fusedData_.get(), fusedStatistics_.get(),
+                                                          relu_.get(), &workspace) != CUDNN_STATUS_SUCCESS)
+      return Status::success();
+  } else {
+    std::size_t reserveBytes = 0;
+    if (cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+            handle_, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, operations_, fusedData_.get(), residual, fusedData_.get(),
+            fusedStatistics_.get(), relu_.get(), &workspace) != CUDNN_STATUS_SUCCESS ||
+        cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle_, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, operations_,
+                                                             relu_.get(), fusedData_.get(),
+                                                             &reserveBytes) != CUDNN_STATUS_SUCCESS)
+      return Status::success();
+    reserve = std::make_shared<BatchNormReserve>();
+    reserve->bytes = std::max<std::size_t>(reserveBytes, 1);
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaMalloc(&reserve->space, reserve->bytes),
+                                label_ + ": allocating cuDNN's batch-norm reserve space");
+    reserve->activation = activation_;
+    reserve->eps = eps_;
+    reserve->forwardUsesCudnn = true;
+    state.batchNormReserves[step.outputs[batch_norm_slot::kSaveMean]] = reserve;
+  }
+  // cuDNN's fused kernel wants a workspace, not a null pointer, even when it asks for none.
+  cudnnWorkspaceBytes_ = (std::max<std::size_t>(workspace, 1) + 255) / 256 * 256;
+  reserve_ = std::move(reserve);
+  fused_ = true;
   return Status::success();
 }
 
@@ -531,47 +721,115 @@ Status BatchNormStep::enqueue(const StepPointers& pointers, cudaStream_t stream)
     return Status::success();
   }
   AMPJIT_CUDNN_RETURN_IF_ERROR(cudnnSetStream(handle_, stream), label_ + ": binding the stream");
-  if (!staged_)
-    return run(pointers.inputs, pointers.outputs, stream);
+  if (fused_ && reserve_->forwardUsesCudnn && !refused_) {
+    if (!gradient())
+      AMPJIT_RETURN_IF_ERROR(copyRunningStatistics(pointers.inputs, pointers.outputs, stream));
+    cudnnStatus_t status = runFused(pointers);
+    if (status == CUDNN_STATUS_SUCCESS) {
+      confirmed_ = true;
+      return Status::success();
+    }
+    if (status != CUDNN_STATUS_NOT_SUPPORTED || confirmed_)
+      return cudnnFailure(status, label_ + " (cuDNN's fused batch norm; AMPJIT_CUDA_FUSED_BN=0 runs the fallback)");
+    // Refused on the first run, before anything was launched: this step
+    // (and, for a forward, its gradient, which finds no reserve written)
+    // takes the fallback from now on. The first run is never captured.
+    if (gradient())
+      refused_ = true;
+    else
+      reserve_->forwardUsesCudnn = false;
+  }
+  return runUnfused(pointers, stream);
+}
+
+cudnnStatus_t BatchNormStep::runFused(const StepPointers& pointers) {
+  auto orOnes = [&](void* weight) { return weight != nullptr ? weight : ones_.get(); };
+  auto orZeros = [&](void* bias) { return bias != nullptr ? bias : zeros_.get(); };
+  std::span<void* const> in = pointers.inputs, out = pointers.outputs;
+  bool addsResidual = activation_ == BatchNormActivation::AddRelu;
+  cudnnTensorDescriptor_t residual = addsResidual ? fusedData_.get() : nullptr;
+  if (gradient()) {
+    namespace slot = batch_norm_grad_slot;
+    return cudnnBatchNormalizationBackwardEx(
+        handle_, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, operations_, blend_.one(), blend_.zero(), blend_.one(),
+        blend_.zero(), fusedData_.get(), in[slot::kX], fusedData_.get(), in[slot::kY], fusedData_.get(),
+        in[slot::kDy], residual, addsResidual ? out[slot::kDz] : nullptr, fusedData_.get(), out[slot::kDx],
+        fusedStatistics_.get(), orOnes(in[slot::kWeight]), orZeros(in[slot::kBias]), out[slot::kDweight],
+        out[slot::kDbias], reserve_->eps, in[slot::kSaveMean], in[slot::kSaveInvstd], relu_.get(),
+        pointers.workspace, cudnnWorkspaceBytes_, reserve_->space, reserve_->bytes);
+  }
+  namespace slot = batch_norm_slot;
+  return cudnnBatchNormalizationForwardTrainingEx(
+      handle_, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, operations_, blend_.one(), blend_.zero(), fusedData_.get(),
+      in[slot::kX], residual, addsResidual ? in[slot::kZ] : nullptr, fusedData_.get(), out[slot::kY],
+      fusedStatistics_.get(), orOnes(in[slot::kWeight]), orZeros(in[slot::kBias]), momentum_,
+      out[slot::kNewRunningMean], out[slot::kNewRunningVar], eps_, out[slot::kSaveMean], out[slot::kSaveInvstd],
+      relu_.get(), pointers.workspace, cudnnWorkspaceBytes_, reserve_->space, reserve_->bytes);
+}
+
+Status BatchNormStep::runUnfused(const StepPointers& pointers, cudaStream_t stream) {
+  std::array<void*, 8> in{}, out{};
+  std::copy(pointers.inputs.begin(), pointers.inputs.end(), in.begin());
+  std::copy(pointers.outputs.begin(), pointers.outputs.end(), out.begin());
+  char* workspace = static_cast<char*>(pointers.workspace);
+  if (gradient() && activation_ != BatchNormActivation::None) {
+    namespace slot = batch_norm_grad_slot;
+    void* g = activation_ == BatchNormActivation::AddRelu ? out[slot::kDz]
+                                                           : workspace + (staged_ ? 3 * stagedBytes_ : 0);
+    AMPJIT_CUDA_RETURN_IF_ERROR(batchnorm::launchReluGrad(storage_, in[slot::kDy], in[slot::kY], g, elementCount_,
+                                                          stream),
+                                label_ + ": the relu's gradient");
+    in[slot::kDy] = g;
+  }
+  bool epilogue = !gradient() && activation_ != BatchNormActivation::None;
+  const void* residual = activation_ == BatchNormActivation::AddRelu && !gradient() ? in[batch_norm_slot::kZ] : nullptr;
+  if (!staged_) {
+    AMPJIT_RETURN_IF_ERROR(run(in, out, stream));
+    if (epilogue)
+      AMPJIT_CUDA_RETURN_IF_ERROR(batchnorm::launchEpilogue(storage_, out[0], residual, out[0], elementCount_, stream),
+                                  label_ + ": the relu epilogue");
+    return Status::success();
+  }
   // The data slots (x; dy and x for the gradient) read f32 copies and y or
   // dx is written to a third one; per-channel slots stay as they are.
-  char* workspace = static_cast<char*>(pointers.workspace);
   float* first = reinterpret_cast<float*>(workspace);
   float* second = reinterpret_cast<float*>(workspace + stagedBytes_);
   float* result = reinterpret_cast<float*>(workspace + 2 * stagedBytes_);
-  std::array<void*, 5> in{}, out{};
-  std::copy(pointers.inputs.begin(), pointers.inputs.end(), in.begin());
-  std::copy(pointers.outputs.begin(), pointers.outputs.end(), out.begin());
-  std::size_t dataSlots = kind_ == StepKind::BatchNormGrad ? 2 : 1;
+  std::size_t dataSlots = gradient() ? 2 : 1;
   float* staging[2] = {first, second};
   for (std::size_t slot = 0; slot < dataSlots; ++slot) {
-    AMPJIT_CUDA_RETURN_IF_ERROR(pooling::launchWidenBf16(in[slot], staging[slot], elementCount_, stream),
-                                label_ + ": widening bf16 data");
+    AMPJIT_CUDA_RETURN_IF_ERROR(batchnorm::launchWidenToF32(storage_, in[slot], staging[slot], elementCount_, stream),
+                                label_ + ": widening the data to f32");
     in[slot] = staging[slot];
   }
   void* target = out[0];
   out[0] = result;
   AMPJIT_RETURN_IF_ERROR(run(in, out, stream));
-  AMPJIT_CUDA_RETURN_IF_ERROR(pooling::launchNarrowToBf16(result, target, elementCount_, stream),
-                              label_ + ": rounding the result to bf16");
+  if (epilogue)
+    AMPJIT_CUDA_RETURN_IF_ERROR(batchnorm::launchEpilogue(storage_, result, residual, target, elementCount_, stream),
+                                label_ + ": the relu epilogue");
+  else
+    AMPJIT_CUDA_RETURN_IF_ERROR(batchnorm::launchNarrowFromF32(storage_, result, target, elementCount_, stream),
+                                label_ + ": rounding the result");
   return Status::success();
 }
 
-/// The cuDNN call, on data in the descriptor's type (the stream is bound).
+Status BatchNormStep::copyRunningStatistics(std::span<void* const> in, std::span<void* const> out,
+                                            cudaStream_t stream) {
+  for (std::size_t k : {batch_norm_slot::kNewRunningMean, batch_norm_slot::kNewRunningVar})
+    if (out[k] != in[k])
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out[k], in[k], statisticsBytes_, cudaMemcpyDeviceToDevice, stream),
+                                  label_ + ": copying the running statistics");
+  return Status::success();
+}
+
 Status BatchNormStep::run(std::span<void* const> in, std::span<void* const> out, cudaStream_t stream) {
   auto orOnes = [&](void* weight) { return weight != nullptr ? weight : ones_.get(); };
   auto orZeros = [&](void* bias) { return bias != nullptr ? bias : zeros_.get(); };
 
   switch (kind_) {
   case StepKind::BatchNorm: {
-    // cuDNN updates the running statistics in the buffers it is given: give
-    // it the outputs, holding the old values unless they already are the
-    // state (updated in place).
-    for (std::size_t k : {std::size_t(3), std::size_t(4)})
-      if (out[k] != in[k])
-        AMPJIT_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(out[k], in[k], statisticsBytes_, cudaMemcpyDeviceToDevice, stream),
-            label_ + ": copying the running statistics");
+    AMPJIT_RETURN_IF_ERROR(copyRunningStatistics(in, out, stream));
     AMPJIT_CUDNN_RETURN_IF_ERROR(cudnnBatchNormalizationForwardTraining(
                                      handle_, CUDNN_BATCHNORM_SPATIAL, blend_.one(), blend_.zero(), data_.get(),
                                      in[0], data_.get(), out[0], statistics_.get(), orOnes(in[1]),
@@ -627,15 +885,6 @@ private:
   bool gradient_;
 };
 
-pooling::Storage poolingStorageOf(DType dtype) {
-  switch (dtype) {
-  case DType::F16: return pooling::Storage::F16;
-  case DType::BF16: return pooling::Storage::BF16;
-  case DType::F64: return pooling::Storage::F64;
-  default: return pooling::Storage::F32;
-  }
-}
-
 std::unique_ptr<DeviceStep> makePoolStep(const Plan& plan, const Step& step) {
   const Pool2dParams& params = step.as<Pool2dParams>();
   bool gradient = step.kind == StepKind::MaxPool2dGrad || step.kind == StepKind::AvgPool2dGrad;
@@ -680,7 +929,8 @@ bool runsThroughCudnn(StepKind kind) {
   }
 }
 
-Expected<std::unique_ptr<DeviceStep>> makeCudnnStep(DeviceContext& context, const Plan& plan, const Step& step) {
+Expected<std::unique_ptr<DeviceStep>> makeCudnnStep(DeviceContext& context, const Plan& plan, const Step& step,
+                                                    CudnnPlanState& state) {
   switch (step.kind) {
   case StepKind::Conv2d:
   case StepKind::Conv2dGradInput:
@@ -693,7 +943,7 @@ Expected<std::unique_ptr<DeviceStep>> makeCudnnStep(DeviceContext& context, cons
   case StepKind::BatchNormInference:
   case StepKind::BatchNormGrad: {
     auto batchNorm = std::make_unique<BatchNormStep>(step, step.computeType == DType::F64);
-    AMPJIT_RETURN_IF_ERROR(batchNorm->prepare(context, plan, step));
+    AMPJIT_RETURN_IF_ERROR(batchNorm->prepare(context, plan, step, state));
     return std::unique_ptr<DeviceStep>(std::move(batchNorm));
   }
   case StepKind::MaxPool2d:

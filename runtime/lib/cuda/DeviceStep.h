@@ -117,7 +117,16 @@ Expected<std::unique_ptr<DeviceStep>> makeOptimizerGroupStep(DeviceContext& cont
                                                              std::span<const Step* const> steps);
 /// Conv2d, its gradients, batch norm and pooling through cuDNN (Cudnn.cpp).
 bool runsThroughCudnn(StepKind kind);
-Expected<std::unique_ptr<DeviceStep>> makeCudnnStep(DeviceContext& context, const Plan& plan, const Step& step);
+/// A fused batch norm's cuDNN reserve space (Cudnn.cpp says how it travels).
+struct BatchNormReserve;
+/// What the cuDNN steps of one plan share, made in plan order at prepare:
+/// the reserve space of each batch norm that runs cuDNN's fused forward, by
+/// the forward's save_mean buffer, where its gradient looks it up.
+struct CudnnPlanState {
+  std::map<BufferId, std::shared_ptr<BatchNormReserve>> batchNormReserves;
+};
+Expected<std::unique_ptr<DeviceStep>> makeCudnnStep(DeviceContext& context, const Plan& plan, const Step& step,
+                                                    CudnnPlanState& state);
 
 /// "cudaErrorMemoryAllocation: out of memory" as a Status, prefixed by `what`.
 Status cudaFailure(cudaError_t error, const std::string& what);

@@ -193,33 +193,7 @@ cudaError_t poolGrad(PoolKind kind, const PoolGeometry& g, const void* dy, const
   return cudaGetLastError();
 }
 
-__global__ void widenBf16Kernel(const __nv_bfloat16* __restrict__ source, float* __restrict__ target, int64_t count) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
-    target[i] = __bfloat162float(source[i]);
-}
-
-__global__ void narrowToBf16Kernel(const float* __restrict__ source, __nv_bfloat16* __restrict__ target,
-                                   int64_t count) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
-    target[i] = __float2bfloat16_rn(source[i]);
-}
-
 } // namespace
-
-cudaError_t launchWidenBf16(const void* source, float* target, int64_t count, cudaStream_t stream) {
-  if (count == 0)
-    return cudaSuccess;
-  widenBf16Kernel<<<blocksFor(count), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(source), target,
-                                                              count);
-  return cudaGetLastError();
-}
-
-cudaError_t launchNarrowToBf16(const float* source, void* target, int64_t count, cudaStream_t stream) {
-  if (count == 0)
-    return cudaSuccess;
-  narrowToBf16Kernel<<<blocksFor(count), kThreads, 0, stream>>>(source, static_cast<__nv_bfloat16*>(target), count);
-  return cudaGetLastError();
-}
 
 cudaError_t launchPool2d(Storage storage, PoolKind kind, const PoolGeometry& geometry, const void* x, void* y,
                          cudaStream_t stream) {

@@ -42,13 +42,6 @@ cudaError_t launchPool2d(Storage storage, PoolKind kind, const PoolGeometry& geo
 cudaError_t launchPool2dGrad(Storage storage, PoolKind kind, const PoolGeometry& geometry, const void* dy,
                              const void* x, void* dx, cudaStream_t stream);
 
-/// bf16 <-> f32 element copies, for cuDNN steps that run bf16 data in f32
-/// (batch norm: cuDNN's legacy batch norm is not relied on for bf16). The
-/// widening is exact and the narrowing rounds to nearest even, so staging
-/// through f32 is the CPU's "widen, compute in f32, round once".
-cudaError_t launchWidenBf16(const void* source, float* target, int64_t count, cudaStream_t stream);
-cudaError_t launchNarrowToBf16(const float* source, void* target, int64_t count, cudaStream_t stream);
-
 } // namespace ampjit::runtime::cuda::pooling
 
 #endif // AMPJIT_RUNTIME_LIB_CUDA_POOLINGKERNELS_H

@@ -191,7 +191,7 @@ size_t checkLayoutSteps(const rt::Plan &plan, bool nhwc) {
       EXPECT_EQ(step.as<rt::BatchNormParams>().axis, nhwc ? 3 : 1) << step.origin;
       break;
     case rt::StepKind::BatchNormGrad:
-      EXPECT_EQ(step.as<rt::AxisParams>().axis, nhwc ? 3 : 1) << step.origin;
+      EXPECT_EQ(step.as<rt::BatchNormGradParams>().axis, nhwc ? 3 : 1) << step.origin;
       break;
     default:
       continue;

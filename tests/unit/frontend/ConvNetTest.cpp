@@ -1,11 +1,18 @@
 // Convolutional networks through the frontend: nn modules, the ResNet
 // builder, eager versus traced steps, and a ResNet-18 that learns with AMP.
 
+#include "CompileExample.h"
 #include "FrontendTestUtil.h"
 
 #include "jit/trace.h"
 
+#include "ampjit/runtime/Backend.h"
+#include "ampjit/runtime/CpuBackend.h"
+
 #include <cmath>
+#include <random>
+
+namespace rt = ampjit::runtime;
 
 namespace jit::testing {
 namespace {
@@ -174,6 +181,117 @@ TEST(ConvNet, ResNet18LearnsWithO1Float16) {
   // Convolutions ran in f16 and batch-norm statistics in f32.
   std::string report = step.amp_report();
   EXPECT_NE(report.find("jit.conv2d"), std::string::npos);
+}
+
+/// Initial values for a compiled ResNet step's arguments, by role and
+/// rank: images and labels, small weights, BN-like per-channel parameters,
+/// zero optimizer state, running statistics around 1, scale 2^16, and an lr
+/// small enough (0.0005) that two runs a rounding apart stay close for a
+/// few steps (this small net with random weights has large gradients).
+std::vector<rt::Tensor> resNetStepArguments(const rt::Plan& plan, int64_t classes) {
+  std::mt19937_64 generator(7);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> weight(-0.3, 0.3), perChannel(-0.5, 1.0), positive(0.5, 1.5);
+  std::vector<rt::Tensor> arguments;
+  for (size_t index = 0; index < plan.argumentCount(); ++index) {
+    const rt::BufferDesc& buffer = plan.buffers[plan.argumentBuffer(index)];
+    size_t rank = buffer.type.shape.size();
+    std::vector<double> values(size_t(buffer.type.elementCount()), 0.0);
+    for (size_t i = 0; i < values.size(); ++i) {
+      switch (buffer.role) {
+      case rt::BufferRole::Input:
+        values[i] = buffer.type.dtype == rt::DType::I64 ? double(int64_t(i) % classes) : normal(generator);
+        break;
+      case rt::BufferRole::Param: values[i] = rank == 1 ? perChannel(generator) : weight(generator); break;
+      case rt::BufferRole::Hyper: values[i] = rank == 0 ? 0.0005 : positive(generator); break;
+      case rt::BufferRole::ScalerState: values[i] = buffer.type.dtype == rt::DType::F32 ? 65536.0 : 0.0; break;
+      default: break;
+      }
+    }
+    rt::Expected<rt::Tensor> tensor = rt::Tensor::fromDoubles(buffer.type.dtype, buffer.type.shape, values);
+    EXPECT_TRUE(tensor.ok()) << tensor.message();
+    arguments.push_back(std::move(*tensor));
+  }
+  EXPECT_TRUE(rt::rederiveArguments(plan, arguments).ok());
+  return arguments;
+}
+
+TEST(ConvNet, ResNetStepWithFusedBatchNormEpiloguesMatchesTheUnfusedStep) {
+  // What jit::trace compiles for the CUDA backend (AMP, then NHWC), lowered
+  // with and without PlanOptions::fuseBatchNormEpilogues and run on the CPU
+  // for three steps from the same state: at O0 bit for bit (losses and every
+  // piece of state, running statistics included), with f16/bf16 activations
+  // within tolerance (the fused forward skips two roundings per block).
+  nn::ResNetOptions options{.num_classes = 4, .stem = nn::ResNetOptions::Stem::cifar, .base_width = 4};
+  Generator generator(5);
+  options.init.generator = &generator;
+  ResNetTrainer trainer(options);
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return trainer.step(x, y); });
+  auto [x, y] = images(4, 8, 4, 17);
+  step(x, y);
+  const std::string& traced = step.traced_module();
+  double f32FirstLoss = NAN;
+  for (const char* amp : {"level=O0", "level=O1 dtype=f16", "level=O1 dtype=bf16", "level=O2 dtype=f16"}) {
+    SCOPED_TRACE(amp);
+    std::string pipeline = std::string("amp-pipeline{") + amp + " target=sm_90},jit-convert-layout{layout=nhwc}";
+    auto compile = [&](bool fuse) {
+      return ampjit::testing::compileSource(traced, "traced", pipeline,
+                                            {.fuseBatchNormEpilogues = fuse})
+          .plan;
+    };
+    rt::Plan unfused = compile(false), fused = compile(true);
+    ASSERT_FALSE(fused.steps.empty());
+    size_t forwards = 0, gradients = 0;
+    for (const rt::Step& s : fused.steps) {
+      forwards += s.kind == rt::StepKind::BatchNorm &&
+                  s.as<rt::BatchNormParams>().activation != rt::BatchNormActivation::None;
+      gradients += s.kind == rt::StepKind::BatchNormGrad &&
+                   s.as<rt::BatchNormGradParams>().activation != rt::BatchNormActivation::None;
+    }
+    // 17 relus follow a batch norm (stem, 8 blocks x 2); the 4 of the last
+    // stage, whose activations are 1x1, sit behind the reshapes the layout
+    // pass leaves there and stay unfused.
+    EXPECT_EQ(forwards, 13u);
+    EXPECT_EQ(gradients, 13u);
+    // Per block tail: relu -1 step, add + relu -2, relu_grad -1.
+    size_t reluOnly = 0;
+    for (const rt::Step& s : fused.steps)
+      reluOnly += s.kind == rt::StepKind::BatchNorm && s.as<rt::BatchNormParams>().activation == rt::BatchNormActivation::Relu;
+    EXPECT_EQ(unfused.steps.size() - fused.steps.size(), reluOnly + 2 * (forwards - reluOnly) + gradients);
+
+    bool exact = std::string(amp) == "level=O0";
+    // Each of the 13 fused forwards skips two roundings of the activations;
+    // bf16 keeps 8 bits, f16 11.
+    double relativeTolerance = std::string(amp).find("bf16") != std::string::npos ? 4e-2 : 1e-2;
+    std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();
+    auto unfusedExecutable = backend->prepare(unfused), fusedExecutable = backend->prepare(fused);
+    ASSERT_TRUE(unfusedExecutable.ok()) << unfusedExecutable.message();
+    ASSERT_TRUE(fusedExecutable.ok()) << fusedExecutable.message();
+    std::vector<rt::Tensor> unfusedState = resNetStepArguments(unfused, 4), fusedState = resNetStepArguments(fused, 4);
+    for (int i = 0; i < 3; ++i) {
+      auto unfusedResults = (*unfusedExecutable)->run(unfusedState);
+      auto fusedResults = (*fusedExecutable)->run(fusedState);
+      ASSERT_TRUE(unfusedResults.ok()) << unfusedResults.message();
+      ASSERT_TRUE(fusedResults.ok()) << fusedResults.message();
+      double unfusedLoss = unfusedResults->front().at(0), fusedLoss = fusedResults->front().at(0);
+      ASSERT_TRUE(std::isfinite(unfusedLoss));
+      // The same arguments at O0 are the reference for the first loss.
+      if (i == 0 && exact)
+        f32FirstLoss = unfusedLoss;
+      if (i == 0 && !exact) {
+        EXPECT_NEAR(fusedLoss, f32FirstLoss, relativeTolerance * f32FirstLoss);
+        EXPECT_NEAR(unfusedLoss, f32FirstLoss, relativeTolerance * f32FirstLoss);
+      }
+      if (exact) {
+        EXPECT_EQ(fusedLoss, unfusedLoss) << "step " << i;
+      } else {
+        EXPECT_NEAR(fusedLoss, unfusedLoss, relativeTolerance * std::fabs(unfusedLoss)) << "step " << i;
+      }
+    }
+    if (exact) {
+      EXPECT_EQ(ampjit::testing::snapshot(fusedState), ampjit::testing::snapshot(unfusedState));
+    }
+  }
 }
 
 } // namespace

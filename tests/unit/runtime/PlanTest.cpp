@@ -138,7 +138,7 @@ TEST(PlanFile, WrongMagicIsAClearError) {
 
 TEST(PlanFile, OtherVersionIsAClearError) {
   std::vector<uint8_t> bytes = encodePlan(sampleTrainStep());
-  bytes[8] = 2; // before the GELU and gradient epilogues
+  bytes[8] = 2; // before the GELU, gradient and batch-norm epilogues
   Expected<Plan> decoded = decodePlan(bytes, "old.bin");
   ASSERT_FALSE(decoded.ok());
   EXPECT_EQ(decoded.message(), "old.bin: plan format version 2, but this runtime reads version 3; "

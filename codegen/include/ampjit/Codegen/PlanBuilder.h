@@ -28,6 +28,10 @@ struct PlanOptions {
   /// (`--jit-fuse-gemm-epilogues`; on for the CUDA backend, whose cuBLASLt
   /// applies them before the one rounding; runtime GemmEpilogue).
   bool fuseGemmEpilogues = false;
+  /// Fold relu(batch_norm(x) [+ z]) into the batch norm and the relu's
+  /// gradient into its batch_norm_grad (`--jit-fuse-batch-norm-epilogues`;
+  /// on for the CUDA backend, whose cuDNN runs them as one call each).
+  bool fuseBatchNormEpilogues = false;
   /// Append each op's `file:line` to its step's origin, so runtime messages
   /// (AMPJIT_CHECK_NUMERICS) name the user's source line. jit::trace sets it.
   bool recordLocations = false;
@@ -44,6 +48,11 @@ void fuseElementwiseSteps(runtime::Plan &plan);
 /// The fusion of PlanOptions::fuseGemmEpilogues, on a plan whose arena is
 /// not laid out yet (before elementwise fusion, which would take the add).
 void fuseGemmEpilogues(runtime::Plan &plan);
+
+/// The fusion of PlanOptions::fuseBatchNormEpilogues, on a plan whose arena
+/// is not laid out yet (before elementwise fusion, which would take the add
+/// and the relu).
+void fuseBatchNormEpilogues(runtime::Plan &plan);
 
 /// The function of `module` to compile: the one named `name`, or the only
 /// function with a body when `name` is empty.

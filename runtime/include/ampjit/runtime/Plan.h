@@ -151,10 +151,11 @@ enum class StepKind : uint8_t {
   Conv2d,             ///< inputs [x, weight, bias?], outputs [y]
   Conv2dGradInput,    ///< inputs [dy, weight], outputs [dx]
   Conv2dGradWeight,   ///< inputs [dy, x], outputs [dweight]
-  BatchNorm,          ///< inputs [x, weight?, bias?, running_mean, running_var],
+  BatchNorm,          ///< inputs [x, weight?, bias?, running_mean, running_var, z if add_relu],
                       ///< outputs [y, save_mean, save_invstd, new_running_mean, new_running_var]
-  BatchNormInference, ///< inputs [x, weight?, bias?, running_mean, running_var], outputs [y]
-  BatchNormGrad,      ///< inputs [dy, x, save_mean, save_invstd, weight?], outputs [dx, dweight, dbias]
+  BatchNormInference, ///< inputs [x, weight?, bias?, running_mean, running_var, z if add_relu], outputs [y]
+  BatchNormGrad,      ///< inputs [dy, x, save_mean, save_invstd, weight?, y and bias? with an activation],
+                      ///< outputs [dx, dweight, dbias, dz if add_relu]
   MaxPool2d,          ///< inputs [x], outputs [y]
   MaxPool2dGrad,      ///< inputs [dy, x], outputs [dx]
   AvgPool2d,          ///< inputs [x], outputs [y]
@@ -436,26 +437,74 @@ struct Conv2dParams {
   friend bool operator==(const Conv2dParams&, const Conv2dParams&) = default;
 };
 
-/// BatchNorm and BatchNormInference (BatchNormGrad carries AxisParams with
-/// the same axis): statistics per index of
-/// `axis` (the channel: 1 for NCHW and [N, C], 3 for NHWC) over all other
-/// dimensions. weight, bias, running statistics, save_mean and save_invstd are
-/// [C] in the statistics type (f32; f64 for f64 data) whatever the data's
-/// dtype, so low-precision activations keep fp32 statistics. Training:
-/// save_invstd = 1/sqrt(biased var + eps); new running = (1 - momentum) *
-/// running + momentum * batch statistic, with the unbiased variance (PyTorch).
+/// What a batch norm applies to its normalised output before the one
+/// rounding of y (cuDNN's CUDNN_BATCHNORM_OPS_BN, _BN_ACTIVATION and
+/// _BN_ADD_ACTIVATION): nothing, relu, or relu after adding a residual z.
+/// BatchNormGrad carries the same value to fold the relu's gradient in.
+enum class BatchNormActivation : uint8_t { None, Relu, AddRelu };
+inline constexpr int kBatchNormActivationCount = 3;
+std::string_view batchNormActivationName(BatchNormActivation activation);
+
+/// BatchNorm and BatchNormInference: statistics per index of `axis` (the
+/// channel: 1 for NCHW and [N, C], 3 for NHWC) over all other dimensions.
+/// weight, bias, running statistics, save_mean and save_invstd are [C] in
+/// the statistics type (f32; f64 for f64 data) whatever the data's dtype, so
+/// low-precision activations keep fp32 statistics. Training: save_invstd =
+/// 1/sqrt(biased var + eps); new running = (1 - momentum) * running +
+/// momentum * batch statistic, with the unbiased variance (PyTorch).
 /// Inference normalises with the running statistics.
+///
+/// The epilogue (`activation`; codegen fuses it for the CUDA backend only):
+/// y = relu(bn(x)) or y = relu(bn(x) + z), with z an extra input of x's
+/// type, computed in the statistics type from the same per-channel values
+/// and rounded once to y's dtype. relu is the Elementwise step's
+/// (`v < 0 ? 0 : v`, so NaN passes). In f32 and f64 that is bit for bit the
+/// unfused steps (bn, add, relu each rounding to the same type); in f16/bf16
+/// it skips the roundings of bn(x) and of the sum.
 struct BatchNormParams {
   int64_t axis = 1;
   double eps = 1e-5;
   double momentum = 0.1;
+  BatchNormActivation activation = BatchNormActivation::None;
   template <typename Visit> void forEachField(Visit&& visit) {
     visit("axis", axis);
     visit("eps", eps);
     visit("momentum", momentum);
+    visit("activation", activation);
   }
   friend bool operator==(const BatchNormParams&, const BatchNormParams&) = default;
 };
+
+/// BatchNormGrad: `axis` as the forward's. dbias = sum(g), dweight =
+/// sum(g * xhat), dx from save_mean/save_invstd, where g is dy without an
+/// activation. With one, the step is the relu's gradient folded in: it
+/// reads the forward's output y (after the relu) and its bias, and
+/// g = y > 0 ? dy : 0 (the ReluGrad elementwise op, exact in dy's dtype);
+/// add_relu also writes g as dz, the residual input's gradient. The bias
+/// does not enter the definition: it is there for backends whose fused
+/// kernel recomputes the pre-activation (cuDNN's BatchNormalizationBackwardEx
+/// wants it). Folding changes no rounding: fused == unfused bit for bit in
+/// every dtype.
+struct BatchNormGradParams {
+  int64_t axis = 1;
+  BatchNormActivation activation = BatchNormActivation::None;
+  template <typename Visit> void forEachField(Visit&& visit) {
+    visit("axis", axis);
+    visit("activation", activation);
+  }
+  friend bool operator==(const BatchNormGradParams&, const BatchNormGradParams&) = default;
+};
+
+/// Slot positions of the batch-norm steps (the optional trailing slots exist
+/// only with the activation that needs them).
+namespace batch_norm_slot {
+inline constexpr std::size_t kX = 0, kWeight = 1, kBias = 2, kRunningMean = 3, kRunningVar = 4, kZ = 5;
+inline constexpr std::size_t kY = 0, kSaveMean = 1, kSaveInvstd = 2, kNewRunningMean = 3, kNewRunningVar = 4;
+} // namespace batch_norm_slot
+namespace batch_norm_grad_slot {
+inline constexpr std::size_t kDy = 0, kX = 1, kSaveMean = 2, kSaveInvstd = 3, kWeight = 4, kY = 5, kBias = 6;
+inline constexpr std::size_t kDx = 0, kDweight = 1, kDbias = 2, kDz = 3;
+} // namespace batch_norm_grad_slot
 
 /// Max and average pooling over [height, width] windows of NCHW or NHWC
 /// activations. Padding is implicit -inf (max) or zeros (average). ceilMode
@@ -500,7 +549,7 @@ using StepParams =
     std::variant<NoParams, GemmParams, ElementwiseParams, FusedElementwiseParams, ReductionParams,
                  AxisParams, LayerNormParams, DropoutParams, LossParams, TransposeParams,
                  ConstantParams, OptimizerParams, UpdateScaleParams, Conv2dParams, BatchNormParams,
-                 Pool2dParams>;
+                 Pool2dParams, BatchNormGradParams>;
 
 /// The StepParams alternative (variant index) each kind carries.
 std::size_t paramsIndexOf(StepKind kind);

@@ -20,8 +20,10 @@ namespace ampjit::runtime {
 
 /// The version this library writes and the only one it reads. Bump it for
 /// any change to the encoding or to the meaning of a stored field.
-// 2: GemmParams::epilogue; 3: the GELU, GELU-gradient and bias-gradient
-// epilogues (their extra slots change what a gemm step reads and writes).
+// 2: GemmParams::epilogue. 3: the GELU, GELU-gradient and bias-gradient
+// epilogues (their extra slots change what a gemm step reads and writes), and
+// BatchNormParams::activation, with BatchNormGrad carrying BatchNormGradParams
+// (axis, activation) instead of AxisParams.
 inline constexpr uint32_t kPlanFormatVersion = 3;
 
 /// The file's bytes. Does not verify the plan (tests encode broken plans on

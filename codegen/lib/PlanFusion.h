@@ -1,0 +1,37 @@
+//===- PlanFusion.h - what the plan-level fusions share ---------*- C++ -*-===//
+//
+// The fusions of PlanOptions (elementwise runs, GEMM epilogues, batch-norm
+// epilogues) rewrite a plan before its arena is laid out, when every
+// temporary is still its own buffer written by exactly one step. These are
+// the questions they all ask of it, answered once.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef AMPJIT_CODEGEN_LIB_PLANFUSION_H
+#define AMPJIT_CODEGEN_LIB_PLANFUSION_H
+
+#include "ampjit/runtime/Plan.h"
+
+#include <cstddef>
+#include <vector>
+
+namespace ampjit::codegen::detail {
+
+/// Where each buffer is read: step indices, and whether the function returns it.
+struct Readers {
+  std::vector<std::vector<size_t>> steps;
+  std::vector<bool> returned;
+
+  /// Whether `id` is a temporary that step `step` alone reads (so a fusion
+  /// that consumes it inside `step`'s kernel may drop it).
+  bool onlyReader(const runtime::Plan &plan, runtime::BufferId id, size_t step) const;
+};
+
+Readers findReaders(const runtime::Plan &plan);
+
+/// Drops temporaries no step reads or writes any more and renumbers the rest.
+void dropUnusedTemporaries(runtime::Plan &plan);
+
+} // namespace ampjit::codegen::detail
+
+#endif // AMPJIT_CODEGEN_LIB_PLANFUSION_H
