@@ -4,6 +4,7 @@
 // compute type, one rounding per stored value.
 
 #include "BatchNormKernels.h"
+#include "DeviceScalars.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -20,15 +21,6 @@ int blocksFor(int64_t count) {
   return int(blocks < kMaxBlocks ? blocks : kMaxBlocks);
 }
 
-__device__ inline float widen(__half v) { return __half2float(v); }
-__device__ inline float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ inline float widen(float v) { return v; }
-__device__ inline double widen(double v) { return v; }
-
-template <typename S> __device__ inline S narrow(float v);
-template <> __device__ inline __half narrow<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ inline __nv_bfloat16 narrow<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ inline float narrow<float>(float v) { return v; }
 
 template <typename S> __device__ inline S positiveZero();
 template <> __device__ inline __half positiveZero<__half>() { return __ushort_as_half(0); }
@@ -36,11 +28,6 @@ template <> __device__ inline __nv_bfloat16 positiveZero<__nv_bfloat16>() { retu
 template <> __device__ inline float positiveZero<float>() { return 0.0f; }
 template <> __device__ inline double positiveZero<double>() { return 0.0; }
 
-template <typename S> struct ComputeOf { using type = float; };
-template <> struct ComputeOf<double> { using type = double; };
-
-template <typename S, typename T> __device__ inline S store(T v) { return narrow<S>(v); }
-template <> __device__ inline double store<double, double>(double v) { return v; }
 
 #define AMPJIT_GRID_STRIDE(i, count)                                                                         \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (count); i += int64_t(gridDim.x) * blockDim.x)

@@ -7,6 +7,7 @@
 // path and may join the block reductions).
 
 #include "NumericKernels.h"
+#include "DeviceScalars.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -24,15 +25,6 @@ constexpr int64_t kMaxBlocks = 65535;
 //===----------------------------------------------------------------------===//
 // Widening loads, rounding stores, math in the compute type
 //===----------------------------------------------------------------------===//
-
-template <typename S> struct ComputeOf { using type = float; };
-template <> struct ComputeOf<double> { using type = double; };
-template <typename S> using Compute = typename ComputeOf<S>::type;
-
-__device__ __forceinline__ float widen(float v) { return v; }
-__device__ __forceinline__ double widen(double v) { return v; }
-__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
-__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 __device__ __forceinline__ void store(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store(double* p, double v) { *p = v; }

@@ -7,6 +7,7 @@
 // and the sums are bit-identical to the CPU's.
 
 #include "PoolingKernels.h"
+#include "DeviceScalars.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -19,22 +20,7 @@ constexpr int kThreads = 256;
 // Grid-stride loops cover the rest; this keeps the grid within every limit.
 constexpr int64_t kMaxBlocks = int64_t(1) << 20;
 
-__device__ inline float widen(__half v) { return __half2float(v); }
-__device__ inline float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ inline float widen(float v) { return v; }
-__device__ inline double widen(double v) { return v; }
 
-template <typename S> __device__ inline S narrow(float v);
-template <> __device__ inline __half narrow<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ inline __nv_bfloat16 narrow<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ inline float narrow<float>(float v) { return v; }
-
-/// The compute type of a storage type: f64 for f64, f32 otherwise.
-template <typename S> struct ComputeOf { using type = float; };
-template <> struct ComputeOf<double> { using type = double; };
-
-template <typename S, typename T> __device__ inline S store(T v) { return narrow<S>(v); }
-template <> __device__ inline double store<double, double>(double v) { return v; }
 
 /// Element offsets of a rank-4 activation of `h` x `w` spatial size.
 struct Strides {

@@ -36,13 +36,25 @@ rt::Plan compileMnistStep(const std::string &ampOptions, bool fuseElementwise = 
                                          {.fuseElementwise = fuseElementwise});
 }
 
+/// What initialArguments fills a train step laid out like
+/// examples/mnist_train_step.mlir with (images, labels, parameters, momentum
+/// buffers, lr, the scaler's state).
+struct StepData {
+  uint64_t seed = 42;
+  int64_t classes = 10;
+  int64_t defaultFanIn = 512; ///< for parameters that are not matrices
+  double learningRate = 0.01;
+};
+
 /// Fixed, learnable data: each label's images share a random prototype plus
-/// noise, so the classifier has something to learn in a few steps.
-std::vector<rt::Tensor> initialArguments(const rt::Plan &plan) {
-  std::mt19937_64 generator(42);
+/// noise, so the model has something to learn in a few steps.
+std::vector<rt::Tensor> initialArguments(const rt::Plan &plan, StepData data = {}) {
+  std::mt19937_64 generator(data.seed);
   std::vector<rt::Tensor> arguments;
   std::normal_distribution<double> normal(0.0, 1.0);
-  std::vector<std::vector<double>> prototypes(10, std::vector<double>(784));
+  const rt::Shape &imageShape = plan.buffers[plan.argumentBuffer(kImages)].type.shape;
+  size_t features = size_t(plan.buffers[plan.argumentBuffer(kImages)].type.elementCount() / imageShape[0]);
+  std::vector<std::vector<double>> prototypes(size_t(data.classes), std::vector<double>(features));
   for (auto &prototype : prototypes)
     for (double &value : prototype)
       value = normal(generator);
@@ -51,18 +63,18 @@ std::vector<rt::Tensor> initialArguments(const rt::Plan &plan) {
     std::vector<double> values(size_t(buffer.type.elementCount()), 0.0);
     if (index == kImages) {
       for (size_t i = 0; i < values.size(); ++i)
-        values[i] = prototypes[(i / 784) % 10][i % 784] + 0.5 * normal(generator);
+        values[i] = prototypes[(i / features) % prototypes.size()][i % features] + 0.5 * normal(generator);
     } else if (index == kLabels) {
       for (size_t i = 0; i < values.size(); ++i)
-        values[i] = double(i % 10);
+        values[i] = double(int64_t(i) % data.classes);
     } else if (buffer.role == rt::BufferRole::Param && buffer.derivedFrom < 0) {
-      int64_t fanIn = buffer.type.shape.size() == 2 ? buffer.type.shape[1] : 512;
+      int64_t fanIn = buffer.type.shape.size() == 2 ? buffer.type.shape[1] : data.defaultFanIn;
       std::uniform_real_distribution<double> uniform(-1 / std::sqrt(double(fanIn)),
                                                      1 / std::sqrt(double(fanIn)));
       for (double &value : values)
         value = uniform(generator);
     } else if (index == kLearningRate) {
-      values[0] = 0.01;
+      values[0] = data.learningRate;
     } else if (index == kScale) {
       values[0] = 65536.0;
     }
@@ -215,38 +227,10 @@ TEST(EndToEnd, GemmEpiloguesKeepF32BitsAndRoundOnceLess) {
   }
 }
 
-/// Arguments of examples/gelu_mlp_train_step.mlir (x, labels, 6 parameters,
-/// 6 momentum buffers, lr, the scaler's state).
+/// Arguments of examples/gelu_mlp_train_step.mlir, laid out as the MNIST
+/// step's (x, labels, 6 parameters, 6 momentum buffers, lr, the scaler's state).
 std::vector<rt::Tensor> geluStepArguments(const rt::Plan &plan) {
-  std::mt19937_64 generator(7);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::vector<rt::Tensor> arguments;
-  for (size_t index = 0; index < plan.argumentCount(); ++index) {
-    const rt::BufferDesc &buffer = plan.buffers[plan.argumentBuffer(index)];
-    std::vector<double> values(size_t(buffer.type.elementCount()), 0.0);
-    if (index == kImages) {
-      for (double &value : values)
-        value = normal(generator);
-    } else if (index == kLabels) {
-      for (size_t i = 0; i < values.size(); ++i)
-        values[i] = double(i % 8);
-    } else if (buffer.role == rt::BufferRole::Param && buffer.derivedFrom < 0) {
-      int64_t fanIn = buffer.type.shape.size() == 2 ? buffer.type.shape[1] : 64;
-      std::uniform_real_distribution<double> uniform(-1 / std::sqrt(double(fanIn)), 1 / std::sqrt(double(fanIn)));
-      for (double &value : values)
-        value = uniform(generator);
-    } else if (index == kLearningRate) {
-      values[0] = 0.05;
-    } else if (index == kScale) {
-      values[0] = 65536.0;
-    }
-    rt::Expected<rt::Tensor> tensor = rt::Tensor::fromDoubles(buffer.type.dtype, buffer.type.shape, values);
-    EXPECT_TRUE(tensor.ok()) << tensor.message();
-    arguments.push_back(std::move(*tensor));
-  }
-  rt::Status derived = rt::rederiveArguments(plan, arguments);
-  EXPECT_TRUE(derived.ok()) << derived.message();
-  return arguments;
+  return initialArguments(plan, {.seed = 7, .classes = 8, .defaultFanIn = 64, .learningRate = 0.05});
 }
 
 TEST(EndToEnd, GeluAndGradientEpiloguesOnATracedStep) {
