@@ -9,6 +9,7 @@
 
 #include "ClassifierNet.h"
 #include "FrontendTestUtil.h"
+#include "ResNetTrainer.h"
 
 #include "jit/cuda.h"
 #include "jit/trace.h"
@@ -69,26 +70,14 @@ TEST_F(CompiledStepOnGpu, ClassifierStepMatchesTheCpuStepAtEveryLevel) {
 }
 
 /// A small ResNet-18 (CIFAR stem, widths 4-32: every batch norm's channel
-/// count a multiple of 4) with SGD and a GradScaler. The lr is small: with
-/// batch statistics over 4 images, two runs a rounding apart drift apart
-/// quickly at a training lr (seen on the CPU between fused and unfused bf16).
-struct SmallResNet {
-  explicit SmallResNet(Generator& generator)
-      : model(nn::resnet18({.num_classes = 4, .stem = nn::ResNetOptions::Stem::cifar, .base_width = 4,
-                            .init = {.generator = &generator}})),
-        opt(model->parameters(), {.lr = 5e-4, .momentum = 0.9}) {}
-  Tensor step(const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy((*model)(x), y);
-    scaler.scale(loss).backward();
-    scaler.step(opt);
-    scaler.update();
-    return loss;
-  }
-  std::shared_ptr<nn::ResNet> model;
-  optim::SGD opt;
-  amp::GradScaler scaler;
-};
+/// count a multiple of 4). The lr is small: with batch statistics over 4
+/// images, two runs a rounding apart drift apart quickly at a training lr
+/// (seen on the CPU between fused and unfused bf16).
+ResNetTrainer smallResNet(Generator& generator) {
+  return ResNetTrainer({.num_classes = 4, .stem = nn::ResNetOptions::Stem::cifar, .base_width = 4,
+                        .init = {.generator = &generator}},
+                       {}, /*lr=*/5e-4);
+}
 
 TEST_F(CompiledStepOnGpu, ResNetStepWithFusedBatchNormsMatchesTheCpuStep) {
   // On CUDA the step is NHWC with its batch-norm tails fused (cuDNN's fused
@@ -100,7 +89,7 @@ TEST_F(CompiledStepOnGpu, ResNetStepWithFusedBatchNormsMatchesTheCpuStep) {
       SCOPED_TRACE(std::string(amp::level_name(config.level)) + " " + std::string(dtype_name(config.dtype)) +
                    " AMPJIT_CUDA_FUSED_BN=" + fusedCalls);
       Generator first(9), second(9);
-      SmallResNet onCpu(first), onGpu(second);
+      ResNetTrainer onCpu = smallResNet(first), onGpu = smallResNet(second);
       amp::Policy policy{.level = config.level, .dtype = config.dtype};
       auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); },
                            {.amp = policy, .backend = Backend::cpu});

@@ -3,6 +3,7 @@
 
 #include "CompileExample.h"
 #include "FrontendTestUtil.h"
+#include "ResNetTrainer.h"
 
 #include "jit/trace.h"
 
@@ -91,33 +92,6 @@ TEST(ConvNet, ResNetsHaveTorchvisionNamesAndParameterCounts) {
   EXPECT_EQ(resnet18->named_buffers().size(), 40u); // running mean and var of 20 batch norms
   EXPECT_EQ(resnet18->named_buffers()[0].first, "bn1.running_mean");
 }
-
-/// A small ResNet with SGD and a GradScaler: what one training step is.
-struct ResNetTrainer {
-  explicit ResNetTrainer(nn::ResNetOptions options, amp::GradScalerOptions scalerOptions = {})
-      : model(nn::resnet18(options)), opt(model->parameters(), {.lr = 0.05, .momentum = 0.9}),
-        scaler(scalerOptions) {}
-
-  Tensor step(const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy((*model)(x), y);
-    scaler.scale(loss).backward();
-    scaler.step(opt);
-    scaler.update();
-    return loss;
-  }
-
-  std::vector<std::vector<double>> state() const {
-    std::vector<std::vector<double>> values;
-    for (const nn::NamedTensor& entry : model->state_dict())
-      values.push_back(entry.second.to_vector());
-    return values;
-  }
-
-  std::shared_ptr<nn::ResNet> model;
-  optim::SGD opt;
-  amp::GradScaler scaler;
-};
 
 /// Images whose class is visible (a class-dependent bright patch), so a
 /// network can learn them quickly.

@@ -1,0 +1,43 @@
+#ifndef AMPJIT_TESTS_UNIT_FRONTEND_RESNETTRAINER_H
+#define AMPJIT_TESTS_UNIT_FRONTEND_RESNETTRAINER_H
+
+// A ResNet-18 with SGD and a GradScaler, one training step per call: what the
+// conv-net tests (CPU) and the compiled-step GPU tests train.
+
+#include "jit/amp.h"
+#include "jit/jit.h"
+#include "jit/optim.h"
+
+#include <memory>
+#include <vector>
+
+namespace jit::testing {
+
+struct ResNetTrainer {
+  explicit ResNetTrainer(nn::ResNetOptions options, amp::GradScalerOptions scalerOptions = {}, double lr = 0.05)
+      : model(nn::resnet18(options)), opt(model->parameters(), {.lr = lr, .momentum = 0.9}), scaler(scalerOptions) {}
+
+  Tensor step(const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy((*model)(x), y);
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+    return loss;
+  }
+
+  std::vector<std::vector<double>> state() const {
+    std::vector<std::vector<double>> values;
+    for (const nn::NamedTensor& entry : model->state_dict())
+      values.push_back(entry.second.to_vector());
+    return values;
+  }
+
+  std::shared_ptr<nn::ResNet> model;
+  optim::SGD opt;
+  amp::GradScaler scaler;
+};
+
+} // namespace jit::testing
+
+#endif // AMPJIT_TESTS_UNIT_FRONTEND_RESNETTRAINER_H
