@@ -1,5 +1,7 @@
 #include "ampjit/runtime/Backend.h"
 
+#include <algorithm>
+
 namespace ampjit::runtime {
 
 Expected<std::vector<Tensor>> Backend::run(Plan plan, std::span<Tensor> arguments) {
@@ -70,6 +72,59 @@ Status rederiveArguments(const Plan& plan, std::span<Tensor> arguments) {
       derived.set(i, source.at(i));
   }
   return Status::success();
+}
+
+std::vector<size_t> deferredArguments(const Plan& plan) {
+  std::vector<size_t> arguments;
+  for (size_t index = 0; index < plan.deferredSteps && index < plan.steps.size(); ++index) {
+    const Step& step = plan.steps[index];
+    for (const std::vector<BufferId>* slots : {&step.inputs, &step.outputs})
+      for (BufferId id : *slots)
+        if (id != kNoBuffer && id < plan.buffers.size() && plan.buffers[id].argument >= 0)
+          arguments.push_back(size_t(plan.buffers[id].argument));
+  }
+  std::sort(arguments.begin(), arguments.end());
+  arguments.erase(std::unique(arguments.begin(), arguments.end()), arguments.end());
+  return arguments;
+}
+
+Expected<size_t> DeferredUpdateTracker::firstStep(const Plan& plan, std::span<const Tensor> arguments) const {
+  if (!pending_)
+    return size_t(plan.deferredSteps);
+  for (size_t i = 0; i < arguments_.size(); ++i)
+    if (arguments[arguments_[i]].bytes() != addresses_[i])
+      return Status::error("plan @" + plan.name + ": the last run's optimizer update is still pending (deferred) "
+                           "for other state than " + describeArgument(plan, arguments_[i]) +
+                           " of this run; complete it first (Executable::completeDeferred)");
+  return size_t(0);
+}
+
+Status DeferredUpdateTracker::checkCompletion(const Plan& plan, std::span<const Tensor> arguments) const {
+  std::string function = "plan @" + plan.name + ": completing its deferred update";
+  if (arguments.size() != plan.argumentCount())
+    return Status::error(function + ": it takes " + std::to_string(plan.argumentCount()) + " arguments but got " +
+                         std::to_string(arguments.size()));
+  for (size_t i = 0; i < arguments_.size(); ++i) {
+    const Tensor& argument = arguments[arguments_[i]];
+    const TensorType& type = plan.buffers[plan.argumentBuffer(arguments_[i])].type;
+    if (!argument.defined() || argument.type() != type)
+      return Status::error(function + ": " + describeArgument(plan, arguments_[i]) +
+                           (argument.defined() ? " was given a tensor of type " + typeToString(argument.type())
+                                               : std::string(" is missing (an empty tensor)")));
+    if (pending_ && argument.bytes() != addresses_[i])
+      return Status::error(function + ": " + describeArgument(plan, arguments_[i]) +
+                           " is not the tensor the pending update was left for");
+  }
+  return Status::success();
+}
+
+void DeferredUpdateTracker::ran(const Plan& plan, std::span<const Tensor> arguments) {
+  if (plan.deferredSteps == 0)
+    return;
+  addresses_.clear();
+  for (size_t argument : arguments_)
+    addresses_.push_back(arguments[argument].bytes());
+  pending_ = true;
 }
 
 } // namespace ampjit::runtime

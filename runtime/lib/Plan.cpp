@@ -30,6 +30,7 @@ std::string_view bufferRoleName(BufferRole role) {
   case BufferRole::Temporary: return "temporary";
   case BufferRole::Constant: return "constant";
   case BufferRole::Output: return "output";
+  case BufferRole::Carried: return "carried";
   }
   return "<invalid role>";
 }
@@ -44,7 +45,8 @@ bool isArgumentRole(BufferRole role) {
   case BufferRole::Hyper: return true;
   case BufferRole::Temporary:
   case BufferRole::Constant:
-  case BufferRole::Output: return false;
+  case BufferRole::Output:
+  case BufferRole::Carried: return false;
   }
   return false;
 }
@@ -1283,14 +1285,14 @@ Status StepChecker::checkPool() const {
   return expectOut(0, x);
 }
 
+} // namespace
+
 std::string describeBuffer(const Plan& plan, BufferId id) {
   std::string text = "buffer %" + std::to_string(id);
   if (id < plan.buffers.size() && !plan.buffers[id].name.empty())
     text += " '" + plan.buffers[id].name + "'";
   return text;
 }
-
-} // namespace
 
 Status verifyStepTypes(const Step& step, std::span<const TensorType> inputTypes,
                        std::span<const TensorType> outputTypes) {
@@ -1386,9 +1388,9 @@ Status verifyResults(const Plan& plan, size_t argumentCount, std::vector<bool>& 
       return Status::error(where + " refers to buffer %" + std::to_string(result.buffer) + " but the plan has " +
                            std::to_string(plan.buffers.size()) + " buffers");
     const BufferDesc& buffer = plan.buffers[result.buffer];
-    if (buffer.role == BufferRole::Temporary)
-      return Status::error(where + " is the temporary " + describeBuffer(plan, result.buffer) +
-                           ", which does not outlive the run");
+    if (buffer.role == BufferRole::Temporary || buffer.role == BufferRole::Carried)
+      return Status::error(where + " is the " + std::string(bufferRoleName(buffer.role)) + " " +
+                           describeBuffer(plan, result.buffer) + ", which is not the run's to return");
     if (result.tiedArgument < 0)
       continue;
     if (size_t(result.tiedArgument) >= argumentCount)
@@ -1409,6 +1411,59 @@ Status verifyResults(const Plan& plan, size_t argumentCount, std::vector<bool>& 
   return Status::success();
 }
 
+/// The rules of a deferred update (Plan::deferredSteps): what its steps may
+/// touch, that the state it updates is its own, and that every carried value
+/// it reads is produced by the rest of the run.
+Status verifyDeferredSteps(const Plan& plan) {
+  size_t deferred = plan.deferredSteps;
+  if (deferred > plan.steps.size())
+    return Status::error("the plan defers " + std::to_string(deferred) + " steps but has " +
+                         std::to_string(plan.steps.size()));
+  std::vector<bool> readByDeferred(plan.buffers.size(), false), writtenByDeferred(plan.buffers.size(), false),
+      writtenByRest(plan.buffers.size(), false);
+  auto valid = [&](BufferId id) { return id != kNoBuffer && id < plan.buffers.size(); };
+  for (size_t index = 0; index < plan.steps.size(); ++index) {
+    const Step& step = plan.steps[index];
+    for (size_t slot = 0; slot < step.outputs.size(); ++slot)
+      if (valid(step.outputs[slot]))
+        (index < deferred ? writtenByDeferred : writtenByRest)[step.outputs[slot]] = true;
+    if (index >= deferred)
+      continue;
+    for (BufferId id : step.inputs) {
+      if (!valid(id))
+        continue;
+      BufferRole role = plan.buffers[id].role;
+      if (role == BufferRole::Temporary || role == BufferRole::Output || role == BufferRole::Input ||
+          role == BufferRole::Hyper)
+        return Status::error(describeStep(plan, index) + " is deferred to the next run but reads " +
+                             describeBuffer(plan, id) + ", which is the " +
+                             (role == BufferRole::Temporary || role == BufferRole::Output ? "current" : "next") +
+                             " run's (a deferred step reads carried buffers, constants and state)");
+      readByDeferred[id] = true;
+    }
+    for (BufferId id : step.outputs) {
+      if (!valid(id))
+        continue;
+      BufferRole role = plan.buffers[id].role;
+      if (role == BufferRole::Temporary || role == BufferRole::Output)
+        return Status::error(describeStep(plan, index) + " is deferred to the next run but writes " +
+                             describeBuffer(plan, id) + " (a deferred step writes carried buffers and state)");
+    }
+  }
+  for (BufferId id = 0; id < plan.buffers.size(); ++id) {
+    const BufferDesc& buffer = plan.buffers[id];
+    if (buffer.role == BufferRole::Carried && deferred == 0)
+      return Status::error(describeBuffer(plan, id) + " is carried, but the plan defers no steps");
+    if (buffer.role == BufferRole::Carried && readByDeferred[id] && !writtenByRest[id])
+      return Status::error(describeBuffer(plan, id) + " is read by the deferred steps but written by no other "
+                                                     "step, so it would never hold a value");
+    if (buffer.argument >= 0 && writtenByDeferred[id] && writtenByRest[id])
+      return Status::error(describeBuffer(plan, id) + " is updated by the deferred steps and by the rest of the "
+                                                     "run; deferring would reorder the two writes");
+  }
+  return Status::success();
+}
+
 } // namespace
 
 Status verifyPlan(const Plan& plan) {
@@ -1419,15 +1474,23 @@ Status verifyPlan(const Plan& plan) {
 
   // Which buffers hold a value at the current point of the run, and each
   // temporary's live range [first write, last access] for the arena check.
+  // Carried buffers hold the previous run's values during the deferred
+  // steps; after them they follow the rules of temporaries.
   std::vector<bool> defined(plan.buffers.size(), false);
   for (BufferId id = 0; id < plan.buffers.size(); ++id)
-    defined[id] = plan.buffers[id].argument >= 0 || plan.buffers[id].role == BufferRole::Constant;
+    defined[id] = plan.buffers[id].argument >= 0 || plan.buffers[id].role == BufferRole::Constant ||
+                  plan.buffers[id].role == BufferRole::Carried;
   constexpr size_t kNever = ~size_t(0);
   std::vector<size_t> firstWrite(plan.buffers.size(), kNever), lastAccess(plan.buffers.size(), 0);
+  AMPJIT_RETURN_IF_ERROR(verifyDeferredSteps(plan));
 
   for (size_t index = 0; index < plan.steps.size(); ++index) {
     const Step& step = plan.steps[index];
     std::string where = describeStep(plan, index);
+    if (index == plan.deferredSteps)
+      for (BufferId id = 0; id < plan.buffers.size(); ++id)
+        if (plan.buffers[id].role == BufferRole::Carried)
+          defined[id] = false;
     if (int(step.kind) >= kStepKindCount)
       return Status::error("step " + std::to_string(index) + " has an invalid kind");
     if (step.params.index() != paramsIndexOf(step.kind))

@@ -275,6 +275,7 @@ uint64_t readLittle(std::span<const uint8_t> bytes, size_t offset, int count) {
 void decodeInfo(Reader& reader, Plan& plan) {
   plan.name = reader.string();
   plan.arenaBytes = reader.u64();
+  plan.deferredSteps = reader.u32();
 }
 
 void decodeBuffers(Reader& reader, Plan& plan) {
@@ -348,6 +349,7 @@ std::vector<uint8_t> encodePlan(const Plan& plan) {
   Writer info, buffers, results, steps;
   info.string(plan.name);
   info.u64(plan.arenaBytes);
+  info.u32(plan.deferredSteps);
 
   buffers.u32(uint32_t(plan.buffers.size()));
   for (const BufferDesc& buffer : plan.buffers) {

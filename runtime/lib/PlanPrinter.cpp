@@ -210,6 +210,9 @@ std::string printStep(const Plan& plan, std::size_t index) {
 std::string printPlan(const Plan& plan) {
   std::string text = "plan @" + plan.name + "\n";
   text += "  arena " + std::to_string(plan.arenaBytes) + " bytes\n";
+  if (plan.deferredSteps > 0)
+    text += "  deferred steps 0.." + std::to_string(plan.deferredSteps - 1) +
+            " (the previous run's update, done first)\n";
   for (BufferId id = 0; id < plan.buffers.size(); ++id) {
     const BufferDesc& buffer = plan.buffers[id];
     text += "  " + bufferRef(id) + " = ";

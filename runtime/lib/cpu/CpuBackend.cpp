@@ -71,8 +71,10 @@ Status runStepCatchingAllocationFailure(const Step& step, const cpu::StepIO& io)
 
 class CpuExecutable final : public Executable {
 public:
-  CpuExecutable(Plan plan, CpuBackendOptions options, std::shared_ptr<Storage> arena)
-      : plan_(std::move(plan)), options_(options), arena_(std::move(arena)) {
+  CpuExecutable(Plan plan, CpuBackendOptions options, std::shared_ptr<Storage> arena,
+                std::vector<std::shared_ptr<Storage>> carried)
+      : plan_(std::move(plan)), options_(options), arena_(std::move(arena)), carried_(std::move(carried)),
+        deferred_(plan_) {
     // The temporaries whose bytes are dead after each step (poison mode).
     std::vector<size_t> lastAccess(plan_.buffers.size(), SIZE_MAX);
     for (size_t s = 0; s < plan_.steps.size(); ++s) {
@@ -91,56 +93,20 @@ public:
 
   const Plan& plan() const override { return plan_; }
 
+  bool deferredPending() const override { return deferred_.pending(); }
+
   Expected<std::vector<Tensor>> run(std::span<Tensor> arguments) override {
     AMPJIT_RETURN_IF_ERROR(checkArguments(plan_, arguments));
+    Expected<size_t> firstStep = deferred_.firstStep(plan_, arguments);
+    if (!firstStep)
+      return firstStep.status();
     std::vector<Tensor> outputs(plan_.buffers.size());
-    std::vector<BufferView> views(plan_.buffers.size());
-    for (BufferId id = 0; id < plan_.buffers.size(); ++id) {
-      const BufferDesc& buffer = plan_.buffers[id];
-      BufferView& view = views[id];
-      view.present = true;
-      view.dtype = buffer.type.dtype;
-      view.shape = &buffer.type.shape;
-      view.count = buffer.type.elementCount();
-      switch (buffer.role) {
-      case BufferRole::Temporary: view.data = arena_->data() + buffer.arenaOffset; break;
-      case BufferRole::Constant:
-        // Kernels never write constants (verifyPlan), so the plan's bytes serve as is.
-        view.data = const_cast<std::byte*>(reinterpret_cast<const std::byte*>(buffer.constantData.data()));
-        break;
-      case BufferRole::Output: {
-        Expected<Tensor> tensor = Tensor::allocate(buffer.type);
-        if (!tensor)
-          return tensor.status();
-        outputs[id] = std::move(*tensor);
-        view.data = outputs[id].bytes();
-        break;
-      }
-      default: view.data = arguments[size_t(buffer.argument)].bytes(); break;
-      }
-    }
+    std::vector<BufferView> views;
+    AMPJIT_RETURN_IF_ERROR(bindBuffers(arguments, &outputs, views));
     if (options_.poisonFreedTemporaries)
       std::memset(arena_->data(), kPoisonByte, arena_->size());
-
-    std::vector<BufferView> in, out;
-    BufferView absent;
-    for (size_t index = 0; index < plan_.steps.size(); ++index) {
-      const Step& step = plan_.steps[index];
-      in.clear();
-      out.clear();
-      for (BufferId id : step.inputs)
-        in.push_back(id == kNoBuffer ? absent : views[id]);
-      for (BufferId id : step.outputs)
-        out.push_back(id == kNoBuffer ? absent : views[id]);
-      Status status = runStepCatchingAllocationFailure(step, cpu::StepIO{in, out});
-      if (!status)
-        return Status::error(describeStepOfPlan(plan_, index) + ": " + status.message());
-      if (options_.checkNumerics)
-        AMPJIT_RETURN_IF_ERROR(checkNumerics(index, out));
-      if (options_.poisonFreedTemporaries)
-        for (BufferId id : deadAfter_[index])
-          std::memset(views[id].data, kPoisonByte, size_t(plan_.buffers[id].type.byteSize()));
-    }
+    AMPJIT_RETURN_IF_ERROR(runSteps(*firstStep, plan_.steps.size(), views));
+    deferred_.ran(plan_, arguments);
 
     std::vector<Tensor> results;
     for (const PlanResult& result : plan_.results) {
@@ -161,7 +127,77 @@ public:
     return results;
   }
 
+  Status completeDeferred(std::span<Tensor> arguments) override {
+    AMPJIT_RETURN_IF_ERROR(deferred_.checkCompletion(plan_, arguments));
+    if (!deferred_.pending())
+      return Status::success();
+    std::vector<BufferView> views;
+    AMPJIT_RETURN_IF_ERROR(bindBuffers(arguments, nullptr, views));
+    AMPJIT_RETURN_IF_ERROR(runSteps(0, plan_.deferredSteps, views));
+    deferred_.completed();
+    return Status::success();
+  }
+
 private:
+  /// Every buffer's bytes for one run: arguments in place, temporaries in
+  /// the arena, carried buffers in their own storage, outputs new. Arguments
+  /// a completion leaves empty get no bytes, nor do outputs without
+  /// `outputs` (the deferred steps touch neither).
+  Status bindBuffers(std::span<Tensor> arguments, std::vector<Tensor>* outputs, std::vector<BufferView>& views) {
+    views.assign(plan_.buffers.size(), BufferView{});
+    for (BufferId id = 0; id < plan_.buffers.size(); ++id) {
+      const BufferDesc& buffer = plan_.buffers[id];
+      BufferView& view = views[id];
+      view.present = true;
+      view.dtype = buffer.type.dtype;
+      view.shape = &buffer.type.shape;
+      view.count = buffer.type.elementCount();
+      switch (buffer.role) {
+      case BufferRole::Temporary: view.data = arena_->data() + buffer.arenaOffset; break;
+      case BufferRole::Constant:
+        // Kernels never write constants (verifyPlan), so the plan's bytes serve as is.
+        view.data = const_cast<std::byte*>(reinterpret_cast<const std::byte*>(buffer.constantData.data()));
+        break;
+      case BufferRole::Output: {
+        if (!outputs)
+          break;
+        Expected<Tensor> tensor = Tensor::allocate(buffer.type);
+        if (!tensor)
+          return tensor.status();
+        (*outputs)[id] = std::move(*tensor);
+        view.data = (*outputs)[id].bytes();
+        break;
+      }
+      case BufferRole::Carried: view.data = carried_[id]->data(); break;
+      default: view.data = arguments[size_t(buffer.argument)].bytes(); break;
+      }
+    }
+    return Status::success();
+  }
+
+  Status runSteps(size_t begin, size_t end, const std::vector<BufferView>& views) {
+    std::vector<BufferView> in, out;
+    BufferView absent;
+    for (size_t index = begin; index < end; ++index) {
+      const Step& step = plan_.steps[index];
+      in.clear();
+      out.clear();
+      for (BufferId id : step.inputs)
+        in.push_back(id == kNoBuffer ? absent : views[id]);
+      for (BufferId id : step.outputs)
+        out.push_back(id == kNoBuffer ? absent : views[id]);
+      Status status = runStepCatchingAllocationFailure(step, cpu::StepIO{in, out});
+      if (!status)
+        return Status::error(describeStepOfPlan(plan_, index) + ": " + status.message());
+      if (options_.checkNumerics)
+        AMPJIT_RETURN_IF_ERROR(checkNumerics(index, out));
+      if (options_.poisonFreedTemporaries)
+        for (BufferId id : deadAfter_[index])
+          std::memset(views[id].data, kPoisonByte, size_t(plan_.buffers[id].type.byteSize()));
+    }
+    return Status::success();
+  }
+
   Status checkNumerics(size_t index, const std::vector<BufferView>& out) const {
     for (size_t slot = 0; slot < out.size(); ++slot)
       if (out[slot].present && isFloating(out[slot].dtype) && !cpu::allFinite(out[slot]))
@@ -172,6 +208,9 @@ private:
   Plan plan_;
   CpuBackendOptions options_;
   std::shared_ptr<Storage> arena_;
+  /// Per buffer id; set for carried buffers only.
+  std::vector<std::shared_ptr<Storage>> carried_;
+  DeferredUpdateTracker deferred_;
   std::vector<std::vector<BufferId>> deadAfter_;
 };
 
@@ -195,7 +234,19 @@ public:
     if (!arena || *arena == nullptr)
       return Status::error("plan @" + plan.name + ": cannot allocate its arena of " +
                            std::to_string(plan.arenaBytes) + " bytes");
-    return std::unique_ptr<Executable>(new CpuExecutable(std::move(plan), options_, std::move(*arena)));
+    std::vector<std::shared_ptr<Storage>> carried(plan.buffers.size());
+    for (BufferId id = 0; id < plan.buffers.size(); ++id) {
+      if (plan.buffers[id].role != BufferRole::Carried)
+        continue;
+      // Zero-filled, as the plan model promises before the first run.
+      Expected<std::shared_ptr<Storage>> storage = Storage::allocate(size_t(plan.buffers[id].type.byteSize()));
+      if (!storage)
+        return Status::error("plan @" + plan.name + ": carried buffer %" + std::to_string(id) + ": " +
+                             storage.message());
+      carried[id] = std::move(*storage);
+    }
+    return std::unique_ptr<Executable>(
+        new CpuExecutable(std::move(plan), options_, std::move(*arena), std::move(carried)));
   }
 
   Expected<Tensor> toHost(const Tensor& tensor) override { return tensor; }

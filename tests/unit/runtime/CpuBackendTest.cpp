@@ -377,6 +377,68 @@ Plan scaledTrainStep() {
   return b.finish();
 }
 
+TEST(CpuBackend, ADeferredUpdateRunsAtTheNextRunOrWhenCompleted) {
+  DeferredSgdStep parts = deferredSgdStep();
+  Expected<std::unique_ptr<Executable>> executable = cpuBackend().prepare(parts.plan);
+  ASSERT_TRUE(executable.ok()) << executable.message();
+  Executable& step = **executable;
+  std::vector<double> w = {1, 2, 3, 4};
+  std::vector<Tensor> arguments = {*Tensor::fromDoubles(DType::F32, {4}, std::vector<double>{1, 1, 1, 1}),
+                                   *Tensor::fromDoubles(DType::F32, {4}, w),
+                                   *Tensor::fromDoubles(DType::F32, {}, std::vector<double>{0.5})};
+  auto loss = [&](const std::vector<double>& x) {
+    double sum = 0;
+    for (size_t i = 0; i < 4; ++i)
+      sum += double(float(w[i] * x[i]));
+    return sum;
+  };
+
+  // The first run has no earlier update to do, and leaves its own pending.
+  Expected<std::vector<Tensor>> results = step.run(arguments);
+  ASSERT_TRUE(results.ok()) << results.message();
+  EXPECT_EQ(results->at(0).at(0), loss({1, 1, 1, 1}));
+  EXPECT_TRUE(step.deferredPending());
+  EXPECT_EQ(arguments[1].toDoubles(), w);
+
+  // The second run first does the first run's update, with the first run's
+  // gradient and lr (this run's lr is 4).
+  for (size_t i = 0; i < 4; ++i)
+    w[i] -= 0.5 * 1;
+  arguments[0] = *Tensor::fromDoubles(DType::F32, {4}, std::vector<double>{1, 2, 3, 4});
+  arguments[2] = *Tensor::fromDoubles(DType::F32, {}, std::vector<double>{4});
+  results = step.run(arguments);
+  ASSERT_TRUE(results.ok()) << results.message();
+  EXPECT_EQ(results->at(0).at(0), loss({1, 2, 3, 4}));
+  EXPECT_EQ(arguments[1].toDoubles(), w);
+
+  // Another w while an update is pending for this one is refused, naming it.
+  std::vector<Tensor> otherState = arguments;
+  otherState[1] = *Tensor::fromDoubles(DType::F32, {4}, w);
+  Expected<std::vector<Tensor>> refused = step.run(otherState);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.message(), "plan @deferred_sgd: the last run's optimizer update is still pending (deferred) for "
+                               "other state than argument 1 'w' (param f32[4]) of this run; complete it first "
+                               "(Executable::completeDeferred)");
+  Status wrongCompletion = step.completeDeferred(otherState);
+  EXPECT_EQ(wrongCompletion.message(), "plan @deferred_sgd: completing its deferred update: argument 1 'w' (param "
+                                       "f32[4]) is not the tensor the pending update was left for");
+
+  // Completing does the second run's update alone, once; inputs may be empty.
+  std::vector<Tensor> stateOnly = {Tensor(), arguments[1], Tensor()};
+  ASSERT_TRUE(step.completeDeferred(stateOnly).ok());
+  EXPECT_FALSE(step.deferredPending());
+  for (size_t i = 0; i < 4; ++i)
+    w[i] -= 4 * double(i + 1);
+  EXPECT_EQ(arguments[1].toDoubles(), w);
+  ASSERT_TRUE(step.completeDeferred(stateOnly).ok());
+  EXPECT_EQ(arguments[1].toDoubles(), w);
+
+  // Nothing pending: the next run skips the deferred steps, and another w is fine.
+  results = step.run(otherState);
+  ASSERT_TRUE(results.ok()) << results.message();
+  EXPECT_EQ(arguments[1].toDoubles(), w);
+}
+
 TEST(CpuBackend, AnInfInOneStepSkipsExactlyThatStep) {
   Plan plan = scaledTrainStep();
   ASSERT_TRUE(verifyPlan(plan).ok()) << verifyPlan(plan).message();

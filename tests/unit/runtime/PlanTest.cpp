@@ -138,10 +138,10 @@ TEST(PlanFile, WrongMagicIsAClearError) {
 
 TEST(PlanFile, OtherVersionIsAClearError) {
   std::vector<uint8_t> bytes = encodePlan(sampleTrainStep());
-  bytes[8] = 2; // before the GELU, gradient and batch-norm epilogues
+  bytes[8] = 3; // before deferred steps and carried buffers
   Expected<Plan> decoded = decodePlan(bytes, "old.bin");
   ASSERT_FALSE(decoded.ok());
-  EXPECT_EQ(decoded.message(), "old.bin: plan format version 2, but this runtime reads version 3; "
+  EXPECT_EQ(decoded.message(), "old.bin: plan format version 3, but this runtime reads version 4; "
                                "recompile the step with this version of ampjit");
 }
 
@@ -196,8 +196,9 @@ TEST(PlanFile, InvalidEnumValueIsNamed) {
   plan.buffers.push_back(BufferDesc{.type = tt(DType::F32, {2}), .role = BufferRole::Input, .argument = 0});
   std::vector<uint8_t> bytes = encodePlan(plan);
   // The BUFS section starts after the header (24), the INFO section header
-  // (16) and its payload (4-byte length, "p", 8-byte arena size).
-  size_t bufs = 24 + 16 + 4 + 1 + 8;
+  // (16) and its payload (4-byte length, "p", 8-byte arena size, 4-byte
+  // deferred step count).
+  size_t bufs = 24 + 16 + 4 + 1 + 8 + 4;
   size_t firstDType = bufs + 16 + 4;
   ASSERT_EQ(bytes[firstDType], uint8_t(DType::F32));
   bytes[firstDType] = 42;
@@ -211,7 +212,7 @@ TEST(PlanFile, HugeCountsAreRefusedBeforeAllocating) {
   Plan plan;
   plan.name = "p";
   std::vector<uint8_t> bytes = encodePlan(plan);
-  size_t bufferCount = 24 + 16 + 4 + 1 + 8 + 16;
+  size_t bufferCount = 24 + 16 + 4 + 1 + 8 + 4 + 16;
   for (int i = 0; i < 4; ++i)
     bytes[bufferCount + i] = 0xFF;
   reseal(bytes);
@@ -248,6 +249,72 @@ TEST(PlanFile, RandomCorruptionNeverCrashes) {
 //===----------------------------------------------------------------------===//
 
 std::string verifyMessage(const Plan& plan) { return verifyPlan(plan).message(); }
+
+TEST(PlanVerifier, ADeferredStepVerifiesPrintsAndRoundTrips) {
+  Plan plan = deferredSgdStep().plan;
+  EXPECT_EQ(verifyMessage(plan), "");
+  std::string text = printPlan(plan);
+  EXPECT_NE(text.find("deferred steps 0..0 (the previous run's update, done first)"), std::string::npos) << text;
+  EXPECT_NE(text.find("= carried f32[4] \"grad\""), std::string::npos) << text;
+  Expected<Plan> decoded = decodePlan(encodePlan(plan), "memory");
+  ASSERT_TRUE(decoded.ok()) << decoded.message();
+  EXPECT_TRUE(*decoded == plan);
+}
+
+TEST(PlanVerifier, DeferredStepsKeepToCarriedBuffersConstantsAndState) {
+  {
+    DeferredSgdStep parts = deferredSgdStep();
+    parts.plan.steps[0].inputs[4] = parts.lr; // the lr of the run, not of the update's own run
+    EXPECT_EQ(verifyMessage(parts.plan),
+              "step 0 (optimizer_update from jit.sgd_update) is deferred to the next run but reads buffer %2 'lr', "
+              "which is the next run's (a deferred step reads carried buffers, constants and state)");
+  }
+  {
+    DeferredSgdStep parts = deferredSgdStep();
+    parts.plan.steps.pop_back(); // nothing carries lr over any more
+    EXPECT_EQ(verifyMessage(parts.plan), "buffer %4 'lr.deferred' is read by the deferred steps but written by no "
+                                         "other step, so it would never hold a value");
+  }
+  {
+    DeferredSgdStep parts = deferredSgdStep();
+    parts.plan.deferredSteps = 0;
+    EXPECT_EQ(verifyMessage(parts.plan), "buffer %3 'grad' is carried, but the plan defers no steps");
+  }
+  {
+    DeferredSgdStep parts = deferredSgdStep();
+    parts.plan.deferredSteps = 9;
+    EXPECT_EQ(verifyMessage(parts.plan), "the plan defers 9 steps but has 5");
+  }
+  {
+    // The rest of the run writing the state the update owns.
+    DeferredSgdStep parts = deferredSgdStep();
+    Step write = parts.plan.steps[4];
+    write.inputs = {parts.lrCopy};
+    write.outputs = {parts.w};
+    write.kind = StepKind::BroadcastTo;
+    write.params = NoParams{};
+    parts.plan.steps.push_back(write);
+    EXPECT_EQ(verifyMessage(parts.plan), "buffer %1 'w' is updated by the deferred steps and by the rest of the "
+                                         "run; deferring would reorder the two writes");
+  }
+  {
+    // After the deferred steps, a carried value must be written before it is read.
+    DeferredSgdStep parts = deferredSgdStep();
+    Step readEarly = parts.plan.steps[3]; // the cast x -> grad, now grad -> a new output
+    readEarly.inputs = {parts.gradient};
+    readEarly.outputs = {BufferId(parts.plan.buffers.size())};
+    parts.plan.buffers.push_back(BufferDesc{.type = tt(DType::F32, {4}), .role = BufferRole::Output});
+    parts.plan.results.push_back(PlanResult{readEarly.outputs[0], -1});
+    parts.plan.steps.insert(parts.plan.steps.begin() + 1, readEarly);
+    EXPECT_EQ(verifyMessage(parts.plan),
+              "step 1 (elementwise from amp.cast): input 'x' reads buffer %3 'grad' before any step writes it");
+  }
+  {
+    DeferredSgdStep parts = deferredSgdStep();
+    parts.plan.results.push_back(PlanResult{parts.gradient, -1});
+    EXPECT_EQ(verifyMessage(parts.plan), "result 2 is the carried buffer %3 'grad', which is not the run's to return");
+  }
+}
 
 TEST(PlanVerifier, WritingAnInputIsRejected) {
   PlanBuilder b("p");

@@ -45,6 +45,13 @@ public:
     buffer.role = BufferRole::Temporary;
     return add(std::move(buffer));
   }
+  BufferId carried(TensorType type, std::string name = "") {
+    BufferDesc buffer;
+    buffer.type = std::move(type);
+    buffer.role = BufferRole::Carried;
+    buffer.name = std::move(name);
+    return add(std::move(buffer));
+  }
   BufferId output(TensorType type) {
     BufferDesc buffer;
     buffer.type = std::move(type);
@@ -289,6 +296,40 @@ inline Plan sampleTrainStep() {
   b.result(skipped, 10);
   b.result(rng, 11);
   return b.finish();
+}
+
+/// Where deferredSgdStep() keeps its pieces.
+struct DeferredSgdStep {
+  Plan plan;
+  BufferId x, w, lr, loss, gradient, lrCopy;
+};
+
+/// loss = sum(w * x) with the SGD step w -= lr * x deferred to the next run,
+/// laid out as codegen's deferOptimizerUpdates leaves a step: the update
+/// first, reading the gradient and a snapshot of lr that the run carries.
+/// Arguments: x (input f32[4]), w (param f32[4]), lr (hyper f32[]).
+inline DeferredSgdStep deferredSgdStep() {
+  PlanBuilder b("deferred_sgd");
+  DeferredSgdStep parts{};
+  parts.x = b.argument(tt(DType::F32, {4}), BufferRole::Input, "x");
+  parts.w = b.argument(tt(DType::F32, {4}), BufferRole::Param, "w");
+  parts.lr = b.argument(tt(DType::F32, {}), BufferRole::Hyper, "lr");
+  parts.gradient = b.carried(tt(DType::F32, {4}), "grad");
+  parts.lrCopy = b.carried(tt(DType::F32, {}), "lr.deferred");
+  b.op("jit.sgd_update", {parts.w, parts.gradient, kNoBuffer, kNoBuffer, parts.lrCopy, kNoBuffer, kNoBuffer, kNoBuffer},
+       {parts.w});
+  BufferId product = b.temporary(tt(DType::F32, {4}));
+  b.op("jit.mul", {parts.w, parts.x}, {product});
+  parts.loss = b.output(tt(DType::F32, {}));
+  b.op("jit.sum", {product}, {parts.loss}, {{"axes", std::vector<int64_t>{0}}});
+  // d loss / d w = x
+  b.op("amp.cast", {parts.x}, {parts.gradient});
+  b.op("amp.cast", {parts.lr}, {parts.lrCopy});
+  b.result(parts.loss);
+  b.result(parts.w, 1);
+  parts.plan = b.finish();
+  parts.plan.deferredSteps = 1;
+  return parts;
 }
 
 /// The CPU backend the tests share (one per process, like OpenBLAS's threads).

@@ -31,7 +31,21 @@ public:
   /// in order: a tied result is the argument tensor itself (same storage), an
   /// output a new tensor, an untied argument or constant a copy. One run at a
   /// time per Executable (its arena is shared between runs).
+  ///
+  /// A plan with deferred steps (Plan::deferredSteps) leaves each run's
+  /// optimizer update pending: the next run does it first, or
+  /// completeDeferred() does it alone. Until then the state it updates holds
+  /// the values before the update, so a caller completes it before any host
+  /// access to that state (deferredArguments()). The next run must get the
+  /// same state tensors; an error says so otherwise.
   virtual Expected<std::vector<Tensor>> run(std::span<Tensor> arguments) = 0;
+
+  /// Whether the last run left a deferred update pending.
+  virtual bool deferredPending() const { return false; }
+  /// Does the pending deferred update now (a no-op when none is). `arguments`
+  /// are those of the run that left it; its inputs and hyper arguments may be
+  /// empty tensors (the update reads its own snapshots of them).
+  virtual Status completeDeferred(std::span<Tensor> /*arguments*/) { return Status::success(); }
 
   /// rederiveArguments for arguments in this executable's memory (a device
   /// backend rounds on the device).
@@ -59,6 +73,33 @@ public:
 /// shares storage with another argument. The message names the argument by
 /// index, name and role ("argument 4 'labels' (input i64[64]) is missing").
 Status checkArguments(const Plan& plan, std::span<const Tensor> arguments);
+
+/// The arguments a plan's deferred steps read or write: the state a caller
+/// must not touch on the host while an update is pending.
+std::vector<size_t> deferredArguments(const Plan& plan);
+
+/// The bookkeeping every backend shares for deferred updates: whether one is
+/// pending, and the addresses of the state it was left for.
+class DeferredUpdateTracker {
+public:
+  explicit DeferredUpdateTracker(const Plan& plan) : arguments_(deferredArguments(plan)) {}
+  bool pending() const { return pending_; }
+  /// The first step a run with `arguments` executes: 0 when an update is
+  /// pending for exactly this state, after the deferred steps when none is;
+  /// an error naming the argument when one is pending for other state.
+  Expected<size_t> firstStep(const Plan& plan, std::span<const Tensor> arguments) const;
+  /// checkArguments for completeDeferred(): inputs and hyper arguments may
+  /// be empty, and the state must be the pending update's.
+  Status checkCompletion(const Plan& plan, std::span<const Tensor> arguments) const;
+  /// After a run: its update is pending on these arguments (plans that defer).
+  void ran(const Plan& plan, std::span<const Tensor> arguments);
+  void completed() { pending_ = false; }
+
+private:
+  std::vector<size_t> arguments_;
+  std::vector<const void*> addresses_;
+  bool pending_ = false;
+};
 
 /// Re-establishes derived state (`BufferDesc::derivedFrom`, O2's
 /// low-precision parameter copies): every derived argument becomes its

@@ -42,8 +42,8 @@ inline constexpr uint64_t kArenaAlignment = 64;
 //===----------------------------------------------------------------------===//
 
 /// What a buffer is. The first six are function arguments and mirror the
-/// `jit.role` attribute of the entry function (DESIGN principle 3); the last
-/// three are the plan's own.
+/// `jit.role` attribute of the entry function (DESIGN principle 3); the rest
+/// are the plan's own.
 enum class BufferRole : uint8_t {
   Input,       ///< data fed each step (read-only)
   Param,       ///< model parameter
@@ -54,8 +54,12 @@ enum class BufferRole : uint8_t {
   Temporary,   ///< lives in the arena at `arenaOffset`, dead between runs
   Constant,    ///< immutable data stored in the plan (`constantData`)
   Output,      ///< a function result that is not state; allocated per run
+  /// Held by the executable from one run to the next: written by a run's
+  /// steps for the deferred update the next run (or completeDeferred) does
+  /// first (Plan::deferredSteps). Zero before the first run; not in the arena.
+  Carried,
 };
-inline constexpr int kBufferRoleCount = 9;
+inline constexpr int kBufferRoleCount = 10;
 
 std::string_view bufferRoleName(BufferRole role);
 bool isArgumentRole(BufferRole role);
@@ -596,6 +600,13 @@ struct Plan {
   std::vector<Step> steps{};
   /// Bytes of the temporaries' arena.
   uint64_t arenaBytes = 0;
+  /// The first `deferredSteps` steps are the previous run's optimizer update,
+  /// deferred into this run so that it can overlap this run's forward
+  /// (codegen's deferOptimizerUpdates). They read only carried buffers,
+  /// constants and state, and write only state no other step writes and
+  /// carried buffers. A run does them only when the run before left them
+  /// pending; Executable::completeDeferred does them alone.
+  uint32_t deferredSteps = 0;
 
   /// Number of function arguments (buffers with an argument index).
   std::size_t argumentCount() const;
@@ -610,6 +621,8 @@ std::vector<std::string> slotNames(const Step& step, bool outputs);
 /// Whether an input slot may hold kNoBuffer.
 bool isOptionalInputSlot(const Step& step, std::size_t slot);
 
+/// How errors name a buffer: "buffer %N 'name'".
+std::string describeBuffer(const Plan& plan, BufferId id);
 /// How errors name a step: "step N (kind from origin)".
 std::string describeStep(const Plan& plan, std::size_t index);
 /// The same with its plan, as backends' errors say it: "plan @name, step N (...)".

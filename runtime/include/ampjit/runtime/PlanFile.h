@@ -23,8 +23,9 @@ namespace ampjit::runtime {
 // 2: GemmParams::epilogue. 3: the GELU, GELU-gradient and bias-gradient
 // epilogues (their extra slots change what a gemm step reads and writes), and
 // BatchNormParams::activation, with BatchNormGrad carrying BatchNormGradParams
-// (axis, activation) instead of AxisParams.
-inline constexpr uint32_t kPlanFormatVersion = 3;
+// (axis, activation) instead of AxisParams. 4: Plan::deferredSteps and the
+// carried buffer role.
+inline constexpr uint32_t kPlanFormatVersion = 4;
 
 /// The file's bytes. Does not verify the plan (tests encode broken plans on
 /// purpose; savePlan verifies first).
