@@ -170,6 +170,8 @@ public:
       fuseBatchNormEpilogues(plan);
     if (options.fuseElementwise)
       fuseElementwiseSteps(plan);
+    if (options.deferOptimizerUpdates)
+      deferOptimizerUpdates(plan, options.deferMinimumElements);
     layOutArena();
     if (rt::Status status = rt::verifyPlan(plan); !status.ok())
       return function.emitError() << "codegen produced an invalid plan (a codegen bug): "

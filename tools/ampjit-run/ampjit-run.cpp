@@ -2,6 +2,7 @@
 //
 //   ampjit-run step.mlir [--amp-pipeline="level=O1 dtype=f16"] [--print-plan]
 //              [--jit-fuse-elementwise] [--jit-fuse-gemm-epilogues] [--jit-fuse-batch-norm-epilogues]
+//              [--jit-defer-optimizer-updates]
 //              [--emit-plan=plan.bin] [--steps=N] [--seed=S] [--arg=3=w.npy]
 //              [--arg=14=0.01] [--print-results] [--save-results=DIR]
 //
@@ -61,6 +62,10 @@ static llvm::cl::opt<bool> fuseBatchNormEpilogues(
     "jit-fuse-batch-norm-epilogues",
     llvm::cl::desc("Fold relu(batch_norm(x) [+ z]) into the batch norm and the relu's gradient into its "
                    "batch_norm_grad (the CUDA pipeline's)"));
+static llvm::cl::opt<bool> deferOptimizerUpdates(
+    "jit-defer-optimizer-updates",
+    llvm::cl::desc("Move the optimizer update to the front of the next run (the CUDA pipeline's, for large "
+                   "models); the results are printed after completing the last run's update"));
 static llvm::cl::opt<std::string> emitPlan("emit-plan", llvm::cl::desc("Save the plan to this file"));
 static llvm::cl::opt<std::string> loadPlanFile(
     "load-plan", llvm::cl::desc("Run this saved plan instead of compiling (the .mlir is not read)"));
@@ -273,7 +278,8 @@ int main(int argc, char **argv) {
     FailureOr<rt::Plan> built =
         ampjit::codegen::buildPlan(*entry, {.fuseElementwise = fuseElementwise,
                                             .fuseGemmEpilogues = fuseGemmEpilogues,
-                                            .fuseBatchNormEpilogues = fuseBatchNormEpilogues});
+                                            .fuseBatchNormEpilogues = fuseBatchNormEpilogues,
+                                            .deferOptimizerUpdates = deferOptimizerUpdates});
     if (failed(built))
       return 1;
     plan = std::move(*built);
@@ -339,6 +345,9 @@ int main(int argc, char **argv) {
                                                                results.front().bytes(), 0))
                    << "\n";
   }
+  // State results are only final once the last run's deferred update is done.
+  if (rt::Status status = (*executable)->completeDeferred(arguments); !status.ok())
+    return fail(status.message());
   if (printResults)
     for (size_t index = 0; index < results.size(); ++index)
       llvm::outs() << "result " << index << ": " << summarize(results[index]) << "\n";

@@ -10,6 +10,7 @@
 #include "CompileExample.h"
 #include "Tolerance.h"
 
+#include "ampjit/Codegen/PlanBuilder.h"
 #include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/CpuBackend.h"
 #include "ampjit/runtime/PlanFile.h"
@@ -17,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -319,6 +321,95 @@ TEST(EndToEnd, PoisonedFreedTemporariesDoNotChangeResults) {
   run({}, plain);
   run({.poisonFreedTemporaries = true}, poisoned);
   EXPECT_EQ(snapshot(plain), snapshot(poisoned));
+}
+
+TEST(EndToEnd, DeferredUpdatesGiveTheSameBitsOnceCompleted) {
+  for (const char *options : {"level=O0", "level=O1 dtype=f16", "level=O2 dtype=f16", "level=O2 dtype=bf16"}) {
+    SCOPED_TRACE(options);
+    rt::Plan plain = compileMnistStep(options, true);
+    rt::Plan deferred = ampjit::testing::compileExample(
+        "mnist_train_step.mlir", options, {.fuseElementwise = true, .deferOptimizerUpdates = true});
+    ASSERT_EQ(deferred.deferredSteps, 6u) << rt::printPlan(deferred);
+    // Freed temporaries poisoned: carried values live outside the arena.
+    std::unique_ptr<rt::Backend> backend = rt::createCpuBackend({.poisonFreedTemporaries = true});
+    auto plainStep = backend->prepare(plain), deferredStep = backend->prepare(deferred);
+    ASSERT_TRUE(plainStep.ok() && deferredStep.ok()) << deferredStep.message();
+    std::vector<rt::Tensor> plainArguments = initialArguments(plain), deferredArguments = initialArguments(deferred);
+    std::vector<std::vector<std::byte>> initial = snapshot(deferredArguments);
+    for (int step = 0; step < 4; ++step) {
+      auto plainResults = (*plainStep)->run(plainArguments);
+      auto deferredResults = (*deferredStep)->run(deferredArguments);
+      ASSERT_TRUE(plainResults.ok() && deferredResults.ok()) << deferredResults.message();
+      EXPECT_EQ(snapshot(*plainResults).front(), snapshot(*deferredResults).front()) << "loss of step " << step;
+      if (step == 0) // the first update is still pending: the parameters are the initial ones
+        EXPECT_EQ(snapshot(deferredArguments)[kFirstParam], initial[kFirstParam]);
+    }
+    ASSERT_TRUE((*deferredStep)->completeDeferred(deferredArguments).ok());
+    EXPECT_EQ(snapshot(plainArguments), snapshot(deferredArguments));
+  }
+}
+
+TEST(EndToEnd, TheDeferredUpdateIsOrderedByTheStepsThatNeedIt) {
+  rt::Plan plan = ampjit::testing::compileExample("mnist_train_step.mlir", "level=O2 dtype=f16",
+                                                  {.fuseElementwise = true, .deferOptimizerUpdates = true});
+  ASSERT_EQ(plan.deferredSteps, 6u);
+  const size_t deferred = plan.deferredSteps;
+  // The first update writes the low-precision weight the first GEMM reads.
+  size_t firstGemm = deferred;
+  while (plan.steps[firstGemm].kind != rt::StepKind::Gemm)
+    ++firstGemm;
+  const rt::Step &firstUpdate = plan.steps[0];
+  ASSERT_EQ(firstUpdate.kind, rt::StepKind::OptimizerUpdate);
+  EXPECT_NE(std::find(firstUpdate.outputs.begin(), firstUpdate.outputs.end(), plan.steps[firstGemm].inputs[1]),
+            firstUpdate.outputs.end())
+      << rt::printPlan(plan);
+  // The learning rate the update reads is the run's own, copied before the
+  // run ends; the scale update stays in the run.
+  rt::BufferId lrRead = firstUpdate.inputs[4];
+  EXPECT_EQ(plan.buffers[lrRead].role, rt::BufferRole::Carried);
+  bool copied = false, scaleUpdated = false;
+  for (size_t index = deferred; index < plan.steps.size(); ++index) {
+    const rt::Step &step = plan.steps[index];
+    copied |= step.kind == rt::StepKind::Elementwise && step.outputs[0] == lrRead &&
+              step.inputs[0] == plan.argumentBuffer(kLearningRate);
+    scaleUpdated |= step.kind == rt::StepKind::UpdateScale;
+  }
+  EXPECT_TRUE(copied);
+  EXPECT_TRUE(scaleUpdated);
+  for (size_t index = 0; index < deferred; ++index)
+    EXPECT_EQ(plan.steps[index].kind, rt::StepKind::OptimizerUpdate) << index;
+  rt::Expected<rt::Plan> decoded = rt::decodePlan(rt::encodePlan(plan), "in-memory");
+  ASSERT_TRUE(decoded.ok()) << decoded.message();
+  EXPECT_EQ(*decoded, plan);
+}
+
+TEST(EndToEnd, DeferringSaysWhyItDoesNot) {
+  rt::Plan plan = compileMnistStep("level=O1 dtype=f16", true), original = plan;
+  ampjit::codegen::DeferralResult small = ampjit::codegen::deferOptimizerUpdates(plan, int64_t(1) << 30);
+  EXPECT_EQ(small.deferredSteps, 0u);
+  EXPECT_EQ(small.whyNot, "its update covers 669706 parameter elements, fewer than the 1073741824 that make "
+                          "deferring pay");
+  EXPECT_EQ(plan, original);
+
+  // A result computed from the updated parameters cannot wait for the next run.
+  rt::BufferId weight = plan.argumentBuffer(kFirstParam);
+  rt::BufferId copy = rt::BufferId(plan.buffers.size());
+  plan.buffers.push_back(rt::BufferDesc{.type = plan.buffers[weight].type, .role = rt::BufferRole::Output});
+  rt::Step read;
+  read.kind = rt::StepKind::Elementwise;
+  read.params = rt::ElementwiseParams{.op = rt::ElementwiseOp::Convert};
+  read.inputs = {weight};
+  read.outputs = {copy};
+  read.origin = "jit.convert";
+  plan.steps.push_back(read);
+  plan.results.push_back(rt::PlanResult{copy, -1});
+  rt::Plan withResult = plan;
+  ampjit::codegen::DeferralResult refused = ampjit::codegen::deferOptimizerUpdates(plan);
+  EXPECT_EQ(refused.deferredSteps, 0u);
+  EXPECT_NE(refused.whyNot.find("(elementwise from jit.convert) computes a result of the run from the updated state"),
+            std::string::npos)
+      << refused.whyNot;
+  EXPECT_EQ(plan, withResult);
 }
 
 } // namespace

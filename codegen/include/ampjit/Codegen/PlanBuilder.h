@@ -32,6 +32,11 @@ struct PlanOptions {
   /// gradient into its batch_norm_grad (`--jit-fuse-batch-norm-epilogues`;
   /// on for the CUDA backend, whose cuDNN runs them as one call each).
   bool fuseBatchNormEpilogues = false;
+  /// Move the optimizer update to the front of the next run
+  /// (`--jit-defer-optimizer-updates`, deferOptimizerUpdates below) when it
+  /// updates at least `deferMinimumElements` parameter elements.
+  bool deferOptimizerUpdates = false;
+  int64_t deferMinimumElements = 0;
   /// Append each op's `file:line` to its step's origin, so runtime messages
   /// (AMPJIT_CHECK_NUMERICS) name the user's source line. jit::trace sets it.
   bool recordLocations = false;
@@ -54,6 +59,18 @@ void fuseGemmEpilogues(runtime::Plan &plan);
 /// and the relu).
 void fuseBatchNormEpilogues(runtime::Plan &plan);
 
+/// What deferOptimizerUpdates did: the steps it deferred, or why none.
+struct DeferralResult {
+  size_t deferredSteps = 0;
+  std::string whyNot{};
+};
+/// PlanOptions::deferOptimizerUpdates, on a plan whose arena is not laid out
+/// yet (after the fusions): the optimizer update and what depends on it
+/// become the plan's deferred steps (runtime Plan::deferredSteps), the values
+/// they read from the run carried buffers. Leaves the plan unchanged and says
+/// why when it updates fewer than `minimumElements` parameter elements or
+/// cannot be deferred.
+DeferralResult deferOptimizerUpdates(runtime::Plan &plan, int64_t minimumElements = 0);
 /// The function of `module` to compile: the one named `name`, or the only
 /// function with a body when `name` is empty.
 mlir::FailureOr<mlir::func::FuncOp> findEntryFunction(mlir::ModuleOp module, llvm::StringRef name);

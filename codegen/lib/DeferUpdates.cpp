@@ -1,0 +1,191 @@
+//===- DeferUpdates.cpp - move a step's optimizer update into the next run ===//
+//
+// PlanOptions::deferOptimizerUpdates (DESIGN's mlp9 note): the optimizer
+// update is memory-bound work that, at the end of a step, has nothing to hide
+// under. Moved to the front of the next run it can run beside that run's
+// forward GEMMs, each parameter's update finishing before the first step that
+// reads the parameter. The run that computed it keeps what the update reads
+// in carried buffers (runtime Plan.h): its gradients, found-inf flag and
+// inv_scale become carried, and values the caller may change before the next
+// run (the learning rate, an output) are snapshot into carried copies where
+// the update would have read them.
+//
+// The update U is every optimizer step plus every later step that reads or
+// rewrites what U writes or rewrites state U reads (Adam's step count), in
+// their order; the rest keeps its order. U is ordered by deadline, the first remaining step that
+// needs its result or overwrites its inputs, so that a backend can start the
+// update of the first layer first.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ampjit/Codegen/PlanBuilder.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ampjit::codegen {
+namespace rt = ampjit::runtime;
+
+namespace {
+
+bool isSnapshotRole(rt::BufferRole role) {
+  return role == rt::BufferRole::Input || role == rt::BufferRole::Hyper || role == rt::BufferRole::Output;
+}
+
+std::set<rt::BufferId> present(const std::vector<rt::BufferId> &ids) {
+  std::set<rt::BufferId> set;
+  for (rt::BufferId id : ids)
+    if (id != rt::kNoBuffer)
+      set.insert(id);
+  return set;
+}
+
+bool touchesAny(const std::vector<rt::BufferId> &ids, const std::set<rt::BufferId> &set) {
+  return std::any_of(ids.begin(), ids.end(), [&](rt::BufferId id) { return set.count(id) > 0; });
+}
+
+} // namespace
+
+DeferralResult deferOptimizerUpdates(rt::Plan &original, int64_t minimumElements) {
+  // Rewritten in a copy: a refusal leaves the plan as it was.
+  rt::Plan plan = original;
+  const size_t stepCount = plan.steps.size();
+  if (plan.deferredSteps > 0)
+    return {0, "the plan already defers its update"};
+  size_t first = stepCount;
+  int64_t elements = 0;
+  for (size_t i = 0; i < stepCount; ++i) {
+    if (plan.steps[i].kind != rt::StepKind::OptimizerUpdate)
+      continue;
+    first = std::min(first, i);
+    elements += plan.buffers[plan.steps[i].inputs[0]].type.elementCount();
+  }
+  if (first == stepCount)
+    return {0, "the step has no optimizer update"};
+  if (elements < minimumElements)
+    return {0, "its update covers " + std::to_string(elements) + " parameter elements, fewer than the " +
+                   std::to_string(minimumElements) + " that make deferring pay"};
+
+  // The update: optimizer steps, what depends on their results, and what
+  // later rewrites state they read (Adam's step count), in their order, so
+  // every piece of state they touch keeps its order of reads and writes.
+  std::vector<bool> inUpdate(stepCount, false);
+  std::set<rt::BufferId> writtenByUpdate, stateReadByUpdate;
+  for (size_t i = first; i < stepCount; ++i) {
+    const rt::Step &step = plan.steps[i];
+    inUpdate[i] = step.kind == rt::StepKind::OptimizerUpdate || touchesAny(step.inputs, writtenByUpdate) ||
+                  touchesAny(step.outputs, writtenByUpdate) || touchesAny(step.outputs, stateReadByUpdate);
+    if (!inUpdate[i])
+      continue;
+    for (rt::BufferId id : present(step.outputs)) {
+      const rt::BufferDesc &buffer = plan.buffers[id];
+      if (buffer.role != rt::BufferRole::Temporary && buffer.argument < 0)
+        return {0, rt::describeStep(plan, i) + " computes a result of the run from the updated state"};
+      writtenByUpdate.insert(id);
+    }
+    for (rt::BufferId id : present(step.inputs))
+      if (plan.buffers[id].argument >= 0 && !isSnapshotRole(plan.buffers[id].role))
+        stateReadByUpdate.insert(id);
+  }
+
+  // What the update reads from the rest of the run: temporaries are carried
+  // over as they are, and what the caller passes per run (inputs, the
+  // learning rate) or receives (outputs) is copied where the update reads
+  // it. State keeps its value: every later writer of it is in the update.
+  struct Snapshot {
+    rt::BufferId source, copy;
+    size_t before; // original index of the first update step reading it
+  };
+  std::vector<Snapshot> snapshots;
+  std::vector<rt::BufferId> replacement(plan.buffers.size(), rt::kNoBuffer);
+  for (size_t i = first; i < stepCount; ++i) {
+    if (!inUpdate[i])
+      continue;
+    for (rt::BufferId id : present(plan.steps[i].inputs)) {
+      rt::BufferDesc &buffer = plan.buffers[id];
+      if (buffer.role == rt::BufferRole::Temporary) {
+        buffer.role = rt::BufferRole::Carried;
+        continue;
+      }
+      if (!isSnapshotRole(buffer.role) || replacement[id] != rt::kNoBuffer)
+        continue;
+      if (!rt::isFloating(buffer.type.dtype))
+        return {0, "the update reads " + rt::describeBuffer(plan, id) +
+                       ", which would need a snapshot, and only floating-point values are copied"};
+      rt::BufferDesc copy{.type = buffer.type, .role = rt::BufferRole::Carried};
+      copy.name = (buffer.name.empty() ? "%" + std::to_string(id) : buffer.name) + ".deferred";
+      replacement[id] = rt::BufferId(plan.buffers.size());
+      snapshots.push_back({id, replacement[id], i});
+      plan.buffers.push_back(std::move(copy));
+    }
+    // Temporaries the update writes for itself stay out of the arena, which
+    // the next run's forward uses while the update runs beside it.
+    for (rt::BufferId id : present(plan.steps[i].outputs))
+      if (plan.buffers[id].role == rt::BufferRole::Temporary)
+        plan.buffers[id].role = rt::BufferRole::Carried;
+  }
+
+  std::vector<rt::Step> update, rest;
+  for (size_t i = 0; i < stepCount; ++i) {
+    for (const Snapshot &snapshot : snapshots) {
+      if (snapshot.before != i)
+        continue;
+      rt::Step copy;
+      copy.kind = rt::StepKind::Elementwise;
+      copy.computeType = plan.buffers[snapshot.source].type.dtype == rt::DType::F64 ? rt::DType::F64 : rt::DType::F32;
+      copy.params = rt::ElementwiseParams{.op = rt::ElementwiseOp::Convert};
+      copy.inputs = {snapshot.source};
+      copy.outputs = {snapshot.copy};
+      copy.origin = "snapshot for the deferred update";
+      rest.push_back(std::move(copy));
+    }
+    rt::Step step = plan.steps[i];
+    if (inUpdate[i]) {
+      for (rt::BufferId &id : step.inputs)
+        if (id != rt::kNoBuffer && replacement[id] != rt::kNoBuffer)
+          id = replacement[id];
+      update.push_back(std::move(step));
+    } else {
+      rest.push_back(std::move(step));
+    }
+  }
+
+  // Deadlines in the rest; an update step's is at most that of any update
+  // step after it that depends on it, so the stable sort keeps such pairs.
+  std::vector<size_t> deadline(update.size(), rest.size());
+  for (size_t u = 0; u < update.size(); ++u) {
+    std::set<rt::BufferId> reads = present(update[u].inputs), writes = present(update[u].outputs);
+    for (size_t r = 0; r < rest.size(); ++r) {
+      if (touchesAny(rest[r].inputs, writes) || touchesAny(rest[r].outputs, writes) ||
+          touchesAny(rest[r].outputs, reads)) {
+        deadline[u] = r;
+        break;
+      }
+    }
+  }
+  for (size_t later = update.size(); later-- > 0;) {
+    std::set<rt::BufferId> reads = present(update[later].inputs), writes = present(update[later].outputs);
+    for (size_t earlier = 0; earlier < later; ++earlier)
+      if (touchesAny(update[earlier].outputs, reads) || touchesAny(update[earlier].outputs, writes) ||
+          touchesAny(update[earlier].inputs, writes))
+        deadline[earlier] = std::min(deadline[earlier], deadline[later]);
+  }
+  std::vector<size_t> order(update.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return deadline[a] < deadline[b]; });
+
+  plan.steps.clear();
+  for (size_t u : order)
+    plan.steps.push_back(std::move(update[u]));
+  for (rt::Step &step : rest)
+    plan.steps.push_back(std::move(step));
+  plan.deferredSteps = uint32_t(update.size());
+  original = std::move(plan);
+  return {update.size(), ""};
+}
+
+} // namespace ampjit::codegen
