@@ -48,6 +48,11 @@ Tensor makeDeviceTensor(rt::Tensor device, std::function<rt::Expected<rt::Tensor
   return Tensor(std::move(impl));
 }
 
+void completeDeferredUpdate(const TensorImpl& impl) {
+  if (impl.deferredUpdate && impl.deferredUpdate->pending && impl.deferredUpdate->complete)
+    impl.deferredUpdate->complete();
+}
+
 void syncFromDevice(const TensorImpl& impl, std::string_view what) {
   if (!impl.deviceCopy || !impl.deviceCopy->hostStale)
     return;

@@ -55,6 +55,17 @@ struct DeviceCopy {
   std::function<rt::Expected<rt::Tensor>(const rt::Tensor&)> download;
 };
 
+/// A traced step's optimizer update left for its next call
+/// (TraceOptions::defer_updates). The state it touches points here; until it
+/// is done that state holds its values from before the update, so any host
+/// access completes it first (completeDeferredUpdate).
+struct DeferredUpdate {
+  bool pending = false;
+  /// Does the update and clears `pending`; throws jit::Error when it fails.
+  /// Empty once the traced function is gone.
+  std::function<void()> complete;
+};
+
 struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   TensorType type;
   /// The data of an eager tensor.
@@ -78,6 +89,8 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   uint64_t version = 0;
   /// Set once a CUDA-compiled step has used this tensor (DeviceCopy).
   std::shared_ptr<DeviceCopy> deviceCopy;
+  /// Set once a step that defers its update has touched this state.
+  std::shared_ptr<DeferredUpdate> deferredUpdate;
 };
 
 /// The data of `impl` for a host read (item, to_vector, data_ptr, printing,
@@ -102,6 +115,9 @@ Tensor makeTensor(rt::Tensor value);
 /// A tensor whose value is on the device (a CUDA step's output), brought to
 /// the host by `download` when first read.
 Tensor makeDeviceTensor(rt::Tensor device, std::function<rt::Expected<rt::Tensor>(const rt::Tensor&)> download);
+/// Does the deferred optimizer update pending on `impl`, if any, so that its
+/// value is current (before any host read or write of state).
+void completeDeferredUpdate(const TensorImpl& impl);
 /// Brings a stale host value up to date from its DeviceCopy (a no-op otherwise).
 void syncFromDevice(const TensorImpl& impl, std::string_view what);
 

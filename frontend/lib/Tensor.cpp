@@ -131,6 +131,7 @@ void Tensor::backward(const Tensor& gradient, std::source_location where) const 
 Tensor Tensor::detach() const {
   auto copy = std::make_shared<TensorImpl>();
   copy->type = impl().type;
+  detail::completeDeferredUpdate(impl());
   detail::syncFromDevice(impl(), "detach");
   copy->value = impl().value;
   copy->session = impl().session;

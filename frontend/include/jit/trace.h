@@ -64,6 +64,10 @@ namespace jit {
 /// the build has the CUDA backend, else the CPU.
 enum class Backend { cpu, cuda, automatic };
 
+/// Whether a traced step defers its optimizer update into the next call
+/// (TraceOptions::defer_updates).
+enum class DeferUpdates { automatic, on, off };
+
 namespace amp {
 /// How the AMP pass assigns precisions (DESIGN "AMP semantics"): `paint`
 /// over the whole joint graph (the default), or per-op `autocast` semantics,
@@ -84,6 +88,16 @@ struct TraceOptions {
   bool keep_grads = false;
   /// Fuse elementwise runs into single kernels (off under AMPJIT_CHECK_NUMERICS).
   bool fuse_elementwise = true;
+  /// Move each call's optimizer update to the start of the next call, where
+  /// the CUDA backend runs it beside the forward's GEMMs (the update of the
+  /// first layer first). Any host access to the state it updates (reading a
+  /// parameter, saving, a copy_ into it, another traced function or eager op
+  /// using it, destroying the traced function) completes it first, so a
+  /// program sees the same values as without. `automatic`: on the CUDA
+  /// backend, for updates of at least 16M parameter elements (smaller ones
+  /// take less time than what deferring adds). `on`: always, on any backend.
+  /// Off under AMPJIT_CHECK_NUMERICS.
+  DeferUpdates defer_updates = DeferUpdates::automatic;
   /// Write each retrace's reason and the fallback warning to stderr.
   bool log_retraces = true;
   /// The traced function's name (in the module, the plan, dumps and messages).
@@ -101,6 +115,9 @@ struct TraceStats {
   size_t eager_calls = 0;
   /// Why each trace after the first happened: the guard that failed.
   std::vector<std::string> retrace_reasons;
+  /// Deferred updates (TraceOptions::defer_updates) that a host access or
+  /// another function completed before the next call could overlap them.
+  size_t early_update_completions = 0;
 };
 
 namespace detail {

@@ -192,6 +192,8 @@ CompiledTrace compileTrace(const TraceGraph& graph, const CompileTraceOptions& o
       ampjit::codegen::buildPlan(*entry, {.fuseElementwise = options.fuseElementwise,
                                           .fuseGemmEpilogues = options.fuseGemmEpilogues,
                                           .fuseBatchNormEpilogues = options.fuseBatchNormEpilogues,
+                                          .deferOptimizerUpdates = options.deferOptimizerUpdates,
+                                          .deferMinimumElements = options.deferMinimumElements,
                                           .recordLocations = true});
   if (failed(plan))
     throw fail("code generation failed");

@@ -26,6 +26,10 @@ struct CompileTraceOptions {
   /// Fold relus (and residual adds) into batch norms and their gradients
   /// (cuDNN's fused batch-norm calls).
   bool fuseBatchNormEpilogues = false;
+  /// Defer the optimizer update into the next run when it covers at least
+  /// `deferMinimumElements` parameter elements (codegen::deferOptimizerUpdates).
+  bool deferOptimizerUpdates = false;
+  int64_t deferMinimumElements = 0;
   /// AMPJIT_DUMP: write every stage here as `<stem>.*`.
   std::string dumpDirectory;
   std::string dumpStem;

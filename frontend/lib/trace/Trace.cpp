@@ -46,7 +46,18 @@ struct Variant {
   std::vector<size_t> derivedSources;
   std::vector<uint64_t> derivedVersions;
   bool derivedValid = false;
+  /// For a plan that defers its update (Plan::deferredSteps): the update the
+  /// last run left, and the traced state it touches (indices into
+  /// bindings.state).
+  std::shared_ptr<DeferredUpdate> deferred;
+  std::vector<size_t> deferredState;
 };
+
+/// At least this many parameter elements before DeferUpdates::automatic
+/// defers an update: below it the update takes about as long as the launches
+/// and snapshots deferring adds (the same size at which the CUDA backend
+/// moves a finiteness check to its side stream).
+constexpr int64_t kDeferMinimumElements = int64_t(16) << 20;
 
 class TracedStep {
 public:
@@ -62,6 +73,23 @@ public:
       backend_ = std::shared_ptr<rt::Backend>(rt::createCpuBackend());
     }
     setAmp(options_.amp);
+  }
+
+  /// No update is lost with the function: what a call left pending is done
+  /// now (a destructor cannot throw, so a failure is reported on stderr).
+  ~TracedStep() {
+    for (const auto& variant : variants_) {
+      if (!variant->deferred)
+        continue;
+      try {
+        completeDeferredUpdate(*variant);
+      } catch (const std::exception& error) {
+        std::cerr << "ampjit: error: jit::trace '" << options_.name
+                  << "': completing the last call's optimizer update: " << error.what() << "\n";
+      }
+      variant->deferred->complete = nullptr;
+      variant->deferred->pending = false;
+    }
   }
 
   void setAmp(amp::Policy policy) {
@@ -191,6 +219,8 @@ private:
     variant->ampKey = std::move(key);
     variant->bindings = std::move(bindings);
     bool checkNumerics = rt::environmentFlag("AMPJIT_CHECK_NUMERICS");
+    bool defer = !checkNumerics && (options_.defer_updates == DeferUpdates::on ||
+                                    (options_.defer_updates == DeferUpdates::automatic && cuda_ != nullptr));
     const char* dumpDirectory = std::getenv("AMPJIT_DUMP");
     CompileTraceOptions compileOptions{
         .pipelineOptions = pipelineOptions_,
@@ -198,6 +228,8 @@ private:
         .convertToNhwc = cuda_ != nullptr,
         .fuseGemmEpilogues = cuda_ != nullptr && !checkNumerics,
         .fuseBatchNormEpilogues = cuda_ != nullptr && !checkNumerics,
+        .deferOptimizerUpdates = defer,
+        .deferMinimumElements = options_.defer_updates == DeferUpdates::on ? 0 : kDeferMinimumElements,
         .dumpDirectory = dumpDirectory ? dumpDirectory : "",
         .dumpStem = options_.name + ".v" + std::to_string(variants_.size() + 1)};
     variant->compiled = compileTrace(graph, compileOptions);
@@ -221,11 +253,41 @@ private:
     if (!executable)
       throw Error("jit::trace '" + options_.name + "': " + executable.message());
     variant->executable = std::move(*executable);
+    if (plan.deferredSteps > 0) {
+      variant->deferred = std::make_shared<DeferredUpdate>();
+      Variant* owner = variant.get();
+      variant->deferred->complete = [this, owner] { completeDeferredUpdate(*owner); };
+      for (size_t argument : rt::deferredArguments(plan))
+        if (argument >= variant->bindings.inputCount && argument < traced_arguments)
+          variant->deferredState.push_back(argument - variant->bindings.inputCount);
+    }
     return variant;
+  }
+
+  /// Does the update `variant`'s last run left pending, on the state of that run.
+  void completeDeferredUpdate(Variant& variant) {
+    if (!variant.deferred || !variant.deferred->pending)
+      return;
+    // The update reads its own snapshots of the inputs: those may be empty.
+    std::vector<rt::Tensor> arguments(variant.bindings.inputCount);
+    for (const auto& state : variant.bindings.state)
+      arguments.push_back(cuda_ ? state->deviceCopy->device : state->value);
+    for (rt::Tensor& derived : variant.derived)
+      arguments.push_back(derived);
+    if (rt::Status status = variant.executable->completeDeferred(arguments); !status.ok())
+      throw Error("jit::trace '" + options_.name + "': completing the last call's optimizer update: " +
+                  status.message());
+    variant.deferred->pending = false;
+    ++stats_.early_update_completions;
   }
 
   std::vector<Tensor> run(Variant& variant, const std::vector<Tensor>& inputs) {
     const TraceBindings& bindings = variant.bindings;
+    // Another step's pending update of this state goes first; this variant's
+    // own is part of this run.
+    for (const auto& state : bindings.state)
+      if (state->deferredUpdate != variant.deferred)
+        detail::completeDeferredUpdate(*state);
     std::vector<rt::Tensor> arguments;
     for (const Tensor& input : inputs)
       arguments.push_back(concreteValue(input.impl(), "a traced step's input"));
@@ -238,6 +300,9 @@ private:
       // The step writes state in place; another handle sharing the data
       // (a detach() taken earlier) keeps its old value, as eagerly.
       if (state->value.sharesStorage()) {
+        // The copy becomes the state: this variant's pending update must
+        // land in it, so it is done before copying.
+        completeDeferredUpdate(variant);
         rt::Expected<rt::Tensor> copy = state->value.clone();
         if (!copy)
           throw Error("jit::trace '" + options_.name + "': " + copy.message());
@@ -261,6 +326,11 @@ private:
     rt::Expected<std::vector<rt::Tensor>> results = variant.executable->run(arguments);
     if (!results)
       throw Error("jit::trace '" + options_.name + "': " + results.message());
+    if (variant.deferred) {
+      variant.deferred->pending = variant.executable->deferredPending();
+      for (size_t index : variant.deferredState)
+        bindings.state[index]->deferredUpdate = variant.deferred;
+    }
     std::vector<Tensor> outputs;
     for (size_t i = 0; i < bindings.outputCount; ++i)
       outputs.push_back(wrapResult(std::move((*results)[i])));

@@ -81,6 +81,7 @@ const rt::Tensor& concreteValue(const TensorImpl& impl, std::string_view what, c
     throw Error(std::string(what) + " at " + at + " reads the value of a tensor (" + describe(impl.type) +
                 ") while jit::trace records '" + session->name() +
                 "': a traced step cannot depend on a tensor's value");
+  completeDeferredUpdate(impl);
   syncFromDevice(impl, what);
   if (!impl.value.defined()) {
     if (impl.session)
@@ -101,6 +102,8 @@ void assignValue(TensorImpl& target, const Tensor& value) {
   if (target.session && !target.value.defined())
     throw Error("copy_ into a " + describe(target.type) + " computed inside the traced step '" +
                 target.session->name() + "' (it has no data; only the step's outputs do)");
+  // A pending update would otherwise land on top of this write.
+  completeDeferredUpdate(target);
   target.value = concreteValue(value.impl(), "copy_");
   ++target.version;
   // The host now holds the newest value; the next CUDA step uploads it.
