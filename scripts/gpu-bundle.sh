@@ -4,7 +4,8 @@
 # PyTorch peer script, stripped and xz-compressed into gpu-bundle/ (git
 # ignores it) with gpu-bundle/run.sh, which runs there and writes its logs
 # to $OUT. With the device tool: carry ["gpu-bundle"], command
-# `bash gpu-bundle/run.sh` (then `bash gpu-bundle/run.sh bench mlp9`, `... bench resnet50`:
+# `bash gpu-bundle/run.sh` (then `bash gpu-bundle/run.sh bench mlp9`, `... bench resnet50`,
+# `... defer-ab mlp9`:
 # one device command may run 600 s). Build first (scripts/run-tests.sh or ninja in build/).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -25,6 +26,8 @@ cat > gpu-bundle/run.sh <<'RUN'
 # Runs on the GPU machine. Stages, in the order given (default: tests bench classifier):
 #   tests           every GPU test in its own process (a crash costs one test, not the rest)
 #   bench MODEL...  ampjit-bench for the models (classifier, mlp9, resnet50) with all peers
+#   defer-ab MODEL...  O1/O2 f16 with the optimizer update deferred into the next step and not,
+#                   no peers: what deferring buys (TraceOptions::defer_updates)
 # One device command may run 600 s: give mlp9 and resnet50 a call each.
 # Logs, JSON and summary.txt go to $OUT (default gpu-out/).
 set -uo pipefail
@@ -73,12 +76,26 @@ run_bench() {
   tail -n 1 "$out/bench.jsonl" >> "$out/summary.txt"
 }
 
+run_defer_ab() {
+  local model=$1 mode
+  for mode in on off; do
+    timeout 280 "$here/run/ampjit-bench" --model "$model" --levels O1,O2 --dtypes f16 --no-peer \
+      --defer-updates "$mode" >> "$out/defer-ab.jsonl" 2>> "$out/bench.log"
+    echo "defer-ab $model $mode: exit $?" | tee -a "$out/summary.txt"
+    tail -n 1 "$out/defer-ab.jsonl" >> "$out/summary.txt"
+  done
+}
+
+is_stage() { [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ]; }
+
 [ $# -gt 0 ] || set -- tests bench classifier
 while [ $# -gt 0 ]; do
   case $1 in
     tests) run_tests; shift ;;
-    bench) shift; while [ $# -gt 0 ] && [ "$1" != tests ] && [ "$1" != bench ]; do run_bench "$1"; shift; done ;;
-    *) echo "run.sh: unknown stage '$1' (tests, bench MODEL...)" | tee -a "$out/summary.txt"; exit 2 ;;
+    bench) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_bench "$1"; shift; done ;;
+    defer-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_defer_ab "$1"; shift; done ;;
+    *) echo "run.sh: unknown stage '$1' (tests, bench MODEL..., defer-ab MODEL...)" | tee -a "$out/summary.txt"
+       exit 2 ;;
   esac
 done
 RUN

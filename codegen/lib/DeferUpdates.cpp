@@ -19,6 +19,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ampjit/Codegen/PlanBuilder.h"
+#include "ampjit/runtime/Backend.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -154,36 +155,32 @@ DeferralResult deferOptimizerUpdates(rt::Plan &original, int64_t minimumElements
     }
   }
 
-  // Deadlines in the rest; an update step's is at most that of any update
-  // step after it that depends on it, so the stable sort keeps such pairs.
-  std::vector<size_t> deadline(update.size(), rest.size());
-  for (size_t u = 0; u < update.size(); ++u) {
-    std::set<rt::BufferId> reads = present(update[u].inputs), writes = present(update[u].outputs);
-    for (size_t r = 0; r < rest.size(); ++r) {
-      if (touchesAny(rest[r].inputs, writes) || touchesAny(rest[r].outputs, writes) ||
-          touchesAny(rest[r].outputs, reads)) {
-        deadline[u] = r;
-        break;
-      }
-    }
-  }
-  for (size_t later = update.size(); later-- > 0;) {
-    std::set<rt::BufferId> reads = present(update[later].inputs), writes = present(update[later].outputs);
-    for (size_t earlier = 0; earlier < later; ++earlier)
-      if (touchesAny(update[earlier].outputs, reads) || touchesAny(update[earlier].outputs, writes) ||
-          touchesAny(update[earlier].inputs, writes))
-        deadline[earlier] = std::min(deadline[earlier], deadline[later]);
-  }
-  std::vector<size_t> order(update.size());
-  std::iota(order.begin(), order.end(), size_t(0));
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return deadline[a] < deadline[b]; });
-
   plan.steps.clear();
-  for (size_t u : order)
-    plan.steps.push_back(std::move(update[u]));
+  for (rt::Step &step : update)
+    plan.steps.push_back(std::move(step));
   for (rt::Step &step : rest)
     plan.steps.push_back(std::move(step));
   plan.deferredSteps = uint32_t(update.size());
+
+  // Ordered by deadline; an update step's is lowered to that of any later
+  // update step depending on it, so the stable sort keeps such pairs.
+  std::vector<size_t> deadline = rt::deferredStepDeadlines(plan);
+  auto dependent = [&](const rt::Step &earlier, const rt::Step &later) {
+    std::set<rt::BufferId> reads = present(later.inputs), writes = present(later.outputs);
+    return touchesAny(earlier.outputs, reads) || touchesAny(earlier.outputs, writes) ||
+           touchesAny(earlier.inputs, writes);
+  };
+  for (size_t later = update.size(); later-- > 0;)
+    for (size_t earlier = 0; earlier < later; ++earlier)
+      if (dependent(plan.steps[earlier], plan.steps[later]))
+        deadline[earlier] = std::min(deadline[earlier], deadline[later]);
+  std::vector<size_t> order(update.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return deadline[a] < deadline[b]; });
+  std::vector<rt::Step> sorted;
+  for (size_t u : order)
+    sorted.push_back(std::move(plan.steps[u]));
+  std::move(sorted.begin(), sorted.end(), plan.steps.begin());
   original = std::move(plan);
   return {update.size(), ""};
 }

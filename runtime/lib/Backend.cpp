@@ -88,6 +88,29 @@ std::vector<size_t> deferredArguments(const Plan& plan) {
   return arguments;
 }
 
+std::vector<size_t> deferredStepDeadlines(const Plan& plan) {
+  auto sharesABuffer = [](const std::vector<BufferId>& a, const std::vector<BufferId>& b) {
+    for (BufferId id : a)
+      if (id != kNoBuffer && std::find(b.begin(), b.end(), id) != b.end())
+        return true;
+    return false;
+  };
+  const size_t deferred = std::min<size_t>(plan.deferredSteps, plan.steps.size());
+  std::vector<size_t> deadlines(deferred, plan.steps.size());
+  for (size_t u = 0; u < deferred; ++u) {
+    const Step& update = plan.steps[u];
+    for (size_t index = deferred; index < plan.steps.size(); ++index) {
+      const Step& step = plan.steps[index];
+      if (sharesABuffer(step.inputs, update.outputs) || sharesABuffer(step.outputs, update.outputs) ||
+          sharesABuffer(step.outputs, update.inputs)) {
+        deadlines[u] = index;
+        break;
+      }
+    }
+  }
+  return deadlines;
+}
+
 Expected<size_t> DeferredUpdateTracker::firstStep(const Plan& plan, std::span<const Tensor> arguments) const {
   if (!pending_)
     return size_t(plan.deferredSteps);

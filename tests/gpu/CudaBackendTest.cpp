@@ -19,6 +19,8 @@ namespace {
 
 using test::PlanBuilder;
 using test::tt;
+using test::DeferredSgdStep;
+using test::deferredSgdStep;
 
 Plan matmulPlan(DType dtype, Shape a, Shape b, Shape c, bool transposeA, bool transposeB) {
   PlanBuilder builder("matmul");
@@ -450,6 +452,46 @@ TEST_F(GpuTest, SplitFiniteCheckEqualsOneCheck) {
   CudaRunStats stats = cuda->stats(**executable);
   EXPECT_EQ(stats.captures, 1);
   EXPECT_EQ(stats.graphDisabledReason, "") << "forking to the side stream must stay capturable";
+}
+
+TEST_F(GpuTest, DeferredUpdateOnTheSideStreamMatchesTheCpu) {
+  DeferredSgdStep parts = deferredSgdStep();
+  Expected<std::unique_ptr<Executable>> onCpu = cpu->prepare(parts.plan), onGpu = cuda->prepare(parts.plan);
+  ASSERT_TRUE(onCpu.ok() && onGpu.ok()) << onGpu.message();
+  EXPECT_EQ(cuda->stats(**onGpu).deferredUpdateGroups, 1);
+  std::vector<Tensor> cpuArguments = randomArguments(parts.plan, 3);
+  std::vector<Tensor> gpuArguments;
+  for (const Tensor& argument : cpuArguments)
+    gpuArguments.push_back(*cuda->toDevice(argument));
+  auto compareState = [&](const std::string& when) {
+    Tensor w = *cuda->toHost(gpuArguments[1]);
+    EXPECT_TRUE(w.bitwiseEqual(cpuArguments[1])) << when;
+  };
+  // Runs 0 and 1 step by step and captured; after a completion, one step by
+  // step without the update, then the captured graph again.
+  for (int run = 0; run < 6; ++run) {
+    std::vector<Tensor> fresh = randomArguments(parts.plan, uint32_t(10 + run));
+    for (std::size_t i : {std::size_t(0), std::size_t(2)}) { // a new x and lr each run
+      cpuArguments[i] = fresh[i];
+      gpuArguments[i] = *cuda->toDevice(fresh[i]);
+    }
+    Expected<std::vector<Tensor>> expected = (*onCpu)->run(cpuArguments);
+    Expected<std::vector<Tensor>> got = (*onGpu)->run(gpuArguments);
+    ASSERT_TRUE(expected.ok() && got.ok()) << got.message();
+    EXPECT_TRUE(cuda->toHost((*got)[0])->bitwiseEqual((*expected)[0])) << "loss of run " << run;
+    compareState("after run " + std::to_string(run));
+    if (run == 3) {
+      ASSERT_TRUE((*onCpu)->completeDeferred(cpuArguments).ok());
+      ASSERT_TRUE((*onGpu)->completeDeferred(gpuArguments).ok());
+      EXPECT_FALSE((*onGpu)->deferredPending());
+      compareState("after completing run 3's update");
+    }
+  }
+  CudaRunStats stats = cuda->stats(**onGpu);
+  EXPECT_EQ(stats.graphDisabledReason, "") << "forking the update to the side stream must stay capturable";
+  EXPECT_EQ(stats.captures, 1);
+  EXPECT_EQ(stats.eagerRuns, 2) << "the first run and the run after the completion";
+  EXPECT_EQ(stats.graphReplays, 4);
 }
 
 } // namespace

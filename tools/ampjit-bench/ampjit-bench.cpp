@@ -49,6 +49,7 @@ struct Options {
   std::vector<jit::amp::Level> levels{jit::amp::O0, jit::amp::O1, jit::amp::O2};
   std::vector<jit::DType> dtypes{jit::f16, jit::bf16};
   jit::Backend backend = jit::Backend::automatic;
+  jit::DeferUpdates deferUpdates = jit::DeferUpdates::automatic;
   int64_t steps = 30;
   int64_t warmup = 5;
   int64_t batchSize = -1; ///< -1: the workload's (smaller on the CPU)
@@ -64,6 +65,8 @@ const char* kUsage = R"(usage: ampjit-bench [options]
   --levels L[,L...]   AMP levels among O0,O1,O2,O3 (default O0,O1,O2)
   --dtypes D[,D...]   low-precision types for O1-O3: f16,bf16 (default both)
   --backend B         cpu, cuda or automatic (default)
+  --defer-updates M   automatic (default: on CUDA for updates of >= 16M parameters), on or off:
+                      run each step's optimizer update at the start of the next (TraceOptions)
   --steps N           timed steps after warm-up (default 30)
   --warmup N          untimed steps after the first (default 5)
   --batch-size N      override the workload's batch size
@@ -146,6 +149,16 @@ Options parseOptions(int argc, char** argv) {
         options.backend = jit::Backend::automatic;
       else
         usageError("unknown backend '" + backend + "'");
+    } else if (arg == "--defer-updates") {
+      std::string mode = value(i);
+      if (mode == "automatic")
+        options.deferUpdates = jit::DeferUpdates::automatic;
+      else if (mode == "on")
+        options.deferUpdates = jit::DeferUpdates::on;
+      else if (mode == "off")
+        options.deferUpdates = jit::DeferUpdates::off;
+      else
+        usageError("unknown --defer-updates mode '" + mode + "' (automatic, on or off)");
     } else if (arg == "--steps") {
       options.steps = number(i);
     } else if (arg == "--warmup") {
@@ -262,6 +275,7 @@ jit::TraceOptions traceOptions(const Options& options, jit::amp::Level level, ji
                                .dtype = level == jit::amp::O0 ? std::optional<jit::DType>()
                                                               : std::optional<jit::DType>(dtype)};
   trace.backend = options.backend;
+  trace.defer_updates = options.deferUpdates;
   trace.name = "bench_step";
   trace.log_retraces = false;
   return trace;
@@ -329,7 +343,8 @@ nlohmann::json measure(const std::string& model, jit::amp::Level level, jit::DTy
                  {"peak_host_rss_mb", peakResidentMegabytes()},
                  {"final_loss", loss},
                  {"skipped_steps", work.scaler->skipped_steps()},
-                 {"traces", step.stats().traces}});
+                 {"traces", step.stats().traces},
+                 {"deferred_update", step.plan_text().find("deferred steps") != std::string::npos}});
   if (!work.peerWork.empty())
     result["peer_work"] = work.peerWork;
   return result;
@@ -385,6 +400,10 @@ nlohmann::json freshProcessFirstStep(const std::string& self, const std::string&
     command += " --batch-size " + std::to_string(options.batchSize);
   if (options.width > 0)
     command += " --width " + std::to_string(options.width);
+  command += std::string(" --defer-updates ") +
+             (options.deferUpdates == jit::DeferUpdates::on    ? "on"
+              : options.deferUpdates == jit::DeferUpdates::off ? "off"
+                                                               : "automatic");
   int status = 0;
   Clock::time_point start = Clock::now();
   nlohmann::json line = lineWith(capture(command + " 2>/dev/null", status), "time_to_first_step_s");

@@ -124,7 +124,7 @@ class CudaExecutable final : public Executable {
 public:
   CudaExecutable(Plan plan, std::shared_ptr<DeviceRuntime> runtime, bool useGraphs, bool checkNumerics)
       : plan_(std::move(plan)), runtime_(std::move(runtime)), useGraphs_(useGraphs && !checkNumerics),
-        checkNumerics_(checkNumerics) {}
+        checkNumerics_(checkNumerics), deferred_(plan_) {}
 
   ~CudaExecutable() override {
     if (graph_)
@@ -135,6 +135,10 @@ public:
       if (split.sideDone)
         cudaEventDestroy(split.sideDone);
     }
+    for (cudaEvent_t event : deferredDone_)
+      cudaEventDestroy(event);
+    if (deferredFork_)
+      cudaEventDestroy(deferredFork_);
   }
 
   Status prepare() {
@@ -158,11 +162,20 @@ public:
       toCompile.push_back(&rederivation.kernel);
     if (Status compiled = cuda::precompileGeneratedKernels(context, toCompile); !compiled)
       return Status::error("plan @" + plan_.name + ": compiling its kernels: " + compiled.message());
+    // Updates share a multi-tensor launch only on the same side of the
+    // deferred boundary and, deferred, when the same step waits for them.
+    std::vector<std::size_t> deadlines = deferredStepDeadlines(plan_);
+    auto sameGroup = [&](std::size_t first, std::size_t next) {
+      std::size_t deferred = plan_.deferredSteps;
+      if ((first < deferred) != (next < deferred))
+        return false;
+      return first >= deferred || deadlines[first] == deadlines[next];
+    };
     for (std::size_t index = 0; index < plan_.steps.size();) {
       std::size_t end = index + 1;
       if (plan_.steps[index].kind == StepKind::OptimizerUpdate)
         while (end < plan_.steps.size() && plan_.steps[end].kind == StepKind::OptimizerUpdate &&
-               cuda::canShareOptimizerLaunch(plan_, plan_.steps[index], plan_.steps[end]))
+               sameGroup(index, end) && cuda::canShareOptimizerLaunch(plan_, plan_.steps[index], plan_.steps[end]))
           ++end;
       Expected<std::unique_ptr<DeviceStep>> step = makeStep(index, end, kernels[index]);
       if (!step)
@@ -185,12 +198,14 @@ public:
     if (checkNumerics_)
       AMPJIT_RETURN_IF_ERROR(allocateFixed(finiteFlag_, 1, "the numerics check's flag"));
     AMPJIT_RETURN_IF_ERROR(prepareSplitFiniteChecks());
+    AMPJIT_RETURN_IF_ERROR(prepareDeferredUpdate(deadlines));
     fixed_.resize(plan_.buffers.size());
     for (BufferId id = 0; id < plan_.buffers.size(); ++id) {
       const BufferDesc& buffer = plan_.buffers[id];
       if (buffer.role != BufferRole::Constant && buffer.role != BufferRole::Output &&
-          buffer.role != BufferRole::Input)
+          buffer.role != BufferRole::Input && buffer.role != BufferRole::Carried)
         continue;
+      // allocateFixed zero-fills: carried buffers start at zero, as the plan model says.
       AMPJIT_RETURN_IF_ERROR(allocateFixed(fixed_[id], buffer.type.byteSize(), "buffer %" + std::to_string(id)));
       if (buffer.role == BufferRole::Constant && !buffer.constantData.empty())
         AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(fixed_[id]->data(), buffer.constantData.data(),
@@ -206,46 +221,39 @@ public:
 
   const Plan& plan() const override { return plan_; }
 
+  bool deferredPending() const override { return deferred_.pending(); }
+
+  Status completeDeferred(std::span<Tensor> arguments) override {
+    AMPJIT_RETURN_IF_ERROR(deferred_.checkCompletion(plan_, arguments));
+    if (!deferred_.pending())
+      return Status::success();
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(runtime_->device), "selecting the device");
+    std::vector<void*> argumentKey;
+    AMPJIT_RETURN_IF_ERROR(bindBuffers(arguments, /*stageInputs=*/false, argumentKey));
+    // Alone, the update runs on the main stream: nothing is left to overlap.
+    AMPJIT_RETURN_IF_ERROR(enqueueSteps(runtime_->stream, 0, plan_.deferredSteps, /*overlapDeferred=*/false));
+    deferred_.completed();
+    return Status::success();
+  }
+
   Expected<std::vector<Tensor>> run(std::span<Tensor> arguments) override {
     AMPJIT_RETURN_IF_ERROR(checkArguments(plan_, arguments));
+    Expected<std::size_t> firstStep = deferred_.firstStep(plan_, arguments);
+    if (!firstStep)
+      return firstStep.status();
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(runtime_->device), "selecting the device");
     cudaStream_t stream = runtime_->stream;
     std::vector<void*> argumentKey;
-    pointers_.assign(plan_.buffers.size(), nullptr);
-    for (BufferId id = 0; id < plan_.buffers.size(); ++id) {
-      const BufferDesc& buffer = plan_.buffers[id];
-      switch (buffer.role) {
-      case BufferRole::Temporary: pointers_[id] = arena_->data() + buffer.arenaOffset; break;
-      case BufferRole::Constant:
-      case BufferRole::Output: pointers_[id] = fixed_[id]->data(); break;
-      case BufferRole::Input: {
-        // A new batch is copied into the staging buffer the graph reads, from
-        // host or device memory alike.
-        const Tensor& input = arguments[std::size_t(buffer.argument)];
-        pointers_[id] = fixed_[id]->data();
-        if (input.byteSize() > 0)
-          AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pointers_[id], input.bytes(), input.byteSize(),
-                                                      cudaMemcpyDefault, stream),
-                                      "plan @" + plan_.name + ": copying " + describeArgument(plan_, buffer.argument));
-        break;
-      }
-      default: {
-        Tensor& state = arguments[std::size_t(buffer.argument)];
-        if (state.device() != Device::Cuda)
-          return Status::error("plan @" + plan_.name + ": " + describeArgument(plan_, std::size_t(buffer.argument)) +
-                               " is in host memory; the CUDA backend reads and updates state on the device "
-                               "(allocate it with the backend or copy it there with toDevice)");
-        pointers_[id] = state.bytes();
-        argumentKey.push_back(pointers_[id]);
-        break;
-      }
-      }
-    }
+    AMPJIT_RETURN_IF_ERROR(bindBuffers(arguments, /*stageInputs=*/true, argumentKey));
 
-    if (!useGraphs_ || stats_.eagerRuns == 0 || !graphFailure_.empty()) {
+    // A graph holds the whole plan, deferred update included; a run without
+    // a pending update (the first, or the first after completeDeferred) goes
+    // step by step.
+    bool wholePlan = *firstStep == 0;
+    if (!useGraphs_ || stats_.eagerRuns == 0 || !graphFailure_.empty() || !wholePlan) {
       // The first run goes step by step: it loads lazily initialised library
       // state (cuBLASLt, cuDNN) outside any capture.
-      AMPJIT_RETURN_IF_ERROR(enqueueSteps(stream));
+      AMPJIT_RETURN_IF_ERROR(enqueueSteps(stream, *firstStep, plan_.steps.size(), !checkNumerics_));
       ++stats_.eagerRuns;
     } else {
       if (graph_ == nullptr || argumentKey != capturedKey_)
@@ -260,6 +268,7 @@ public:
         ++stats_.eagerRuns;
       }
     }
+    deferred_.ran(plan_, arguments);
 
     std::vector<Tensor> results;
     for (const PlanResult& result : plan_.results) {
@@ -280,6 +289,47 @@ public:
       results.push_back(std::move(*copy));
     }
     return results;
+  }
+
+  /// Every buffer's device address for one run; inputs are copied into
+  /// their staging buffers when `stageInputs` (a completion reads none).
+  /// `argumentKey` collects the state addresses a graph depends on.
+  Status bindBuffers(std::span<Tensor> arguments, bool stageInputs, std::vector<void*>& argumentKey) {
+    cudaStream_t stream = runtime_->stream;
+    pointers_.assign(plan_.buffers.size(), nullptr);
+    for (BufferId id = 0; id < plan_.buffers.size(); ++id) {
+      const BufferDesc& buffer = plan_.buffers[id];
+      switch (buffer.role) {
+      case BufferRole::Temporary: pointers_[id] = arena_->data() + buffer.arenaOffset; break;
+      case BufferRole::Constant:
+      case BufferRole::Output:
+      case BufferRole::Carried: pointers_[id] = fixed_[id]->data(); break;
+      case BufferRole::Input: {
+        // A new batch is copied into the staging buffer the graph reads, from
+        // host or device memory alike.
+        const Tensor& input = arguments[std::size_t(buffer.argument)];
+        pointers_[id] = fixed_[id]->data();
+        if (stageInputs && input.byteSize() > 0)
+          AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pointers_[id], input.bytes(), input.byteSize(),
+                                                      cudaMemcpyDefault, stream),
+                                      "plan @" + plan_.name + ": copying " + describeArgument(plan_, buffer.argument));
+        break;
+      }
+      default: {
+        Tensor& state = arguments[std::size_t(buffer.argument)];
+        if (!stageInputs && !state.defined())
+          break; // a completion need not pass what the update does not touch
+        if (state.device() != Device::Cuda)
+          return Status::error("plan @" + plan_.name + ": " + describeArgument(plan_, std::size_t(buffer.argument)) +
+                               " is in host memory; the CUDA backend reads and updates state on the device "
+                               "(allocate it with the backend or copy it there with toDevice)");
+        pointers_[id] = state.bytes();
+        argumentKey.push_back(pointers_[id]);
+        break;
+      }
+      }
+    }
+    return Status::success();
   }
 
   Status rederive(std::span<Tensor> arguments) override {
@@ -336,34 +386,110 @@ private:
     return Status::success();
   }
 
-  Status enqueueSteps(cudaStream_t stream) {
-    std::vector<void*> in, out;
+  /// The whole plan, as a graph captures it.
+  Status enqueueWholePlan(cudaStream_t stream) { return enqueueSteps(stream, 0, plan_.steps.size(), true); }
+
+  /// Enqueues plan steps [begin, end). With `overlapDeferred` and the
+  /// deferred update among them, the update runs on the side stream, forked
+  /// at the start; each step of the rest waits for the update groups whose
+  /// deadline it is (deferredStepDeadlines), and the run joins what is left
+  /// at its end.
+  Status enqueueSteps(cudaStream_t stream, std::size_t begin, std::size_t end, bool overlapDeferred) {
     void* workspace = workspaceBytes_ > 0 ? static_cast<void*>(workspace_->data()) : nullptr;
+    cudaStream_t side = runtime_->sideStream;
+    bool onSide = overlapDeferred && begin == 0 && !deferredDone_.empty() && end > plan_.deferredSteps;
+    if (onSide) {
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(deferredFork_, stream), "plan @" + plan_.name + ": forking its update");
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side, deferredFork_, 0),
+                                  "plan @" + plan_.name + ": forking its update");
+    }
+    std::size_t deferredGroup = 0;
+    std::ptrdiff_t joined = -1; // the last deferred group the main stream has waited for
+    auto joinUpTo = [&](std::ptrdiff_t group) -> Status {
+      if (group <= joined)
+        return Status::success();
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, deferredDone_[std::size_t(group)], 0),
+                                  "plan @" + plan_.name + ": joining its update");
+      joined = group;
+      return Status::success();
+    };
     for (PreparedStep& prepared : steps_) {
-      if (auto split = splitAtStep_.find(prepared.indices.front()); split != splitAtStep_.end()) {
+      std::size_t first = prepared.indices.front();
+      if (first < begin || first >= end)
+        continue;
+      bool deferred = first < plan_.deferredSteps;
+      if (onSide && !deferred) {
+        // Wait for the latest group (in side-stream order) due at this step.
+        std::ptrdiff_t due = -1;
+        for (std::size_t group = 0; group < deferredDeadlines_.size(); ++group)
+          if (deferredDeadlines_[group] <= first)
+            due = std::ptrdiff_t(group);
+        AMPJIT_RETURN_IF_ERROR(joinUpTo(due));
+      }
+      if (auto split = splitAtStep_.find(first); split != splitAtStep_.end()) {
         AMPJIT_RETURN_IF_ERROR(joinFiniteCheck(splitChecks_[split->second], stream));
         continue;
       }
-      in.clear();
-      out.clear();
-      for (std::size_t index : prepared.indices) {
-        const Step& step = plan_.steps[index];
-        for (BufferId id : step.inputs)
-          in.push_back(id == kNoBuffer ? nullptr : pointers_[id]);
-        for (BufferId id : step.outputs)
-          out.push_back(id == kNoBuffer ? nullptr : pointers_[id]);
-      }
-      Status status = prepared.step->enqueue(StepPointers{in, out, workspace}, stream);
-      if (!status)
-        return Status::error(describeStepOfPlan(plan_, prepared.indices.front()) + ": " + status.message());
-      if (checkNumerics_)
-        for (std::size_t index : prepared.indices)
-          AMPJIT_RETURN_IF_ERROR(checkNumerics(index, stream));
+      bool sideStep = onSide && deferred;
+      AMPJIT_RETURN_IF_ERROR(enqueueStep(prepared, sideStep ? side : stream,
+                                         sideStep && sideWorkspace_ ? static_cast<void*>(sideWorkspace_->data())
+                                                                    : workspace));
+      if (sideStep)
+        AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(deferredDone_[deferredGroup++], side),
+                                    describeStepOfPlan(plan_, first) + ": marking the update done");
       for (std::size_t index : prepared.indices)
         if (auto forks = forksAfterStep_.find(index); forks != forksAfterStep_.end())
           for (auto [split, chunk] : forks->second)
             AMPJIT_RETURN_IF_ERROR(forkFiniteCheck(splitChecks_[split], chunk, stream));
     }
+    if (onSide)
+      AMPJIT_RETURN_IF_ERROR(joinUpTo(std::ptrdiff_t(deferredDone_.size()) - 1));
+    return Status::success();
+  }
+
+  Status enqueueStep(PreparedStep& prepared, cudaStream_t stream, void* workspace) {
+    std::vector<void*> in, out;
+    for (std::size_t index : prepared.indices) {
+      const Step& step = plan_.steps[index];
+      for (BufferId id : step.inputs)
+        in.push_back(id == kNoBuffer ? nullptr : pointers_[id]);
+      for (BufferId id : step.outputs)
+        out.push_back(id == kNoBuffer ? nullptr : pointers_[id]);
+    }
+    Status status = prepared.step->enqueue(StepPointers{in, out, workspace}, stream);
+    if (!status)
+      return Status::error(describeStepOfPlan(plan_, prepared.indices.front()) + ": " + status.message());
+    if (checkNumerics_)
+      for (std::size_t index : prepared.indices)
+        AMPJIT_RETURN_IF_ERROR(checkNumerics(index, stream));
+    return Status::success();
+  }
+
+  /// The deferred update's groups on the side stream: their deadlines, an
+  /// event per group, and their own workspace, since the main stream's steps
+  /// use the shared one meanwhile.
+  Status prepareDeferredUpdate(const std::vector<std::size_t>& deadlines) {
+    if (plan_.deferredSteps == 0)
+      return Status::success();
+    std::size_t sideWorkspaceBytes = 0;
+    for (const PreparedStep& prepared : steps_) {
+      std::size_t first = prepared.indices.front();
+      if (first >= plan_.deferredSteps)
+        continue;
+      std::size_t deadline = plan_.steps.size();
+      for (std::size_t index : prepared.indices)
+        deadline = std::min(deadline, deadlines[index]);
+      deferredDeadlines_.push_back(deadline);
+      sideWorkspaceBytes = std::max(sideWorkspaceBytes, prepared.step->workspaceBytes());
+      cudaEvent_t& done = deferredDone_.emplace_back(nullptr);
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+                                  describeStepOfPlan(plan_, first) + ": creating an event");
+    }
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&deferredFork_, cudaEventDisableTiming),
+                                "plan @" + plan_.name + ": creating an event");
+    if (sideWorkspaceBytes > 0)
+      AMPJIT_RETURN_IF_ERROR(allocateFixed(sideWorkspace_, sideWorkspaceBytes, "the deferred update's workspace"));
+    stats_.deferredUpdateGroups = int64_t(deferredDeadlines_.size());
     return Status::success();
   }
 
@@ -463,7 +589,7 @@ private:
   Status capture(cudaStream_t stream, const std::vector<void*>& key) {
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
                                 "plan @" + plan_.name + ": beginning graph capture");
-    Status enqueued = enqueueSteps(stream);
+    Status enqueued = enqueueWholePlan(stream);
     cudaGraph_t graph = nullptr;
     cudaError_t ended = cudaStreamEndCapture(stream, &graph);
     if (!enqueued || ended != cudaSuccess) {
@@ -478,7 +604,7 @@ private:
         cudaGraphExecDestroy(graph_);
         graph_ = nullptr;
       }
-      return enqueueSteps(stream);
+      return enqueueWholePlan(stream);
     }
     if (graph_) {
       cudaGraphExecUpdateResultInfo info{};
@@ -497,7 +623,7 @@ private:
       (void)cudaGetLastError();
       graph_ = nullptr;
       graphFailure_ = cuda::cudaFailure(instantiated, "instantiating its graph").message();
-      return enqueueSteps(stream);
+      return enqueueWholePlan(stream);
     }
     capturedKey_ = key;
     ++stats_.captures;
@@ -565,6 +691,13 @@ private:
   /// AllFinite step index -> its split.
   std::map<std::size_t, std::vector<std::pair<std::size_t, std::size_t>>> forksAfterStep_;
   std::map<std::size_t, std::size_t> splitAtStep_;
+  DeferredUpdateTracker deferred_;
+  /// Per prepared group of the deferred update, in order: the first step of
+  /// the rest that waits for it, and the event the side stream records after it.
+  std::vector<std::size_t> deferredDeadlines_;
+  std::vector<cudaEvent_t> deferredDone_;
+  cudaEvent_t deferredFork_ = nullptr;
+  std::shared_ptr<Storage> sideWorkspace_;
   std::size_t workspaceBytes_ = 0;
   /// Shared by this plan's cuDNN steps (fused batch norms' reserve spaces).
   cuda::CudnnPlanState cudnnState_;

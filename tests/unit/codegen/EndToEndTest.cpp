@@ -341,8 +341,9 @@ TEST(EndToEnd, DeferredUpdatesGiveTheSameBitsOnceCompleted) {
       auto deferredResults = (*deferredStep)->run(deferredArguments);
       ASSERT_TRUE(plainResults.ok() && deferredResults.ok()) << deferredResults.message();
       EXPECT_EQ(snapshot(*plainResults).front(), snapshot(*deferredResults).front()) << "loss of step " << step;
-      if (step == 0) // the first update is still pending: the parameters are the initial ones
+      if (step == 0) { // the first update is still pending: the parameters are the initial ones
         EXPECT_EQ(snapshot(deferredArguments)[kFirstParam], initial[kFirstParam]);
+      }
     }
     ASSERT_TRUE((*deferredStep)->completeDeferred(deferredArguments).ok());
     EXPECT_EQ(snapshot(plainArguments), snapshot(deferredArguments));

@@ -1,6 +1,7 @@
 // The plan model: verification rules, the text form, and the binary file
 // (round trip, and a clear error for every kind of bad file).
 
+#include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/Plan.h"
 #include "ampjit/runtime/PlanFile.h"
 #include "ampjit/runtime/StepBuilder.h"
@@ -259,6 +260,16 @@ TEST(PlanVerifier, ADeferredStepVerifiesPrintsAndRoundTrips) {
   Expected<Plan> decoded = decodePlan(encodePlan(plan), "memory");
   ASSERT_TRUE(decoded.ok()) << decoded.message();
   EXPECT_TRUE(*decoded == plan);
+}
+
+TEST(PlanVerifier, DeferredStepDeadlinesAndArguments) {
+  DeferredSgdStep parts = deferredSgdStep();
+  // The update writes w, which the product (step 1) reads first.
+  EXPECT_EQ(deferredStepDeadlines(parts.plan), std::vector<size_t>{1});
+  EXPECT_EQ(deferredArguments(parts.plan), std::vector<size_t>{1});
+  // Without that reader, the step rewriting the carried gradient is the first to wait.
+  parts.plan.steps[1].inputs[0] = parts.x;
+  EXPECT_EQ(deferredStepDeadlines(parts.plan), std::vector<size_t>{3});
 }
 
 TEST(PlanVerifier, DeferredStepsKeepToCarriedBuffersConstantsAndState) {

@@ -69,6 +69,9 @@ struct CudaRunStats {
   /// Chunks of finiteness checks that run on the side stream, under the
   /// backward GEMMs, instead of after them (per run).
   int64_t sideStreamChunks = 0;
+  /// Launches of a deferred optimizer update (Plan::deferredSteps) that run
+  /// on the side stream beside the forward (per run).
+  int64_t deferredUpdateGroups = 0;
   /// Why runs go step by step instead of replaying a graph (a capture or an
   /// instantiation failed); empty while graphs work.
   std::string graphDisabledReason{};
