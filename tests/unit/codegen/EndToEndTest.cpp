@@ -324,11 +324,15 @@ TEST(EndToEnd, PoisonedFreedTemporariesDoNotChangeResults) {
 }
 
 TEST(EndToEnd, DeferredUpdatesGiveTheSameBitsOnceCompleted) {
+  // Also on the CUDA pipeline's plans (GEMM epilogues), run here on the CPU.
+  for (bool epilogues : {false, true})
   for (const char *options : {"level=O0", "level=O1 dtype=f16", "level=O2 dtype=f16", "level=O2 dtype=bf16"}) {
-    SCOPED_TRACE(options);
-    rt::Plan plain = compileMnistStep(options, true);
+    SCOPED_TRACE(std::string(options) + (epilogues ? ", GEMM epilogues" : ""));
+    rt::Plan plain = ampjit::testing::compileExample("mnist_train_step.mlir", options,
+                                                     {.fuseElementwise = true, .fuseGemmEpilogues = epilogues});
     rt::Plan deferred = ampjit::testing::compileExample(
-        "mnist_train_step.mlir", options, {.fuseElementwise = true, .deferOptimizerUpdates = true});
+        "mnist_train_step.mlir", options,
+        {.fuseElementwise = true, .fuseGemmEpilogues = epilogues, .deferOptimizerUpdates = true});
     ASSERT_EQ(deferred.deferredSteps, 6u) << rt::printPlan(deferred);
     // Freed temporaries poisoned: carried values live outside the arena.
     std::unique_ptr<rt::Backend> backend = rt::createCpuBackend({.poisonFreedTemporaries = true});

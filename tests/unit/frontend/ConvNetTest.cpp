@@ -136,6 +136,29 @@ TEST(ConvNet, SmallResNetEagerAndTracedAgreeBitwiseAtO0) {
   EXPECT_NE(step.traced_module().find("jit.conv2d_grad_weight"), std::string::npos);
 }
 
+TEST(ConvNet, DeferringTheUpdateKeepsTheResNetStepBitwise) {
+  // Batch norms' weights are read in the forward and their running
+  // statistics rewritten there, beside an update deferred into that forward.
+  nn::ResNetOptions options{.num_classes = 4, .stem = nn::ResNetOptions::Stem::cifar, .base_width = 4};
+  Generator first(22), second(22);
+  options.init.generator = &first;
+  ResNetTrainer deferredNet(options);
+  options.init.generator = &second;
+  ResNetTrainer plainNet(options);
+  TraceOptions traceOptions{.amp = {.level = amp::O1, .dtype = f16}, .defer_updates = DeferUpdates::on};
+  auto deferred = trace([&](const Tensor& x, const Tensor& y) { return deferredNet.step(x, y); }, traceOptions);
+  traceOptions.defer_updates = DeferUpdates::off;
+  auto plain = trace([&](const Tensor& x, const Tensor& y) { return plainNet.step(x, y); }, traceOptions);
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = images(4, 8, 4, 320 + i);
+    EXPECT_EQ(deferred(x, y).item(), plain(x, y).item()) << "step " << i;
+  }
+  EXPECT_NE(deferred.plan_text().find("deferred steps"), std::string::npos);
+  EXPECT_EQ(deferredNet.state(), plainNet.state());
+  for (size_t i = 0; i < deferredNet.model->parameters().size(); ++i)
+    EXPECT_EQ(deferredNet.opt.momentum_buffer(i).to_vector(), plainNet.opt.momentum_buffer(i).to_vector()) << i;
+}
+
 TEST(ConvNet, ResNet18LearnsWithO1Float16) {
   // torchvision's ResNet-18 with its ImageNet stem on 32x32 images, as
   // PyTorch's peer runs ResNet-50; one fixed batch, so the loss must fall.
