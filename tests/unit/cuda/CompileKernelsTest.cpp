@@ -14,6 +14,10 @@
 
 #include "CompileExample.h"
 #include "ampjit/runtime/cuda/KernelSource.h"
+#include "jit/amp.h"
+#include "jit/jit.h"
+#include "jit/optim.h"
+#include "jit/trace.h"
 
 
 #include <gtest/gtest.h>
@@ -239,6 +243,52 @@ TEST(CompileKernels, EveryKernelOfTheMnistTrainStep) {
   }
   std::printf("[ compiled ] MNIST train step: %zu steps, %zu kernels compiled for %s\n", steps, total,
               kArchitecture);
+}
+
+TEST(CompileKernels, EveryKernelOfATracedResNet50StepForTheGpu) {
+  // torchvision's ResNet-50 on 32x32 images (the benchmark, batch 2),
+  // traced on the CPU and compiled as jit::trace compiles for the CUDA
+  // backend: NHWC, GEMM and batch-norm epilogues, the update deferred.
+  jit::Generator generator(1);
+  auto model = jit::nn::resnet50({.num_classes = 10, .init = {.generator = &generator}});
+  jit::optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
+  jit::amp::GradScaler scaler;
+  auto step = jit::trace(
+      [&](const jit::Tensor& x, const jit::Tensor& y) {
+        opt.zero_grad();
+        jit::Tensor loss = jit::cross_entropy((*model)(x), y);
+        scaler.scale(loss).backward();
+        scaler.step(opt);
+        scaler.update();
+        return loss;
+      },
+      {.backend = jit::Backend::cpu});
+  step(jit::randn({2, 3, 32, 32}, jit::f32, &generator), jit::tensor(std::vector<int64_t>{1, 7}, {2}));
+  rt::Plan plan = ampjit::testing::compileSource(
+                      step.traced_module(), "resnet50",
+                      "amp-pipeline{level=O1 dtype=f16 target=sm_90},jit-convert-layout{layout=nhwc}",
+                      {.fuseElementwise = true, .fuseGemmEpilogues = true, .fuseBatchNormEpilogues = true,
+                       .deferOptimizerUpdates = true, .deferMinimumElements = int64_t(16) << 20})
+                      .plan;
+  ASSERT_FALSE(plan.steps.empty());
+  EXPECT_GT(plan.deferredSteps, 0u) << "ResNet-50's 25M parameters are deferred on the GPU";
+  std::vector<NamedKernel> kernels;
+  for (size_t index = 0; index < plan.steps.size(); ++index) {
+    const rt::Step& s = plan.steps[index];
+    if (s.kind != rt::StepKind::Elementwise && s.kind != rt::StepKind::FusedElementwise)
+      continue;
+    rt::Expected<cuda::ElementwiseKernel> kernel = cuda::emitElementwiseKernel(plan, s);
+    ASSERT_TRUE(kernel) << rt::printStep(plan, index) << ": " << kernel.message();
+    kernels.push_back({rt::printStep(plan, index), *kernel});
+  }
+  size_t distinct = 0;
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> failures = compileAll(kernels, &distinct);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_TRUE(failures.empty()) << joinFailures(failures);
+  std::printf("[ compiled ] ResNet-50 O1-f16 step: %zu plan steps, %zu elementwise steps, %zu distinct kernels "
+              "in %.2f s on %u cores\n",
+              plan.steps.size(), kernels.size(), distinct, seconds, std::thread::hardware_concurrency());
 }
 
 TEST(CompileKernels, InParallelEqualsOneByOne) {
