@@ -281,14 +281,26 @@ TEST(CompileKernels, EveryKernelOfATracedResNet50StepForTheGpu) {
     ASSERT_TRUE(kernel) << rt::printStep(plan, index) << ": " << kernel.message();
     kernels.push_back({rt::printStep(plan, index), *kernel});
   }
+  // Every batch norm's relu (and residual add) folds into it, the 1x1 last
+  // stage's included: 49 tails, 16 of them with the add.
+  size_t fusedForwards = 0, fusedGradients = 0;
+  for (const rt::Step& s : plan.steps) {
+    fusedForwards += s.kind == rt::StepKind::BatchNorm &&
+                     s.as<rt::BatchNormParams>().activation != rt::BatchNormActivation::None;
+    fusedGradients += s.kind == rt::StepKind::BatchNormGrad &&
+                      s.as<rt::BatchNormGradParams>().activation != rt::BatchNormActivation::None;
+  }
+  EXPECT_EQ(fusedForwards, 49u);
+  EXPECT_EQ(fusedGradients, 49u);
   size_t distinct = 0;
   auto start = std::chrono::steady_clock::now();
   std::vector<std::string> failures = compileAll(kernels, &distinct);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_TRUE(failures.empty()) << joinFailures(failures);
-  std::printf("[ compiled ] ResNet-50 O1-f16 step: %zu plan steps, %zu elementwise steps, %zu distinct kernels "
-              "in %.2f s on %u cores\n",
-              plan.steps.size(), kernels.size(), distinct, seconds, std::thread::hardware_concurrency());
+  std::printf("[ compiled ] ResNet-50 O1-f16 step: %zu plan steps (%zu deferred), %zu fused batch-norm tails, "
+              "%zu elementwise steps, %zu distinct kernels in %.2f s on %u cores\n",
+              plan.steps.size(), size_t(plan.deferredSteps), fusedForwards, kernels.size(), distinct, seconds,
+              std::thread::hardware_concurrency());
 }
 
 TEST(CompileKernels, InParallelEqualsOneByOne) {

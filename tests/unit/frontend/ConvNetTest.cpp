@@ -213,6 +213,40 @@ std::vector<rt::Tensor> resNetStepArguments(const rt::Plan& plan, int64_t classe
   return arguments;
 }
 
+TEST(ConvNet, ResNetStepRunsNhwcWithTheNchwStepsBits) {
+  // 8x8 images through the CIFAR stem leave the last stage 1x1, where the
+  // layout pass's moves are reshapes that sink through the relus, adds and
+  // relu gradients: the converted step must still compute every bit of the
+  // NCHW one, for three steps (losses, parameters, running statistics).
+  nn::ResNetOptions options{.num_classes = 4, .stem = nn::ResNetOptions::Stem::cifar, .base_width = 4};
+  Generator generator(6);
+  options.init.generator = &generator;
+  ResNetTrainer trainer(options);
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return trainer.step(x, y); });
+  auto [x, y] = images(4, 8, 4, 18);
+  step(x, y);
+  for (const char* amp : {"level=O0", "level=O1 dtype=f16"}) {
+    SCOPED_TRACE(amp);
+    std::string pipeline = std::string("amp-pipeline{") + amp + " target=sm_90}";
+    rt::Plan nchw = ampjit::testing::compileSource(step.traced_module(), "traced", pipeline).plan;
+    rt::Plan nhwc =
+        ampjit::testing::compileSource(step.traced_module(), "traced", pipeline + ",jit-convert-layout{layout=nhwc}")
+            .plan;
+    ASSERT_FALSE(nchw.steps.empty() || nhwc.steps.empty());
+    std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();
+    auto nchwStep = backend->prepare(nchw), nhwcStep = backend->prepare(nhwc);
+    ASSERT_TRUE(nchwStep.ok() && nhwcStep.ok()) << nhwcStep.message();
+    std::vector<rt::Tensor> nchwState = resNetStepArguments(nchw, 4), nhwcState = resNetStepArguments(nhwc, 4);
+    for (int i = 0; i < 3; ++i) {
+      auto nchwResults = (*nchwStep)->run(nchwState);
+      auto nhwcResults = (*nhwcStep)->run(nhwcState);
+      ASSERT_TRUE(nchwResults.ok() && nhwcResults.ok()) << nhwcResults.message();
+      EXPECT_EQ(ampjit::testing::snapshot(*nhwcResults), ampjit::testing::snapshot(*nchwResults)) << "step " << i;
+    }
+    EXPECT_EQ(ampjit::testing::snapshot(nhwcState), ampjit::testing::snapshot(nchwState));
+  }
+}
+
 TEST(ConvNet, ResNetStepWithFusedBatchNormEpiloguesMatchesTheUnfusedStep) {
   // What jit::trace compiles for the CUDA backend (AMP, then NHWC), lowered
   // with and without PlanOptions::fuseBatchNormEpilogues and run on the CPU
@@ -245,11 +279,11 @@ TEST(ConvNet, ResNetStepWithFusedBatchNormEpiloguesMatchesTheUnfusedStep) {
       gradients += s.kind == rt::StepKind::BatchNormGrad &&
                    s.as<rt::BatchNormGradParams>().activation != rt::BatchNormActivation::None;
     }
-    // 17 relus follow a batch norm (stem, 8 blocks x 2); the 4 of the last
-    // stage, whose activations are 1x1, sit behind the reshapes the layout
-    // pass leaves there and stay unfused.
-    EXPECT_EQ(forwards, 13u);
-    EXPECT_EQ(gradients, 13u);
+    // 17 relus follow a batch norm (stem, 8 blocks x 2), all fused: in the
+    // last stage, whose activations are 1x1, the layout pass's moves are
+    // reshapes and sink like transposes.
+    EXPECT_EQ(forwards, 17u);
+    EXPECT_EQ(gradients, 17u);
     // Per block tail: relu -1 step, add + relu -2, relu_grad -1.
     size_t reluOnly = 0;
     for (const rt::Step& s : fused.steps)
@@ -257,7 +291,7 @@ TEST(ConvNet, ResNetStepWithFusedBatchNormEpiloguesMatchesTheUnfusedStep) {
     EXPECT_EQ(unfused.steps.size() - fused.steps.size(), reluOnly + 2 * (forwards - reluOnly) + gradients);
 
     bool exact = std::string(amp) == "level=O0";
-    // Each of the 13 fused forwards skips two roundings of the activations;
+    // Each of the 17 fused forwards skips two roundings of the activations;
     // bf16 keeps 8 bits, f16 11.
     double relativeTolerance = std::string(amp).find("bf16") != std::string::npos ? 4e-2 : 1e-2;
     std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();

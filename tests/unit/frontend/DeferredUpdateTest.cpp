@@ -171,6 +171,41 @@ TEST(DeferredUpdates, AnotherFunctionAndEagerOpsSeeTheUpdatedParameters) {
   EXPECT_EQ(stateOf(pair.deferredNet), stateOf(pair.plainNet));
 }
 
+TEST(DeferredUpdates, GradientAccumulationWithADeferredApplyAgreesWithEager) {
+  // The apply step's update reads the accumulated gradients and its
+  // zero_grad rewrites them: both are deferred, and the next accumulation
+  // (another traced function on that state) completes them first.
+  Classifier eager(kIn, kHidden, kClasses, 3), traced(kIn, kHidden, kClasses, 3);
+  auto accumulate = [](Classifier& net, const Tensor& x, const Tensor& y) {
+    Tensor loss = cross_entropy(net.model(x), y);
+    net.scaler.scale(loss).backward();
+    return loss;
+  };
+  auto apply = [](Classifier& net) {
+    net.scaler.step(net.opt);
+    net.scaler.update();
+    net.opt.zero_grad(false);
+  };
+  auto tracedAccumulate = trace([&](const Tensor& x, const Tensor& y) { return accumulate(traced, x, y); },
+                                {.log_retraces = false, .name = "accumulate"});
+  auto tracedApply = trace([&]() { apply(traced); },
+                           {.defer_updates = DeferUpdates::on, .log_retraces = false, .name = "apply"});
+  for (uint64_t round = 0; round < 3; ++round) {
+    for (uint64_t micro = 0; micro < 2; ++micro) {
+      auto [x, y] = batch(kBatch, kIn, kClasses, 10 * round + micro);
+      EXPECT_EQ(tracedAccumulate(x, y).item(), accumulate(eager, x, y).item()) << "round " << round;
+    }
+    tracedApply();
+    apply(eager);
+  }
+  EXPECT_NE(tracedApply.plan_text().find("deferred steps"), std::string::npos);
+  // Rounds 1 and 2 began by completing the previous round's update.
+  EXPECT_EQ(tracedApply.stats().early_update_completions, 2u);
+  EXPECT_EQ(stateOf(traced), stateOf(eager));
+  for (size_t i = 0; i < traced.model.parameters().size(); ++i)
+    EXPECT_EQ(traced.model.parameters()[i].grad().to_vector(), eager.model.parameters()[i].grad().to_vector());
+}
+
 /// Adam's step counts and moments are state the update owns.
 struct AdamNet {
   explicit AdamNet(uint64_t seed)

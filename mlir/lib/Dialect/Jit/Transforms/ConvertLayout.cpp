@@ -24,7 +24,8 @@
 //      - T(broadcast_to(x), q) = broadcast_to(T(x, q)): x is small (with
 //        leading 1s added when its rank is lower);
 //      - sinking: op(T(a, p), T(b, p)) = T(op(a, b), p) for an elementwise op
-//        (see isElementwise). Rank-0 operands broadcast the same in any
+//        (see isElementwise); a 1x1 activation's transposes are reshapes,
+//        and those out of NHWC sink the same way (SinkReshapeThroughElementwise); Rank-0 operands broadcast the same in any
 //        layout and stay; every other operand is transposed by p^-1, which
 //        is free when it composes away, only moves size-1 dimensions, lands
 //        on a splat or moves into a broadcast_to (transposeOperand);
@@ -445,6 +446,70 @@ struct SinkTransposeThroughElementwise : RewritePattern {
   }
 };
 
+/// op(R(a), b) -> R(op(a, R'(b))) for an elementwise op with an operand
+/// R(a) that is a reshape out of NHWC: on 1x1 activations (the last stage of
+/// a ResNet on 32x32 images) the transposes in and out of NHWC move only
+/// size-1 dimensions and became reshapes (SimplifyTranspose), which must
+/// still sink through the relus, residual adds and relu gradients to meet
+/// their inverses, or the batch norms there keep their relus apart. Reshapes
+/// cost nothing here (isFreeToTranspose counts them free too), so the other
+/// full-size operands are reshaped alike (a reshape of a reshape merges);
+/// rank-0 operands stay and splats are rebuilt. A reshape only reinterprets
+/// the row-major order, so operands reshaped alike keep each element with
+/// its partners. Reshapes only ever sink out of NHWC, and the ones made for
+/// other operands go into it, so nothing sinks back.
+struct SinkReshapeThroughElementwise : RewritePattern {
+  SinkReshapeThroughElementwise(MLIRContext *context)
+      : RewritePattern(MatchAnyOpTypeTag(), /*benefit=*/1, context) {}
+
+  LogicalResult matchAndRewrite(Operation *op, PatternRewriter &rewriter) const override {
+    if (!isElementwise(op))
+      return failure();
+    auto resultType = cast<RankedTensorType>(op->getResult(0).getType());
+    ArrayRef<int64_t> resultShape = resultType.getShape();
+    std::optional<SmallVector<int64_t>> nhwc;
+    for (Value operand : op->getOperands()) {
+      if (operand.getDefiningOp<TransposeOp>())
+        return failure(); // a real transpose: SinkTransposeThroughElementwise's case
+      if (rankOf(operand) == 0 || isSplatConstant(operand))
+        continue;
+      if (shapeOf(operand) != resultShape)
+        return failure(); // broadcasting
+      auto reshape = operand.getDefiningOp<ReshapeOp>();
+      if (!reshape || nhwc)
+        continue;
+      ArrayRef<int64_t> source = shapeOf(reshape.getInput());
+      if (source.size() == 4 && source != resultShape &&
+          ArrayRef<int64_t>(permuteShape(source, kToNchw)) == resultShape)
+        nhwc = SmallVector<int64_t>(source);
+    }
+    if (!nhwc)
+      return failure();
+
+    SmallVector<Value> operands;
+    for (Value operand : op->getOperands()) {
+      DenseElementsAttr splat;
+      if (rankOf(operand) == 0) {
+        operands.push_back(operand);
+      } else if (matchPattern(operand, m_Constant(&splat)) && splat.isSplat()) {
+        auto type = RankedTensorType::get(*nhwc, splat.getElementType());
+        operands.push_back(ConstantOp::create(rewriter, op->getLoc(), type, cast<ElementsAttr>(splat.resizeSplat(type))));
+      } else {
+        Value input = operand;
+        if (auto reshape = operand.getDefiningOp<ReshapeOp>())
+          input = reshape.getInput();
+        auto type = RankedTensorType::get(*nhwc, cast<RankedTensorType>(input.getType()).getElementType());
+        operands.push_back(input.getType() == type ? input : ReshapeOp::create(rewriter, op->getLoc(), type, input));
+      }
+    }
+    Operation *inner = rewriter.clone(*op);
+    inner->setOperands(operands);
+    inner->getResult(0).setType(RankedTensorType::get(*nhwc, resultType.getElementType()));
+    rewriter.replaceOpWithNewOp<ReshapeOp>(op, resultType, inner->getResult(0));
+    return success();
+  }
+};
+
 /// T(op(x...), q) -> op(T(x, q)...) for an elementwise op read only by the
 /// transpose whose operands are all free to transpose (broadcasts, splats,
 /// rank-0 values): the full-size transpose disappears.
@@ -612,7 +677,7 @@ struct JitConvertLayoutPass : impl::JitConvertLayoutBase<JitConvertLayoutPass> {
     MLIRContext *context = &getContext();
     RewritePatternSet patterns(context);
     patterns.add<SimplifyTranspose, MergeReshapes, SinkTransposeThroughElementwise,
-                 HoistTransposeAboveElementwise, ReduceTransposed<SumOp>, ReduceTransposed<MeanOp>,
+                 SinkReshapeThroughElementwise, HoistTransposeAboveElementwise, ReduceTransposed<SumOp>, ReduceTransposed<MeanOp>,
                  ReduceTransposed<MaxOp>>(context);
     FrozenRewritePatternSet frozen(std::move(patterns));
     RewritePatternSet cleanupPatterns(context);

@@ -205,6 +205,50 @@ func.func @keepdim_mean(%x: tensor<2x3x4x4xf32>, %w: tensor<4x3x3x3xf32>) -> ten
   return %m : tensor<2x4x1x1xf32>
 }
 
+// A stage whose activations are 1x1 (a ResNet's last on 32x32 images): the
+// moves in and out of NHWC only move size-1 dimensions, so they are
+// reshapes, and they sink through the relu, the residual add and the relu
+// gradient as transposes do: every batch norm reads a conv's output and
+// feeds its relu directly, and a reshape is left only at the edges (the
+// input, the 1x1 filter, the function's results).
+// CHECK-LABEL: func.func @one_by_one_stage(
+// CHECK: %[[C1:.*]] = jit.conv2d {{.*}} layout = nhwc {{.*}} -> tensor<2x1x1x4xf32>
+// CHECK: %[[Y1:[a-z0-9_]+]], {{.*}} = jit.batch_norm %[[C1]] {{.*}} axis = 3
+// CHECK-NEXT: %[[R1:.*]] = jit.relu %[[Y1]] : tensor<2x1x1x4xf32>
+// CHECK-NEXT: %[[C2:.*]] = jit.conv2d %[[R1]], {{.*}} layout = nhwc
+// CHECK: %[[Y2:[a-z0-9_]+]], {{.*}} = jit.batch_norm %[[C2]] {{.*}} axis = 3
+// CHECK-NEXT: %[[S:.*]] = jit.add %[[Y2]], %[[R1]] : (tensor<2x1x1x4xf32>, tensor<2x1x1x4xf32>) -> tensor<2x1x1x4xf32>
+// CHECK-NEXT: %[[R2:.*]] = jit.relu %[[S]] : tensor<2x1x1x4xf32>
+// CHECK: %[[DR:.*]] = jit.relu_grad %{{.*}}, %[[R2]] : tensor<2x1x1x4xf32>
+// CHECK-NEXT: jit.batch_norm_grad %[[DR]], %[[C2]]
+// COUNT-LABEL: func.func @one_by_one_stage(
+// COUNT-COUNT-5: jit.reshape
+// COUNT-NOT: jit.reshape
+func.func @one_by_one_stage(%x: tensor<2x3x1x1xf32>, %w1: tensor<4x3x1x1xf32>, %w2: tensor<4x4x3x3xf32>,
+    %g: tensor<4xf32>, %b: tensor<4xf32>, %rm: tensor<4xf32>, %rv: tensor<4xf32>, %dy: tensor<2x4x1x1xf32>)
+    -> (tensor<2x4x1x1xf32>, tensor<2x4x1x1xf32>) {
+  %c1 = jit.conv2d %x, %w1 stride = [1, 1] padding = [0, 0] dilation = [1, 1]
+      : (tensor<2x3x1x1xf32>, tensor<4x3x1x1xf32>) -> tensor<2x4x1x1xf32>
+  %y1, %m1, %s1, %rm1, %rv1 = jit.batch_norm %c1 weight %g bias %b running_mean %rm running_var %rv
+      axis = 1 eps = 1.0e-05 momentum = 1.0e-01
+      : (tensor<2x4x1x1xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+      -> (tensor<2x4x1x1xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %r1 = jit.relu %y1 : tensor<2x4x1x1xf32>
+  %c2 = jit.conv2d %r1, %w2 stride = [1, 1] padding = [1, 1] dilation = [1, 1]
+      : (tensor<2x4x1x1xf32>, tensor<4x4x3x3xf32>) -> tensor<2x4x1x1xf32>
+  %y2, %m2, %s2, %rm2, %rv2 = jit.batch_norm %c2 weight %g bias %b running_mean %rm running_var %rv
+      axis = 1 eps = 1.0e-05 momentum = 1.0e-01
+      : (tensor<2x4x1x1xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+      -> (tensor<2x4x1x1xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %sum = jit.add %y2, %r1 : (tensor<2x4x1x1xf32>, tensor<2x4x1x1xf32>) -> tensor<2x4x1x1xf32>
+  %r2 = jit.relu %sum : tensor<2x4x1x1xf32>
+  %dr = jit.relu_grad %dy, %r2 : tensor<2x4x1x1xf32>
+  %dx, %dw, %db = jit.batch_norm_grad %dr, %c2, %m2, %s2 weight %g axis = 1
+      : (tensor<2x4x1x1xf32>, tensor<2x4x1x1xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+      -> (tensor<2x4x1x1xf32>, tensor<4xf32>, tensor<4xf32>)
+  return %r2, %dx : tensor<2x4x1x1xf32>, tensor<2x4x1x1xf32>
+}
+
 // AMP's casts are elementwise: an f16 conv, batch norm in f32 and the next
 // f16 conv need no transposes between them. Three remain: the input and the
 // 3x3 filter, each after its cast, and the result; the 1x1 filter's
