@@ -13,6 +13,18 @@
 
 namespace jit::testing {
 
+/// One mixed-precision training step as a user writes it: zero the
+/// gradients, the loss, a scaled backward, the scaler's step and update.
+template <typename Model, typename Optimizer>
+Tensor scaledTrainStep(Model& model, Optimizer& opt, amp::GradScaler& scaler, const Tensor& x, const Tensor& y) {
+  opt.zero_grad();
+  Tensor loss = cross_entropy(model(x), y);
+  scaler.scale(loss).backward();
+  scaler.step(opt);
+  scaler.update();
+  return loss;
+}
+
 /// The MindSpore tutorial's classifier at a test-sized width.
 struct Classifier {
   explicit Classifier(int64_t in = 784, int64_t hidden = 512, int64_t classes = 10, uint64_t seed = 1,
@@ -24,14 +36,7 @@ struct Classifier {
         opt(model.parameters(), {.lr = 1e-2, .momentum = 0.9}),
         scaler(scalerOptions) {}
 
-  Tensor step(const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy(model(x), y);
-    scaler.scale(loss).backward();
-    scaler.step(opt);
-    scaler.update();
-    return loss;
-  }
+  Tensor step(const Tensor& x, const Tensor& y) { return scaledTrainStep(model, opt, scaler, x, y); }
 
   Generator generator;
   nn::Sequential model;
@@ -46,6 +51,19 @@ inline std::pair<Tensor, Tensor> batch(int64_t size, int64_t in, int64_t classes
   for (int64_t i = 0; i < size; ++i)
     labels.push_back(int64_t(generator.next_uniform() * double(classes)));
   return {x, tensor(labels, {size})};
+}
+
+/// Gradient accumulation as two functions: a micro-batch's scaled backward
+/// into the gradients, and the scaler's step, update and zeroing.
+inline Tensor accumulateGradients(Classifier& net, const Tensor& x, const Tensor& y) {
+  Tensor loss = cross_entropy(net.model(x), y);
+  net.scaler.scale(loss).backward();
+  return loss;
+}
+inline void applyGradients(Classifier& net) {
+  net.scaler.step(net.opt);
+  net.scaler.update();
+  net.opt.zero_grad(false);
 }
 
 /// Every parameter's and momentum buffer's values, the scaler's state.

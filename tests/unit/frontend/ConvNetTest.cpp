@@ -213,25 +213,31 @@ std::vector<rt::Tensor> resNetStepArguments(const rt::Plan& plan, int64_t classe
   return arguments;
 }
 
+/// The traced module of a small ResNet-18's step (CIFAR stem, widths 4-32,
+/// 4 classes) on 8x8 images, whose last stage is 1x1.
+std::string tracedSmallResNetStep(uint64_t initSeed, uint64_t dataSeed) {
+  nn::ResNetOptions options{.num_classes = 4, .stem = nn::ResNetOptions::Stem::cifar, .base_width = 4};
+  Generator generator(initSeed);
+  options.init.generator = &generator;
+  ResNetTrainer trainer(options);
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return trainer.step(x, y); });
+  auto [x, y] = images(4, 8, 4, dataSeed);
+  step(x, y);
+  return step.traced_module();
+}
+
 TEST(ConvNet, ResNetStepRunsNhwcWithTheNchwStepsBits) {
   // 8x8 images through the CIFAR stem leave the last stage 1x1, where the
   // layout pass's moves are reshapes that sink through the relus, adds and
   // relu gradients: the converted step must still compute every bit of the
   // NCHW one, for three steps (losses, parameters, running statistics).
-  nn::ResNetOptions options{.num_classes = 4, .stem = nn::ResNetOptions::Stem::cifar, .base_width = 4};
-  Generator generator(6);
-  options.init.generator = &generator;
-  ResNetTrainer trainer(options);
-  auto step = trace([&](const Tensor& x, const Tensor& y) { return trainer.step(x, y); });
-  auto [x, y] = images(4, 8, 4, 18);
-  step(x, y);
+  std::string traced = tracedSmallResNetStep(6, 18);
   for (const char* amp : {"level=O0", "level=O1 dtype=f16"}) {
     SCOPED_TRACE(amp);
     std::string pipeline = std::string("amp-pipeline{") + amp + " target=sm_90}";
-    rt::Plan nchw = ampjit::testing::compileSource(step.traced_module(), "traced", pipeline).plan;
+    rt::Plan nchw = ampjit::testing::compileSource(traced, "traced", pipeline).plan;
     rt::Plan nhwc =
-        ampjit::testing::compileSource(step.traced_module(), "traced", pipeline + ",jit-convert-layout{layout=nhwc}")
-            .plan;
+        ampjit::testing::compileSource(traced, "traced", pipeline + ",jit-convert-layout{layout=nhwc}").plan;
     ASSERT_FALSE(nchw.steps.empty() || nhwc.steps.empty());
     std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();
     auto nchwStep = backend->prepare(nchw), nhwcStep = backend->prepare(nhwc);
@@ -253,14 +259,7 @@ TEST(ConvNet, ResNetStepWithFusedBatchNormEpiloguesMatchesTheUnfusedStep) {
   // for three steps from the same state: at O0 bit for bit (losses and every
   // piece of state, running statistics included), with f16/bf16 activations
   // within tolerance (the fused forward skips two roundings per block).
-  nn::ResNetOptions options{.num_classes = 4, .stem = nn::ResNetOptions::Stem::cifar, .base_width = 4};
-  Generator generator(5);
-  options.init.generator = &generator;
-  ResNetTrainer trainer(options);
-  auto step = trace([&](const Tensor& x, const Tensor& y) { return trainer.step(x, y); });
-  auto [x, y] = images(4, 8, 4, 17);
-  step(x, y);
-  const std::string& traced = step.traced_module();
+  std::string traced = tracedSmallResNetStep(5, 17);
   double f32FirstLoss = NAN;
   for (const char* amp : {"level=O0", "level=O1 dtype=f16", "level=O1 dtype=bf16", "level=O2 dtype=f16"}) {
     SCOPED_TRACE(amp);

@@ -176,16 +176,8 @@ TEST(DeferredUpdates, GradientAccumulationWithADeferredApplyAgreesWithEager) {
   // zero_grad rewrites them: both are deferred, and the next accumulation
   // (another traced function on that state) completes them first.
   Classifier eager(kIn, kHidden, kClasses, 3), traced(kIn, kHidden, kClasses, 3);
-  auto accumulate = [](Classifier& net, const Tensor& x, const Tensor& y) {
-    Tensor loss = cross_entropy(net.model(x), y);
-    net.scaler.scale(loss).backward();
-    return loss;
-  };
-  auto apply = [](Classifier& net) {
-    net.scaler.step(net.opt);
-    net.scaler.update();
-    net.opt.zero_grad(false);
-  };
+  auto accumulate = accumulateGradients;
+  auto apply = applyGradients;
   auto tracedAccumulate = trace([&](const Tensor& x, const Tensor& y) { return accumulate(traced, x, y); },
                                 {.log_retraces = false, .name = "accumulate"});
   auto tracedApply = trace([&]() { apply(traced); },
@@ -213,14 +205,7 @@ struct AdamNet {
                                nn::Linear(kHidden, kClasses, true, {.generator = &generator})),
         opt(model.parameters(), {.lr = 1e-3, .weight_decay = 1e-2}) {}
 
-  Tensor step(const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy(model(x), y);
-    scaler.scale(loss).backward();
-    scaler.step(opt);
-    scaler.update();
-    return loss;
-  }
+  Tensor step(const Tensor& x, const Tensor& y) { return scaledTrainStep(model, opt, scaler, x, y); }
 
   std::vector<std::vector<double>> state() {
     std::vector<std::vector<double>> values;

@@ -4,6 +4,8 @@
 // A ResNet-18 with SGD and a GradScaler, one training step per call: what the
 // conv-net tests (CPU) and the compiled-step GPU tests train.
 
+#include "ClassifierNet.h"
+
 #include "jit/amp.h"
 #include "jit/jit.h"
 #include "jit/optim.h"
@@ -17,14 +19,7 @@ struct ResNetTrainer {
   explicit ResNetTrainer(nn::ResNetOptions options, amp::GradScalerOptions scalerOptions = {}, double lr = 0.05)
       : model(nn::resnet18(options)), opt(model->parameters(), {.lr = lr, .momentum = 0.9}), scaler(scalerOptions) {}
 
-  Tensor step(const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy((*model)(x), y);
-    scaler.scale(loss).backward();
-    scaler.step(opt);
-    scaler.update();
-    return loss;
-  }
+  Tensor step(const Tensor& x, const Tensor& y) { return scaledTrainStep(*model, opt, scaler, x, y); }
 
   std::vector<std::vector<double>> state() const {
     std::vector<std::vector<double>> values;

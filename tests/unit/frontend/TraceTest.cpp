@@ -237,16 +237,8 @@ TEST(Trace, ATensorLeftInsideAStepHasNoValueAfterIt) {
 
 TEST(Trace, GradientAccumulationIsTwoTracedFunctionsSharingGradients) {
   Classifier eager SMALL_NET(), traced SMALL_NET();
-  auto accumulate = [](Classifier& net, const Tensor& x, const Tensor& y) {
-    Tensor loss = cross_entropy(net.model(x), y);
-    net.scaler.scale(loss).backward();
-    return loss;
-  };
-  auto apply = [](Classifier& net) {
-    net.scaler.step(net.opt);
-    net.scaler.update();
-    net.opt.zero_grad(false);
-  };
+  auto accumulate = accumulateGradients;
+  auto apply = applyGradients;
   auto tracedAccumulate = trace([&](const Tensor& x, const Tensor& y) { return accumulate(traced, x, y); },
                                 {.log_retraces = false, .name = "accumulate"});
   auto tracedApply = trace([&]() { apply(traced); }, {.log_retraces = false, .name = "apply"});
