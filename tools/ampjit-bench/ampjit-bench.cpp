@@ -344,7 +344,8 @@ nlohmann::json measure(const std::string& model, jit::amp::Level level, jit::DTy
                  {"final_loss", loss},
                  {"skipped_steps", work.scaler->skipped_steps()},
                  {"traces", step.stats().traces},
-                 {"deferred_update", step.plan_text().find("deferred steps") != std::string::npos}});
+                 {"deferred_update", step.plan_text().find("deferred steps") != std::string::npos},
+                 {"early_update_completions", step.stats().early_update_completions}});
   if (!work.peerWork.empty())
     result["peer_work"] = work.peerWork;
   return result;
