@@ -93,6 +93,10 @@ DeferralResult deferOptimizerUpdates(rt::Plan &original, int64_t minimumElements
         stateReadByUpdate.insert(id);
   }
 
+  for (const rt::PlanResult &result : plan.results)
+    if (result.tiedArgument < 0 && writtenByUpdate.count(result.buffer))
+      return {0, "the run returns " + rt::describeBuffer(plan, result.buffer) + ", which its update writes"};
+
   // What the update reads from the rest of the run: temporaries are carried
   // over as they are, and what the caller passes per run (inputs, the
   // learning rate) or receives (outputs) is copied where the update reads

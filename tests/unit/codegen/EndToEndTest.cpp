@@ -396,8 +396,15 @@ TEST(EndToEnd, DeferringSaysWhyItDoesNot) {
                           "deferring pay");
   EXPECT_EQ(plan, original);
 
-  // A result computed from the updated parameters cannot wait for the next run.
+  // Nor can a result that is a parameter the update writes (returned untied).
   rt::BufferId weight = plan.argumentBuffer(kFirstParam);
+  rt::Plan returnsWeight = original;
+  returnsWeight.results.push_back(rt::PlanResult{weight, -1});
+  ampjit::codegen::DeferralResult returned = ampjit::codegen::deferOptimizerUpdates(returnsWeight);
+  EXPECT_EQ(returned.deferredSteps, 0u);
+  EXPECT_EQ(returned.whyNot, "the run returns buffer %2 'arg2', which its update writes");
+
+  // A result computed from the updated parameters cannot wait for the next run.
   rt::BufferId copy = rt::BufferId(plan.buffers.size());
   plan.buffers.push_back(rt::BufferDesc{.type = plan.buffers[weight].type, .role = rt::BufferRole::Output});
   rt::Step read;
