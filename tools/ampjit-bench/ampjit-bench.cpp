@@ -289,7 +289,10 @@ double peakResidentMegabytes() {
 
 double secondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-/// Trace, compile and run the first step; then warm up and time.
+/// Trace, compile and run the first step; then warm up and time. With a
+/// deferred update (TraceOptions::defer_updates) each timed step runs the
+/// previous step's update, so the median covers one update per step; the
+/// first step's own update runs in the second.
 nlohmann::json measure(const std::string& model, jit::amp::Level level, jit::DType dtype, const Options& options,
                        bool firstStepOnly) {
   bool lowPrecision = level != jit::amp::O0;
