@@ -105,11 +105,6 @@ std::string describeArgument(const Plan& plan, std::size_t index) {
   return text + " (" + std::string(bufferRoleName(buffer.role)) + " " + typeToString(buffer.type) + ")";
 }
 
-/// A deferred update's multi-tensor launch smaller than this (in parameter
-/// elements: 4 MB of fp32 values, a few microseconds of bandwidth) also takes
-/// the updates of later deadlines, which then finish earlier than needed.
-constexpr int64_t kSmallDeferredLaunchElements = int64_t(1) << 20;
-
 /// A DeviceStep and the plan steps it runs (several for a multi-tensor group).
 struct PreparedStep {
   std::unique_ptr<DeviceStep> step;
@@ -167,31 +162,8 @@ public:
       toCompile.push_back(&rederivation.kernel);
     if (Status compiled = cuda::precompileGeneratedKernels(context, toCompile); !compiled)
       return Status::error("plan @" + plan_.name + ": compiling its kernels: " + compiled.message());
-    // Updates share a multi-tensor launch only on the same side of the
-    // deferred boundary. Deferred, a launch holds the updates one step waits
-    // for, and takes in those of later steps while it is small: a ResNet's
-    // ~100 batch-norm and convolution updates of a few thousand elements
-    // each would otherwise be ~100 launches and joins for ~0.2 ms of work.
     std::vector<std::size_t> deadlines = deferredStepDeadlines(plan_);
-    auto sameGroup = [&](std::size_t first, std::size_t next, int64_t groupElements) {
-      std::size_t deferred = plan_.deferredSteps;
-      if ((first < deferred) != (next < deferred))
-        return false;
-      return first >= deferred || deadlines[first] == deadlines[next] ||
-             groupElements < kSmallDeferredLaunchElements;
-    };
-    for (std::size_t index = 0; index < plan_.steps.size();) {
-      std::size_t end = index + 1;
-      if (plan_.steps[index].kind == StepKind::OptimizerUpdate) {
-        auto parameterElements = [&](std::size_t i) {
-          return plan_.buffers[plan_.steps[i].inputs[0]].type.elementCount();
-        };
-        int64_t groupElements = parameterElements(index);
-        while (end < plan_.steps.size() && plan_.steps[end].kind == StepKind::OptimizerUpdate &&
-               sameGroup(index, end, groupElements) &&
-               cuda::canShareOptimizerLaunch(plan_, plan_.steps[index], plan_.steps[end]))
-          groupElements += parameterElements(end++);
-      }
+    for (auto [index, end] : cuda::launchGroups(plan_)) {
       Expected<std::unique_ptr<DeviceStep>> step = makeStep(index, end, kernels[index]);
       if (!step)
         return Status::error(describeStepOfPlan(plan_, index) + ": " + step.message());
@@ -200,7 +172,6 @@ public:
         prepared.indices.push_back(i);
       workspaceBytes_ = std::max(workspaceBytes_, prepared.step->workspaceBytes());
       steps_.push_back(std::move(prepared));
-      index = end;
     }
     stats_.kernelsCompiled = context.kernelsCompiled - compiledBefore;
     stats_.kernelCacheHits = context.kernelCacheHits - hitsBefore;

@@ -7,6 +7,8 @@
 #include "DeviceStep.h"
 #include "UpdateKernels.h"
 
+#include "ampjit/runtime/Backend.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -491,6 +493,32 @@ bool sameOptimizerConfiguration(const Plan& plan, const Step& first, const Step&
 
 bool canShareOptimizerLaunch(const Plan& plan, const Step& first, const Step& next) {
   return sameOptimizerConfiguration(plan, first, next) && !stepsConflict(plan, first, next);
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) {
+  std::vector<std::size_t> deadlines = deferredStepDeadlines(plan);
+  const std::size_t deferred = plan.deferredSteps;
+  auto parameterElements = [&](std::size_t index) {
+    return plan.buffers[plan.steps[index].inputs[0]].type.elementCount();
+  };
+  std::vector<std::pair<std::size_t, std::size_t>> groups;
+  for (std::size_t index = 0; index < plan.steps.size();) {
+    std::size_t end = index + 1;
+    if (plan.steps[index].kind == StepKind::OptimizerUpdate) {
+      int64_t elements = parameterElements(index);
+      auto joins = [&](std::size_t next) {
+        if ((index < deferred) != (next < deferred))
+          return false;
+        return index >= deferred || deadlines[index] == deadlines[next] || elements < kSmallDeferredLaunchElements;
+      };
+      while (end < plan.steps.size() && plan.steps[end].kind == StepKind::OptimizerUpdate && joins(end) &&
+             canShareOptimizerLaunch(plan, plan.steps[index], plan.steps[end]))
+        elements += parameterElements(end++);
+    }
+    groups.emplace_back(index, end);
+    index = end;
+  }
+  return groups;
 }
 
 Expected<std::unique_ptr<DeviceStep>> makeOptimizerGroupStep(DeviceContext&, const Plan& plan,

@@ -10,9 +10,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cuda/DeviceStep.h"
 #include "cuda/Nvrtc.h"
 
 #include "CompileExample.h"
+#include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/cuda/KernelSource.h"
 #include "jit/amp.h"
 #include "jit/jit.h"
@@ -292,15 +294,35 @@ TEST(CompileKernels, EveryKernelOfATracedResNet50StepForTheGpu) {
   }
   EXPECT_EQ(fusedForwards, 49u);
   EXPECT_EQ(fusedGradients, 49u);
+  // The 161 deferred updates (SGD with momentum, all f32) share launches:
+  // small ones across deadlines, so a few dozen side-stream launches, each
+  // ending before the step that first needs one of its updates.
+  size_t deferredLaunches = 0;
+  std::vector<size_t> deadlines = rt::deferredStepDeadlines(plan);
+  for (auto [begin, end] : cuda::launchGroups(plan)) {
+    if (begin >= plan.deferredSteps)
+      continue;
+    ++deferredLaunches;
+    EXPECT_LE(end, size_t(plan.deferredSteps)) << "a launch across the deferred boundary";
+    auto elementsOf = [&](size_t index) { return plan.buffers[plan.steps[index].inputs[0]].type.elementCount(); };
+    int64_t before = elementsOf(begin);
+    for (size_t index = begin + 1; index < end; ++index) {
+      EXPECT_TRUE(deadlines[index] == deadlines[begin] || before < cuda::kSmallDeferredLaunchElements)
+          << "step " << index << " joined a launch of " << before << " elements with another deadline";
+      before += elementsOf(index);
+    }
+  }
+  EXPECT_GT(deferredLaunches, 5u);
+  EXPECT_LT(deferredLaunches, 60u);
   size_t distinct = 0;
   auto start = std::chrono::steady_clock::now();
   std::vector<std::string> failures = compileAll(kernels, &distinct);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_TRUE(failures.empty()) << joinFailures(failures);
   std::printf("[ compiled ] ResNet-50 O1-f16 step: %zu plan steps (%zu deferred), %zu fused batch-norm tails, "
-              "%zu elementwise steps, %zu distinct kernels in %.2f s on %u cores\n",
-              plan.steps.size(), size_t(plan.deferredSteps), fusedForwards, kernels.size(), distinct, seconds,
-              std::thread::hardware_concurrency());
+              "%zu side-stream update launches, %zu elementwise steps, %zu distinct kernels in %.2f s on %u cores\n",
+              plan.steps.size(), size_t(plan.deferredSteps), fusedForwards, deferredLaunches, kernels.size(),
+              distinct, seconds, std::thread::hardware_concurrency());
 }
 
 TEST(CompileKernels, InParallelEqualsOneByOne) {
