@@ -12,9 +12,9 @@
 //
 // The update U is every optimizer step plus every later step that reads or
 // rewrites what U writes or rewrites state U reads (Adam's step count), in
-// their order; the rest keeps its order. U is ordered by deadline, the first remaining step that
-// needs its result or overwrites its inputs, so that a backend can start the
-// update of the first layer first.
+// their order; the rest keeps its order. U is ordered by deadline, the first
+// remaining step that needs its result or overwrites its inputs, so that a
+// backend can start the update of the first layer first.
 //
 //===----------------------------------------------------------------------===//
 
@@ -169,14 +169,9 @@ DeferralResult deferOptimizerUpdates(rt::Plan &original, int64_t minimumElements
   // Ordered by deadline; an update step's is lowered to that of any later
   // update step depending on it, so the stable sort keeps such pairs.
   std::vector<size_t> deadline = rt::deferredStepDeadlines(plan);
-  auto dependent = [&](const rt::Step &earlier, const rt::Step &later) {
-    std::set<rt::BufferId> reads = present(later.inputs), writes = present(later.outputs);
-    return touchesAny(earlier.outputs, reads) || touchesAny(earlier.outputs, writes) ||
-           touchesAny(earlier.inputs, writes);
-  };
   for (size_t later = update.size(); later-- > 0;)
     for (size_t earlier = 0; earlier < later; ++earlier)
-      if (dependent(plan.steps[earlier], plan.steps[later]))
+      if (rt::mustFollow(plan.steps[earlier], plan.steps[later]))
         deadline[earlier] = std::min(deadline[earlier], deadline[later]);
   std::vector<size_t> order(update.size());
   std::iota(order.begin(), order.end(), size_t(0));

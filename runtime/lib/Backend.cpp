@@ -88,21 +88,23 @@ std::vector<size_t> deferredArguments(const Plan& plan) {
   return arguments;
 }
 
-std::vector<size_t> deferredStepDeadlines(const Plan& plan) {
+bool mustFollow(const Step& earlier, const Step& later) {
   auto sharesABuffer = [](const std::vector<BufferId>& a, const std::vector<BufferId>& b) {
     for (BufferId id : a)
       if (id != kNoBuffer && std::find(b.begin(), b.end(), id) != b.end())
         return true;
     return false;
   };
+  return sharesABuffer(later.inputs, earlier.outputs) || sharesABuffer(later.outputs, earlier.outputs) ||
+         sharesABuffer(later.outputs, earlier.inputs);
+}
+
+std::vector<size_t> deferredStepDeadlines(const Plan& plan) {
   const size_t deferred = std::min<size_t>(plan.deferredSteps, plan.steps.size());
   std::vector<size_t> deadlines(deferred, plan.steps.size());
   for (size_t u = 0; u < deferred; ++u) {
-    const Step& update = plan.steps[u];
     for (size_t index = deferred; index < plan.steps.size(); ++index) {
-      const Step& step = plan.steps[index];
-      if (sharesABuffer(step.inputs, update.outputs) || sharesABuffer(step.outputs, update.outputs) ||
-          sharesABuffer(step.outputs, update.inputs)) {
+      if (mustFollow(plan.steps[u], plan.steps[index])) {
         deadlines[u] = index;
         break;
       }

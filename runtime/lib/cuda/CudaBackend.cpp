@@ -109,6 +109,9 @@ std::string describeArgument(const Plan& plan, std::size_t index) {
 struct PreparedStep {
   std::unique_ptr<DeviceStep> step;
   std::vector<std::size_t> indices;
+  /// After the deferred update: the latest of its side-stream launches (in
+  /// their order) that must finish before this step, or -1.
+  std::ptrdiff_t deferredDue = -1;
 };
 
 /// An AllFinite step checked partly on the side stream.
@@ -167,7 +170,8 @@ public:
       Expected<std::unique_ptr<DeviceStep>> step = makeStep(index, end, kernels[index]);
       if (!step)
         return Status::error(describeStepOfPlan(plan_, index) + ": " + step.message());
-      PreparedStep prepared{std::move(*step), {}};
+      PreparedStep prepared;
+      prepared.step = std::move(*step);
       for (std::size_t i = index; i < end; ++i)
         prepared.indices.push_back(i);
       workspaceBytes_ = std::max(workspaceBytes_, prepared.step->workspaceBytes());
@@ -404,14 +408,8 @@ private:
       if (first < begin || first >= end)
         continue;
       bool deferred = first < plan_.deferredSteps;
-      if (onSide && !deferred) {
-        // Wait for the latest group (in side-stream order) due at this step.
-        std::ptrdiff_t due = -1;
-        for (std::size_t group = 0; group < deferredDeadlines_.size(); ++group)
-          if (deferredDeadlines_[group] <= first)
-            due = std::ptrdiff_t(group);
-        AMPJIT_RETURN_IF_ERROR(joinUpTo(due));
-      }
+      if (onSide && !deferred)
+        AMPJIT_RETURN_IF_ERROR(joinUpTo(prepared.deferredDue));
       if (auto split = splitAtStep_.find(first); split != splitAtStep_.end()) {
         AMPJIT_RETURN_IF_ERROR(joinFiniteCheck(splitChecks_[split->second], stream));
         continue;
@@ -458,14 +456,20 @@ private:
     if (plan_.deferredSteps == 0)
       return Status::success();
     std::size_t sideWorkspaceBytes = 0;
-    for (const PreparedStep& prepared : steps_) {
+    std::vector<std::size_t> groupDeadlines;
+    for (PreparedStep& prepared : steps_) {
       std::size_t first = prepared.indices.front();
-      if (first >= plan_.deferredSteps)
+      if (first >= plan_.deferredSteps) {
+        // Waiting for a launch covers the earlier ones on the side stream.
+        for (std::size_t group = 0; group < groupDeadlines.size(); ++group)
+          if (groupDeadlines[group] <= first)
+            prepared.deferredDue = std::ptrdiff_t(group);
         continue;
+      }
       std::size_t deadline = plan_.steps.size();
       for (std::size_t index : prepared.indices)
         deadline = std::min(deadline, deadlines[index]);
-      deferredDeadlines_.push_back(deadline);
+      groupDeadlines.push_back(deadline);
       sideWorkspaceBytes = std::max(sideWorkspaceBytes, prepared.step->workspaceBytes());
       cudaEvent_t& done = deferredDone_.emplace_back(nullptr);
       AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
@@ -475,7 +479,7 @@ private:
                                 "plan @" + plan_.name + ": creating an event");
     if (sideWorkspaceBytes > 0)
       AMPJIT_RETURN_IF_ERROR(allocateFixed(sideWorkspace_, sideWorkspaceBytes, "the deferred update's workspace"));
-    stats_.deferredUpdateGroups = int64_t(deferredDeadlines_.size());
+    stats_.deferredUpdateGroups = int64_t(deferredDone_.size());
     return Status::success();
   }
 
@@ -678,9 +682,8 @@ private:
   std::map<std::size_t, std::vector<std::pair<std::size_t, std::size_t>>> forksAfterStep_;
   std::map<std::size_t, std::size_t> splitAtStep_;
   DeferredUpdateTracker deferred_;
-  /// Per prepared group of the deferred update, in order: the first step of
-  /// the rest that waits for it, and the event the side stream records after it.
-  std::vector<std::size_t> deferredDeadlines_;
+  /// Per side-stream launch of the deferred update, in order: the event the
+  /// side stream records after it.
   std::vector<cudaEvent_t> deferredDone_;
   cudaEvent_t deferredFork_ = nullptr;
   std::shared_ptr<Storage> sideWorkspace_;

@@ -78,9 +78,13 @@ Status checkArguments(const Plan& plan, std::span<const Tensor> arguments);
 /// must not touch on the host while an update is pending.
 std::vector<size_t> deferredArguments(const Plan& plan);
 
+/// Whether `later` must run after `earlier`: it reads what `earlier` writes,
+/// or writes what `earlier` reads or writes (buffer ids; absent slots aside).
+bool mustFollow(const Step& earlier, const Step& later);
+
 /// For each deferred step, the first step of the rest of the run that must
-/// wait for it: one that reads what it writes, or writes what it reads or
-/// writes (plan.steps.size() when only the end of the run must). Codegen
+/// wait for it (mustFollow; plan.steps.size() when only the end of the run
+/// must). Codegen
 /// orders the update by it; a GPU backend joins a side stream there.
 std::vector<size_t> deferredStepDeadlines(const Plan& plan);
 
