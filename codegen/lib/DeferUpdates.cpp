@@ -14,7 +14,9 @@
 // rewrites what U writes or rewrites state U reads (Adam's step count), in
 // their order; the rest keeps its order. U is ordered by deadline, the first
 // remaining step that needs its result or overwrites its inputs, so that a
-// backend can start the update of the first layer first.
+// backend can start the update of the first layer first. Steps that only
+// prepare updated state for use (an O1 weight's cast to f16) move down to
+// the step that needs them, so each layer's update is due at its layer.
 //
 //===----------------------------------------------------------------------===//
 
@@ -47,6 +49,55 @@ std::set<rt::BufferId> present(const std::vector<rt::BufferId> &ids) {
 
 bool touchesAny(const std::vector<rt::BufferId> &ids, const std::set<rt::BufferId> &set) {
   return std::any_of(ids.begin(), ids.end(), [&](rt::BufferId id) { return set.count(id) > 0; });
+}
+
+bool preparesState(rt::StepKind kind) {
+  return kind == rt::StepKind::Elementwise || kind == rt::StepKind::FusedElementwise ||
+         kind == rt::StepKind::BroadcastTo || kind == rt::StepKind::Reshape || kind == rt::StepKind::Transpose;
+}
+
+/// Moves each step that prepares updated state for its use (an O1 weight's
+/// cast to f16, its layout transpose: elementwise and layout steps computed
+/// from the update's results and other arguments alone) to just before the
+/// first step that needs it. The front end places such casts at the top of
+/// the function; there, every layer's update would be due at the first step,
+/// and the update could hide under none of the forward.
+void sinkStepsPreparingUpdatedState(const rt::Plan &plan, std::vector<rt::Step> &rest,
+                                    const std::set<rt::BufferId> &writtenByUpdate) {
+  std::set<rt::BufferId> prepared = writtenByUpdate;
+  std::vector<bool> sinks(rest.size(), false);
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const rt::Step &step = rest[i];
+    bool fromStateAlone = std::all_of(step.inputs.begin(), step.inputs.end(), [&](rt::BufferId id) {
+      return id == rt::kNoBuffer || plan.buffers[id].argument >= 0 ||
+             plan.buffers[id].role == rt::BufferRole::Constant || prepared.count(id) > 0;
+    });
+    bool writesTemporaries = std::all_of(step.outputs.begin(), step.outputs.end(), [&](rt::BufferId id) {
+      return id != rt::kNoBuffer && plan.buffers[id].role == rt::BufferRole::Temporary;
+    });
+    if (!preparesState(step.kind) || !fromStateAlone || !writesTemporaries || !touchesAny(step.inputs, prepared))
+      continue;
+    sinks[i] = true;
+    for (rt::BufferId id : step.outputs)
+      prepared.insert(id);
+  }
+  // Last first, so a chain (cast, then transpose) follows its reader down;
+  // steps sunk to the same reader keep their order.
+  std::vector<bool> sunk(rest.size(), false);
+  for (size_t i = rest.size(); i-- > 0;) {
+    if (!sinks[i])
+      continue;
+    size_t next = i + 1;
+    while (next < rest.size() && !rt::mustFollow(rest[i], rest[next]))
+      ++next;
+    if (next == rest.size())
+      continue;
+    while (next > i + 1 && sunk[next - 1])
+      --next;
+    std::rotate(rest.begin() + i, rest.begin() + i + 1, rest.begin() + next);
+    std::rotate(sunk.begin() + i, sunk.begin() + i + 1, sunk.begin() + next);
+    sunk[next - 1] = true;
+  }
 }
 
 } // namespace
@@ -158,6 +209,8 @@ DeferralResult deferOptimizerUpdates(rt::Plan &original, int64_t minimumElements
       rest.push_back(std::move(step));
     }
   }
+
+  sinkStepsPreparingUpdatedState(plan, rest, writtenByUpdate);
 
   plan.steps.clear();
   for (rt::Step &step : update)

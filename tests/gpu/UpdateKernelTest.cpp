@@ -5,6 +5,7 @@
 // device's pow, so Adam agrees within the usual tolerance.
 
 #include "GpuTestUtil.h"
+#include "cuda/DeviceStep.h"
 
 #include "ampjit/runtime/LossScaler.h"
 #include "ampjit/runtime/StepBuilder.h"
@@ -518,7 +519,10 @@ TEST_F(GpuTest, FalsePredicateLeavesEveryStateOutputBitIdentical) {
 /// A plan of `count` consecutive updates of different parameters sharing
 /// lr, step, inv_scale and predicate: the CUDA backend runs them as one
 /// multi-tensor group (chunked past the kernel-argument limit).
-Plan groupedPlan(bool adam, size_t count, DType gradType, std::optional<DType> copyType, bool predicate) {
+/// Mixed, parameter i's gradient has kGradTypes[i % 3]'s dtype and only even
+/// ones have a copy (a network's weights beside its batch-norm parameters).
+Plan groupedPlan(bool adam, size_t count, DType gradType, std::optional<DType> copyType, bool predicate,
+                 bool mixed = false) {
   PlanBuilder b(adam ? "grouped_adam" : "grouped_sgd");
   const int64_t sizes[] = {1, 3, 300, 1000, 2049, 17};
   BufferId lr = b.argument(tt(DType::F32, {}), BufferRole::Hyper, "lr");
@@ -537,7 +541,7 @@ Plan groupedPlan(bool adam, size_t count, DType gradType, std::optional<DType> c
     s.paramArg = next++;
     s.param = b.argument(tt(DType::F32, shape), BufferRole::Param);
     next++;
-    s.grad = b.argument(tt(gradType, shape), BufferRole::Grad);
+    s.grad = b.argument(tt(mixed ? kGradTypes[i % 3] : gradType, shape), BufferRole::Grad);
     s.s0Arg = next++;
     s.s0 = b.argument(tt(DType::F32, shape), BufferRole::OptState);
     s.s1 = kNoBuffer;
@@ -546,7 +550,7 @@ Plan groupedPlan(bool adam, size_t count, DType gradType, std::optional<DType> c
       s.s1 = b.argument(tt(DType::F32, shape), BufferRole::OptState);
     }
     s.copy = kNoBuffer;
-    if (copyType) {
+    if (copyType && !(mixed && i % 2 == 1)) {
       s.copyArg = next++;
       s.copy = b.argument(tt(*copyType, shape), BufferRole::Param);
     }
@@ -555,13 +559,13 @@ Plan groupedPlan(bool adam, size_t count, DType gradType, std::optional<DType> c
   for (const State& s : states) {
     if (adam) {
       std::vector<BufferId> outs = {s.param, s.s0, s.s1};
-      if (copyType)
+      if (s.copy != kNoBuffer)
         outs.push_back(s.copy);
       b.op("jit.adam_update", {s.param, s.grad, s.s0, s.s1, step, lr, inv, flag, s.copy}, outs,
            adamAttributes(kAdamConfigs[2]));
     } else {
       std::vector<BufferId> outs = {s.param, s.s0};
-      if (copyType)
+      if (s.copy != kNoBuffer)
         outs.push_back(s.copy);
       b.op("jit.sgd_update", {s.param, s.grad, s.s0, step, lr, inv, flag, s.copy}, outs,
            sgdAttributes(kSgdConfigs[2]));
@@ -572,7 +576,7 @@ Plan groupedPlan(bool adam, size_t count, DType gradType, std::optional<DType> c
     b.result(s.s0, s.s0Arg);
     if (adam)
       b.result(s.s1, s.s1Arg);
-    if (copyType)
+    if (s.copy != kNoBuffer)
       b.result(s.copy, s.copyArg);
   }
   return b.finish();
@@ -603,6 +607,17 @@ TEST_F(GpuTest, GroupedOptimizerStepsMatchTheCpu) {
         }
       }
     }
+  }
+}
+
+TEST_F(GpuTest, GroupedOptimizerStepsOfMixedGradientsAndCopiesMatchTheCpu) {
+  for (bool adam : {false, true}) {
+    SCOPED_TRACE(adam ? "adam" : "sgd");
+    Plan plan = groupedPlan(adam, 40, DType::F16, DType::F16, true, /*mixed=*/true);
+    ASSERT_EQ(cuda::launchGroups(plan).size(), 1u) << "one group, in two launches (36 tensors each at most)";
+    Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, groupedArguments(plan, true), 3);
+    ASSERT_TRUE(both.ok()) << both.message();
+    expectAgree(*both, adam ? 1.0 : 0.0);
   }
 }
 

@@ -205,13 +205,13 @@ static_assert(sizeof(OptimizerArguments) < 4096, "kernel arguments must stay und
 /// The gradient element unscaled and with maximize applied (the CPU's
 /// GradientReader): f64 gradients unscale in f64, all others in f32 as read.
 template <typename T>
-__device__ T readGradient(const OptimizerConfig& config, const void* grad, int64_t i, bool hasInvScale,
+__device__ T readGradient(const OptimizerConfig& config, const OptimizerTensor& x, int64_t i, bool hasInvScale,
                           float invScale) {
   T value;
-  if (config.gradType == ElementType::F64) {
-    value = T(loadAs<double>(grad, config.gradType, i) * (hasInvScale ? double(invScale) : 1.0));
+  if (x.gradType == ElementType::F64) {
+    value = T(loadAs<double>(x.grad, x.gradType, i) * (hasInvScale ? double(invScale) : 1.0));
   } else {
-    float unscaled = loadAs<float>(grad, config.gradType, i);
+    float unscaled = loadAs<float>(x.grad, x.gradType, i);
     if (hasInvScale)
       unscaled *= invScale;
     value = T(unscaled);
@@ -241,7 +241,7 @@ __device__ void sgdElement(const OptimizerConfig& c, const OptimizerTensor& x, i
   T momentum = T(c.momentum), weightDecay = T(c.weightDecay);
   T undamped = T(1.0 - c.dampening);
   T p = loadAs<T>(x.param, c.paramType, i);
-  T g = readGradient<T>(c, x.grad, i, hasInvScale, invScale);
+  T g = readGradient<T>(c, x, i, hasInvScale, invScale);
   if (c.weightDecay != 0.0)
     g = g + weightDecay * p;
   if (c.momentum != 0.0) {
@@ -267,7 +267,7 @@ __device__ void adamElement(const OptimizerConfig& c, const OptimizerTensor& x, 
   T weightDecay = T(c.weightDecay), eps = T(c.eps);
   T beta2 = T(c.beta2), oneMinusBeta1 = T(1.0 - c.beta1), oneMinusBeta2 = T(1.0 - c.beta2);
   T p = loadAs<T>(x.param, c.paramType, i);
-  T g = readGradient<T>(c, x.grad, i, hasInvScale, invScale);
+  T g = readGradient<T>(c, x, i, hasInvScale, invScale);
   if (c.weightDecay != 0.0) {
     if (c.decoupledWeightDecay)
       p = p * s.decay;

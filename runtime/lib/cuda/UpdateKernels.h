@@ -107,8 +107,7 @@ struct OptimizerConfig {
   double weightDecay;
   bool maximize;
   ElementType paramType; ///< also the type of the state buffers
-  ElementType gradType;
-  ElementType copyType; ///< of param_copy, when present
+  ElementType copyType;  ///< of param_copy, where a tensor has one
 };
 
 /// Scalars every tensor of the launch reads (nullptr when absent).
@@ -121,7 +120,9 @@ struct OptimizerScalars {
 
 /// One parameter's buffers. state0 is SGD's momentum buffer or Adam's
 /// exp_avg, state1 Adam's exp_avg_sq; absent ones are nullptr. Outputs may
-/// be their inputs.
+/// be their inputs. Tensors of one launch may differ in their gradient's
+/// dtype and in having a param_copy (a network's f16-gradient weights with
+/// f16 copies beside its f32 batch-norm parameters).
 struct OptimizerTensor {
   const void* param;
   const void* grad;
@@ -133,6 +134,7 @@ struct OptimizerTensor {
   void* newState1;
   void* newCopy;
   int64_t count;
+  ElementType gradType;
 };
 
 /// Updates every tensor (as few launches as the kernel-argument limit

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 namespace ampjit::runtime::cuda {
 
@@ -217,15 +218,17 @@ public:
     config_.weightDecay = params.weightDecay;
     config_.maximize = params.maximize;
     config_.paramType = elementType(typeOf(plan, first.inputs[slots_.param]).dtype);
-    config_.gradType = elementType(typeOf(plan, first.inputs[slots_.grad]).dtype);
-    BufferId copy = first.inputs[slots_.copy];
-    config_.copyType = copy == kNoBuffer ? update::ElementType::F16 : elementType(typeOf(plan, copy).dtype);
+    config_.copyType = update::ElementType::F16; // unread unless a step has a copy
+    for (const Step* step : steps)
+      if (BufferId copy = step->inputs[slots_.copy]; copy != kNoBuffer)
+        config_.copyType = elementType(typeOf(plan, copy).dtype);
 
     // Split into launches whose steps touch disjoint memory, so that one
     // launch's arbitrary element order equals the plan's step order.
     std::vector<size_t> current;
     for (size_t k = 0; k < steps.size(); ++k) {
       counts_.push_back(typeOf(plan, steps[k]->inputs[slots_.param]).elementCount());
+      gradTypes_.push_back(elementType(typeOf(plan, steps[k]->inputs[slots_.grad]).dtype));
       bool conflict = std::any_of(current.begin(), current.end(),
                                   [&](size_t j) { return stepsConflict(plan, *steps[j], *steps[k]); });
       if (conflict) {
@@ -252,7 +255,7 @@ public:
         tensors_[n] = {input(slots_.param),     input(slots_.grad),       input(slots_.state0),
                        input(slots_.state1),    input(slots_.copy),       output(slots_.newParam),
                        output(slots_.newState0), output(slots_.newState1), output(slots_.newCopy),
-                       counts_[k]};
+                       counts_[k],              gradTypes_[k]};
       }
       // The scalars are the same buffers for every step of the group.
       std::span<void* const> in = pointers.inputs.subspan(launch.front() * slots_.inputs, slots_.inputs);
@@ -270,8 +273,9 @@ private:
   std::string origin_;
   OptimizerSlots slots_;
   update::OptimizerConfig config_{};
-  /// Elements per step.
+  /// Elements and gradient dtype per step.
   std::vector<int64_t> counts_;
+  std::vector<update::ElementType> gradTypes_;
   /// Step indices per launch (each then chunked by the launcher).
   std::vector<std::vector<size_t>> launches_;
   std::vector<update::OptimizerTensor> tensors_;
@@ -461,32 +465,50 @@ Expected<std::unique_ptr<DeviceStep>> makeUpdateStep(DeviceContext& context, con
 namespace {
 
 /// Whether `next` can use `first`'s launch configuration: same parameters
-/// and compute type, the same slots present with the same dtypes, and the
-/// same shared scalars (step, lr, inv_scale, predicate).
+/// and compute type, the same slots present with the same dtypes (but for the
+/// gradient's dtype and the param_copy's presence, which are per tensor), and
+/// the same shared scalars (step, lr, inv_scale, predicate).
 bool sameOptimizerConfiguration(const Plan& plan, const Step& first, const Step& next) {
   if (first.kind != StepKind::OptimizerUpdate || next.kind != StepKind::OptimizerUpdate)
     return false;
   if (first.params != next.params || first.computeType != next.computeType ||
       first.inputs.size() != next.inputs.size() || first.outputs.size() != next.outputs.size())
     return false;
-  auto sameSlots = [&](const std::vector<BufferId>& a, const std::vector<BufferId>& b) {
+  OptimizerSlots slots = OptimizerSlots::of(first);
+  if (first.inputs.size() != slots.inputs || first.outputs.size() != slots.outputs)
+    return false;
+  // The gradient's dtype is per tensor, and so is having a param_copy (with
+  // the one copy dtype); every other slot must match in presence and dtype.
+  auto sameSlots = [&](const std::vector<BufferId>& a, const std::vector<BufferId>& b, size_t grad, size_t copy) {
     for (size_t k = 0; k < a.size(); ++k) {
-      if ((a[k] == kNoBuffer) != (b[k] == kNoBuffer))
+      if (k == grad)
+        continue;
+      bool present = a[k] != kNoBuffer, nextPresent = b[k] != kNoBuffer;
+      if (present != nextPresent && k != copy)
         return false;
-      if (a[k] != kNoBuffer && typeOf(plan, a[k]).dtype != typeOf(plan, b[k]).dtype)
+      if (present && nextPresent && typeOf(plan, a[k]).dtype != typeOf(plan, b[k]).dtype)
         return false;
     }
     return true;
   };
-  if (!sameSlots(first.inputs, next.inputs) || !sameSlots(first.outputs, next.outputs))
-    return false;
-  OptimizerSlots slots = OptimizerSlots::of(first);
-  if (first.inputs.size() != slots.inputs || first.outputs.size() != slots.outputs)
+  if (!sameSlots(first.inputs, next.inputs, slots.grad, slots.copy) ||
+      !sameSlots(first.outputs, next.outputs, OptimizerSlots::kNone, slots.newCopy))
     return false;
   for (size_t slot : {slots.step, slots.lr, slots.invScale, slots.predicate})
     if (first.inputs[slot] != next.inputs[slot])
       return false;
   return true;
+}
+
+/// Whether `step`'s param_copy, if it has one, has the dtype of the group's
+/// copies so far (`copy`, which the first copy sets).
+bool sameCopyDType(const Plan& plan, std::optional<DType>& copy, const Step& step) {
+  BufferId id = step.inputs[OptimizerSlots::of(step).copy];
+  if (id == kNoBuffer)
+    return true;
+  if (!copy)
+    copy = typeOf(plan, id).dtype;
+  return *copy == typeOf(plan, id).dtype;
 }
 
 } // namespace
@@ -506,13 +528,16 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) 
     std::size_t end = index + 1;
     if (plan.steps[index].kind == StepKind::OptimizerUpdate) {
       int64_t elements = parameterElements(index);
+      std::optional<DType> copy;
+      sameCopyDType(plan, copy, plan.steps[index]);
       auto joins = [&](std::size_t next) {
         if ((index < deferred) != (next < deferred))
           return false;
         return index >= deferred || deadlines[index] == deadlines[next] || elements < kSmallDeferredLaunchElements;
       };
       while (end < plan.steps.size() && plan.steps[end].kind == StepKind::OptimizerUpdate && joins(end) &&
-             canShareOptimizerLaunch(plan, plan.steps[index], plan.steps[end]))
+             canShareOptimizerLaunch(plan, plan.steps[index], plan.steps[end]) &&
+             sameCopyDType(plan, copy, plan.steps[end]))
         elements += parameterElements(end++);
     }
     groups.emplace_back(index, end);
@@ -530,8 +555,9 @@ Expected<std::unique_ptr<DeviceStep>> makeOptimizerGroupStep(DeviceContext&, con
     return Status::error("no CUDA optimizer kernel runs " + stepName(first) + " steps");
   // Steps that touch each other's buffers are allowed: the group runs them
   // in separate launches, in order.
+  std::optional<DType> copy;
   for (const Step* step : steps)
-    if (!sameOptimizerConfiguration(plan, first, *step))
+    if (!sameOptimizerConfiguration(plan, first, *step) || !sameCopyDType(plan, copy, *step))
       return Status::error(stepName(*step) + " cannot share a launch with " + stepName(first));
   return upcast(std::make_unique<OptimizerGroupStep>(plan, steps));
 }

@@ -388,6 +388,32 @@ TEST(EndToEnd, TheDeferredUpdateIsOrderedByTheStepsThatNeedIt) {
   EXPECT_EQ(*decoded, plan);
 }
 
+TEST(EndToEnd, DeferringMovesEachParameterCastToItsLayer) {
+  // At O1 the parameters' casts to f16 come first in the traced step; left
+  // there, every layer's deferred update would be due before the first GEMM.
+  rt::Plan plan = ampjit::testing::compileExample(
+      "mnist_train_step.mlir", "level=O1 dtype=f16",
+      {.fuseElementwise = true, .fuseGemmEpilogues = true, .deferOptimizerUpdates = true});
+  ASSERT_EQ(plan.deferredSteps, 6u);
+  std::vector<size_t> deadlines = rt::deferredStepDeadlines(plan);
+  auto gemmsBefore = [&](size_t index) {
+    return std::count_if(plan.steps.begin() + plan.deferredSteps, plan.steps.begin() + index,
+                         [](const rt::Step &step) { return step.kind == rt::StepKind::Gemm; });
+  };
+  std::vector<size_t> gemmsBeforeDeadline;
+  for (size_t u = 0; u < plan.deferredSteps; ++u) {
+    const rt::Step &due = plan.steps[deadlines[u]];
+    SCOPED_TRACE(rt::printStep(plan, deadlines[u]));
+    rt::BufferId param = plan.steps[u].inputs[rt::sgd_slot::kParam];
+    EXPECT_NE(std::find(due.inputs.begin(), due.inputs.end(), param), due.inputs.end());
+    gemmsBeforeDeadline.push_back(size_t(gemmsBefore(deadlines[u])));
+  }
+  // Each hidden layer's weight and bias are due at their casts, just before
+  // the layer's GEMM; the last bias, added in f32, after the last GEMM.
+  std::sort(gemmsBeforeDeadline.begin(), gemmsBeforeDeadline.end());
+  EXPECT_EQ(gemmsBeforeDeadline, (std::vector<size_t>{0, 0, 1, 1, 2, 3})) << rt::printPlan(plan);
+}
+
 TEST(EndToEnd, DeferringSaysWhyItDoesNot) {
   rt::Plan plan = compileMnistStep("level=O1 dtype=f16", true), original = plan;
   ampjit::codegen::DeferralResult small = ampjit::codegen::deferOptimizerUpdates(plan, int64_t(1) << 30);
