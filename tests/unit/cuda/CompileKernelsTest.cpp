@@ -235,6 +235,11 @@ TEST(CompileKernels, EveryKernelOfTheMnistTrainStep) {
     if (std::string(options) != "level=O0") {
       EXPECT_GT(fused, 0u) << "codegen fused nothing: the test would not cover fused programs";
     }
+    // The 6 updates (f16-gradient weights, f32-gradient biases) are one launch.
+    size_t updateLaunches = 0;
+    for (auto [begin, end] : cuda::launchGroups(plan))
+      updateLaunches += plan.steps[begin].kind == rt::StepKind::OptimizerUpdate;
+    EXPECT_EQ(updateLaunches, 1u) << rt::printPlan(plan);
     size_t distinct = 0;
     std::vector<std::string> failures = compileAll(kernels, &distinct);
     EXPECT_TRUE(failures.empty()) << joinFailures(failures);
