@@ -304,7 +304,12 @@ void setLabels(Tensor& labels, int64_t classes, int64_t ignoreIndex, bool ignore
 }
 
 TEST_F(GpuTest, ClassificationLossesAndGradsMatchTheCpu) {
-  const ClassificationCase cases[] = {{1, 1}, {1, 3}, {3, 5}, {17, 10}, {4, 1000}, {2, 3001}, {300, 7}, {0, 5}};
+  // A reduced loss of at most 1024 rows and 32768 scores runs in one block
+  // (the classifier's {64, 10}); {40, 1000} and {1100, 5} take the
+  // two-launch path. The gradient's blocks count the rows themselves up to
+  // 512 rows; {1100, 5} counts them in a launch first.
+  const ClassificationCase cases[] = {{1, 1},   {1, 3},    {3, 5},     {17, 10}, {4, 1000}, {2, 3001},
+                                      {300, 7}, {64, 10},  {40, 1000}, {1100, 5}, {0, 5}};
   for (std::string loss : {"jit.cross_entropy", "jit.nll_loss"})
     for (const ClassificationCase& c : cases)
       for (const std::string& reduction : kReductions)

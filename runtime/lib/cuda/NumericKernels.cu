@@ -441,53 +441,76 @@ __device__ __forceinline__ bool labelInRange(const LossGeometry& g, int64_t labe
   return label >= 0 && label < g.classes;
 }
 
+/// The threads that work on one row together, and their reductions (every
+/// thread of the team must call them and gets the result): a whole block,
+/// or one warp of a block that works on several rows at once.
+struct BlockTeam {
+  __device__ int lane() const { return threadIdx.x; }
+  __device__ int size() const { return kThreads; }
+  template <typename T> __device__ T sum(T value) const { return blockReduce(value, SumOp{}); }
+  template <typename T> __device__ T max(T value) const { return blockReduce(value, MaxOp{}); }
+};
+struct WarpTeam {
+  __device__ int lane() const { return threadIdx.x % 32; }
+  __device__ int size() const { return 32; }
+  // A butterfly: every lane combines the same pairs (up to their order, and
+  // + and max commute), so every lane gets the same bits.
+  template <typename T, typename Op> __device__ T reduce(T value, Op op) const {
+    for (int offset = 16; offset > 0; offset /= 2)
+      value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
+    return value;
+  }
+  template <typename T> __device__ T sum(T value) const { return reduce(value, SumOp{}); }
+  template <typename T> __device__ T max(T value) const { return reduce(value, MaxOp{}); }
+};
+
 /// log(sum(exp(row))) as the CPU's logSumExp: max + log(sum exp(x - max)).
-template <typename S> __device__ Compute<S> blockLogSumExp(const S* row, int64_t classes) {
+template <typename S, typename Team> __device__ Compute<S> logSumExp(const S* row, int64_t classes, Team team) {
   using T = Compute<S>;
   T max = negativeInfinity(T());
-  for (int64_t c = threadIdx.x; c < classes; c += kThreads)
+  for (int64_t c = team.lane(); c < classes; c += team.size())
     max = maxCombine(max, T(widen(row[c])));
-  max = blockReduce(max, MaxOp{});
+  max = team.max(max);
   T sum = 0;
-  for (int64_t c = threadIdx.x; c < classes; c += kThreads)
+  for (int64_t c = team.lane(); c < classes; c += team.size())
     sum += dexp(T(widen(row[c])) - max);
-  sum = blockReduce(sum, SumOp{});
+  sum = team.sum(sum);
   return max + dlog(sum);
 }
 
+/// Row n's cross-entropy or nll loss, on every thread of the team. Ignored
+/// rows are 0; a label outside [0, classes) that is not ignored is an error
+/// on the CPU, which a kernel cannot report: its row becomes NaN.
+template <typename S, typename Team>
+__device__ Compute<S> classificationRowLoss(const LossGeometry& g, const S* input, const int64_t* labels, int64_t n,
+                                            Team team) {
+  using T = Compute<S>;
+  int64_t label = labels[n];
+  if (label == g.ignoreIndex || !labelInRange(g, label))
+    return label == g.ignoreIndex ? T(0) : quietNaN(T());
+  const S* row = input + n * g.classes;
+  if (g.loss == LossKind::Nll)
+    return -T(widen(row[label]));
+  T lse = logSumExp(row, g.classes, team);
+  T nll = lse - T(widen(row[label]));
+  if (g.labelSmoothing == 0.0)
+    return nll;
+  // The uniform part: mean over classes of -log_softmax = lse - mean(row).
+  T rowSum = 0;
+  for (int64_t c = team.lane(); c < g.classes; c += team.size())
+    rowSum += T(widen(row[c]));
+  rowSum = team.sum(rowSum);
+  T uniform = lse - rowSum / T(g.classes);
+  T smoothing = T(g.labelSmoothing);
+  return (T(1) - smoothing) * nll + smoothing * uniform;
+}
+
 /// The per-row loss of cross-entropy or nll into perRow (the output itself
-/// for reduction none, else the compute-type workspace). Ignored rows are 0;
-/// a label outside [0, classes) that is not ignored is an error on the CPU,
-/// which a kernel cannot report: its row becomes NaN.
+/// for reduction none, else the compute-type workspace): one block per row.
 template <typename S, typename O>
 __global__ void classificationRowsKernel(LossGeometry g, const S* input, const int64_t* labels, O* perRow) {
-  using T = Compute<S>;
   for (int64_t n = blockIdx.x; n < g.rows; n += gridDim.x) {
-    int64_t label = labels[n];
-    if (label == g.ignoreIndex || !labelInRange(g, label)) {
-      if (threadIdx.x == 0)
-        store(perRow + n, label == g.ignoreIndex ? T(0) : quietNaN(T()));
-      continue;
-    }
-    const S* row = input + n * g.classes;
-    if (g.loss == LossKind::Nll) {
-      if (threadIdx.x == 0)
-        store(perRow + n, -T(widen(row[label])));
-      continue;
-    }
-    T lse = blockLogSumExp(row, g.classes);
-    T nll = lse - T(widen(row[label]));
-    T value = nll;
-    if (g.labelSmoothing != 0.0) {
-      // The uniform part: mean over classes of -log_softmax = lse - mean(row).
-      T rowSum = 0;
-      for (int64_t c = threadIdx.x; c < g.classes; c += kThreads)
-        rowSum += T(widen(row[c]));
-      rowSum = blockReduce(rowSum, SumOp{});
-      T uniform = lse - rowSum / T(g.classes);
-      T smoothing = T(g.labelSmoothing);
-      value = (T(1) - smoothing) * nll + smoothing * uniform;
-    }
+    auto value = classificationRowLoss(g, input, labels, n, BlockTeam{});
     if (threadIdx.x == 0)
       store(perRow + n, value);
   }
@@ -504,6 +527,28 @@ __device__ long long blockCountRows(const LossGeometry& g, const int64_t* labels
 
 /// One block: the sum of the per-row losses, divided by the counted rows for
 /// mean (0/0 = NaN when every row is ignored, as the CPU and PyTorch).
+/// A small reduced loss in one launch (a classifier's batch): one block,
+/// each warp summing its rows in order, the warps' sums added in order.
+constexpr int kWarps = kThreads / 32;
+template <typename S>
+__global__ void classificationSmallKernel(LossGeometry g, const S* input, const int64_t* labels, S* out) {
+  using T = Compute<S>;
+  __shared__ T warpTotals[kWarps];
+  int warp = threadIdx.x / 32;
+  T total = 0;
+  for (int64_t n = warp; n < g.rows; n += kWarps)
+    total += classificationRowLoss(g, input, labels, n, WarpTeam{});
+  if (threadIdx.x % 32 == 0)
+    warpTotals[warp] = total;
+  long long counted = blockCountRows(g, labels); // synchronises the block
+  if (threadIdx.x == 0) {
+    T sum = 0;
+    for (int w = 0; w < kWarps; ++w)
+      sum += warpTotals[w];
+    store(out, g.reduction == LossReduction::Mean ? sum / T(counted) : sum);
+  }
+}
+
 template <typename S>
 __global__ void classificationTotalKernel(LossGeometry g, const Compute<S>* perRow, const int64_t* labels, S* out) {
   using T = Compute<S>;
@@ -535,11 +580,15 @@ __global__ void mseGradKernel(LossGeometry g, double norm, const S* gradOutput, 
 }
 
 /// One block per row of the cross-entropy or nll gradient; `counted` (mean
-/// only) is countRowsKernel's result. Rows with an out-of-range label become NaN.
+/// only) is countRowsKernel's result, or null for each block to count the
+/// rows itself (few rows). Rows with an out-of-range label become NaN.
 template <typename S>
 __global__ void classificationGradKernel(LossGeometry g, const S* gradOutput, const S* input,
                                          const int64_t* labels, const long long* counted, S* grad) {
   using T = Compute<S>;
+  long long countedRows = 0;
+  if (g.reduction == LossReduction::Mean)
+    countedRows = counted != nullptr ? *counted : blockCountRows(g, labels);
   for (int64_t n = blockIdx.x; n < g.rows; n += gridDim.x) {
     int64_t label = labels[n];
     S* target = grad + n * g.classes;
@@ -551,14 +600,14 @@ __global__ void classificationGradKernel(LossGeometry g, const S* gradOutput, co
     }
     T scale = widen(gradOutput[g.reduction == LossReduction::None ? n : 0]);
     if (g.reduction == LossReduction::Mean)
-      scale /= T(*counted);
+      scale /= T(countedRows);
     if (g.loss == LossKind::Nll) {
       for (int64_t c = threadIdx.x; c < g.classes; c += kThreads)
         store(target + c, c == label ? -scale : T(0));
       continue;
     }
     const S* row = input + n * g.classes;
-    T lse = blockLogSumExp(row, g.classes);
+    T lse = logSumExp(row, g.classes, BlockTeam{});
     T smoothing = T(g.labelSmoothing);
     T uniform = smoothing / T(g.classes);
     for (int64_t c = threadIdx.x; c < g.classes; c += kThreads) {
@@ -804,6 +853,16 @@ namespace {
 
 bool isClassification(const LossGeometry& geometry) { return geometry.loss != LossKind::Mse; }
 
+/// A reduced classification loss this small runs as one block
+/// (classificationSmallKernel): a launch instead of two.
+bool smallClassification(const LossGeometry& geometry) {
+  return geometry.rows <= 1024 && geometry.rows * geometry.classes <= 32768;
+}
+
+/// With this few rows every block of the gradient counts them itself (a few
+/// KB of labels from L2) rather than a launch before it counting them once.
+bool gradientCountsRowsPerBlock(const LossGeometry& geometry) { return geometry.rows <= 512; }
+
 /// Blocks (and partial sums) of a reduced mse's first stage.
 int64_t msePartialCount(const LossGeometry& geometry) {
   return geometry.count == 0 ? 0 : std::min<int64_t>(blocksForElements(geometry.count), 1024);
@@ -816,11 +875,12 @@ std::size_t lossWorkspaceBytes(Storage storage, const LossGeometry& geometry) {
     return 0;
   if (!isClassification(geometry))
     return std::size_t(msePartialCount(geometry)) * computeSize(storage);
-  return std::size_t(geometry.rows) * computeSize(storage);
+  return smallClassification(geometry) ? 0 : std::size_t(geometry.rows) * computeSize(storage);
 }
 
 std::size_t lossGradWorkspaceBytes(Storage, const LossGeometry& geometry) {
-  if (!isClassification(geometry) || geometry.reduction != LossReduction::Mean)
+  if (!isClassification(geometry) || geometry.reduction != LossReduction::Mean ||
+      gradientCountsRowsPerBlock(geometry))
     return 0;
   return sizeof(long long);
 }
@@ -858,6 +918,10 @@ cudaError_t launchLoss(Storage storage, const LossGeometry& geometry, const void
       classificationRowsKernel<S, S><<<blocksFor(geometry.rows), kThreads, 0, stream>>>(geometry, in, labels, out);
       return cudaGetLastError();
     }
+    if (smallClassification(geometry)) {
+      classificationSmallKernel<S><<<1, kThreads, 0, stream>>>(geometry, in, labels, out);
+      return cudaGetLastError();
+    }
     T* perRow = static_cast<T*>(workspace);
     if (geometry.rows > 0) {
       classificationRowsKernel<S, T><<<blocksFor(geometry.rows), kThreads, 0, stream>>>(geometry, in, labels, perRow);
@@ -890,8 +954,9 @@ cudaError_t launchLossGrad(Storage storage, const LossGeometry& geometry, const 
     if (geometry.rows == 0)
       return cudaSuccess;
     const int64_t* labels = static_cast<const int64_t*>(target);
-    long long* counted = static_cast<long long*>(workspace);
-    if (geometry.reduction == LossReduction::Mean) {
+    long long* counted = nullptr;
+    if (geometry.reduction == LossReduction::Mean && !gradientCountsRowsPerBlock(geometry)) {
+      counted = static_cast<long long*>(workspace);
       countRowsKernel<<<1, kThreads, 0, stream>>>(geometry, labels, counted);
       cudaError_t error = cudaGetLastError();
       if (error != cudaSuccess)
