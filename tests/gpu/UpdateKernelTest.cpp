@@ -658,6 +658,58 @@ TEST_F(GpuTest, TwoUpdatesOfOneParameterInARowRunInOrder) {
 }
 
 //===----------------------------------------------------------------------===//
+// Conversions
+//===----------------------------------------------------------------------===//
+
+TEST_F(GpuTest, ConsecutiveCastsInOneLaunchGiveTheCpusBits) {
+  // 200 f32 -> f16 casts (two launches' tables) of 1 to 5000 elements, then
+  // f32 -> bf16 and f16 -> f32 groups; values include NaN, infinities,
+  // subnormals and values past f16's range.
+  PlanBuilder b("casts");
+  std::vector<BufferId> sources, casts;
+  const int64_t sizes[] = {1, 7, 5000, 300};
+  for (int i = 0; i < 200; ++i)
+    sources.push_back(b.argument(tt(DType::F32, {sizes[i % 4]}), BufferRole::Param));
+  auto castAll = [&](DType to, int count) {
+    for (int i = 0; i < count; ++i) {
+      casts.push_back(b.output(tt(to, {sizes[i % 4]})));
+      b.op("amp.cast", {sources[size_t(i)]}, {casts.back()});
+    }
+  };
+  castAll(DType::F16, 200);
+  castAll(DType::BF16, 5);
+  for (int i = 0; i < 3; ++i) {
+    BufferId widened = b.output(tt(DType::F32, {sizes[i % 4]}));
+    b.op("amp.cast", {casts[size_t(i)]}, {widened});
+    casts.push_back(widened);
+  }
+  for (BufferId id : casts)
+    b.result(id);
+  Plan plan = b.finish();
+  ASSERT_EQ(cuda::launchGroups(plan).size(), 3u) << "the three runs of casts are one launch each";
+  std::vector<Tensor> arguments = randomArguments(plan, 70, -70000.0, 70000.0);
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const double specials[] = {nan, inf, -inf, 1e-6, -3e-8, 65519.0, 65520.0, 1e-45, 0.0, -0.0};
+  for (size_t k = 0; k < std::size(specials); ++k)
+    arguments[2].set(int64_t(k), specials[k]);
+  Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, arguments, 1);
+  ASSERT_TRUE(both.ok()) << both.message();
+  ASSERT_EQ(both->cpuResults.size(), both->cudaResults.size());
+  // The same value and sign everywhere, NaN where the CPU has NaN (its
+  // payload is the one thing a conversion may choose).
+  for (size_t r = 0; r < both->cpuResults.size(); ++r) {
+    const Tensor &expected = both->cpuResults[r], &actual = both->cudaResults[r];
+    int64_t wrong = 0;
+    for (int64_t e = 0; e < expected.elementCount(); ++e) {
+      double want = expected.at(e), got = actual.at(e);
+      bool same = std::isnan(want) ? std::isnan(got) : (want == got && std::signbit(want) == std::signbit(got));
+      wrong += same ? 0 : 1;
+    }
+    EXPECT_EQ(wrong, 0) << "result " << r << " differs in " << wrong << " elements";
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // Layout
 //===----------------------------------------------------------------------===//
 

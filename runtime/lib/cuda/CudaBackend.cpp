@@ -147,13 +147,15 @@ public:
   Status prepare() {
     DeviceContext& context = runtime_->context;
     int64_t compiledBefore = context.kernelsCompiled, hitsBefore = context.kernelCacheHits;
-    // Every generated kernel is emitted once, then all are compiled together.
+    // Every generated kernel is emitted once, then all are compiled together;
+    // steps that share a launch (conversions) need none.
     AMPJIT_RETURN_IF_ERROR(planRederivation());
+    std::vector<std::pair<std::size_t, std::size_t>> groups = cuda::launchGroups(plan_);
     std::vector<std::optional<cuda::ElementwiseKernel>> kernels(plan_.steps.size());
     std::vector<const cuda::ElementwiseKernel*> toCompile;
-    for (std::size_t index = 0; index < plan_.steps.size(); ++index) {
+    for (auto [index, end] : groups) {
       const Step& step = plan_.steps[index];
-      if (step.kind != StepKind::Elementwise && step.kind != StepKind::FusedElementwise)
+      if (end - index > 1 || (step.kind != StepKind::Elementwise && step.kind != StepKind::FusedElementwise))
         continue;
       Expected<cuda::ElementwiseKernel> kernel = cuda::emitElementwiseKernel(plan_, step);
       if (!kernel)
@@ -165,13 +167,15 @@ public:
       toCompile.push_back(&rederivation.kernel);
     if (Status compiled = cuda::precompileGeneratedKernels(context, toCompile); !compiled)
       return Status::error("plan @" + plan_.name + ": compiling its kernels: " + compiled.message());
-    std::vector<std::size_t> deadlines = deferredStepDeadlines(plan_);
-    for (auto [index, end] : cuda::launchGroups(plan_)) {
+    std::vector<std::ptrdiff_t> joins = cuda::deferredJoins(plan_, groups);
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      auto [index, end] = groups[g];
       Expected<std::unique_ptr<DeviceStep>> step = makeStep(index, end, kernels[index]);
       if (!step)
         return Status::error(describeStepOfPlan(plan_, index) + ": " + step.message());
       PreparedStep prepared;
       prepared.step = std::move(*step);
+      prepared.deferredDue = joins[g];
       for (std::size_t i = index; i < end; ++i)
         prepared.indices.push_back(i);
       workspaceBytes_ = std::max(workspaceBytes_, prepared.step->workspaceBytes());
@@ -188,7 +192,7 @@ public:
     if (checkNumerics_)
       AMPJIT_RETURN_IF_ERROR(allocateFixed(finiteFlag_, 1, "the numerics check's flag"));
     AMPJIT_RETURN_IF_ERROR(prepareSplitFiniteChecks());
-    AMPJIT_RETURN_IF_ERROR(prepareDeferredUpdate(deadlines));
+    AMPJIT_RETURN_IF_ERROR(prepareDeferredUpdate());
     fixed_.resize(plan_.buffers.size());
     for (BufferId id = 0; id < plan_.buffers.size(); ++id) {
       const BufferDesc& buffer = plan_.buffers[id];
@@ -355,7 +359,7 @@ private:
       std::vector<const Step*> group;
       for (std::size_t i = index; i < end; ++i)
         group.push_back(&plan_.steps[i]);
-      return cuda::makeOptimizerGroupStep(context, plan_, group);
+      return cuda::makeLaunchGroupStep(context, plan_, group);
     }
     if (step.kind == StepKind::Gemm)
       return cuda::makeGemmStep(context, plan_, step);
@@ -449,27 +453,17 @@ private:
     return Status::success();
   }
 
-  /// The deferred update's groups on the side stream: their deadlines, an
-  /// event per group, and their own workspace, since the main stream's steps
-  /// use the shared one meanwhile.
-  Status prepareDeferredUpdate(const std::vector<std::size_t>& deadlines) {
+  /// The deferred update's groups on the side stream: an event per group
+  /// (each later launch waits for its deferredDue one), and their own
+  /// workspace, since the main stream's steps use the shared one meanwhile.
+  Status prepareDeferredUpdate() {
     if (plan_.deferredSteps == 0)
       return Status::success();
     std::size_t sideWorkspaceBytes = 0;
-    std::vector<std::size_t> groupDeadlines;
     for (PreparedStep& prepared : steps_) {
       std::size_t first = prepared.indices.front();
-      if (first >= plan_.deferredSteps) {
-        // Waiting for a launch covers the earlier ones on the side stream.
-        for (std::size_t group = 0; group < groupDeadlines.size(); ++group)
-          if (groupDeadlines[group] <= first)
-            prepared.deferredDue = std::ptrdiff_t(group);
+      if (first >= plan_.deferredSteps)
         continue;
-      }
-      std::size_t deadline = plan_.steps.size();
-      for (std::size_t index : prepared.indices)
-        deadline = std::min(deadline, deadlines[index]);
-      groupDeadlines.push_back(deadline);
       sideWorkspaceBytes = std::max(sideWorkspaceBytes, prepared.step->workspaceBytes());
       cudaEvent_t& done = deferredDone_.emplace_back(nullptr);
       AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),

@@ -115,15 +115,30 @@ bool canShareOptimizerLaunch(const Plan& plan, const Step& first, const Step& ne
 /// elements: 4 MB of fp32 values, a few microseconds of bandwidth) also takes
 /// the updates of later deadlines, which then finish earlier than needed.
 inline constexpr int64_t kSmallDeferredLaunchElements = int64_t(1) << 20;
+/// Consecutive conversions between f32, f16 and bf16 with the same pair of
+/// dtypes, each reading nothing the other writes (an O1 step's parameter
+/// casts), that one multi-tensor launch can run.
+bool canShareConvertLaunch(const Plan& plan, const Step& first, const Step& next);
 /// The plan's steps as the backend launches them, as [begin, end) ranges:
 /// consecutive updates canShareOptimizerLaunch allows share a multi-tensor
-/// launch, never across the deferred boundary (Plan::deferredSteps).
+/// launch, and so do consecutive conversions canShareConvertLaunch allows
+/// pairwise, never across the deferred boundary (Plan::deferredSteps).
 /// Deferred, a launch holds the updates one step waits for
 /// (deferredStepDeadlines) and takes in those of later steps while it is
 /// under kSmallDeferredLaunchElements: a ResNet's ~100 batch-norm and
 /// convolution updates of a few thousand elements each would otherwise be
 /// ~100 side-stream launches and joins for ~0.2 ms of work.
 std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan);
+/// For each of launchGroups' `groups` after the deferred update, the last of
+/// the update's groups (counted among those, in order) that must finish
+/// before it launches: the last one due (deferredStepDeadlines) at any of its
+/// steps; -1 for none, and for the update's own groups.
+std::vector<std::ptrdiff_t> deferredJoins(const Plan& plan,
+                                          std::span<const std::pair<std::size_t, std::size_t>> groups);
+/// The DeviceStep of one of launchGroups' groups of more than one step: a
+/// multi-tensor conversion or makeOptimizerGroupStep's launch.
+Expected<std::unique_ptr<DeviceStep>> makeLaunchGroupStep(DeviceContext& context, const Plan& plan,
+                                                          std::span<const Step* const> steps);
 /// One launch for `steps` (at least one OptimizerUpdate step, each pair
 /// allowed by canShareOptimizerLaunch); its StepPointers hold the steps'
 /// slots one step after another.

@@ -332,7 +332,44 @@ __global__ void optimizerKernel(OptimizerArguments args) {
   }
 }
 
+constexpr int kMaxConvertTensors = 160;
+struct ConvertTable {
+  ConvertTensor tensors[kMaxConvertTensors];
+  int size;
+};
+static_assert(sizeof(ConvertTable) < 4096, "kernel arguments must stay under 4 KB");
+
+__global__ void convertKernel(ElementType from, ElementType to, ConvertTable table) {
+  for (int t = 0; t < table.size; ++t) {
+    const ConvertTensor& x = table.tensors[t];
+    for (int64_t i = firstIndex(); i < x.count; i += gridStride())
+      storeAs(x.to, to, i, loadAs<float>(x.from, from, i));
+  }
+}
+
 } // namespace
+
+cudaError_t launchConvert(ElementType from, ElementType to, const ConvertTensor* tensors, std::size_t tensorCount,
+                          cudaStream_t stream) {
+  ConvertTable table{};
+  int64_t largest = 0;
+  for (std::size_t k = 0; k < tensorCount; ++k) {
+    if (tensors[k].count > 0) {
+      table.tensors[table.size++] = tensors[k];
+      largest = std::max(largest, tensors[k].count);
+    }
+    bool last = k + 1 == tensorCount;
+    if (table.size == kMaxConvertTensors || (last && table.size > 0)) {
+      convertKernel<<<blocksFor(largest), kThreads, 0, stream>>>(from, to, table);
+      cudaError_t error = cudaGetLastError();
+      if (error != cudaSuccess)
+        return error;
+      table.size = 0;
+      largest = 0;
+    }
+  }
+  return cudaSuccess;
+}
 
 cudaError_t launchScaleLoss(const void* loss, void* scaled, ElementType type, const float* scale, bool computeF64,
                             cudaStream_t stream) {

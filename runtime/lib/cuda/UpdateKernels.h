@@ -144,6 +144,23 @@ cudaError_t launchOptimizer(const OptimizerConfig& config, const OptimizerScalar
                             const OptimizerTensor* tensors, std::size_t tensorCount, cudaStream_t stream);
 
 //===----------------------------------------------------------------------===//
+// Conversions
+//===----------------------------------------------------------------------===//
+
+/// One tensor of a multi-tensor conversion: `count` elements, contiguous.
+struct ConvertTensor {
+  const void* from;
+  void* to;
+  int64_t count;
+};
+
+/// Converts every tensor between two of F32, F16 and BF16 (rounding to
+/// nearest even, as the generated kernels' convert), in as few launches as
+/// the kernel-argument limit allows.
+cudaError_t launchConvert(ElementType from, ElementType to, const ConvertTensor* tensors, std::size_t tensorCount,
+                          cudaStream_t stream);
+
+//===----------------------------------------------------------------------===//
 // Layout (LayoutKernels.cu)
 //===----------------------------------------------------------------------===//
 

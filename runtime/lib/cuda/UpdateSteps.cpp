@@ -281,6 +281,35 @@ private:
   std::vector<update::OptimizerTensor> tensors_;
 };
 
+/// Consecutive conversions (an O1 step's parameter casts) in one launch.
+class ConvertGroupStep final : public DeviceStep {
+public:
+  /// `steps` verified by makeLaunchGroupStep.
+  ConvertGroupStep(const Plan& plan, std::span<const Step* const> steps)
+      : origin_(stepName(*steps.front())),
+        from_(elementType(typeOf(plan, steps.front()->inputs[0]).dtype)),
+        to_(elementType(typeOf(plan, steps.front()->outputs[0]).dtype)) {
+    for (const Step* step : steps)
+      counts_.push_back(typeOf(plan, step->outputs[0]).elementCount());
+    tensors_.resize(steps.size());
+  }
+
+  Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
+    if (pointers.inputs.size() != counts_.size() || pointers.outputs.size() != counts_.size())
+      return Status::error(origin_ + ": enqueued with the wrong number of buffers");
+    for (size_t k = 0; k < counts_.size(); ++k)
+      tensors_[k] = {pointers.inputs[k], pointers.outputs[k], counts_[k]};
+    AMPJIT_CUDA_RETURN_IF_ERROR(update::launchConvert(from_, to_, tensors_.data(), tensors_.size(), stream), origin_);
+    return Status::success();
+  }
+
+private:
+  std::string origin_;
+  update::ElementType from_, to_;
+  std::vector<int64_t> counts_;
+  std::vector<update::ConvertTensor> tensors_;
+};
+
 //===----------------------------------------------------------------------===//
 // Layout
 //===----------------------------------------------------------------------===//
@@ -517,6 +546,30 @@ bool canShareOptimizerLaunch(const Plan& plan, const Step& first, const Step& ne
   return sameOptimizerConfiguration(plan, first, next) && !stepsConflict(plan, first, next);
 }
 
+namespace {
+
+/// A convert step the multi-tensor conversion kernel runs.
+bool isGroupableConversion(const Plan& plan, const Step& step) {
+  if (step.kind != StepKind::Elementwise || step.as<ElementwiseParams>().op != ElementwiseOp::Convert ||
+      step.inputs.size() != 1 || step.outputs.size() != 1)
+    return false;
+  const TensorType &from = typeOf(plan, step.inputs[0]), &to = typeOf(plan, step.outputs[0]);
+  auto floating = [](DType dtype) { return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16; };
+  // Widening is exact; narrowing from f32 rounds once, as the generated
+  // kernel's convert (compute f32) does.
+  return floating(from.dtype) && floating(to.dtype) && from.dtype != to.dtype && from.shape == to.shape &&
+         step.computeType == DType::F32;
+}
+
+} // namespace
+
+bool canShareConvertLaunch(const Plan& plan, const Step& first, const Step& next) {
+  return isGroupableConversion(plan, first) && isGroupableConversion(plan, next) &&
+         typeOf(plan, first.inputs[0]).dtype == typeOf(plan, next.inputs[0]).dtype &&
+         typeOf(plan, first.outputs[0]).dtype == typeOf(plan, next.outputs[0]).dtype &&
+         !stepsConflict(plan, first, next);
+}
+
 std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) {
   std::vector<std::size_t> deadlines = deferredStepDeadlines(plan);
   const std::size_t deferred = plan.deferredSteps;
@@ -539,11 +592,59 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) 
              canShareOptimizerLaunch(plan, plan.steps[index], plan.steps[end]) &&
              sameCopyDType(plan, copy, plan.steps[end]))
         elements += parameterElements(end++);
+    } else if (isGroupableConversion(plan, plan.steps[index])) {
+      // Each must also be independent of every earlier one of the group.
+      auto independent = [&](std::size_t next) {
+        for (std::size_t k = index; k < next; ++k)
+          if (!canShareConvertLaunch(plan, plan.steps[k], plan.steps[next]))
+            return false;
+        return true;
+      };
+      while (end < plan.steps.size() && (index < deferred) == (end < deferred) && independent(end))
+        ++end;
     }
     groups.emplace_back(index, end);
     index = end;
   }
   return groups;
+}
+
+std::vector<std::ptrdiff_t> deferredJoins(const Plan& plan,
+                                          std::span<const std::pair<std::size_t, std::size_t>> groups) {
+  std::vector<std::size_t> deadlines = deferredStepDeadlines(plan);
+  std::vector<std::size_t> groupDeadlines; // of the deferred groups, in order
+  std::vector<std::ptrdiff_t> joins(groups.size(), -1);
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    auto [begin, end] = groups[g];
+    if (begin < plan.deferredSteps) {
+      std::size_t deadline = plan.steps.size();
+      for (std::size_t index = begin; index < end; ++index)
+        deadline = std::min(deadline, deadlines[index]);
+      groupDeadlines.push_back(deadline);
+      continue;
+    }
+    // The side stream runs its groups in order: waiting for the last one due
+    // at any step of the launch covers the earlier ones.
+    for (std::size_t d = 0; d < groupDeadlines.size(); ++d)
+      if (groupDeadlines[d] < end)
+        joins[g] = std::ptrdiff_t(d);
+  }
+  return joins;
+}
+
+Expected<std::unique_ptr<DeviceStep>> makeLaunchGroupStep(DeviceContext& context, const Plan& plan,
+                                                          std::span<const Step* const> steps) {
+  if (steps.empty())
+    return Status::error("a launch group needs at least one step");
+  const Step& first = *steps.front();
+  if (isGroupableConversion(plan, first)) {
+    for (size_t k = 1; k < steps.size(); ++k)
+      for (size_t j = 0; j < k; ++j)
+        if (!canShareConvertLaunch(plan, *steps[j], *steps[k]))
+          return Status::error(stepName(*steps[k]) + " cannot share a launch with " + stepName(*steps[j]));
+    return upcast(std::make_unique<ConvertGroupStep>(plan, steps));
+  }
+  return makeOptimizerGroupStep(context, plan, steps);
 }
 
 Expected<std::unique_ptr<DeviceStep>> makeOptimizerGroupStep(DeviceContext&, const Plan& plan,

@@ -235,11 +235,22 @@ TEST(CompileKernels, EveryKernelOfTheMnistTrainStep) {
     if (std::string(options) != "level=O0") {
       EXPECT_GT(fused, 0u) << "codegen fused nothing: the test would not cover fused programs";
     }
-    // The 6 updates (f16-gradient weights, f32-gradient biases) are one launch.
+    // The 6 updates (f16-gradient weights, f32-gradient biases) are one
+    // launch, and so are O1's casts of the input and parameters, which open
+    // the step.
     size_t updateLaunches = 0;
-    for (auto [begin, end] : cuda::launchGroups(plan))
+    std::vector<std::pair<size_t, size_t>> groups = cuda::launchGroups(plan);
+    for (auto [begin, end] : groups)
       updateLaunches += plan.steps[begin].kind == rt::StepKind::OptimizerUpdate;
     EXPECT_EQ(updateLaunches, 1u) << rt::printPlan(plan);
+    size_t leadingCasts = 0;
+    while (plan.steps[leadingCasts].kind == rt::StepKind::Elementwise &&
+           plan.steps[leadingCasts].as<rt::ElementwiseParams>().op == rt::ElementwiseOp::Convert)
+      ++leadingCasts;
+    if (std::string(options).find("O1") != std::string::npos) {
+      EXPECT_EQ(leadingCasts, 6u) << rt::printPlan(plan);
+      EXPECT_EQ(groups.front(), std::make_pair(size_t(0), leadingCasts));
+    }
     size_t distinct = 0;
     std::vector<std::string> failures = compileAll(kernels, &distinct);
     EXPECT_TRUE(failures.empty()) << joinFailures(failures);

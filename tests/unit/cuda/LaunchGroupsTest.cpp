@@ -65,5 +65,76 @@ TEST(LaunchGroups, NorUpdatesWithAnotherLearningRate) {
   EXPECT_EQ(cuda::launchGroups(plan), (Groups{{0, 1}, {1, 2}, {2, 3}}));
 }
 
+/// An O1 step's start: the casts of the input and of two parameters, then a
+/// cast of a cast (which must wait for the first) and a widening cast.
+struct Casts {
+  Plan plan;
+  BufferId weight, bias;
+};
+Casts castPlan() {
+  PlanBuilder b("casts");
+  BufferId x = b.argument(tt(DType::F32, {64, 784}), BufferRole::Input, "x");
+  BufferId w = b.argument(tt(DType::F32, {512, 784}), BufferRole::Param, "w");
+  BufferId bias = b.argument(tt(DType::F32, {512}), BufferRole::Param, "b");
+  BufferId x16 = b.output(tt(DType::F16, {64, 784}));
+  BufferId w16 = b.output(tt(DType::F16, {512, 784}));
+  BufferId b16 = b.temporary(tt(DType::F16, {512}));
+  BufferId bAgain = b.output(tt(DType::BF16, {512}));
+  BufferId widened = b.output(tt(DType::F32, {512}));
+  b.op("amp.cast", {x}, {x16});
+  b.op("amp.cast", {w}, {w16});
+  b.op("amp.cast", {bias}, {b16});
+  b.op("amp.cast", {b16}, {widened});
+  b.op("amp.cast", {bias}, {bAgain});
+  for (BufferId id : {x16, w16, widened, bAgain})
+    b.result(id);
+  return {b.finish(), w, bias};
+}
+
+TEST(LaunchGroups, ConsecutiveCastsOfOneDTypePairShareALaunch) {
+  Casts casts = castPlan();
+  const Plan& plan = casts.plan;
+  // The three f32 -> f16 casts; the widening cast reads the third, and the
+  // f32 -> bf16 one converts to another dtype.
+  EXPECT_EQ(cuda::launchGroups(plan), (Groups{{0, 3}, {3, 4}, {4, 5}})) << printPlan(plan);
+  EXPECT_FALSE(cuda::canShareConvertLaunch(plan, plan.steps[2], plan.steps[3]));
+  EXPECT_FALSE(cuda::canShareConvertLaunch(plan, plan.steps[0], plan.steps[4]));
+}
+
+TEST(LaunchGroups, ALaunchAfterTheDeferredUpdateWaitsForWhatAnyOfItsStepsNeeds) {
+  // The deferred updates of w and b are two side-stream launches (their
+  // learning rates differ); the casts of w and b are one launch, which must
+  // wait for b's update too, not only for w's.
+  Casts casts = castPlan();
+  Plan plan = casts.plan;
+  auto addBuffer = [&](BufferDesc buffer) {
+    plan.buffers.push_back(std::move(buffer));
+    return BufferId(plan.buffers.size() - 1);
+  };
+  std::vector<Step> updates;
+  for (BufferId param : {casts.weight, casts.bias}) {
+    const TensorType& type = plan.buffers[param].type;
+    BufferId lr = addBuffer({.type = tt(DType::F32, {}), .role = BufferRole::Carried});
+    BufferId grad = addBuffer({.type = type, .role = BufferRole::Carried});
+    std::vector<std::optional<TensorType>> operandTypes = {type,         type,         std::nullopt,
+                                                           std::nullopt, tt(DType::F32, {}), std::nullopt,
+                                                           std::nullopt, std::nullopt};
+    std::vector<TensorType> resultTypes = {type};
+    Expected<Step> update = buildStep("jit.sgd_update", operandTypes, resultTypes, {});
+    ASSERT_TRUE(update.ok()) << update.message();
+    std::vector<BufferId> operands = {param, grad, kNoBuffer, kNoBuffer, lr, kNoBuffer, kNoBuffer, kNoBuffer};
+    std::vector<BufferId> results = {param};
+    ASSERT_TRUE(bindStep(*update, operands, results).ok());
+    updates.push_back(std::move(*update));
+  }
+  // Without the input's cast, the parameters' casts come first.
+  plan.steps.erase(plan.steps.begin());
+  plan.steps.insert(plan.steps.begin(), updates.begin(), updates.end());
+  plan.deferredSteps = 2;
+  Groups groups = cuda::launchGroups(plan);
+  ASSERT_EQ(groups, (Groups{{0, 1}, {1, 2}, {2, 4}, {4, 5}, {5, 6}})) << printPlan(plan);
+  EXPECT_EQ(cuda::deferredJoins(plan, groups), (std::vector<std::ptrdiff_t>{-1, -1, 1, 1, 1}));
+}
+
 } // namespace
 } // namespace ampjit::runtime
