@@ -442,14 +442,19 @@ private:
   void layOutArena() {
     size_t stepCount = plan.steps.size();
     std::vector<int64_t> firstWrite(plan.buffers.size(), -1), lastRead(plan.buffers.size(), -1);
+    std::vector<int> writers(plan.buffers.size(), 0);
     for (size_t s = 0; s < stepCount; ++s) {
       for (rt::BufferId id : plan.steps[s].outputs)
-        if (id != rt::kNoBuffer && firstWrite[id] < 0)
-          firstWrite[id] = int64_t(s);
+        if (id != rt::kNoBuffer) {
+          if (firstWrite[id] < 0)
+            firstWrite[id] = int64_t(s);
+          ++writers[id];
+        }
       for (rt::BufferId id : plan.steps[s].inputs)
         if (id != rt::kNoBuffer)
           lastRead[id] = int64_t(s);
     }
+    auto isTemporary = [&](rt::BufferId id) { return plan.buffers[id].role == rt::BufferRole::Temporary; };
     struct Live {
       uint64_t offset, size;
       int64_t until;
@@ -463,6 +468,22 @@ private:
       // Values whose last reader ran before this step free their bytes. A
       // step never writes over its own inputs: they stay live through it.
       llvm::erase_if(live, [&](const Live &entry) { return entry.until < int64_t(s); });
+      // A reshape of a temporary into a temporary, neither written by
+      // another step, views its input's bytes (runtime arenaViewRoots), which
+      // stay live until the view's last reader: the reshape moves nothing.
+      const rt::Step &step = plan.steps[s];
+      if (step.kind == rt::StepKind::Reshape && isTemporary(step.inputs[0]) && isTemporary(step.outputs[0]) &&
+          writers[step.inputs[0]] == 1 && writers[step.outputs[0]] == 1 &&
+          plan.buffers[step.inputs[0]].type.byteSize() > 0) {
+        rt::BufferId input = step.inputs[0], view = step.outputs[0];
+        uint64_t offset = plan.buffers[input].arenaOffset;
+        auto held = llvm::find_if(live, [&](const Live &entry) { return entry.offset == offset; });
+        if (held != live.end()) {
+          plan.buffers[view].arenaOffset = offset;
+          held->until = std::max(held->until, lastRead[view]);
+          continue;
+        }
+      }
       for (rt::BufferId id : plan.steps[s].outputs) {
         if (id == rt::kNoBuffer || firstWrite[id] != int64_t(s) ||
             plan.buffers[id].role != rt::BufferRole::Temporary)

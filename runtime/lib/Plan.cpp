@@ -1466,6 +1466,28 @@ Status verifyDeferredSteps(const Plan& plan) {
 
 } // namespace
 
+std::vector<BufferId> arenaViewRoots(const Plan& plan) {
+  std::vector<BufferId> root(plan.buffers.size());
+  for (BufferId id = 0; id < plan.buffers.size(); ++id)
+    root[id] = id;
+  auto isTemporary = [&](BufferId id) {
+    return id != kNoBuffer && id < plan.buffers.size() && plan.buffers[id].role == BufferRole::Temporary;
+  };
+  // Steps run in order, so a chain's earlier reshape has its root already.
+  for (const Step& step : plan.steps) {
+    if (step.kind != StepKind::Reshape || step.inputs.size() != 1 || step.outputs.size() != 1)
+      continue;
+    BufferId in = step.inputs[0], out = step.outputs[0];
+    if (!isTemporary(in) || !isTemporary(out) || in == out || root[out] != out)
+      continue;
+    const BufferDesc &from = plan.buffers[in], &to = plan.buffers[out];
+    if (from.arenaOffset == to.arenaOffset && from.type.byteSize() == to.type.byteSize() &&
+        from.type.byteSize() > 0)
+      root[out] = root[in];
+  }
+  return root;
+}
+
 Status verifyPlan(const Plan& plan) {
   size_t argumentCount = 0;
   AMPJIT_RETURN_IF_ERROR(verifyBuffers(plan, argumentCount));
@@ -1568,7 +1590,24 @@ Status verifyPlan(const Plan& plan) {
 
   // Temporaries that share arena bytes must not be live at the same time. A
   // step's outputs may not reuse the bytes of its own inputs: in-place
-  // updates name the same buffer instead.
+  // updates name the same buffer instead. The one exception is a reshape's
+  // view of its input's bytes, which holds only while no step rewrites
+  // either of them.
+  std::vector<BufferId> viewRoot = arenaViewRoots(plan);
+  std::vector<size_t> writers(plan.buffers.size(), 0);
+  for (const Step& step : plan.steps)
+    for (BufferId id : step.outputs)
+      if (id != kNoBuffer)
+        ++writers[id];
+  for (BufferId id = 0; id < plan.buffers.size(); ++id) {
+    if (viewRoot[id] == id)
+      continue;
+    for (BufferId member : {id, viewRoot[id]})
+      if (writers[member] > 1)
+        return Status::error(describeBuffer(plan, id) + " is a reshape's view of the arena bytes of " +
+                             describeBuffer(plan, viewRoot[id]) + ", but " + describeBuffer(plan, member) +
+                             " is written by " + std::to_string(writers[member]) + " steps");
+  }
   std::vector<BufferId> temporaries;
   for (BufferId id = 0; id < plan.buffers.size(); ++id)
     if (plan.buffers[id].role == BufferRole::Temporary && firstWrite[id] != kNever &&
@@ -1585,7 +1624,7 @@ Status verifyPlan(const Plan& plan) {
       if (plan.buffers[b].arenaOffset >= endA)
         break;
       bool overlapInTime = firstWrite[a] <= lastAccess[b] && firstWrite[b] <= lastAccess[a];
-      if (overlapInTime)
+      if (overlapInTime && viewRoot[a] != viewRoot[b])
         return Status::error(describeBuffer(plan, a) + " (steps " + std::to_string(firstWrite[a]) + ".." +
                              std::to_string(lastAccess[a]) + ") and " + describeBuffer(plan, b) + " (steps " +
                              std::to_string(firstWrite[b]) + ".." + std::to_string(lastAccess[b]) +

@@ -75,19 +75,25 @@ public:
                 std::vector<std::shared_ptr<Storage>> carried)
       : plan_(std::move(plan)), options_(options), arena_(std::move(arena)), carried_(std::move(carried)),
         deferred_(plan_) {
-    // The temporaries whose bytes are dead after each step (poison mode).
+    // The temporaries whose bytes are dead after each step (poison mode):
+    // after the last access of any view of the same bytes.
+    std::vector<BufferId> viewRoot = arenaViewRoots(plan_);
     std::vector<size_t> lastAccess(plan_.buffers.size(), SIZE_MAX);
+    auto touch = [&](BufferId id, size_t s) {
+      lastAccess[id] = s;
+      lastAccess[viewRoot[id]] = s;
+    };
     for (size_t s = 0; s < plan_.steps.size(); ++s) {
       for (BufferId id : plan_.steps[s].inputs)
         if (id != kNoBuffer)
-          lastAccess[id] = s;
+          touch(id, s);
       for (BufferId id : plan_.steps[s].outputs)
         if (id != kNoBuffer)
-          lastAccess[id] = s;
+          touch(id, s);
     }
     deadAfter_.resize(plan_.steps.size());
     for (BufferId id = 0; id < plan_.buffers.size(); ++id)
-      if (plan_.buffers[id].role == BufferRole::Temporary && lastAccess[id] != SIZE_MAX)
+      if (plan_.buffers[id].role == BufferRole::Temporary && viewRoot[id] == id && lastAccess[id] != SIZE_MAX)
         deadAfter_[lastAccess[id]].push_back(id);
   }
 

@@ -35,7 +35,9 @@ Status runLayout(const Step& step, const StepIO& io) {
   const BufferView &in = io.in[0], &out = io.out[0];
   switch (step.kind) {
   case StepKind::Reshape:
-    std::memcpy(out.data, in.data, size_t(out.count) * dtypeSize(out.dtype));
+    // A view of its input's bytes (arenaViewRoots) has nothing to move.
+    if (out.data != in.data)
+      std::memcpy(out.data, in.data, size_t(out.count) * dtypeSize(out.dtype));
     return Status::success();
   case StepKind::BroadcastTo:
     stridedCopy(in, out, broadcastStrides(in.dims(), out.dims()));

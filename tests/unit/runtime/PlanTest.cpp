@@ -440,6 +440,48 @@ TEST(PlanVerifier, LiveTemporariesMustNotShareArenaBytes) {
             "buffer %1 (steps 0..2) and buffer %2 (steps 1..2) share arena bytes while both are live");
 }
 
+/// x -> neg -> t -> reshape -> view -> exp -> out, with the view laid out at
+/// t's own bytes (what codegen does, so the reshape moves nothing).
+struct ViewPlan {
+  Plan plan;
+  BufferId t, view;
+};
+ViewPlan reshapeViewPlan() {
+  PlanBuilder b("p");
+  BufferId x = b.argument(tt(DType::F32, {6}), BufferRole::Input);
+  BufferId t = b.temporary(tt(DType::F32, {6}));
+  BufferId view = b.temporary(tt(DType::F32, {2, 3}));
+  BufferId out = b.output(tt(DType::F32, {2, 3}));
+  b.op("jit.neg", {x}, {t});
+  b.op("jit.reshape", {t}, {view});
+  b.op("jit.exp", {view}, {out});
+  b.result(out);
+  Plan plan = b.finish();
+  plan.buffers[view].arenaOffset = plan.buffers[t].arenaOffset;
+  return {plan, t, view};
+}
+
+TEST(PlanVerifier, AReshapeMayViewItsInputsBytes) {
+  ViewPlan v = reshapeViewPlan();
+  EXPECT_TRUE(verifyPlan(v.plan).ok()) << verifyMessage(v.plan);
+  std::vector<BufferId> roots = arenaViewRoots(v.plan);
+  EXPECT_EQ(roots[v.view], v.t);
+  EXPECT_EQ(roots[v.t], v.t);
+  // Not when another step rewrites the bytes the view shares.
+  Plan rewritten = v.plan;
+  Step again = rewritten.steps[0];
+  again.inputs = {v.t};
+  rewritten.steps.insert(rewritten.steps.begin() + 1, again);
+  EXPECT_EQ(verifyMessage(rewritten), "buffer %2 is a reshape's view of the arena bytes of buffer %1, but buffer %1 "
+                                      "is written by 2 steps");
+  // Nor is an elementwise step's output at its input's bytes a view.
+  Plan notAView = v.plan;
+  notAView.steps[2].outputs = {v.t};
+  notAView.steps[2].inputs = {v.view};
+  notAView.buffers[v.t].type = tt(DType::F32, {2, 3});
+  EXPECT_NE(verifyMessage(notAView), "");
+}
+
 TEST(PlanVerifier, TemporaryOutsideTheArena) {
   PlanBuilder b("p");
   BufferId x = b.argument(tt(DType::F32, {16}), BufferRole::Input);

@@ -632,9 +632,17 @@ std::string describeStepOfPlan(const Plan& plan, std::size_t index);
 /// words on every backend.
 Status nonFiniteOutputError(const Plan& plan, std::size_t index, std::size_t slot);
 
+/// Which temporaries are views of another's arena bytes: the output of a
+/// Reshape step laid out at its temporary input's own offset (codegen does
+/// so when no other step writes either, so the reshape moves nothing). For
+/// each buffer, the buffer whose bytes it views, following chains of such
+/// reshapes: itself when it is no view.
+std::vector<BufferId> arenaViewRoots(const Plan& plan);
+
 /// Checks every rule of the plan model: buffer table, arguments and results,
 /// ties, slot counts and ids, dtypes and shapes of every step, arena bounds
-/// and that no two temporaries share arena bytes while both are live, that
+/// and that no two temporaries share arena bytes while both are live (but a
+/// view and what it views, neither written by a second step), that
 /// nothing reads a buffer before it is written, and that only tied state,
 /// temporaries and outputs are written. The message names the step or buffer
 /// and what is wrong.
