@@ -183,10 +183,7 @@ void fuseElementwiseSteps(rt::Plan &plan) {
   dropUnusedTemporaries(plan);
 }
 
-namespace {
-
-/// Removes the marked steps and the temporaries nothing uses any more.
-void removeSteps(rt::Plan &plan, const std::vector<bool> &removed) {
+void detail::removeSteps(rt::Plan &plan, const std::vector<bool> &removed) {
   std::vector<rt::Step> steps;
   for (size_t s = 0; s < plan.steps.size(); ++s)
     if (!removed[s])
@@ -194,6 +191,10 @@ void removeSteps(rt::Plan &plan, const std::vector<bool> &removed) {
   plan.steps = std::move(steps);
   dropUnusedTemporaries(plan);
 }
+
+namespace {
+
+using detail::removeSteps;
 
 /// A Gemm step's M, N, K, and whether it is unbatched (the GELU and gradient
 /// epilogues need rank-2 operands).

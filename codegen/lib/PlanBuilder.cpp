@@ -170,6 +170,7 @@ public:
       fuseBatchNormEpilogues(plan);
     if (options.fuseElementwise)
       fuseElementwiseSteps(plan);
+    readGradientsBeforeTheirReshape(plan);
     if (options.deferOptimizerUpdates)
       deferOptimizerUpdates(plan, options.deferMinimumElements);
     layOutArena();

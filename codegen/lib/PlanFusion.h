@@ -32,6 +32,9 @@ Readers findReaders(const runtime::Plan &plan);
 /// Drops temporaries no step reads or writes any more and renumbers the rest.
 void dropUnusedTemporaries(runtime::Plan &plan);
 
+/// Removes the marked steps and the temporaries nothing uses any more.
+void removeSteps(runtime::Plan &plan, const std::vector<bool> &removed);
+
 } // namespace ampjit::codegen::detail
 
 #endif // AMPJIT_CODEGEN_LIB_PLANFUSION_H

@@ -996,8 +996,10 @@ Status StepChecker::checkOptimizer() const {
     return Status::error(inName(paramSlot) + " must be f32 or f64: updates run on full-precision "
                                              "parameters (O2 keeps a low-precision param_copy)");
   AMPJIT_RETURN_IF_ERROR(expectFloatIn(gradSlot));
-  if (in(gradSlot).shape != param.shape)
-    return Status::error(inName(gradSlot) + " must have the shape of " + inName(paramSlot));
+  // Read element by element: a gradient still in its producer's shape (a
+  // 1x1 convolution's NHWC filter gradient) serves as well.
+  if (in(gradSlot).elementCount() != param.elementCount())
+    return Status::error(inName(gradSlot) + " must have the element count of " + inName(paramSlot));
   if (hasIn(stepSlot))
     AMPJIT_RETURN_IF_ERROR(expectIn(stepSlot, scalarOf(DType::I64), ": the update count"));
   AMPJIT_RETURN_IF_ERROR(expectIn(lrSlot, scalarOf(DType::F32), ""));

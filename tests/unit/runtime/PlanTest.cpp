@@ -637,6 +637,24 @@ TEST(StepBuilder, OptimizerResultsFollowTheOptionalState) {
   EXPECT_NE(wrong.message().find("has 1 results but its state operands need 2"), std::string::npos);
 }
 
+TEST(StepBuilder, AGradientMayHaveAnyShapeOfItsParametersElementCount) {
+  // A 1x1 convolution's NHWC weight gradient updates its KCRS parameter.
+  TensorType p = tt(DType::F32, {8, 4, 1, 1}), f32 = tt(DType::F32, {});
+  for (Shape grad : {Shape{8, 1, 1, 4}, Shape{32}, Shape{8, 4, 1, 2}}) {
+    Expected<Step> step =
+        buildStep("jit.sgd_update", operands({p, tt(DType::F16, grad), std::nullopt, std::nullopt, f32, std::nullopt,
+                                              std::nullopt, std::nullopt}),
+                  std::vector<TensorType>{p}, {});
+    if (grad != Shape{8, 4, 1, 2}) {
+      EXPECT_TRUE(step.ok()) << step.message();
+      continue;
+    }
+    ASSERT_FALSE(step.ok());
+    EXPECT_EQ(step.message(), "jit.sgd_update: input 'grad' (f16[8x4x1x2]) must have the element count of input "
+                              "'param' (f32[8x4x1x1])");
+  }
+}
+
 TEST(StepBuilder, EveryOpMapsToOneKindOnce) {
   std::set<std::string_view> seen;
   for (const OpDescription& op : supportedOps()) {

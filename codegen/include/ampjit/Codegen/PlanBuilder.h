@@ -59,6 +59,12 @@ void fuseGemmEpilogues(runtime::Plan &plan);
 /// and the relu).
 void fuseBatchNormEpilogues(runtime::Plan &plan);
 
+/// Optimizer updates and finiteness checks read a gradient that is only
+/// reshaped on its way to them (a 1x1 convolution's weight gradient in NHWC)
+/// before its reshape, which goes: on a plan whose arena is not laid out yet.
+/// Always run; every value stays bit for bit the same.
+void readGradientsBeforeTheirReshape(runtime::Plan &plan);
+
 /// What deferOptimizerUpdates did: the steps it deferred, or why none.
 struct DeferralResult {
   size_t deferredSteps = 0;
