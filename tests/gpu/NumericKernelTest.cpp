@@ -4,6 +4,7 @@
 // than a block), axis variants, empty tensors and NaN/inf inputs.
 
 #include "GpuTestUtil.h"
+#include "cuda/DeviceStep.h"
 
 #include "ampjit/runtime/StepBuilder.h"
 
@@ -17,6 +18,9 @@
 
 namespace ampjit::runtime::gputest {
 namespace {
+
+using test::PlanBuilder;
+using test::tt;
 
 constexpr DType kDataTypes[] = {DType::F32, DType::F16, DType::BF16, DType::F64};
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -341,6 +345,42 @@ TEST_F(GpuTest, ClassificationLossesAndGradsMatchTheCpu) {
                 setLabels(gradArguments[2], c.classes, ignoreIndex, ignoring == 1, ignoring == 2);
                 expectAgree(*cpu, *cuda, *backward, gradArguments, {slack}, what + " (grad)");
               }
+}
+
+TEST_F(GpuTest, ALossAndItsGradientInOneLaunchMatchTheCpu) {
+  // A plan's loss and the loss_grad after it share one launch when small
+  // (cuda::canShareLossLaunch): every classification case of that path.
+  const ClassificationCase cases[] = {{1, 1}, {3, 5}, {64, 10}, {128, 10}, {17, 1000}, {1024, 32}, {0, 5}};
+  for (std::string loss : {"jit.cross_entropy", "jit.nll_loss"})
+    for (const ClassificationCase& c : cases)
+      for (std::string reduction : {"mean", "sum"})
+        for (double smoothing : {0.0, 0.1})
+          for (int ignoring = 0; ignoring < 3; ++ignoring)
+            for (DType dtype : kDataTypes) {
+              if (loss == "jit.nll_loss" && smoothing != 0.0)
+                continue;
+              PlanBuilder b("loss_and_grad");
+              BufferId scores = b.argument(tt(dtype, {c.rows, c.classes}), BufferRole::Input);
+              BufferId labels = b.argument(tt(DType::I64, {c.rows}), BufferRole::Input);
+              BufferId seed = b.argument(tt(dtype, {}), BufferRole::ScalerState);
+              BufferId value = b.output(tt(dtype, {}));
+              BufferId grad = b.output(tt(dtype, {c.rows, c.classes}));
+              AttributeMap attributes = {{"reduction", reduction}, {"ignore_index", int64_t(2)}};
+              if (loss == "jit.cross_entropy")
+                attributes["label_smoothing"] = smoothing;
+              b.op(loss, {scores, labels}, {value}, attributes);
+              b.op(loss + "_grad", {seed, scores, labels}, {grad}, attributes);
+              b.result(value);
+              b.result(grad);
+              Plan plan = b.finish();
+              std::string what = loss + " " + reduction + " " + describe(dtype, {c.rows, c.classes}) +
+                                 " smoothing " + std::to_string(smoothing) + " ignoring " + std::to_string(ignoring);
+              ASSERT_EQ(cuda::launchGroups(plan).size(), 1u) << what;
+              std::vector<Tensor> arguments = randomArguments(plan, 13, -4.0, 4.0);
+              setLabels(arguments[1], c.classes, 2, ignoring == 1, ignoring == 2);
+              arguments[2].set(0, 1024.0); // a loss scale
+              expectAgree(*cpu, *cuda, plan, arguments, {2.0 + double(c.classes + c.rows) / 64}, what);
+            }
 }
 
 TEST_F(GpuTest, CrossEntropyPropagatesNaNAndInfinities) {

@@ -119,10 +119,17 @@ inline constexpr int64_t kSmallDeferredLaunchElements = int64_t(1) << 20;
 /// dtypes, each reading nothing the other writes (an O1 step's parameter
 /// casts), that one multi-tensor launch can run.
 bool canShareConvertLaunch(const Plan& plan, const Step& first, const Step& next);
+/// A Loss step and the LossGrad step right after it, on the same scores and
+/// labels, that one launch can run (a small reduced classification loss:
+/// NumericKernels.h's lossAndGradientShareALaunch).
+bool canShareLossLaunch(const Plan& plan, const Step& loss, const Step& gradient);
+Expected<std::unique_ptr<DeviceStep>> makeLossAndGradientStep(const Plan& plan, const Step& loss,
+                                                              const Step& gradient);
 /// The plan's steps as the backend launches them, as [begin, end) ranges:
 /// consecutive updates canShareOptimizerLaunch allows share a multi-tensor
 /// launch, and so do consecutive conversions canShareConvertLaunch allows
-/// pairwise, never across the deferred boundary (Plan::deferredSteps).
+/// pairwise, and a loss with its gradient (canShareLossLaunch); never across
+/// the deferred boundary (Plan::deferredSteps).
 /// Deferred, a launch holds the updates one step waits for
 /// (deferredStepDeadlines) and takes in those of later steps while it is
 /// under kSmallDeferredLaunchElements: a ResNet's ~100 batch-norm and
@@ -136,7 +143,8 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan);
 std::vector<std::ptrdiff_t> deferredJoins(const Plan& plan,
                                           std::span<const std::pair<std::size_t, std::size_t>> groups);
 /// The DeviceStep of one of launchGroups' groups of more than one step: a
-/// multi-tensor conversion or makeOptimizerGroupStep's launch.
+/// multi-tensor conversion, a loss with its gradient, or
+/// makeOptimizerGroupStep's launch.
 Expected<std::unique_ptr<DeviceStep>> makeLaunchGroupStep(DeviceContext& context, const Plan& plan,
                                                           std::span<const Step* const> steps);
 /// One launch for `steps` (at least one OptimizerUpdate step, each pair

@@ -579,42 +579,77 @@ __global__ void mseGradKernel(LossGeometry g, double norm, const S* gradOutput, 
   }
 }
 
+/// Row n of the cross-entropy or nll gradient, by a team (every thread of it
+/// calls this); `countedRows` divides for mean. Rows with an out-of-range
+/// label become NaN.
+template <typename S, typename Team>
+__device__ void writeClassificationGradRow(const LossGeometry& g, const S* gradOutput, const S* input,
+                                           const int64_t* labels, long long countedRows, int64_t n, S* grad,
+                                           Team team) {
+  using T = Compute<S>;
+  int64_t label = labels[n];
+  S* target = grad + n * g.classes;
+  if (label == g.ignoreIndex || !labelInRange(g, label)) {
+    T value = label == g.ignoreIndex ? T(0) : quietNaN(T());
+    for (int64_t c = team.lane(); c < g.classes; c += team.size())
+      store(target + c, value);
+    return;
+  }
+  T scale = widen(gradOutput[g.reduction == LossReduction::None ? n : 0]);
+  if (g.reduction == LossReduction::Mean)
+    scale /= T(countedRows);
+  if (g.loss == LossKind::Nll) {
+    for (int64_t c = team.lane(); c < g.classes; c += team.size())
+      store(target + c, c == label ? -scale : T(0));
+    return;
+  }
+  const S* row = input + n * g.classes;
+  T lse = logSumExp(row, g.classes, team);
+  T smoothing = T(g.labelSmoothing);
+  T uniform = smoothing / T(g.classes);
+  for (int64_t c = team.lane(); c < g.classes; c += team.size()) {
+    T probability = dexp(T(widen(row[c])) - lse);
+    T wanted = (c == label ? T(1) - smoothing : T(0)) + uniform;
+    store(target + c, scale * (probability - wanted));
+  }
+}
+
 /// One block per row of the cross-entropy or nll gradient; `counted` (mean
 /// only) is countRowsKernel's result, or null for each block to count the
-/// rows itself (few rows). Rows with an out-of-range label become NaN.
+/// rows itself (few rows).
 template <typename S>
 __global__ void classificationGradKernel(LossGeometry g, const S* gradOutput, const S* input,
                                          const int64_t* labels, const long long* counted, S* grad) {
-  using T = Compute<S>;
   long long countedRows = 0;
   if (g.reduction == LossReduction::Mean)
     countedRows = counted != nullptr ? *counted : blockCountRows(g, labels);
-  for (int64_t n = blockIdx.x; n < g.rows; n += gridDim.x) {
-    int64_t label = labels[n];
-    S* target = grad + n * g.classes;
-    if (label == g.ignoreIndex || !labelInRange(g, label)) {
-      T value = label == g.ignoreIndex ? T(0) : quietNaN(T());
-      for (int64_t c = threadIdx.x; c < g.classes; c += kThreads)
-        store(target + c, value);
-      continue;
-    }
-    T scale = widen(gradOutput[g.reduction == LossReduction::None ? n : 0]);
-    if (g.reduction == LossReduction::Mean)
-      scale /= T(countedRows);
-    if (g.loss == LossKind::Nll) {
-      for (int64_t c = threadIdx.x; c < g.classes; c += kThreads)
-        store(target + c, c == label ? -scale : T(0));
-      continue;
-    }
-    const S* row = input + n * g.classes;
-    T lse = logSumExp(row, g.classes, BlockTeam{});
-    T smoothing = T(g.labelSmoothing);
-    T uniform = smoothing / T(g.classes);
-    for (int64_t c = threadIdx.x; c < g.classes; c += kThreads) {
-      T probability = dexp(T(widen(row[c])) - lse);
-      T wanted = (c == label ? T(1) - smoothing : T(0)) + uniform;
-      store(target + c, scale * (probability - wanted));
-    }
+  for (int64_t n = blockIdx.x; n < g.rows; n += gridDim.x)
+    writeClassificationGradRow(g, gradOutput, input, labels, countedRows, n, grad, BlockTeam{});
+}
+
+/// A small reduced loss and its gradient (a plan's loss step and the
+/// loss_grad step after it, on the same scores and labels) in one block: a
+/// warp per row, as classificationSmallKernel.
+template <typename S>
+__global__ void classificationSmallWithGradKernel(LossGeometry g, const S* input, const int64_t* labels,
+                                                  const S* gradOutput, S* out, S* grad) {
+  using T = Compute<S>;
+  __shared__ T warpTotals[kWarps];
+  long long counted = blockCountRows(g, labels);
+  int warp = threadIdx.x / 32;
+  T total = 0;
+  for (int64_t n = warp; n < g.rows; n += kWarps) {
+    total += classificationRowLoss(g, input, labels, n, WarpTeam{});
+    writeClassificationGradRow(g, gradOutput, input, labels, counted, n, grad, WarpTeam{});
+  }
+  if (threadIdx.x % 32 == 0)
+    warpTotals[warp] = total;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    T sum = 0;
+    for (int w = 0; w < kWarps; ++w)
+      sum += warpTotals[w];
+    store(out, g.reduction == LossReduction::Mean ? sum / T(counted) : sum);
   }
 }
 
@@ -964,6 +999,24 @@ cudaError_t launchLossGrad(Storage storage, const LossGeometry& geometry, const 
     }
     classificationGradKernel<S><<<blocksFor(geometry.rows), kThreads, 0, stream>>>(geometry, incoming, in, labels,
                                                                                    counted, out);
+    return cudaGetLastError();
+  });
+}
+
+bool lossAndGradientShareALaunch(const LossGeometry& geometry) {
+  return isClassification(geometry) && geometry.reduction != LossReduction::None && smallClassification(geometry);
+}
+
+cudaError_t launchLossAndGradient(Storage storage, const LossGeometry& geometry, const void* input,
+                                  const void* target, const void* gradOutput, void* loss, void* grad,
+                                  cudaStream_t stream) {
+  if (!lossAndGradientShareALaunch(geometry))
+    return cudaErrorInvalidValue;
+  return dispatch(storage, [&](auto zero) {
+    using S = decltype(zero);
+    classificationSmallWithGradKernel<S><<<1, kThreads, 0, stream>>>(
+        geometry, static_cast<const S*>(input), static_cast<const int64_t*>(target),
+        static_cast<const S*>(gradOutput), static_cast<S*>(loss), static_cast<S*>(grad));
     return cudaGetLastError();
   });
 }

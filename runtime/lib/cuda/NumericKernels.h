@@ -95,6 +95,15 @@ cudaError_t launchLossGrad(Storage storage, const LossGeometry& geometry, const 
                            const void* input, const void* target, void* grad, void* workspace,
                            cudaStream_t stream);
 
+/// Whether a loss and its gradient (same geometry, same scores and labels)
+/// can run as one launch: a small reduced classification loss.
+bool lossAndGradientShareALaunch(const LossGeometry& geometry);
+/// The loss into `loss` and its gradient, for the scalar gradOutput, into
+/// `grad`, as launchLoss and launchLossGrad would (no workspace).
+cudaError_t launchLossAndGradient(Storage storage, const LossGeometry& geometry, const void* input,
+                                  const void* target, const void* gradOutput, void* loss, void* grad,
+                                  cudaStream_t stream);
+
 /// state and nextState are [seed, offset] (they may be the same buffer); mask
 /// is one byte per element.
 cudaError_t launchDropout(Storage storage, int64_t count, double p, const void* x, const int64_t* state, void* y,

@@ -146,7 +146,8 @@ Expected<std::unique_ptr<DeviceStep>> makeLayerNormGrad(const Plan& plan, const 
                   });
 }
 
-Expected<std::unique_ptr<DeviceStep>> makeLoss(const Plan& plan, const Step& step, nk::Storage storage) {
+/// The geometry of a Loss or LossGrad step.
+nk::LossGeometry lossGeometry(const Plan& plan, const Step& step) {
   const LossParams& params = step.as<LossParams>();
   bool isGrad = step.kind == StepKind::LossGrad;
   const Shape& shape = inputType(plan, step, isGrad ? 1 : 0).shape;
@@ -164,7 +165,12 @@ Expected<std::unique_ptr<DeviceStep>> makeLoss(const Plan& plan, const Step& ste
     geometry.rows = shape[0];
     geometry.classes = shape[1];
   }
-  if (!isGrad)
+  return geometry;
+}
+
+Expected<std::unique_ptr<DeviceStep>> makeLoss(const Plan& plan, const Step& step, nk::Storage storage) {
+  nk::LossGeometry geometry = lossGeometry(plan, step);
+  if (step.kind == StepKind::Loss)
     return makeStep(step, nk::lossWorkspaceBytes(storage, geometry),
                     [storage, geometry](const StepPointers& p, cudaStream_t stream) {
                       return nk::launchLoss(storage, geometry, slot(p.inputs, 0), slot(p.inputs, 1),
@@ -189,6 +195,33 @@ Expected<std::unique_ptr<DeviceStep>> makeDropout(const Plan& plan, const Step& 
 }
 
 } // namespace
+
+bool canShareLossLaunch(const Plan& plan, const Step& loss, const Step& gradient) {
+  if (loss.kind != StepKind::Loss || gradient.kind != StepKind::LossGrad || loss.params != gradient.params ||
+      loss.computeType != gradient.computeType || loss.inputs.size() != 2 || gradient.inputs.size() != 3 ||
+      loss.outputs.size() != 1 || gradient.outputs.size() != 1)
+    return false;
+  // The same scores and labels, and a gradient seed the loss does not write.
+  return loss.inputs[0] == gradient.inputs[1] && loss.inputs[1] == gradient.inputs[2] &&
+         gradient.inputs[0] != loss.outputs[0] &&
+         nk::lossAndGradientShareALaunch(lossGeometry(plan, loss));
+}
+
+Expected<std::unique_ptr<DeviceStep>> makeLossAndGradientStep(const Plan& plan, const Step& loss,
+                                                              const Step& gradient) {
+  if (!canShareLossLaunch(plan, loss, gradient))
+    return Status::error(stepName(gradient) + " cannot share a launch with " + stepName(loss));
+  Expected<nk::Storage> dtype = storageOf(loss, inputType(plan, loss, 0).dtype);
+  if (!dtype)
+    return dtype.status();
+  nk::LossGeometry geometry = lossGeometry(plan, loss);
+  // Slots: the loss's [scores, labels], then the gradient's [seed, scores,
+  // labels]; outputs [loss, grad].
+  return makeStep(loss, 0, [storage = *dtype, geometry](const StepPointers& p, cudaStream_t stream) {
+    return nk::launchLossAndGradient(storage, geometry, slot(p.inputs, 0), slot(p.inputs, 1), slot(p.inputs, 2),
+                                     slot(p.outputs, 0), slot(p.outputs, 1), stream);
+  });
+}
 
 bool runsAsNumericKernel(StepKind kind) {
   switch (kind) {

@@ -602,6 +602,9 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) 
       };
       while (end < plan.steps.size() && (index < deferred) == (end < deferred) && independent(end))
         ++end;
+    } else if (end < plan.steps.size() && (index < deferred) == (end < deferred) &&
+               canShareLossLaunch(plan, plan.steps[index], plan.steps[end])) {
+      ++end;
     }
     groups.emplace_back(index, end);
     index = end;
@@ -637,6 +640,11 @@ Expected<std::unique_ptr<DeviceStep>> makeLaunchGroupStep(DeviceContext& context
   if (steps.empty())
     return Status::error("a launch group needs at least one step");
   const Step& first = *steps.front();
+  if (first.kind == StepKind::Loss) {
+    if (steps.size() != 2)
+      return Status::error(stepName(first) + ": a loss shares a launch with its gradient alone");
+    return makeLossAndGradientStep(plan, first, *steps[1]);
+  }
   if (isGroupableConversion(plan, first)) {
     for (size_t k = 1; k < steps.size(); ++k)
       for (size_t j = 0; j < k; ++j)

@@ -251,6 +251,13 @@ TEST(CompileKernels, EveryKernelOfTheMnistTrainStep) {
       EXPECT_EQ(leadingCasts, 6u) << rt::printPlan(plan);
       EXPECT_EQ(groups.front(), std::make_pair(size_t(0), leadingCasts));
     }
+    // The batch's cross-entropy and its gradient are one launch too.
+    EXPECT_EQ(std::count_if(groups.begin(), groups.end(),
+                            [&](auto group) {
+                              return plan.steps[group.first].kind == rt::StepKind::Loss &&
+                                     group.second == group.first + 2;
+                            }),
+              1);
     size_t distinct = 0;
     std::vector<std::string> failures = compileAll(kernels, &distinct);
     EXPECT_TRUE(failures.empty()) << joinFailures(failures);

@@ -136,5 +136,33 @@ TEST(LaunchGroups, ALaunchAfterTheDeferredUpdateWaitsForWhatAnyOfItsStepsNeeds) 
   EXPECT_EQ(cuda::deferredJoins(plan, groups), (std::vector<std::ptrdiff_t>{-1, -1, 1, 1, 1}));
 }
 
+/// A classifier's loss and its gradient: cross-entropy over `scores`
+/// ([rows, classes]) and labels, then the gradient for the seed `seed`.
+Plan lossPlan(Shape scores, std::string reduction, bool gradientOfOtherScores = false) {
+  PlanBuilder b("loss");
+  BufferId x = b.argument(tt(DType::F32, scores), BufferRole::Input, "scores");
+  BufferId other = b.argument(tt(DType::F32, scores), BufferRole::Input, "other_scores");
+  BufferId labels = b.argument(tt(DType::I64, {scores[0]}), BufferRole::Input, "labels");
+  Shape lossShape = reduction == "none" ? Shape{scores[0]} : Shape{};
+  BufferId seed = b.argument(tt(DType::F32, lossShape), BufferRole::ScalerState, "scale");
+  BufferId loss = b.output(tt(DType::F32, lossShape));
+  BufferId grad = b.output(tt(DType::F32, scores));
+  AttributeMap attributes = {{"reduction", reduction}};
+  b.op("jit.cross_entropy", {x, labels}, {loss}, attributes);
+  b.op("jit.cross_entropy_grad", {seed, gradientOfOtherScores ? other : x, labels}, {grad}, attributes);
+  b.result(loss);
+  b.result(grad);
+  return b.finish();
+}
+
+TEST(LaunchGroups, ASmallLossAndItsGradientShareALaunch) {
+  EXPECT_EQ(cuda::launchGroups(lossPlan({64, 10}, "mean")), (Groups{{0, 2}}));
+  EXPECT_EQ(cuda::launchGroups(lossPlan({1024, 32}, "sum")), (Groups{{0, 2}}));
+  // Not past one block's worth of scores, nor unreduced, nor over other scores.
+  EXPECT_EQ(cuda::launchGroups(lossPlan({64, 1000}, "mean")), (Groups{{0, 1}, {1, 2}}));
+  EXPECT_EQ(cuda::launchGroups(lossPlan({64, 10}, "none")), (Groups{{0, 1}, {1, 2}}));
+  EXPECT_EQ(cuda::launchGroups(lossPlan({64, 10}, "mean", true)), (Groups{{0, 1}, {1, 2}}));
+}
+
 } // namespace
 } // namespace ampjit::runtime
