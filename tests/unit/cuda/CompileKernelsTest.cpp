@@ -270,6 +270,33 @@ TEST(CompileKernels, EveryKernelOfTheMnistTrainStep) {
               kArchitecture);
 }
 
+TEST(CompileKernels, TheMnistStepsLaunchesOnTheGpu) {
+  // The launch-bound classifier's step as the CUDA pipeline compiles it
+  // (GEMM epilogues, fusions): its kernel launches, the device work a graph
+  // replays node by node. A reshape that views its input launches nothing.
+  struct Budget {
+    const char* options;
+    size_t launches;
+  };
+  // Before 2026-11-24 these were 18, 34, 29 and 21: a launch per cast, one
+  // per update where f16 and f32 gradients alternate, and two each for the
+  // loss and its gradient.
+  for (Budget budget : {Budget{"level=O0", 15}, Budget{"level=O1 dtype=f16", 21}, Budget{"level=O2 dtype=f16", 21},
+                        Budget{"level=O2 dtype=bf16", 18}}) {
+    SCOPED_TRACE(budget.options);
+    rt::Plan plan = ampjit::testing::compileExample("mnist_train_step.mlir", budget.options,
+                                                    {.fuseElementwise = true, .fuseGemmEpilogues = true});
+    std::vector<rt::BufferId> roots = rt::arenaViewRoots(plan);
+    size_t launches = 0;
+    for (auto [begin, end] : cuda::launchGroups(plan)) {
+      const rt::Step& first = plan.steps[begin];
+      launches += !(first.kind == rt::StepKind::Reshape && roots[first.outputs[0]] != first.outputs[0]);
+    }
+    std::printf("[ launches ] %-20s %zu plan steps, %zu launches\n", budget.options, plan.steps.size(), launches);
+    EXPECT_LE(launches, budget.launches) << rt::printPlan(plan);
+  }
+}
+
 TEST(CompileKernels, EveryKernelOfATracedResNet50StepForTheGpu) {
   // torchvision's ResNet-50 on 32x32 images (the benchmark, batch 2),
   // traced on the CPU and compiled as jit::trace compiles for the CUDA
