@@ -125,11 +125,19 @@ bool canShareConvertLaunch(const Plan& plan, const Step& first, const Step& next
 bool canShareLossLaunch(const Plan& plan, const Step& loss, const Step& gradient);
 Expected<std::unique_ptr<DeviceStep>> makeLossAndGradientStep(const Plan& plan, const Step& loss,
                                                               const Step& gradient);
+/// An AMP classifier's head at step `index`: the f16/bf16 scores widened to
+/// f32, a loss and its gradient on them that canShareLossLaunch allows, and
+/// the gradient's rounding back to the low dtype if the next step is that.
+/// Its length, 3 or 4 steps, or 0; one launch runs it
+/// (makeClassificationHeadStep), storing every output of its steps.
+std::size_t classificationHeadLength(const Plan& plan, std::size_t index);
+Expected<std::unique_ptr<DeviceStep>> makeClassificationHeadStep(const Plan& plan, std::span<const Step* const> steps);
 /// The plan's steps as the backend launches them, as [begin, end) ranges:
 /// consecutive updates canShareOptimizerLaunch allows share a multi-tensor
 /// launch, and so do consecutive conversions canShareConvertLaunch allows
-/// pairwise, and a loss with its gradient (canShareLossLaunch); never across
-/// the deferred boundary (Plan::deferredSteps).
+/// pairwise, a classification head (classificationHeadLength) and otherwise
+/// a loss with its gradient (canShareLossLaunch); never across the deferred
+/// boundary (Plan::deferredSteps).
 /// Deferred, a launch holds the updates one step waits for
 /// (deferredStepDeadlines) and takes in those of later steps while it is
 /// under kSmallDeferredLaunchElements: a ResNet's ~100 batch-norm and
@@ -143,8 +151,8 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan);
 std::vector<std::ptrdiff_t> deferredJoins(const Plan& plan,
                                           std::span<const std::pair<std::size_t, std::size_t>> groups);
 /// The DeviceStep of one of launchGroups' groups of more than one step: a
-/// multi-tensor conversion, a loss with its gradient, or
-/// makeOptimizerGroupStep's launch.
+/// multi-tensor conversion, a classification head, a loss with its gradient,
+/// or makeOptimizerGroupStep's launch.
 Expected<std::unique_ptr<DeviceStep>> makeLaunchGroupStep(DeviceContext& context, const Plan& plan,
                                                           std::span<const Step* const> steps);
 /// One launch for `steps` (at least one OptimizerUpdate step, each pair

@@ -580,39 +580,46 @@ __global__ void mseGradKernel(LossGeometry g, double norm, const S* gradOutput, 
 }
 
 /// Row n of the cross-entropy or nll gradient, by a team (every thread of it
-/// calls this); `countedRows` divides for mean. Rows with an out-of-range
-/// label become NaN.
-template <typename S, typename Team>
-__device__ void writeClassificationGradRow(const LossGeometry& g, const S* gradOutput, const S* input,
-                                           const int64_t* labels, long long countedRows, int64_t n, S* grad,
-                                           Team team) {
+/// calls this): `put(index, value)` stores element `index` of the gradient
+/// (in the compute type). `countedRows` divides for mean. Rows with an
+/// out-of-range label become NaN.
+template <typename S, typename G, typename Team, typename Put>
+__device__ void writeClassificationGradRow(const LossGeometry& g, const G* gradOutput, const S* input,
+                                           const int64_t* labels, long long countedRows, int64_t n, Team team,
+                                           Put put) {
   using T = Compute<S>;
   int64_t label = labels[n];
-  S* target = grad + n * g.classes;
+  int64_t first = n * g.classes;
   if (label == g.ignoreIndex || !labelInRange(g, label)) {
     T value = label == g.ignoreIndex ? T(0) : quietNaN(T());
     for (int64_t c = team.lane(); c < g.classes; c += team.size())
-      store(target + c, value);
+      put(first + c, value);
     return;
   }
-  T scale = widen(gradOutput[g.reduction == LossReduction::None ? n : 0]);
+  T scale = T(widen(gradOutput[g.reduction == LossReduction::None ? n : 0]));
   if (g.reduction == LossReduction::Mean)
     scale /= T(countedRows);
   if (g.loss == LossKind::Nll) {
     for (int64_t c = team.lane(); c < g.classes; c += team.size())
-      store(target + c, c == label ? -scale : T(0));
+      put(first + c, c == label ? -scale : T(0));
     return;
   }
-  const S* row = input + n * g.classes;
+  const S* row = input + first;
   T lse = logSumExp(row, g.classes, team);
   T smoothing = T(g.labelSmoothing);
   T uniform = smoothing / T(g.classes);
   for (int64_t c = team.lane(); c < g.classes; c += team.size()) {
     T probability = dexp(T(widen(row[c])) - lse);
     T wanted = (c == label ? T(1) - smoothing : T(0)) + uniform;
-    store(target + c, scale * (probability - wanted));
+    put(first + c, scale * (probability - wanted));
   }
 }
+
+/// Stores into one gradient buffer, rounding once.
+template <typename S> struct StoreInto {
+  S* grad;
+  template <typename T> __device__ void operator()(int64_t index, T value) const { store(grad + index, value); }
+};
 
 /// One block per row of the cross-entropy or nll gradient; `counted` (mean
 /// only) is countRowsKernel's result, or null for each block to count the
@@ -624,7 +631,7 @@ __global__ void classificationGradKernel(LossGeometry g, const S* gradOutput, co
   if (g.reduction == LossReduction::Mean)
     countedRows = counted != nullptr ? *counted : blockCountRows(g, labels);
   for (int64_t n = blockIdx.x; n < g.rows; n += gridDim.x)
-    writeClassificationGradRow(g, gradOutput, input, labels, countedRows, n, grad, BlockTeam{});
+    writeClassificationGradRow(g, gradOutput, input, labels, countedRows, n, BlockTeam{}, StoreInto<S>{grad});
 }
 
 /// A small reduced loss and its gradient (a plan's loss step and the
@@ -640,7 +647,7 @@ __global__ void classificationSmallWithGradKernel(LossGeometry g, const S* input
   T total = 0;
   for (int64_t n = warp; n < g.rows; n += kWarps) {
     total += classificationRowLoss(g, input, labels, n, WarpTeam{});
-    writeClassificationGradRow(g, gradOutput, input, labels, counted, n, grad, WarpTeam{});
+    writeClassificationGradRow(g, gradOutput, input, labels, counted, n, WarpTeam{}, StoreInto<S>{grad});
   }
   if (threadIdx.x % 32 == 0)
     warpTotals[warp] = total;
@@ -650,6 +657,40 @@ __global__ void classificationSmallWithGradKernel(LossGeometry g, const S* input
     for (int w = 0; w < kWarps; ++w)
       sum += warpTotals[w];
     store(out, g.reduction == LossReduction::Mean ? sum / T(counted) : sum);
+  }
+}
+
+/// An AMP classifier's head (launchClassificationHead): the low-precision
+/// scores widened to f32, the loss and its gradient on them, and the
+/// gradient rounded back to the scores' dtype, in one block; every value is
+/// the one the four steps store.
+template <typename Low>
+__global__ void classificationHeadKernel(LossGeometry g, const Low* scores, const int64_t* labels,
+                                         const float* gradOutput, float* wideScores, float* out, float* grad,
+                                         Low* lowGrad) {
+  __shared__ float warpTotals[kWarps];
+  long long counted = blockCountRows(g, labels);
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float total = 0;
+  auto put = [&](int64_t index, float value) {
+    grad[index] = value;
+    if (lowGrad != nullptr)
+      store(lowGrad + index, value);
+  };
+  for (int64_t n = warp; n < g.rows; n += kWarps) {
+    for (int64_t c = lane; c < g.classes; c += 32)
+      wideScores[n * g.classes + c] = widen(scores[n * g.classes + c]);
+    total += classificationRowLoss(g, scores, labels, n, WarpTeam{});
+    writeClassificationGradRow(g, gradOutput, scores, labels, counted, n, WarpTeam{}, put);
+  }
+  if (threadIdx.x % 32 == 0)
+    warpTotals[warp] = total;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float sum = 0;
+    for (int w = 0; w < kWarps; ++w)
+      sum += warpTotals[w];
+    *out = g.reduction == LossReduction::Mean ? sum / float(counted) : sum;
   }
 }
 
@@ -1019,6 +1060,26 @@ cudaError_t launchLossAndGradient(Storage storage, const LossGeometry& geometry,
         static_cast<const S*>(gradOutput), static_cast<S*>(loss), static_cast<S*>(grad));
     return cudaGetLastError();
   });
+}
+
+cudaError_t launchClassificationHead(Storage scoresStorage, const LossGeometry& geometry, const void* scores,
+                                     const int64_t* labels, const float* gradOutput, float* wideScores, float* loss,
+                                     float* grad, void* lowGrad, cudaStream_t stream) {
+  if (!lossAndGradientShareALaunch(geometry))
+    return cudaErrorInvalidValue;
+  switch (scoresStorage) {
+  case Storage::F16:
+    classificationHeadKernel<__half><<<1, kThreads, 0, stream>>>(geometry, static_cast<const __half*>(scores), labels,
+                                                                  gradOutput, wideScores, loss, grad,
+                                                                  static_cast<__half*>(lowGrad));
+    return cudaGetLastError();
+  case Storage::BF16:
+    classificationHeadKernel<__nv_bfloat16><<<1, kThreads, 0, stream>>>(
+        geometry, static_cast<const __nv_bfloat16*>(scores), labels, gradOutput, wideScores, loss, grad,
+        static_cast<__nv_bfloat16*>(lowGrad));
+    return cudaGetLastError();
+  default: return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t launchDropout(Storage storage, int64_t count, double p, const void* x, const int64_t* state, void* y,

@@ -104,6 +104,14 @@ cudaError_t launchLossAndGradient(Storage storage, const LossGeometry& geometry,
                                   const void* target, const void* gradOutput, void* loss, void* grad,
                                   cudaStream_t stream);
 
+/// An AMP classifier's head in one launch: f16 or bf16 `scores` widened into
+/// `wideScores` (f32), a small reduced f32 loss (lossAndGradientShareALaunch)
+/// on them into `loss`, its gradient for the f32 seed into `grad`, and that
+/// gradient rounded to the scores' dtype into `lowGrad` (or null).
+cudaError_t launchClassificationHead(Storage scoresStorage, const LossGeometry& geometry, const void* scores,
+                                     const int64_t* labels, const float* gradOutput, float* wideScores, float* loss,
+                                     float* grad, void* lowGrad, cudaStream_t stream);
+
 /// state and nextState are [seed, offset] (they may be the same buffer); mask
 /// is one byte per element.
 cudaError_t launchDropout(Storage storage, int64_t count, double p, const void* x, const int64_t* state, void* y,

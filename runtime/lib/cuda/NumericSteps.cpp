@@ -223,6 +223,53 @@ Expected<std::unique_ptr<DeviceStep>> makeLossAndGradientStep(const Plan& plan, 
   });
 }
 
+namespace {
+
+/// A convert step between the float dtypes `from` and `to`, elementwise in f32.
+bool isConversion(const Plan& plan, const Step& step, DType from, DType to) {
+  return step.kind == StepKind::Elementwise && step.as<ElementwiseParams>().op == ElementwiseOp::Convert &&
+         step.computeType == DType::F32 && step.inputs.size() == 1 && step.outputs.size() == 1 &&
+         inputType(plan, step, 0).dtype == from && plan.buffers[step.outputs[0]].type.dtype == to &&
+         inputType(plan, step, 0).shape == plan.buffers[step.outputs[0]].type.shape;
+}
+
+} // namespace
+
+std::size_t classificationHeadLength(const Plan& plan, std::size_t index) {
+  if (index + 3 > plan.steps.size())
+    return 0;
+  const Step &widen = plan.steps[index], &loss = plan.steps[index + 1], &gradient = plan.steps[index + 2];
+  if (widen.kind != StepKind::Elementwise || widen.inputs.size() != 1 || widen.outputs.size() != 1)
+    return 0;
+  DType low = inputType(plan, widen, 0).dtype;
+  if ((low != DType::F16 && low != DType::BF16) || !isConversion(plan, widen, low, DType::F32) ||
+      loss.kind != StepKind::Loss || loss.inputs.empty() || loss.inputs[0] != widen.outputs[0] ||
+      loss.computeType != DType::F32 || !canShareLossLaunch(plan, loss, gradient))
+    return 0;
+  bool narrows = index + 3 < plan.steps.size() && plan.steps[index + 3].inputs.size() == 1 &&
+                 plan.steps[index + 3].inputs[0] == gradient.outputs[0] &&
+                 isConversion(plan, plan.steps[index + 3], DType::F32, low);
+  return narrows ? 4 : 3;
+}
+
+Expected<std::unique_ptr<DeviceStep>> makeClassificationHeadStep(const Plan& plan, std::span<const Step* const> steps) {
+  const Step& widen = *steps.front();
+  if (steps.size() != 3 && steps.size() != 4)
+    return Status::error(stepName(widen) + ": a classification head is 3 or 4 steps");
+  nk::LossGeometry geometry = lossGeometry(plan, *steps[1]);
+  nk::Storage scores = inputType(plan, widen, 0).dtype == DType::F16 ? nk::Storage::F16 : nk::Storage::BF16;
+  bool narrows = steps.size() == 4;
+  // Slots, step by step: inputs [low scores][scores, labels][seed, scores,
+  // labels][grad]; outputs [scores][loss][grad][low grad].
+  return makeStep(*steps[1], 0, [scores, geometry, narrows](const StepPointers& p, cudaStream_t stream) {
+    return nk::launchClassificationHead(
+        scores, geometry, slot(p.inputs, 0), static_cast<const int64_t*>(slot(p.inputs, 2)),
+        static_cast<const float*>(slot(p.inputs, 3)), static_cast<float*>(slot(p.outputs, 0)),
+        static_cast<float*>(slot(p.outputs, 1)), static_cast<float*>(slot(p.outputs, 2)),
+        narrows ? slot(p.outputs, 3) : nullptr, stream);
+  });
+}
+
 bool runsAsNumericKernel(StepKind kind) {
   switch (kind) {
   case StepKind::Reduction:

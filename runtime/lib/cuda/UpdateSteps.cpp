@@ -579,7 +579,10 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) 
   std::vector<std::pair<std::size_t, std::size_t>> groups;
   for (std::size_t index = 0; index < plan.steps.size();) {
     std::size_t end = index + 1;
-    if (plan.steps[index].kind == StepKind::OptimizerUpdate) {
+    std::size_t head = index >= deferred ? classificationHeadLength(plan, index) : 0;
+    if (head > 0) {
+      end = index + head;
+    } else if (plan.steps[index].kind == StepKind::OptimizerUpdate) {
       int64_t elements = parameterElements(index);
       std::optional<DType> copy;
       sameCopyDType(plan, copy, plan.steps[index]);
@@ -640,6 +643,8 @@ Expected<std::unique_ptr<DeviceStep>> makeLaunchGroupStep(DeviceContext& context
   if (steps.empty())
     return Status::error("a launch group needs at least one step");
   const Step& first = *steps.front();
+  if (steps.size() > 1 && steps[1]->kind == StepKind::Loss)
+    return makeClassificationHeadStep(plan, steps);
   if (first.kind == StepKind::Loss) {
     if (steps.size() != 2)
       return Status::error(stepName(first) + ": a loss shares a launch with its gradient alone");

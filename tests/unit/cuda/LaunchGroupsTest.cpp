@@ -164,5 +164,40 @@ TEST(LaunchGroups, ASmallLossAndItsGradientShareALaunch) {
   EXPECT_EQ(cuda::launchGroups(lossPlan({64, 10}, "mean", true)), (Groups{{0, 1}, {1, 2}}));
 }
 
+/// An O2 classifier's head: f16 scores widened to f32, the loss and its
+/// gradient, the gradient back to f16 (and, when `lossOfOtherScores`, the
+/// loss on other scores than the widened ones).
+Plan headPlan(bool narrow, bool lossOfOtherScores) {
+  PlanBuilder b("head");
+  BufferId low = b.argument(tt(DType::F16, {64, 10}), BufferRole::Input, "scores");
+  BufferId labels = b.argument(tt(DType::I64, {64}), BufferRole::Input, "labels");
+  BufferId seed = b.argument(tt(DType::F32, {}), BufferRole::ScalerState, "scale");
+  BufferId scores = b.temporary(tt(DType::F32, {64, 10}));
+  BufferId loss = b.output(tt(DType::F32, {}));
+  BufferId grad = b.temporary(tt(DType::F32, {64, 10}));
+  BufferId lowGrad = b.output(tt(DType::F16, {64, 10}));
+  BufferId gradSum = b.output(tt(DType::F32, {10}));
+  AttributeMap attributes = {{"reduction", std::string("mean")}};
+  BufferId other = b.argument(tt(DType::F32, {64, 10}), BufferRole::Input, "other_scores");
+  b.op("amp.cast", {low}, {scores});
+  b.op("jit.cross_entropy", {lossOfOtherScores ? other : scores, labels}, {loss}, attributes);
+  b.op("jit.cross_entropy_grad", {seed, scores, labels}, {grad}, attributes);
+  if (narrow)
+    b.op("amp.cast", {grad}, {lowGrad});
+  b.op("jit.sum", {grad}, {gradSum}, {{"axes", std::vector<int64_t>{0}}});
+  b.result(loss);
+  if (narrow)
+    b.result(lowGrad);
+  b.result(gradSum);
+  return b.finish();
+}
+
+TEST(LaunchGroups, AClassifiersHeadIsOneLaunch) {
+  EXPECT_EQ(cuda::launchGroups(headPlan(true, false)), (Groups{{0, 4}, {4, 5}}));
+  EXPECT_EQ(cuda::launchGroups(headPlan(false, false)), (Groups{{0, 3}, {3, 4}}));
+  // Not when the loss reads other scores than the widened ones.
+  EXPECT_EQ(cuda::launchGroups(headPlan(true, true)), (Groups{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}}));
+}
+
 } // namespace
 } // namespace ampjit::runtime
