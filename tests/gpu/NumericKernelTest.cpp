@@ -384,45 +384,55 @@ TEST_F(GpuTest, ALossAndItsGradientInOneLaunchMatchTheCpu) {
 }
 
 TEST_F(GpuTest, AClassifiersHeadInOneLaunchMatchesTheCpu) {
-  // f16/bf16 scores widened, the f32 loss and gradient, the gradient rounded
-  // back (cuda::classificationHeadLength): one launch, every output stored.
+  // The scores widened from f16/bf16 (or f32 already), the f32 loss and
+  // gradient, the gradient rounded to the low dtype, its column sums
+  // (cuda::classificationHeadLength): one launch, every output stored.
   const ClassificationCase cases[] = {{3, 5}, {64, 10}, {128, 10}, {1024, 32}};
   for (std::string loss : {"jit.cross_entropy", "jit.nll_loss"})
     for (const ClassificationCase& c : cases)
       for (std::string reduction : {"mean", "sum"})
         for (int ignoring = 0; ignoring < 3; ++ignoring)
           for (DType low : {DType::F16, DType::BF16})
-            for (bool narrow : {true, false}) {
-              PlanBuilder b("head");
-              Shape shape = {c.rows, c.classes};
-              BufferId lowScores = b.argument(tt(low, shape), BufferRole::Input);
-              BufferId labels = b.argument(tt(DType::I64, {c.rows}), BufferRole::Input);
-              BufferId seed = b.argument(tt(DType::F32, {}), BufferRole::ScalerState);
-              BufferId scores = b.output(tt(DType::F32, shape));
-              BufferId value = b.output(tt(DType::F32, {}));
-              BufferId grad = b.output(tt(DType::F32, shape));
-              AttributeMap attributes = {{"reduction", reduction}, {"ignore_index", int64_t(2)}};
-              if (loss == "jit.cross_entropy")
-                attributes["label_smoothing"] = 0.05;
-              b.op("amp.cast", {lowScores}, {scores});
-              b.op(loss, {scores, labels}, {value}, attributes);
-              b.op(loss + "_grad", {seed, scores, labels}, {grad}, attributes);
-              for (BufferId id : {scores, value, grad})
-                b.result(id);
-              if (narrow) {
-                BufferId lowGrad = b.output(tt(low, shape));
-                b.op("amp.cast", {grad}, {lowGrad});
-                b.result(lowGrad);
+            for (bool widen : {true, false})
+              for (bool narrow : {true, false}) {
+                PlanBuilder b("head");
+                Shape shape = {c.rows, c.classes};
+                BufferId given = b.argument(tt(widen ? low : DType::F32, shape), BufferRole::Input);
+                BufferId labels = b.argument(tt(DType::I64, {c.rows}), BufferRole::Input);
+                BufferId seed = b.argument(tt(DType::F32, {}), BufferRole::ScalerState);
+                BufferId scores = widen ? b.output(tt(DType::F32, shape)) : given;
+                BufferId value = b.output(tt(DType::F32, {}));
+                BufferId grad = b.output(tt(DType::F32, shape));
+                AttributeMap attributes = {{"reduction", reduction}, {"ignore_index", int64_t(2)}};
+                if (loss == "jit.cross_entropy")
+                  attributes["label_smoothing"] = 0.05;
+                if (widen) {
+                  b.op("amp.cast", {given}, {scores});
+                  b.result(scores);
+                }
+                b.op(loss, {scores, labels}, {value}, attributes);
+                b.op(loss + "_grad", {seed, scores, labels}, {grad}, attributes);
+                b.result(value);
+                b.result(grad);
+                if (narrow) {
+                  BufferId lowGrad = b.output(tt(low, shape));
+                  b.op("amp.cast", {grad}, {lowGrad});
+                  b.result(lowGrad);
+                }
+                BufferId sums = b.output(tt(DType::F32, {c.classes}));
+                b.op("jit.sum", {grad}, {sums}, {{"axes", std::vector<int64_t>{0}}});
+                b.result(sums);
+                Plan plan = b.finish();
+                std::string what = loss + " " + reduction + " " + describe(low, shape) + " ignoring " +
+                                   std::to_string(ignoring) + (widen ? " widened" : "") + (narrow ? " narrowed" : "");
+                ASSERT_EQ(cuda::launchGroups(plan).size(), 1u) << what;
+                std::vector<Tensor> arguments = randomArguments(plan, 14, -4.0, 4.0);
+                setLabels(arguments[1], c.classes, 2, ignoring == 1, ignoring == 2);
+                arguments[2].set(0, 65536.0);
+                double slack = 2.0 + double(c.classes + c.rows) / 64;
+                std::vector<double> slacks = widen ? std::vector<double>{0.0, slack} : std::vector<double>{slack};
+                expectAgree(*cpu, *cuda, plan, arguments, slacks, what);
               }
-              Plan plan = b.finish();
-              std::string what = loss + " " + reduction + " " + describe(low, shape) + " ignoring " +
-                                 std::to_string(ignoring) + (narrow ? " narrowed" : "");
-              ASSERT_EQ(cuda::launchGroups(plan).size(), 1u) << what;
-              std::vector<Tensor> arguments = randomArguments(plan, 14, -4.0, 4.0);
-              setLabels(arguments[1], c.classes, 2, ignoring == 1, ignoring == 2);
-              arguments[2].set(0, 65536.0);
-              expectAgree(*cpu, *cuda, plan, arguments, {0.0, 2.0 + double(c.classes + c.rows) / 64}, what);
-            }
 }
 
 TEST_F(GpuTest, CrossEntropyPropagatesNaNAndInfinities) {

@@ -660,14 +660,15 @@ __global__ void classificationSmallWithGradKernel(LossGeometry g, const S* input
   }
 }
 
-/// An AMP classifier's head (launchClassificationHead): the low-precision
-/// scores widened to f32, the loss and its gradient on them, and the
-/// gradient rounded back to the scores' dtype, in one block; every value is
-/// the one the four steps store.
-template <typename Low>
-__global__ void classificationHeadKernel(LossGeometry g, const Low* scores, const int64_t* labels,
+/// An AMP classifier's head (launchClassificationHead): the scores (widened
+/// from Low into wideScores when given), the f32 loss and its gradient on
+/// them, the gradient rounded to Low (lowGrad) and summed over the rows
+/// (columnSums) when given, in one block; every value is the one the
+/// separate steps store, the column sums in the CPU's row order.
+template <typename In, typename Low>
+__global__ void classificationHeadKernel(LossGeometry g, const In* scores, const int64_t* labels,
                                          const float* gradOutput, float* wideScores, float* out, float* grad,
-                                         Low* lowGrad) {
+                                         Low* lowGrad, float* columnSums) {
   __shared__ float warpTotals[kWarps];
   long long counted = blockCountRows(g, labels);
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -678,20 +679,28 @@ __global__ void classificationHeadKernel(LossGeometry g, const Low* scores, cons
       store(lowGrad + index, value);
   };
   for (int64_t n = warp; n < g.rows; n += kWarps) {
-    for (int64_t c = lane; c < g.classes; c += 32)
-      wideScores[n * g.classes + c] = widen(scores[n * g.classes + c]);
+    if (wideScores != nullptr)
+      for (int64_t c = lane; c < g.classes; c += 32)
+        wideScores[n * g.classes + c] = widen(scores[n * g.classes + c]);
     total += classificationRowLoss(g, scores, labels, n, WarpTeam{});
     writeClassificationGradRow(g, gradOutput, scores, labels, counted, n, WarpTeam{}, put);
   }
   if (threadIdx.x % 32 == 0)
     warpTotals[warp] = total;
-  __syncthreads();
+  __syncthreads(); // also makes the block's gradient stores visible to it
   if (threadIdx.x == 0) {
     float sum = 0;
     for (int w = 0; w < kWarps; ++w)
       sum += warpTotals[w];
     *out = g.reduction == LossReduction::Mean ? sum / float(counted) : sum;
   }
+  if (columnSums != nullptr)
+    for (int64_t c = threadIdx.x; c < g.classes; c += kThreads) {
+      float sum = 0;
+      for (int64_t n = 0; n < g.rows; ++n)
+        sum += grad[n * g.classes + c];
+      columnSums[c] = sum;
+    }
 }
 
 //===----------------------------------------------------------------------===//
@@ -1062,22 +1071,25 @@ cudaError_t launchLossAndGradient(Storage storage, const LossGeometry& geometry,
   });
 }
 
-cudaError_t launchClassificationHead(Storage scoresStorage, const LossGeometry& geometry, const void* scores,
+cudaError_t launchClassificationHead(const ClassificationHead& head, const LossGeometry& geometry, const void* scores,
                                      const int64_t* labels, const float* gradOutput, float* wideScores, float* loss,
-                                     float* grad, void* lowGrad, cudaStream_t stream) {
+                                     float* grad, void* lowGrad, float* columnSums, cudaStream_t stream) {
   if (!lossAndGradientShareALaunch(geometry))
     return cudaErrorInvalidValue;
-  switch (scoresStorage) {
-  case Storage::F16:
-    classificationHeadKernel<__half><<<1, kThreads, 0, stream>>>(geometry, static_cast<const __half*>(scores), labels,
-                                                                  gradOutput, wideScores, loss, grad,
-                                                                  static_cast<__half*>(lowGrad));
+  auto launch = [&](auto in, auto low) {
+    using In = decltype(in);
+    using Low = decltype(low);
+    classificationHeadKernel<In, Low><<<1, kThreads, 0, stream>>>(geometry, static_cast<const In*>(scores), labels,
+                                                                   gradOutput, wideScores, loss, grad,
+                                                                   static_cast<Low*>(lowGrad), columnSums);
     return cudaGetLastError();
-  case Storage::BF16:
-    classificationHeadKernel<__nv_bfloat16><<<1, kThreads, 0, stream>>>(
-        geometry, static_cast<const __nv_bfloat16*>(scores), labels, gradOutput, wideScores, loss, grad,
-        static_cast<__nv_bfloat16*>(lowGrad));
-    return cudaGetLastError();
+  };
+  // The narrowed gradient has the low dtype; without one, Low is unused.
+  bool lowIsBf16 = head.low == Storage::BF16;
+  switch (head.scores) {
+  case Storage::F16: return launch(__half{}, __half{});
+  case Storage::BF16: return launch(__nv_bfloat16{}, __nv_bfloat16{});
+  case Storage::F32: return lowIsBf16 ? launch(float{}, __nv_bfloat16{}) : launch(float{}, __half{});
   default: return cudaErrorInvalidValue;
   }
 }

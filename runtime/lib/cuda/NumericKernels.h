@@ -104,13 +104,19 @@ cudaError_t launchLossAndGradient(Storage storage, const LossGeometry& geometry,
                                   const void* target, const void* gradOutput, void* loss, void* grad,
                                   cudaStream_t stream);
 
-/// An AMP classifier's head in one launch: f16 or bf16 `scores` widened into
-/// `wideScores` (f32), a small reduced f32 loss (lossAndGradientShareALaunch)
-/// on them into `loss`, its gradient for the f32 seed into `grad`, and that
-/// gradient rounded to the scores' dtype into `lowGrad` (or null).
-cudaError_t launchClassificationHead(Storage scoresStorage, const LossGeometry& geometry, const void* scores,
+/// An AMP classifier's head in one launch: the f32 loss (small and reduced:
+/// lossAndGradientShareALaunch) of the scores and its gradient for the f32
+/// seed into `grad`; `scores` are F32, or F16/BF16 widened into `wideScores`
+/// (F32) as well. Given, `lowGrad` gets the gradient rounded to `low` (the
+/// scores' dtype when they are not f32) and `columnSums` its sums over the
+/// rows (a last layer's bias gradient).
+struct ClassificationHead {
+  Storage scores = Storage::F32;
+  Storage low = Storage::F16;
+};
+cudaError_t launchClassificationHead(const ClassificationHead& head, const LossGeometry& geometry, const void* scores,
                                      const int64_t* labels, const float* gradOutput, float* wideScores, float* loss,
-                                     float* grad, void* lowGrad, cudaStream_t stream);
+                                     float* grad, void* lowGrad, float* columnSums, cudaStream_t stream);
 
 /// state and nextState are [seed, offset] (they may be the same buffer); mask
 /// is one byte per element.

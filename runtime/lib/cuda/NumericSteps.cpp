@@ -6,6 +6,7 @@
 #include "NumericKernels.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 namespace ampjit::runtime::cuda {
@@ -235,38 +236,116 @@ bool isConversion(const Plan& plan, const Step& step, DType from, DType to) {
 
 } // namespace
 
+namespace {
+
+/// The parts of a classification head at step `index`, or nothing.
+struct HeadParts {
+  bool widens = false, narrows = false, sums = false;
+  std::size_t length() const { return 2 + widens + narrows + sums; }
+};
+
+bool isColumnSumOf(const Plan& plan, const Step& step, BufferId grad) {
+  if (step.kind != StepKind::Reduction || step.inputs.size() != 1 || step.outputs.size() != 1 ||
+      step.inputs[0] != grad || step.computeType != DType::F32)
+    return false;
+  const ReductionParams& params = step.as<ReductionParams>();
+  const TensorType& out = plan.buffers[step.outputs[0]].type;
+  return params.op == ReduceOp::Sum && params.axes == std::vector<int64_t>{0} && !params.keepdim &&
+         out.dtype == DType::F32 && out.shape == Shape{plan.buffers[grad].type.shape[1]};
+}
+
+std::optional<HeadParts> classificationHead(const Plan& plan, std::size_t index) {
+  HeadParts parts;
+  const std::vector<Step>& steps = plan.steps;
+  std::size_t at = index;
+  if (at < steps.size() && steps[at].kind == StepKind::Elementwise && steps[at].inputs.size() == 1) {
+    DType low = inputType(plan, steps[at], 0).dtype;
+    parts.widens = (low == DType::F16 || low == DType::BF16) && isConversion(plan, steps[at], low, DType::F32);
+    if (!parts.widens)
+      return std::nullopt;
+    ++at;
+  }
+  if (at + 1 >= steps.size())
+    return std::nullopt;
+  const Step &loss = steps[at], &gradient = steps[at + 1];
+  if (loss.kind != StepKind::Loss || loss.inputs.empty() || loss.computeType != DType::F32 ||
+      inputType(plan, loss, 0).dtype != DType::F32 || !canShareLossLaunch(plan, loss, gradient) ||
+      (parts.widens && loss.inputs[0] != steps[index].outputs[0]))
+    return std::nullopt;
+  at += 2;
+  BufferId grad = gradient.outputs[0];
+  if (at < steps.size() && steps[at].inputs.size() == 1 && steps[at].inputs[0] == grad) {
+    DType low = parts.widens ? inputType(plan, steps[index], 0).dtype
+                             : plan.buffers[steps[at].outputs[0]].type.dtype;
+    parts.narrows = (low == DType::F16 || low == DType::BF16) && isConversion(plan, steps[at], DType::F32, low);
+    at += parts.narrows;
+  }
+  if (at < steps.size() && isColumnSumOf(plan, steps[at], grad))
+    parts.sums = true;
+  // A loss with its gradient alone is makeLossAndGradientStep's.
+  if (!parts.widens && !parts.narrows && !parts.sums)
+    return std::nullopt;
+  return parts;
+}
+
+} // namespace
+
 std::size_t classificationHeadLength(const Plan& plan, std::size_t index) {
-  if (index + 3 > plan.steps.size())
-    return 0;
-  const Step &widen = plan.steps[index], &loss = plan.steps[index + 1], &gradient = plan.steps[index + 2];
-  if (widen.kind != StepKind::Elementwise || widen.inputs.size() != 1 || widen.outputs.size() != 1)
-    return 0;
-  DType low = inputType(plan, widen, 0).dtype;
-  if ((low != DType::F16 && low != DType::BF16) || !isConversion(plan, widen, low, DType::F32) ||
-      loss.kind != StepKind::Loss || loss.inputs.empty() || loss.inputs[0] != widen.outputs[0] ||
-      loss.computeType != DType::F32 || !canShareLossLaunch(plan, loss, gradient))
-    return 0;
-  bool narrows = index + 3 < plan.steps.size() && plan.steps[index + 3].inputs.size() == 1 &&
-                 plan.steps[index + 3].inputs[0] == gradient.outputs[0] &&
-                 isConversion(plan, plan.steps[index + 3], DType::F32, low);
-  return narrows ? 4 : 3;
+  std::optional<HeadParts> parts = classificationHead(plan, index);
+  return parts ? parts->length() : 0;
 }
 
 Expected<std::unique_ptr<DeviceStep>> makeClassificationHeadStep(const Plan& plan, std::span<const Step* const> steps) {
-  const Step& widen = *steps.front();
-  if (steps.size() != 3 && steps.size() != 4)
-    return Status::error(stepName(widen) + ": a classification head is 3 or 4 steps");
-  nk::LossGeometry geometry = lossGeometry(plan, *steps[1]);
-  nk::Storage scores = inputType(plan, widen, 0).dtype == DType::F16 ? nk::Storage::F16 : nk::Storage::BF16;
-  bool narrows = steps.size() == 4;
-  // Slots, step by step: inputs [low scores][scores, labels][seed, scores,
-  // labels][grad]; outputs [scores][loss][grad][low grad].
-  return makeStep(*steps[1], 0, [scores, geometry, narrows](const StepPointers& p, cudaStream_t stream) {
+  if (steps.empty() || steps.front() < plan.steps.data() || steps.front() >= plan.steps.data() + plan.steps.size())
+    return Status::error("a classification head's steps must be the plan's own");
+  std::size_t index = std::size_t(steps.front() - plan.steps.data());
+  std::optional<HeadParts> parts = classificationHead(plan, index);
+  if (!parts || parts->length() != steps.size())
+    return Status::error(stepName(*steps.front()) + ": not the first step of a classification head of " +
+                         std::to_string(steps.size()) + " steps");
+  const Step& loss = *steps[parts->widens];
+  nk::LossGeometry geometry = lossGeometry(plan, loss);
+  auto storage = [](DType dtype) {
+    return dtype == DType::F16 ? nk::Storage::F16 : dtype == DType::BF16 ? nk::Storage::BF16 : nk::Storage::F32;
+  };
+  nk::ClassificationHead head;
+  head.scores = storage(inputType(plan, *steps.front(), 0).dtype);
+  if (parts->narrows)
+    head.low = storage(plan.buffers[steps[parts->widens + 2]->outputs[0]].type.dtype);
+  // Where each buffer is in the group's slots: each step's inputs, then
+  // outputs, one step after another (widen: [low scores] -> [scores]; loss:
+  // [scores, labels] -> [loss]; gradient: [seed, scores, labels] -> [grad];
+  // narrow: [grad] -> [low grad]; sum: [grad] -> [column sums]).
+  struct Slots {
+    std::size_t scores, labels, seed, wide, loss, grad, low, sums;
+  } at{};
+  std::size_t in = 0, out = 0;
+  const std::size_t kAbsent = std::size_t(-1);
+  at.wide = at.low = at.sums = kAbsent;
+  if (parts->widens) {
+    in += 1;
+    at.wide = out++;
+  }
+  at.scores = parts->widens ? 0 : in;
+  at.labels = in + 1;
+  in += 2;
+  at.loss = out++;
+  at.seed = in;
+  in += 3;
+  at.grad = out++;
+  if (parts->narrows) {
+    in += 1;
+    at.low = out++;
+  }
+  if (parts->sums)
+    at.sums = out++;
+  return makeStep(loss, 0, [head, geometry, at, kAbsent](const StepPointers& p, cudaStream_t stream) {
+    auto output = [&](std::size_t slotIndex) { return slotIndex == kAbsent ? nullptr : slot(p.outputs, slotIndex); };
     return nk::launchClassificationHead(
-        scores, geometry, slot(p.inputs, 0), static_cast<const int64_t*>(slot(p.inputs, 2)),
-        static_cast<const float*>(slot(p.inputs, 3)), static_cast<float*>(slot(p.outputs, 0)),
-        static_cast<float*>(slot(p.outputs, 1)), static_cast<float*>(slot(p.outputs, 2)),
-        narrows ? slot(p.outputs, 3) : nullptr, stream);
+        head, geometry, slot(p.inputs, at.scores), static_cast<const int64_t*>(slot(p.inputs, at.labels)),
+        static_cast<const float*>(slot(p.inputs, at.seed)), static_cast<float*>(output(at.wide)),
+        static_cast<float*>(output(at.loss)), static_cast<float*>(output(at.grad)), output(at.low),
+        static_cast<float*>(output(at.sums)), stream);
   });
 }
 

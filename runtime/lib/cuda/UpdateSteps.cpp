@@ -643,7 +643,8 @@ Expected<std::unique_ptr<DeviceStep>> makeLaunchGroupStep(DeviceContext& context
   if (steps.empty())
     return Status::error("a launch group needs at least one step");
   const Step& first = *steps.front();
-  if (steps.size() > 1 && steps[1]->kind == StepKind::Loss)
+  bool ofThePlan = &first >= plan.steps.data() && &first < plan.steps.data() + plan.steps.size();
+  if (ofThePlan && classificationHeadLength(plan, std::size_t(&first - plan.steps.data())) == steps.size())
     return makeClassificationHeadStep(plan, steps);
   if (first.kind == StepKind::Loss) {
     if (steps.size() != 2)

@@ -193,8 +193,15 @@ Plan headPlan(bool narrow, bool lossOfOtherScores) {
 }
 
 TEST(LaunchGroups, AClassifiersHeadIsOneLaunch) {
-  EXPECT_EQ(cuda::launchGroups(headPlan(true, false)), (Groups{{0, 4}, {4, 5}}));
-  EXPECT_EQ(cuda::launchGroups(headPlan(false, false)), (Groups{{0, 3}, {3, 4}}));
+  // Widen, loss, gradient, narrow and the gradient's column sum (the last
+  // layer's bias gradient); without the narrowing.
+  EXPECT_EQ(cuda::launchGroups(headPlan(true, false)), (Groups{{0, 5}}));
+  EXPECT_EQ(cuda::launchGroups(headPlan(false, false)), (Groups{{0, 4}}));
+  // Without the widening (O1: the scores are f32 already), from the loss on.
+  Plan o1 = headPlan(true, false);
+  o1.steps.erase(o1.steps.begin());
+  o1.steps[0].inputs[0] = o1.steps[1].inputs[1] = o1.argumentBuffer(3);
+  EXPECT_EQ(cuda::launchGroups(o1), (Groups{{0, 4}})) << printPlan(o1);
   // Not when the loss reads other scores than the widened ones.
   EXPECT_EQ(cuda::launchGroups(headPlan(true, true)), (Groups{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}}));
 }
