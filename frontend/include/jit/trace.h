@@ -118,6 +118,9 @@ struct TraceStats {
   /// Deferred updates (TraceOptions::defer_updates) that a host access or
   /// another function completed before the next call could overlap them.
   size_t early_update_completions = 0;
+  /// On CUDA, the kernel and library launches the last compiled call's step
+  /// enqueues (what its graph replays one after another); 0 on the CPU.
+  size_t device_launches_per_step = 0;
 };
 
 namespace detail {

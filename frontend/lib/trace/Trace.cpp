@@ -326,6 +326,8 @@ private:
     rt::Expected<std::vector<rt::Tensor>> results = variant.executable->run(arguments);
     if (!results)
       throw Error("jit::trace '" + options_.name + "': " + results.message());
+    if (cuda_)
+      stats_.device_launches_per_step = size_t(cuda_->stats(*variant.executable).launchesPerRun);
     if (variant.deferred) {
       variant.deferred->pending = variant.executable->deferredPending();
       for (size_t index : variant.deferredState)

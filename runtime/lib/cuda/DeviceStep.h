@@ -144,6 +144,9 @@ Expected<std::unique_ptr<DeviceStep>> makeClassificationHeadStep(const Plan& pla
 /// convolution updates of a few thousand elements each would otherwise be
 /// ~100 side-stream launches and joins for ~0.2 ms of work.
 std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan);
+/// How many of launchGroups' groups enqueue work on the device: all but the
+/// reshapes that view their input's bytes (runtime arenaViewRoots).
+std::size_t launchesPerRun(const Plan& plan);
 /// For each of launchGroups' `groups` after the deferred update, the last of
 /// the update's groups (counted among those, in order) that must finish
 /// before it launches: the last one due (deferredStepDeadlines) at any of its

@@ -615,6 +615,16 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) 
   return groups;
 }
 
+std::size_t launchesPerRun(const Plan& plan) {
+  std::vector<BufferId> roots = arenaViewRoots(plan);
+  std::size_t launches = 0;
+  for (auto [begin, end] : launchGroups(plan)) {
+    const Step& first = plan.steps[begin];
+    launches += !(end - begin == 1 && first.kind == StepKind::Reshape && roots[first.outputs[0]] != first.outputs[0]);
+  }
+  return launches;
+}
+
 std::vector<std::ptrdiff_t> deferredJoins(const Plan& plan,
                                           std::span<const std::pair<std::size_t, std::size_t>> groups) {
   std::vector<std::size_t> deadlines = deferredStepDeadlines(plan);

@@ -72,6 +72,10 @@ struct CudaRunStats {
   /// Launches of a deferred optimizer update (Plan::deferredSteps) that run
   /// on the side stream beside the forward (per run).
   int64_t deferredUpdateGroups = 0;
+  /// Kernel and library launches a run enqueues (steps sharing a launch
+  /// counted once, a reshape that views its input not at all): the nodes a
+  /// step's graph replays one after another.
+  int64_t launchesPerRun = 0;
   /// Why runs go step by step instead of replaying a graph (a capture or an
   /// instantiation failed); empty while graphs work.
   std::string graphDisabledReason{};
