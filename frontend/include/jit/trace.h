@@ -51,6 +51,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <source_location>
 #include <string>
 #include <tuple>
@@ -98,6 +99,12 @@ struct TraceOptions {
   /// take less time than what deferring adds). `on`: always, on any backend.
   /// Off under AMPJIT_CHECK_NUMERICS.
   DeferUpdates defer_updates = DeferUpdates::automatic;
+  /// Keep each parameter's low-precision cast from call to call (O1-O3): the
+  /// optimizer update writes it from the new fp32 parameter, as O2's master
+  /// weights do, so a call casts no parameter and every value is bit for bit
+  /// the same. Unset: kept on the CUDA backend at O1 (O2 and O3 keep them as
+  /// master weights already), cast per call on the CPU. true at O0 is an error.
+  std::optional<bool> keep_parameter_casts{};
   /// Write each retrace's reason and the fallback warning to stderr.
   bool log_retraces = true;
   /// The traced function's name (in the module, the plan, dumps and messages).

@@ -97,6 +97,11 @@ public:
     // Resolving checks the options now (jit::Error on nonsense), not at the first call.
     pipelineOptions_ = options_.amp.pipelineOptions() + " semantics=" + semanticsName(options_.semantics) +
                        " target=" + (cuda_ ? cuda_->architecture() : std::string("cpu"));
+    if (options_.keep_parameter_casts == true && options_.amp.level == amp::O0)
+      throw Error("jit::trace '" + options_.name +
+                  "': keep_parameter_casts needs O1-O3: at O0 no parameter is cast to keep");
+    if (options_.keep_parameter_casts.value_or(cuda_ != nullptr && options_.amp.level == amp::O1))
+      pipelineOptions_ += " keep-parameter-casts=true";
   }
 
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const TracedFunctionBase::Body& body) {

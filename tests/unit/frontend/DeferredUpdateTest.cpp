@@ -133,6 +133,41 @@ TEST(DeferredUpdates, ACopyIntoAParameterLandsAfterThePendingUpdate) {
   EXPECT_EQ(stateOf(pair.deferredNet), stateOf(pair.plainNet));
 }
 
+TEST(DeferredUpdates, KeptParameterCastsChangeNoBitAtO1) {
+  // TraceOptions::keep_parameter_casts: the update writes each parameter's
+  // f16/bf16 cast for the next call (the CUDA default at O1), deferred or
+  // not; a host write to a parameter re-derives its cast.
+  for (DeferUpdates defer : {DeferUpdates::off, DeferUpdates::on})
+    for (DType dtype : {f16, bf16}) {
+      SCOPED_TRACE(std::string(dtype == f16 ? "f16" : "bf16") + (defer == DeferUpdates::on ? ", deferred" : ""));
+      Classifier keptNet(kIn, kHidden, kClasses, 3), castNet(kIn, kHidden, kClasses, 3);
+      auto kept = trace(Step([&](const Tensor& a, const Tensor& b) { return keptNet.step(a, b); }),
+                        {.amp = {.level = amp::O1, .dtype = dtype}, .defer_updates = defer,
+                         .keep_parameter_casts = true});
+      auto cast = trace(Step([&](const Tensor& a, const Tensor& b) { return castNet.step(a, b); }),
+                        {.amp = {.level = amp::O1, .dtype = dtype}, .defer_updates = DeferUpdates::off,
+                         .keep_parameter_casts = false});
+      for (uint64_t i = 0; i < 6; ++i) {
+        if (i == 3)
+          for (Classifier* net : {&keptNet, &castNet}) {
+            NoGradGuard noGrad;
+            Tensor weight = net->model.parameters()[0];
+            weight.copy_(weight * 0.5);
+          }
+        auto [x, y] = batch(kBatch, kIn, kClasses, 700 + i);
+        EXPECT_EQ(kept(x, y).item(), cast(x, y).item()) << "call " << i;
+      }
+      EXPECT_NE(kept.plan_text().find("param_copy="), std::string::npos) << kept.plan_text();
+      EXPECT_EQ(cast.plan_text().find("param_copy="), std::string::npos);
+      EXPECT_EQ(stateOf(keptNet), stateOf(castNet));
+    }
+  EXPECT_EQ(errorOf([] {
+              trace(Step([](const Tensor& a, const Tensor&) { return a; }),
+                    {.amp = {.level = amp::O0}, .keep_parameter_casts = true});
+            }),
+            "jit::trace 'train_step': keep_parameter_casts needs O1-O3: at O0 no parameter is cast to keep");
+}
+
 TEST(DeferredUpdates, DestroyingTheTracedFunctionCompletesItsUpdate) {
   Classifier deferredNet(kIn, kHidden, kClasses, 3), plainNet(kIn, kHidden, kClasses, 3);
   auto [x, y] = batch(kBatch, kIn, kClasses, 10);

@@ -56,6 +56,16 @@ struct AmpPipelinePass : impl::AmpPipelineBase<AmpPipelinePass> {
                   << "': expected auto, on or off";
       return signalPassFailure();
     }
+    // The copies are the casts kept from one step to the next: the update
+    // writes round_to_nearest_even(new master), which is what the next
+    // step's cast would compute, so no value changes.
+    if (keepParameterCasts) {
+      if (config->level == AmpLevel::O0) {
+        emitError() << "keep-parameter-casts needs level O1, O2 or O3: at O0 no parameter is cast";
+        return signalPassFailure();
+      }
+      withMasterWeights = true;
+    }
 
     // Fold first, so the painting sees the graph the step computes: a
     // traced backward seeds the scaled loss with 1 and scales that seed

@@ -115,7 +115,8 @@ def AmpPipeline : Pass<"amp-pipeline", "::mlir::ModuleOp"> {
   let description = [{
     Runs, for the chosen level: amp-auto-cast, amp-master-weights (O2, O3;
     `master-weights=on|off` overrides, and asking for it at O0 or O1, where
-    parameters are read in fp32, is an error),
+    parameters are read in fp32, is an error; `keep-parameter-casts` runs it
+    at O1 too, where it changes no value, only where the casts happen),
     amp-fuse-casts, canonicalize + cse, amp-verify. The report, when asked
     for, also counts the casts fusion removed.
 
@@ -129,6 +130,10 @@ def AmpPipeline : Pass<"amp-pipeline", "::mlir::ModuleOp"> {
            "Let cast fusion fold narrowing round trips (changes results)">,
     Option<"masterWeights", "master-weights", "std::string", /*default=*/"\"auto\"",
            "Low-precision parameter copies of fp32 masters: auto (on at O2 and O3), on, off">,
+    Option<"keepParameterCasts", "keep-parameter-casts", "bool", /*default=*/"false",
+           "Keep each parameter's cast from step to step as a low-precision copy that the "
+           "optimizer update writes (amp-master-weights' mechanism), bit for bit the casts: "
+           "the step casts no parameter. At O1 what O2's master weights do; not at O0">,
   ]);
 }
 
