@@ -184,18 +184,7 @@ TEST(CpuBackend, PoisoningFreedTemporariesChangesNoResult) {
 TEST(CpuBackend, AReshapesViewKeepsItsBytesPastItsInputsLastRead) {
   // neg -> reshape (a view of neg's bytes) -> exp: poisoning neg's output
   // after its last read, the reshape, would poison the view.
-  PlanBuilder b("view");
-  BufferId x = b.argument(tt(DType::F32, {6}), BufferRole::Input);
-  BufferId t = b.temporary(tt(DType::F32, {6}));
-  BufferId view = b.temporary(tt(DType::F32, {2, 3}));
-  BufferId out = b.output(tt(DType::F32, {2, 3}));
-  b.op("jit.neg", {x}, {t});
-  b.op("jit.reshape", {t}, {view});
-  b.op("jit.exp", {view}, {out});
-  b.result(out);
-  Plan plan = b.finish();
-  plan.buffers[view].arenaOffset = plan.buffers[t].arenaOffset;
-  plan.arenaBytes = plan.buffers[t].arenaOffset + kArenaAlignment;
+  Plan plan = reshapeViewPlan().plan;
   ASSERT_TRUE(verifyPlan(plan).ok()) << verifyPlan(plan).message();
   std::unique_ptr<Backend> poisoning = createCpuBackend({.poisonFreedTemporaries = true});
   Expected<std::unique_ptr<Executable>> executable = poisoning->prepare(plan);

@@ -440,27 +440,6 @@ TEST(PlanVerifier, LiveTemporariesMustNotShareArenaBytes) {
             "buffer %1 (steps 0..2) and buffer %2 (steps 1..2) share arena bytes while both are live");
 }
 
-/// x -> neg -> t -> reshape -> view -> exp -> out, with the view laid out at
-/// t's own bytes (what codegen does, so the reshape moves nothing).
-struct ViewPlan {
-  Plan plan;
-  BufferId t, view;
-};
-ViewPlan reshapeViewPlan() {
-  PlanBuilder b("p");
-  BufferId x = b.argument(tt(DType::F32, {6}), BufferRole::Input);
-  BufferId t = b.temporary(tt(DType::F32, {6}));
-  BufferId view = b.temporary(tt(DType::F32, {2, 3}));
-  BufferId out = b.output(tt(DType::F32, {2, 3}));
-  b.op("jit.neg", {x}, {t});
-  b.op("jit.reshape", {t}, {view});
-  b.op("jit.exp", {view}, {out});
-  b.result(out);
-  Plan plan = b.finish();
-  plan.buffers[view].arenaOffset = plan.buffers[t].arenaOffset;
-  return {plan, t, view};
-}
-
 TEST(PlanVerifier, AReshapeMayViewItsInputsBytes) {
   ViewPlan v = reshapeViewPlan();
   EXPECT_TRUE(verifyPlan(v.plan).ok()) << verifyMessage(v.plan);

@@ -203,6 +203,27 @@ inline ::testing::AssertionResult allClose(const Tensor& actual, const std::vect
   return result;
 }
 
+/// x -> neg -> t -> reshape -> view -> exp -> out, with the view laid out at
+/// t's own bytes (what codegen does, so the reshape moves nothing).
+struct ViewPlan {
+  Plan plan;
+  BufferId t, view;
+};
+inline ViewPlan reshapeViewPlan() {
+  PlanBuilder b("view");
+  BufferId x = b.argument(tt(DType::F32, {6}), BufferRole::Input);
+  BufferId t = b.temporary(tt(DType::F32, {6}));
+  BufferId view = b.temporary(tt(DType::F32, {2, 3}));
+  BufferId out = b.output(tt(DType::F32, {2, 3}));
+  b.op("jit.neg", {x}, {t});
+  b.op("jit.reshape", {t}, {view});
+  b.op("jit.exp", {view}, {out});
+  b.result(out);
+  Plan plan = b.finish();
+  plan.buffers[view].arenaOffset = plan.buffers[t].arenaOffset;
+  return {plan, t, view};
+}
+
 /// A small mixed-precision train step touching most step kinds and every
 /// kind of parameter field, so that the file round trip covers each encoding.
 inline Plan sampleTrainStep() {
