@@ -469,12 +469,29 @@ private:
       // Values whose last reader ran before this step free their bytes. A
       // step never writes over its own inputs: they stay live through it.
       llvm::erase_if(live, [&](const Live &entry) { return entry.until < int64_t(s); });
+      const rt::Step &step = plan.steps[s];
+      // A reshape of an argument, constant or carried buffer into a
+      // temporary written by no other step views that buffer's memory
+      // (BufferDesc::viewOf) when nothing writes it while the view is live:
+      // a 1x1 convolution's f16 weight copy in NHWC, read until the backward.
+      if (step.kind == rt::StepKind::Reshape && !isTemporary(step.inputs[0]) &&
+          plan.buffers[step.inputs[0]].role != rt::BufferRole::Output && isTemporary(step.outputs[0]) &&
+          writers[step.outputs[0]] == 1 && plan.buffers[step.inputs[0]].type.byteSize() > 0) {
+        rt::BufferId viewed = step.inputs[0], view = step.outputs[0];
+        bool unwritten = true;
+        for (int64_t later = int64_t(s) + 1; later <= lastRead[view] && unwritten; ++later)
+          for (rt::BufferId out : plan.steps[size_t(later)].outputs)
+            unwritten &= out != viewed;
+        if (unwritten) {
+          plan.buffers[view].viewOf = int32_t(viewed);
+          continue;
+        }
+      }
       // A reshape of a temporary into a temporary, neither written by
       // another step, views its input's bytes (runtime arenaViewRoots), which
       // stay live until the view's last reader: the reshape moves nothing.
-      const rt::Step &step = plan.steps[s];
       if (step.kind == rt::StepKind::Reshape && isTemporary(step.inputs[0]) && isTemporary(step.outputs[0]) &&
-          writers[step.inputs[0]] == 1 && writers[step.outputs[0]] == 1 &&
+          plan.buffers[step.inputs[0]].viewOf < 0 && writers[step.inputs[0]] == 1 && writers[step.outputs[0]] == 1 &&
           plan.buffers[step.inputs[0]].type.byteSize() > 0) {
         rt::BufferId input = step.inputs[0], view = step.outputs[0];
         uint64_t offset = plan.buffers[input].arenaOffset;

@@ -1335,7 +1335,16 @@ Status verifyBuffers(const Plan& plan, size_t& argumentCount) {
         return Status::error(where + " is argument " + std::to_string(buffer.argument) +
                              ", which another buffer already is");
     }
-    if (buffer.role == BufferRole::Temporary) {
+    if (buffer.viewOf >= 0) {
+      if (buffer.role != BufferRole::Temporary || size_t(buffer.viewOf) >= plan.buffers.size())
+        return Status::error(where + " is a view of buffer %" + std::to_string(buffer.viewOf) +
+                             ", but only a temporary can view another buffer that exists");
+      const BufferDesc& viewed = plan.buffers[size_t(buffer.viewOf)];
+      if (viewed.role == BufferRole::Temporary || viewed.role == BufferRole::Output ||
+          viewed.type.byteSize() != buffer.type.byteSize())
+        return Status::error(where + " is a view of " + describeBuffer(plan, BufferId(buffer.viewOf)) +
+                             ", which is not an argument, constant or carried buffer of its size");
+    } else if (buffer.role == BufferRole::Temporary) {
       uint64_t size = uint64_t(buffer.type.byteSize());
       if (buffer.arenaOffset % kArenaAlignment != 0)
         return Status::error(where + " has arena offset " + std::to_string(buffer.arenaOffset) +
@@ -1480,11 +1489,14 @@ std::vector<BufferId> arenaViewRoots(const Plan& plan) {
     if (step.kind != StepKind::Reshape || step.inputs.size() != 1 || step.outputs.size() != 1)
       continue;
     BufferId in = step.inputs[0], out = step.outputs[0];
-    if (!isTemporary(in) || !isTemporary(out) || in == out || root[out] != out)
+    if (!isTemporary(out) || in == kNoBuffer || in >= plan.buffers.size() || in == out || root[out] != out)
       continue;
     const BufferDesc &from = plan.buffers[in], &to = plan.buffers[out];
-    if (from.arenaOffset == to.arenaOffset && from.type.byteSize() == to.type.byteSize() &&
-        from.type.byteSize() > 0)
+    if (from.type.byteSize() != to.type.byteSize() || from.type.byteSize() == 0)
+      continue;
+    bool arenaView = isTemporary(in) && from.viewOf < 0 && to.viewOf < 0 && from.arenaOffset == to.arenaOffset;
+    bool externalView = to.viewOf >= 0 && BufferId(to.viewOf) == in;
+    if (arenaView || externalView)
       root[out] = root[in];
   }
   return root;
@@ -1602,6 +1614,21 @@ Status verifyPlan(const Plan& plan) {
       if (id != kNoBuffer)
         ++writers[id];
   for (BufferId id = 0; id < plan.buffers.size(); ++id) {
+    int32_t viewed = plan.buffers[id].viewOf;
+    if (viewed < 0)
+      continue;
+    // arenaViewRoots made it a view only if its reshape reads `viewed`.
+    if (viewRoot[id] == id || writers[id] != 1)
+      return Status::error(describeBuffer(plan, id) + " is a view of " + describeBuffer(plan, BufferId(viewed)) +
+                           " but is not the output of one reshape step of it");
+    // Nothing may write the viewed memory while the view is live.
+    for (size_t index = firstWrite[id] + 1; index <= lastAccess[id]; ++index)
+      for (BufferId out : plan.steps[index].outputs)
+        if (out == BufferId(viewed))
+          return Status::error(describeStep(plan, index) + " writes " + describeBuffer(plan, out) + " while " +
+                               describeBuffer(plan, id) + ", a view of it, is live");
+  }
+  for (BufferId id = 0; id < plan.buffers.size(); ++id) {
     if (viewRoot[id] == id)
       continue;
     for (BufferId member : {id, viewRoot[id]})
@@ -1612,8 +1639,8 @@ Status verifyPlan(const Plan& plan) {
   }
   std::vector<BufferId> temporaries;
   for (BufferId id = 0; id < plan.buffers.size(); ++id)
-    if (plan.buffers[id].role == BufferRole::Temporary && firstWrite[id] != kNever &&
-        plan.buffers[id].type.byteSize() > 0)
+    if (plan.buffers[id].role == BufferRole::Temporary && plan.buffers[id].viewOf < 0 &&
+        firstWrite[id] != kNever && plan.buffers[id].type.byteSize() > 0)
       temporaries.push_back(id);
   std::sort(temporaries.begin(), temporaries.end(), [&](BufferId a, BufferId b) {
     return plan.buffers[a].arenaOffset < plan.buffers[b].arenaOffset;

@@ -279,8 +279,8 @@ void decodeInfo(Reader& reader, Plan& plan) {
 }
 
 void decodeBuffers(Reader& reader, Plan& plan) {
-  // dtype, role, rank, argument, derived, offset, name length, data length
-  size_t count = reader.count(1 + 1 + 4 + 4 + 4 + 8 + 4 + 8, "buffers");
+  // dtype, role, rank, argument, derived, offset, view, name length, data length
+  size_t count = reader.count(1 + 1 + 4 + 4 + 4 + 8 + 4 + 4 + 8, "buffers");
   plan.buffers.resize(count);
   for (size_t id = 0; id < count && !reader.failed(); ++id) {
     reader.setContext("buffer %" + std::to_string(id));
@@ -291,6 +291,7 @@ void decodeBuffers(Reader& reader, Plan& plan) {
     buffer.argument = reader.i32();
     buffer.derivedFrom = reader.i32();
     buffer.arenaOffset = reader.u64();
+    buffer.viewOf = reader.i32();
     buffer.name = reader.string();
     buffer.constantData = reader.blob();
   }
@@ -359,6 +360,7 @@ std::vector<uint8_t> encodePlan(const Plan& plan) {
     buffers.i32(buffer.argument);
     buffers.i32(buffer.derivedFrom);
     buffers.u64(buffer.arenaOffset);
+    buffers.i32(buffer.viewOf);
     buffers.string(buffer.name);
     buffers.blob(buffer.constantData);
   }

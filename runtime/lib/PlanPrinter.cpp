@@ -221,7 +221,9 @@ std::string printPlan(const Plan& plan) {
     text += std::string(bufferRoleName(buffer.role)) + " " + typeToString(buffer.type);
     if (buffer.derivedFrom >= 0)
       text += " derived_from arg " + std::to_string(buffer.derivedFrom);
-    if (buffer.role == BufferRole::Temporary)
+    if (buffer.viewOf >= 0)
+      text += " view of " + bufferRef(BufferId(buffer.viewOf));
+    else if (buffer.role == BufferRole::Temporary)
       text += " @" + std::to_string(buffer.arenaOffset);
     if (buffer.role == BufferRole::Constant)
       text += " = " + formatValues(buffer.type.dtype, buffer.constantData);

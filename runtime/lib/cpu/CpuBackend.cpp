@@ -178,6 +178,10 @@ private:
       default: view.data = arguments[size_t(buffer.argument)].bytes(); break;
       }
     }
+    // A view of an argument, constant or carried buffer reads its memory.
+    for (BufferId id = 0; id < plan_.buffers.size(); ++id)
+      if (plan_.buffers[id].viewOf >= 0)
+        views[id].data = views[size_t(plan_.buffers[id].viewOf)].data;
     return Status::success();
   }
 

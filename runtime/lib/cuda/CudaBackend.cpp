@@ -324,6 +324,10 @@ public:
       }
       }
     }
+    // A view of an argument, constant or carried buffer reads its memory.
+    for (BufferId id = 0; id < plan_.buffers.size(); ++id)
+      if (plan_.buffers[id].viewOf >= 0)
+        pointers_[id] = pointers_[std::size_t(plan_.buffers[id].viewOf)];
     return Status::success();
   }
 

@@ -172,6 +172,11 @@ struct OptimizerSlots {
 bool sameMemory(const Plan& plan, BufferId a, BufferId b) {
   if (a == kNoBuffer || b == kNoBuffer)
     return false;
+  // A view of an argument, constant or carried buffer is that buffer's memory.
+  if (plan.buffers[a].viewOf >= 0)
+    a = BufferId(plan.buffers[a].viewOf);
+  if (plan.buffers[b].viewOf >= 0)
+    b = BufferId(plan.buffers[b].viewOf);
   if (a == b)
     return true;
   const BufferDesc &x = plan.buffers[a], &y = plan.buffers[b];

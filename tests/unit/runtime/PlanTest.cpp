@@ -139,10 +139,10 @@ TEST(PlanFile, WrongMagicIsAClearError) {
 
 TEST(PlanFile, OtherVersionIsAClearError) {
   std::vector<uint8_t> bytes = encodePlan(sampleTrainStep());
-  bytes[8] = 3; // before deferred steps and carried buffers
+  bytes[8] = 4; // before views of arguments
   Expected<Plan> decoded = decodePlan(bytes, "old.bin");
   ASSERT_FALSE(decoded.ok());
-  EXPECT_EQ(decoded.message(), "old.bin: plan format version 3, but this runtime reads version 4; "
+  EXPECT_EQ(decoded.message(), "old.bin: plan format version 4, but this runtime reads version 5; "
                                "recompile the step with this version of ampjit");
 }
 
@@ -459,6 +459,48 @@ TEST(PlanVerifier, AReshapeMayViewItsInputsBytes) {
   notAView.steps[2].inputs = {v.view};
   notAView.buffers[v.t].type = tt(DType::F32, {2, 3});
   EXPECT_NE(verifyMessage(notAView), "");
+}
+
+TEST(PlanVerifier, AReshapeMayViewAnArgumentsMemory) {
+  // w -> reshape -> view (of w's memory) -> neg -> out, then an update of w.
+  PlanBuilder b("p");
+  BufferId w = b.argument(tt(DType::F32, {2, 3}), BufferRole::Param);
+  BufferId g = b.argument(tt(DType::F32, {2, 3}), BufferRole::Input);
+  BufferId lr = b.argument(tt(DType::F32, {}), BufferRole::Hyper);
+  BufferId view = b.temporary(tt(DType::F32, {6}));
+  BufferId out = b.output(tt(DType::F32, {6}));
+  b.op("jit.reshape", {w}, {view});
+  b.op("jit.neg", {view}, {out});
+  b.op("jit.sgd_update", {w, g, kNoBuffer, kNoBuffer, lr, kNoBuffer, kNoBuffer, kNoBuffer}, {w});
+  b.result(out);
+  b.result(w, 0);
+  Plan plan = b.finish();
+  plan.buffers[view].viewOf = int32_t(w);
+  ASSERT_TRUE(verifyPlan(plan).ok()) << verifyMessage(plan);
+  EXPECT_EQ(arenaViewRoots(plan)[view], w);
+  EXPECT_NE(printPlan(plan).find("%3 = temporary f32[6] view of %0"), std::string::npos) << printPlan(plan);
+  Expected<Plan> decoded = decodePlan(encodePlan(plan), "in-memory");
+  ASSERT_TRUE(decoded.ok()) << decoded.message();
+  EXPECT_EQ(*decoded, plan);
+
+  // Not while a step writes w: the update before the view's last reader.
+  Plan late = plan;
+  std::swap(late.steps[1], late.steps[2]);
+  EXPECT_EQ(verifyMessage(late), "step 1 (optimizer_update from jit.sgd_update) writes buffer %0 while buffer %3, a "
+                                 "view of it, is live");
+  // Only a temporary views, and only an argument, constant or carried buffer.
+  Plan notTemporary = plan;
+  notTemporary.buffers[out].viewOf = int32_t(w);
+  EXPECT_EQ(verifyMessage(notTemporary),
+            "buffer %4 is a view of buffer %0, but only a temporary can view another buffer that exists");
+  Plan ofOutput = plan;
+  ofOutput.buffers[view].viewOf = int32_t(out);
+  EXPECT_EQ(verifyMessage(ofOutput),
+            "buffer %3 is a view of buffer %4, which is not an argument, constant or carried buffer of its size");
+  // Nor is a view anything but the output of a reshape of what it views.
+  Plan written = plan;
+  written.steps[0].inputs = {g};
+  EXPECT_EQ(verifyMessage(written), "buffer %3 is a view of buffer %0 but is not the output of one reshape step of it");
 }
 
 TEST(PlanVerifier, TemporaryOutsideTheArena) {

@@ -78,6 +78,11 @@ struct BufferDesc {
   int32_t derivedFrom = -1;
   /// For temporaries: byte offset in the arena, a multiple of 64.
   uint64_t arenaOffset = 0;
+  /// For a temporary that views another buffer's memory instead of arena
+  /// bytes: that buffer (an argument, a constant or a carried buffer), which
+  /// the one step writing this one, a Reshape, reads. Nothing writes the
+  /// viewed buffer while the view is live; -1 for every other buffer.
+  int32_t viewOf = -1;
   /// For constants: the elements, little-endian, exactly `type.byteSize()` bytes.
   std::vector<uint8_t> constantData{};
   /// Optional, for people: the IR value or argument name.
@@ -632,11 +637,12 @@ std::string describeStepOfPlan(const Plan& plan, std::size_t index);
 /// words on every backend.
 Status nonFiniteOutputError(const Plan& plan, std::size_t index, std::size_t slot);
 
-/// Which temporaries are views of another's arena bytes: the output of a
-/// Reshape step laid out at its temporary input's own offset (codegen does
-/// so when no other step writes either, so the reshape moves nothing). For
-/// each buffer, the buffer whose bytes it views, following chains of such
-/// reshapes: itself when it is no view.
+/// Which temporaries are views of another buffer's memory, so that their
+/// Reshape step moves nothing: the output of a Reshape step laid out at its
+/// temporary input's own arena offset (codegen does so when no other step
+/// writes either), or a temporary with `viewOf` (a view of an argument, a
+/// constant or a carried buffer). For each buffer, the buffer whose memory it
+/// views, following chains of views: itself when it is no view.
 std::vector<BufferId> arenaViewRoots(const Plan& plan);
 
 /// Checks every rule of the plan model: buffer table, arguments and results,

@@ -25,7 +25,7 @@ namespace ampjit::runtime {
 // BatchNormParams::activation, with BatchNormGrad carrying BatchNormGradParams
 // (axis, activation) instead of AxisParams. 4: Plan::deferredSteps and the
 // carried buffer role.
-inline constexpr uint32_t kPlanFormatVersion = 4;
+inline constexpr uint32_t kPlanFormatVersion = 5;
 
 /// The file's bytes. Does not verify the plan (tests encode broken plans on
 /// purpose; savePlan verifies first).
