@@ -525,22 +525,20 @@ __device__ long long blockCountRows(const LossGeometry& g, const int64_t* labels
   return blockReduce(counted, SumOp{});
 }
 
-/// One block: the sum of the per-row losses, divided by the counted rows for
-/// mean (0/0 = NaN when every row is ignored, as the CPU and PyTorch).
-/// A small reduced loss in one launch (a classifier's batch): one block,
-/// each warp summing its rows in order, the warps' sums added in order.
 constexpr int kWarps = kThreads / 32;
-template <typename S>
-__global__ void classificationSmallKernel(LossGeometry g, const S* input, const int64_t* labels, S* out) {
-  using T = Compute<S>;
+
+/// The end of a one-block loss whose warps each summed their rows in order
+/// into `total` (the same on every lane): thread 0 adds the warps' totals in
+/// warp order, divides by the counted rows for mean (0/0 = NaN when every
+/// row is ignored, as the CPU and PyTorch) and stores the loss. Every thread
+/// of the block calls it; it synchronises the block, after which the block's
+/// earlier global stores are visible to all of it.
+template <typename T, typename O>
+__device__ void storeBlockLoss(const LossGeometry& g, T total, long long counted, O* out) {
   __shared__ T warpTotals[kWarps];
-  int warp = threadIdx.x / 32;
-  T total = 0;
-  for (int64_t n = warp; n < g.rows; n += kWarps)
-    total += classificationRowLoss(g, input, labels, n, WarpTeam{});
   if (threadIdx.x % 32 == 0)
-    warpTotals[warp] = total;
-  long long counted = blockCountRows(g, labels); // synchronises the block
+    warpTotals[threadIdx.x / 32] = total;
+  __syncthreads();
   if (threadIdx.x == 0) {
     T sum = 0;
     for (int w = 0; w < kWarps; ++w)
@@ -549,6 +547,20 @@ __global__ void classificationSmallKernel(LossGeometry g, const S* input, const 
   }
 }
 
+/// A small reduced loss in one launch (a classifier's batch): one block,
+/// each warp summing its rows in order, the warps' sums added in order.
+template <typename S>
+__global__ void classificationSmallKernel(LossGeometry g, const S* input, const int64_t* labels, S* out) {
+  using T = Compute<S>;
+  long long counted = blockCountRows(g, labels);
+  T total = 0;
+  for (int64_t n = threadIdx.x / 32; n < g.rows; n += kWarps)
+    total += classificationRowLoss(g, input, labels, n, WarpTeam{});
+  storeBlockLoss(g, total, counted, out);
+}
+
+/// One block: the sum of the per-row losses, divided by the counted rows for
+/// mean (0/0 = NaN when every row is ignored, as the CPU and PyTorch).
 template <typename S>
 __global__ void classificationTotalKernel(LossGeometry g, const Compute<S>* perRow, const int64_t* labels, S* out) {
   using T = Compute<S>;
@@ -641,23 +653,13 @@ template <typename S>
 __global__ void classificationSmallWithGradKernel(LossGeometry g, const S* input, const int64_t* labels,
                                                   const S* gradOutput, S* out, S* grad) {
   using T = Compute<S>;
-  __shared__ T warpTotals[kWarps];
   long long counted = blockCountRows(g, labels);
-  int warp = threadIdx.x / 32;
   T total = 0;
-  for (int64_t n = warp; n < g.rows; n += kWarps) {
+  for (int64_t n = threadIdx.x / 32; n < g.rows; n += kWarps) {
     total += classificationRowLoss(g, input, labels, n, WarpTeam{});
     writeClassificationGradRow(g, gradOutput, input, labels, counted, n, WarpTeam{}, StoreInto<S>{grad});
   }
-  if (threadIdx.x % 32 == 0)
-    warpTotals[warp] = total;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    T sum = 0;
-    for (int w = 0; w < kWarps; ++w)
-      sum += warpTotals[w];
-    store(out, g.reduction == LossReduction::Mean ? sum / T(counted) : sum);
-  }
+  storeBlockLoss(g, total, counted, out);
 }
 
 /// An AMP classifier's head (launchClassificationHead): the scores (widened
@@ -669,31 +671,22 @@ template <typename In, typename Low>
 __global__ void classificationHeadKernel(LossGeometry g, const In* scores, const int64_t* labels,
                                          const float* gradOutput, float* wideScores, float* out, float* grad,
                                          Low* lowGrad, float* columnSums) {
-  __shared__ float warpTotals[kWarps];
   long long counted = blockCountRows(g, labels);
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int lane = threadIdx.x % 32;
   float total = 0;
   auto put = [&](int64_t index, float value) {
     grad[index] = value;
     if (lowGrad != nullptr)
       store(lowGrad + index, value);
   };
-  for (int64_t n = warp; n < g.rows; n += kWarps) {
+  for (int64_t n = threadIdx.x / 32; n < g.rows; n += kWarps) {
     if (wideScores != nullptr)
       for (int64_t c = lane; c < g.classes; c += 32)
         wideScores[n * g.classes + c] = widen(scores[n * g.classes + c]);
     total += classificationRowLoss(g, scores, labels, n, WarpTeam{});
     writeClassificationGradRow(g, gradOutput, scores, labels, counted, n, WarpTeam{}, put);
   }
-  if (threadIdx.x % 32 == 0)
-    warpTotals[warp] = total;
-  __syncthreads(); // also makes the block's gradient stores visible to it
-  if (threadIdx.x == 0) {
-    float sum = 0;
-    for (int w = 0; w < kWarps; ++w)
-      sum += warpTotals[w];
-    *out = g.reduction == LossReduction::Mean ? sum / float(counted) : sum;
-  }
+  storeBlockLoss(g, total, counted, out); // the gradient's stores are visible after it
   if (columnSums != nullptr)
     for (int64_t c = threadIdx.x; c < g.classes; c += kThreads) {
       float sum = 0;
