@@ -51,6 +51,8 @@ struct Variant {
   /// bindings.state).
   std::shared_ptr<DeferredUpdate> deferred;
   std::vector<size_t> deferredState;
+  /// On CUDA, the launches a run enqueues (fixed at prepare); 0 on the CPU.
+  size_t deviceLaunches = 0;
 };
 
 /// At least this many parameter elements before DeferUpdates::automatic
@@ -258,6 +260,8 @@ private:
     if (!executable)
       throw Error("jit::trace '" + options_.name + "': " + executable.message());
     variant->executable = std::move(*executable);
+    if (cuda_)
+      variant->deviceLaunches = size_t(cuda_->stats(*variant->executable).launchesPerRun);
     if (plan.deferredSteps > 0) {
       variant->deferred = std::make_shared<DeferredUpdate>();
       Variant* owner = variant.get();
@@ -331,8 +335,7 @@ private:
     rt::Expected<std::vector<rt::Tensor>> results = variant.executable->run(arguments);
     if (!results)
       throw Error("jit::trace '" + options_.name + "': " + results.message());
-    if (cuda_)
-      stats_.device_launches_per_step = size_t(cuda_->stats(*variant.executable).launchesPerRun);
+    stats_.device_launches_per_step = variant.deviceLaunches;
     if (variant.deferred) {
       variant.deferred->pending = variant.executable->deferredPending();
       for (size_t index : variant.deferredState)
