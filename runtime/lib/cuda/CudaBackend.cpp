@@ -181,7 +181,7 @@ public:
       workspaceBytes_ = std::max(workspaceBytes_, prepared.step->workspaceBytes());
       steps_.push_back(std::move(prepared));
     }
-    stats_.launchesPerRun = int64_t(cuda::launchesPerRun(plan_));
+    stats_.launchesPerRun = int64_t(cuda::launchesPerRun(plan_, groups));
     stats_.kernelsCompiled = context.kernelsCompiled - compiledBefore;
     stats_.kernelCacheHits = context.kernelCacheHits - hitsBefore;
 

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -115,6 +116,10 @@ bool canShareOptimizerLaunch(const Plan& plan, const Step& first, const Step& ne
 /// elements: 4 MB of fp32 values, a few microseconds of bandwidth) also takes
 /// the updates of later deadlines, which then finish earlier than needed.
 inline constexpr int64_t kSmallDeferredLaunchElements = int64_t(1) << 20;
+/// For an Elementwise Convert step between two of f32, f16 and bf16, in f32,
+/// from one shape to the same shape (what the multi-tensor convert kernel and
+/// a classification head run): its (from, to) dtypes.
+std::optional<std::pair<DType, DType>> plainConversion(const Plan& plan, const Step& step);
 /// Consecutive conversions between f32, f16 and bf16 with the same pair of
 /// dtypes, each reading nothing the other writes (an O1 step's parameter
 /// casts), that one multi-tensor launch can run.
@@ -144,9 +149,9 @@ Expected<std::unique_ptr<DeviceStep>> makeClassificationHeadStep(const Plan& pla
 /// convolution updates of a few thousand elements each would otherwise be
 /// ~100 side-stream launches and joins for ~0.2 ms of work.
 std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan);
-/// How many of launchGroups' groups enqueue work on the device: all but the
-/// reshapes that view their input's bytes (runtime arenaViewRoots).
-std::size_t launchesPerRun(const Plan& plan);
+/// How many of launchGroups' `groups` enqueue work on the device: all but
+/// the reshapes that view their input's memory (runtime arenaViewRoots).
+std::size_t launchesPerRun(const Plan& plan, std::span<const std::pair<std::size_t, std::size_t>> groups);
 /// For each of launchGroups' `groups` after the deferred update, the last of
 /// the update's groups (counted among those, in order) that must finish
 /// before it launches: the last one due (deferredStepDeadlines) at any of its

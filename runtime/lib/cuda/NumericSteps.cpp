@@ -226,18 +226,6 @@ Expected<std::unique_ptr<DeviceStep>> makeLossAndGradientStep(const Plan& plan, 
 
 namespace {
 
-/// A convert step between the float dtypes `from` and `to`, elementwise in f32.
-bool isConversion(const Plan& plan, const Step& step, DType from, DType to) {
-  return step.kind == StepKind::Elementwise && step.as<ElementwiseParams>().op == ElementwiseOp::Convert &&
-         step.computeType == DType::F32 && step.inputs.size() == 1 && step.outputs.size() == 1 &&
-         inputType(plan, step, 0).dtype == from && plan.buffers[step.outputs[0]].type.dtype == to &&
-         inputType(plan, step, 0).shape == plan.buffers[step.outputs[0]].type.shape;
-}
-
-} // namespace
-
-namespace {
-
 /// The parts of a classification head at step `index`, or nothing.
 struct HeadParts {
   bool widens = false, narrows = false, sums = false;
@@ -258,9 +246,9 @@ std::optional<HeadParts> classificationHead(const Plan& plan, std::size_t index)
   HeadParts parts;
   const std::vector<Step>& steps = plan.steps;
   std::size_t at = index;
-  if (at < steps.size() && steps[at].kind == StepKind::Elementwise && steps[at].inputs.size() == 1) {
-    DType low = inputType(plan, steps[at], 0).dtype;
-    parts.widens = (low == DType::F16 || low == DType::BF16) && isConversion(plan, steps[at], low, DType::F32);
+  if (at < steps.size() && steps[at].kind == StepKind::Elementwise) {
+    std::optional<std::pair<DType, DType>> dtypes = plainConversion(plan, steps[at]);
+    parts.widens = dtypes && dtypes->second == DType::F32;
     if (!parts.widens)
       return std::nullopt;
     ++at;
@@ -275,9 +263,10 @@ std::optional<HeadParts> classificationHead(const Plan& plan, std::size_t index)
   at += 2;
   BufferId grad = gradient.outputs[0];
   if (at < steps.size() && steps[at].inputs.size() == 1 && steps[at].inputs[0] == grad) {
-    DType low = parts.widens ? inputType(plan, steps[index], 0).dtype
-                             : plan.buffers[steps[at].outputs[0]].type.dtype;
-    parts.narrows = (low == DType::F16 || low == DType::BF16) && isConversion(plan, steps[at], DType::F32, low);
+    // Back to the widened scores' dtype, or to either low dtype.
+    std::optional<std::pair<DType, DType>> dtypes = plainConversion(plan, steps[at]);
+    parts.narrows = dtypes && dtypes->first == DType::F32 &&
+                    (!parts.widens || dtypes->second == inputType(plan, steps[index], 0).dtype);
     at += parts.narrows;
   }
   if (at < steps.size() && isColumnSumOf(plan, steps[at], grad))

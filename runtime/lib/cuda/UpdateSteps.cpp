@@ -551,28 +551,22 @@ bool canShareOptimizerLaunch(const Plan& plan, const Step& first, const Step& ne
   return sameOptimizerConfiguration(plan, first, next) && !stepsConflict(plan, first, next);
 }
 
-namespace {
-
-/// A convert step the multi-tensor conversion kernel runs.
-bool isGroupableConversion(const Plan& plan, const Step& step) {
+std::optional<std::pair<DType, DType>> plainConversion(const Plan& plan, const Step& step) {
   if (step.kind != StepKind::Elementwise || step.as<ElementwiseParams>().op != ElementwiseOp::Convert ||
-      step.inputs.size() != 1 || step.outputs.size() != 1)
-    return false;
+      step.inputs.size() != 1 || step.outputs.size() != 1 || step.computeType != DType::F32)
+    return std::nullopt;
   const TensorType &from = typeOf(plan, step.inputs[0]), &to = typeOf(plan, step.outputs[0]);
   auto floating = [](DType dtype) { return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16; };
   // Widening is exact; narrowing from f32 rounds once, as the generated
   // kernel's convert (compute f32) does.
-  return floating(from.dtype) && floating(to.dtype) && from.dtype != to.dtype && from.shape == to.shape &&
-         step.computeType == DType::F32;
+  if (!floating(from.dtype) || !floating(to.dtype) || from.dtype == to.dtype || from.shape != to.shape)
+    return std::nullopt;
+  return std::pair{from.dtype, to.dtype};
 }
 
-} // namespace
-
 bool canShareConvertLaunch(const Plan& plan, const Step& first, const Step& next) {
-  return isGroupableConversion(plan, first) && isGroupableConversion(plan, next) &&
-         typeOf(plan, first.inputs[0]).dtype == typeOf(plan, next.inputs[0]).dtype &&
-         typeOf(plan, first.outputs[0]).dtype == typeOf(plan, next.outputs[0]).dtype &&
-         !stepsConflict(plan, first, next);
+  std::optional<std::pair<DType, DType>> dtypes = plainConversion(plan, first);
+  return dtypes && dtypes == plainConversion(plan, next) && !stepsConflict(plan, first, next);
 }
 
 std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) {
@@ -600,7 +594,7 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) 
              canShareOptimizerLaunch(plan, plan.steps[index], plan.steps[end]) &&
              sameCopyDType(plan, copy, plan.steps[end]))
         elements += parameterElements(end++);
-    } else if (isGroupableConversion(plan, plan.steps[index])) {
+    } else if (plainConversion(plan, plan.steps[index])) {
       // Each must also be independent of every earlier one of the group.
       auto independent = [&](std::size_t next) {
         for (std::size_t k = index; k < next; ++k)
@@ -620,10 +614,10 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) 
   return groups;
 }
 
-std::size_t launchesPerRun(const Plan& plan) {
+std::size_t launchesPerRun(const Plan& plan, std::span<const std::pair<std::size_t, std::size_t>> groups) {
   std::vector<BufferId> roots = arenaViewRoots(plan);
   std::size_t launches = 0;
-  for (auto [begin, end] : launchGroups(plan)) {
+  for (auto [begin, end] : groups) {
     const Step& first = plan.steps[begin];
     launches += !(end - begin == 1 && first.kind == StepKind::Reshape && roots[first.outputs[0]] != first.outputs[0]);
   }
@@ -666,7 +660,7 @@ Expected<std::unique_ptr<DeviceStep>> makeLaunchGroupStep(DeviceContext& context
       return Status::error(stepName(first) + ": a loss shares a launch with its gradient alone");
     return makeLossAndGradientStep(plan, first, *steps[1]);
   }
-  if (isGroupableConversion(plan, first)) {
+  if (plainConversion(plan, first)) {
     for (size_t k = 1; k < steps.size(); ++k)
       for (size_t j = 0; j < k; ++j)
         if (!canShareConvertLaunch(plan, *steps[j], *steps[k]))

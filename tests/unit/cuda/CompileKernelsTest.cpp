@@ -292,7 +292,7 @@ TEST(CompileKernels, TheMnistStepsLaunchesOnTheGpu) {
     SCOPED_TRACE(budget.options);
     rt::Plan plan = ampjit::testing::compileExample("mnist_train_step.mlir", budget.options,
                                                     {.fuseElementwise = true, .fuseGemmEpilogues = true});
-    size_t launches = cuda::launchesPerRun(plan);
+    size_t launches = cuda::launchesPerRun(plan, cuda::launchGroups(plan));
     std::printf("[ launches ] %-20s %zu plan steps, %zu launches\n", budget.options, plan.steps.size(), launches);
     EXPECT_LE(launches, budget.launches) << rt::printPlan(plan);
   }
@@ -352,9 +352,11 @@ TEST(CompileKernels, EveryKernelOfATracedResNet50StepForTheGpu) {
   // bytes): no reshape copies. Their gradients' reshapes back are gone: the
   // update and the finiteness check read the NHWC gradient.
   std::vector<rt::BufferId> roots = rt::arenaViewRoots(plan);
-  for (const rt::Step &s : plan.steps)
-    if (s.kind == rt::StepKind::Elementwise && s.as<rt::ElementwiseParams>().op == rt::ElementwiseOp::Convert)
+  for (const rt::Step &s : plan.steps) {
+    if (s.kind == rt::StepKind::Elementwise && s.as<rt::ElementwiseParams>().op == rt::ElementwiseOp::Convert) {
       EXPECT_NE(plan.buffers[s.inputs[0]].role, rt::BufferRole::Param) << "a parameter cast in the step";
+    }
+  }
   size_t views = 0, copies = 0, flatGradients = 0;
   for (const rt::Step &s : plan.steps) {
     if (s.kind == rt::StepKind::Reshape)
@@ -371,7 +373,8 @@ TEST(CompileKernels, EveryKernelOfATracedResNet50StepForTheGpu) {
   // ending before the step that first needs one of its updates.
   size_t deferredLaunches = 0;
   std::vector<size_t> deadlines = rt::deferredStepDeadlines(plan);
-  for (auto [begin, end] : cuda::launchGroups(plan)) {
+  std::vector<std::pair<size_t, size_t>> groups = cuda::launchGroups(plan);
+  for (auto [begin, end] : groups) {
     if (begin >= plan.deferredSteps)
       continue;
     ++deferredLaunches;
@@ -386,7 +389,7 @@ TEST(CompileKernels, EveryKernelOfATracedResNet50StepForTheGpu) {
   }
   EXPECT_GT(deferredLaunches, 5u);
   EXPECT_LT(deferredLaunches, 60u);
-  size_t launches = cuda::launchesPerRun(plan);
+  size_t launches = cuda::launchesPerRun(plan, groups);
   size_t distinct = 0;
   auto start = std::chrono::steady_clock::now();
   std::vector<std::string> failures = compileAll(kernels, &distinct);
