@@ -42,47 +42,25 @@ Expected<cudaKernel_t> loadKernel(DeviceContext& context, const ElementwiseKerne
 
 class GeneratedElementwiseStep final : public DeviceStep {
 public:
-  GeneratedElementwiseStep(cudaKernel_t kernel, const ElementwiseLaunch& launch, int64_t maxBlocks)
-      : kernel_(kernel), count_(launch.elementCount), rank_(int(launch.dims.size())), dims_(launch.packedDims()),
-        grid_(launch.gridSize(maxBlocks)), inputCount_(launch.inputs.size()), outputCount_(launch.outputs.size()) {
-    for (size_t k = 0; k < inputCount_; ++k)
-      strides_.push_back(launch.packedStrides(k));
-  }
+  GeneratedElementwiseStep(cudaKernel_t kernel, const ElementwiseLaunch& launch, int multiprocessors)
+      : kernel_(kernel), arguments_(launch), grid_(launch.gridSizeOn(multiprocessors)) {}
 
   Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
-    if (count_ == 0)
+    if (arguments_.elementCount() == 0)
       return Status::success();
-    if (pointers.inputs.size() != inputCount_ || pointers.outputs.size() != outputCount_)
-      return Status::error("generated elementwise kernel: wrong number of buffers");
-    // cudaLaunchKernel takes the address of each parameter, in order.
-    std::vector<void*> arguments;
-    arguments.reserve(3 + 2 * inputCount_ + outputCount_);
-    arguments.push_back(&count_);
-    arguments.push_back(&rank_);
-    arguments.push_back(&dims_);
-    inputPointers_.assign(pointers.inputs.begin(), pointers.inputs.end());
-    outputPointers_.assign(pointers.outputs.begin(), pointers.outputs.end());
-    for (size_t k = 0; k < inputCount_; ++k) {
-      arguments.push_back(&inputPointers_[k]);
-      arguments.push_back(&strides_[k]);
-    }
-    for (size_t k = 0; k < outputCount_; ++k)
-      arguments.push_back(&outputPointers_[k]);
+    Expected<std::span<void*>> arguments = arguments_.bind(pointers.inputs, pointers.outputs);
+    if (!arguments)
+      return arguments.status();
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(unsigned(grid_)),
-                                                 dim3(kElementwiseBlockSize), arguments.data(), 0, stream),
+                                                 dim3(kElementwiseBlockSize), arguments->data(), 0, stream),
                                 "launching a generated elementwise kernel");
     return Status::success();
   }
 
 private:
   cudaKernel_t kernel_;
-  long long count_;
-  int rank_;
-  KernelDims dims_;
+  ElementwiseKernelArguments arguments_;
   int64_t grid_;
-  size_t inputCount_, outputCount_;
-  std::vector<KernelDims> strides_;
-  std::vector<void*> inputPointers_, outputPointers_;
 };
 
 } // namespace
@@ -92,10 +70,8 @@ Expected<std::unique_ptr<DeviceStep>> makeGeneratedElementwiseStep(DeviceContext
   Expected<cudaKernel_t> handle = loadKernel(context, kernel);
   if (!handle)
     return handle.status();
-  // Enough blocks to fill the device several times over; the grid-stride
-  // loop covers the rest.
-  int64_t maxBlocks = std::max(1, context.multiprocessorCount) * 16;
-  return std::unique_ptr<DeviceStep>(new GeneratedElementwiseStep(*handle, kernel.launch, maxBlocks));
+  return std::unique_ptr<DeviceStep>(
+      new GeneratedElementwiseStep(*handle, kernel.launch, context.multiprocessorCount));
 }
 
 Status precompileGeneratedKernels(DeviceContext& context, std::span<const ElementwiseKernel* const> kernels) {

@@ -420,6 +420,34 @@ int64_t ElementwiseLaunch::gridSize(int64_t maxBlocks) const {
   return std::max<int64_t>(1, std::min(blocks, std::max<int64_t>(1, maxBlocks)));
 }
 
+ElementwiseKernelArguments::ElementwiseKernelArguments(const ElementwiseLaunch& launch)
+    : count_(launch.elementCount), rank_(int(launch.dims.size())), dims_(launch.packedDims()),
+      outputCount_(launch.outputs.size()) {
+  for (size_t k = 0; k < launch.inputs.size(); ++k)
+    strides_.push_back(launch.packedStrides(k));
+}
+
+Expected<std::span<void*>> ElementwiseKernelArguments::bind(std::span<void* const> inputs,
+                                                            std::span<void* const> outputs) {
+  if (inputs.size() != strides_.size() || outputs.size() != outputCount_)
+    return Status::error("generated elementwise kernel: " + std::to_string(inputs.size()) + " inputs and " +
+                         std::to_string(outputs.size()) + " outputs for a kernel of " +
+                         std::to_string(strides_.size()) + " and " + std::to_string(outputCount_));
+  inputPointers_.assign(inputs.begin(), inputs.end());
+  outputPointers_.assign(outputs.begin(), outputs.end());
+  addresses_.clear();
+  addresses_.push_back(&count_);
+  addresses_.push_back(&rank_);
+  addresses_.push_back(&dims_);
+  for (size_t k = 0; k < strides_.size(); ++k) {
+    addresses_.push_back(&inputPointers_[k]);
+    addresses_.push_back(&strides_[k]);
+  }
+  for (size_t k = 0; k < outputCount_; ++k)
+    addresses_.push_back(&outputPointers_[k]);
+  return std::span<void*>(addresses_);
+}
+
 Expected<ElementwiseLaunch> describeElementwiseLaunch(const std::vector<Shape>& inputShapes,
                                                       const Shape& outputShape) {
   ElementwiseLaunch launch;

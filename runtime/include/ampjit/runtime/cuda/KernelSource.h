@@ -25,6 +25,7 @@
 #include "ampjit/runtime/Status.h"
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,33 @@ struct ElementwiseLaunch {
   /// Blocks of kElementwiseBlockSize threads for one thread per element,
   /// capped at `maxBlocks` (the grid-stride loop covers the rest); at least 1.
   int64_t gridSize(int64_t maxBlocks) const;
+  /// gridSize on a device of `multiprocessors` SMs: enough blocks to fill it
+  /// several times over.
+  int64_t gridSizeOn(int multiprocessors) const { return gridSize(int64_t(multiprocessors < 1 ? 1 : multiprocessors) * 16); }
+};
+
+/// A generated kernel's parameters for one launch, in the order above, as
+/// cudaLaunchKernel takes them: the address of each. One definition of the
+/// signature's order for the device launch and for the host emulation
+/// (tests/emulation) alike.
+class ElementwiseKernelArguments {
+public:
+  explicit ElementwiseKernelArguments(const ElementwiseLaunch& launch);
+
+  /// The parameter addresses for a launch over `inputs` and `outputs` (the
+  /// step's buffers in slot order); valid until the next call. An error when
+  /// the counts are not the step's.
+  Expected<std::span<void*>> bind(std::span<void* const> inputs, std::span<void* const> outputs);
+
+  int64_t elementCount() const { return count_; }
+
+private:
+  long long count_;
+  int rank_;
+  KernelDims dims_;
+  std::vector<KernelDims> strides_;
+  std::size_t outputCount_;
+  std::vector<void*> inputPointers_{}, outputPointers_{}, addresses_{};
 };
 
 struct ElementwiseKernel {
