@@ -29,64 +29,13 @@ using ampjit::testing::snapshot;
 
 namespace {
 
-// Argument positions of examples/mnist_train_step.mlir.
-constexpr size_t kImages = 0, kLabels = 1, kFirstParam = 2, kLearningRate = 14, kScale = 15,
-                 kGoodSteps = 16, kBadSteps = 17, kSkippedSteps = 18;
+using namespace ampjit::testing::mnist_step;
+using ampjit::testing::initialArguments;
+using ampjit::testing::StepData;
 
 rt::Plan compileMnistStep(const std::string &ampOptions, bool fuseElementwise = false) {
   return ampjit::testing::compileExample("mnist_train_step.mlir", ampOptions,
                                          {.fuseElementwise = fuseElementwise});
-}
-
-/// What initialArguments fills a train step laid out like
-/// examples/mnist_train_step.mlir with (images, labels, parameters, momentum
-/// buffers, lr, the scaler's state).
-struct StepData {
-  uint64_t seed = 42;
-  int64_t classes = 10;
-  int64_t defaultFanIn = 512; ///< for parameters that are not matrices
-  double learningRate = 0.01;
-};
-
-/// Fixed, learnable data: each label's images share a random prototype plus
-/// noise, so the model has something to learn in a few steps.
-std::vector<rt::Tensor> initialArguments(const rt::Plan &plan, StepData data = {}) {
-  std::mt19937_64 generator(data.seed);
-  std::vector<rt::Tensor> arguments;
-  std::normal_distribution<double> normal(0.0, 1.0);
-  const rt::Shape &imageShape = plan.buffers[plan.argumentBuffer(kImages)].type.shape;
-  size_t features = size_t(plan.buffers[plan.argumentBuffer(kImages)].type.elementCount() / imageShape[0]);
-  std::vector<std::vector<double>> prototypes(size_t(data.classes), std::vector<double>(features));
-  for (auto &prototype : prototypes)
-    for (double &value : prototype)
-      value = normal(generator);
-  for (size_t index = 0; index < plan.argumentCount(); ++index) {
-    const rt::BufferDesc &buffer = plan.buffers[plan.argumentBuffer(index)];
-    std::vector<double> values(size_t(buffer.type.elementCount()), 0.0);
-    if (index == kImages) {
-      for (size_t i = 0; i < values.size(); ++i)
-        values[i] = prototypes[(i / features) % prototypes.size()][i % features] + 0.5 * normal(generator);
-    } else if (index == kLabels) {
-      for (size_t i = 0; i < values.size(); ++i)
-        values[i] = double(int64_t(i) % data.classes);
-    } else if (buffer.role == rt::BufferRole::Param && buffer.derivedFrom < 0) {
-      int64_t fanIn = buffer.type.shape.size() == 2 ? buffer.type.shape[1] : data.defaultFanIn;
-      std::uniform_real_distribution<double> uniform(-1 / std::sqrt(double(fanIn)),
-                                                     1 / std::sqrt(double(fanIn)));
-      for (double &value : values)
-        value = uniform(generator);
-    } else if (index == kLearningRate) {
-      values[0] = data.learningRate;
-    } else if (index == kScale) {
-      values[0] = 65536.0;
-    }
-    rt::Expected<rt::Tensor> tensor = rt::Tensor::fromDoubles(buffer.type.dtype, buffer.type.shape, values);
-    EXPECT_TRUE(tensor.ok()) << tensor.message();
-    arguments.push_back(std::move(*tensor));
-  }
-  rt::Status derived = rt::rederiveArguments(plan, arguments);
-  EXPECT_TRUE(derived.ok()) << derived.message();
-  return arguments;
 }
 
 std::vector<double> trainLosses(const std::string &ampOptions, int steps) {

@@ -12,12 +12,18 @@
 
 #include <gtest/gtest.h>
 
+#include "ampjit/runtime/Backend.h"
+
+#include <cmath>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 using namespace mlir;
 
 namespace ampjit::testing {
+
+namespace rt = ampjit::runtime;
 
 CompiledModule compileSource(const std::string &source, const std::string &sourceName,
                              const std::string &pipeline, codegen::PlanOptions options) {
@@ -59,6 +65,46 @@ runtime::Plan compileExample(const std::string &file, const std::string &ampOpti
   source << stream.rdbuf();
   std::string pipeline = ampOptions.empty() ? "" : "amp-pipeline{" + ampOptions + "}";
   return compileSource(source.str(), path, pipeline, options).plan;
+}
+
+std::vector<rt::Tensor> initialArguments(const rt::Plan &plan, StepData data) {
+  using namespace mnist_step;
+  std::mt19937_64 generator(data.seed);
+  std::vector<rt::Tensor> arguments;
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const rt::Shape &imageShape = plan.buffers[plan.argumentBuffer(kImages)].type.shape;
+  size_t features = size_t(plan.buffers[plan.argumentBuffer(kImages)].type.elementCount() / imageShape[0]);
+  std::vector<std::vector<double>> prototypes(size_t(data.classes), std::vector<double>(features));
+  for (auto &prototype : prototypes)
+    for (double &value : prototype)
+      value = normal(generator);
+  for (size_t index = 0; index < plan.argumentCount(); ++index) {
+    const rt::BufferDesc &buffer = plan.buffers[plan.argumentBuffer(index)];
+    std::vector<double> values(size_t(buffer.type.elementCount()), 0.0);
+    if (index == kImages) {
+      for (size_t i = 0; i < values.size(); ++i)
+        values[i] = prototypes[(i / features) % prototypes.size()][i % features] + 0.5 * normal(generator);
+    } else if (index == kLabels) {
+      for (size_t i = 0; i < values.size(); ++i)
+        values[i] = double(int64_t(i) % data.classes);
+    } else if (buffer.role == rt::BufferRole::Param && buffer.derivedFrom < 0) {
+      int64_t fanIn = buffer.type.shape.size() == 2 ? buffer.type.shape[1] : data.defaultFanIn;
+      std::uniform_real_distribution<double> uniform(-1 / std::sqrt(double(fanIn)),
+                                                     1 / std::sqrt(double(fanIn)));
+      for (double &value : values)
+        value = uniform(generator);
+    } else if (index == kLearningRate) {
+      values[0] = data.learningRate;
+    } else if (index == kScale) {
+      values[0] = 65536.0;
+    }
+    rt::Expected<rt::Tensor> tensor = rt::Tensor::fromDoubles(buffer.type.dtype, buffer.type.shape, values);
+    EXPECT_TRUE(tensor.ok()) << tensor.message();
+    arguments.push_back(std::move(*tensor));
+  }
+  rt::Status derived = rt::rederiveArguments(plan, arguments);
+  EXPECT_TRUE(derived.ok()) << derived.message();
+  return arguments;
 }
 
 std::vector<std::vector<std::byte>> snapshot(const std::vector<runtime::Tensor> &tensors) {
