@@ -14,7 +14,7 @@ build="${1:-build}"
 
 rm -rf gpu-bundle
 mkdir -p gpu-bundle/bin gpu-bundle/bench
-for binary in ampjit-gpu-tests ampjit-bench ampjit-train ampjit-cuda-compile-tests; do
+for binary in ampjit-gpu-tests ampjit-bench ampjit-train ampjit-cuda-tests; do
   strip -o "gpu-bundle/bin/$binary" "$build/bin/$binary"
   xz -9 -T0 "gpu-bundle/bin/$binary"
 done
@@ -64,7 +64,7 @@ run_tests() {
     | tee -a "$out/summary.txt"
   [ ${#failed[@]} -eq 0 ] || echo "  failed: ${failed[*]}" | tee -a "$out/summary.txt"
   [ ${#crashed[@]} -eq 0 ] || echo "  crashed: ${crashed[*]}" | tee -a "$out/summary.txt"
-  "$here/run/ampjit-cuda-compile-tests" > "$out/cuda-compile-tests.log" 2>&1
+  "$here/run/ampjit-cuda-tests" > "$out/cuda-compile-tests.log" 2>&1
   echo "cuda compile tests: exit $?" | tee -a "$out/summary.txt"
 }
 

@@ -1,0 +1,383 @@
+// The fiber scheduler behind CudaEmulation.h: one fiber per thread of the
+// running block, all on the launching host thread. A switch saves the
+// callee-saved registers on the fiber's stack and swaps stack pointers
+// (x86-64 System V; ucontext elsewhere, which costs a system call per switch,
+// too slow for a whole train step's millions of threads but correct).
+
+#include "CudaEmulation.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+namespace ampjit::emulation {
+
+namespace {
+
+constexpr unsigned kWarpSize = 32;
+constexpr unsigned kMaxThreadsPerBlock = 1024;
+/// What a kernel may ask for without cudaFuncSetAttribute.
+constexpr std::size_t kMaxDynamicSharedBytes = 48 * 1024;
+/// Plenty for a kernel's registers and local arrays, even unoptimised.
+constexpr std::size_t kStackBytes = 256 * 1024;
+
+enum class Wait { None, Block, Warp };
+
+#if defined(__x86_64__)
+// ampjit_emulation_switch(&from, to): saves the callee-saved registers on the
+// current stack, stores the stack pointer in `from`, and resumes the stack
+// `to` saved the same way. The floating-point control words are not
+// switched: no kernel changes a rounding mode, so all fibers share one.
+extern "C" void ampjit_emulation_switch(void** from, void* to);
+asm(R"(
+    .text
+    .p2align 4
+    .type ampjit_emulation_switch, @function
+ampjit_emulation_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size ampjit_emulation_switch, .-ampjit_emulation_switch
+)");
+
+/// A suspended fiber or scheduler: its saved stack pointer.
+struct Context {
+  void* stackPointer = nullptr;
+};
+
+void switchContext(Context& from, Context& to) { ampjit_emulation_switch(&from.stackPointer, to.stackPointer); }
+
+/// A context that starts `entry` (which never returns) on the stack below `top`.
+void makeContext(Context& context, void* top, void (*entry)()) {
+  // Laid out as ampjit_emulation_switch leaves a stack: six registers, then
+  // the address `ret` goes to; above it a zero return address for `entry`,
+  // placed so `entry` starts as if called (rsp = 8 mod 16).
+  auto* slot = reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(top) & ~uintptr_t(15)) - 8);
+  slot[0] = 0;
+  slot[-1] = reinterpret_cast<uint64_t>(entry);
+  for (int r = 2; r <= 7; ++r)
+    slot[-r] = 0;
+  context.stackPointer = &slot[-7];
+}
+#else
+struct Context {
+  ucontext_t context{};
+};
+
+void switchContext(Context& from, Context& to) { swapcontext(&from.context, &to.context); }
+
+void makeContext(Context& context, void* top, void (*entry)()) {
+  getcontext(&context.context);
+  context.context.uc_stack.ss_sp = static_cast<char*>(top) - kStackBytes;
+  context.context.uc_stack.ss_size = kStackBytes;
+  context.context.uc_link = nullptr;
+  makecontext(&context.context, entry, 0);
+}
+#endif
+
+struct Fiber {
+  Context context;
+  ThreadIds ids;
+  unsigned linear = 0;
+  bool done = false;
+  Wait waiting = Wait::None;
+};
+
+/// One stack, with a guard page below it so an overflow faults at once
+/// instead of corrupting the next fiber's stack.
+class Stack {
+public:
+  Stack() {
+    page_ = std::size_t(sysconf(_SC_PAGESIZE));
+    void* memory = mmap(nullptr, kStackBytes + page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) {
+      std::fprintf(stderr, "CUDA emulation: cannot map a fiber stack\n");
+      std::abort();
+    }
+    mprotect(memory, page_, PROT_NONE);
+    base_ = static_cast<char*>(memory);
+  }
+  Stack(const Stack&) = delete;
+  Stack& operator=(const Stack&) = delete;
+  ~Stack() { munmap(base_, kStackBytes + page_); }
+  /// The highest address: stacks grow down, toward the guard page.
+  void* top() const { return base_ + page_ + kStackBytes; }
+
+private:
+  char* base_ = nullptr;
+  std::size_t page_ = 0;
+};
+
+/// The block that is running on this host thread.
+struct BlockRun {
+  const std::function<void()>* body = nullptr;
+  Context scheduler;
+  std::vector<Fiber> fibers;
+  unsigned live = 0;
+  unsigned blockArrived = 0;
+  std::vector<unsigned> warpLive, warpArrived;
+  std::vector<uint64_t> exchangeSlots;
+  std::string failure;
+};
+
+thread_local BlockRun* tBlock = nullptr;
+thread_local Fiber* tFiber = nullptr;
+thread_local std::vector<std::unique_ptr<Stack>> tStacks;
+thread_local cudaError_t tLastError = cudaSuccess;
+thread_local std::string tLastFailure;
+
+std::atomic<int64_t> gLaunches{0};
+std::atomic<int64_t> gThreads{0};
+
+[[noreturn]] void misuse(const char* what) {
+  std::fprintf(stderr, "CUDA emulation: %s outside an emulated kernel\n", what);
+  std::abort();
+}
+
+void releaseBlockBarrier(BlockRun& block) {
+  block.blockArrived = 0;
+  for (Fiber& fiber : block.fibers)
+    if (fiber.waiting == Wait::Block)
+      fiber.waiting = Wait::None;
+}
+
+void releaseWarpBarrier(BlockRun& block, unsigned warp) {
+  block.warpArrived[warp] = 0;
+  for (unsigned t = warp * kWarpSize; t < block.fibers.size() && t < (warp + 1) * kWarpSize; ++t)
+    if (block.fibers[t].waiting == Wait::Warp)
+      block.fibers[t].waiting = Wait::None;
+}
+
+/// Back to the scheduler until the barrier the fiber waits at is released.
+void yieldToScheduler() { switchContext(tFiber->context, tBlock->scheduler); }
+
+void arriveAtWarpBarrier(BlockRun& block, Fiber& fiber) {
+  unsigned warp = fiber.linear / kWarpSize;
+  fiber.waiting = Wait::Warp;
+  if (++block.warpArrived[warp] == block.warpLive[warp])
+    releaseWarpBarrier(block, warp);
+  yieldToScheduler();
+}
+
+[[noreturn]] void fiberEntry() {
+  (*tBlock->body)();
+  BlockRun& block = *tBlock;
+  Fiber& fiber = *tFiber;
+  fiber.done = true;
+  --block.live;
+  unsigned warp = fiber.linear / kWarpSize;
+  --block.warpLive[warp];
+  // An exited thread counts as arrived at the barriers the others wait at.
+  if (block.blockArrived > 0 && block.blockArrived == block.live)
+    releaseBlockBarrier(block);
+  if (block.warpArrived[warp] > 0 && block.warpArrived[warp] == block.warpLive[warp])
+    releaseWarpBarrier(block, warp);
+  // Never resumed: the scheduler reuses the stack.
+  switchContext(fiber.context, block.scheduler);
+  std::abort();
+}
+
+std::string describeDeadlock(const BlockRun& block) {
+  unsigned atBlock = 0, atWarp = 0;
+  for (const Fiber& fiber : block.fibers) {
+    if (fiber.done)
+      continue;
+    (fiber.waiting == Wait::Block ? atBlock : atWarp) += 1;
+  }
+  const ThreadIds& ids = block.fibers.front().ids;
+  return "deadlock in block (" + std::to_string(ids.blockIdx.x) + "," + std::to_string(ids.blockIdx.y) + "," +
+         std::to_string(ids.blockIdx.z) + "): " + std::to_string(atBlock) + " threads wait at __syncthreads, " +
+         std::to_string(atWarp) + " at a warp shuffle, " +
+         std::to_string(block.fibers.size() - atBlock - atWarp) + " have exited";
+}
+
+/// Runs one block to its end; false (and `failure`) when it cannot finish.
+bool runBlock(BlockRun& block, dim3 grid, dim3 blockShape, uint3 blockIndex) {
+  unsigned threads = blockShape.x * blockShape.y * blockShape.z;
+  while (tStacks.size() < threads)
+    tStacks.push_back(std::make_unique<Stack>());
+  block.fibers.assign(threads, Fiber{});
+  unsigned warps = (threads + kWarpSize - 1) / kWarpSize;
+  block.warpLive.assign(warps, 0);
+  block.warpArrived.assign(warps, 0);
+  block.exchangeSlots.assign(size_t(warps) * kWarpSize, 0);
+  block.live = threads;
+  block.blockArrived = 0;
+  for (unsigned t = 0; t < threads; ++t) {
+    Fiber& fiber = block.fibers[t];
+    fiber.linear = t;
+    fiber.ids.threadIdx = uint3{t % blockShape.x, (t / blockShape.x) % blockShape.y, t / (blockShape.x * blockShape.y)};
+    fiber.ids.blockIdx = blockIndex;
+    fiber.ids.blockDim = blockShape;
+    fiber.ids.gridDim = grid;
+    ++block.warpLive[t / kWarpSize];
+    makeContext(fiber.context, tStacks[t]->top(), fiberEntry);
+  }
+  while (block.live > 0) {
+    bool ran = false;
+    for (Fiber& fiber : block.fibers) {
+      if (fiber.done || fiber.waiting != Wait::None)
+        continue;
+      tFiber = &fiber;
+      switchContext(block.scheduler, fiber.context);
+      tFiber = nullptr;
+      ran = true;
+      if (!block.failure.empty())
+        return false;
+    }
+    if (!ran) {
+      block.failure = describeDeadlock(block);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool validConfiguration(dim3 grid, dim3 block, std::size_t sharedBytes, std::string& why) {
+  uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  if (threads == 0 || threads > kMaxThreadsPerBlock || block.x > 1024 || block.y > 1024 || block.z > 64)
+    why = "block (" + std::to_string(block.x) + "," + std::to_string(block.y) + "," + std::to_string(block.z) +
+          ") is outside the device's limits (at most 1024 threads; x, y <= 1024, z <= 64)";
+  else if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
+    why = "grid (" + std::to_string(grid.x) + "," + std::to_string(grid.y) + "," + std::to_string(grid.z) +
+          ") is outside the device's limits (x in [1, 2^31-1], y and z in [1, 65535])";
+  else if (sharedBytes > kMaxDynamicSharedBytes)
+    why = std::to_string(sharedBytes) + " bytes of dynamic shared memory exceed 48 KiB";
+  return why.empty();
+}
+
+void fail(cudaError_t error, std::string why) {
+  tLastError = error;
+  tLastFailure = std::move(why);
+}
+
+} // namespace
+
+const ThreadIds& currentThread() {
+  if (tFiber == nullptr)
+    misuse("a thread or block index was read");
+  return tFiber->ids;
+}
+
+void synchronizeBlock() {
+  if (tFiber == nullptr)
+    misuse("__syncthreads was called");
+  BlockRun& block = *tBlock;
+  tFiber->waiting = Wait::Block;
+  if (++block.blockArrived == block.live)
+    releaseBlockBarrier(block);
+  yieldToScheduler();
+}
+
+uint64_t exchangeInWarp(uint64_t bits, unsigned mask, int laneMask, int width) {
+  if (tFiber == nullptr)
+    misuse("a warp shuffle was called");
+  BlockRun& block = *tBlock;
+  Fiber& fiber = *tFiber;
+  unsigned lane = fiber.linear % kWarpSize, warp = fiber.linear / kWarpSize;
+  if (width != int(kWarpSize) || (mask & (1u << lane)) == 0) {
+    block.failure = "a warp shuffle with width " + std::to_string(width) + " and mask " + std::to_string(mask) +
+                    " (the emulation supports full-warp shuffles by lanes in the mask)";
+    yieldToScheduler();
+  }
+  block.exchangeSlots[size_t(warp) * kWarpSize + lane] = bits;
+  arriveAtWarpBarrier(block, fiber);
+  unsigned partner = lane ^ unsigned(laneMask);
+  unsigned partnerThread = warp * kWarpSize + partner;
+  uint64_t result = bits;
+  if (partner < kWarpSize && partnerThread < block.fibers.size()) {
+    if (block.fibers[partnerThread].done || (mask & (1u << partner)) == 0) {
+      block.failure = "lane " + std::to_string(lane) + " of warp " + std::to_string(warp) +
+                      " shuffles with lane " + std::to_string(partner) +
+                      ", which has exited or is not in the mask (undefined on the device)";
+      yieldToScheduler();
+    }
+    result = block.exchangeSlots[partnerThread];
+  }
+  // Nobody writes a slot again before every lane has read its partner's.
+  arriveAtWarpBarrier(block, fiber);
+  return result;
+}
+
+void runGrid(dim3 grid, dim3 block, std::size_t dynamicSharedBytes, const std::function<void()>& body) {
+  tLastFailure.clear();
+  if (tFiber != nullptr) {
+    fail(cudaErrorNotSupported, "a kernel launched from inside an emulated kernel");
+    return;
+  }
+  std::string why;
+  if (!validConfiguration(grid, block, dynamicSharedBytes, why)) {
+    fail(cudaErrorInvalidConfiguration, "launch: " + why);
+    return;
+  }
+  ++gLaunches;
+  BlockRun run;
+  run.body = &body;
+  BlockRun* outer = tBlock;
+  tBlock = &run;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        gThreads += int64_t(block.x) * block.y * block.z;
+        if (!runBlock(run, grid, block, uint3{x, y, z})) {
+          tBlock = outer;
+          fail(cudaErrorLaunchFailure, "launch: " + run.failure);
+          return;
+        }
+      }
+  tBlock = outer;
+}
+
+cudaError_t takeLastError() {
+  cudaError_t error = tLastError;
+  tLastError = cudaSuccess;
+  return error;
+}
+
+const std::string& lastFailure() { return tLastFailure; }
+
+cudaError_t copyBytes(void* destination, const void* source, std::size_t bytes) {
+  if (bytes > 0)
+    std::memmove(destination, source, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t fillBytes(void* destination, int value, std::size_t bytes) {
+  if (bytes > 0)
+    std::memset(destination, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t allocateBytes(void** pointer, std::size_t bytes) {
+  *pointer = std::malloc(bytes == 0 ? 1 : bytes);
+  return *pointer != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t releaseBytes(void* pointer) {
+  std::free(pointer);
+  return cudaSuccess;
+}
+
+Counters counters() { return Counters{gLaunches.load(), gThreads.load()}; }
+
+} // namespace ampjit::emulation

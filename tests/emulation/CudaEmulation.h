@@ -1,0 +1,144 @@
+#ifndef AMPJIT_TESTS_EMULATION_CUDAEMULATION_H
+#define AMPJIT_TESTS_EMULATION_CUDAEMULATION_H
+
+// Runs CUDA kernels on the host, so CI can check what they compute without a
+// GPU. A kernel source compiled by the host C++ compiler with
+// EmulatedCudaLanguage.h first (the .cu files, with their `<<<...>>>` launches rewritten by
+// RewriteLaunches.cmake; or a generated NVRTC kernel) becomes ordinary C++:
+// each launch runs every block in turn, each block's threads as fibers on
+// the calling thread. A fiber runs until it ends or waits at a
+// `__syncthreads()` or a warp shuffle, and a wait ends when every live thread
+// of the block (the warp) has arrived, as on the device. So kernels that
+// share memory through barriers and shuffles compute what they compute on a
+// GPU, up to the ulps of the math library (host libm, not CUDA's).
+//
+// What it does not show: timing, memory ordering between threads that do
+// not synchronise (fibers run one at a time, in thread order), and
+// anything of the CUDA libraries. A barrier some live threads never reach is
+// reported as a failed launch, not a hang.
+//
+// Test-only: never part of a shipped binary.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace ampjit::emulation {
+
+/// The built-in variables of the thread that is running.
+struct ThreadIds {
+  uint3 threadIdx{};
+  uint3 blockIdx{};
+  dim3 blockDim;
+  dim3 gridDim;
+};
+
+/// The running emulated thread's ids; outside a kernel, a failed check.
+const ThreadIds& currentThread();
+
+/// Blocks the running thread until every live thread of its block arrives.
+void synchronizeBlock();
+
+/// The 8 bytes `bits` of the running lane exchanged with lane `lane ^
+/// laneMask` of its warp (`__shfl_xor_sync`); every lane named in `mask`
+/// must take part, as on the device.
+uint64_t exchangeInWarp(uint64_t bits, unsigned mask, int laneMask, int width);
+
+template <typename T> T shuffleXor(unsigned mask, T value, int laneMask, int width = 32) {
+  static_assert(sizeof(T) <= sizeof(uint64_t) && std::is_trivially_copyable_v<T>);
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof value);
+  bits = exchangeInWarp(bits, mask, laneMask, width);
+  T result;
+  std::memcpy(&result, &bits, sizeof result);
+  return result;
+}
+
+/// Runs `body` as every thread of a `grid` of `block`s; the launch's error
+/// (an invalid configuration, a deadlock) is what the next
+/// takeLastError() returns, as cudaGetLastError() after a launch.
+void runGrid(dim3 grid, dim3 block, std::size_t dynamicSharedBytes, const std::function<void()>& body);
+
+/// The error of the last failed launch, reset to cudaSuccess (cudaGetLastError).
+cudaError_t takeLastError();
+/// What went wrong in the latest launch, in words ("" if nothing did).
+const std::string& lastFailure();
+
+/// The CUDA runtime's memory calls on host memory ("device" pointers are
+/// host pointers here): copies and fills happen at once, in stream order
+/// because everything does.
+cudaError_t copyBytes(void* destination, const void* source, std::size_t bytes);
+cudaError_t fillBytes(void* destination, int value, std::size_t bytes);
+cudaError_t allocateBytes(void** pointer, std::size_t bytes);
+cudaError_t releaseBytes(void* pointer);
+
+/// Launches and emulated threads since the process started (what a test
+/// counts to show that work ran where it says).
+struct Counters {
+  int64_t launches = 0;
+  int64_t threads = 0;
+};
+Counters counters();
+
+/// `kernel<<<grid, block, shared, stream>>>(arguments...)` becomes
+/// `launch(grid, block, shared, stream).kernel([](auto... p) { kernel(p...); })(arguments...)`
+/// (RewriteLaunches.cmake): the arguments are copied once, decayed, and every
+/// thread calls the kernel with its own copies, so overload resolution and
+/// the conversions to the parameter types are those of the device launch.
+template <typename Kernel> class BoundLaunch {
+public:
+  BoundLaunch(dim3 grid, dim3 block, std::size_t sharedBytes, Kernel kernel)
+      : grid_(grid), block_(block), sharedBytes_(sharedBytes), kernel_(kernel) {}
+
+  template <typename... Arguments> void operator()(Arguments&&... arguments) const {
+    std::tuple<std::decay_t<Arguments>...> copies(std::forward<Arguments>(arguments)...);
+    runGrid(grid_, block_, sharedBytes_, [&] { std::apply(kernel_, copies); });
+  }
+
+private:
+  dim3 grid_, block_;
+  std::size_t sharedBytes_;
+  Kernel kernel_;
+};
+
+class LaunchConfiguration {
+public:
+  LaunchConfiguration(dim3 grid, dim3 block, std::size_t sharedBytes) : grid_(grid), block_(block), sharedBytes_(sharedBytes) {}
+  template <typename Kernel> BoundLaunch<Kernel> kernel(Kernel kernel) const {
+    return BoundLaunch<Kernel>(grid_, block_, sharedBytes_, kernel);
+  }
+
+private:
+  dim3 grid_, block_;
+  std::size_t sharedBytes_;
+};
+
+inline LaunchConfiguration launch(dim3 grid, dim3 block, std::size_t sharedBytes = 0, cudaStream_t = nullptr) {
+  return LaunchConfiguration(grid, block, sharedBytes);
+}
+
+// Device intrinsics the host compiler lacks.
+inline float intAsFloat(int bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+inline double longLongAsDouble(long long bits) {
+  double value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+} // namespace ampjit::emulation
+
+#endif // AMPJIT_TESTS_EMULATION_CUDAEMULATION_H

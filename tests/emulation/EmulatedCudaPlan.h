@@ -1,0 +1,72 @@
+#ifndef AMPJIT_TESTS_EMULATION_EMULATEDCUDAPLAN_H
+#define AMPJIT_TESTS_EMULATION_EMULATEDCUDAPLAN_H
+
+// A plan run the way the CUDA backend runs it, on the host, without a GPU:
+// the backend's own launch groups (cuda::launchGroups) and DeviceSteps
+// (makeLaunchGroupStep, makeHandwrittenStep) enqueue the hand-written
+// kernels, which run emulated (CudaEmulation.h); each generated elementwise
+// kernel is the source emitElementwiseKernel writes, built by the host C++
+// compiler against the emulation and launched with the arguments
+// ElementwiseKernelArguments packs for cudaLaunchKernel. What needs a CUDA
+// library, a Gemm (cuBLASLt) or a cuDNN step, runs the CPU backend's kernel
+// in its place (counted, so a test can say how much was emulated).
+//
+// Buffers are bound as the CPU backend binds them (arguments in place,
+// temporaries at their arena offsets, so reshape views share bytes), and
+// the arena and workspace are filled with NaN bytes before every run, so a
+// kernel that reads what no step wrote shows up as a NaN.
+//
+// Not covered: deferred updates, the side stream, graphs and the memory
+// pool (the backend's enqueue order is plan order, which this keeps).
+
+#include "ampjit/runtime/Backend.h"
+#include "ampjit/runtime/Plan.h"
+#include "ampjit/runtime/Status.h"
+#include "ampjit/runtime/Tensor.h"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ampjit::emulation {
+
+/// What ran where in one run of a plan.
+struct EmulationCounts {
+  /// Launch groups the backend's DeviceSteps enqueued (hand-written kernels,
+  /// multi-tensor groups) and generated kernels, all emulated.
+  int64_t handwrittenLaunches = 0;
+  int64_t generatedLaunches = 0;
+  /// Steps that ran the CPU backend's kernel in a library's place.
+  int64_t libraryStandIns = 0;
+};
+
+/// A runtime::Backend over the emulation, shaped as CudaBackend is where the
+/// GPU tests use it (prepare, toDevice, toHost), so tests/gpu's kernel tests
+/// build against it unchanged (GpuTestUtil.h, AMPJIT_GPU_TESTS_ON_EMULATION).
+/// "Device" tensors are host tensors.
+class EmulatedCudaBackend final : public runtime::Backend {
+public:
+  /// For a device with `multiprocessors` SMs (the H100 has 132), which sizes
+  /// grids as on that device.
+  explicit EmulatedCudaBackend(int multiprocessors = 132) : multiprocessors_(multiprocessors) {}
+
+  std::string_view name() const override { return "cuda-emulated"; }
+  runtime::Expected<runtime::Tensor> allocate(const runtime::TensorType& type) override;
+  /// The plan's launch groups, DeviceSteps and one host-compiled library of
+  /// its generated kernels; refuses a plan with a deferred update.
+  runtime::Expected<std::unique_ptr<runtime::Executable>> prepare(runtime::Plan plan) override;
+  runtime::Expected<runtime::Tensor> toHost(const runtime::Tensor& tensor) override { return tensor.clone(); }
+  runtime::Expected<runtime::Tensor> toDevice(const runtime::Tensor& tensor) { return tensor.clone(); }
+
+  /// What ran where in the last run of an executable this backend prepared.
+  static const EmulationCounts& countsOf(const runtime::Executable& executable);
+
+private:
+  int multiprocessors_;
+};
+
+} // namespace ampjit::emulation
+
+#endif // AMPJIT_TESTS_EMULATION_EMULATEDCUDAPLAN_H

@@ -1,0 +1,127 @@
+//===- EmulatedStepTest.cpp - whole train steps on the CUDA path, emulated ===//
+//
+// The MNIST train step compiled as the CUDA pipeline compiles it (GEMM
+// epilogues, fused elementwise kernels) and run the way the CUDA backend
+// runs it, on the host emulation (tests/emulation): the backend's launch
+// groups, its multi-tensor update, convert and classification-head launches,
+// every generated kernel. Only the GEMMs run the CPU's kernel, standing in
+// for cuBLASLt. Compared with the CPU backend's run of the same plan over
+// several steps, with DESIGN's tolerances.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CompileExample.h"
+#include "EmulatedCudaPlan.h"
+#include "GpuTestUtil.h"
+
+#include "ampjit/runtime/CpuBackend.h"
+#include "cuda/DeviceStep.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace ampjit::emulation {
+namespace {
+
+namespace rt = ampjit::runtime;
+using namespace ampjit::testing::mnist_step;
+using ampjit::testing::initialArguments;
+
+rt::Plan cudaPipelineMnistStep(const std::string& ampOptions) {
+  return ampjit::testing::compileExample("mnist_train_step.mlir", ampOptions,
+                                         {.fuseElementwise = true, .fuseGemmEpilogues = true});
+}
+
+struct BothSteps {
+  std::unique_ptr<rt::Executable> cpu, emulated;
+  std::vector<rt::Tensor> cpuArguments, emulatedArguments;
+};
+
+BothSteps prepareBoth(const rt::Plan& plan, rt::Backend& cpu, EmulatedCudaBackend& emulated) {
+  BothSteps both;
+  rt::Expected<std::unique_ptr<rt::Executable>> cpuExecutable = cpu.prepare(plan);
+  EXPECT_TRUE(cpuExecutable.ok()) << cpuExecutable.message();
+  rt::Expected<std::unique_ptr<rt::Executable>> emulatedExecutable = emulated.prepare(plan);
+  EXPECT_TRUE(emulatedExecutable.ok()) << emulatedExecutable.message();
+  if (!cpuExecutable || !emulatedExecutable)
+    return both;
+  both.cpu = std::move(*cpuExecutable);
+  both.emulated = std::move(*emulatedExecutable);
+  both.cpuArguments = initialArguments(plan);
+  for (const rt::Tensor& argument : both.cpuArguments)
+    both.emulatedArguments.push_back(*argument.clone());
+  return both;
+}
+
+/// Every result and every piece of state within `slack` times DESIGN's
+/// tolerance of the CPU's (a GEMM's K of 784 and the steps the difference
+/// has to grow over set the slack).
+void expectStateAgrees(const BothSteps& both, const std::vector<rt::Tensor>& cpuResults,
+                       const std::vector<rt::Tensor>& emulatedResults, double slack, const std::string& what) {
+  ASSERT_EQ(cpuResults.size(), emulatedResults.size()) << what;
+  for (size_t k = 0; k < cpuResults.size(); ++k)
+    EXPECT_TRUE(rt::gputest::allClose(cpuResults[k], emulatedResults[k], slack)) << what << ", result " << k;
+  for (size_t k = 0; k < both.cpuArguments.size(); ++k)
+    EXPECT_TRUE(rt::gputest::allClose(both.cpuArguments[k], both.emulatedArguments[k], slack))
+        << what << ", argument " << k;
+}
+
+TEST(EmulatedStep, TheMnistStepOnTheCudaPathMatchesTheCpuAtEveryLevel) {
+  std::unique_ptr<rt::Backend> cpu = rt::createCpuBackend();
+  EmulatedCudaBackend emulated;
+  for (const char* options :
+       {"level=O0", "level=O1 dtype=f16", "level=O1 dtype=bf16", "level=O2 dtype=f16", "level=O2 dtype=bf16"}) {
+    SCOPED_TRACE(options);
+    rt::Plan plan = cudaPipelineMnistStep(options);
+    ASSERT_FALSE(plan.steps.empty());
+    BothSteps both = prepareBoth(plan, *cpu, emulated);
+    ASSERT_TRUE(both.cpu && both.emulated);
+    size_t gemms = 0;
+    for (const rt::Step& step : plan.steps)
+      gemms += step.kind == rt::StepKind::Gemm;
+    for (int step = 0; step < 3; ++step) {
+      rt::Expected<std::vector<rt::Tensor>> cpuResults = both.cpu->run(both.cpuArguments);
+      ASSERT_TRUE(cpuResults.ok()) << cpuResults.message();
+      rt::Expected<std::vector<rt::Tensor>> emulatedResults = both.emulated->run(both.emulatedArguments);
+      ASSERT_TRUE(emulatedResults.ok()) << emulatedResults.message();
+      expectStateAgrees(both, *cpuResults, *emulatedResults, 16.0, std::string(options) + ", step " +
+                                                                        std::to_string(step));
+    }
+    // Everything but the GEMMs ran on the emulated device path.
+    const EmulationCounts& counts = EmulatedCudaBackend::countsOf(*both.emulated);
+    EXPECT_EQ(size_t(counts.libraryStandIns), gemms);
+    EXPECT_GT(counts.generatedLaunches, 0);
+    EXPECT_GT(counts.handwrittenLaunches, 0);
+    EXPECT_EQ(size_t(counts.handwrittenLaunches + counts.generatedLaunches + counts.libraryStandIns),
+              rt::cuda::launchGroups(plan).size());
+    EXPECT_EQ(both.emulatedArguments[kSkippedSteps].at(0), 0.0);
+  }
+}
+
+TEST(EmulatedStep, AnInjectedInfSkipsTheStepOnTheCudaPath) {
+  std::unique_ptr<rt::Backend> cpu = rt::createCpuBackend();
+  EmulatedCudaBackend emulated;
+  for (const char* options : {"level=O1 dtype=f16", "level=O2 dtype=f16"}) {
+    SCOPED_TRACE(options);
+    rt::Plan plan = cudaPipelineMnistStep(options);
+    BothSteps both = prepareBoth(plan, *cpu, emulated);
+    ASSERT_TRUE(both.emulated);
+    ASSERT_TRUE(both.emulated->run(both.emulatedArguments).ok());
+    std::vector<std::vector<std::byte>> before = ampjit::testing::snapshot(both.emulatedArguments);
+    both.emulatedArguments[kImages].set(0, std::numeric_limits<double>::infinity());
+    rt::Expected<std::vector<rt::Tensor>> skipped = both.emulated->run(both.emulatedArguments);
+    ASSERT_TRUE(skipped.ok()) << skipped.message();
+    std::vector<std::vector<std::byte>> after = ampjit::testing::snapshot(both.emulatedArguments);
+    for (size_t index = kFirstParam; index < kLearningRate; ++index)
+      EXPECT_EQ(before[index], after[index]) << "argument " << index << " changed on a skipped step";
+    EXPECT_EQ(both.emulatedArguments[kScale].at(0), 32768.0);
+    EXPECT_EQ(both.emulatedArguments[kGoodSteps].at(0), 0.0);
+    EXPECT_EQ(both.emulatedArguments[kSkippedSteps].at(0), 1.0);
+  }
+}
+
+} // namespace
+} // namespace ampjit::emulation
