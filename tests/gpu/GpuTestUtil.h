@@ -5,9 +5,17 @@
 // cudaGetDeviceCount), one CUDA backend per test, and "run this plan on the
 // CPU backend and on the CUDA backend from the same host arguments, then
 // compare" with DESIGN's tolerances.
+//
+// Built with AMPJIT_GPU_TESTS_ON_EMULATION (tests/unit/cuda), `CudaBackend`
+// here is the host emulation's (tests/emulation/EmulatedCudaPlan.h) and
+// nothing skips: the kernel tests that need no CUDA library run in CI
+// without a GPU, against the same CPU results and tolerances.
 
 #include "ampjit/runtime/CpuBackend.h"
 #include "ampjit/runtime/CudaBackend.h"
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATION
+#include "EmulatedCudaPlan.h"
+#endif
 #include "ampjit/runtime/Plan.h"
 #include "ampjit/runtime/Tensor.h"
 
@@ -24,6 +32,22 @@
 
 namespace ampjit::runtime::gputest {
 
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATION
+using CudaBackend = ::ampjit::emulation::EmulatedCudaBackend;
+
+// Reported as EmulatedGpuTest.*, apart from the device runs of the same tests.
+#define GpuTest EmulatedGpuTest
+class GpuTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    cuda = std::make_unique<CudaBackend>();
+    cpu = createCpuBackend();
+  }
+
+  std::unique_ptr<CudaBackend> cuda;
+  std::unique_ptr<Backend> cpu;
+};
+#else
 class GpuTest : public ::testing::Test {
 protected:
   void SetUp() override {
@@ -38,6 +62,7 @@ protected:
   std::unique_ptr<CudaBackend> cuda;
   std::unique_ptr<Backend> cpu;
 };
+#endif
 
 /// Host tensors for every argument of `plan`: floating ones uniform in
 /// [low, high) (never all zeros), i64 ones in [0, integerBound), i1 ones 1.
