@@ -175,6 +175,20 @@ private:
 
 enum class Where { Handwritten, Generated, LibraryStandIn };
 
+/// The steps of makeCudnnStep's that call cuDNN itself (pooling there is
+/// our own kernels, which the emulation runs).
+bool needsCudnn(StepKind kind) {
+  switch (kind) {
+  case StepKind::Conv2d:
+  case StepKind::Conv2dGradInput:
+  case StepKind::Conv2dGradWeight:
+  case StepKind::BatchNorm:
+  case StepKind::BatchNormInference:
+  case StepKind::BatchNormGrad: return true;
+  default: return false;
+  }
+}
+
 struct Prepared {
   std::vector<size_t> indices;
   Where where = Where::Handwritten;
@@ -224,8 +238,10 @@ public:
         for (size_t i = index; i < end; ++i)
           members.push_back(&plan_.steps[i]);
         made = cuda::makeLaunchGroupStep(context_, plan_, members);
-      } else if (step.kind == StepKind::Gemm || cuda::runsThroughCudnn(step.kind)) {
+      } else if (step.kind == StepKind::Gemm || needsCudnn(step.kind)) {
         prepared.where = Where::LibraryStandIn;
+      } else if (cuda::runsThroughCudnn(step.kind)) {
+        made = cuda::makeCudnnStep(context_, plan_, step, cudnnState_); // pooling: our kernels
       } else if (kernels[index]) {
         prepared.where = Where::Generated;
         made = std::unique_ptr<cuda::DeviceStep>(new EmulatedGeneratedStep(
@@ -346,6 +362,7 @@ private:
 
   Plan plan_;
   cuda::DeviceContext context_;
+  cuda::CudnnPlanState cudnnState_;
   std::unique_ptr<HostKernelLibrary> library_;
   std::vector<Prepared> prepared_;
   size_t workspaceBytes_ = 0;

@@ -8,8 +8,9 @@
 // kernel is the source emitElementwiseKernel writes, built by the host C++
 // compiler against the emulation and launched with the arguments
 // ElementwiseKernelArguments packs for cudaLaunchKernel. What needs a CUDA
-// library, a Gemm (cuBLASLt) or a cuDNN step, runs the CPU backend's kernel
-// in its place (counted, so a test can say how much was emulated).
+// library, a Gemm (cuBLASLt), a convolution or a batch norm (cuDNN), runs the
+// CPU backend's kernel in its place (counted, so a test can say how much was
+// emulated); pooling is our own kernels, emulated.
 //
 // Buffers are bound as the CPU backend binds them (arguments in place,
 // temporaries at their arena offsets, so reshape views share bytes), and

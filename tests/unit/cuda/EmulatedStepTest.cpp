@@ -16,6 +16,10 @@
 
 #include "ampjit/runtime/CpuBackend.h"
 #include "cuda/DeviceStep.h"
+#include "jit/amp.h"
+#include "jit/jit.h"
+#include "jit/optim.h"
+#include "jit/trace.h"
 
 #include <gtest/gtest.h>
 
@@ -121,6 +125,75 @@ TEST(EmulatedStep, AnInjectedInfSkipsTheStepOnTheCudaPath) {
     EXPECT_EQ(both.emulatedArguments[kGoodSteps].at(0), 0.0);
     EXPECT_EQ(both.emulatedArguments[kSkippedSteps].at(0), 1.0);
   }
+}
+
+TEST(EmulatedStep, AResNetStepOnTheCudaPathMatchesTheCpu) {
+  // torchvision's ResNet-18 (ImageNet stem: its max pool) on 32x32 images,
+  // traced and compiled as jit::trace compiles for CUDA at O1-f16 (kept
+  // parameter casts, NHWC, fused batch-norm tails), the update not deferred
+  // (the emulation runs no side stream). Convolutions and batch norms run
+  // the CPU's kernels, standing in for cuDNN; the layout moves, the pooling,
+  // every fused tail, the loss, the scaler and the updates are emulated.
+  jit::Generator generator(3);
+  auto model = jit::nn::resnet18({.num_classes = 10, .init = {.generator = &generator}});
+  jit::optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  jit::amp::GradScaler scaler;
+  auto step = jit::trace(
+      [&](const jit::Tensor& x, const jit::Tensor& y) {
+        opt.zero_grad();
+        jit::Tensor loss = jit::cross_entropy((*model)(x), y);
+        scaler.scale(loss).backward();
+        scaler.step(opt);
+        scaler.update();
+        return loss;
+      },
+      {.backend = jit::Backend::cpu});
+  step(jit::randn({2, 3, 32, 32}, jit::f32, &generator), jit::tensor(std::vector<int64_t>{1, 7}, {2}));
+  rt::Plan plan = ampjit::testing::compileSource(
+                      step.traced_module(), "resnet18",
+                      "amp-pipeline{level=O1 dtype=f16 target=sm_90 keep-parameter-casts=true},"
+                      "jit-convert-layout{layout=nhwc}",
+                      {.fuseElementwise = true, .fuseGemmEpilogues = true, .fuseBatchNormEpilogues = true})
+                      .plan;
+  ASSERT_FALSE(plan.steps.empty());
+  size_t pools = 0, library = 0;
+  for (const rt::Step& s : plan.steps) {
+    pools += s.kind == rt::StepKind::MaxPool2d || s.kind == rt::StepKind::MaxPool2dGrad;
+    library += s.kind == rt::StepKind::Gemm || s.kind == rt::StepKind::Conv2d ||
+               s.kind == rt::StepKind::Conv2dGradInput || s.kind == rt::StepKind::Conv2dGradWeight ||
+               s.kind == rt::StepKind::BatchNorm || s.kind == rt::StepKind::BatchNormGrad;
+  }
+  ASSERT_EQ(pools, 2u) << "the stem's max pool and its gradient";
+
+  std::unique_ptr<rt::Backend> cpu = rt::createCpuBackend();
+  EmulatedCudaBackend emulated;
+  rt::Expected<std::unique_ptr<rt::Executable>> cpuStep = cpu->prepare(plan);
+  ASSERT_TRUE(cpuStep.ok()) << cpuStep.message();
+  rt::Expected<std::unique_ptr<rt::Executable>> emulatedStep = emulated.prepare(plan);
+  ASSERT_TRUE(emulatedStep.ok()) << emulatedStep.message();
+  // Random state in [-1, 1), with the f16 parameter copies derived from it.
+  std::vector<rt::Tensor> cpuArguments = rt::gputest::randomArguments(plan, 7), emulatedArguments;
+  ASSERT_TRUE(rt::rederiveArguments(plan, cpuArguments).ok());
+  for (const rt::Tensor& argument : cpuArguments)
+    emulatedArguments.push_back(*argument.clone());
+  for (int run = 0; run < 2; ++run) {
+    rt::Expected<std::vector<rt::Tensor>> cpuResults = (*cpuStep)->run(cpuArguments);
+    ASSERT_TRUE(cpuResults.ok()) << cpuResults.message();
+    rt::Expected<std::vector<rt::Tensor>> emulatedResults = (*emulatedStep)->run(emulatedArguments);
+    ASSERT_TRUE(emulatedResults.ok()) << emulatedResults.message();
+    // The stand-ins compute alike; what differs is the emulated kernels'
+    // summation order and host exp, carried through a second step's convolutions.
+    for (size_t k = 0; k < cpuResults->size(); ++k)
+      EXPECT_TRUE(rt::gputest::allClose((*cpuResults)[k], (*emulatedResults)[k], 64.0))
+          << "run " << run << ", result " << k;
+    for (size_t k = 0; k < cpuArguments.size(); ++k)
+      EXPECT_TRUE(rt::gputest::allClose(cpuArguments[k], emulatedArguments[k], 64.0))
+          << "run " << run << ", argument " << k;
+  }
+  const EmulationCounts& counts = EmulatedCudaBackend::countsOf(**emulatedStep);
+  EXPECT_EQ(size_t(counts.libraryStandIns), library);
+  EXPECT_GT(counts.generatedLaunches, 0);
+  EXPECT_GT(counts.handwrittenLaunches, int64_t(pools));
 }
 
 } // namespace
