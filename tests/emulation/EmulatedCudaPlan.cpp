@@ -40,18 +40,6 @@ using rt::Tensor;
 /// All bytes 0xFF: a NaN in every floating dtype, as the CPU's poison mode.
 constexpr int kPoisonByte = 0xFF;
 
-const char* deviceElementType(DType dtype) {
-  switch (dtype) {
-  case DType::F32: return "float";
-  case DType::F64: return "double";
-  case DType::F16: return "__half";
-  case DType::BF16: return "__nv_bfloat16";
-  case DType::I64: return "long long";
-  case DType::I1: return "unsigned char";
-  }
-  return "float";
-}
-
 /// A generated kernel's entry in the host library: launches it over the
 /// addresses cudaLaunchKernel would take; returns the launch's cudaError_t.
 using HostEntry = int (*)(unsigned grid, unsigned block, void** arguments);
@@ -68,12 +56,12 @@ std::string entrySource(const Plan& plan, const cuda::ElementwiseKernel& kernel)
        << "      *static_cast<long long*>(a[0]), *static_cast<int*>(a[1]), *static_cast<AmpjitDims*>(a[2])";
   size_t slot = 3;
   for (BufferId id : kernel.launch.inputs) {
-    text << ",\n      *static_cast<const " << deviceElementType(plan.buffers[id].type.dtype) << "**>(a[" << slot
+    text << ",\n      *static_cast<const " << cuda::deviceElementTypeName(plan.buffers[id].type.dtype) << "**>(a[" << slot
          << "]), *static_cast<AmpjitDims*>(a[" << slot + 1 << "])";
     slot += 2;
   }
   for (BufferId id : kernel.launch.outputs)
-    text << ",\n      *static_cast<" << deviceElementType(plan.buffers[id].type.dtype) << "**>(a[" << slot++ << "])";
+    text << ",\n      *static_cast<" << cuda::deviceElementTypeName(plan.buffers[id].type.dtype) << "**>(a[" << slot++ << "])";
   text << ");\n  return int(::ampjit::emulation::takeLastError());\n}\n";
   return text.str();
 }
@@ -206,21 +194,17 @@ public:
     context_.architecture = "sm_90";
     context_.multiprocessorCount = multiprocessors;
     std::vector<std::pair<size_t, size_t>> groups = cuda::launchGroups(plan_);
-    std::vector<std::optional<cuda::ElementwiseKernel>> kernels(plan_.steps.size());
+    Expected<std::vector<std::optional<cuda::ElementwiseKernel>>> emitted = cuda::generatedKernels(plan_, groups);
+    if (!emitted)
+      return emitted.status();
+    kernels_ = std::move(*emitted);
     std::vector<const cuda::ElementwiseKernel*> distinct;
-    for (auto [index, end] : groups) {
-      const Step& step = plan_.steps[index];
-      if (end - index > 1 || (step.kind != StepKind::Elementwise && step.kind != StepKind::FusedElementwise))
-        continue;
-      Expected<cuda::ElementwiseKernel> kernel = cuda::emitElementwiseKernel(plan_, step);
-      if (!kernel)
-        return Status::error(rt::describeStepOfPlan(plan_, index) + ": " + kernel.message());
-      kernels[index] = std::move(*kernel);
-      bool known = false;
+    for (const std::optional<cuda::ElementwiseKernel>& kernel : kernels_) {
+      bool known = !kernel;
       for (const cuda::ElementwiseKernel* seen : distinct)
-        known = known || seen->name == kernels[index]->name;
+        known = known || seen->name == kernel->name;
       if (!known)
-        distinct.push_back(&*kernels[index]);
+        distinct.push_back(&*kernel);
     }
     Expected<std::unique_ptr<HostKernelLibrary>> library = HostKernelLibrary::build(plan_, distinct);
     if (!library)
@@ -242,10 +226,10 @@ public:
         prepared.where = Where::LibraryStandIn;
       } else if (cuda::runsThroughCudnn(step.kind)) {
         made = cuda::makeCudnnStep(context_, plan_, step, cudnnState_); // pooling: our kernels
-      } else if (kernels[index]) {
+      } else if (kernels_[index]) {
         prepared.where = Where::Generated;
         made = std::unique_ptr<cuda::DeviceStep>(new EmulatedGeneratedStep(
-            library_->entry(kernels[index]->name), kernels[index]->launch, multiprocessors));
+            library_->entry(kernels_[index]->name), kernels_[index]->launch, multiprocessors));
       } else if (cuda::runsAsHandwrittenKernel(step.kind)) {
         made = cuda::makeHandwrittenStep(context_, plan_, step);
       } else {
@@ -363,6 +347,7 @@ private:
   Plan plan_;
   cuda::DeviceContext context_;
   cuda::CudnnPlanState cudnnState_;
+  std::vector<std::optional<cuda::ElementwiseKernel>> kernels_;
   std::unique_ptr<HostKernelLibrary> library_;
   std::vector<Prepared> prepared_;
   size_t workspaceBytes_ = 0;

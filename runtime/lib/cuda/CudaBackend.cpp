@@ -151,18 +151,14 @@ public:
     // steps that share a launch (conversions) need none.
     AMPJIT_RETURN_IF_ERROR(planRederivation());
     std::vector<std::pair<std::size_t, std::size_t>> groups = cuda::launchGroups(plan_);
-    std::vector<std::optional<cuda::ElementwiseKernel>> kernels(plan_.steps.size());
+    Expected<std::vector<std::optional<cuda::ElementwiseKernel>>> emitted = cuda::generatedKernels(plan_, groups);
+    if (!emitted)
+      return emitted.status();
+    std::vector<std::optional<cuda::ElementwiseKernel>>& kernels = *emitted;
     std::vector<const cuda::ElementwiseKernel*> toCompile;
-    for (auto [index, end] : groups) {
-      const Step& step = plan_.steps[index];
-      if (end - index > 1 || (step.kind != StepKind::Elementwise && step.kind != StepKind::FusedElementwise))
-        continue;
-      Expected<cuda::ElementwiseKernel> kernel = cuda::emitElementwiseKernel(plan_, step);
-      if (!kernel)
-        return Status::error(describeStepOfPlan(plan_, index) + ": " + kernel.message());
-      kernels[index] = std::move(*kernel);
-      toCompile.push_back(&*kernels[index]);
-    }
+    for (const std::optional<cuda::ElementwiseKernel>& kernel : kernels)
+      if (kernel)
+        toCompile.push_back(&*kernel);
     for (const Rederivation& rederivation : rederivations_)
       toCompile.push_back(&rederivation.kernel);
     if (Status compiled = cuda::precompileGeneratedKernels(context, toCompile); !compiled)

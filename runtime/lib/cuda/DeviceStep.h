@@ -149,6 +149,12 @@ Expected<std::unique_ptr<DeviceStep>> makeClassificationHeadStep(const Plan& pla
 /// convolution updates of a few thousand elements each would otherwise be
 /// ~100 side-stream launches and joins for ~0.2 ms of work.
 std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan);
+/// The generated kernel of each of launchGroups' `groups` that runs one:
+/// a group of one Elementwise or FusedElementwise step (steps that share a
+/// launch, such as conversions, need none); indexed by the group's first
+/// step, empty elsewhere. An error names the step it cannot emit for.
+Expected<std::vector<std::optional<ElementwiseKernel>>> generatedKernels(
+    const Plan& plan, std::span<const std::pair<std::size_t, std::size_t>> groups);
 /// How many of launchGroups' `groups` enqueue work on the device: all but
 /// the reshapes that view their input's memory (runtime arenaViewRoots).
 std::size_t launchesPerRun(const Plan& plan, std::span<const std::pair<std::size_t, std::size_t>> groups);

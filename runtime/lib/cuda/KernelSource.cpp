@@ -48,19 +48,6 @@ const char* registerTypeName(RegisterClass cls) {
   return "float";
 }
 
-/// The element type of a buffer of `dtype` in device code. i1 is one byte.
-const char* elementTypeName(DType dtype) {
-  switch (dtype) {
-  case DType::F32: return "float";
-  case DType::F64: return "double";
-  case DType::F16: return "__half";
-  case DType::BF16: return "__nv_bfloat16";
-  case DType::I64: return "long long";
-  case DType::I1: return "unsigned char";
-  }
-  return "float";
-}
-
 std::string format(const char* pattern, auto... values) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, pattern, values...);
@@ -309,10 +296,10 @@ std::string kernelBody(const std::vector<FusedInstruction>& program, const std::
   text += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kElementwiseBlockSize) + ")\n";
   text += std::string(kNamePlaceholder) + "(long long count, int rank, AmpjitDims dims";
   for (size_t k = 0; k < inputTypes.size(); ++k)
-    text += ",\n    const " + std::string(elementTypeName(inputTypes[k])) + "* in" + std::to_string(k) +
+    text += ",\n    const " + std::string(deviceElementTypeName(inputTypes[k])) + "* in" + std::to_string(k) +
             ", AmpjitDims stride" + std::to_string(k);
   for (size_t k = 0; k < outputTypes.size(); ++k)
-    text += ",\n    " + std::string(elementTypeName(outputTypes[k])) + "* out" + std::to_string(k);
+    text += ",\n    " + std::string(deviceElementTypeName(outputTypes[k])) + "* out" + std::to_string(k);
   text += ") {\n";
   text += "  const long long step = (long long)gridDim.x * blockDim.x;\n";
   text += "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += step) {\n";
@@ -390,6 +377,18 @@ std::string stepComment(const Plan& plan, const Step& step) {
 }
 
 } // namespace
+
+const char* deviceElementTypeName(DType dtype) {
+  switch (dtype) {
+  case DType::F32: return "float";
+  case DType::F64: return "double";
+  case DType::F16: return "__half";
+  case DType::BF16: return "__nv_bfloat16";
+  case DType::I64: return "long long";
+  case DType::I1: return "unsigned char";
+  }
+  return "float";
+}
 
 uint64_t fnv1a64(std::string_view bytes, uint64_t seed) {
   uint64_t hash = seed;

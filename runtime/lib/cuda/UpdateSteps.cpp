@@ -614,6 +614,21 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) 
   return groups;
 }
 
+Expected<std::vector<std::optional<ElementwiseKernel>>> generatedKernels(
+    const Plan& plan, std::span<const std::pair<std::size_t, std::size_t>> groups) {
+  std::vector<std::optional<ElementwiseKernel>> kernels(plan.steps.size());
+  for (auto [index, end] : groups) {
+    const Step& step = plan.steps[index];
+    if (end - index > 1 || (step.kind != StepKind::Elementwise && step.kind != StepKind::FusedElementwise))
+      continue;
+    Expected<ElementwiseKernel> kernel = emitElementwiseKernel(plan, step);
+    if (!kernel)
+      return Status::error(describeStepOfPlan(plan, index) + ": " + kernel.message());
+    kernels[index] = std::move(*kernel);
+  }
+  return kernels;
+}
+
 std::size_t launchesPerRun(const Plan& plan, std::span<const std::pair<std::size_t, std::size_t>> groups) {
   std::vector<BufferId> roots = arenaViewRoots(plan);
   std::size_t launches = 0;

@@ -14,6 +14,7 @@
 #include "cuda/Nvrtc.h"
 
 #include "CompileExample.h"
+#include "CudaResNetStep.h"
 #include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/cuda/KernelSource.h"
 #include "jit/amp.h"
@@ -305,25 +306,7 @@ TEST(CompileKernels, EveryKernelOfATracedResNet50StepForTheGpu) {
   // update deferred.
   jit::Generator generator(1);
   auto model = jit::nn::resnet50({.num_classes = 10, .init = {.generator = &generator}});
-  jit::optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
-  jit::amp::GradScaler scaler;
-  auto step = jit::trace(
-      [&](const jit::Tensor& x, const jit::Tensor& y) {
-        opt.zero_grad();
-        jit::Tensor loss = jit::cross_entropy((*model)(x), y);
-        scaler.scale(loss).backward();
-        scaler.step(opt);
-        scaler.update();
-        return loss;
-      },
-      {.backend = jit::Backend::cpu});
-  step(jit::randn({2, 3, 32, 32}, jit::f32, &generator), jit::tensor(std::vector<int64_t>{1, 7}, {2}));
-  rt::Plan plan = ampjit::testing::compileSource(
-                      step.traced_module(), "resnet50",
-                      "amp-pipeline{level=O1 dtype=f16 target=sm_90 keep-parameter-casts=true},jit-convert-layout{layout=nhwc}",
-                      {.fuseElementwise = true, .fuseGemmEpilogues = true, .fuseBatchNormEpilogues = true,
-                       .deferOptimizerUpdates = true, .deferMinimumElements = int64_t(16) << 20})
-                      .plan;
+  rt::Plan plan = ampjit::testing::cudaResNetStepPlan(model, generator, /*deferUpdates=*/true);
   ASSERT_FALSE(plan.steps.empty());
   EXPECT_GT(plan.deferredSteps, 0u) << "ResNet-50's 25M parameters are deferred on the GPU";
   std::vector<NamedKernel> kernels;

@@ -11,15 +11,12 @@
 //===----------------------------------------------------------------------===//
 
 #include "CompileExample.h"
+#include "CudaResNetStep.h"
 #include "EmulatedCudaPlan.h"
 #include "GpuTestUtil.h"
 
 #include "ampjit/runtime/CpuBackend.h"
 #include "cuda/DeviceStep.h"
-#include "jit/amp.h"
-#include "jit/jit.h"
-#include "jit/optim.h"
-#include "jit/trace.h"
 
 #include <gtest/gtest.h>
 
@@ -136,25 +133,7 @@ TEST(EmulatedStep, AResNetStepOnTheCudaPathMatchesTheCpu) {
   // every fused tail, the loss, the scaler and the updates are emulated.
   jit::Generator generator(3);
   auto model = jit::nn::resnet18({.num_classes = 10, .init = {.generator = &generator}});
-  jit::optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
-  jit::amp::GradScaler scaler;
-  auto step = jit::trace(
-      [&](const jit::Tensor& x, const jit::Tensor& y) {
-        opt.zero_grad();
-        jit::Tensor loss = jit::cross_entropy((*model)(x), y);
-        scaler.scale(loss).backward();
-        scaler.step(opt);
-        scaler.update();
-        return loss;
-      },
-      {.backend = jit::Backend::cpu});
-  step(jit::randn({2, 3, 32, 32}, jit::f32, &generator), jit::tensor(std::vector<int64_t>{1, 7}, {2}));
-  rt::Plan plan = ampjit::testing::compileSource(
-                      step.traced_module(), "resnet18",
-                      "amp-pipeline{level=O1 dtype=f16 target=sm_90 keep-parameter-casts=true},"
-                      "jit-convert-layout{layout=nhwc}",
-                      {.fuseElementwise = true, .fuseGemmEpilogues = true, .fuseBatchNormEpilogues = true})
-                      .plan;
+  rt::Plan plan = ampjit::testing::cudaResNetStepPlan(model, generator, /*deferUpdates=*/false);
   ASSERT_FALSE(plan.steps.empty());
   size_t pools = 0, library = 0;
   for (const rt::Step& s : plan.steps) {

@@ -128,6 +128,9 @@ Expected<ElementwiseKernel> emitElementwiseKernel(const Plan& plan, const Step& 
 Expected<ElementwiseLaunch> describeElementwiseLaunch(const std::vector<Shape>& inputShapes,
                                                       const Shape& outputShape);
 
+/// T above: a buffer element of `dtype` in device code (i1 is one byte).
+const char* deviceElementTypeName(DType dtype);
+
 /// 64-bit FNV-1a, the hash behind kernel names and the NVRTC cache keys.
 uint64_t fnv1a64(std::string_view bytes, uint64_t seed = 0xcbf29ce484222325ull);
 
