@@ -1,6 +1,7 @@
 #include "ampjit/runtime/Backend.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace ampjit::runtime {
 
@@ -23,6 +24,28 @@ std::string describeArgument(const Plan& plan, size_t index) {
 }
 
 } // namespace
+
+Expected<std::vector<Tensor>> hostRunResults(const Plan& plan, std::span<Tensor> arguments,
+                                             std::span<const Tensor> outputs,
+                                             const std::function<const std::byte*(BufferId)>& bytesOf) {
+  std::vector<Tensor> results;
+  for (const PlanResult& result : plan.results) {
+    const BufferDesc& buffer = plan.buffers[result.buffer];
+    if (buffer.role == BufferRole::Output) {
+      results.push_back(outputs[result.buffer]);
+    } else if (result.tiedArgument >= 0) {
+      results.push_back(arguments[size_t(result.tiedArgument)]);
+    } else {
+      Expected<Tensor> copy = Tensor::allocate(buffer.type);
+      if (!copy)
+        return copy.status();
+      if (copy->byteSize() > 0)
+        std::memcpy(copy->bytes(), bytesOf(result.buffer), copy->byteSize());
+      results.push_back(std::move(*copy));
+    }
+  }
+  return results;
+}
 
 Status checkArguments(const Plan& plan, std::span<const Tensor> arguments) {
   size_t expected = plan.argumentCount();

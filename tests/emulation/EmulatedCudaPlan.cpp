@@ -163,20 +163,6 @@ private:
 
 enum class Where { Handwritten, Generated, LibraryStandIn };
 
-/// The steps of makeCudnnStep's that call cuDNN itself (pooling there is
-/// our own kernels, which the emulation runs).
-bool needsCudnn(StepKind kind) {
-  switch (kind) {
-  case StepKind::Conv2d:
-  case StepKind::Conv2dGradInput:
-  case StepKind::Conv2dGradWeight:
-  case StepKind::BatchNorm:
-  case StepKind::BatchNormInference:
-  case StepKind::BatchNormGrad: return true;
-  default: return false;
-  }
-}
-
 struct Prepared {
   std::vector<size_t> indices;
   Where where = Where::Handwritten;
@@ -222,7 +208,7 @@ public:
         for (size_t i = index; i < end; ++i)
           members.push_back(&plan_.steps[i]);
         made = cuda::makeLaunchGroupStep(context_, plan_, members);
-      } else if (step.kind == StepKind::Gemm || needsCudnn(step.kind)) {
+      } else if (step.kind == StepKind::Gemm || cuda::callsCudnn(step.kind)) {
         prepared.where = Where::LibraryStandIn;
       } else if (cuda::runsThroughCudnn(step.kind)) {
         made = cuda::makeCudnnStep(context_, plan_, step, cudnnState_); // pooling: our kernels
@@ -301,23 +287,7 @@ public:
       ++(prepared.where == Where::Generated ? counts_.generatedLaunches : counts_.handwrittenLaunches);
     }
 
-    std::vector<Tensor> results;
-    for (const rt::PlanResult& result : plan_.results) {
-      const rt::BufferDesc& buffer = plan_.buffers[result.buffer];
-      if (buffer.role == rt::BufferRole::Output) {
-        results.push_back(outputs[result.buffer]);
-      } else if (result.tiedArgument >= 0) {
-        results.push_back(arguments[size_t(result.tiedArgument)]);
-      } else {
-        Expected<Tensor> copy = Tensor::allocate(buffer.type);
-        if (!copy)
-          return copy.status();
-        if (copy->byteSize() > 0)
-          std::memcpy(copy->bytes(), data[result.buffer], copy->byteSize());
-        results.push_back(std::move(*copy));
-      }
-    }
-    return results;
+    return rt::hostRunResults(plan_, arguments, outputs, [&](BufferId id) { return data[id]; });
   }
 
   const EmulationCounts& counts() const { return counts_; }

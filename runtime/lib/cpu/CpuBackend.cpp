@@ -114,23 +114,7 @@ public:
     AMPJIT_RETURN_IF_ERROR(runSteps(*firstStep, plan_.steps.size(), views));
     deferred_.ran(plan_, arguments);
 
-    std::vector<Tensor> results;
-    for (const PlanResult& result : plan_.results) {
-      const BufferDesc& buffer = plan_.buffers[result.buffer];
-      if (buffer.role == BufferRole::Output) {
-        results.push_back(outputs[result.buffer]);
-      } else if (result.tiedArgument >= 0) {
-        results.push_back(arguments[size_t(result.tiedArgument)]);
-      } else {
-        Expected<Tensor> copy = Tensor::allocate(buffer.type);
-        if (!copy)
-          return copy.status();
-        if (copy->byteSize() > 0)
-          std::memcpy(copy->bytes(), views[result.buffer].data, copy->byteSize());
-        results.push_back(std::move(*copy));
-      }
-    }
-    return results;
+    return hostRunResults(plan_, arguments, outputs, [&](BufferId id) { return views[id].data; });
   }
 
   Status completeDeferred(std::span<Tensor> arguments) override {

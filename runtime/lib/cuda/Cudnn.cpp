@@ -913,14 +913,22 @@ std::unique_ptr<DeviceStep> makePoolStep(const Plan& plan, const Step& step) {
 
 } // namespace
 
-bool runsThroughCudnn(StepKind kind) {
+bool callsCudnn(StepKind kind) {
   switch (kind) {
   case StepKind::Conv2d:
   case StepKind::Conv2dGradInput:
   case StepKind::Conv2dGradWeight:
   case StepKind::BatchNorm:
   case StepKind::BatchNormInference:
-  case StepKind::BatchNormGrad:
+  case StepKind::BatchNormGrad: return true;
+  default: return false;
+  }
+}
+
+bool runsThroughCudnn(StepKind kind) {
+  if (callsCudnn(kind))
+    return true;
+  switch (kind) {
   case StepKind::MaxPool2d:
   case StepKind::MaxPool2dGrad:
   case StepKind::AvgPool2d:

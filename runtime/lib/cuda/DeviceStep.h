@@ -176,6 +176,9 @@ Expected<std::unique_ptr<DeviceStep>> makeOptimizerGroupStep(DeviceContext& cont
                                                              std::span<const Step* const> steps);
 /// Conv2d, its gradients, batch norm and pooling through cuDNN (Cudnn.cpp).
 bool runsThroughCudnn(StepKind kind);
+/// Of those, the kinds whose steps call the cuDNN library itself (pooling
+/// there runs our own kernels, PoolingKernels.cu).
+bool callsCudnn(StepKind kind);
 /// A fused batch norm's cuDNN reserve space (Cudnn.cpp says how it travels).
 struct BatchNormReserve;
 /// What the cuDNN steps of one plan share, made in plan order at prepare:

@@ -9,6 +9,8 @@
 #include "ampjit/runtime/Status.h"
 #include "ampjit/runtime/Tensor.h"
 
+#include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -73,6 +75,14 @@ public:
 /// shares storage with another argument. The message names the argument by
 /// index, name and role ("argument 4 'labels' (input i64[64]) is missing").
 Status checkArguments(const Plan& plan, std::span<const Tensor> arguments);
+
+/// A run's results, as Executable::run returns them, for a backend whose
+/// buffers are host memory: a tied result is the argument tensor itself, an
+/// Output buffer the run's new tensor `outputs[buffer]`, anything else (an
+/// untied argument, a temporary, a constant) a copy of `bytesOf(buffer)`.
+Expected<std::vector<Tensor>> hostRunResults(const Plan& plan, std::span<Tensor> arguments,
+                                             std::span<const Tensor> outputs,
+                                             const std::function<const std::byte*(BufferId)>& bytesOf);
 
 /// The arguments a plan's deferred steps read or write: the state a caller
 /// must not touch on the host while an update is pending.
