@@ -3,6 +3,7 @@
 #include "EmulatedCudaPlan.h"
 
 #include "CudaEmulation.h"
+#include "EmulatedCublasLt.h"
 
 #include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/cuda/KernelSource.h"
@@ -161,7 +162,7 @@ private:
   int64_t grid_;
 };
 
-enum class Where { Handwritten, Generated, LibraryStandIn };
+enum class Where { Handwritten, Generated, Gemm, LibraryStandIn };
 
 struct Prepared {
   std::vector<size_t> indices;
@@ -179,6 +180,8 @@ public:
     AMPJIT_RETURN_IF_ERROR(rt::verifyPlan(plan_));
     context_.architecture = "sm_90";
     context_.multiprocessorCount = multiprocessors;
+    if (emulation::cublasLtCreate(&context_.cublasLt) != CUBLAS_STATUS_SUCCESS)
+      return Status::error("the cuBLASLt model: " + lastCublasLtRefusal());
     std::vector<std::pair<size_t, size_t>> groups = cuda::launchGroups(plan_);
     Expected<std::vector<std::optional<cuda::ElementwiseKernel>>> emitted = cuda::generatedKernels(plan_, groups);
     if (!emitted)
@@ -208,7 +211,10 @@ public:
         for (size_t i = index; i < end; ++i)
           members.push_back(&plan_.steps[i]);
         made = cuda::makeLaunchGroupStep(context_, plan_, members);
-      } else if (step.kind == StepKind::Gemm || cuda::callsCudnn(step.kind)) {
+      } else if (step.kind == StepKind::Gemm) {
+        prepared.where = Where::Gemm;
+        made = cuda::makeGemmStep(context_, plan_, step);
+      } else if (cuda::callsCudnn(step.kind)) {
         prepared.where = Where::LibraryStandIn;
       } else if (cuda::runsThroughCudnn(step.kind)) {
         made = cuda::makeCudnnStep(context_, plan_, step, cudnnState_); // pooling: our kernels
@@ -222,7 +228,8 @@ public:
         return Status::error(rt::describeStepOfPlan(plan_, index) + ": the CUDA backend has no kernel for it");
       }
       if (!made)
-        return Status::error(rt::describeStepOfPlan(plan_, index) + ": " + made.message());
+        return Status::error(rt::describeStepOfPlan(plan_, index) + ": " + made.message() +
+                             libraryRefusal(prepared.where));
       prepared.step = std::move(*made);
       if (prepared.step)
         workspaceBytes_ = std::max(workspaceBytes_, prepared.step->workspaceBytes());
@@ -283,8 +290,12 @@ public:
       Status status = prepared.step->enqueue(cuda::StepPointers{in, out, workspace.data()}, nullptr);
       if (!status)
         return Status::error(rt::describeStepOfPlan(plan_, first) + ": " + status.message() +
-                             (lastFailure().empty() ? "" : " (" + lastFailure() + ")"));
-      ++(prepared.where == Where::Generated ? counts_.generatedLaunches : counts_.handwrittenLaunches);
+                             (prepared.where == Where::Gemm       ? libraryRefusal(prepared.where)
+                              : lastFailure().empty() ? ""
+                                                      : " (" + lastFailure() + ")"));
+      ++(prepared.where == Where::Generated ? counts_.generatedLaunches
+         : prepared.where == Where::Gemm    ? counts_.gemmSteps
+                                            : counts_.handwrittenLaunches);
     }
 
     return rt::hostRunResults(plan_, arguments, outputs, [&](BufferId id) { return data[id]; });
@@ -293,6 +304,12 @@ public:
   const EmulationCounts& counts() const { return counts_; }
 
 private:
+  /// Why the cuBLASLt model refused a Gemm step's call, for its message.
+  static std::string libraryRefusal(Where where) {
+    return where == Where::Gemm && !lastCublasLtRefusal().empty() ? " (the cuBLASLt model: " + lastCublasLtRefusal() + ")"
+                                                                  : "";
+  }
+
   Status runOnCpu(const Step& step, const std::vector<std::byte*>& data) {
     std::vector<rt::cpu::BufferView> in, out;
     auto view = [&](BufferId id) {

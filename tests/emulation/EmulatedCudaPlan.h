@@ -7,10 +7,11 @@
 // kernels, which run emulated (CudaEmulation.h); each generated elementwise
 // kernel is the source emitElementwiseKernel writes, built by the host C++
 // compiler against the emulation and launched with the arguments
-// ElementwiseKernelArguments packs for cudaLaunchKernel. What needs a CUDA
-// library, a Gemm (cuBLASLt), a convolution or a batch norm (cuDNN), runs the
-// CPU backend's kernel in its place (counted, so a test can say how much was
-// emulated); pooling is our own kernels, emulated.
+// ElementwiseKernelArguments packs for cudaLaunchKernel. A Gemm is the
+// backend's own GemmStep (CublasLtGemm.cpp) calling the host model of
+// cuBLASLt (EmulatedCublasLt.h). What needs cuDNN, a convolution or a batch
+// norm, runs the CPU backend's kernel in its place (counted, so a test can
+// say how much was emulated); pooling is our own kernels, emulated.
 //
 // Buffers are bound as the CPU backend binds them (arguments in place,
 // temporaries at their arena offsets, so reshape views share bytes), and
@@ -39,6 +40,8 @@ struct EmulationCounts {
   /// multi-tensor groups) and generated kernels, all emulated.
   int64_t handwrittenLaunches = 0;
   int64_t generatedLaunches = 0;
+  /// Gemm steps the backend's GemmStep enqueued on the cuBLASLt model.
+  int64_t gemmSteps = 0;
   /// Steps that ran the CPU backend's kernel in a library's place.
   int64_t libraryStandIns = 0;
 };

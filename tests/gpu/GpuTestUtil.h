@@ -24,6 +24,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -145,13 +146,20 @@ inline Expected<BothRuns> runOnBoth(Backend& cpu, CudaBackend& cuda, const Plan&
 /// `expected`'s dtype, scaled by `slack` (GEMMs and reductions grow with K;
 /// transcendental functions differ by an ulp between host and device);
 /// NaN matches NaN and infinities match exactly. i64 and i1 must be equal.
-/// The runtime tests' allClose does the comparison.
-inline ::testing::AssertionResult allClose(const Tensor& expected, const Tensor& actual, double slack = 1.0) {
+/// The runtime tests' allClose does the comparison. `computedIn` is the
+/// precision the value went through before its own dtype: f32 state that a
+/// bf16 gradient updates cannot agree more closely than bf16 does, since one
+/// product rounding to the other side of a bf16 boundary moves it by an ulp
+/// of bf16. The looser of the two dtypes' tolerances applies.
+inline ::testing::AssertionResult allClose(const Tensor& expected, const Tensor& actual, double slack = 1.0,
+                                           DType computedIn = DType::F64) {
   if (expected.type() != actual.type())
     return ::testing::AssertionFailure() << "types differ: " << typeToString(expected.type()) << " vs "
                                          << typeToString(actual.type());
+  testing::Tolerance own = testing::toleranceFor(expected.dtype()), path = testing::toleranceFor(computedIn);
   testing::Tolerance tolerance = isFloating(expected.dtype())
-                                     ? testing::scaled(testing::toleranceFor(expected.dtype()), slack)
+                                     ? testing::scaled({std::max(own.rtol, path.rtol), std::max(own.atol, path.atol)},
+                                                       slack)
                                      : testing::Tolerance{0.0, 0.0};
   return test::allClose(actual, expected.toDoubles(), tolerance);
 }

@@ -1,0 +1,76 @@
+#ifndef AMPJIT_TESTS_EMULATION_EMULATEDCUBLASLT_H
+#define AMPJIT_TESTS_EMULATION_EMULATEDCUBLASLT_H
+
+// A host model of the part of cuBLASLt the CUDA backend calls, written from
+// the contract cublasLt.h documents, not from CublasLtGemm.cpp: column-major
+// matrices with leading dimensions, op(A) [m, k] times op(B) [k, n] into D
+// [m, n], strided batches, alpha and beta in the scale type, the compute
+// types' precision (TF32 and the other FAST modes round their inputs), and
+// the epilogues as the header defines them (a bias per row of D; GELU, the
+// tanh approximation, with its input written to or read from the aux
+// matrix; DGELU_BGRAD's bias gradient a sum over the columns of D; BGRADA a
+// sum of op(A) over k per row of D, BGRADB of op(B) over k per column).
+//
+// It refuses what the library refuses or would run wrong, so a mistake in
+// how the backend drives cuBLASLt fails in CI instead of on the first GPU:
+// attribute sizes that do not match the documented types, type and compute
+// combinations outside cuBLASLt's table, operand shapes that do not chain,
+// leading dimensions shorter than a column, an aux leading dimension that is
+// not a multiple of 8, a missing bias or aux pointer, an algorithm used for
+// another problem than the one the heuristic chose it for, pointers less
+// aligned than the heuristic was promised (the preference's minimum
+// alignments, and the bias and aux pointers' values at heuristic time), and
+// a workspace smaller than the algorithm's. Attributes it does not model are
+// refused by name rather than ignored. lastCublasLtRefusal() says why.
+//
+// The backend's sources built for the emulation reach it through
+// EmulatedCudaRuntime.h, which sends their cublasLt* calls here.
+//
+// Test-only: never part of a shipped binary.
+
+#include <cublasLt.h>
+
+#include <cstddef>
+#include <string>
+
+namespace ampjit::emulation {
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle);
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle);
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* descriptor, cublasComputeType_t computeType,
+                                        cudaDataType_t scaleType);
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t descriptor);
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t descriptor, cublasLtMatmulDescAttributes_t attribute,
+                                              const void* value, std::size_t bytes);
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
+                                          uint64_t columns, int64_t leadingDimension);
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout);
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attribute,
+                                                const void* value, std::size_t bytes);
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* preference);
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t preference);
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t preference,
+                                                    cublasLtMatmulPreferenceAttributes_t attribute, const void* value,
+                                                    std::size_t bytes);
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t descriptor,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t preference, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[], int* returned);
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t descriptor, const void* alpha,
+                              const void* a, cublasLtMatrixLayout_t aLayout, const void* b,
+                              cublasLtMatrixLayout_t bLayout, const void* beta, const void* c,
+                              cublasLtMatrixLayout_t cLayout, void* d, cublasLtMatrixLayout_t dLayout,
+                              const cublasLtMatmulAlgo_t* algorithm, void* workspace, std::size_t workspaceBytes,
+                              cudaStream_t stream);
+
+/// Why the latest refused call was refused, in words ("" if none was).
+const std::string& lastCublasLtRefusal();
+
+/// Products cublasLtMatmul computed since the process started (a batch
+/// counts once): what a test counts to show that a GEMM ran here.
+int64_t cublasLtMatmulCount();
+
+} // namespace ampjit::emulation
+
+#endif // AMPJIT_TESTS_EMULATION_EMULATEDCUBLASLT_H
