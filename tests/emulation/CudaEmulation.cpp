@@ -144,6 +144,8 @@ thread_local BlockRun* tBlock = nullptr;
 thread_local Fiber* tFiber = nullptr;
 thread_local std::vector<std::unique_ptr<Stack>> tStacks;
 thread_local cudaError_t tLastError = cudaSuccess;
+/// Unset in a generated kernels' library, whose launches run at once.
+StreamSubmitter gStreamSubmitter = nullptr;
 thread_local std::string tLastFailure;
 
 std::atomic<int64_t> gLaunches{0};
@@ -319,17 +321,23 @@ uint64_t exchangeInWarp(uint64_t bits, unsigned mask, int laneMask, int width) {
   return result;
 }
 
-void runGrid(dim3 grid, dim3 block, std::size_t dynamicSharedBytes, const std::function<void()>& body) {
+bool checkLaunch(dim3 grid, dim3 block, std::size_t dynamicSharedBytes) {
   tLastFailure.clear();
   if (tFiber != nullptr) {
     fail(cudaErrorNotSupported, "a kernel launched from inside an emulated kernel");
-    return;
+    return false;
   }
   std::string why;
   if (!validConfiguration(grid, block, dynamicSharedBytes, why)) {
     fail(cudaErrorInvalidConfiguration, "launch: " + why);
-    return;
+    return false;
   }
+  return true;
+}
+
+void runGrid(dim3 grid, dim3 block, std::size_t dynamicSharedBytes, const std::function<void()>& body) {
+  if (!checkLaunch(grid, block, dynamicSharedBytes))
+    return;
   ++gLaunches;
   BlockRun run;
   run.body = &body;
@@ -356,26 +364,13 @@ cudaError_t takeLastError() {
 
 const std::string& lastFailure() { return tLastFailure; }
 
-cudaError_t copyBytes(void* destination, const void* source, std::size_t bytes) {
-  if (bytes > 0)
-    std::memmove(destination, source, bytes);
-  return cudaSuccess;
-}
+void setStreamSubmitter(StreamSubmitter submitter) { gStreamSubmitter = submitter; }
 
-cudaError_t fillBytes(void* destination, int value, std::size_t bytes) {
-  if (bytes > 0)
-    std::memset(destination, value, bytes);
-  return cudaSuccess;
-}
-
-cudaError_t allocateBytes(void** pointer, std::size_t bytes) {
-  *pointer = std::malloc(bytes == 0 ? 1 : bytes);
-  return *pointer != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-
-cudaError_t releaseBytes(void* pointer) {
-  std::free(pointer);
-  return cudaSuccess;
+void submitToStream(cudaStream_t stream, std::function<void()> work) {
+  if (stream != nullptr && gStreamSubmitter != nullptr)
+    gStreamSubmitter(stream, std::move(work));
+  else
+    work();
 }
 
 Counters counters() { return Counters{gLaunches.load(), gThreads.load()}; }

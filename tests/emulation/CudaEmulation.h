@@ -74,13 +74,16 @@ cudaError_t takeLastError();
 /// What went wrong in the latest launch, in words ("" if nothing did).
 const std::string& lastFailure();
 
-/// The CUDA runtime's memory calls on host memory ("device" pointers are
-/// host pointers here): copies and fills happen at once, in stream order
-/// because everything does.
-cudaError_t copyBytes(void* destination, const void* source, std::size_t bytes);
-cudaError_t fillBytes(void* destination, int value, std::size_t bytes);
-cudaError_t allocateBytes(void** pointer, std::size_t bytes);
-cudaError_t releaseBytes(void* pointer);
+/// Whether a launch of `grid` x `block` is one the device would take; if
+/// not, the reason is what the next takeLastError()/lastFailure() return.
+bool checkLaunch(dim3 grid, dim3 block, std::size_t dynamicSharedBytes);
+
+/// Work enqueued on a stream: the stream model (EmulatedStreams.h) installs
+/// itself as the submitter; without one (a generated kernels' library), and
+/// on the null stream, work runs at once.
+using StreamSubmitter = void (*)(cudaStream_t, std::function<void()>);
+void setStreamSubmitter(StreamSubmitter submitter);
+void submitToStream(cudaStream_t stream, std::function<void()> work);
 
 /// Launches and emulated threads since the process started (what a test
 /// counts to show that work ran where it says).
@@ -95,36 +98,44 @@ Counters counters();
 /// (RewriteLaunches.cmake): the arguments are copied once, decayed, and every
 /// thread calls the kernel with its own copies, so overload resolution and
 /// the conversions to the parameter types are those of the device launch.
+/// A launch's configuration errors are reported at once, as the device's
+/// are; the kernel runs when its stream gets to it.
 template <typename Kernel> class BoundLaunch {
 public:
-  BoundLaunch(dim3 grid, dim3 block, std::size_t sharedBytes, Kernel kernel)
-      : grid_(grid), block_(block), sharedBytes_(sharedBytes), kernel_(kernel) {}
-
+  BoundLaunch(dim3 grid, dim3 block, std::size_t sharedBytes, cudaStream_t stream, Kernel kernel)
+      : grid_(grid), block_(block), sharedBytes_(sharedBytes), stream_(stream), kernel_(kernel) {}
   template <typename... Arguments> void operator()(Arguments&&... arguments) const {
+    if (!checkLaunch(grid_, block_, sharedBytes_))
+      return;
     std::tuple<std::decay_t<Arguments>...> copies(std::forward<Arguments>(arguments)...);
-    runGrid(grid_, block_, sharedBytes_, [&] { std::apply(kernel_, copies); });
+    submitToStream(stream_, [grid = grid_, block = block_, shared = sharedBytes_, kernel = kernel_, copies] {
+      runGrid(grid, block, shared, [&] { std::apply(kernel, copies); });
+    });
   }
 
 private:
   dim3 grid_, block_;
   std::size_t sharedBytes_;
+  cudaStream_t stream_;
   Kernel kernel_;
 };
 
 class LaunchConfiguration {
 public:
-  LaunchConfiguration(dim3 grid, dim3 block, std::size_t sharedBytes) : grid_(grid), block_(block), sharedBytes_(sharedBytes) {}
+  LaunchConfiguration(dim3 grid, dim3 block, std::size_t sharedBytes, cudaStream_t stream)
+      : grid_(grid), block_(block), sharedBytes_(sharedBytes), stream_(stream) {}
   template <typename Kernel> BoundLaunch<Kernel> kernel(Kernel kernel) const {
-    return BoundLaunch<Kernel>(grid_, block_, sharedBytes_, kernel);
+    return BoundLaunch<Kernel>(grid_, block_, sharedBytes_, stream_, kernel);
   }
 
 private:
   dim3 grid_, block_;
   std::size_t sharedBytes_;
+  cudaStream_t stream_;
 };
 
-inline LaunchConfiguration launch(dim3 grid, dim3 block, std::size_t sharedBytes = 0, cudaStream_t = nullptr) {
-  return LaunchConfiguration(grid, block, sharedBytes);
+inline LaunchConfiguration launch(dim3 grid, dim3 block, std::size_t sharedBytes = 0, cudaStream_t stream = nullptr) {
+  return LaunchConfiguration(grid, block, sharedBytes, stream);
 }
 
 // Device intrinsics the host compiler lacks.

@@ -2,6 +2,8 @@
 
 #include "EmulatedCublasLt.h"
 
+#include "CudaEmulation.h"
+
 #include "ampjit/runtime/LowPrecision.h"
 
 #include <algorithm>
@@ -538,12 +540,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               cublasLtMatrixLayout_t bLayout, const void* beta, const void* c,
                               cublasLtMatrixLayout_t cLayout, void* d, cublasLtMatrixLayout_t dLayout,
                               const cublasLtMatmulAlgo_t* algorithm, void* workspace, std::size_t workspaceBytes,
-                              cudaStream_t) {
+                              cudaStream_t stream) {
   if (handle != reinterpret_cast<cublasLtHandle_t>(&handleToken))
     return refuse(CUBLAS_STATUS_NOT_INITIALIZED, "a handle cublasLtCreate did not make");
   if (!descriptor || !aLayout || !bLayout || !cLayout || !dLayout || !alpha || !beta)
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: a null descriptor, alpha or beta");
-  const MatmulDescriptor& desc = *unwrap(descriptor);
+  const MatmulDescriptor desc = *unwrap(descriptor);
   const MatrixLayout* layouts[4] = {unwrap(aLayout), unwrap(bLayout), unwrap(cLayout), unwrap(dLayout)};
   Problem problem;
   if (cublasStatus_t status = checkProblem(desc, *layouts[0], *layouts[1], *layouts[2], *layouts[3], problem);
@@ -588,64 +590,69 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   double betaValue = inDouble ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
   if (betaValue != 0.0 && c == nullptr)
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "a nonzero beta without C");
-  bool aT = desc.transa == CUBLAS_OP_T, bT = desc.transb == CUBLAS_OP_T;
-  auto round = [&](double value) { return inDouble ? value : double(float(value)); };
-  const int64_t m = problem.m, n = problem.n, k = problem.k;
-  uint32_t epilogue = desc.epilogue;
-  std::vector<double> gradient;
-  for (int64_t batch = 0; batch < problem.batches; ++batch) {
-    int64_t aBase = batch * la.batchStride, bBase = batch * lb.batchStride, cBase = batch * lc.batchStride,
-            dBase = batch * ld.batchStride;
-    int64_t biasBase = batch * desc.biasBatchStride, auxBase = batch * desc.auxBatchStride;
-    // op(A) by rows and op(B) by columns, as they enter the product.
-    std::vector<double> rowsOfA(size_t(m * k)), columnsOfB(size_t(k * n));
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t p = 0; p < k; ++p)
-        rowsOfA[size_t(i * k + p)] =
-            enterProduct(desc.computeType, load(la.type, a, aBase + (aT ? p + i * la.ld : i + p * la.ld)));
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t p = 0; p < k; ++p)
-        columnsOfB[size_t(j * k + p)] =
-            enterProduct(desc.computeType, load(lb.type, b, bBase + (bT ? j + p * lb.ld : p + j * lb.ld)));
-    if (writesBiasGradient(epilogue))
-      gradient.assign(size_t(epilogue == CUBLASLT_EPILOGUE_BGRADB ? n : m), 0.0);
-    for (int64_t j = 0; j < n; ++j) {
-      for (int64_t i = 0; i < m; ++i) {
-        // The accumulator is the compute type: every partial sum rounds to it.
-        double accumulator = 0.0;
-        const double *row = rowsOfA.data() + i * k, *column = columnsOfB.data() + j * k;
-        for (int64_t p = 0; p < k; ++p)
-          accumulator = round(accumulator + round(row[p] * column[p]));
-        double value = round(alphaValue * accumulator);
-        if (betaValue != 0.0)
-          value = round(value + betaValue * load(lc.type, c, cBase + i + j * lc.ld));
-        if (addsBias(epilogue))
-          value = round(value + load(problem.biasType, desc.bias, biasBase + i));
-        if (writesAux(epilogue))
-          store(problem.auxType, const_cast<void*>(desc.aux), auxBase + i + j * desc.auxLd, value);
-        if (epilogueHas(epilogue, CUBLASLT_EPILOGUE_RELU) && !epilogueHas(epilogue, CUBLASLT_EPILOGUE_GELU))
-          value = value > 0.0 ? value : 0.0;
-        if (epilogue == CUBLASLT_EPILOGUE_GELU || epilogue == CUBLASLT_EPILOGUE_GELU_BIAS || writesAux(epilogue))
-          value = round(gelu(value));
-        if (readsAux(epilogue))
-          value = round(value * geluDerivative(load(problem.auxType, desc.aux, auxBase + i + j * desc.auxLd)));
-        if (epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD)
-          gradient[size_t(i)] = round(gradient[size_t(i)] + value);
-        store(ld.type, d, dBase + i + j * ld.ld, value);
-      }
-    }
-    if (epilogue == CUBLASLT_EPILOGUE_BGRADA)
+  // The product runs when the stream gets to it, with the descriptors and
+  // scalars as they are now: the library reads them at the call.
+  submitToStream(stream, [desc, la = la, lb = lb, lc = lc, ld = ld, problem, inDouble, alphaValue, betaValue, a, b, c,
+                          d] {
+    bool aT = desc.transa == CUBLAS_OP_T, bT = desc.transb == CUBLAS_OP_T;
+    auto round = [&](double value) { return inDouble ? value : double(float(value)); };
+    const int64_t m = problem.m, n = problem.n, k = problem.k;
+    uint32_t epilogue = desc.epilogue;
+    std::vector<double> gradient;
+    for (int64_t batch = 0; batch < problem.batches; ++batch) {
+      int64_t aBase = batch * la.batchStride, bBase = batch * lb.batchStride, cBase = batch * lc.batchStride,
+              dBase = batch * ld.batchStride;
+      int64_t biasBase = batch * desc.biasBatchStride, auxBase = batch * desc.auxBatchStride;
+      // op(A) by rows and op(B) by columns, as they enter the product.
+      std::vector<double> rowsOfA(size_t(m * k)), columnsOfB(size_t(k * n));
       for (int64_t i = 0; i < m; ++i)
         for (int64_t p = 0; p < k; ++p)
-          gradient[size_t(i)] = round(gradient[size_t(i)] + rowsOfA[size_t(i * k + p)]);
-    if (epilogue == CUBLASLT_EPILOGUE_BGRADB)
+          rowsOfA[size_t(i * k + p)] =
+              enterProduct(desc.computeType, load(la.type, a, aBase + (aT ? p + i * la.ld : i + p * la.ld)));
       for (int64_t j = 0; j < n; ++j)
         for (int64_t p = 0; p < k; ++p)
-          gradient[size_t(j)] = round(gradient[size_t(j)] + columnsOfB[size_t(j * k + p)]);
-    for (size_t e = 0; e < gradient.size(); ++e)
-      store(problem.biasType, const_cast<void*>(desc.bias), biasBase + int64_t(e), gradient[e]);
-  }
-  ++matmuls;
+          columnsOfB[size_t(j * k + p)] =
+              enterProduct(desc.computeType, load(lb.type, b, bBase + (bT ? j + p * lb.ld : p + j * lb.ld)));
+      if (writesBiasGradient(epilogue))
+        gradient.assign(size_t(epilogue == CUBLASLT_EPILOGUE_BGRADB ? n : m), 0.0);
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t i = 0; i < m; ++i) {
+          // The accumulator is the compute type: every partial sum rounds to it.
+          double accumulator = 0.0;
+          const double *row = rowsOfA.data() + i * k, *column = columnsOfB.data() + j * k;
+          for (int64_t p = 0; p < k; ++p)
+            accumulator = round(accumulator + round(row[p] * column[p]));
+          double value = round(alphaValue * accumulator);
+          if (betaValue != 0.0)
+            value = round(value + betaValue * load(lc.type, c, cBase + i + j * lc.ld));
+          if (addsBias(epilogue))
+            value = round(value + load(problem.biasType, desc.bias, biasBase + i));
+          if (writesAux(epilogue))
+            store(problem.auxType, const_cast<void*>(desc.aux), auxBase + i + j * desc.auxLd, value);
+          if (epilogueHas(epilogue, CUBLASLT_EPILOGUE_RELU) && !epilogueHas(epilogue, CUBLASLT_EPILOGUE_GELU))
+            value = value > 0.0 ? value : 0.0;
+          if (epilogue == CUBLASLT_EPILOGUE_GELU || epilogue == CUBLASLT_EPILOGUE_GELU_BIAS || writesAux(epilogue))
+            value = round(gelu(value));
+          if (readsAux(epilogue))
+            value = round(value * geluDerivative(load(problem.auxType, desc.aux, auxBase + i + j * desc.auxLd)));
+          if (epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD)
+            gradient[size_t(i)] = round(gradient[size_t(i)] + value);
+          store(ld.type, d, dBase + i + j * ld.ld, value);
+        }
+      }
+      if (epilogue == CUBLASLT_EPILOGUE_BGRADA)
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t p = 0; p < k; ++p)
+            gradient[size_t(i)] = round(gradient[size_t(i)] + rowsOfA[size_t(i * k + p)]);
+      if (epilogue == CUBLASLT_EPILOGUE_BGRADB)
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t p = 0; p < k; ++p)
+            gradient[size_t(j)] = round(gradient[size_t(j)] + columnsOfB[size_t(j * k + p)]);
+      for (size_t e = 0; e < gradient.size(); ++e)
+        store(problem.biasType, const_cast<void*>(desc.bias), biasBase + int64_t(e), gradient[e]);
+    }
+    ++matmuls;
+  });
   return succeed();
 }
 

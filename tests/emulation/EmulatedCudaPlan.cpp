@@ -4,24 +4,18 @@
 
 #include "CudaEmulation.h"
 #include "EmulatedCublasLt.h"
+#include "EmulatedGeneratedKernels.h"
 
 #include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/cuda/KernelSource.h"
 #include "cpu/CpuKernels.h"
 #include "cuda/DeviceStep.h"
 
-#include <dlfcn.h>
-#include <unistd.h>
-
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 
 namespace ampjit::emulation {
 
@@ -40,127 +34,6 @@ using rt::Tensor;
 
 /// All bytes 0xFF: a NaN in every floating dtype, as the CPU's poison mode.
 constexpr int kPoisonByte = 0xFF;
-
-/// A generated kernel's entry in the host library: launches it over the
-/// addresses cudaLaunchKernel would take; returns the launch's cudaError_t.
-using HostEntry = int (*)(unsigned grid, unsigned block, void** arguments);
-
-std::string entryName(const std::string& kernel) { return "ampjit_emulated_" + kernel; }
-
-/// The emulated entry of one kernel: its parameters read back from the
-/// cudaLaunchKernel address array, in the signature's order (KernelSource.h).
-std::string entrySource(const Plan& plan, const cuda::ElementwiseKernel& kernel) {
-  std::ostringstream text;
-  text << "extern \"C\" __attribute__((visibility(\"default\"))) int " << entryName(kernel.name)
-       << "(unsigned grid, unsigned block, void** a) {\n"
-       << "  ::ampjit::emulation::launch(grid, block).kernel([](auto... p) { " << kernel.name << "(p...); })(\n"
-       << "      *static_cast<long long*>(a[0]), *static_cast<int*>(a[1]), *static_cast<AmpjitDims*>(a[2])";
-  size_t slot = 3;
-  for (BufferId id : kernel.launch.inputs) {
-    text << ",\n      *static_cast<const " << cuda::deviceElementTypeName(plan.buffers[id].type.dtype) << "**>(a[" << slot
-         << "]), *static_cast<AmpjitDims*>(a[" << slot + 1 << "])";
-    slot += 2;
-  }
-  for (BufferId id : kernel.launch.outputs)
-    text << ",\n      *static_cast<" << cuda::deviceElementTypeName(plan.buffers[id].type.dtype) << "**>(a[" << slot++ << "])";
-  text << ");\n  return int(::ampjit::emulation::takeLastError());\n}\n";
-  return text.str();
-}
-
-/// A plan's generated kernels built by the host compiler into one shared
-/// object (with its own copy of the emulation), each in a namespace of its
-/// own so the kernels' shared prelude does not collide.
-class HostKernelLibrary {
-public:
-  static Expected<std::unique_ptr<HostKernelLibrary>> build(const Plan& plan,
-                                                            const std::vector<const cuda::ElementwiseKernel*>& kernels) {
-    std::unique_ptr<HostKernelLibrary> library(new HostKernelLibrary);
-    if (kernels.empty())
-      return library;
-    std::error_code error;
-    // A new path for every library: dlopen hands back a loaded library of
-    // the same name instead of loading the new one.
-    static std::atomic<int> libraries{0};
-    std::filesystem::path directory = std::filesystem::temp_directory_path(error) /
-                                      ("ampjit-emulation-" + std::to_string(getpid()) + "-" +
-                                       std::to_string(libraries++));
-    std::filesystem::create_directories(directory, error);
-    if (error)
-      return Status::error("cannot create " + directory.string() + ": " + error.message());
-    std::ostringstream source;
-    // The emulation's own source first: the language header's macros
-    // (threadIdx, ...) are for kernel code only.
-    source << "#include \"" AMPJIT_EMULATION_RUNTIME_SOURCE "\"\n#include \"EmulatedCudaLanguage.h\"\n";
-    for (size_t k = 0; k < kernels.size(); ++k)
-      source << "namespace ampjit_generated_" << k << " {\n"
-             << kernels[k]->source << "\n"
-             << entrySource(plan, *kernels[k]) << "} // namespace ampjit_generated_" << k << "\n";
-    std::filesystem::path sourcePath = directory / "kernels.cpp", objectPath = directory / "kernels.so",
-                          logPath = directory / "compile.log";
-    std::ofstream(sourcePath) << source.str();
-    // Without contraction, as NVRTC runs (--fmad=false); hidden symbols, so
-    // the library's emulation never binds to the test executable's.
-    std::string command = std::string(AMPJIT_EMULATION_CXX) +
-                          " -std=c++20 -O1 -shared -fPIC -fvisibility=hidden -ffp-contract=off -w " +
-                          AMPJIT_EMULATION_INCLUDE_FLAGS + " '" + sourcePath.string() + "' -o '" +
-                          objectPath.string() + "' > '" + logPath.string() + "' 2>&1";
-    if (std::system(command.c_str()) != 0) {
-      std::ifstream log(logPath);
-      std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-      return Status::error("the host compiler refused the generated kernels (" + sourcePath.string() +
-                           "):\n" + text.substr(0, 4000));
-    }
-    library->handle_ = dlopen(objectPath.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (library->handle_ == nullptr)
-      return Status::error(std::string("cannot load the emulated kernels: ") + dlerror());
-    for (const cuda::ElementwiseKernel* kernel : kernels) {
-      void* symbol = dlsym(library->handle_, entryName(kernel->name).c_str());
-      if (symbol == nullptr)
-        return Status::error("the emulated kernels lack " + entryName(kernel->name));
-      library->entries_[kernel->name] = reinterpret_cast<HostEntry>(symbol);
-    }
-    std::filesystem::remove_all(directory, error);
-    return library;
-  }
-
-  HostKernelLibrary(const HostKernelLibrary&) = delete;
-  HostKernelLibrary& operator=(const HostKernelLibrary&) = delete;
-  ~HostKernelLibrary() {
-    if (handle_ != nullptr)
-      dlclose(handle_);
-  }
-
-  HostEntry entry(const std::string& name) const { return entries_.at(name); }
-
-private:
-  HostKernelLibrary() = default;
-  void* handle_ = nullptr;
-  std::map<std::string, HostEntry> entries_;
-};
-
-/// The generated kernel of one step, as GeneratedElementwiseStep launches it.
-class EmulatedGeneratedStep final : public cuda::DeviceStep {
-public:
-  EmulatedGeneratedStep(HostEntry entry, const cuda::ElementwiseLaunch& launch, int multiprocessors)
-      : entry_(entry), arguments_(launch), grid_(launch.gridSizeOn(multiprocessors)) {}
-
-  Status enqueue(const cuda::StepPointers& pointers, cudaStream_t) override {
-    if (arguments_.elementCount() == 0)
-      return Status::success();
-    Expected<std::span<void*>> arguments = arguments_.bind(pointers.inputs, pointers.outputs);
-    if (!arguments)
-      return arguments.status();
-    int error = entry_(unsigned(grid_), unsigned(cuda::kElementwiseBlockSize), arguments->data());
-    if (error != 0)
-      return Status::error("emulated generated kernel: cudaError " + std::to_string(error));
-    return Status::success();
-  }
-
-private:
-  HostEntry entry_;
-  cuda::ElementwiseKernelArguments arguments_;
-  int64_t grid_;
-};
 
 enum class Where { Handwritten, Generated, Gemm, LibraryStandIn };
 
@@ -195,7 +68,7 @@ public:
       if (!known)
         distinct.push_back(&*kernel);
     }
-    Expected<std::unique_ptr<HostKernelLibrary>> library = HostKernelLibrary::build(plan_, distinct);
+    Expected<std::unique_ptr<HostKernelLibrary>> library = HostKernelLibrary::build(distinct);
     if (!library)
       return Status::error("plan @" + plan_.name + ": " + library.message());
     library_ = std::move(*library);
@@ -220,8 +93,8 @@ public:
         made = cuda::makeCudnnStep(context_, plan_, step, cudnnState_); // pooling: our kernels
       } else if (kernels_[index]) {
         prepared.where = Where::Generated;
-        made = std::unique_ptr<cuda::DeviceStep>(new EmulatedGeneratedStep(
-            library_->entry(kernels_[index]->name), kernels_[index]->launch, multiprocessors));
+        made = makeEmulatedGeneratedStep(library_->entry(kernels_[index]->name), kernels_[index]->launch,
+                                         multiprocessors);
       } else if (cuda::runsAsHandwrittenKernel(step.kind)) {
         made = cuda::makeHandwrittenStep(context_, plan_, step);
       } else {

@@ -18,8 +18,10 @@
 // the arena and workspace are filled with NaN bytes before every run, so a
 // kernel that reads what no step wrote shows up as a NaN.
 //
-// Not covered: deferred updates, the side stream, graphs and the memory
-// pool (the backend's enqueue order is plan order, which this keeps).
+// Deferred updates, the side stream, graphs and the memory pool are the
+// backend's own business: the CUDA backend itself runs them on the emulated
+// runtime (EmulatedStreams.h). This executor keeps plan order on the null
+// stream and refuses a deferred update.
 
 #include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/Plan.h"

@@ -1,24 +1,55 @@
 #ifndef AMPJIT_TESTS_EMULATION_EMULATEDCUDARUNTIME_H
 #define AMPJIT_TESTS_EMULATION_EMULATEDCUDARUNTIME_H
 
-// The CUDA runtime calls the backend's kernel and step sources make, mapped
-// to host memory (CudaEmulation.h), and their cuBLASLt calls, sent to the
-// host model of cuBLASLt (EmulatedCublasLt.h). Included first by the sources
-// built for the emulation (tests/emulation/CMakeLists.txt), after the CUDA
-// headers so their declarations keep their meaning: only calls are
-// redirected.
+// The CUDA runtime calls the backend's kernel and step sources make, sent to
+// the host model of the device's memory, streams, events and graphs
+// (EmulatedStreams.h), and their cuBLASLt calls, sent to the host model of
+// cuBLASLt (EmulatedCublasLt.h). Included first by the sources built for the
+// emulation (tests/emulation/CMakeLists.txt), after the CUDA headers so
+// their declarations keep their meaning: only calls are redirected.
 
 #include "CudaEmulation.h"
 #include "EmulatedCublasLt.h"
+#include "EmulatedStreams.h"
 
-#define cudaMemcpyAsync(destination, source, bytes, kind, stream)                                     \
-  ::ampjit::emulation::copyBytes(destination, source, bytes)
-#define cudaMemcpy(destination, source, bytes, kind) ::ampjit::emulation::copyBytes(destination, source, bytes)
-#define cudaMemsetAsync(destination, value, bytes, stream) ::ampjit::emulation::fillBytes(destination, value, bytes)
-#define cudaMalloc(pointer, bytes) ::ampjit::emulation::allocateBytes(reinterpret_cast<void**>(pointer), bytes)
-#define cudaFree(pointer) ::ampjit::emulation::releaseBytes(pointer)
-#define cudaStreamSynchronize(stream) cudaSuccess
 #define cudaGetLastError() ::ampjit::emulation::takeLastError()
+#define cudaGetDeviceCount ::ampjit::emulation::cudaGetDeviceCount
+#define cudaSetDevice ::ampjit::emulation::cudaSetDevice
+#define cudaDeviceGetAttribute ::ampjit::emulation::cudaDeviceGetAttribute
+#define cudaDeviceSynchronize ::ampjit::emulation::cudaDeviceSynchronize
+#define cudaStreamCreateWithFlags ::ampjit::emulation::cudaStreamCreateWithFlags
+#define cudaStreamDestroy ::ampjit::emulation::cudaStreamDestroy
+#define cudaStreamSynchronize ::ampjit::emulation::cudaStreamSynchronize
+#define cudaStreamBeginCapture ::ampjit::emulation::cudaStreamBeginCapture
+#define cudaStreamEndCapture ::ampjit::emulation::cudaStreamEndCapture
+#define cudaEventCreate ::ampjit::emulation::cudaEventCreate
+#define cudaEventCreateWithFlags ::ampjit::emulation::cudaEventCreateWithFlags
+#define cudaEventDestroy ::ampjit::emulation::cudaEventDestroy
+#define cudaEventRecord ::ampjit::emulation::cudaEventRecord
+#define cudaStreamWaitEvent ::ampjit::emulation::cudaStreamWaitEvent
+#define cudaEventSynchronize ::ampjit::emulation::cudaEventSynchronize
+#define cudaEventQuery ::ampjit::emulation::cudaEventQuery
+#define cudaEventElapsedTime ::ampjit::emulation::cudaEventElapsedTime
+#define cudaGraphInstantiate ::ampjit::emulation::cudaGraphInstantiate
+#define cudaGraphExecUpdate ::ampjit::emulation::cudaGraphExecUpdate
+#define cudaGraphLaunch ::ampjit::emulation::cudaGraphLaunch
+#define cudaGraphDestroy ::ampjit::emulation::cudaGraphDestroy
+#define cudaGraphExecDestroy ::ampjit::emulation::cudaGraphExecDestroy
+#define cudaDeviceGetDefaultMemPool ::ampjit::emulation::cudaDeviceGetDefaultMemPool
+#define cudaMemPoolSetAttribute ::ampjit::emulation::cudaMemPoolSetAttribute
+#define cudaMemPoolGetAttribute ::ampjit::emulation::cudaMemPoolGetAttribute
+// The allocation calls have template overloads in cuda_runtime.h.
+#define cudaMallocFromPoolAsync(pointer, bytes, pool, stream)                                               \
+  ::ampjit::emulation::cudaMallocFromPoolAsync(reinterpret_cast<void**>(pointer), bytes, pool, stream)
+#define cudaMalloc(pointer, bytes) ::ampjit::emulation::cudaMalloc(reinterpret_cast<void**>(pointer), bytes)
+#define cudaMallocHost(pointer, bytes) ::ampjit::emulation::cudaMallocHost(reinterpret_cast<void**>(pointer), bytes)
+#define cudaFreeAsync ::ampjit::emulation::cudaFreeAsync
+#define cudaFree ::ampjit::emulation::cudaFree
+#define cudaFreeHost ::ampjit::emulation::cudaFreeHost
+#define cudaMemcpyAsync ::ampjit::emulation::cudaMemcpyAsync
+#define cudaMemcpy ::ampjit::emulation::cudaMemcpy
+#define cudaMemsetAsync ::ampjit::emulation::cudaMemsetAsync
+#define cudaLibraryUnload ::ampjit::emulation::cudaLibraryUnload
 
 #define cublasLtCreate ::ampjit::emulation::cublasLtCreate
 #define cublasLtDestroy ::ampjit::emulation::cublasLtDestroy

@@ -66,14 +66,13 @@ Plan statefulPlan() {
   BufferId p = b.argument(tt(DType::F32, {16, 8}), BufferRole::Param, "p");
   BufferId half = b.constant(tt(DType::F32, {}), std::vector<double>{0.5});
   BufferId product = b.temporary(tt(DType::F32, {16, 8})), scaled = b.temporary(tt(DType::F32, {16, 8}));
-  BufferId updated = b.temporary(tt(DType::F32, {16, 8}));
   b.op("jit.matmul", {x, w}, {product});
   b.op("jit.mul", {product, half}, {scaled});
-  b.op("jit.sub", {p, scaled}, {updated});
+  b.op("jit.sub", {p, scaled}, {p}); // the state, updated in place
   BufferId loss = b.output(tt(DType::F32, {16, 8}));
-  b.op("jit.relu", {updated}, {loss});
+  b.op("jit.relu", {p}, {loss});
   b.result(loss);
-  b.result(updated, 2);
+  b.result(p, 2);
   return b.finish();
 }
 
@@ -137,8 +136,14 @@ TEST_F(GpuTest, StateMovingToOtherStorageRecapturesTheGraph) {
 TEST_F(GpuTest, ReplayedRunOnlyEnqueues) {
   // Ten 2048^3 fp32 products (~170 GFLOP, tens of ms on an H100) against the
   // host time of run(): a run that waited for the GPU would take as long.
+  // (On the emulated runtime, whose streams run only when the host waits,
+  // 256^3 products take the host as long.)
   PlanBuilder b("heavy");
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+  const int64_t size = 256;
+#else
   const int64_t size = 2048;
+#endif
   BufferId x = b.argument(tt(DType::F32, {size, size}), BufferRole::Input, "x");
   BufferId w = b.argument(tt(DType::F32, {size, size}), BufferRole::Param, "w");
   BufferId current = x;
@@ -177,7 +182,7 @@ TEST_F(GpuTest, InputsComeFromHostOrDeviceButStateMustBeOnTheDevice) {
   arguments[2] = host[2];
   Expected<std::vector<Tensor>> refused = (*executable)->run(arguments);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.message().find("argument 2 'p' (param f32[16, 8]) is in host memory"), std::string::npos)
+  EXPECT_NE(refused.message().find("argument 2 'p' (param f32[16x8]) is in host memory"), std::string::npos)
       << refused.message();
 }
 
@@ -305,13 +310,13 @@ TEST_F(GpuTest, DeferredUpdateOnTheSideStreamMatchesTheCpu) {
     EXPECT_TRUE(w.bitwiseEqual(cpuArguments[1])) << when;
   };
   // Runs 0 and 1 step by step and captured; after a completion, one step by
-  // step without the update, then the captured graph again.
+  // step without the update, then the captured graph again. A new batch x
+  // each run; the state stays where it is (a state tensor at a new address
+  // is a new capture, and whether the pool hands back an old address is its
+  // business, not this test's).
   for (int run = 0; run < 6; ++run) {
-    std::vector<Tensor> fresh = randomArguments(parts.plan, uint32_t(10 + run));
-    for (std::size_t i : {std::size_t(0), std::size_t(2)}) { // a new x and lr each run
-      cpuArguments[i] = fresh[i];
-      gpuArguments[i] = *cuda->toDevice(fresh[i]);
-    }
+    cpuArguments[0] = randomArguments(parts.plan, uint32_t(10 + run))[0];
+    gpuArguments[0] = *cuda->toDevice(cpuArguments[0]);
     Expected<std::vector<Tensor>> expected = (*onCpu)->run(cpuArguments);
     Expected<std::vector<Tensor>> got = (*onGpu)->run(gpuArguments);
     ASSERT_TRUE(expected.ok() && got.ok()) << got.message();

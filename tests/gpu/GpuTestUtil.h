@@ -9,12 +9,18 @@
 // Built with AMPJIT_GPU_TESTS_ON_EMULATION (tests/unit/cuda), `CudaBackend`
 // here is the host emulation's (tests/emulation/EmulatedCudaPlan.h) and
 // nothing skips: the kernel tests that need no CUDA library run in CI
-// without a GPU, against the same CPU results and tolerances.
+// without a GPU, against the same CPU results and tolerances. Built with
+// AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME instead, it is the CUDA backend
+// itself over the emulated runtime (tests/emulation/EmulatedStreams.h),
+// its streams run in a shuffled order seeded per test.
 
 #include "ampjit/runtime/CpuBackend.h"
 #include "ampjit/runtime/CudaBackend.h"
 #ifdef AMPJIT_GPU_TESTS_ON_EMULATION
 #include "EmulatedCudaPlan.h"
+#endif
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+#include "EmulatedStreams.h"
 #endif
 #include "ampjit/runtime/Plan.h"
 #include "ampjit/runtime/Tensor.h"
@@ -26,6 +32,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -42,6 +49,24 @@ class GpuTest : public ::testing::Test {
 protected:
   void SetUp() override {
     cuda = std::make_unique<CudaBackend>();
+    cpu = createCpuBackend();
+  }
+
+  std::unique_ptr<CudaBackend> cuda;
+  std::unique_ptr<Backend> cpu;
+};
+#elif defined(AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME)
+// Reported as EmulatedBackendTest.*, apart from the device runs of the same tests.
+#define GpuTest EmulatedBackendTest
+class GpuTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+    ::ampjit::emulation::setStreamSchedule(::ampjit::emulation::StreamSchedule::Shuffled,
+                                           std::hash<std::string>()(test->name()));
+    Expected<std::unique_ptr<CudaBackend>> backend = createCudaBackend();
+    ASSERT_TRUE(backend.ok()) << backend.message();
+    cuda = std::move(*backend);
     cpu = createCpuBackend();
   }
 

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 
@@ -31,6 +32,24 @@ inline void expectClose(const std::vector<double>& actual, const std::vector<dou
   for (size_t i = 0; i < actual.size(); ++i)
     EXPECT_LE(std::fabs(actual[i] - expected[i]), tolerance.atol + tolerance.rtol * std::fabs(expected[i]))
         << what << " element " << i << ": got " << actual[i] << ", expected " << expected[i];
+}
+
+/// The same comparison for a whole tensor at once:
+/// ||actual - expected||_2 <= atol sqrt(n) + rtol ||expected||_2. For values
+/// where a few elements may legitimately move far (a ReLU decided on the
+/// other side of zero) while the rest agree.
+inline void expectCloseInNorm(const std::vector<double>& actual, const std::vector<double>& expected,
+                              Tolerance tolerance, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  double difference = 0, magnitude = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    difference += (actual[i] - expected[i]) * (actual[i] - expected[i]);
+    magnitude += expected[i] * expected[i];
+  }
+  difference = std::sqrt(difference);
+  magnitude = std::sqrt(magnitude);
+  EXPECT_LE(difference, tolerance.atol * std::sqrt(double(actual.size())) + tolerance.rtol * magnitude)
+      << what << ": |actual - expected| = " << difference << " against |expected| = " << magnitude;
 }
 
 } // namespace jit::testing

@@ -1,0 +1,108 @@
+#ifndef AMPJIT_TESTS_EMULATION_EMULATEDSTREAMS_H
+#define AMPJIT_TESTS_EMULATION_EMULATEDSTREAMS_H
+
+// The CUDA runtime's device, memory, stream, event and graph calls on the
+// host, so the CUDA backend itself (CudaBackend.cpp: its staging, its graph
+// capture and replay, the deferred update and the finiteness check on the
+// side stream) runs in CI without a GPU. One emulated device (sm_90, 132
+// SMs); device memory is host memory the model keeps track of.
+//
+// Streams are queues. Work enqueued on a stream (a kernel launch, a copy, a
+// fill, a cuBLASLt call, a stream-ordered free) runs later: only when the
+// host waits (cudaStreamSynchronize, cudaEventSynchronize or Query, a
+// synchronous copy) does the model run queued work, choosing among the
+// streams whose next operation may run by a seeded random draw. An event
+// wait holds a stream until that event's record has run. So every run is one
+// order the device may choose, different orders across a test's runs, and a
+// missing event dependency between streams shows up as a wrong result
+// instead of passing by luck of timing. (StreamSchedule::Immediate runs work
+// at once, in issue order.)
+//
+// Capture (cudaStreamBeginCapture) records what is enqueued instead of
+// running it, follows other streams into the capture through events as the
+// device does, and refuses what capture refuses: a stream synchronisation,
+// waiting on an event recorded outside the capture, a copy from pageable
+// host memory, and ending with a stream that forked work never joined back
+// (cudaErrorStreamCaptureUnjoined). A launched graph enqueues its recorded
+// work again with the arguments captured, its forked lanes on streams of
+// its own.
+//
+// Copies from pageable host memory take the bytes when they are enqueued
+// (the runtime stages them before returning); copies to the host land when
+// the stream gets to them, so reading before waiting reads stale bytes.
+// The null stream runs everything at once (the plan-level emulation's path).
+//
+// Test-only: never part of a shipped binary.
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ampjit::emulation {
+
+enum class StreamSchedule {
+  /// Work runs when it is enqueued, in issue order.
+  Immediate,
+  /// Work runs when the host waits, streams drawn at random among those
+  /// that may go on (the default, seeded).
+  Shuffled,
+};
+void setStreamSchedule(StreamSchedule schedule, uint64_t seed = 1);
+
+/// What the model ran since the process started.
+struct StreamCounters {
+  int64_t operations = 0;    ///< enqueued work that ran, graph replays' included
+  int64_t reorderings = 0;   ///< times the draw ran a stream other than the one that enqueued first
+  int64_t graphLaunches = 0;
+};
+StreamCounters streamCounters();
+
+/// Whether `pointer` lies in memory the emulated device allocated.
+bool isDeviceMemory(const void* pointer);
+
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device);
+cudaError_t cudaDeviceSynchronize();
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventQuery(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t start, cudaEvent_t end);
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* executable, cudaGraph_t graph, unsigned long long flags);
+cudaError_t cudaGraphExecUpdate(cudaGraphExec_t executable, cudaGraph_t graph, cudaGraphExecUpdateResultInfo* info);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t executable, cudaStream_t stream);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t executable);
+
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device);
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attribute, void* value);
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attribute, void* value);
+cudaError_t cudaMallocFromPoolAsync(void** pointer, std::size_t bytes, cudaMemPool_t pool, cudaStream_t stream);
+cudaError_t cudaFreeAsync(void* pointer, cudaStream_t stream);
+cudaError_t cudaMalloc(void** pointer, std::size_t bytes);
+cudaError_t cudaFree(void* pointer);
+cudaError_t cudaMallocHost(void** pointer, std::size_t bytes);
+cudaError_t cudaFreeHost(void* pointer);
+
+cudaError_t cudaMemcpyAsync(void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream);
+cudaError_t cudaMemcpy(void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemsetAsync(void* destination, int value, std::size_t bytes, cudaStream_t stream);
+cudaError_t cudaLibraryUnload(cudaLibrary_t library);
+
+} // namespace ampjit::emulation
+
+#endif // AMPJIT_TESTS_EMULATION_EMULATEDSTREAMS_H
