@@ -4,7 +4,6 @@
 
 #include "CudaEmulation.h"
 #include "EmulatedCublasLt.h"
-#include "EmulatedGeneratedKernels.h"
 
 #include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/cuda/KernelSource.h"
@@ -60,18 +59,13 @@ public:
     if (!emitted)
       return emitted.status();
     kernels_ = std::move(*emitted);
-    std::vector<const cuda::ElementwiseKernel*> distinct;
-    for (const std::optional<cuda::ElementwiseKernel>& kernel : kernels_) {
-      bool known = !kernel;
-      for (const cuda::ElementwiseKernel* seen : distinct)
-        known = known || seen->name == kernel->name;
-      if (!known)
-        distinct.push_back(&*kernel);
-    }
-    Expected<std::unique_ptr<HostKernelLibrary>> library = HostKernelLibrary::build(distinct);
-    if (!library)
-      return Status::error("plan @" + plan_.name + ": " + library.message());
-    library_ = std::move(*library);
+    // Built for the host by the backend's own hooks (EmulatedGeneratedKernels.cpp).
+    std::vector<const cuda::ElementwiseKernel*> toCompile;
+    for (const std::optional<cuda::ElementwiseKernel>& kernel : kernels_)
+      if (kernel)
+        toCompile.push_back(&*kernel);
+    if (Status compiled = cuda::precompileGeneratedKernels(context_, toCompile); !compiled)
+      return Status::error("plan @" + plan_.name + ": " + compiled.message());
 
     for (auto [index, end] : groups) {
       Prepared prepared;
@@ -93,8 +87,7 @@ public:
         made = cuda::makeCudnnStep(context_, plan_, step, cudnnState_); // pooling: our kernels
       } else if (kernels_[index]) {
         prepared.where = Where::Generated;
-        made = makeEmulatedGeneratedStep(library_->entry(kernels_[index]->name), kernels_[index]->launch,
-                                         multiprocessors);
+        made = cuda::makeGeneratedElementwiseStep(context_, *kernels_[index]);
       } else if (cuda::runsAsHandwrittenKernel(step.kind)) {
         made = cuda::makeHandwrittenStep(context_, plan_, step);
       } else {
@@ -208,7 +201,6 @@ private:
   cuda::DeviceContext context_;
   cuda::CudnnPlanState cudnnState_;
   std::vector<std::optional<cuda::ElementwiseKernel>> kernels_;
-  std::unique_ptr<HostKernelLibrary> library_;
   std::vector<Prepared> prepared_;
   size_t workspaceBytes_ = 0;
   EmulationCounts counts_;

@@ -1,8 +1,20 @@
-// EmulatedGeneratedKernels.h: generated kernels built for the host.
-
-#include "EmulatedGeneratedKernels.h"
+// Generated elementwise kernels on the host: exactly the source
+// emitElementwiseKernel writes, built by the host C++ compiler against the
+// emulation (CudaEmulation.h) into a shared object, and launched with the
+// parameter addresses ElementwiseKernelArguments packs for cudaLaunchKernel.
+// This file defines the backend's precompileGeneratedKernels and
+// makeGeneratedElementwiseStep (DeviceStep.h) in place of
+// GeneratedKernels.cpp's, whose NVRTC CUBINs need a device: the CUDA backend
+// built on the emulation and the plan-level emulation (EmulatedCudaPlan.h)
+// both call them. NVRTC itself is checked by CompileKernels.*.
+//
+// Test-only: never part of a shipped binary.
 
 #include "CudaEmulation.h"
+
+#include "ampjit/runtime/Status.h"
+#include "ampjit/runtime/cuda/KernelSource.h"
+#include "cuda/DeviceStep.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -12,9 +24,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <sstream>
+#include <string>
+#include <vector>
 
 namespace ampjit::emulation {
 
@@ -24,6 +40,29 @@ namespace rt = ampjit::runtime;
 namespace cuda = ampjit::runtime::cuda;
 using rt::Expected;
 using rt::Status;
+
+/// A generated kernel's entry in a host library: launches it over the
+/// addresses cudaLaunchKernel would take; returns the launch's cudaError_t.
+using HostEntry = int (*)(unsigned grid, unsigned block, void** arguments);
+
+/// Kernels built by the host compiler into one shared object (with its own
+/// copy of the emulation), each in a namespace of its own so the kernels'
+/// shared prelude does not collide.
+class HostKernelLibrary {
+public:
+  static Expected<std::unique_ptr<HostKernelLibrary>> build(const std::vector<const cuda::ElementwiseKernel*>& kernels);
+
+  HostKernelLibrary(const HostKernelLibrary&) = delete;
+  HostKernelLibrary& operator=(const HostKernelLibrary&) = delete;
+  ~HostKernelLibrary();
+
+  HostEntry entry(const std::string& name) const { return entries_.at(name); }
+
+private:
+  HostKernelLibrary() = default;
+  void* handle_ = nullptr;
+  std::map<std::string, HostEntry> entries_;
+};
 
 std::string entryName(const std::string& kernel) { return "ampjit_emulated_" + kernel; }
 
@@ -51,6 +90,62 @@ std::string entrySource(const cuda::ElementwiseKernel& kernel) {
   return "extern \"C\" __attribute__((visibility(\"default\"))) int " + entryName(kernel.name) +
          "(unsigned grid, unsigned block, void** a) {\n  return ampjit_emulated_entry::launch(&" + kernel.name +
          ", grid, block, a);\n}\n";
+}
+
+Expected<std::unique_ptr<HostKernelLibrary>>
+HostKernelLibrary::build(const std::vector<const cuda::ElementwiseKernel*>& kernels) {
+  std::unique_ptr<HostKernelLibrary> library(new HostKernelLibrary);
+  if (kernels.empty())
+    return library;
+  std::error_code error;
+  // A new path for every library: dlopen hands back a loaded library of
+  // the same name instead of loading the new one.
+  static std::atomic<int> libraries{0};
+  std::filesystem::path directory = std::filesystem::temp_directory_path(error) /
+                                    ("ampjit-emulation-" + std::to_string(getpid()) + "-" +
+                                     std::to_string(libraries++));
+  std::filesystem::create_directories(directory, error);
+  if (error)
+    return Status::error("cannot create " + directory.string() + ": " + error.message());
+  std::ostringstream source;
+  // The emulation's own source first: the language header's macros
+  // (threadIdx, ...) are for kernel code only.
+  source << "#include \"" AMPJIT_EMULATION_RUNTIME_SOURCE "\"\n#include \"EmulatedCudaLanguage.h\"\n" << kEntryPrelude;
+  for (size_t k = 0; k < kernels.size(); ++k)
+    source << "namespace ampjit_generated_" << k << " {\n"
+           << kernels[k]->source << "\n"
+           << entrySource(*kernels[k]) << "} // namespace ampjit_generated_" << k << "\n";
+  std::filesystem::path sourcePath = directory / "kernels.cpp", objectPath = directory / "kernels.so",
+                        logPath = directory / "compile.log";
+  std::ofstream(sourcePath) << source.str();
+  // Without contraction, as NVRTC runs (--fmad=false); hidden symbols, so
+  // the library's emulation never binds to the test executable's.
+  std::string command = std::string(AMPJIT_EMULATION_CXX) +
+                        " -std=c++20 -O1 -shared -fPIC -fvisibility=hidden -ffp-contract=off -w " +
+                        AMPJIT_EMULATION_INCLUDE_FLAGS + " '" + sourcePath.string() + "' -o '" + objectPath.string() +
+                        "' > '" + logPath.string() + "' 2>&1";
+  if (std::system(command.c_str()) != 0) {
+    std::ifstream log(logPath);
+    std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    return Status::error("the host compiler refused the generated kernels (" + sourcePath.string() + "):\n" +
+                         text.substr(0, 4000));
+  }
+  library->handle_ = dlopen(objectPath.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (library->handle_ == nullptr)
+    return Status::error(std::string("cannot load the emulated kernels: ") + dlerror());
+  for (const cuda::ElementwiseKernel* kernel : kernels) {
+    void* symbol = dlsym(library->handle_, entryName(kernel->name).c_str());
+    if (symbol == nullptr)
+      return Status::error("the emulated kernels lack " + entryName(kernel->name));
+    library->entries_[kernel->name] = reinterpret_cast<HostEntry>(symbol);
+  }
+  std::filesystem::remove_all(directory, error);
+  return library;
+}
+
+HostKernelLibrary::~HostKernelLibrary() {
+  if (handle_ != nullptr)
+    dlclose(handle_);
 }
 
 /// A generated kernel's step: binds the enqueue's pointers when its stream
@@ -128,67 +223,6 @@ Status loadKernels(cuda::DeviceContext& context, const std::vector<const cuda::E
 
 } // namespace
 
-Expected<std::unique_ptr<HostKernelLibrary>>
-HostKernelLibrary::build(const std::vector<const cuda::ElementwiseKernel*>& kernels) {
-  std::unique_ptr<HostKernelLibrary> library(new HostKernelLibrary);
-  if (kernels.empty())
-    return library;
-  std::error_code error;
-  // A new path for every library: dlopen hands back a loaded library of
-  // the same name instead of loading the new one.
-  static std::atomic<int> libraries{0};
-  std::filesystem::path directory = std::filesystem::temp_directory_path(error) /
-                                    ("ampjit-emulation-" + std::to_string(getpid()) + "-" +
-                                     std::to_string(libraries++));
-  std::filesystem::create_directories(directory, error);
-  if (error)
-    return Status::error("cannot create " + directory.string() + ": " + error.message());
-  std::ostringstream source;
-  // The emulation's own source first: the language header's macros
-  // (threadIdx, ...) are for kernel code only.
-  source << "#include \"" AMPJIT_EMULATION_RUNTIME_SOURCE "\"\n#include \"EmulatedCudaLanguage.h\"\n" << kEntryPrelude;
-  for (size_t k = 0; k < kernels.size(); ++k)
-    source << "namespace ampjit_generated_" << k << " {\n"
-           << kernels[k]->source << "\n"
-           << entrySource(*kernels[k]) << "} // namespace ampjit_generated_" << k << "\n";
-  std::filesystem::path sourcePath = directory / "kernels.cpp", objectPath = directory / "kernels.so",
-                        logPath = directory / "compile.log";
-  std::ofstream(sourcePath) << source.str();
-  // Without contraction, as NVRTC runs (--fmad=false); hidden symbols, so
-  // the library's emulation never binds to the test executable's.
-  std::string command = std::string(AMPJIT_EMULATION_CXX) +
-                        " -std=c++20 -O1 -shared -fPIC -fvisibility=hidden -ffp-contract=off -w " +
-                        AMPJIT_EMULATION_INCLUDE_FLAGS + " '" + sourcePath.string() + "' -o '" + objectPath.string() +
-                        "' > '" + logPath.string() + "' 2>&1";
-  if (std::system(command.c_str()) != 0) {
-    std::ifstream log(logPath);
-    std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-    return Status::error("the host compiler refused the generated kernels (" + sourcePath.string() + "):\n" +
-                         text.substr(0, 4000));
-  }
-  library->handle_ = dlopen(objectPath.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (library->handle_ == nullptr)
-    return Status::error(std::string("cannot load the emulated kernels: ") + dlerror());
-  for (const cuda::ElementwiseKernel* kernel : kernels) {
-    void* symbol = dlsym(library->handle_, entryName(kernel->name).c_str());
-    if (symbol == nullptr)
-      return Status::error("the emulated kernels lack " + entryName(kernel->name));
-    library->entries_[kernel->name] = reinterpret_cast<HostEntry>(symbol);
-  }
-  std::filesystem::remove_all(directory, error);
-  return library;
-}
-
-HostKernelLibrary::~HostKernelLibrary() {
-  if (handle_ != nullptr)
-    dlclose(handle_);
-}
-
-std::unique_ptr<cuda::DeviceStep> makeEmulatedGeneratedStep(HostEntry entry, const cuda::ElementwiseLaunch& launch,
-                                                            int multiprocessors) {
-  return std::make_unique<EmulatedGeneratedStep>(entry, launch, multiprocessors);
-}
-
 } // namespace ampjit::emulation
 
 // The CUDA backend's hooks (DeviceStep.h), for CudaBackend.cpp built on the
@@ -209,7 +243,8 @@ Expected<std::unique_ptr<DeviceStep>> makeGeneratedElementwiseStep(DeviceContext
     std::lock_guard<std::mutex> lock(loaded.mutex);
     entry = loaded.entries.at(kernel.name);
   }
-  return emulation::makeEmulatedGeneratedStep(entry, kernel.launch, context.multiprocessorCount);
+  return std::unique_ptr<DeviceStep>(
+      new emulation::EmulatedGeneratedStep(entry, kernel.launch, context.multiprocessorCount));
 }
 
 } // namespace ampjit::runtime::cuda

@@ -10,7 +10,8 @@
 // Streams are queues. Work enqueued on a stream (a kernel launch, a copy, a
 // fill, a cuBLASLt call, a stream-ordered free) runs later: only when the
 // host waits (cudaStreamSynchronize, cudaEventSynchronize or Query, a
-// synchronous copy) does the model run queued work, choosing among the
+// synchronous copy or free, and cudaEventDestroy, since queued work names
+// the event) does the model run queued work, choosing among the
 // streams whose next operation may run by a seeded random draw. An event
 // wait holds a stream until that event's record has run. So every run is one
 // order the device may choose, different orders across a test's runs, and a

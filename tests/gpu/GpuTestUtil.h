@@ -55,30 +55,23 @@ protected:
   std::unique_ptr<CudaBackend> cuda;
   std::unique_ptr<Backend> cpu;
 };
-#elif defined(AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME)
+#else
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
 // Reported as EmulatedBackendTest.*, apart from the device runs of the same tests.
 #define GpuTest EmulatedBackendTest
+#endif
 class GpuTest : public ::testing::Test {
 protected:
   void SetUp() override {
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+    // The emulated device is always there; its streams run in an order drawn for each test.
     const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
     ::ampjit::emulation::setStreamSchedule(::ampjit::emulation::StreamSchedule::Shuffled,
                                            std::hash<std::string>()(test->name()));
-    Expected<std::unique_ptr<CudaBackend>> backend = createCudaBackend();
-    ASSERT_TRUE(backend.ok()) << backend.message();
-    cuda = std::move(*backend);
-    cpu = createCpuBackend();
-  }
-
-  std::unique_ptr<CudaBackend> cuda;
-  std::unique_ptr<Backend> cpu;
-};
 #else
-class GpuTest : public ::testing::Test {
-protected:
-  void SetUp() override {
     if (cudaDeviceCount() == 0)
       GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reported none or failed)";
+#endif
     Expected<std::unique_ptr<CudaBackend>> backend = createCudaBackend();
     ASSERT_TRUE(backend.ok()) << backend.message();
     cuda = std::move(*backend);

@@ -59,14 +59,16 @@ TEST(EmulatedStreams, OnlyAnEventWaitOrdersTwoStreams) {
       int written = 0, seen = -1;
       submitToStream(streams.main, [&] { written = 7; });
       ASSERT_EQ(emulation::cudaEventRecord(streams.event, streams.main), cudaSuccess);
-      if (wait)
+      if (wait) {
         ASSERT_EQ(emulation::cudaStreamWaitEvent(streams.side, streams.event, 0), cudaSuccess);
+      }
       submitToStream(streams.side, [&] { seen = written; });
       ASSERT_EQ(emulation::cudaDeviceSynchronize(), cudaSuccess);
-      if (wait)
+      if (wait) {
         EXPECT_EQ(seen, 7) << "seed " << seed;
-      else
+      } else {
         outOfOrder += seen == 0;
+      }
     }
   }
   EXPECT_GT(outOfOrder, 0) << "the schedule never ran the side stream first: it would hide a missing wait";
