@@ -8,6 +8,10 @@
 // once), an error relative to the pre-bias magnitude. Batch norm sums in f32
 // on the GPU and in double on the CPU. Pooling mirrors the CPU's order, so it
 // must agree to the dtype's tolerance with no slack, ties and NaN included.
+//
+// On the plan-level emulation (AMPJIT_GPU_TESTS_ON_EMULATION, tests/unit/cuda)
+// only the pooling test is built: convolutions and batch norms run the CPU's
+// kernels there in cuDNN's place, so they would be compared with themselves.
 
 #include "BatchNormTestPlans.h"
 #include "ConvTestShapes.h"
@@ -30,7 +34,6 @@ using test::PoolShape;
 constexpr DType kDTypes[] = {DType::F32, DType::F16, DType::BF16, DType::F64};
 
 std::string nameOf(DType dtype) { return std::string(dtypeName(dtype)); }
-DType statisticsTypeOf(DType dtype) { return dtype == DType::F64 ? DType::F64 : DType::F32; }
 std::string layoutName(bool nhwc) { return nhwc ? "nhwc" : "nchw"; }
 
 /// An NCHW shape (OIHW for filters) in the plan's layout.
@@ -50,6 +53,9 @@ void expectResultsMatch(const BothRuns& both, double slack, const std::string& l
   for (size_t i = 0; i < both.cpuResults.size(); ++i)
     EXPECT_TRUE(allClose(both.cpuResults[i], both.cudaResults[i], slack)) << label << ", result " << i;
 }
+
+#ifndef AMPJIT_GPU_TESTS_ON_EMULATION // cuDNN's steps: see the file comment
+DType statisticsTypeOf(DType dtype) { return dtype == DType::F64 ? DType::F64 : DType::F32; }
 
 /// Within slack * (atol + rtol * (|expected| + scale)): for results whose
 /// rounding error is relative to a magnitude (`scale`) other than their own.
@@ -301,6 +307,8 @@ TEST_F(GpuTest, FusedBatchNormMatchesTheCpuOnCudnnsPathAndTheFallback) {
   }
   ::unsetenv("AMPJIT_CUDA_FUSED_BN");
 }
+
+#endif // AMPJIT_GPU_TESTS_ON_EMULATION
 
 //===----------------------------------------------------------------------===//
 // Pooling
