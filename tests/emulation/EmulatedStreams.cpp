@@ -48,9 +48,9 @@ struct Event {
   uint64_t completed = 0; ///< the latest record that ran
   uint64_t time = 0;      ///< the clock when it ran
   bool timing = true;
-  /// The active capture its latest record was made in, and its number there.
+  /// The active capture its latest record was made in, and which record of
+  /// it there.
   Capture* capture = nullptr;
-  int captureEvent = -1;
   uint64_t captureGeneration = 0;
 };
 
@@ -416,7 +416,6 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
       capture.eventRecords.push_back(0);
     operation.generation = ++capture.eventRecords[std::size_t(entry->second)];
     e->capture = &capture;
-    e->captureEvent = entry->second;
     e->captureGeneration = operation.generation;
   } else {
     operation.generation = ++e->records;
