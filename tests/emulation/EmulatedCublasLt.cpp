@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 namespace ampjit::emulation {
@@ -556,8 +557,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   // Without an algorithm the library runs its own heuristic; with one, it
   // must be one chosen for this problem.
   AlgorithmRecord record{};
-  record.alignment[0] = record.alignment[1] = record.alignment[2] = record.alignment[3] = 16;
-  record.alignment[4] = record.alignment[5] = 16;
+  std::fill(std::begin(record.alignment), std::end(record.alignment), 16u);
   if (algorithm != nullptr) {
     std::memcpy(&record, algorithm, sizeof record);
     if (record.magic != kAlgorithmMagic)

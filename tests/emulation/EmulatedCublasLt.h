@@ -23,6 +23,10 @@
 // a workspace smaller than the algorithm's. Attributes it does not model are
 // refused by name rather than ignored. lastCublasLtRefusal() says why.
 //
+// cublasLtMatmul checks at the call and multiplies when its stream gets to
+// it (EmulatedStreams.h), with the descriptors and scalars as they were at
+// the call, as the library reads them then.
+//
 // The backend's sources built for the emulation reach it through
 // EmulatedCudaRuntime.h, which sends their cublasLt* calls here.
 //

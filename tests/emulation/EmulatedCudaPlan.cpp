@@ -10,10 +10,8 @@
 #include "cpu/CpuKernels.h"
 #include "cuda/DeviceStep.h"
 
-#include <cstdio>
-#include <cstdlib>
+#include <algorithm>
 #include <cstring>
-#include <map>
 #include <optional>
 
 namespace ampjit::emulation {

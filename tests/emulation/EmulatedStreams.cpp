@@ -14,7 +14,6 @@
 #include <map>
 #include <memory>
 #include <random>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -33,8 +32,6 @@ struct Operation {
   Event* event = nullptr;
   /// Record: which record of the event this is; Wait: the record to wait for.
   uint64_t generation = 0;
-  /// When it was enqueued, across all streams (to count reorderings).
-  uint64_t order = 0;
 };
 
 struct Stream {
@@ -96,9 +93,8 @@ struct Model {
   std::mt19937_64 random{1};
   std::vector<Stream*> streams; // creation order
   std::map<uintptr_t, Allocation> allocations;
-  uint64_t clock = 0, enqueued = 0;
+  uint64_t clock = 0;
   int64_t poolUsed = 0, poolHigh = 0;
-  StreamCounters counters;
 };
 
 Model& model() {
@@ -133,7 +129,6 @@ void execute(Operation& operation) {
   switch (operation.kind) {
   case OperationKind::Work:
     operation.work();
-    ++m.counters.operations;
     break;
   case OperationKind::Record:
     operation.event->completed = std::max(operation.event->completed, operation.generation);
@@ -167,10 +162,6 @@ cudaError_t drainUntil(const std::function<bool()>& done) {
       return cudaErrorIllegalState;
     }
     Stream* chosen = ready[m.random() % ready.size()];
-    uint64_t oldest = chosen->queue.front().order;
-    for (Stream* stream : ready)
-      oldest = std::min(oldest, stream->queue.front().order);
-    m.counters.reorderings += chosen->queue.front().order != oldest;
     Operation operation = std::move(chosen->queue.front());
     chosen->queue.pop_front();
     execute(operation);
@@ -197,7 +188,6 @@ void invalidate(Capture* capture, cudaError_t why) {
 /// Immediate schedule, runs now).
 void submit(Stream* stream, Operation operation) {
   Model& m = model();
-  operation.order = m.enqueued++;
   if (stream != nullptr && stream->capture != nullptr) {
     Capture& capture = *stream->capture;
     Node node;
@@ -294,8 +284,6 @@ void setStreamSchedule(StreamSchedule schedule, uint64_t seed) {
   model().schedule = schedule;
   model().random.seed(seed);
 }
-
-StreamCounters streamCounters() { return model().counters; }
 
 bool isDeviceMemory(const void* pointer) {
   const Allocation* allocation = findAllocation(pointer);
@@ -528,7 +516,6 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t executable, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   if (s != nullptr && s->capture != nullptr)
     return cudaErrorNotSupported; // a graph inside a capture: not modelled
-  ++model().counters.graphLaunches;
   std::vector<uint64_t> base;
   for (Event* event : exec->events)
     base.push_back(event->records);

@@ -51,14 +51,6 @@ enum class StreamSchedule {
 };
 void setStreamSchedule(StreamSchedule schedule, uint64_t seed = 1);
 
-/// What the model ran since the process started.
-struct StreamCounters {
-  int64_t operations = 0;    ///< enqueued work that ran, graph replays' included
-  int64_t reorderings = 0;   ///< times the draw ran a stream other than the one that enqueued first
-  int64_t graphLaunches = 0;
-};
-StreamCounters streamCounters();
-
 /// Whether `pointer` lies in memory the emulated device allocated.
 bool isDeviceMemory(const void* pointer);
 
