@@ -3,6 +3,7 @@
 #include "EmulatedCublasLt.h"
 
 #include "CudaEmulation.h"
+#include "EmulatedElements.h"
 
 #include "ampjit/runtime/LowPrecision.h"
 
@@ -91,63 +92,33 @@ template <typename T> cublasStatus_t take(T& field, const void* value, std::size
   return succeed();
 }
 
-std::size_t elementBytes(int32_t type) {
+/// The storage a cudaDataType names, or nothing for types the model does not know.
+bool storageOf(int32_t type, ElementStorage& storage) {
   switch (type) {
-  case CUDA_R_16F:
-  case CUDA_R_16BF: return 2;
-  case CUDA_R_32F: return 4;
-  case CUDA_R_64F: return 8;
-  default: return 0;
+  case CUDA_R_16F: storage = ElementStorage::F16; return true;
+  case CUDA_R_16BF: storage = ElementStorage::BF16; return true;
+  case CUDA_R_32F: storage = ElementStorage::F32; return true;
+  case CUDA_R_64F: storage = ElementStorage::F64; return true;
+  default: return false;
   }
 }
 
+std::size_t elementBytes(int32_t type) {
+  ElementStorage storage;
+  return storageOf(type, storage) ? bytesOf(storage) : 0;
+}
+
 double load(int32_t type, const void* base, int64_t index) {
-  const auto* bytes = static_cast<const std::byte*>(base) + index * int64_t(elementBytes(type));
-  switch (type) {
-  case CUDA_R_16F: {
-    uint16_t bits;
-    std::memcpy(&bits, bytes, 2);
-    return rt::halfToFloat(bits);
-  }
-  case CUDA_R_16BF: {
-    uint16_t bits;
-    std::memcpy(&bits, bytes, 2);
-    return rt::bfloat16ToFloat(bits);
-  }
-  case CUDA_R_32F: {
-    float value;
-    std::memcpy(&value, bytes, 4);
-    return value;
-  }
-  default: {
-    double value;
-    std::memcpy(&value, bytes, 8);
-    return value;
-  }
-  }
+  ElementStorage storage = ElementStorage::F64;
+  storageOf(type, storage);
+  return loadElement(storage, base, index);
 }
 
 /// Rounds once from the compute type's value to the storage type.
 void store(int32_t type, void* base, int64_t index, double value) {
-  auto* bytes = static_cast<std::byte*>(base) + index * int64_t(elementBytes(type));
-  switch (type) {
-  case CUDA_R_16F: {
-    uint16_t bits = rt::floatToHalf(float(value));
-    std::memcpy(bytes, &bits, 2);
-    break;
-  }
-  case CUDA_R_16BF: {
-    uint16_t bits = rt::floatToBFloat16(float(value));
-    std::memcpy(bytes, &bits, 2);
-    break;
-  }
-  case CUDA_R_32F: {
-    float single = float(value);
-    std::memcpy(bytes, &single, 4);
-    break;
-  }
-  default: std::memcpy(bytes, &value, 8); break;
-  }
+  ElementStorage storage = ElementStorage::F64;
+  storageOf(type, storage);
+  storeElement(storage, base, index, value);
 }
 
 bool epilogueHas(uint32_t epilogue, uint32_t bits) { return (epilogue & bits) == bits; }
@@ -193,17 +164,9 @@ double geluDerivative(double x) {
 
 /// How an input element enters the product under a compute type: the FAST
 /// modes may round inputs to TF32 (a 10-bit mantissa, to nearest), f16 or bf16.
-float tf32(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  if ((bits & 0x7f800000u) != 0x7f800000u)
-    bits = (bits + 0x1000u) & ~0x1fffu;
-  std::memcpy(&value, &bits, 4);
-  return value;
-}
 double enterProduct(int32_t computeType, double value) {
   switch (computeType) {
-  case CUBLAS_COMPUTE_32F_FAST_TF32: return tf32(float(value));
+  case CUBLAS_COMPUTE_32F_FAST_TF32: return roundToTf32(float(value));
   case CUBLAS_COMPUTE_32F_FAST_16F: return rt::halfToFloat(rt::floatToHalf(float(value)));
   case CUBLAS_COMPUTE_32F_FAST_16BF: return rt::bfloat16ToFloat(rt::floatToBFloat16(float(value)));
   default: return value;

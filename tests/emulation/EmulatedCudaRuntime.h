@@ -3,13 +3,15 @@
 
 // The CUDA runtime calls the backend's kernel and step sources make, sent to
 // the host model of the device's memory, streams, events and graphs
-// (EmulatedStreams.h), and their cuBLASLt calls, sent to the host model of
-// cuBLASLt (EmulatedCublasLt.h). Included first by the sources built for the
+// (EmulatedStreams.h), their cuBLASLt calls, sent to the host model of
+// cuBLASLt (EmulatedCublasLt.h), and their cuDNN calls, sent to the host
+// model of cuDNN (EmulatedCudnn.h). Included first by the sources built for the
 // emulation (tests/emulation/CMakeLists.txt), after the CUDA headers so
 // their declarations keep their meaning: only calls are redirected.
 
 #include "CudaEmulation.h"
 #include "EmulatedCublasLt.h"
+#include "EmulatedCudnn.h"
 #include "EmulatedStreams.h"
 
 #define cudaGetLastError() ::ampjit::emulation::takeLastError()
@@ -64,5 +66,46 @@
 #define cublasLtMatmulPreferenceSetAttribute ::ampjit::emulation::cublasLtMatmulPreferenceSetAttribute
 #define cublasLtMatmulAlgoGetHeuristic ::ampjit::emulation::cublasLtMatmulAlgoGetHeuristic
 #define cublasLtMatmul ::ampjit::emulation::cublasLtMatmul
+
+#define cudnnCreate ::ampjit::emulation::cudnnCreate
+#define cudnnDestroy ::ampjit::emulation::cudnnDestroy
+#define cudnnSetStream ::ampjit::emulation::cudnnSetStream
+#define cudnnGetErrorString ::ampjit::emulation::cudnnGetErrorString
+#define cudnnCreateTensorDescriptor ::ampjit::emulation::cudnnCreateTensorDescriptor
+#define cudnnDestroyTensorDescriptor ::ampjit::emulation::cudnnDestroyTensorDescriptor
+#define cudnnSetTensor4dDescriptor ::ampjit::emulation::cudnnSetTensor4dDescriptor
+#define cudnnCreateFilterDescriptor ::ampjit::emulation::cudnnCreateFilterDescriptor
+#define cudnnDestroyFilterDescriptor ::ampjit::emulation::cudnnDestroyFilterDescriptor
+#define cudnnSetFilter4dDescriptor ::ampjit::emulation::cudnnSetFilter4dDescriptor
+#define cudnnCreateConvolutionDescriptor ::ampjit::emulation::cudnnCreateConvolutionDescriptor
+#define cudnnDestroyConvolutionDescriptor ::ampjit::emulation::cudnnDestroyConvolutionDescriptor
+#define cudnnSetConvolution2dDescriptor ::ampjit::emulation::cudnnSetConvolution2dDescriptor
+#define cudnnSetConvolutionGroupCount ::ampjit::emulation::cudnnSetConvolutionGroupCount
+#define cudnnSetConvolutionMathType ::ampjit::emulation::cudnnSetConvolutionMathType
+#define cudnnCreateActivationDescriptor ::ampjit::emulation::cudnnCreateActivationDescriptor
+#define cudnnDestroyActivationDescriptor ::ampjit::emulation::cudnnDestroyActivationDescriptor
+#define cudnnSetActivationDescriptor ::ampjit::emulation::cudnnSetActivationDescriptor
+#define cudnnGetConvolutionForwardAlgorithmMaxCount ::ampjit::emulation::cudnnGetConvolutionForwardAlgorithmMaxCount
+#define cudnnGetConvolutionForwardAlgorithm_v7 ::ampjit::emulation::cudnnGetConvolutionForwardAlgorithm_v7
+#define cudnnGetConvolutionForwardWorkspaceSize ::ampjit::emulation::cudnnGetConvolutionForwardWorkspaceSize
+#define cudnnConvolutionForward ::ampjit::emulation::cudnnConvolutionForward
+#define cudnnGetConvolutionBackwardDataAlgorithmMaxCount ::ampjit::emulation::cudnnGetConvolutionBackwardDataAlgorithmMaxCount
+#define cudnnGetConvolutionBackwardDataAlgorithm_v7 ::ampjit::emulation::cudnnGetConvolutionBackwardDataAlgorithm_v7
+#define cudnnGetConvolutionBackwardDataWorkspaceSize ::ampjit::emulation::cudnnGetConvolutionBackwardDataWorkspaceSize
+#define cudnnConvolutionBackwardData ::ampjit::emulation::cudnnConvolutionBackwardData
+#define cudnnGetConvolutionBackwardFilterAlgorithmMaxCount ::ampjit::emulation::cudnnGetConvolutionBackwardFilterAlgorithmMaxCount
+#define cudnnGetConvolutionBackwardFilterAlgorithm_v7 ::ampjit::emulation::cudnnGetConvolutionBackwardFilterAlgorithm_v7
+#define cudnnGetConvolutionBackwardFilterWorkspaceSize ::ampjit::emulation::cudnnGetConvolutionBackwardFilterWorkspaceSize
+#define cudnnConvolutionBackwardFilter ::ampjit::emulation::cudnnConvolutionBackwardFilter
+#define cudnnAddTensor ::ampjit::emulation::cudnnAddTensor
+#define cudnnDeriveBNTensorDescriptor ::ampjit::emulation::cudnnDeriveBNTensorDescriptor
+#define cudnnBatchNormalizationForwardTraining ::ampjit::emulation::cudnnBatchNormalizationForwardTraining
+#define cudnnBatchNormalizationForwardInference ::ampjit::emulation::cudnnBatchNormalizationForwardInference
+#define cudnnBatchNormalizationBackward ::ampjit::emulation::cudnnBatchNormalizationBackward
+#define cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize ::ampjit::emulation::cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize
+#define cudnnGetBatchNormalizationBackwardExWorkspaceSize ::ampjit::emulation::cudnnGetBatchNormalizationBackwardExWorkspaceSize
+#define cudnnGetBatchNormalizationTrainingExReserveSpaceSize ::ampjit::emulation::cudnnGetBatchNormalizationTrainingExReserveSpaceSize
+#define cudnnBatchNormalizationForwardTrainingEx ::ampjit::emulation::cudnnBatchNormalizationForwardTrainingEx
+#define cudnnBatchNormalizationBackwardEx ::ampjit::emulation::cudnnBatchNormalizationBackwardEx
 
 #endif // AMPJIT_TESTS_EMULATION_EMULATEDCUDARUNTIME_H

@@ -5,8 +5,8 @@
 // O0, O1 and O2 with f16 and bf16; and an injected inf skipping the step on
 // the device, state left bit for bit. Skipped without a device. Built with
 // AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME (tests/unit/cuda), jit::trace runs on
-// the CUDA backend over the emulated runtime (tests/emulation) in CI, all
-// but the ResNet step, whose convolutions need cuDNN.
+// the CUDA backend over the emulated runtime (tests/emulation) in CI, its
+// convolutions and batch norms on the host model of cuDNN.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,6 +16,10 @@
 
 #include "jit/cuda.h"
 #include "jit/trace.h"
+
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+#include "EmulatedCudnn.h"
+#endif
 
 #include <gtest/gtest.h>
 
@@ -113,15 +117,18 @@ TEST_F(CompiledStepOnGpu, DeferredUpdateGivesTheSameBitsAsTheUndeferredStep) {
   }
 }
 
-#ifndef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME // cuDNN's convolutions and batch norms have no emulation
 /// A small ResNet-18 (CIFAR stem, widths 4-32: every batch norm's channel
-/// count a multiple of 4). The lr is small: with batch statistics over 4
-/// images, two runs a rounding apart drift apart quickly at a training lr
-/// (seen on the CPU between fused and unfused bf16).
+/// count a multiple of 4). The lr is small and the images 16x16, so the last
+/// stage's batch norms see 4x2x2 values each: with 8x8 images they saw 4, an
+/// ill-conditioned step in which scaling the input by 1 + 1e-3 moved the
+/// CPU's own bf16 second loss by 19%, as far as the device's (found on the
+/// emulated runtime). The scaler starts at 2^10, where no f16 gradient
+/// overflows: at 2^16 every f16 step was skipped, on both backends.
+constexpr double kResNetInitialScale = 1024.0;
 ResNetTrainer smallResNet(Generator& generator) {
   return ResNetTrainer({.num_classes = 4, .stem = nn::ResNetOptions::Stem::cifar, .base_width = 4,
                         .init = {.generator = &generator}},
-                       {}, /*lr=*/5e-4);
+                       {.init_scale = kResNetInitialScale}, /*lr=*/5e-4);
 }
 
 TEST_F(CompiledStepOnGpu, ResNetStepWithFusedBatchNormsMatchesTheCpuStep) {
@@ -133,6 +140,9 @@ TEST_F(CompiledStepOnGpu, ResNetStepWithFusedBatchNormsMatchesTheCpuStep) {
       ::setenv("AMPJIT_CUDA_FUSED_BN", fusedCalls, 1);
       SCOPED_TRACE(std::string(amp::level_name(config.level)) + " " + std::string(dtype_name(config.dtype)) +
                    " AMPJIT_CUDA_FUSED_BN=" + fusedCalls);
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+      int64_t fusedBefore = ampjit::emulation::cudnnCounts().fusedBatchNorms;
+#endif
       Generator first(9), second(9);
       ResNetTrainer onCpu = smallResNet(first), onGpu = smallResNet(second);
       amp::Policy policy{.level = config.level, .dtype = config.dtype};
@@ -141,26 +151,34 @@ TEST_F(CompiledStepOnGpu, ResNetStepWithFusedBatchNormsMatchesTheCpuStep) {
       auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); },
                            {.amp = policy, .backend = Backend::cuda});
       Generator data(31);
-      std::vector<double> pixels(4 * 3 * 8 * 8);
+      std::vector<double> pixels(4 * 3 * 16 * 16);
       for (double& pixel : pixels)
         pixel = data.next_normal();
-      Tensor x = tensor(std::span<const double>(pixels), {4, 3, 8, 8});
+      Tensor x = tensor(std::span<const double>(pixels), {4, 3, 16, 16});
       Tensor y = tensor(std::vector<int64_t>{0, 1, 2, 3}, {4});
+      std::vector<double> gpuLosses;
       for (int stepIndex = 0; stepIndex < 3; ++stepIndex) {
         double cpuLoss = cpuStep(x, y).item();
         double gpuLoss = gpuStep(x, y).item();
+        gpuLosses.push_back(gpuLoss);
         // Convolutions and batch-norm sums run in another order on the
         // device, and every block's epilogue rounds once instead of twice
         // (on the CPU, fused and unfused first losses differ by ~1% in bf16).
         double relative = config.level == amp::O0 ? 1e-3 : config.dtype == bf16 ? 4e-2 : 1e-2;
         EXPECT_NEAR(gpuLoss, cpuLoss, relative * std::fabs(cpuLoss)) << "step " << stepIndex;
       }
+      // Every step was taken, and trained.
+      EXPECT_EQ(onGpu.scaler.get_scale(), kResNetInitialScale);
+      EXPECT_LT(gpuLosses.back(), gpuLosses.front());
       EXPECT_EQ(gpuStep.stats().traces, 1u);
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+      // cuDNN's fused calls ran exactly where they apply.
+      bool fusedPath = config.dtype == f16 && std::string(fusedCalls) == "1";
+      EXPECT_EQ(ampjit::emulation::cudnnCounts().fusedBatchNorms > fusedBefore, fusedPath);
+#endif
     }
   ::unsetenv("AMPJIT_CUDA_FUSED_BN");
 }
-
-#endif
 
 TEST_F(CompiledStepOnGpu, AnInjectedInfSkipsTheStepOnTheDevice) {
   Classifier net(kIn, kHidden, kClasses, 3, {.growth_interval = 2});
