@@ -141,6 +141,9 @@ ElementStorage storageOf(cudnnDataType_t type) {
   return storage;
 }
 
+std::size_t bytesOf(const TensorDesc& t) { return std::size_t(t.count()) * bytesOf(storageOf(t.type)); }
+std::size_t bytesOf(const FilterDesc& f) { return std::size_t(f.count()) * bytesOf(storageOf(f.type)); }
+
 /// A tensor or filter descriptor's required state for use in a call.
 cudnnStatus_t checkSet(const void* descriptor, bool set, const char* what) {
   if (descriptor == nullptr)
@@ -150,12 +153,18 @@ cudnnStatus_t checkSet(const void* descriptor, bool set, const char* what) {
   return succeed();
 }
 
-/// Operand memory must be the device's; blend factors must be host memory.
-cudnnStatus_t checkDevice(const void* pointer, const char* what, bool nullable = false) {
+/// Operand memory must be the device's, all `bytes` the call touches in one
+/// allocation (a kernel running past its end would corrupt its neighbour);
+/// blend factors must be host memory.
+cudnnStatus_t checkDevice(const void* pointer, const char* what, std::size_t bytes, bool nullable = false) {
   if (pointer == nullptr)
     return nullable ? succeed() : refuse(CUDNN_STATUS_BAD_PARAM, std::string(what) + " is null");
   if (!isDeviceMemory(pointer))
     return refuse(CUDNN_STATUS_BAD_PARAM, std::string(what) + " is not device memory");
+  if (std::size_t available = deviceBytesFrom(pointer); available < bytes)
+    return refuse(CUDNN_STATUS_BAD_PARAM, std::string(what) + ": the call touches " + std::to_string(bytes) +
+                                              " bytes, but its allocation ends " + std::to_string(available) +
+                                              " bytes on");
   return succeed();
 }
 
@@ -347,20 +356,26 @@ Arithmetic arithmeticOf(const Convolution& p) {
 }
 
 /// The checks every convolution call makes before it enqueues.
+struct Operand {
+  const void* pointer;
+  const char* what;
+  std::size_t bytes;
+};
+
 cudnnStatus_t checkConvolutionCall(ConvolutionKind kind, const Convolution& p, int algo, const void* workspace,
                                    std::size_t workspaceBytes, const void* alpha, const void* beta,
-                                   std::initializer_list<std::pair<const void*, const char*>> operands) {
+                                   std::initializer_list<Operand> operands) {
   int64_t needed = 0;
   AMPJIT_CUDNN_MODEL_CHECK(workspaceOf(kind, p, algo, needed));
   if (needed > 0 && (workspace == nullptr || int64_t(workspaceBytes) < needed))
     return refuse(CUDNN_STATUS_BAD_PARAM, "algorithm " + std::to_string(algo) + " needs " + std::to_string(needed) +
                                               " bytes of workspace, given " + std::to_string(workspaceBytes) +
                                               (workspace == nullptr ? " at a null pointer" : ""));
-  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(workspace, "the workspace", true));
+  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(workspace, "the workspace", workspaceBytes, true));
   AMPJIT_CUDNN_MODEL_CHECK(checkHostScalar(alpha, "alpha"));
   AMPJIT_CUDNN_MODEL_CHECK(checkHostScalar(beta, "beta"));
-  for (auto [pointer, what] : operands)
-    AMPJIT_CUDNN_MODEL_CHECK(checkDevice(pointer, what));
+  for (const Operand& operand : operands)
+    AMPJIT_CUDNN_MODEL_CHECK(checkDevice(operand.pointer, operand.what, operand.bytes));
   return succeed();
 }
 
@@ -508,11 +523,11 @@ cudnnStatus_t checkEpsilon(double epsilon) {
   return succeed();
 }
 
-cudnnStatus_t checkPair(const void* first, const void* second, const char* what) {
+cudnnStatus_t checkPair(const void* first, const void* second, const char* what, std::size_t bytes) {
   if ((first == nullptr) != (second == nullptr))
     return refuse(CUDNN_STATUS_BAD_PARAM, std::string(what) + ": both pointers or neither");
-  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(first, what, true));
-  return checkDevice(second, what, true);
+  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(first, what, bytes, true));
+  return checkDevice(second, what, bytes, true);
 }
 
 /// Every (n, h, w) position of a tensor: a channel's elements, in order.
@@ -745,7 +760,7 @@ cudnnStatus_t checkSpace(const void* pointer, std::size_t given, std::size_t nee
   if (pointer == nullptr || given < needed)
     return refuse(CUDNN_STATUS_BAD_PARAM, std::string(what) + ": " + std::to_string(needed) + " bytes needed, given " +
                                               std::to_string(given) + (pointer == nullptr ? " at a null pointer" : ""));
-  return checkDevice(pointer, what);
+  return checkDevice(pointer, what, given);
 }
 
 } // namespace
@@ -1039,7 +1054,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha, c
   Convolution p;
   AMPJIT_CUDNN_MODEL_CHECK(checkConvolution(unwrap(xDesc), unwrap(wDesc), unwrap(convolution), unwrap(yDesc), p));
   AMPJIT_CUDNN_MODEL_CHECK(checkConvolutionCall(ConvolutionKind::Forward, p, algo, workspace, workspaceBytes, alpha,
-                                                beta, {{x, "x"}, {w, "w"}, {y, "y"}}));
+                                                beta, {{x, "x", bytesOf(p.x)}, {w, "w", bytesOf(p.w)}, {y, "y", bytesOf(p.y)}}));
   double a = readScalar(alpha, p.x.type), b = readScalar(beta, p.x.type);
   submitToStream(model->stream, [p, a, b, x, w, y, workspace, workspaceBytes] {
     scribble(workspace, workspaceBytes);
@@ -1059,7 +1074,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alp
   Convolution p;
   AMPJIT_CUDNN_MODEL_CHECK(checkConvolution(unwrap(dxDesc), unwrap(wDesc), unwrap(convolution), unwrap(dyDesc), p));
   AMPJIT_CUDNN_MODEL_CHECK(checkConvolutionCall(ConvolutionKind::BackwardData, p, algo, workspace, workspaceBytes,
-                                                alpha, beta, {{w, "w"}, {dy, "dy"}, {dx, "dx"}}));
+                                                alpha, beta, {{w, "w", bytesOf(p.w)}, {dy, "dy", bytesOf(p.y)}, {dx, "dx", bytesOf(p.x)}}));
   double a = readScalar(alpha, p.x.type), b = readScalar(beta, p.x.type);
   submitToStream(model->stream, [p, a, b, w, dy, dx, workspace, workspaceBytes] {
     scribble(workspace, workspaceBytes);
@@ -1080,7 +1095,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
   Convolution p;
   AMPJIT_CUDNN_MODEL_CHECK(checkConvolution(unwrap(xDesc), unwrap(dwDesc), unwrap(convolution), unwrap(dyDesc), p));
   AMPJIT_CUDNN_MODEL_CHECK(checkConvolutionCall(ConvolutionKind::BackwardFilter, p, algo, workspace, workspaceBytes,
-                                                alpha, beta, {{x, "x"}, {dy, "dy"}, {dw, "dw"}}));
+                                                alpha, beta, {{x, "x", bytesOf(p.x)}, {dy, "dy", bytesOf(p.y)}, {dw, "dw", bytesOf(p.w)}}));
   double a = readScalar(alpha, p.x.type), b = readScalar(beta, p.x.type);
   submitToStream(model->stream, [p, a, b, x, dy, dw, workspace, workspaceBytes] {
     scribble(workspace, workspaceBytes);
@@ -1105,8 +1120,8 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha, const cudn
                                               ": each dimension must match or be 1");
   AMPJIT_CUDNN_MODEL_CHECK(checkHostScalar(alpha, "alpha"));
   AMPJIT_CUDNN_MODEL_CHECK(checkHostScalar(beta, "beta"));
-  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(a, "A"));
-  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(c, "C"));
+  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(a, "A", bytesOf(*at)));
+  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(c, "C", bytesOf(*ct)));
   TensorDesc ad = *at, cd = *ct;
   double alphaValue = readScalar(alpha, ad.type), betaValue = readScalar(beta, ad.type);
   submitToStream(model->stream, [ad, cd, alphaValue, betaValue, a, c] {
@@ -1146,23 +1161,25 @@ namespace {
 
 cudnnStatus_t checkForwardTraining(const ForwardTraining& f) {
   AMPJIT_CUDNN_MODEL_CHECK(checkEpsilon(f.epsilon));
-  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(f.xData, "x"));
-  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(f.yData, "y"));
-  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(f.scale, "bnScale"));
-  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(f.bias, "bnBias"));
-  AMPJIT_CUDNN_MODEL_CHECK(checkPair(f.runningMean, f.runningVariance, "the running mean and variance"));
-  return checkPair(f.saveMean, f.saveInvVariance, "the saved mean and inverse variance");
+  std::size_t statistics = bytesOf(f.statistics);
+  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(f.xData, "x", bytesOf(f.x)));
+  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(f.yData, "y", bytesOf(f.y)));
+  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(f.scale, "bnScale", statistics));
+  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(f.bias, "bnBias", statistics));
+  AMPJIT_CUDNN_MODEL_CHECK(checkPair(f.runningMean, f.runningVariance, "the running mean and variance", statistics));
+  return checkPair(f.saveMean, f.saveInvVariance, "the saved mean and inverse variance", statistics);
 }
 
 cudnnStatus_t checkBackward(const Backward& b) {
   AMPJIT_CUDNN_MODEL_CHECK(checkEpsilon(b.epsilon));
-  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(b.xData, "x"));
-  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(b.dyData, "dy"));
-  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(b.dxData, "dx"));
-  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(b.scale, "bnScale"));
-  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(b.dScale, "dBnScaleResult"));
-  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(b.dBias, "dBnBiasResult"));
-  return checkPair(b.savedMean, b.savedInvVariance, "the saved mean and inverse variance");
+  std::size_t statistics = bytesOf(b.statistics);
+  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(b.xData, "x", bytesOf(b.x)));
+  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(b.dyData, "dy", bytesOf(b.dy)));
+  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(b.dxData, "dx", bytesOf(b.dx)));
+  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(b.scale, "bnScale", statistics));
+  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(b.dScale, "dBnScaleResult", statistics));
+  AMPJIT_CUDNN_MODEL_CHECK(checkDevice(b.dBias, "dBnBiasResult", statistics));
+  return checkPair(b.savedMean, b.savedInvVariance, "the saved mean and inverse variance", statistics);
 }
 
 } // namespace
@@ -1203,11 +1220,11 @@ cudnnStatus_t cudnnBatchNormalizationForwardInference(cudnnHandle_t handle, cudn
   AMPJIT_CUDNN_MODEL_CHECK(checkHostScalar(alpha, "alpha"));
   AMPJIT_CUDNN_MODEL_CHECK(checkHostScalar(beta, "beta"));
   AMPJIT_CUDNN_MODEL_CHECK(checkEpsilon(epsilon));
-  for (auto [pointer, what] : {std::pair<const void*, const char*>{x, "x"}, {y, "y"}, {scale, "bnScale"},
-                               {bias, "bnBias"}, {estimatedMean, "estimatedMean"},
-                               {estimatedVariance, "estimatedVariance"}})
-    AMPJIT_CUDNN_MODEL_CHECK(checkDevice(pointer, what));
   TensorDesc xt = *unwrap(xDesc), yt = *unwrap(yDesc), st = *unwrap(statisticsDesc);
+  for (auto [pointer, what, bytes] : {Operand{x, "x", bytesOf(xt)}, {y, "y", bytesOf(yt)}, {scale, "bnScale", bytesOf(st)},
+                                      {bias, "bnBias", bytesOf(st)}, {estimatedMean, "estimatedMean", bytesOf(st)},
+                                      {estimatedVariance, "estimatedVariance", bytesOf(st)}})
+    AMPJIT_CUDNN_MODEL_CHECK(checkDevice(pointer, what, bytes));
   double a = readScalar(alpha, xt.type), b = readScalar(beta, xt.type);
   submitToStream(model->stream, [=] {
     ElementStorage data = storageOf(xt.type), stats = storageOf(st.type);
@@ -1343,7 +1360,7 @@ cudnnStatus_t cudnnBatchNormalizationForwardTrainingEx(
   f.propagateNan = !fused || unwrap(activation)->nan == CUDNN_PROPAGATE_NAN;
   AMPJIT_CUDNN_MODEL_CHECK(checkForwardTraining(f));
   if (adds)
-    AMPJIT_CUDNN_MODEL_CHECK(checkDevice(z, "z"));
+    AMPJIT_CUDNN_MODEL_CHECK(checkDevice(z, "z", bytesOf(f.z)));
   if (fused) {
     AMPJIT_CUDNN_MODEL_CHECK(checkSpace(workspace, workspaceBytes, forwardExWorkspaceBytes(f.x), "the workspace"));
     AMPJIT_CUDNN_MODEL_CHECK(checkSpace(reserve, reserveBytes, reserveBytesFor(f.x), "the reserve space"));
@@ -1399,10 +1416,10 @@ cudnnStatus_t cudnnBatchNormalizationBackwardEx(
   AMPJIT_CUDNN_MODEL_CHECK(checkBackward(b));
   if (fused) {
     // The kernel recomputes the activation's input from x, the statistics, scale and bias.
-    AMPJIT_CUDNN_MODEL_CHECK(checkDevice(bias, "bnBias (needed with an activation)"));
-    AMPJIT_CUDNN_MODEL_CHECK(checkDevice(y, "y", true));
+    AMPJIT_CUDNN_MODEL_CHECK(checkDevice(bias, "bnBias (needed with an activation)", bytesOf(b.statistics)));
+    AMPJIT_CUDNN_MODEL_CHECK(checkDevice(y, "y", bytesOf(b.x), true));
     if (adds)
-      AMPJIT_CUDNN_MODEL_CHECK(checkDevice(dz, "dz"));
+      AMPJIT_CUDNN_MODEL_CHECK(checkDevice(dz, "dz", bytesOf(b.dz)));
     AMPJIT_CUDNN_MODEL_CHECK(checkSpace(workspace, workspaceBytes, backwardExWorkspaceBytes(b.x), "the workspace"));
     AMPJIT_CUDNN_MODEL_CHECK(checkSpace(reserve, reserveBytes, reserveBytesFor(b.x), "the reserve space"));
   }

@@ -290,6 +290,18 @@ bool isDeviceMemory(const void* pointer) {
   return allocation != nullptr && !allocation->pinned;
 }
 
+std::size_t deviceBytesFrom(const void* pointer) {
+  Model& m = model();
+  auto address = reinterpret_cast<uintptr_t>(pointer);
+  auto found = m.allocations.upper_bound(address);
+  if (found == m.allocations.begin())
+    return 0;
+  --found;
+  if (found->second.pinned || address >= found->first + found->second.bytes)
+    return 0;
+  return found->first + found->second.bytes - address;
+}
+
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = 1;
   return cudaSuccess;

@@ -53,6 +53,9 @@ void setStreamSchedule(StreamSchedule schedule, uint64_t seed = 1);
 
 /// Whether `pointer` lies in memory the emulated device allocated.
 bool isDeviceMemory(const void* pointer);
+/// How many bytes of that allocation lie from `pointer` on (0 if it is not
+/// device memory): what a library call may touch there.
+std::size_t deviceBytesFrom(const void* pointer);
 
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaSetDevice(int device);

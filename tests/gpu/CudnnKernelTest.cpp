@@ -12,8 +12,14 @@
 // On the plan-level emulation (AMPJIT_GPU_TESTS_ON_EMULATION, tests/unit/cuda)
 // only the pooling test is built: convolutions and batch norms run the CPU's
 // kernels there in cuDNN's place, so they would be compared with themselves.
+// On the emulated runtime (AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME) every test
+// runs, the backend's cuDNN calls going to the host model of cuDNN
+// (tests/emulation/EmulatedCudnn.h).
 
 #include "BatchNormTestPlans.h"
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+#include "EmulatedCudnn.h"
+#endif
 #include "ConvTestShapes.h"
 #include "GpuTestUtil.h"
 
@@ -282,6 +288,9 @@ TEST_F(GpuTest, FusedBatchNormMatchesTheCpuOnCudnnsPathAndTheFallback) {
   uint32_t seed = 550;
   for (const char* fusedCalls : {"1", "0"}) {
     ::setenv("AMPJIT_CUDA_FUSED_BN", fusedCalls, 1);
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+    int64_t fusedBefore = ::ampjit::emulation::cudnnCounts().fusedBatchNorms;
+#endif
     for (const test::BatchNormBlockShape& shape : test::batchNormBlockShapes())
       for (DType dtype : kDTypes)
         for (BatchNormActivation activation : {BatchNormActivation::Relu, BatchNormActivation::AddRelu})
@@ -304,6 +313,10 @@ TEST_F(GpuTest, FusedBatchNormMatchesTheCpuOnCudnnsPathAndTheFallback) {
               int64_t perChannel = test::tt(dtype, shape.x).elementCount() / shape.x[size_t(shape.axis)];
               expectResultsMatch(*both, reductionSlack(perChannel * 2), label);
             }
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+    // cuDNN's fused calls ran, and only where they were allowed.
+    EXPECT_EQ(::ampjit::emulation::cudnnCounts().fusedBatchNorms > fusedBefore, std::string(fusedCalls) == "1");
+#endif
   }
   ::unsetenv("AMPJIT_CUDA_FUSED_BN");
 }
