@@ -4,10 +4,11 @@
 
 #include "CudaEmulation.h"
 #include "EmulatedCublasLt.h"
+#include "EmulatedCudnn.h"
+#include "EmulatedStreams.h"
 
 #include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/cuda/KernelSource.h"
-#include "cpu/CpuKernels.h"
 #include "cuda/DeviceStep.h"
 
 #include <algorithm>
@@ -32,17 +33,48 @@ using rt::Tensor;
 /// All bytes 0xFF: a NaN in every floating dtype, as the CPU's poison mode.
 constexpr int kPoisonByte = 0xFF;
 
-enum class Where { Handwritten, Generated, Gemm, LibraryStandIn };
+enum class Where { Handwritten, Generated, Gemm, Cudnn };
 
 struct Prepared {
   std::vector<size_t> indices;
   Where where = Where::Handwritten;
-  std::unique_ptr<cuda::DeviceStep> step; // null for a stand-in
+  std::unique_ptr<cuda::DeviceStep> step;
+};
+
+/// Blocks of emulated device memory, freed together.
+class DeviceBlocks {
+public:
+  DeviceBlocks() = default;
+  DeviceBlocks(const DeviceBlocks&) = delete;
+  DeviceBlocks& operator=(const DeviceBlocks&) = delete;
+  ~DeviceBlocks() {
+    for (void* block : blocks_)
+      emulation::cudaFree(block);
+  }
+  /// `bytes` of device memory holding a copy of `host`, or poison where `host` is null.
+  Expected<std::byte*> allocate(std::size_t bytes, const void* host = nullptr) {
+    void* block = nullptr;
+    if (emulation::cudaMalloc(&block, std::max<std::size_t>(bytes, 1)) != cudaSuccess)
+      return Status::error("the emulated device could not allocate " + std::to_string(bytes) + " bytes");
+    blocks_.push_back(block);
+    if (host != nullptr)
+      std::memcpy(block, host, bytes);
+    else
+      std::memset(block, kPoisonByte, bytes);
+    return static_cast<std::byte*>(block);
+  }
+
+private:
+  std::vector<void*> blocks_;
 };
 
 class Executable final : public rt::Executable {
 public:
   explicit Executable(Plan plan) : plan_(std::move(plan)) {}
+  ~Executable() override {
+    if (context_.cudnn != nullptr)
+      emulation::cudnnDestroy(context_.cudnn);
+  }
 
   Status prepare(int multiprocessors) {
     if (plan_.deferredSteps > 0)
@@ -79,10 +111,10 @@ public:
       } else if (step.kind == StepKind::Gemm) {
         prepared.where = Where::Gemm;
         made = cuda::makeGemmStep(context_, plan_, step);
-      } else if (cuda::callsCudnn(step.kind)) {
-        prepared.where = Where::LibraryStandIn;
       } else if (cuda::runsThroughCudnn(step.kind)) {
-        made = cuda::makeCudnnStep(context_, plan_, step, cudnnState_); // pooling: our kernels
+        // Convolutions and batch norms call the cuDNN model; pooling is our kernels.
+        prepared.where = cuda::callsCudnn(step.kind) ? Where::Cudnn : Where::Handwritten;
+        made = cuda::makeCudnnStep(context_, plan_, step, cudnnState_);
       } else if (kernels_[index]) {
         prepared.where = Where::Generated;
         made = cuda::makeGeneratedElementwiseStep(context_, *kernels_[index]);
@@ -107,31 +139,40 @@ public:
   Expected<std::vector<Tensor>> run(std::span<Tensor> arguments) override {
     AMPJIT_RETURN_IF_ERROR(rt::checkArguments(plan_, arguments));
     counts_ = EmulationCounts{};
-    // Fresh NaN bytes every run: nothing may depend on an earlier run's
-    // temporaries or workspace, which the device does not keep either.
-    std::vector<std::byte> arena(size_t(plan_.arenaBytes), std::byte(kPoisonByte));
-    std::vector<std::byte> workspace(workspaceBytes_, std::byte(kPoisonByte));
+    // Every buffer lives in emulated device memory, as the library models
+    // require of operands: arguments and constants copied in, arguments and
+    // outputs copied back after the run. Fresh NaN bytes every run: nothing
+    // may depend on an earlier run's temporaries or workspace, which the
+    // device does not keep either.
+    DeviceBlocks device;
+    Expected<std::byte*> arena = device.allocate(size_t(plan_.arenaBytes));
+    Expected<std::byte*> workspace = device.allocate(workspaceBytes_);
+    if (!arena || !workspace)
+      return !arena ? arena.status() : workspace.status();
     std::vector<Tensor> outputs(plan_.buffers.size());
     std::vector<std::byte*> data(plan_.buffers.size(), nullptr);
     for (BufferId id = 0; id < plan_.buffers.size(); ++id) {
       const rt::BufferDesc& buffer = plan_.buffers[id];
+      if (buffer.viewOf >= 0)
+        continue;
+      const void* host = nullptr;
       switch (buffer.role) {
-      case rt::BufferRole::Temporary: data[id] = arena.data() + buffer.arenaOffset; break;
-      case rt::BufferRole::Constant:
-        data[id] = const_cast<std::byte*>(reinterpret_cast<const std::byte*>(buffer.constantData.data()));
-        break;
+      case rt::BufferRole::Temporary: data[id] = *arena + buffer.arenaOffset; continue;
+      case rt::BufferRole::Constant: host = buffer.constantData.data(); break;
       case rt::BufferRole::Output: {
         Expected<Tensor> tensor = Tensor::allocate(buffer.type);
         if (!tensor)
           return tensor.status();
         outputs[id] = std::move(*tensor);
-        std::memset(outputs[id].bytes(), kPoisonByte, size_t(buffer.type.byteSize()));
-        data[id] = outputs[id].bytes();
         break;
       }
       case rt::BufferRole::Carried: return Status::error("the emulation runs no deferred update");
-      default: data[id] = arguments[size_t(buffer.argument)].bytes(); break;
+      default: host = arguments[size_t(buffer.argument)].bytes(); break;
       }
+      Expected<std::byte*> block = device.allocate(size_t(buffer.type.byteSize()), host);
+      if (!block)
+        return block.status();
+      data[id] = *block;
     }
     for (BufferId id = 0; id < plan_.buffers.size(); ++id)
       if (plan_.buffers[id].viewOf >= 0)
@@ -139,11 +180,6 @@ public:
 
     for (Prepared& prepared : prepared_) {
       size_t first = prepared.indices.front();
-      if (prepared.where == Where::LibraryStandIn) {
-        AMPJIT_RETURN_IF_ERROR(runOnCpu(plan_.steps[first], data).withContext(rt::describeStepOfPlan(plan_, first)));
-        ++counts_.libraryStandIns;
-        continue;
-      }
       std::vector<void*> in, out;
       for (size_t index : prepared.indices) {
         for (BufferId id : plan_.steps[index].inputs)
@@ -151,7 +187,7 @@ public:
         for (BufferId id : plan_.steps[index].outputs)
           out.push_back(id == rt::kNoBuffer ? nullptr : data[id]);
       }
-      Status status = prepared.step->enqueue(cuda::StepPointers{in, out, workspace.data()}, nullptr);
+      Status status = prepared.step->enqueue(cuda::StepPointers{in, out, *workspace}, nullptr);
       if (!status)
         return Status::error(rt::describeStepOfPlan(plan_, first) + ": " + status.message() +
                              (prepared.where == Where::Gemm       ? libraryRefusal(prepared.where)
@@ -159,9 +195,19 @@ public:
                                                       : " (" + lastFailure() + ")"));
       ++(prepared.where == Where::Generated ? counts_.generatedLaunches
          : prepared.where == Where::Gemm    ? counts_.gemmSteps
+         : prepared.where == Where::Cudnn   ? counts_.cudnnSteps
                                             : counts_.handwrittenLaunches);
     }
 
+    for (BufferId id = 0; id < plan_.buffers.size(); ++id) {
+      const rt::BufferDesc& buffer = plan_.buffers[id];
+      if (buffer.viewOf >= 0 || buffer.type.byteSize() == 0)
+        continue;
+      if (buffer.role == rt::BufferRole::Output)
+        std::memcpy(outputs[id].bytes(), data[id], size_t(buffer.type.byteSize()));
+      else if (buffer.argument >= 0 && buffer.role != rt::BufferRole::Temporary && buffer.role != rt::BufferRole::Constant)
+        std::memcpy(arguments[size_t(buffer.argument)].bytes(), data[id], size_t(buffer.type.byteSize()));
+    }
     return rt::hostRunResults(plan_, arguments, outputs, [&](BufferId id) { return data[id]; });
   }
 
@@ -172,27 +218,6 @@ private:
   static std::string libraryRefusal(Where where) {
     return where == Where::Gemm && !lastCublasLtRefusal().empty() ? " (the cuBLASLt model: " + lastCublasLtRefusal() + ")"
                                                                   : "";
-  }
-
-  Status runOnCpu(const Step& step, const std::vector<std::byte*>& data) {
-    std::vector<rt::cpu::BufferView> in, out;
-    auto view = [&](BufferId id) {
-      rt::cpu::BufferView view;
-      if (id == rt::kNoBuffer)
-        return view;
-      const rt::BufferDesc& buffer = plan_.buffers[id];
-      view.present = true;
-      view.dtype = buffer.type.dtype;
-      view.shape = &buffer.type.shape;
-      view.count = buffer.type.elementCount();
-      view.data = data[id];
-      return view;
-    };
-    for (BufferId id : step.inputs)
-      in.push_back(view(id));
-    for (BufferId id : step.outputs)
-      out.push_back(view(id));
-    return rt::cpu::runStep(step, rt::cpu::StepIO{in, out});
   }
 
   Plan plan_;

@@ -9,14 +9,17 @@
 // compiler against the emulation and launched with the arguments
 // ElementwiseKernelArguments packs for cudaLaunchKernel. A Gemm is the
 // backend's own GemmStep (CublasLtGemm.cpp) calling the host model of
-// cuBLASLt (EmulatedCublasLt.h). What needs cuDNN, a convolution or a batch
-// norm, runs the CPU backend's kernel in its place (counted, so a test can
-// say how much was emulated); pooling is our own kernels, emulated.
+// cuBLASLt (EmulatedCublasLt.h); a convolution or batch norm is the
+// backend's own cuDNN step (Cudnn.cpp) calling the host model of cuDNN
+// (EmulatedCudnn.h); pooling is our own kernels, emulated. Each is counted,
+// so a test can say what ran where.
 //
-// Buffers are bound as the CPU backend binds them (arguments in place,
-// temporaries at their arena offsets, so reshape views share bytes), and
-// the arena and workspace are filled with NaN bytes before every run, so a
-// kernel that reads what no step wrote shows up as a NaN.
+// Buffers live in emulated device memory (EmulatedStreams.h), as the
+// library models require: arguments and constants are copied in and
+// arguments and outputs back, temporaries sit at their arena offsets (so
+// reshape views share bytes), and the arena, workspace and outputs are
+// filled with NaN bytes before every run, so a kernel that reads what no
+// step wrote shows up as a NaN.
 //
 // Deferred updates, the side stream, graphs and the memory pool are the
 // backend's own business: the CUDA backend itself runs them on the emulated
@@ -44,8 +47,8 @@ struct EmulationCounts {
   int64_t generatedLaunches = 0;
   /// Gemm steps the backend's GemmStep enqueued on the cuBLASLt model.
   int64_t gemmSteps = 0;
-  /// Steps that ran the CPU backend's kernel in a library's place.
-  int64_t libraryStandIns = 0;
+  /// Convolution and batch-norm steps the backend's cuDNN steps enqueued on the cuDNN model.
+  int64_t cudnnSteps = 0;
 };
 
 /// A runtime::Backend over the emulation, shaped as CudaBackend is where the

@@ -9,12 +9,9 @@
 // on the GPU and in double on the CPU. Pooling mirrors the CPU's order, so it
 // must agree to the dtype's tolerance with no slack, ties and NaN included.
 //
-// On the plan-level emulation (AMPJIT_GPU_TESTS_ON_EMULATION, tests/unit/cuda)
-// only the pooling test is built: convolutions and batch norms run the CPU's
-// kernels there in cuDNN's place, so they would be compared with themselves.
-// On the emulated runtime (AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME) every test
-// runs, the backend's cuDNN calls going to the host model of cuDNN
-// (tests/emulation/EmulatedCudnn.h).
+// Built with AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME (tests/unit/cuda), every
+// test runs in CI against the backend itself on the emulated runtime, its
+// cuDNN calls going to the host model of cuDNN (tests/emulation/EmulatedCudnn.h).
 
 #include "BatchNormTestPlans.h"
 #ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
@@ -60,7 +57,6 @@ void expectResultsMatch(const BothRuns& both, double slack, const std::string& l
     EXPECT_TRUE(allClose(both.cpuResults[i], both.cudaResults[i], slack)) << label << ", result " << i;
 }
 
-#ifndef AMPJIT_GPU_TESTS_ON_EMULATION // cuDNN's steps: see the file comment
 DType statisticsTypeOf(DType dtype) { return dtype == DType::F64 ? DType::F64 : DType::F32; }
 
 /// Within slack * (atol + rtol * (|expected| + scale)): for results whose
@@ -320,8 +316,6 @@ TEST_F(GpuTest, FusedBatchNormMatchesTheCpuOnCudnnsPathAndTheFallback) {
   }
   ::unsetenv("AMPJIT_CUDA_FUSED_BN");
 }
-
-#endif // AMPJIT_GPU_TESTS_ON_EMULATION
 
 //===----------------------------------------------------------------------===//
 // Pooling

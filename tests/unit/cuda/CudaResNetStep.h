@@ -18,11 +18,12 @@
 namespace ampjit::testing {
 
 /// `model`'s SGD (momentum 0.9) step with a dynamic loss scaler on a batch of
-/// two 3x32x32 images, traced on the CPU and compiled as the CUDA backend
-/// compiles it at O1-f16: parameter casts kept, NHWC, GEMM and batch-norm
-/// epilogues, and with `deferUpdates` the update deferred into the next step.
+/// two 3 x `imageSize` x `imageSize` images, traced on the CPU and compiled as
+/// the CUDA backend compiles it at O1-f16: parameter casts kept, NHWC, GEMM
+/// and batch-norm epilogues, and with `deferUpdates` the update deferred
+/// into the next step.
 inline runtime::Plan cudaResNetStepPlan(const std::shared_ptr<jit::nn::ResNet>& model, jit::Generator& generator,
-                                        bool deferUpdates) {
+                                        bool deferUpdates, int64_t imageSize = 32) {
   jit::optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
   jit::amp::GradScaler scaler;
   auto step = jit::trace(
@@ -35,7 +36,7 @@ inline runtime::Plan cudaResNetStepPlan(const std::shared_ptr<jit::nn::ResNet>& 
         return loss;
       },
       {.backend = jit::Backend::cpu});
-  step(jit::randn({2, 3, 32, 32}, jit::f32, &generator), jit::tensor(std::vector<int64_t>{1, 7}, {2}));
+  step(jit::randn({2, 3, imageSize, imageSize}, jit::f32, &generator), jit::tensor(std::vector<int64_t>{1, 7}, {2}));
   return compileSource(step.traced_module(), "resnet",
                        "amp-pipeline{level=O1 dtype=f16 target=sm_90 keep-parameter-casts=true},"
                        "jit-convert-layout{layout=nhwc}",
