@@ -763,6 +763,46 @@ cudnnStatus_t checkSpace(const void* pointer, std::size_t given, std::size_t nee
   return checkDevice(pointer, what, given);
 }
 
+cudnnStatus_t checkHandle(cudnnHandle_t handle) {
+  return handleOf(handle) != nullptr
+             ? succeed()
+             : refuse(CUDNN_STATUS_BAD_PARAM, "a handle cudnnCreate did not make, or one already destroyed");
+}
+
+/// The three directions' queries, which differ only in which descriptor is
+/// which: `x`, `w` and `y` are the forward's input, filter and output.
+cudnnStatus_t algorithmCountQuery(cudnnHandle_t handle, ConvolutionKind kind, int* count) {
+  AMPJIT_CUDNN_MODEL_CHECK(checkHandle(handle));
+  if (count == nullptr)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "a null count");
+  *count = algorithmCount(kind);
+  return succeed();
+}
+
+template <typename Perf>
+cudnnStatus_t heuristicQuery(cudnnHandle_t handle, ConvolutionKind kind, cudnnTensorDescriptor_t x,
+                             cudnnFilterDescriptor_t w, cudnnConvolutionDescriptor_t convolution,
+                             cudnnTensorDescriptor_t y, int requested, int* returned, Perf* results) {
+  AMPJIT_CUDNN_MODEL_CHECK(checkHandle(handle));
+  Convolution problem;
+  AMPJIT_CUDNN_MODEL_CHECK(checkConvolution(unwrap(x), unwrap(w), unwrap(convolution), unwrap(y), problem));
+  return heuristic(kind, problem, requested, returned, results);
+}
+
+cudnnStatus_t workspaceSizeQuery(cudnnHandle_t handle, ConvolutionKind kind, cudnnTensorDescriptor_t x,
+                                 cudnnFilterDescriptor_t w, cudnnConvolutionDescriptor_t convolution,
+                                 cudnnTensorDescriptor_t y, int algo, std::size_t* bytes) {
+  AMPJIT_CUDNN_MODEL_CHECK(checkHandle(handle));
+  Convolution problem;
+  AMPJIT_CUDNN_MODEL_CHECK(checkConvolution(unwrap(x), unwrap(w), unwrap(convolution), unwrap(y), problem));
+  if (bytes == nullptr)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "a null size to write");
+  int64_t needed = 0;
+  AMPJIT_CUDNN_MODEL_CHECK(workspaceOf(kind, problem, algo, needed));
+  *bytes = std::size_t(needed);
+  return succeed();
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -935,30 +975,15 @@ cudnnStatus_t cudnnSetActivationDescriptor(cudnnActivationDescriptor_t descripto
 //===----------------------------------------------------------------------===//
 
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithmMaxCount(cudnnHandle_t handle, int* count) {
-  AMPJIT_CUDNN_MODEL_HANDLE(model, handle);
-  (void)model;
-  if (count == nullptr)
-    return refuse(CUDNN_STATUS_BAD_PARAM, "a null count");
-  *count = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
-  return succeed();
+  return algorithmCountQuery(handle, ConvolutionKind::Forward, count);
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnnHandle_t handle, int* count) {
-  AMPJIT_CUDNN_MODEL_HANDLE(model, handle);
-  (void)model;
-  if (count == nullptr)
-    return refuse(CUDNN_STATUS_BAD_PARAM, "a null count");
-  *count = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
-  return succeed();
+  return algorithmCountQuery(handle, ConvolutionKind::BackwardData, count);
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnnHandle_t handle, int* count) {
-  AMPJIT_CUDNN_MODEL_HANDLE(model, handle);
-  (void)model;
-  if (count == nullptr)
-    return refuse(CUDNN_STATUS_BAD_PARAM, "a null count");
-  *count = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
-  return succeed();
+  return algorithmCountQuery(handle, ConvolutionKind::BackwardFilter, count);
 }
 
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t x,
@@ -966,11 +991,7 @@ cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t handle, const
                                                      const cudnnConvolutionDescriptor_t convolution,
                                                      const cudnnTensorDescriptor_t y, const int requested,
                                                      int* returned, cudnnConvolutionFwdAlgoPerf_t* results) {
-  AMPJIT_CUDNN_MODEL_HANDLE(model, handle);
-  (void)model;
-  Convolution problem;
-  AMPJIT_CUDNN_MODEL_CHECK(checkConvolution(unwrap(x), unwrap(w), unwrap(convolution), unwrap(y), problem));
-  return heuristic(ConvolutionKind::Forward, problem, requested, returned, results);
+  return heuristicQuery(handle, ConvolutionKind::Forward, x, w, convolution, y, requested, returned, results);
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t handle, const cudnnFilterDescriptor_t w,
@@ -978,11 +999,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t handle, 
                                                           const cudnnConvolutionDescriptor_t convolution,
                                                           const cudnnTensorDescriptor_t dx, const int requested,
                                                           int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
-  AMPJIT_CUDNN_MODEL_HANDLE(model, handle);
-  (void)model;
-  Convolution problem;
-  AMPJIT_CUDNN_MODEL_CHECK(checkConvolution(unwrap(dx), unwrap(w), unwrap(convolution), unwrap(dy), problem));
-  return heuristic(ConvolutionKind::BackwardData, problem, requested, returned, results);
+  return heuristicQuery(handle, ConvolutionKind::BackwardData, dx, w, convolution, dy, requested, returned, results);
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t x,
@@ -991,34 +1008,16 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t handle
                                                             const cudnnFilterDescriptor_t dw, const int requested,
                                                             int* returned,
                                                             cudnnConvolutionBwdFilterAlgoPerf_t* results) {
-  AMPJIT_CUDNN_MODEL_HANDLE(model, handle);
-  (void)model;
-  Convolution problem;
-  AMPJIT_CUDNN_MODEL_CHECK(checkConvolution(unwrap(x), unwrap(dw), unwrap(convolution), unwrap(dy), problem));
-  return heuristic(ConvolutionKind::BackwardFilter, problem, requested, returned, results);
+  return heuristicQuery(handle, ConvolutionKind::BackwardFilter, x, dw, convolution, dy, requested, returned, results);
 }
 
-namespace {
-cudnnStatus_t workspaceQuery(ConvolutionKind kind, const Convolution& problem, int algo, std::size_t* bytes) {
-  if (bytes == nullptr)
-    return refuse(CUDNN_STATUS_BAD_PARAM, "a null size to write");
-  int64_t needed = 0;
-  AMPJIT_CUDNN_MODEL_CHECK(workspaceOf(kind, problem, algo, needed));
-  *bytes = std::size_t(needed);
-  return succeed();
-}
-} // namespace
 
 cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t x,
                                                       const cudnnFilterDescriptor_t w,
                                                       const cudnnConvolutionDescriptor_t convolution,
                                                       const cudnnTensorDescriptor_t y, cudnnConvolutionFwdAlgo_t algo,
                                                       std::size_t* bytes) {
-  AMPJIT_CUDNN_MODEL_HANDLE(model, handle);
-  (void)model;
-  Convolution problem;
-  AMPJIT_CUDNN_MODEL_CHECK(checkConvolution(unwrap(x), unwrap(w), unwrap(convolution), unwrap(y), problem));
-  return workspaceQuery(ConvolutionKind::Forward, problem, algo, bytes);
+  return workspaceSizeQuery(handle, ConvolutionKind::Forward, x, w, convolution, y, algo, bytes);
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t handle, const cudnnFilterDescriptor_t w,
@@ -1026,11 +1025,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t handle,
                                                            const cudnnConvolutionDescriptor_t convolution,
                                                            const cudnnTensorDescriptor_t dx,
                                                            cudnnConvolutionBwdDataAlgo_t algo, std::size_t* bytes) {
-  AMPJIT_CUDNN_MODEL_HANDLE(model, handle);
-  (void)model;
-  Convolution problem;
-  AMPJIT_CUDNN_MODEL_CHECK(checkConvolution(unwrap(dx), unwrap(w), unwrap(convolution), unwrap(dy), problem));
-  return workspaceQuery(ConvolutionKind::BackwardData, problem, algo, bytes);
+  return workspaceSizeQuery(handle, ConvolutionKind::BackwardData, dx, w, convolution, dy, algo, bytes);
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t x,
@@ -1038,11 +1033,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t handl
                                                              const cudnnConvolutionDescriptor_t convolution,
                                                              const cudnnFilterDescriptor_t dw,
                                                              cudnnConvolutionBwdFilterAlgo_t algo, std::size_t* bytes) {
-  AMPJIT_CUDNN_MODEL_HANDLE(model, handle);
-  (void)model;
-  Convolution problem;
-  AMPJIT_CUDNN_MODEL_CHECK(checkConvolution(unwrap(x), unwrap(dw), unwrap(convolution), unwrap(dy), problem));
-  return workspaceQuery(ConvolutionKind::BackwardFilter, problem, algo, bytes);
+  return workspaceSizeQuery(handle, ConvolutionKind::BackwardFilter, x, dw, convolution, dy, algo, bytes);
 }
 
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha, const cudnnTensorDescriptor_t xDesc,
@@ -1279,8 +1270,7 @@ cudnnStatus_t cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
     cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t ops, const cudnnTensorDescriptor_t x,
     const cudnnTensorDescriptor_t z, const cudnnTensorDescriptor_t y, const cudnnTensorDescriptor_t statistics,
     const cudnnActivationDescriptor_t activation, std::size_t* bytes) {
-  AMPJIT_CUDNN_MODEL_HANDLE(model, handle);
-  (void)model;
+  AMPJIT_CUDNN_MODEL_CHECK(checkHandle(handle));
   if (bytes == nullptr)
     return refuse(CUDNN_STATUS_BAD_PARAM, "a null size to write");
   bool adds = ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
@@ -1300,8 +1290,7 @@ cudnnStatus_t cudnnGetBatchNormalizationBackwardExWorkspaceSize(
     const cudnnTensorDescriptor_t y, const cudnnTensorDescriptor_t dy, const cudnnTensorDescriptor_t dz,
     const cudnnTensorDescriptor_t dx, const cudnnTensorDescriptor_t statistics,
     const cudnnActivationDescriptor_t activation, std::size_t* bytes) {
-  AMPJIT_CUDNN_MODEL_HANDLE(model, handle);
-  (void)model;
+  AMPJIT_CUDNN_MODEL_CHECK(checkHandle(handle));
   if (bytes == nullptr)
     return refuse(CUDNN_STATUS_BAD_PARAM, "a null size to write");
   AMPJIT_CUDNN_MODEL_CHECK(
@@ -1322,8 +1311,7 @@ cudnnStatus_t cudnnGetBatchNormalizationTrainingExReserveSpaceSize(cudnnHandle_t
                                                                    cudnnBatchNormOps_t ops,
                                                                    const cudnnActivationDescriptor_t activation,
                                                                    const cudnnTensorDescriptor_t x, std::size_t* bytes) {
-  AMPJIT_CUDNN_MODEL_HANDLE(model, handle);
-  (void)model;
+  AMPJIT_CUDNN_MODEL_CHECK(checkHandle(handle));
   if (bytes == nullptr)
     return refuse(CUDNN_STATUS_BAD_PARAM, "a null size to write");
   const TensorDesc* xt = unwrap(x);

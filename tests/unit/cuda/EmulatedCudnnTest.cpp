@@ -404,29 +404,22 @@ TEST_F(CudnnModelFused, RefusesWhatTheSemiPersistentKernelDoesNotCover) {
   // No workspace: the fused kernel needs one, even where a size is given.
   EXPECT_EQ(forward(nullptr, reserve.get()), CUDNN_STATUS_BAD_PARAM);
   EXPECT_EQ(forward(forwardSpace.get(), nullptr), CUDNN_STATUS_BAD_PARAM);
-  std::size_t bytes = 0;
+  auto reserveQuery = [&](cudnnBatchNormMode_t mode, cudnnBatchNormOps_t ops, cudnnTensorDescriptor_t x) {
+    std::size_t bytes = 0;
+    return emulation::cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, ops, activation, x, &bytes);
+  };
+  constexpr cudnnBatchNormMode_t persistent = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+  constexpr cudnnBatchNormOps_t relu = CUDNN_BATCHNORM_OPS_BN_ACTIVATION, addRelu = CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
   // NCHW, f32, or the plain spatial mode: no fused kernel.
-  cudnnTensorDescriptor_t nchw = tensor(1, 4, 1, 2, CUDNN_DATA_HALF, CUDNN_TENSOR_NCHW);
-  EXPECT_EQ(emulation::cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
-                handle, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, activation, nchw, &bytes),
+  EXPECT_EQ(reserveQuery(persistent, relu, tensor(1, 4, 1, 2, CUDNN_DATA_HALF, CUDNN_TENSOR_NCHW)),
             CUDNN_STATUS_NOT_SUPPORTED);
-  cudnnTensorDescriptor_t single = tensor(1, 4, 1, 2, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC);
-  EXPECT_EQ(emulation::cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
-                handle, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, activation, single,
-                &bytes),
+  EXPECT_EQ(reserveQuery(persistent, relu, tensor(1, 4, 1, 2, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC)),
             CUDNN_STATUS_NOT_SUPPORTED);
-  EXPECT_EQ(emulation::cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
-                handle, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, activation, data, &bytes),
-            CUDNN_STATUS_NOT_SUPPORTED);
-  // The add needs channels a multiple of 4.
+  EXPECT_EQ(reserveQuery(CUDNN_BATCHNORM_SPATIAL, relu, data), CUDNN_STATUS_NOT_SUPPORTED);
+  // The add needs channels a multiple of 4; the ReLU alone does not.
   cudnnTensorDescriptor_t six = tensor(1, 6, 1, 2, CUDNN_DATA_HALF, CUDNN_TENSOR_NHWC);
-  EXPECT_EQ(emulation::cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
-                handle, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION, activation, six,
-                &bytes),
-            CUDNN_STATUS_NOT_SUPPORTED);
-  EXPECT_EQ(emulation::cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
-                handle, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, activation, six, &bytes),
-            CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(reserveQuery(persistent, addRelu, six), CUDNN_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(reserveQuery(persistent, relu, six), CUDNN_STATUS_SUCCESS);
 }
 
 } // namespace
