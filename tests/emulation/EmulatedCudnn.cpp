@@ -56,10 +56,18 @@ Handle* handleOf(cudnnHandle_t handle) {
   return liveHandles.count(model) != 0 ? model : nullptr;
 }
 
+cudnnStatus_t refuseUnknownHandle() {
+  return refuse(CUDNN_STATUS_BAD_PARAM, "a handle cudnnCreate did not make, or one already destroyed");
+}
+
+cudnnStatus_t checkHandle(cudnnHandle_t handle) {
+  return handleOf(handle) != nullptr ? succeed() : refuseUnknownHandle();
+}
+
 #define AMPJIT_CUDNN_MODEL_HANDLE(name, handle)                                                                    \
   Handle* name = handleOf(handle);                                                                                 \
   if (name == nullptr)                                                                                             \
-    return refuse(CUDNN_STATUS_BAD_PARAM, "a handle cudnnCreate did not make, or one already destroyed");
+    return refuseUnknownHandle();
 
 struct TensorDesc {
   bool set = false;
@@ -761,12 +769,6 @@ cudnnStatus_t checkSpace(const void* pointer, std::size_t given, std::size_t nee
     return refuse(CUDNN_STATUS_BAD_PARAM, std::string(what) + ": " + std::to_string(needed) + " bytes needed, given " +
                                               std::to_string(given) + (pointer == nullptr ? " at a null pointer" : ""));
   return checkDevice(pointer, what, given);
-}
-
-cudnnStatus_t checkHandle(cudnnHandle_t handle) {
-  return handleOf(handle) != nullptr
-             ? succeed()
-             : refuse(CUDNN_STATUS_BAD_PARAM, "a handle cudnnCreate did not make, or one already destroyed");
 }
 
 /// The three directions' queries, which differ only in which descriptor is
