@@ -440,21 +440,35 @@ void runForward(const Convolution& p, double alpha, double beta, const void* x, 
         }
 }
 
-void runBackwardData(const Convolution& p, double alpha, double beta, const void* w, const void* dy, void* dx) {
-  Arithmetic arithmetic = arithmeticOf(p);
-  ElementStorage storage = storageOf(p.x.type);
-  std::vector<double> sums(size_t(p.x.count()), 0.0);
-  auto at = [&](int64_t n, int64_t c, int64_t h, int64_t w2) { return size_t(((n * p.x.c + c) * p.x.h + h) * p.x.w + w2); };
+/// Every output gradient dy[n, k, oh, ow], as it enters the product, with
+/// each of its taps: `visit(n, k, gradient, ci, gc, r, s, ih, iw)`. Both
+/// gradients are sums of these products, into dx or into dw.
+template <typename Visit>
+void forEachGradientTap(const Convolution& p, const Arithmetic& arithmetic, ElementStorage storage, const void* dy,
+                        Visit&& visit) {
   for (int64_t n = 0; n < p.y.n; ++n)
     for (int64_t k = 0; k < p.y.c; ++k)
       for (int64_t oh = 0; oh < p.y.h; ++oh)
         for (int64_t ow = 0; ow < p.y.w; ++ow) {
           double gradient = arithmetic.enter(loadElement(storage, dy, p.y.offset(n, k, oh, ow)));
           forEachTap(p, k, oh, ow, [&](int64_t ci, int64_t gc, int64_t r, int64_t s, int64_t ih, int64_t iw) {
-            double& sum = sums[at(n, ci, ih, iw)];
-            sum = arithmetic.fma(sum, gradient, arithmetic.enter(loadElement(storage, w, p.w.offset(k, gc, r, s))));
+            visit(n, k, gradient, ci, gc, r, s, ih, iw);
           });
         }
+}
+
+void runBackwardData(const Convolution& p, double alpha, double beta, const void* w, const void* dy, void* dx) {
+  Arithmetic arithmetic = arithmeticOf(p);
+  ElementStorage storage = storageOf(p.x.type);
+  std::vector<double> sums(size_t(p.x.count()), 0.0);
+  auto at = [&](int64_t n, int64_t c, int64_t h, int64_t w2) { return size_t(((n * p.x.c + c) * p.x.h + h) * p.x.w + w2); };
+  forEachGradientTap(p, arithmetic, storage, dy,
+                     [&](int64_t n, int64_t k, double gradient, int64_t ci, int64_t gc, int64_t r, int64_t s,
+                         int64_t ih, int64_t iw) {
+                       double& sum = sums[at(n, ci, ih, iw)];
+                       sum = arithmetic.fma(sum, gradient,
+                                            arithmetic.enter(loadElement(storage, w, p.w.offset(k, gc, r, s))));
+                     });
   for (int64_t n = 0; n < p.x.n; ++n)
     for (int64_t c = 0; c < p.x.c; ++c)
       for (int64_t h = 0; h < p.x.h; ++h)
@@ -467,16 +481,13 @@ void runBackwardFilter(const Convolution& p, double alpha, double beta, const vo
   ElementStorage storage = storageOf(p.x.type);
   std::vector<double> sums(size_t(p.w.count()), 0.0);
   auto at = [&](int64_t k, int64_t c, int64_t r, int64_t s) { return size_t(((k * p.w.c + c) * p.w.h + r) * p.w.w + s); };
-  for (int64_t n = 0; n < p.y.n; ++n)
-    for (int64_t k = 0; k < p.y.c; ++k)
-      for (int64_t oh = 0; oh < p.y.h; ++oh)
-        for (int64_t ow = 0; ow < p.y.w; ++ow) {
-          double gradient = arithmetic.enter(loadElement(storage, dy, p.y.offset(n, k, oh, ow)));
-          forEachTap(p, k, oh, ow, [&](int64_t ci, int64_t gc, int64_t r, int64_t s, int64_t ih, int64_t iw) {
-            double& sum = sums[at(k, gc, r, s)];
-            sum = arithmetic.fma(sum, gradient, arithmetic.enter(loadElement(storage, x, p.x.offset(n, ci, ih, iw))));
-          });
-        }
+  forEachGradientTap(p, arithmetic, storage, dy,
+                     [&](int64_t n, int64_t k, double gradient, int64_t ci, int64_t gc, int64_t r, int64_t s,
+                         int64_t ih, int64_t iw) {
+                       double& sum = sums[at(k, gc, r, s)];
+                       sum = arithmetic.fma(sum, gradient,
+                                            arithmetic.enter(loadElement(storage, x, p.x.offset(n, ci, ih, iw))));
+                     });
   for (int64_t k = 0; k < p.w.k; ++k)
     for (int64_t c = 0; c < p.w.c; ++c)
       for (int64_t r = 0; r < p.w.h; ++r)
