@@ -205,7 +205,7 @@ public:
         continue;
       if (buffer.role == rt::BufferRole::Output)
         std::memcpy(outputs[id].bytes(), data[id], size_t(buffer.type.byteSize()));
-      else if (buffer.argument >= 0 && buffer.role != rt::BufferRole::Temporary && buffer.role != rt::BufferRole::Constant)
+      else if (buffer.argument >= 0)
         std::memcpy(arguments[size_t(buffer.argument)].bytes(), data[id], size_t(buffer.type.byteSize()));
     }
     return rt::hostRunResults(plan_, arguments, outputs, [&](BufferId id) { return data[id]; });

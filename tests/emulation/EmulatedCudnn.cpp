@@ -176,19 +176,25 @@ cudnnStatus_t checkDevice(const void* pointer, const char* what, std::size_t byt
   return succeed();
 }
 
-cudnnStatus_t checkHostScalar(const void* pointer, const char* what) {
-  if (pointer == nullptr)
-    return refuse(CUDNN_STATUS_BAD_PARAM, std::string(what) + " is null");
-  if (isDeviceMemory(pointer))
-    return refuse(CUDNN_STATUS_BAD_PARAM, std::string(what) + " is in device memory; cuDNN reads blend factors on the host");
+/// A pair of blend factors (out = alpha * result + beta * out), read at the
+/// call from host memory: double for double data and float otherwise
+/// (cuDNN's scaling-parameter rule).
+cudnnStatus_t takeBlends(const void* alpha, const void* beta, cudnnDataType_t dataType, double& alphaValue,
+                         double& betaValue, const char* alphaName = "alpha", const char* betaName = "beta") {
+  for (auto [pointer, what] : {std::pair{alpha, alphaName}, std::pair{beta, betaName}}) {
+    if (pointer == nullptr)
+      return refuse(CUDNN_STATUS_BAD_PARAM, std::string(what) + " is null");
+    if (isDeviceMemory(pointer))
+      return refuse(CUDNN_STATUS_BAD_PARAM,
+                    std::string(what) + " is in device memory; cuDNN reads blend factors on the host");
+  }
+  auto read = [&](const void* pointer) {
+    return dataType == CUDNN_DATA_DOUBLE ? *static_cast<const double*>(pointer)
+                                         : double(*static_cast<const float*>(pointer));
+  };
+  alphaValue = read(alpha);
+  betaValue = read(beta);
   return succeed();
-}
-
-/// Blend factors are double for double data and float otherwise (cuDNN's
-/// scaling-parameter rule), read at the call.
-double readScalar(const void* pointer, cudnnDataType_t dataType) {
-  return dataType == CUDNN_DATA_DOUBLE ? *static_cast<const double*>(pointer)
-                                       : double(*static_cast<const float*>(pointer));
 }
 
 //===----------------------------------------------------------------------===//
@@ -371,8 +377,7 @@ struct Operand {
 };
 
 cudnnStatus_t checkConvolutionCall(ConvolutionKind kind, const Convolution& p, int algo, const void* workspace,
-                                   std::size_t workspaceBytes, const void* alpha, const void* beta,
-                                   std::initializer_list<Operand> operands) {
+                                   std::size_t workspaceBytes, std::initializer_list<Operand> operands) {
   int64_t needed = 0;
   AMPJIT_CUDNN_MODEL_CHECK(workspaceOf(kind, p, algo, needed));
   if (needed > 0 && (workspace == nullptr || int64_t(workspaceBytes) < needed))
@@ -380,8 +385,6 @@ cudnnStatus_t checkConvolutionCall(ConvolutionKind kind, const Convolution& p, i
                                               " bytes of workspace, given " + std::to_string(workspaceBytes) +
                                               (workspace == nullptr ? " at a null pointer" : ""));
   AMPJIT_CUDNN_MODEL_CHECK(checkDevice(workspace, "the workspace", workspaceBytes, true));
-  AMPJIT_CUDNN_MODEL_CHECK(checkHostScalar(alpha, "alpha"));
-  AMPJIT_CUDNN_MODEL_CHECK(checkHostScalar(beta, "beta"));
   for (const Operand& operand : operands)
     AMPJIT_CUDNN_MODEL_CHECK(checkDevice(operand.pointer, operand.what, operand.bytes));
   return succeed();
@@ -1057,9 +1060,10 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha, c
   AMPJIT_CUDNN_MODEL_HANDLE(model, handle);
   Convolution p;
   AMPJIT_CUDNN_MODEL_CHECK(checkConvolution(unwrap(xDesc), unwrap(wDesc), unwrap(convolution), unwrap(yDesc), p));
-  AMPJIT_CUDNN_MODEL_CHECK(checkConvolutionCall(ConvolutionKind::Forward, p, algo, workspace, workspaceBytes, alpha,
-                                                beta, {{x, "x", bytesOf(p.x)}, {w, "w", bytesOf(p.w)}, {y, "y", bytesOf(p.y)}}));
-  double a = readScalar(alpha, p.x.type), b = readScalar(beta, p.x.type);
+  AMPJIT_CUDNN_MODEL_CHECK(checkConvolutionCall(ConvolutionKind::Forward, p, algo, workspace, workspaceBytes,
+                                                {{x, "x", bytesOf(p.x)}, {w, "w", bytesOf(p.w)}, {y, "y", bytesOf(p.y)}}));
+  double a = 0, b = 0;
+  AMPJIT_CUDNN_MODEL_CHECK(takeBlends(alpha, beta, p.x.type, a, b));
   submitToStream(model->stream, [p, a, b, x, w, y, workspace, workspaceBytes] {
     scribble(workspace, workspaceBytes);
     runForward(p, a, b, x, w, y);
@@ -1078,8 +1082,9 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alp
   Convolution p;
   AMPJIT_CUDNN_MODEL_CHECK(checkConvolution(unwrap(dxDesc), unwrap(wDesc), unwrap(convolution), unwrap(dyDesc), p));
   AMPJIT_CUDNN_MODEL_CHECK(checkConvolutionCall(ConvolutionKind::BackwardData, p, algo, workspace, workspaceBytes,
-                                                alpha, beta, {{w, "w", bytesOf(p.w)}, {dy, "dy", bytesOf(p.y)}, {dx, "dx", bytesOf(p.x)}}));
-  double a = readScalar(alpha, p.x.type), b = readScalar(beta, p.x.type);
+                                                {{w, "w", bytesOf(p.w)}, {dy, "dy", bytesOf(p.y)}, {dx, "dx", bytesOf(p.x)}}));
+  double a = 0, b = 0;
+  AMPJIT_CUDNN_MODEL_CHECK(takeBlends(alpha, beta, p.x.type, a, b));
   submitToStream(model->stream, [p, a, b, w, dy, dx, workspace, workspaceBytes] {
     scribble(workspace, workspaceBytes);
     runBackwardData(p, a, b, w, dy, dx);
@@ -1099,8 +1104,9 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
   Convolution p;
   AMPJIT_CUDNN_MODEL_CHECK(checkConvolution(unwrap(xDesc), unwrap(dwDesc), unwrap(convolution), unwrap(dyDesc), p));
   AMPJIT_CUDNN_MODEL_CHECK(checkConvolutionCall(ConvolutionKind::BackwardFilter, p, algo, workspace, workspaceBytes,
-                                                alpha, beta, {{x, "x", bytesOf(p.x)}, {dy, "dy", bytesOf(p.y)}, {dw, "dw", bytesOf(p.w)}}));
-  double a = readScalar(alpha, p.x.type), b = readScalar(beta, p.x.type);
+                                                {{x, "x", bytesOf(p.x)}, {dy, "dy", bytesOf(p.y)}, {dw, "dw", bytesOf(p.w)}}));
+  double a = 0, b = 0;
+  AMPJIT_CUDNN_MODEL_CHECK(takeBlends(alpha, beta, p.x.type, a, b));
   submitToStream(model->stream, [p, a, b, x, dy, dw, workspace, workspaceBytes] {
     scribble(workspace, workspaceBytes);
     runBackwardFilter(p, a, b, x, dy, dw);
@@ -1122,12 +1128,11 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha, const cudn
   if (!fits(at->n, ct->n) || !fits(at->c, ct->c) || !fits(at->h, ct->h) || !fits(at->w, ct->w))
     return refuse(CUDNN_STATUS_BAD_PARAM, "A of " + at->describe() + " does not broadcast to C of " + ct->describe() +
                                               ": each dimension must match or be 1");
-  AMPJIT_CUDNN_MODEL_CHECK(checkHostScalar(alpha, "alpha"));
-  AMPJIT_CUDNN_MODEL_CHECK(checkHostScalar(beta, "beta"));
+  double alphaValue = 0, betaValue = 0;
+  AMPJIT_CUDNN_MODEL_CHECK(takeBlends(alpha, beta, at->type, alphaValue, betaValue));
   AMPJIT_CUDNN_MODEL_CHECK(checkDevice(a, "A", bytesOf(*at)));
   AMPJIT_CUDNN_MODEL_CHECK(checkDevice(c, "C", bytesOf(*ct)));
   TensorDesc ad = *at, cd = *ct;
-  double alphaValue = readScalar(alpha, ad.type), betaValue = readScalar(beta, ad.type);
   submitToStream(model->stream, [ad, cd, alphaValue, betaValue, a, c] {
     Arithmetic arithmetic;
     arithmetic.compute = statisticsTypeOf(ad.type);
@@ -1198,11 +1203,9 @@ cudnnStatus_t cudnnBatchNormalizationForwardTraining(cudnnHandle_t handle, cudnn
                                                      void* saveInvVariance) {
   AMPJIT_CUDNN_MODEL_HANDLE(model, handle);
   AMPJIT_CUDNN_MODEL_CHECK(checkBatchNorm(mode, {{unwrap(xDesc), "x"}, {unwrap(yDesc), "y"}}, unwrap(statisticsDesc)));
-  AMPJIT_CUDNN_MODEL_CHECK(checkHostScalar(alpha, "alpha"));
-  AMPJIT_CUDNN_MODEL_CHECK(checkHostScalar(beta, "beta"));
   ForwardTraining f{*unwrap(xDesc), {}, *unwrap(yDesc), *unwrap(statisticsDesc), x, nullptr, scale, bias, y,
                     runningMean, runningVariance, saveMean, saveInvVariance};
-  f.alpha = readScalar(alpha, f.x.type), f.beta = readScalar(beta, f.x.type);
+  AMPJIT_CUDNN_MODEL_CHECK(takeBlends(alpha, beta, f.x.type, f.alpha, f.beta));
   f.factor = factor, f.epsilon = epsilon;
   AMPJIT_CUDNN_MODEL_CHECK(checkForwardTraining(f));
   submitToStream(model->stream, [f] {
@@ -1221,15 +1224,14 @@ cudnnStatus_t cudnnBatchNormalizationForwardInference(cudnnHandle_t handle, cudn
                                                       const void* estimatedVariance, double epsilon) {
   AMPJIT_CUDNN_MODEL_HANDLE(model, handle);
   AMPJIT_CUDNN_MODEL_CHECK(checkBatchNorm(mode, {{unwrap(xDesc), "x"}, {unwrap(yDesc), "y"}}, unwrap(statisticsDesc)));
-  AMPJIT_CUDNN_MODEL_CHECK(checkHostScalar(alpha, "alpha"));
-  AMPJIT_CUDNN_MODEL_CHECK(checkHostScalar(beta, "beta"));
   AMPJIT_CUDNN_MODEL_CHECK(checkEpsilon(epsilon));
   TensorDesc xt = *unwrap(xDesc), yt = *unwrap(yDesc), st = *unwrap(statisticsDesc);
+  double a = 0, b = 0;
+  AMPJIT_CUDNN_MODEL_CHECK(takeBlends(alpha, beta, xt.type, a, b));
   for (auto [pointer, what, bytes] : {Operand{x, "x", bytesOf(xt)}, {y, "y", bytesOf(yt)}, {scale, "bnScale", bytesOf(st)},
                                       {bias, "bnBias", bytesOf(st)}, {estimatedMean, "estimatedMean", bytesOf(st)},
                                       {estimatedVariance, "estimatedVariance", bytesOf(st)}})
     AMPJIT_CUDNN_MODEL_CHECK(checkDevice(pointer, what, bytes));
-  double a = readScalar(alpha, xt.type), b = readScalar(beta, xt.type);
   submitToStream(model->stream, [=] {
     ElementStorage data = storageOf(xt.type), stats = storageOf(st.type);
     for (int64_t c = 0; c < xt.c; ++c) {
@@ -1261,15 +1263,12 @@ cudnnStatus_t cudnnBatchNormalizationBackward(cudnnHandle_t handle, cudnnBatchNo
   AMPJIT_CUDNN_MODEL_HANDLE(model, handle);
   AMPJIT_CUDNN_MODEL_CHECK(checkBatchNorm(mode, {{unwrap(xDesc), "x"}, {unwrap(dyDesc), "dy"}, {unwrap(dxDesc), "dx"}},
                                           unwrap(statisticsDesc)));
-  for (auto [pointer, what] : {std::pair<const void*, const char*>{alphaData, "alphaDataDiff"},
-                               {betaData, "betaDataDiff"}, {alphaParameters, "alphaParamDiff"},
-                               {betaParameters, "betaParamDiff"}})
-    AMPJIT_CUDNN_MODEL_CHECK(checkHostScalar(pointer, what));
   Backward b{*unwrap(xDesc), *unwrap(dyDesc), *unwrap(dxDesc), {}, *unwrap(statisticsDesc), x, dy, scale,
              savedMean, savedInvVariance, dx, nullptr, dScale, dBias};
-  cudnnDataType_t type = b.x.type;
-  b.alphaData = readScalar(alphaData, type), b.betaData = readScalar(betaData, type);
-  b.alphaParameters = readScalar(alphaParameters, type), b.betaParameters = readScalar(betaParameters, type);
+  AMPJIT_CUDNN_MODEL_CHECK(
+      takeBlends(alphaData, betaData, b.x.type, b.alphaData, b.betaData, "alphaDataDiff", "betaDataDiff"));
+  AMPJIT_CUDNN_MODEL_CHECK(takeBlends(alphaParameters, betaParameters, b.x.type, b.alphaParameters,
+                                      b.betaParameters, "alphaParamDiff", "betaParamDiff"));
   b.epsilon = epsilon;
   AMPJIT_CUDNN_MODEL_CHECK(checkBackward(b));
   submitToStream(model->stream, [b] {
@@ -1350,11 +1349,9 @@ cudnnStatus_t cudnnBatchNormalizationForwardTrainingEx(
   if (adds)
     data.push_back({unwrap(zDesc), "z"});
   AMPJIT_CUDNN_MODEL_CHECK(checkExtendedOperations(mode, ops, data, unwrap(activation)));
-  AMPJIT_CUDNN_MODEL_CHECK(checkHostScalar(alpha, "alpha"));
-  AMPJIT_CUDNN_MODEL_CHECK(checkHostScalar(beta, "beta"));
   ForwardTraining f{*unwrap(xDesc), adds ? *unwrap(zDesc) : TensorDesc{}, *unwrap(yDesc), *unwrap(statisticsDesc),
                     x, adds ? z : nullptr, scale, bias, y, runningMean, runningVariance, saveMean, saveInvVariance};
-  f.alpha = readScalar(alpha, f.x.type), f.beta = readScalar(beta, f.x.type);
+  AMPJIT_CUDNN_MODEL_CHECK(takeBlends(alpha, beta, f.x.type, f.alpha, f.beta));
   f.factor = factor, f.epsilon = epsilon;
   f.addsResidual = adds;
   f.relu = fused;
@@ -1404,15 +1401,12 @@ cudnnStatus_t cudnnBatchNormalizationBackwardEx(
   if (adds)
     data.push_back({unwrap(dzDesc), "dz"});
   AMPJIT_CUDNN_MODEL_CHECK(checkExtendedOperations(mode, ops, data, unwrap(activation)));
-  for (auto [pointer, what] : {std::pair<const void*, const char*>{alphaData, "alphaDataDiff"},
-                               {betaData, "betaDataDiff"}, {alphaParameters, "alphaParamDiff"},
-                               {betaParameters, "betaParamDiff"}})
-    AMPJIT_CUDNN_MODEL_CHECK(checkHostScalar(pointer, what));
   Backward b{*unwrap(xDesc), *unwrap(dyDesc), *unwrap(dxDesc), adds ? *unwrap(dzDesc) : TensorDesc{},
              *unwrap(statisticsDesc), x, dy, scale, savedMean, savedInvVariance, dx, adds ? dz : nullptr, dScale, dBias};
-  cudnnDataType_t type = b.x.type;
-  b.alphaData = readScalar(alphaData, type), b.betaData = readScalar(betaData, type);
-  b.alphaParameters = readScalar(alphaParameters, type), b.betaParameters = readScalar(betaParameters, type);
+  AMPJIT_CUDNN_MODEL_CHECK(
+      takeBlends(alphaData, betaData, b.x.type, b.alphaData, b.betaData, "alphaDataDiff", "betaDataDiff"));
+  AMPJIT_CUDNN_MODEL_CHECK(takeBlends(alphaParameters, betaParameters, b.x.type, b.alphaParameters,
+                                      b.betaParameters, "alphaParamDiff", "betaParamDiff"));
   b.epsilon = epsilon;
   AMPJIT_CUDNN_MODEL_CHECK(checkBackward(b));
   if (fused) {
