@@ -3,7 +3,8 @@
 // The classifier's whole traced step (forward, backward, scaler, SGD) compiled
 // for the CUDA backend against the same step compiled for the CPU backend, at
 // O0, O1 and O2 with f16 and bf16; and an injected inf skipping the step on
-// the device, state left bit for bit. Skipped without a device. Built with
+// the device, state left bit for bit; a checkpoint of device-resident state
+// resuming bit for bit. Skipped without a device. Built with
 // AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME (tests/unit/cuda), jit::trace runs on
 // the CUDA backend over the emulated runtime (tests/emulation) in CI, its
 // convolutions and batch norms on the host model of cuDNN.
@@ -24,8 +25,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
+
+#include <unistd.h>
 
 namespace jit::testing {
 namespace {
@@ -217,6 +221,48 @@ TEST_F(CompiledStepOnGpu, AHostWriteBetweenStepsReachesTheDevice) {
       parameter.copy_(zeros(parameter.shape(), f32));
   }
   EXPECT_NEAR(step(x, y).item(), std::log(double(kClasses)), 1e-3);
+}
+
+TEST_F(CompiledStepOnGpu, ACheckpointSavedFromTheDeviceResumesThereBitForBit) {
+  std::string path = ::testing::TempDir() + "/ampjit-cuda-checkpoint-" + std::to_string(::getpid()) + ".ampjit";
+  TraceOptions options{.amp = {.level = amp::O2, .dtype = f16},
+                       .backend = Backend::cuda,
+                       .defer_updates = DeferUpdates::on};
+  auto losses = [](auto& step, uint64_t firstBatch) {
+    std::vector<double> out;
+    for (uint64_t i = 0; i < 3; ++i) {
+      auto [x, y] = batch(kBatch, kIn, kClasses, firstBatch + i);
+      out.push_back(step(x, y).item());
+    }
+    return out;
+  };
+  Classifier net(kIn, kHidden, kClasses, 3);
+  auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); }, options);
+  Checkpoint checkpoint;
+  checkpoint.add("model", net.model).add("optimizer", net.opt).add("scaler", net.scaler);
+  losses(step, 10);
+  // The state lives on the device and the last update is pending on the side
+  // stream: the save reads it back after that update.
+  checkpoint.save(path);
+  std::vector<double> expected = losses(step, 20);
+
+  // Rolled back on the host while the last update is still pending: that
+  // update must not land on the loaded state, and the next replay uploads it
+  // (and re-derives O2's copies).
+  checkpoint.load(path);
+  EXPECT_EQ(losses(step, 20), expected);
+  std::vector<std::vector<double>> expectedState = stateOf(net);
+  EXPECT_EQ(step.stats().traces, 1u);
+
+  // A new run resumed from the file.
+  Classifier resumed(kIn, kHidden, kClasses, 4);
+  Checkpoint resumedCheckpoint;
+  resumedCheckpoint.add("model", resumed.model).add("optimizer", resumed.opt).add("scaler", resumed.scaler);
+  resumedCheckpoint.load(path);
+  auto resumedStep = trace([&](const Tensor& a, const Tensor& b) { return resumed.step(a, b); }, options);
+  EXPECT_EQ(losses(resumedStep, 20), expected);
+  EXPECT_EQ(stateOf(resumed), expectedState);
+  std::remove(path.c_str());
 }
 
 } // namespace

@@ -21,6 +21,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace jit {
@@ -125,6 +126,10 @@ public:
 private:
   std::shared_ptr<detail::TensorImpl> impl_;
 };
+
+/// A (name, tensor) pair of an object's state, the name dotted as in
+/// PyTorch's state_dict ("0.weight", "3.exp_avg").
+using NamedTensor = std::pair<std::string, Tensor>;
 
 /// PyTorch-like printing: `tensor([[1.0000, 2.0000]], dtype=f16, grad_fn=<jit.add>)`.
 std::ostream& operator<<(std::ostream& os, const Tensor& tensor);

@@ -23,6 +23,14 @@
 #include <vector>
 
 namespace jit::amp {
+class GradScaler;
+}
+namespace jit::detail {
+struct SavedState;
+SavedState savedStateOf(amp::GradScaler& scaler);
+} // namespace jit::detail
+
+namespace jit::amp {
 
 // --- the amp ops (AmpOps.td) ----------------------------------------------------
 Tensor scale_loss(const Tensor& loss, const Tensor& scale); ///< amp.scale_loss
@@ -83,12 +91,18 @@ public:
   bool found_inf(const optim::Optimizer& optimizer) const;
   const UpdateScaleOptions& update_options() const { return update_; }
 
-  /// A small versioned text file; loading a missing, foreign, newer or
-  /// truncated file is a jit::Error saying which.
+  /// The scale, the good/bad-step counters and the skipped steps, with the
+  /// update settings, in the state file format (jit::Checkpoint puts several
+  /// objects in one file). A load writes them in place, so a traced step
+  /// continues from the file; it requires the same settings (enabled,
+  /// dynamic, growth/backoff factors and intervals, min_scale: a traced step
+  /// compiles them in) and checks the whole file before changing anything.
   void save(const std::string& path) const;
   void load(const std::string& path);
 
 private:
+  friend detail::SavedState detail::savedStateOf(GradScaler& scaler);
+
   enum class Stage { Ready, Unscaled, Stepped };
   struct PerOptimizer {
     Stage stage = Stage::Ready;

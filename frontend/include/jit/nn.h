@@ -42,9 +42,6 @@
 
 namespace jit::nn {
 
-/// A (name, tensor) pair of a module's state, name dotted as in PyTorch ("0.weight").
-using NamedTensor = std::pair<std::string, Tensor>;
-
 class Module {
 public:
   Module() = default;

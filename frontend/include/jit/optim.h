@@ -12,11 +12,19 @@
 #include "jit/Tensor.h"
 
 #include <cstdint>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 namespace jit {
+namespace optim {
+class LRScheduler;
+}
+namespace detail {
+struct SavedState;
+SavedState savedStateOf(optim::LRScheduler& scheduler);
+} // namespace detail
 
 // --- the fused update ops (JitOps.td describes them exactly) ------------------
 
@@ -87,6 +95,25 @@ public:
   /// by optimizers whose update reads it (counts_steps()); otherwise 0.
   const Tensor& step_count(size_t i) const { return steps_.at(i); }
 
+  /// "SGD", "Adam" or "AdamW".
+  virtual const char* name() const = 0;
+  /// The state a checkpoint saves: "lr", then per parameter i (in the order
+  /// given to the constructor) "<i>.step" and its buffers ("<i>.momentum_buffer",
+  /// "<i>.exp_avg", "<i>.exp_avg_sq"). The tensors themselves: writing them
+  /// writes the optimizer's state.
+  std::vector<NamedTensor> state_dict() const;
+  /// The constructor's settings (momentum, betas, eps, ...; lr is state).
+  virtual std::vector<std::pair<std::string, double>> hyperparameters() const = 0;
+  /// Writes state_dict() and the settings to `path` (the state file format;
+  /// jit::Checkpoint puts several objects in one file).
+  void save(const std::string& path) const;
+  /// Reads a file save() wrote into this optimizer's state, in place, so a
+  /// traced step that uses it continues from the file. The file must come
+  /// from the same class over parameters of the same shapes and dtypes, with
+  /// the same settings (a traced step compiles them in, so a load does not
+  /// change them); it is checked completely before any tensor changes.
+  void load(const std::string& path);
+
 protected:
   /// Updates parameter i in place with its gradient `grad`.
   virtual void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) = 0;
@@ -94,6 +121,8 @@ protected:
   virtual bool counts_steps() const { return true; }
   /// Rebinds state to its updated value (every handle sees it).
   static void assign(Tensor& state, const Tensor& value);
+  /// Parameter i's buffers, as state_dict() names them.
+  virtual void collect_buffers(size_t i, std::vector<NamedTensor>& out) const = 0;
 
   std::vector<Tensor> params_;
   std::vector<Tensor> steps_;
@@ -118,10 +147,13 @@ public:
   const SGDOptions& options() const { return options_; }
   /// Parameter i's momentum buffer (undefined when momentum is 0).
   const Tensor& momentum_buffer(size_t i) const { return buffers_.at(i); }
+  const char* name() const override { return "SGD"; }
+  std::vector<std::pair<std::string, double>> hyperparameters() const override;
 
 protected:
   void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) override;
   bool counts_steps() const override;
+  void collect_buffers(size_t i, std::vector<NamedTensor>& out) const override;
 
 private:
   SGDOptions options_;
@@ -149,11 +181,14 @@ public:
   Adam(std::vector<Tensor> params, AdamOptions options);
   const Tensor& exp_avg(size_t i) const { return expAvg_.at(i); }
   const Tensor& exp_avg_sq(size_t i) const { return expAvgSq_.at(i); }
+  const char* name() const override { return update_.decoupled_weight_decay ? "AdamW" : "Adam"; }
+  std::vector<std::pair<std::string, double>> hyperparameters() const override;
 
 protected:
   /// AdamW's constructor: the same state, decoupled weight decay.
   Adam(std::vector<Tensor> params, const AdamOptions& options, bool decoupled);
   void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) override;
+  void collect_buffers(size_t i, std::vector<NamedTensor>& out) const override;
 
 private:
   AdamUpdateOptions update_;
@@ -178,13 +213,27 @@ public:
   int64_t last_epoch() const { return epoch_; }
   double get_last_lr() const { return lastLr_; }
 
+  /// "StepLR", "CosineAnnealingLR", "LinearWarmup".
+  virtual const char* name() const = 0;
+  /// base_lr and the schedule's own settings.
+  std::vector<std::pair<std::string, double>> hyperparameters() const;
+  /// The epoch counter, with the settings. A load sets the epoch and
+  /// get_last_lr(); the lr tensor is the optimizer's state and loads with it.
+  /// It requires the same schedule and settings.
+  void save(const std::string& path) const;
+  void load(const std::string& path);
+
 protected:
   /// Call at the end of a derived constructor: writes the epoch-0 lr.
   void initialize();
   virtual double lrAt(int64_t epoch) const = 0;
+  /// The schedule's own settings (step_size, gamma, ...).
+  virtual std::vector<std::pair<std::string, double>> schedule_settings() const = 0;
   double base_lr() const { return baseLr_; }
 
 private:
+  friend detail::SavedState detail::savedStateOf(LRScheduler& scheduler);
+
   Optimizer& optimizer_;
   double baseLr_;
   int64_t epoch_ = 0;
@@ -195,9 +244,11 @@ private:
 class StepLR : public LRScheduler {
 public:
   StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
+  const char* name() const override { return "StepLR"; }
 
 protected:
   double lrAt(int64_t epoch) const override;
+  std::vector<std::pair<std::string, double>> schedule_settings() const override;
 
 private:
   int64_t stepSize_;
@@ -208,9 +259,11 @@ private:
 class CosineAnnealingLR : public LRScheduler {
 public:
   CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min = 0.0);
+  const char* name() const override { return "CosineAnnealingLR"; }
 
 protected:
   double lrAt(int64_t epoch) const override;
+  std::vector<std::pair<std::string, double>> schedule_settings() const override;
 
 private:
   int64_t tMax_;
@@ -223,9 +276,11 @@ class LinearWarmup : public LRScheduler {
 public:
   LinearWarmup(Optimizer& optimizer, int64_t total_iters, double start_factor = 1.0 / 3.0,
                double end_factor = 1.0);
+  const char* name() const override { return "LinearWarmup"; }
 
 protected:
   double lrAt(int64_t epoch) const override;
+  std::vector<std::pair<std::string, double>> schedule_settings() const override;
 
 private:
   int64_t totalIters_;

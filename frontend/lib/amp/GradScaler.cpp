@@ -1,17 +1,14 @@
 // The amp ops and GradScaler (PyTorch's torch.amp.GradScaler semantics).
 
 #include "Dispatch.h"
+#include "StateFile.h"
 
 #include "jit/Autograd.h"
 #include "jit/Ops.h"
 #include "jit/amp.h"
 
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 namespace jit::amp {
 
@@ -183,49 +180,38 @@ bool GradScaler::found_inf() const {
   return lastAllFinite_.defined() && lastAllFinite_.item() == 0.0;
 }
 
-namespace {
-constexpr const char* kMagic = "ampjit-grad-scaler";
-constexpr int kVersion = 1;
-} // namespace
-
 void GradScaler::save(const std::string& path) const {
-  std::ofstream out(path);
-  char scale[64];
-  // %a: the f32 scale round-trips exactly.
-  std::snprintf(scale, sizeof scale, "%a", scale_.item());
-  out << kMagic << " " << kVersion << "\nscale " << scale << "\ngood_steps " << growth_tracker() << "\nbad_steps "
-      << int64_t(bad_.item()) << "\nskipped_steps " << skipped_steps() << "\nend\n";
-  if (!out)
-    throw Error("GradScaler::save: cannot write '" + path + "'");
+  // savedStateOf hands out the state's handles; saving only reads them.
+  detail::writeStateFile(path, {{"", detail::savedStateOf(const_cast<GradScaler&>(*this))}}, "GradScaler::save");
 }
 
 void GradScaler::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in)
-    throw Error("GradScaler::load: cannot open '" + path + "'");
-  std::string magic;
-  int version = 0;
-  if (!(in >> magic >> version) || magic != kMagic)
-    throw Error("GradScaler::load: '" + path + "' is not a GradScaler state file");
-  if (version != kVersion)
-    throw Error("GradScaler::load: '" + path + "' has format version " + std::to_string(version) +
-                "; this build reads version " + std::to_string(kVersion));
-  auto field = [&](const char* name) {
-    std::string key, value;
-    if (!(in >> key >> value) || key != name)
-      throw Error("GradScaler::load: '" + path + "' is truncated or corrupt: expected field '" + name + "'");
-    return value;
-  };
-  double scale = std::strtod(field("scale").c_str(), nullptr);
-  int64_t good = std::stoll(field("good_steps")), bad = std::stoll(field("bad_steps")),
-          skipped = std::stoll(field("skipped_steps"));
-  std::string end;
-  if (!(in >> end) || end != "end")
-    throw Error("GradScaler::load: '" + path + "' is truncated (no 'end')");
-  scale_.copy_(scalar_tensor(scale, f32));
-  good_.copy_(scalar_tensor(double(good), i64));
-  bad_.copy_(scalar_tensor(double(bad), i64));
-  skipped_.copy_(scalar_tensor(double(skipped), i64));
+  detail::readStateFile(path, {{"", detail::savedStateOf(*this)}}, "GradScaler::load");
 }
 
 } // namespace jit::amp
+
+namespace jit::detail {
+
+SavedState savedStateOf(amp::GradScaler& scaler) {
+  return {.kind = "GradScaler",
+          .noun = "scaler",
+          .tensors = {{"scale", scaler.scale_},
+                      {"growth_tracker", scaler.good_},
+                      {"bad_steps", scaler.bad_},
+                      {"skipped_steps", scaler.skipped_}},
+          .settings = {{"enabled", scaler.enabled_ ? 1.0 : 0.0},
+                       {"dynamic", scaler.dynamic_ ? 1.0 : 0.0},
+                       {"growth_factor", scaler.update_.growth_factor},
+                       {"backoff_factor", scaler.update_.backoff_factor},
+                       {"growth_interval", double(scaler.update_.growth_interval)},
+                       {"backoff_interval", double(scaler.update_.backoff_interval)},
+                       {"min_scale", scaler.update_.min_scale}},
+          // The per-step bookkeeping belongs to the step in flight, not to the file.
+          .restore = [&scaler] {
+            scaler.perOptimizer_.clear();
+            scaler.lastAllFinite_ = Tensor();
+          }};
+}
+
+} // namespace jit::detail

@@ -1,6 +1,7 @@
 // The fused update ops, the optimizers over them and clip_grad_norm_.
 
 #include "Dispatch.h"
+#include "StateFile.h"
 
 #include "jit/Autograd.h"
 #include "jit/Ops.h"
@@ -106,6 +107,24 @@ void Optimizer::set_lr(double lr) { lr_.copy_(scalar_tensor(lr, f32)); }
 
 void Optimizer::assign(Tensor& state, const Tensor& value) { state.copy_(value); }
 
+std::vector<NamedTensor> Optimizer::state_dict() const {
+  std::vector<NamedTensor> out{{"lr", lr_}};
+  for (size_t i = 0; i < params_.size(); ++i) {
+    out.emplace_back(std::to_string(i) + ".step", steps_[i]);
+    collect_buffers(i, out);
+  }
+  return out;
+}
+
+void Optimizer::save(const std::string& path) const {
+  // savedStateOf hands out the state's handles; saving only reads them.
+  detail::writeStateFile(path, {{"", detail::savedStateOf(const_cast<Optimizer&>(*this))}}, std::string(name()) + "::save");
+}
+
+void Optimizer::load(const std::string& path) {
+  detail::readStateFile(path, {{"", detail::savedStateOf(*this)}}, std::string(name()) + "::load");
+}
+
 void Optimizer::step(const Tensor& inv_scale, const Tensor& predicate, std::source_location caller) {
   detail::UserFrame frame(caller);
   NoGradGuard noGrad;
@@ -138,6 +157,19 @@ bool SGD::counts_steps() const {
   // step sets it to the gradient, which with dampening 0 is what the general
   // rule gives from a zero buffer (0.9 * 0 + g == g), so no count is kept.
   return options_.momentum != 0.0 && options_.dampening != 0.0;
+}
+
+std::vector<std::pair<std::string, double>> SGD::hyperparameters() const {
+  return {{"momentum", options_.momentum},
+          {"dampening", options_.dampening},
+          {"weight_decay", options_.weight_decay},
+          {"nesterov", options_.nesterov ? 1.0 : 0.0},
+          {"maximize", options_.maximize ? 1.0 : 0.0}};
+}
+
+void SGD::collect_buffers(size_t i, std::vector<NamedTensor>& out) const {
+  if (buffers_[i].defined())
+    out.emplace_back(std::to_string(i) + ".momentum_buffer", buffers_[i]);
 }
 
 void SGD::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) {
@@ -176,6 +208,19 @@ Adam::Adam(std::vector<Tensor> params, const AdamOptions& options, bool decouple
   }
 }
 
+std::vector<std::pair<std::string, double>> Adam::hyperparameters() const {
+  return {{"beta1", update_.beta1},
+          {"beta2", update_.beta2},
+          {"eps", update_.eps},
+          {"weight_decay", update_.weight_decay},
+          {"maximize", update_.maximize ? 1.0 : 0.0}};
+}
+
+void Adam::collect_buffers(size_t i, std::vector<NamedTensor>& out) const {
+  out.emplace_back(std::to_string(i) + ".exp_avg", expAvg_[i]);
+  out.emplace_back(std::to_string(i) + ".exp_avg_sq", expAvgSq_[i]);
+}
+
 void Adam::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) {
   auto [param, m, v] =
       adam_update(params_[i], grad, expAvg_[i], expAvgSq_[i], steps_[i], lr(), update_, inv_scale, predicate);
@@ -194,4 +239,13 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
            true) {}
 
 } // namespace optim
+
+detail::SavedState detail::savedStateOf(optim::Optimizer& optimizer) {
+  return {.kind = optimizer.name(),
+          .noun = "optimizer",
+          .tensors = optimizer.state_dict(),
+          .settings = optimizer.hyperparameters(),
+          .restore = {}};
+}
+
 } // namespace jit

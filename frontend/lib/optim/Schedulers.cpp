@@ -2,6 +2,8 @@
 
 #include "jit/optim.h"
 
+#include "StateFile.h"
+
 #include <cmath>
 #include <numbers>
 
@@ -20,6 +22,23 @@ void LRScheduler::step() {
   optimizer_.set_lr(lastLr_);
 }
 
+std::vector<std::pair<std::string, double>> LRScheduler::hyperparameters() const {
+  std::vector<std::pair<std::string, double>> settings{{"base_lr", baseLr_}};
+  for (auto& setting : schedule_settings())
+    settings.push_back(std::move(setting));
+  return settings;
+}
+
+void LRScheduler::save(const std::string& path) const {
+  // savedStateOf hands out the state's handles; saving only reads them.
+  detail::writeStateFile(path, {{"", detail::savedStateOf(const_cast<LRScheduler&>(*this))}},
+                         std::string(name()) + "::save");
+}
+
+void LRScheduler::load(const std::string& path) {
+  detail::readStateFile(path, {{"", detail::savedStateOf(*this)}}, std::string(name()) + "::load");
+}
+
 StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
     : LRScheduler(optimizer), stepSize_(step_size), gamma_(gamma) {
   if (step_size <= 0)
@@ -28,6 +47,10 @@ StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
 }
 
 double StepLR::lrAt(int64_t epoch) const { return base_lr() * std::pow(gamma_, double(epoch / stepSize_)); }
+
+std::vector<std::pair<std::string, double>> StepLR::schedule_settings() const {
+  return {{"step_size", double(stepSize_)}, {"gamma", gamma_}};
+}
 
 CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min)
     : LRScheduler(optimizer), tMax_(T_max), etaMin_(eta_min) {
@@ -38,6 +61,10 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double
 
 double CosineAnnealingLR::lrAt(int64_t epoch) const {
   return etaMin_ + (base_lr() - etaMin_) * (1.0 + std::cos(std::numbers::pi * double(epoch) / double(tMax_))) / 2.0;
+}
+
+std::vector<std::pair<std::string, double>> CosineAnnealingLR::schedule_settings() const {
+  return {{"T_max", double(tMax_)}, {"eta_min", etaMin_}};
 }
 
 LinearWarmup::LinearWarmup(Optimizer& optimizer, int64_t total_iters, double start_factor, double end_factor)
@@ -54,4 +81,25 @@ double LinearWarmup::lrAt(int64_t epoch) const {
   return base_lr() * (startFactor_ + (endFactor_ - startFactor_) * progress);
 }
 
+std::vector<std::pair<std::string, double>> LinearWarmup::schedule_settings() const {
+  return {{"total_iters", double(totalIters_)}, {"start_factor", startFactor_}, {"end_factor", endFactor_}};
+}
+
 } // namespace jit::optim
+
+namespace jit::detail {
+
+SavedState savedStateOf(optim::LRScheduler& scheduler) {
+  // The epoch is a host integer; it travels through a tensor of its own.
+  Tensor epoch = scalar_tensor(double(scheduler.epoch_), i64);
+  return {.kind = scheduler.name(),
+          .noun = "scheduler",
+          .tensors = {{"last_epoch", epoch}},
+          .settings = scheduler.hyperparameters(),
+          .restore = [&scheduler, epoch] {
+            scheduler.epoch_ = int64_t(epoch.item());
+            scheduler.lastLr_ = scheduler.lrAt(scheduler.epoch_);
+          }};
+}
+
+} // namespace jit::detail

@@ -107,10 +107,19 @@ TEST(AmpTest, StateSavedAndLoadedMidTraining) {
   EXPECT_EQ(restored.get_scale(), 4.0);
   EXPECT_EQ(restored.growth_tracker(), 1);
   EXPECT_EQ(restored.skipped_steps(), 1);
+  // The update settings are compiled into traced steps: a load checks them.
+  amp::GradScaler slower({.init_scale = 8.0, .growth_interval = 5});
+  std::string message = errorOf([&] { slower.load(path); });
+  EXPECT_NE(message.find("scaler setting 'growth_interval' is 3 in the file but 5 here"), std::string::npos)
+      << message;
+  EXPECT_EQ(slower.get_scale(), 8.0);
+  amp::GradScaler fixed({.dynamic = false, .growth_interval = 3});
+  EXPECT_NE(errorOf([&] { fixed.load(path); }).find("setting 'dynamic' is 1 in the file but 0 here"),
+            std::string::npos);
   std::FILE* file = std::fopen(path.c_str(), "w");
-  std::fputs("ampjit-grad-scaler 7\n", file);
+  std::fputs("ampjit-grad-scaler 1\nscale 0x1p+2\n", file);
   std::fclose(file);
-  EXPECT_NE(errorOf([&] { restored.load(path); }).find("format version 7"), std::string::npos);
+  EXPECT_NE(errorOf([&] { restored.load(path); }).find("not an ampjit state file"), std::string::npos);
   EXPECT_NE(errorOf([&] { restored.load(path + ".missing"); }).find("cannot open"), std::string::npos);
 }
 

@@ -81,7 +81,7 @@ TEST(ConvNet, ResNetsHaveTorchvisionNamesAndParameterCounts) {
   // torchvision.models.resnet18/50(num_classes=10): 11,181,642 and 23,528,522.
   EXPECT_EQ(parameterCount(*resnet18), 11181642);
   EXPECT_EQ(parameterCount(*resnet50), 23528522);
-  std::vector<nn::NamedTensor> named = resnet50->named_parameters();
+  std::vector<NamedTensor> named = resnet50->named_parameters();
   EXPECT_EQ(named.size(), 161u);
   EXPECT_EQ(named.front().first, "conv1.weight");
   EXPECT_EQ(named.back().first, "fc.bias");

@@ -78,7 +78,7 @@ std::vector<double> linearByHand(const std::vector<double>& x, const std::vector
   return y;
 }
 
-std::vector<std::string> namesOf(const std::vector<nn::NamedTensor>& entries) {
+std::vector<std::string> namesOf(const std::vector<NamedTensor>& entries) {
   std::vector<std::string> names;
   for (const auto& entry : entries)
     names.push_back(entry.first);
@@ -334,8 +334,8 @@ TEST(Nn, CorruptStateFilesAreClearErrors) {
   expectError(loadError(magic), {"bad.ampjit", "wrong magic"});
 
   std::vector<uint8_t> version = bytes;
-  version[8] = 2; // the u32 version follows the 8-byte magic
-  expectError(loadError(version), {"bad.ampjit", "format version 2", "reads version 1"});
+  version[8] = 9; // the u32 version follows the 8-byte magic
+  expectError(loadError(version), {"bad.ampjit", "format version 9", "reads versions 1 and 2"});
 
   std::vector<uint8_t> truncated(bytes.begin(), bytes.end() - 20);
   expectError(loadError(truncated), {"bad.ampjit", "truncated", "entry '0.bias'"});
@@ -362,6 +362,43 @@ TEST(Nn, CorruptStateFilesAreClearErrors) {
 
   // No failed load changed the module.
   EXPECT_TRUE(bitIdentical(model.parameters()[0], before));
+  fs::remove_all(dir);
+}
+
+TEST(Nn, StateFilesOfFormatVersion1StillLoad) {
+  // What Module::save wrote before optimizers and scalers had state files:
+  // the magic, version 1, the entry count, the entries, an FNV-1a checksum.
+  std::vector<uint8_t> bytes = {'A', 'M', 'P', 'J', 'I', 'T', 'N', 'N'};
+  auto put = [&](const auto& value) {
+    auto raw = reinterpret_cast<const uint8_t*>(&value);
+    bytes.insert(bytes.end(), raw, raw + sizeof value);
+  };
+  auto entry = [&](const std::string& name, const std::vector<float>& values, const Shape& shape) {
+    put(uint32_t(name.size()));
+    bytes.insert(bytes.end(), name.begin(), name.end());
+    put(uint8_t(0)); // f32
+    put(uint32_t(shape.size()));
+    for (int64_t d : shape)
+      put(d);
+    put(uint64_t(values.size() * sizeof(float)));
+    for (float v : values)
+      put(v);
+  };
+  put(uint32_t(1));
+  put(uint32_t(2));
+  entry("0.weight", {0.5f, -1.5f}, {1, 2});
+  entry("0.bias", {2.0f}, {1});
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (uint8_t byte : bytes)
+    hash = (hash ^ byte) * 0x100000001b3ull;
+  put(hash);
+
+  fs::path dir = scratchDir();
+  writeBytes(dir / "v1.ampjit", bytes);
+  nn::Sequential model(nn::Linear(2, 1));
+  model.load((dir / "v1.ampjit").string());
+  EXPECT_EQ(model.parameters()[0].to_vector(), (std::vector<double>{0.5, -1.5}));
+  EXPECT_EQ(model.parameters()[1].to_vector(), (std::vector<double>{2.0}));
   fs::remove_all(dir);
 }
 

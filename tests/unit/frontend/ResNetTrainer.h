@@ -23,7 +23,7 @@ struct ResNetTrainer {
 
   std::vector<std::vector<double>> state() const {
     std::vector<std::vector<double>> values;
-    for (const nn::NamedTensor& entry : model->state_dict())
+    for (const NamedTensor& entry : model->state_dict())
       values.push_back(entry.second.to_vector());
     return values;
   }

@@ -1,0 +1,73 @@
+#ifndef JIT_CHECKPOINT_H
+#define JIT_CHECKPOINT_H
+
+// jit::Checkpoint: a training run's whole state in one file, for resuming.
+//
+//   jit::Checkpoint checkpoint;
+//   checkpoint.add("model", model).add("optimizer", opt).add("scaler", scaler)
+//             .add("scheduler", schedule).add("epoch", epoch);
+//   checkpoint.save("run.ampjit");      // after an epoch
+//   ...
+//   checkpoint.load("run.ampjit");      // in a new process, before training on
+//
+// Each part is what that object's own save() writes: a module's state_dict,
+// an optimizer's lr, step counts and buffers, the scaler's scale and
+// counters, a schedule's epoch, plus their settings. A load checks the whole
+// file (checksum, then every added part: same class, same settings, every
+// entry by name, dtype and shape) before anything changes, and then writes the
+// state in place, so steps traced before the load continue from the file
+// without retracing. Parts the file has but the checkpoint did not add are
+// left unread (load only "model" to evaluate). The save is written to a
+// temporary file and renamed into place: a failed save leaves the old file.
+
+#include "jit/Tensor.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace jit {
+namespace nn {
+class Module;
+}
+namespace optim {
+class Optimizer;
+class LRScheduler;
+} // namespace optim
+namespace amp {
+class GradScaler;
+}
+namespace detail {
+struct SavedState;
+}
+
+class Checkpoint {
+public:
+  Checkpoint();
+  ~Checkpoint();
+  Checkpoint(Checkpoint&&) noexcept;
+  Checkpoint& operator=(Checkpoint&&) noexcept;
+
+  /// Adds an object under `name` (unique, non-empty). The checkpoint keeps a
+  /// reference: the object must outlive it.
+  Checkpoint& add(std::string name, nn::Module& module);
+  Checkpoint& add(std::string name, optim::Optimizer& optimizer);
+  Checkpoint& add(std::string name, amp::GradScaler& scaler);
+  Checkpoint& add(std::string name, optim::LRScheduler& scheduler);
+  /// A counter of the training loop (epoch, global step), restored by load().
+  Checkpoint& add(std::string name, int64_t& counter);
+
+  void save(const std::string& path) const;
+  void load(const std::string& path) const;
+
+private:
+  struct Part;
+  Checkpoint& append(std::string name, std::function<detail::SavedState()> state);
+  std::vector<Part> parts_;
+};
+
+} // namespace jit
+
+#endif // JIT_CHECKPOINT_H

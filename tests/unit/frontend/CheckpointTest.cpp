@@ -1,0 +1,282 @@
+// jit::Checkpoint and the optimizers', scaler's and schedules' own
+// save/load: a run resumed from a file continues bit for bit as the run that
+// never stopped, eager or traced; a bad file is a clear error and changes
+// nothing.
+//
+// Only jit/jit.h is included (besides the test helpers): it is all a training
+// program needs.
+
+#include "ClassifierNet.h"
+#include "FrontendTestUtil.h"
+
+#include "jit/jit.h"
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include <unistd.h>
+
+namespace jit::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kIn = 12, kHidden = 16, kClasses = 5, kBatch = 8;
+
+fs::path scratchDir(const std::string& name) {
+  // pid-qualified: parallel ctest runs of one binary do not collide.
+  fs::path dir = fs::temp_directory_path() / ("ampjit-checkpoint-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+/// A mixed-precision run whose every piece of state matters for the next
+/// step: Adam's moments and step counts, a GradScaler that starts far too
+/// high (f16 gradients overflow, steps are skipped, the scale backs off and
+/// grows again every 2 clean steps), a StepLR halving the lr every 2 steps.
+struct TrainingRun {
+  explicit TrainingRun(uint64_t seed, int64_t hidden = kHidden, std::pair<double, double> betas = {0.9, 0.999})
+      : generator(seed),
+        model(nn::Linear(kIn, hidden, true, {.generator = &generator}), nn::ReLU(),
+              nn::Linear(hidden, kClasses, true, {.generator = &generator})),
+        opt(model.parameters(), {.lr = 1e-2, .betas = betas}),
+        scaler({.init_scale = 1048576.0, .growth_interval = 2}),
+        schedule(opt, 2, 0.5) {
+    checkpoint.add("model", model).add("optimizer", opt).add("scaler", scaler).add("scheduler", schedule).add(
+        "steps", stepsDone);
+  }
+
+  Tensor step(const Tensor& x, const Tensor& y) { return scaledTrainStep(model, opt, scaler, x, y); }
+
+  /// Every value a continued run depends on, bit for bit (doubles hold f32 and i64 exactly).
+  std::vector<std::vector<double>> everything() const {
+    std::vector<std::vector<double>> out;
+    for (const auto& [name, tensor] : model.state_dict())
+      out.push_back(tensor.to_vector());
+    for (const auto& [name, tensor] : opt.state_dict())
+      out.push_back(tensor.to_vector());
+    out.push_back({scaler.get_scale(), double(scaler.growth_tracker()), double(scaler.skipped_steps()),
+                   double(schedule.last_epoch()), schedule.get_last_lr(), double(stepsDone)});
+    return out;
+  }
+
+  Generator generator;
+  nn::Sequential model;
+  optim::Adam opt;
+  amp::GradScaler scaler;
+  optim::StepLR schedule;
+  int64_t stepsDone = 0;
+  Checkpoint checkpoint;
+};
+
+using StepFunction = std::function<Tensor(const Tensor&, const Tensor&)>;
+
+/// `count` steps from step `stepsDone`, each on its own seeded batch, with the
+/// schedule stepped between calls (outside any traced step, as a user does).
+std::vector<double> train(TrainingRun& run, const StepFunction& step, int count) {
+  std::vector<double> losses;
+  for (int i = 0; i < count; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 1000 + uint64_t(run.stepsDone));
+    losses.push_back(step(x, y).item());
+    run.schedule.step();
+    ++run.stepsDone;
+  }
+  return losses;
+}
+
+StepFunction eagerF16(TrainingRun& run) {
+  return [&run](const Tensor& x, const Tensor& y) {
+    amp::autocast scope({.dtype = f16});
+    return run.step(x, y);
+  };
+}
+
+TracedFunction<StepFunction> tracedO2(TrainingRun& run) {
+  return trace(StepFunction([&run](const Tensor& x, const Tensor& y) { return run.step(x, y); }),
+               {.amp = {.level = amp::O2, .dtype = f16}, .backend = Backend::cpu, .defer_updates = DeferUpdates::on});
+}
+
+TEST(Checkpoint, AResumedEagerRunContinuesBitForBit) {
+  fs::path dir = scratchDir("eager");
+  std::string path = (dir / "run.ampjit").string();
+  TrainingRun original(1);
+  train(original, eagerF16(original), 5);
+  ASSERT_GT(original.scaler.skipped_steps(), 0) << "the scaler's state should matter: some steps overflow";
+  ASSERT_GT(original.opt.step_count(0).item(), 0) << "and some steps update";
+  original.checkpoint.save(path);
+  std::vector<double> expected = train(original, eagerF16(original), 6);
+
+  TrainingRun resumed(2); // another initialisation: everything must come from the file
+  ASSERT_NE(resumed.everything(), original.everything());
+  resumed.checkpoint.load(path);
+  EXPECT_EQ(resumed.stepsDone, 5);
+  EXPECT_EQ(resumed.schedule.last_epoch(), 5);
+  EXPECT_EQ(train(resumed, eagerF16(resumed), 6), expected);
+  EXPECT_EQ(resumed.everything(), original.everything());
+
+  // The test sees the optimizer's and scaler's state: a run that resumes only
+  // the model (a checkpoint's model loads alone) does not continue the same way.
+  TrainingRun modelOnly(3);
+  Checkpoint justTheModel;
+  justTheModel.add("model", modelOnly.model).add("steps", modelOnly.stepsDone);
+  justTheModel.load(path);
+  EXPECT_NE(train(modelOnly, eagerF16(modelOnly), 6), expected);
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, AResumedTracedRunContinuesBitForBit) {
+  fs::path dir = scratchDir("traced");
+  std::string path = (dir / "run.ampjit").string();
+  TrainingRun original(1);
+  auto step = tracedO2(original);
+  train(original, step, 5);
+  ASSERT_GT(original.scaler.skipped_steps(), 0);
+  ASSERT_GT(original.opt.step_count(0).item(), 0);
+  // The last call's update is still pending (deferred): saving completes it first.
+  original.checkpoint.save(path);
+  std::vector<double> expected = train(original, step, 6);
+
+  // Rolling back the live run, straight after a call whose update is still
+  // pending: the load writes into the state the compiled step holds
+  // (parameters, their O2 f16 copies, moments, scale) and the pending update
+  // must not land on top of it. The same plan replays the same 6 steps again,
+  // without retracing.
+  original.checkpoint.load(path);
+  EXPECT_EQ(train(original, step, 6), expected);
+  EXPECT_EQ(step.stats().traces, 1u) << (step.stats().retrace_reasons.empty() ? ""
+                                                                              : step.stats().retrace_reasons[0]);
+
+  // A new process: new objects, a new trace, the file.
+  TrainingRun resumed(2);
+  resumed.checkpoint.load(path);
+  auto resumedStep = tracedO2(resumed);
+  EXPECT_EQ(train(resumed, resumedStep, 6), expected);
+  EXPECT_EQ(resumed.everything(), original.everything());
+  fs::remove_all(dir);
+}
+
+/// Every failed load below must leave all of this unchanged.
+TEST(Checkpoint, BadFilesAreClearErrorsThatChangeNothing) {
+  fs::path dir = scratchDir("bad");
+  TrainingRun source(1);
+  train(source, eagerF16(source), 3);
+  std::string good = (dir / "good.ampjit").string();
+  source.checkpoint.save(good);
+
+  TrainingRun target(2);
+  train(target, eagerF16(target), 1);
+  std::vector<std::vector<double>> before = target.everything();
+  auto loadError = [&](const std::string& path) { return errorOf([&] { target.checkpoint.load(path); }); };
+  auto expectError = [](const std::string& message, std::initializer_list<const char*> parts) {
+    ASSERT_FALSE(message.empty()) << "no error";
+    for (const char* part : parts)
+      EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
+  };
+  auto writeVariant = [&](const std::string& name, const std::function<void(std::vector<char>&)>& change) {
+    std::ifstream in(good, std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    change(bytes);
+    std::string path = (dir / name).string();
+    std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+    return path;
+  };
+
+  expectError(loadError((dir / "absent.ampjit").string()), {"Checkpoint::load", "absent.ampjit", "cannot open"});
+  expectError(loadError(writeVariant("flipped.ampjit", [](auto& b) { b[b.size() - 30] ^= 0x10; })),
+              {"flipped.ampjit", "checksum mismatch"});
+  expectError(loadError(writeVariant("short.ampjit", [](auto& b) { b.resize(b.size() / 2); })),
+              {"short.ampjit", "truncated", "needs"});
+
+  // Well-formed files that do not fit.
+  auto savedBy = [&](const std::string& name, const std::function<void(Checkpoint&)>& fill) {
+    Checkpoint other;
+    fill(other);
+    std::string path = (dir / name).string();
+    other.save(path);
+    return path;
+  };
+  TrainingRun wider(3, kHidden + 1), otherBetas(4, kHidden, {0.8, 0.999});
+  optim::SGD sgd(source.model.parameters(), {.lr = 0.1, .momentum = 0.9});
+  expectError(loadError(savedBy("sgd.ampjit",
+                                [&](Checkpoint& c) {
+                                  c.add("model", source.model).add("optimizer", sgd).add("scaler", source.scaler);
+                                  c.add("scheduler", source.schedule).add("steps", source.stepsDone);
+                                })),
+              {"sgd.ampjit", "part 'optimizer'", "saved by SGD, not by Adam"});
+  expectError(loadError(savedBy("betas.ampjit", [&](Checkpoint& c) { c = std::move(otherBetas.checkpoint); })),
+              {"part 'optimizer'", "setting 'beta1' is 0.8 in the file but 0.9 here",
+               "construct it with the file's beta1"});
+  expectError(loadError(savedBy("wider.ampjit", [&](Checkpoint& c) { c = std::move(wider.checkpoint); })),
+              {"part 'model'", "entry '0.weight' has shape [17x12] but the module's is [16x12]"});
+  expectError(loadError(savedBy("noscaler.ampjit",
+                                [&](Checkpoint& c) { c.add("model", source.model).add("optimizer", source.opt); })),
+              {"noscaler.ampjit", "has no part 'scaler' (it has: model, optimizer)"});
+  std::string moduleFile = (dir / "module.ampjit").string();
+  source.model.save(moduleFile);
+  expectError(loadError(moduleFile), {"module.ampjit", "holds one Module's state, not a checkpoint"});
+  expectError(errorOf([&] { target.model.load(good); }),
+              {"nn::load", "good.ampjit", "is a checkpoint (parts: model, optimizer, scaler, scheduler, steps)",
+               "jit::Checkpoint"});
+  expectError(errorOf([&] { target.opt.load(moduleFile); }),
+              {"Adam::load", "module.ampjit", "saved by Module, not by Adam"});
+  EXPECT_EQ(target.everything(), before);
+
+  expectError(errorOf([&] { target.checkpoint.add("model", target.model); }), {"part 'model' is already added"});
+  expectError(errorOf([] { Checkpoint().load("anything"); }), {"nothing to load into"});
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, AFailedSaveLeavesNoFileBehind) {
+  fs::path dir = scratchDir("failed-save");
+  TrainingRun run(1);
+  std::string message = errorOf([&] { run.checkpoint.save((dir / "missing" / "run.ampjit").string()); });
+  EXPECT_NE(message.find("missing/run.ampjit"), std::string::npos) << message;
+  EXPECT_NE(message.find("cannot open"), std::string::npos) << message;
+  // A folder where the file should go: the temporary file cannot be renamed
+  // over it, and is removed.
+  fs::create_directories(dir / "taken");
+  message = errorOf([&] { run.checkpoint.save((dir / "taken").string()); });
+  EXPECT_NE(message.find("cannot replace"), std::string::npos) << message;
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1) << "a temporary file was left";
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, EachObjectSavesAndLoadsAlone) {
+  fs::path dir = scratchDir("single");
+  Generator g1(1), g2(2);
+  Tensor a = randn({3, 4}, f32, &g1).requires_grad_(true), b = randn({3, 4}, f32, &g2).requires_grad_(true);
+  optim::SGD sgdA({a}, {.lr = 0.5, .momentum = 0.9}), sgdB({b}, {.lr = 0.5, .momentum = 0.9});
+  optim::CosineAnnealingLR cosineA(sgdA, 10), cosineB(sgdB, 10);
+  for (int i = 0; i < 3; ++i) {
+    sgdA.zero_grad();
+    sum(a * a).backward();
+    sgdA.step();
+    cosineA.step();
+  }
+  std::string optimizerFile = (dir / "sgd.ampjit").string(), scheduleFile = (dir / "cosine.ampjit").string();
+  sgdA.save(optimizerFile);
+  cosineA.save(scheduleFile);
+  sgdB.load(optimizerFile);
+  cosineB.load(scheduleFile);
+  EXPECT_EQ(sgdB.momentum_buffer(0).to_vector(), sgdA.momentum_buffer(0).to_vector());
+  EXPECT_EQ(sgdB.lr().item(), sgdA.lr().item());
+  EXPECT_NE(sgdB.lr().item(), 0.5) << "the schedule should have moved the lr";
+  EXPECT_EQ(cosineB.last_epoch(), 3);
+  EXPECT_EQ(cosineB.get_last_lr(), cosineA.get_last_lr());
+  // The parameter is the module's state, not the optimizer's.
+  EXPECT_NE(b.to_vector(), a.to_vector());
+
+  optim::CosineAnnealingLR longer(sgdB, 20);
+  std::string message = errorOf([&] { longer.load(scheduleFile); });
+  EXPECT_NE(message.find("scheduler setting 'T_max' is 10 in the file but 20 here"), std::string::npos) << message;
+  optim::SGD noMomentum({b}, {.lr = 0.1});
+  message = errorOf([&] { noMomentum.load(optimizerFile); });
+  EXPECT_NE(message.find("setting 'momentum' is 0.9 in the file but 0 here"), std::string::npos)
+      << message;
+  fs::remove_all(dir);
+}
+
+} // namespace
+} // namespace jit::testing
