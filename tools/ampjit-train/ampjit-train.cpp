@@ -7,9 +7,13 @@
 // class with 784 grey levels in [0, 1] per digit), which scripts/setup.sh
 // fetches into a cache folder; `--data synthetic` uses seeded random digits
 // (for tests that need no download).
+//
+// `--checkpoint PATH` saves the run (model, optimizer, scaler, epochs done)
+// after every epoch; `--resume PATH` continues it: the resumed epochs are bit
+// for bit those of the run that never stopped, since each epoch's shuffle
+// comes from (seed, epoch) alone.
 
 #include "jit/jit.h"
-#include "jit/trace.h"
 
 #include <nlohmann/json.hpp>
 
@@ -49,6 +53,8 @@ struct Options {
   int64_t maxSteps = -1; // per run; -1: no limit
   int64_t width = 256;   // mlp9 on the CPU
   int64_t stepsPerEpoch = 20;
+  std::string checkpoint; // saved after every epoch
+  std::string resume;     // loaded before the first
 };
 
 const char* kUsage = R"(usage: ampjit-train [options]
@@ -67,6 +73,10 @@ const char* kUsage = R"(usage: ampjit-train [options]
   --max-steps N            stop after N training steps (for quick checks)
   --width N                mlp9 layer width (default 256 on the CPU; the GPU benchmark uses 8192)
   --steps-per-epoch N      mlp9 steps per epoch (default 20)
+  --checkpoint PATH        after every epoch, save the run (model, optimizer, loss scaler, epochs
+                           done) to PATH, replacing it whole
+  --resume PATH            continue the run saved in PATH: give the flags it ran with; --epochs
+                           counts from its start, and the lr is the file's
   --json                   one JSON object per epoch and a final summary, on stdout
   --no-progress            no progress bar
 )";
@@ -142,6 +152,10 @@ Options parseOptions(int argc, char** argv) {
       options.width = int64_t(number(value()));
     } else if (flag == "--steps-per-epoch") {
       options.stepsPerEpoch = int64_t(number(value()));
+    } else if (flag == "--checkpoint") {
+      options.checkpoint = value();
+    } else if (flag == "--resume") {
+      options.resume = value();
     } else if (flag == "--json") {
       options.json = true;
     } else if (flag == "--no-progress") {
@@ -322,6 +336,27 @@ jit::TraceOptions traceOptions(const Options& options, const std::string& name) 
 }
 
 //===----------------------------------------------------------------------===//
+// Checkpoints
+//===----------------------------------------------------------------------===//
+
+/// Loads --resume into `checkpoint` (which holds `epochsDone`) and says so.
+void resumeIfAsked(const Options& options, const jit::Checkpoint& checkpoint, const int64_t& epochsDone) {
+  if (options.resume.empty())
+    return;
+  checkpoint.load(options.resume);
+  if (epochsDone >= options.epochs)
+    throw jit::Error("--resume: '" + options.resume + "' has done " + std::to_string(epochsDone) +
+                     " epochs; --epochs " + std::to_string(options.epochs) + " leaves none to train");
+  if (!options.json)
+    std::cout << "resumed from '" << options.resume << "' after epoch " << epochsDone << "\n";
+}
+
+void saveIfAsked(const Options& options, const jit::Checkpoint& checkpoint) {
+  if (!options.checkpoint.empty())
+    checkpoint.save(options.checkpoint);
+}
+
+//===----------------------------------------------------------------------===//
 // The two models
 //===----------------------------------------------------------------------===//
 
@@ -359,19 +394,29 @@ int trainClassifier(const Options& options) {
       },
       traceOptions(options, "eval_step"));
 
-  std::mt19937_64 engine(options.seed + 1);
+  int64_t epochsDone = 0;
+  jit::Checkpoint checkpoint;
+  checkpoint.add("model", model).add("optimizer", opt).add("scaler", scaler).add("epochs", epochsDone);
+  resumeIfAsked(options, checkpoint, epochsDone);
+
   int64_t batches = int64_t(train.size()) / options.batchSize;
   int64_t stepsRun = 0;
   double accuracy = 0.0;
-  for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+  for (int epoch = int(epochsDone) + 1; epoch <= options.epochs; ++epoch) {
     Clock::time_point start = Clock::now();
-    shuffle(train, engine);
+    // Each epoch's order from (seed, epoch) alone, so a resumed run sees the same batches.
+    std::vector<size_t> order = train;
+    std::mt19937_64 engine(options.seed * 1000003 + uint64_t(epoch));
+    shuffle(order, engine);
     double lossSum = 0.0;
     int64_t lossCount = 0;
+    bool stopped = false;
     for (int64_t b = 0; b < batches; ++b) {
-      if (options.maxSteps >= 0 && stepsRun >= options.maxSteps)
+      if (options.maxSteps >= 0 && stepsRun >= options.maxSteps) {
+        stopped = true;
         break;
-      auto [x, y] = gather(digits, train, size_t(b * options.batchSize), size_t(options.batchSize));
+      }
+      auto [x, y] = gather(digits, order, size_t(b * options.batchSize), size_t(options.batchSize));
       double loss = step(x, y).item();
       ++stepsRun;
       if (std::isfinite(loss)) {
@@ -411,6 +456,10 @@ int trainClassifier(const Options& options) {
                   static_cast<long long>(scaler.skipped_steps()), seconds);
       std::fflush(stdout);
     }
+    if (stopped) // --max-steps ended the epoch early: it is not done
+      break;
+    epochsDone = epoch;
+    saveIfAsked(options, checkpoint);
     if (options.maxSteps >= 0 && stepsRun >= options.maxSteps)
       break;
   }
@@ -453,13 +502,20 @@ int trainMlp9(const Options& options) {
   jit::Generator data(options.seed + 5);
   Tensor x = jit::rand({options.batchSize, width}, jit::f32, &data);
   Tensor y = jit::rand({options.batchSize, width}, jit::f32, &data);
+  int64_t epochsDone = 0;
+  jit::Checkpoint checkpoint;
+  checkpoint.add("model", model).add("optimizer", opt).add("scaler", scaler).add("epochs", epochsDone);
+  resumeIfAsked(options, checkpoint, epochsDone);
   int64_t stepsRun = 0;
-  for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+  for (int epoch = int(epochsDone) + 1; epoch <= options.epochs; ++epoch) {
     Clock::time_point start = Clock::now();
     double loss = 0.0;
+    bool stopped = false;
     for (int64_t s = 0; s < options.stepsPerEpoch; ++s) {
-      if (options.maxSteps >= 0 && stepsRun >= options.maxSteps)
+      if (options.maxSteps >= 0 && stepsRun >= options.maxSteps) {
+        stopped = true;
         break;
+      }
       loss = step(x, y).item();
       ++stepsRun;
       if (options.progress)
@@ -474,6 +530,10 @@ int trainMlp9(const Options& options) {
     else
       std::printf("epoch %2d/%d  loss %.6f  loss scale %g  skipped steps %lld  (%.2f s)\n", epoch, options.epochs,
                   loss, scaler.get_scale(), static_cast<long long>(scaler.skipped_steps()), seconds);
+    if (stopped)
+      break;
+    epochsDone = epoch;
+    saveIfAsked(options, checkpoint);
     if (options.maxSteps >= 0 && stepsRun >= options.maxSteps)
       break;
   }

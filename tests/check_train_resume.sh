@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# ampjit-train --checkpoint / --resume: a run stopped after epoch 2 and
+# resumed from its checkpoint prints, for epoch 3, exactly what the run that
+# never stopped prints (loss, held-out accuracy, loss scale, skipped steps),
+# for the classifier (O2-f16) and mlp9 (O1-bf16). A resume that leaves no
+# epoch to train, and a checkpoint of another model, are clear errors.
+set -euo pipefail
+train=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+check() {
+  local name=$1
+  shift
+  "$train" "$@" --epochs 3 --json --no-progress >"$dir/$name.full"
+  "$train" "$@" --epochs 2 --json --no-progress --checkpoint "$dir/$name.ampjit" >"$dir/$name.first"
+  "$train" "$@" --epochs 3 --json --no-progress --resume "$dir/$name.ampjit" >"$dir/$name.rest"
+  python3 - "$name" "$dir/$name.full" "$dir/$name.first" "$dir/$name.rest" <<'PY'
+import json, sys
+name, full, first, rest = sys.argv[1:]
+def epochs(path):
+    lines = [json.loads(line) for line in open(path) if line.strip()]
+    return [{k: v for k, v in line.items() if k != "seconds"} for line in lines if "epoch" in line]
+full, first, rest = epochs(full), epochs(first), epochs(rest)
+assert [e["epoch"] for e in first] == [1, 2], first
+assert [e["epoch"] for e in rest] == [3], rest
+assert first == full[:2], (first, full[:2])
+if rest != full[2:]:
+    sys.exit(f"{name}: the resumed epoch 3 {rest} differs from the uninterrupted {full[2:]}")
+print(f"ok: {name} resumed after epoch 2 gives epoch 3 = {rest[0]}")
+PY
+}
+
+check classifier --data synthetic --backend cpu --amp O2 --dtype f16 --seed 3
+check mlp9 --model mlp9 --width 64 --batch-size 32 --steps-per-epoch 5 --backend cpu --amp O1 --dtype bf16
+
+if message=$("$train" --data synthetic --backend cpu --epochs 2 --resume "$dir/classifier.ampjit" --no-progress 2>&1); then
+  echo "FAIL: resuming after epoch 2 with --epochs 2 succeeded"; exit 1
+fi
+grep -q "leaves none to train" <<<"$message" || { echo "FAIL: unclear error: $message"; exit 1; }
+if message=$("$train" --data synthetic --backend cpu --epochs 3 --resume "$dir/mlp9.ampjit" --no-progress 2>&1); then
+  echo "FAIL: the classifier resumed from mlp9's checkpoint"; exit 1
+fi
+grep -q "part 'model': entry '0.weight' has shape" <<<"$message" || { echo "FAIL: unclear error: $message"; exit 1; }
+echo "ok: bad resumes are clear errors"
