@@ -65,13 +65,6 @@ uint64_t fnv1a(const uint8_t* data, size_t size) {
   return hash;
 }
 
-int64_t numelOf(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  return n;
-}
-
 std::string inQuotes(const std::string& text) { return "'" + text + "'"; }
 
 /// The shortest text that reads back as `value` ("0.9", not "0.90000000000000002").
@@ -97,12 +90,6 @@ std::vector<uint8_t> bytesOf(const Tensor& t) {
   if (size)
     std::memcpy(out.data(), data, size);
   return out;
-}
-
-template <typename T> T loadAs(const uint8_t* p) {
-  T value;
-  std::memcpy(&value, p, sizeof(T));
-  return value;
 }
 
 class Writer {
@@ -136,7 +123,7 @@ public:
     pos_ += size;
     return p;
   }
-  template <typename T> T get(const std::string& what) { return loadAs<T>(take(sizeof(T), what)); }
+  template <typename T> T get(const std::string& what) { return readUnaligned<T>(take(sizeof(T), what)); }
   std::string getString(const std::string& what) {
     uint32_t length = get<uint32_t>("the length of " + what);
     const uint8_t* text = take(length, what);
@@ -188,7 +175,7 @@ std::vector<FileEntry> readEntries(Reader& r, const std::string& where, const st
       entry.shape.push_back(size);
     }
     uint64_t byteCount = r.get<uint64_t>("the byte count of " + label);
-    uint64_t expected = uint64_t(numelOf(entry.shape)) * ampjit::runtime::dtypeSize(entry.dtype);
+    uint64_t expected = uint64_t(elementCount(entry.shape)) * ampjit::runtime::dtypeSize(entry.dtype);
     if (byteCount != expected)
       throw Error(where + ": " + label + " stores " + std::to_string(byteCount) + " bytes but " +
                   std::string(dtype_name(entry.dtype)) + shapeString(entry.shape) + " needs " +
@@ -234,7 +221,7 @@ std::vector<FilePart> parse(const std::vector<uint8_t>& bytes, const std::string
     throw Error(where + " is truncated: the checksum (8 bytes) is missing");
   if (r.pos() + 8 != bytes.size())
     throw Error(where + " has " + std::to_string(bytes.size() - r.pos() - 8) + " unexpected bytes after its state");
-  if (loadAs<uint64_t>(bytes.data() + r.pos()) != fnv1a(bytes.data(), r.pos()))
+  if (readUnaligned<uint64_t>(bytes.data() + r.pos()) != fnv1a(bytes.data(), r.pos()))
     throw Error(where + ": checksum mismatch (the file is corrupt)");
   return parts;
 }
@@ -315,6 +302,19 @@ void matchPart(const FilePart& part, const SavedState& state, const std::string&
 
 } // namespace
 
+int64_t elementCount(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+void writeLoaded(const std::vector<std::pair<Tensor, Tensor>>& updates) {
+  NoGradGuard noGrad;
+  for (auto [target, value] : updates)
+    target.copy_(value);
+}
+
 std::string shapeString(const Shape& shape) {
   std::string out = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -333,7 +333,7 @@ std::vector<uint8_t> readFileBytes(const std::string& path, const std::string& w
 }
 
 Tensor tensorFromBytes(const uint8_t* bytes, DType storage, const Shape& shape, DType dtype) {
-  size_t n = size_t(numelOf(shape));
+  size_t n = size_t(elementCount(shape));
   if (storage == DType::I64) {
     std::vector<int64_t> values(n);
     std::memcpy(values.data(), bytes, n * sizeof(int64_t));
@@ -343,10 +343,10 @@ Tensor tensorFromBytes(const uint8_t* bytes, DType storage, const Shape& shape, 
   std::vector<double> values(n);
   for (size_t i = 0; i < n; ++i) {
     switch (storage) {
-    case DType::F32: values[i] = loadAs<float>(bytes + 4 * i); break;
-    case DType::F64: values[i] = loadAs<double>(bytes + 8 * i); break;
-    case DType::F16: values[i] = ampjit::runtime::halfToFloat(loadAs<uint16_t>(bytes + 2 * i)); break;
-    case DType::BF16: values[i] = ampjit::runtime::bfloat16ToFloat(loadAs<uint16_t>(bytes + 2 * i)); break;
+    case DType::F32: values[i] = readUnaligned<float>(bytes + 4 * i); break;
+    case DType::F64: values[i] = readUnaligned<double>(bytes + 8 * i); break;
+    case DType::F16: values[i] = ampjit::runtime::halfToFloat(readUnaligned<uint16_t>(bytes + 2 * i)); break;
+    case DType::BF16: values[i] = ampjit::runtime::bfloat16ToFloat(readUnaligned<uint16_t>(bytes + 2 * i)); break;
     case DType::I1: values[i] = bytes[i] ? 1.0 : 0.0; break;
     case DType::I64: break; // handled above
     }
@@ -413,12 +413,7 @@ void readStateFile(const std::string& path, const std::vector<StatePart>& parts,
     std::string at = where + ": " + (wanted.name.empty() ? "" : partLabel(wanted.name) + ": ");
     matchPart(part, wanted.state, at, updates);
   }
-  // Every check passed: write. Parameters require grad; this is an update outside autograd.
-  {
-    NoGradGuard noGrad;
-    for (auto& [target, value] : updates)
-      target.copy_(value);
-  }
+  writeLoaded(updates);
   for (const StatePart& part : parts)
     if (part.state.restore)
       part.state.restore();

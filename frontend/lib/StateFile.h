@@ -14,6 +14,7 @@
 #include "jit/Tensor.h"
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <utility>
@@ -77,6 +78,18 @@ void writeStateFile(const std::string& path, const std::vector<StatePart>& parts
 void readStateFile(const std::string& path, const std::vector<StatePart>& parts, const std::string& who);
 
 // --- helpers the .npy reader shares --------------------------------------------
+
+/// The number of elements of a shape (1 for a scalar).
+int64_t elementCount(const Shape& shape);
+/// A T from possibly unaligned little-endian bytes.
+template <typename T> T readUnaligned(const uint8_t* bytes) {
+  T value;
+  std::memcpy(&value, bytes, sizeof(T));
+  return value;
+}
+/// Writes each (target, value) with copy_, outside autograd (parameters
+/// require grad). Called once every check has passed.
+void writeLoaded(const std::vector<std::pair<Tensor, Tensor>>& updates);
 
 /// "[2x3]".
 std::string shapeString(const Shape& shape);

@@ -21,31 +21,13 @@ namespace {
 
 static_assert(std::endian::native == std::endian::little, "the .npy reader copies little-endian data as is");
 
+using detail::elementCount;
+using detail::readUnaligned;
 using detail::shapeString;
 using detail::tensorFromBytes;
-
-int64_t numelOf(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  return n;
-}
+using detail::writeLoaded;
 
 std::string quoted(const std::string& path) { return "'" + path + "'"; }
-
-template <typename T> T loadAs(const uint8_t* p) {
-  T value;
-  std::memcpy(&value, p, sizeof(T));
-  return value;
-}
-
-/// Writes every tensor's new value; called only after every check passed.
-void assignAll(std::vector<std::pair<Tensor, Tensor>>& updates) {
-  // Parameters require grad; copy_ on them is an update outside autograd.
-  NoGradGuard noGrad;
-  for (auto& [target, value] : updates)
-    target.copy_(value);
-}
 
 // --- .npy --------------------------------------------------------------------------
 
@@ -86,12 +68,12 @@ NpyArray readNpy(const std::string& path, const std::string& entry) {
   uint8_t major = f[6];
   size_t headerLength, headerStart;
   if (major == 1) {
-    headerLength = loadAs<uint16_t>(&f[8]);
+    headerLength = readUnaligned<uint16_t>(&f[8]);
     headerStart = 10;
   } else if (major == 2 || major == 3) {
     if (f.size() < 12)
       throw Error(where + " is truncated in its header");
-    headerLength = loadAs<uint32_t>(&f[8]);
+    headerLength = readUnaligned<uint32_t>(&f[8]);
     headerStart = 12;
   } else {
     throw Error(where + " has .npy format version " + std::to_string(major) + "; versions 1 to 3 are read");
@@ -134,7 +116,7 @@ NpyArray readNpy(const std::string& path, const std::string& entry) {
       break;
     pos = comma + 1;
   }
-  size_t expected = size_t(numelOf(array.shape)) * ampjit::runtime::dtypeSize(array.dtype);
+  size_t expected = size_t(elementCount(array.shape)) * ampjit::runtime::dtypeSize(array.dtype);
   size_t available = f.size() - array.dataOffset;
   if (available < expected)
     throw Error(where + " is truncated: shape " + shapeString(array.shape) + " needs " + std::to_string(expected) +
@@ -182,14 +164,14 @@ void Module::load(const std::string& path) {
 void Module::load_npy(const std::string& name, const std::string& path) {
   Tensor target = stateEntry(*this, name, "nn::load_npy");
   std::vector<std::pair<Tensor, Tensor>> updates{{target, npyValueFor(name, target, path)}};
-  assignAll(updates);
+  writeLoaded(updates);
 }
 
 void Module::load_npy_dir(const std::string& dir) {
   std::vector<std::pair<Tensor, Tensor>> updates;
   for (const auto& [name, target] : state_dict())
     updates.emplace_back(target, npyValueFor(name, target, dir + "/" + name + ".npy"));
-  assignAll(updates);
+  writeLoaded(updates);
 }
 
 } // namespace jit::nn
