@@ -12,6 +12,9 @@
 // update completes first; O2's low-precision copies are re-derived).
 
 #include "jit/Tensor.h"
+#include "jit/amp.h"
+#include "jit/nn.h"
+#include "jit/optim.h"
 
 #include <cstdint>
 #include <cstring>
@@ -19,19 +22,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-namespace jit {
-namespace nn {
-class Module;
-}
-namespace optim {
-class Optimizer;
-class LRScheduler;
-} // namespace optim
-namespace amp {
-class GradScaler;
-}
-} // namespace jit
 
 namespace jit::detail {
 
@@ -43,7 +33,7 @@ struct SavedState {
   /// How errors name the object ("module", "optimizer", "scaler", "scheduler").
   std::string noun;
   /// State a load writes back; each entry must match by name, dtype and shape.
-  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::vector<NamedTensor> tensors;
   /// The object's constructor settings (momentum, growth_interval, ...). A
   /// traced step bakes them in, so a load does not change them: it requires
   /// the file's to be the same.
