@@ -24,6 +24,8 @@
 
 #include "StateFile.h"
 
+#include "trace/TraceSession.h"
+
 #include "jit/Autograd.h"
 
 #include "ampjit/runtime/LowPrecision.h"
@@ -300,6 +302,14 @@ void matchPart(const FilePart& part, const SavedState& state, const std::string&
                   " is missing from the file");
 }
 
+/// Saving reads values and loading writes them: inside a traced step neither
+/// has values to read, and a load would be compiled in as constants.
+void refuseWhileTracing(const std::string& who) {
+  if (TraceSession* session = TraceSession::current(); session && session->active())
+    throw Error(who + " inside the traced step '" + session->name() +
+                "': save and load between calls of the step, not in it");
+}
+
 } // namespace
 
 int64_t elementCount(const Shape& shape) {
@@ -355,6 +365,7 @@ Tensor tensorFromBytes(const uint8_t* bytes, DType storage, const Shape& shape, 
 }
 
 void writeStateFile(const std::string& path, const std::vector<StatePart>& parts, const std::string& who) {
+  refuseWhileTracing(who);
   Writer w;
   w.putBytes(kMagic, sizeof kMagic);
   w.put<uint32_t>(kFormatVersion);
@@ -404,6 +415,7 @@ void writeStateFile(const std::string& path, const std::vector<StatePart>& parts
 }
 
 void readStateFile(const std::string& path, const std::vector<StatePart>& parts, const std::string& who) {
+  refuseWhileTracing(who);
   std::vector<uint8_t> bytes = readFileBytes(path, who);
   std::string where = who + ": " + inQuotes(path);
   std::vector<FilePart> file = parse(bytes, where);

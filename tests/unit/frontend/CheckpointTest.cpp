@@ -228,6 +228,31 @@ TEST(Checkpoint, BadFilesAreClearErrorsThatChangeNothing) {
   fs::remove_all(dir);
 }
 
+TEST(Checkpoint, SavingOrLoadingInsideATracedStepIsAnError) {
+  fs::path dir = scratchDir("inside-trace");
+  std::string path = (dir / "run.ampjit").string();
+  TrainingRun run(1);
+  run.checkpoint.save(path);
+  for (bool load : {false, true}) {
+    auto step = trace(StepFunction([&](const Tensor& x, const Tensor& y) {
+                        Tensor loss = run.step(x, y);
+                        if (load)
+                          run.checkpoint.load(path); // would compile the file's values in as constants
+                        else
+                          run.checkpoint.save(path);
+                        return loss;
+                      }),
+                      {.backend = Backend::cpu, .name = "step_with_checkpoint"});
+    auto [x, y] = batch(kBatch, kIn, kClasses, 1);
+    std::string message = errorOf([&] { step(x, y); });
+    EXPECT_NE(message.find(load ? "Checkpoint::load inside the traced step 'step_with_checkpoint'"
+                                : "Checkpoint::save inside the traced step 'step_with_checkpoint'"),
+              std::string::npos)
+        << message;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Checkpoint, AFailedSaveLeavesNoFileBehind) {
   fs::path dir = scratchDir("failed-save");
   TrainingRun run(1);
