@@ -29,6 +29,7 @@
 #include "jit/Autograd.h"
 
 #include "ampjit/runtime/LowPrecision.h"
+#include "ampjit/runtime/Shape.h"
 
 #include <array>
 #include <bit>
@@ -177,7 +178,7 @@ std::vector<FileEntry> readEntries(Reader& r, const std::string& where, const st
       entry.shape.push_back(size);
     }
     uint64_t byteCount = r.get<uint64_t>("the byte count of " + label);
-    uint64_t expected = uint64_t(elementCount(entry.shape)) * ampjit::runtime::dtypeSize(entry.dtype);
+    uint64_t expected = uint64_t(ampjit::runtime::elementCount(entry.shape)) * ampjit::runtime::dtypeSize(entry.dtype);
     if (byteCount != expected)
       throw Error(where + ": " + label + " stores " + std::to_string(byteCount) + " bytes but " +
                   std::string(dtype_name(entry.dtype)) + shapeString(entry.shape) + " needs " +
@@ -312,13 +313,6 @@ void refuseWhileTracing(const std::string& who) {
 
 } // namespace
 
-int64_t elementCount(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  return n;
-}
-
 void writeLoaded(const std::vector<std::pair<Tensor, Tensor>>& updates) {
   NoGradGuard noGrad;
   for (auto [target, value] : updates)
@@ -343,7 +337,7 @@ std::vector<uint8_t> readFileBytes(const std::string& path, const std::string& w
 }
 
 Tensor tensorFromBytes(const uint8_t* bytes, DType storage, const Shape& shape, DType dtype) {
-  size_t n = size_t(elementCount(shape));
+  size_t n = size_t(ampjit::runtime::elementCount(shape));
   if (storage == DType::I64) {
     std::vector<int64_t> values(n);
     std::memcpy(values.data(), bytes, n * sizeof(int64_t));

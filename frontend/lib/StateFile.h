@@ -69,8 +69,6 @@ void readStateFile(const std::string& path, const std::vector<StatePart>& parts,
 
 // --- helpers the .npy reader shares --------------------------------------------
 
-/// The number of elements of a shape (1 for a scalar).
-int64_t elementCount(const Shape& shape);
 /// A T from possibly unaligned little-endian bytes.
 template <typename T> T readUnaligned(const uint8_t* bytes) {
   T value;

@@ -8,6 +8,7 @@
 #include "jit/Autograd.h"
 
 #include "ampjit/runtime/LowPrecision.h"
+#include "ampjit/runtime/Shape.h"
 
 #include <array>
 #include <bit>
@@ -21,7 +22,7 @@ namespace {
 
 static_assert(std::endian::native == std::endian::little, "the .npy reader copies little-endian data as is");
 
-using detail::elementCount;
+using ampjit::runtime::elementCount;
 using detail::readUnaligned;
 using detail::shapeString;
 using detail::tensorFromBytes;
