@@ -166,7 +166,11 @@ Generator::Generator(uint64_t seed) { manual_seed(seed); }
 void Generator::manual_seed(uint64_t seed) {
   seed_ = seed;
   engine_.seed(seed);
-  rngState_ = Tensor();
+  // Rewritten in place, not replaced: a traced step holds this tensor as state.
+  if (rngState_.defined()) {
+    const int64_t state[] = {int64_t(seed_), 0};
+    set_rng_state(tensor(std::span<const int64_t>(state), {2}));
+  }
 }
 
 double Generator::next_uniform() { return double(engine_() >> 11) * 0x1.0p-53; }
@@ -179,8 +183,14 @@ double Generator::next_normal() {
 
 const Tensor& Generator::rng_state() const {
   if (!rngState_.defined()) {
-    const int64_t state[] = {int64_t(seed_), 0};
-    rngState_ = tensor(std::span<const int64_t>(state), {2});
+    // A host value, not a jit.constant op: made during a trace (dropout's
+    // first use), a constant would belong to the trace, not be state it captures.
+    rt::Expected<rt::Tensor> state = rt::Tensor::allocate(i64, {2});
+    if (!state)
+      throw Error("Generator: " + state.message());
+    state->elements<int64_t>()[0] = int64_t(seed_);
+    state->elements<int64_t>()[1] = 0;
+    rngState_ = detail::makeTensor(std::move(*state));
   }
   return rngState_;
 }
@@ -188,7 +198,12 @@ const Tensor& Generator::rng_state() const {
 void Generator::set_rng_state(const Tensor& state) {
   if (state.dtype() != i64 || state.shape() != Shape{2})
     throw Error("a generator's rng_state is i64[2] ([seed, offset]), got " + detail::describe(state));
-  rngState_ = state.detach();
+  // Written in place: a traced step captures the state tensor by identity, so
+  // the write (dropout's next state) becomes a result tied to it and every
+  // call draws new masks; rebinding would leave the step replaying the
+  // traced call's masks and the generator holding a symbolic tensor.
+  Tensor target = rng_state();
+  target.copy_(state);
 }
 
 Generator& default_generator() {

@@ -258,6 +258,46 @@ TEST(Trace, GradientAccumulationIsTwoTracedFunctionsSharingGradients) {
   EXPECT_EQ(tracedApply.stats().traces, 1u);
 }
 
+TEST(Trace, DropoutDrawsNewMasksOnEveryCallAsEagerDoes) {
+  // The generator's [seed, offset] is state the step captures and advances:
+  // each call draws the masks eager execution would draw, and the generator
+  // stays readable and reseedable between calls.
+  struct Net {
+    explicit Net(uint64_t seed)
+        : init(7), dropoutGenerator(seed),
+          model(nn::Linear(6, 16, true, {.generator = &init}), nn::ReLU(), nn::Dropout(0.5, &dropoutGenerator),
+                nn::Linear(16, 3, true, {.generator = &init})),
+          opt(model.parameters(), {.lr = 0.1}) {}
+    Tensor step(const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      Tensor loss = cross_entropy(model(x), y);
+      loss.backward();
+      opt.step();
+      return loss;
+    }
+    Generator init, dropoutGenerator;
+    nn::Sequential model;
+    optim::SGD opt;
+  };
+  Net eager(11), traced(11);
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return traced.step(x, y); }, {.backend = Backend::cpu});
+  std::vector<double> tracedLosses, eagerLosses;
+  for (uint64_t i = 0; i < 4; ++i) {
+    if (i == 3) { // reseeding between calls reaches the compiled step
+      eager.dropoutGenerator.manual_seed(99);
+      traced.dropoutGenerator.manual_seed(99);
+    }
+    auto [x, y] = batch(5, 6, 3, 40);
+    tracedLosses.push_back(step(x, y).item());
+    eagerLosses.push_back(eager.step(x, y).item());
+  }
+  EXPECT_EQ(tracedLosses, eagerLosses);
+  EXPECT_EQ(traced.dropoutGenerator.rng_state().to_vector(), eager.dropoutGenerator.rng_state().to_vector());
+  for (size_t i = 0; i < eager.model.parameters().size(); ++i)
+    EXPECT_EQ(traced.model.parameters()[i].to_vector(), eager.model.parameters()[i].to_vector()) << i;
+  EXPECT_EQ(step.stats().traces, 1u);
+}
+
 TEST(Trace, O2ReDerivesItsParameterCopiesWhenTheUserWritesAParameter) {
   Classifier net SMALL_NET();
   auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); },
