@@ -223,6 +223,39 @@ TEST_F(CompiledStepOnGpu, AHostWriteBetweenStepsReachesTheDevice) {
   EXPECT_NEAR(step(x, y).item(), std::log(double(kClasses)), 1e-3);
 }
 
+TEST_F(CompiledStepOnGpu, DropoutDrawsTheCpusMasksAndAdvancesItsGeneratorOnTheDevice) {
+  // The generator's [seed, offset] is state the compiled step advances on the
+  // device; the masks are a function of it alone, so the device draws the
+  // CPU's masks call after call.
+  struct Net {
+    Net() : init(7), dropoutGenerator(11),
+            model(nn::Linear(kIn, kHidden, true, {.generator = &init}), nn::ReLU(),
+                  nn::Dropout(0.5, &dropoutGenerator), nn::Linear(kHidden, kClasses, true, {.generator = &init})),
+            opt(model.parameters(), {.lr = 0.1}) {}
+    Tensor step(const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      Tensor loss = cross_entropy(model(x), y);
+      loss.backward();
+      opt.step();
+      return loss;
+    }
+    Generator init, dropoutGenerator;
+    nn::Sequential model;
+    optim::SGD opt;
+  };
+  Net onCpu, onGpu;
+  auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); }, {.backend = Backend::cpu});
+  auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); }, {.backend = Backend::cuda});
+  Tolerance tolerance = toleranceFor(ampjit::runtime::DType::F32);
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 60); // one batch: only the masks and weights move the loss
+    expectClose({gpuStep(x, y).item()}, {cpuStep(x, y).item()}, ampjit::testing::scaled(tolerance, 8.0 * double(i + 1)),
+                "loss of call " + std::to_string(i));
+  }
+  EXPECT_EQ(onGpu.dropoutGenerator.rng_state().to_vector(), onCpu.dropoutGenerator.rng_state().to_vector());
+  EXPECT_EQ(onGpu.dropoutGenerator.rng_state().to_vector()[1], double(3 * kBatch * kHidden));
+}
+
 TEST_F(CompiledStepOnGpu, ACheckpointSavedFromTheDeviceResumesThereBitForBit) {
   std::string path = ::testing::TempDir() + "/ampjit-cuda-checkpoint-" + std::to_string(::getpid()) + ".ampjit";
   TraceOptions options{.amp = {.level = amp::O2, .dtype = f16},
