@@ -55,6 +55,7 @@ SavedState savedStateOf(const nn::Module& module);
 SavedState savedStateOf(optim::Optimizer& optimizer);
 SavedState savedStateOf(amp::GradScaler& scaler);
 SavedState savedStateOf(optim::LRScheduler& scheduler);
+SavedState savedStateOf(Generator& generator); // declared with Generator (jit/Tensor.h)
 
 /// Writes `parts` to `path` through a temporary file renamed into place, so a
 /// failed save never leaves a half-written file where a good one was. `who`

@@ -1,6 +1,7 @@
 // jit::Tensor's methods, creation functions, generators and printing.
 
 #include "Dispatch.h"
+#include "StateFile.h"
 #include "trace/TraceSession.h"
 
 #include "jit/Autograd.h"
@@ -204,6 +205,32 @@ void Generator::set_rng_state(const Tensor& state) {
   // traced call's masks and the generator holding a symbolic tensor.
   Tensor target = rng_state();
   target.copy_(state);
+}
+
+detail::SavedState detail::savedStateOf(Generator& generator) {
+  // The host engine's state as the numbers of its standard text form.
+  std::ostringstream text;
+  text << generator.engine_;
+  std::istringstream numbers(text.str());
+  std::vector<int64_t> words;
+  for (uint64_t word; numbers >> word;)
+    words.push_back(int64_t(word));
+  Tensor engine = tensor(std::span<const int64_t>(words), {int64_t(words.size())});
+  Tensor seed = tensor(std::vector<int64_t>{int64_t(generator.seed_)}, {});
+  return {.kind = "Generator",
+          .noun = "generator",
+          .tensors = {{"rng_state", generator.rng_state()}, {"engine", engine}, {"seed", seed}},
+          .settings = {},
+          .restore = [&generator, engine, seed] {
+            // data_ptr, not to_vector: the words use all 64 bits.
+            std::ostringstream restored;
+            const int64_t* loaded = engine.data_ptr<int64_t>();
+            for (int64_t i = 0; i < engine.numel(); ++i)
+              restored << uint64_t(loaded[i]) << ' ';
+            std::istringstream in(restored.str());
+            in >> generator.engine_;
+            generator.seed_ = uint64_t(*seed.data_ptr<int64_t>());
+          }};
 }
 
 Generator& default_generator() {

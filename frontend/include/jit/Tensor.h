@@ -140,6 +140,11 @@ std::string to_string(const Tensor& tensor);
 /// and dropout reads and advances `rng_state()`, the `[seed, offset]` i64[2]
 /// tensor of the runtime's counter-based stream (the same mask on CPU and
 /// CUDA, and a state tensor a traced step can carry).
+namespace detail {
+struct SavedState;
+SavedState savedStateOf(Generator& generator);
+} // namespace detail
+
 class Generator {
 public:
   explicit Generator(uint64_t seed = 0);
@@ -156,6 +161,7 @@ public:
   void set_rng_state(const Tensor& state);
 
 private:
+  friend detail::SavedState detail::savedStateOf(Generator& generator);
   uint64_t seed_;
   std::mt19937_64 engine_;
   /// Made on first use, so that constructing a Generator (even a global one)

@@ -5,14 +5,14 @@
 //
 //   jit::Checkpoint checkpoint;
 //   checkpoint.add("model", model).add("optimizer", opt).add("scaler", scaler)
-//             .add("scheduler", schedule).add("epoch", epoch);
+//             .add("scheduler", schedule).add("rng", generator).add("epoch", epoch);
 //   checkpoint.save("run.ampjit");      // after an epoch
 //   ...
 //   checkpoint.load("run.ampjit");      // in a new process, before training on
 //
 // Each part is what that object's own save() writes: a module's state_dict,
 // an optimizer's lr, step counts and buffers, the scaler's scale and
-// counters, a schedule's epoch, plus their settings. A load checks the whole
+// counters, a schedule's epoch, a generator's states, plus their settings. A load checks the whole
 // file (checksum, then every added part: same class, same settings, every
 // entry by name, dtype and shape) before anything changes, and then writes the
 // state in place, so steps traced before the load continue from the file
@@ -56,6 +56,9 @@ public:
   Checkpoint& add(std::string name, optim::Optimizer& optimizer);
   Checkpoint& add(std::string name, amp::GradScaler& scaler);
   Checkpoint& add(std::string name, optim::LRScheduler& scheduler);
+  /// A random generator: dropout's [seed, offset] and the host engine that
+  /// rand/randn draw from, so a resumed run draws what the unbroken one would.
+  Checkpoint& add(std::string name, Generator& generator);
   /// A counter of the training loop (epoch, global step), restored by load().
   Checkpoint& add(std::string name, int64_t& counter);
 

@@ -33,19 +33,19 @@ fs::path scratchDir(const std::string& name) {
 }
 
 /// A mixed-precision run whose every piece of state matters for the next
-/// step: Adam's moments and step counts, a GradScaler that starts far too
+/// step: dropout's generator, Adam's moments and step counts, a GradScaler that starts far too
 /// high (f16 gradients overflow, steps are skipped, the scale backs off and
 /// grows again every 2 clean steps), a StepLR halving the lr every 2 steps.
 struct TrainingRun {
   explicit TrainingRun(uint64_t seed, int64_t hidden = kHidden, std::pair<double, double> betas = {0.9, 0.999})
-      : generator(seed),
+      : generator(seed), dropoutGenerator(seed + 100),
         model(nn::Linear(kIn, hidden, true, {.generator = &generator}), nn::ReLU(),
-              nn::Linear(hidden, kClasses, true, {.generator = &generator})),
+              nn::Dropout(0.25, &dropoutGenerator), nn::Linear(hidden, kClasses, true, {.generator = &generator})),
         opt(model.parameters(), {.lr = 1e-2, .betas = betas}),
         scaler({.init_scale = 1048576.0, .growth_interval = 2}),
         schedule(opt, 2, 0.5) {
-    checkpoint.add("model", model).add("optimizer", opt).add("scaler", scaler).add("scheduler", schedule).add(
-        "steps", stepsDone);
+    checkpoint.add("model", model).add("optimizer", opt).add("scaler", scaler).add("scheduler", schedule);
+    checkpoint.add("dropout", dropoutGenerator).add("steps", stepsDone);
   }
 
   Tensor step(const Tensor& x, const Tensor& y) { return scaledTrainStep(model, opt, scaler, x, y); }
@@ -57,12 +57,13 @@ struct TrainingRun {
       out.push_back(tensor.to_vector());
     for (const auto& [name, tensor] : opt.state_dict())
       out.push_back(tensor.to_vector());
+    out.push_back(dropoutGenerator.rng_state().to_vector());
     out.push_back({scaler.get_scale(), double(scaler.growth_tracker()), double(scaler.skipped_steps()),
                    double(schedule.last_epoch()), schedule.get_last_lr(), double(stepsDone)});
     return out;
   }
 
-  Generator generator;
+  Generator generator, dropoutGenerator;
   nn::Sequential model;
   optim::Adam opt;
   amp::GradScaler scaler;
@@ -202,7 +203,8 @@ TEST(Checkpoint, BadFilesAreClearErrorsThatChangeNothing) {
   expectError(loadError(savedBy("sgd.ampjit",
                                 [&](Checkpoint& c) {
                                   c.add("model", source.model).add("optimizer", sgd).add("scaler", source.scaler);
-                                  c.add("scheduler", source.schedule).add("steps", source.stepsDone);
+                                  c.add("scheduler", source.schedule).add("dropout", source.dropoutGenerator);
+                                  c.add("steps", source.stepsDone);
                                 })),
               {"sgd.ampjit", "part 'optimizer'", "saved by SGD, not by Adam"});
   expectError(loadError(savedBy("betas.ampjit", [&](Checkpoint& c) { c = std::move(otherBetas.checkpoint); })),
@@ -217,7 +219,7 @@ TEST(Checkpoint, BadFilesAreClearErrorsThatChangeNothing) {
   source.model.save(moduleFile);
   expectError(loadError(moduleFile), {"module.ampjit", "holds one Module's state, not a checkpoint"});
   expectError(errorOf([&] { target.model.load(good); }),
-              {"nn::load", "good.ampjit", "is a checkpoint (parts: model, optimizer, scaler, scheduler, steps)",
+              {"nn::load", "good.ampjit", "is a checkpoint (parts: model, optimizer, scaler, scheduler, dropout, steps)",
                "jit::Checkpoint"});
   expectError(errorOf([&] { target.opt.load(moduleFile); }),
               {"Adam::load", "module.ampjit", "saved by Module, not by Adam"});
@@ -265,6 +267,35 @@ TEST(Checkpoint, AFailedSaveLeavesNoFileBehind) {
   message = errorOf([&] { run.checkpoint.save((dir / "taken").string()); });
   EXPECT_NE(message.find("cannot replace"), std::string::npos) << message;
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1) << "a temporary file was left";
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, AGeneratorResumesItsHostDrawsAndDropoutState) {
+  fs::path dir = scratchDir("generator");
+  std::string path = (dir / "rng.ampjit").string();
+  Generator original(uint64_t(1) << 60); // a seed past 2^53: the file keeps all 64 bits
+  for (int i = 0; i < 5; ++i)
+    original.next_uniform();
+  Tensor masked = dropout(ones({4, 4}, f32), 0.5, true, &original);
+  Checkpoint checkpoint;
+  checkpoint.add("rng", original);
+  checkpoint.save(path);
+  std::vector<double> expectedDraws;
+  for (int i = 0; i < 400; ++i) // past the engine's 312-word block: the whole state matters
+    expectedDraws.push_back(original.next_uniform());
+  std::vector<double> expectedMask = dropout(ones({4, 4}, f32), 0.5, true, &original).to_vector();
+
+  Generator resumed(2);
+  Checkpoint resumedCheckpoint;
+  resumedCheckpoint.add("rng", resumed);
+  resumedCheckpoint.load(path);
+  EXPECT_EQ(resumed.initial_seed(), uint64_t(1) << 60);
+  std::vector<double> draws;
+  for (int i = 0; i < 400; ++i)
+    draws.push_back(resumed.next_uniform());
+  EXPECT_EQ(draws, expectedDraws);
+  EXPECT_EQ(dropout(ones({4, 4}, f32), 0.5, true, &resumed).to_vector(), expectedMask);
+  EXPECT_NE(masked.to_vector(), expectedMask) << "the second mask should differ from the first";
   fs::remove_all(dir);
 }
 
