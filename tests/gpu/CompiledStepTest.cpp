@@ -227,23 +227,7 @@ TEST_F(CompiledStepOnGpu, DropoutDrawsTheCpusMasksAndAdvancesItsGeneratorOnTheDe
   // The generator's [seed, offset] is state the compiled step advances on the
   // device; the masks are a function of it alone, so the device draws the
   // CPU's masks call after call.
-  struct Net {
-    Net() : init(7), dropoutGenerator(11),
-            model(nn::Linear(kIn, kHidden, true, {.generator = &init}), nn::ReLU(),
-                  nn::Dropout(0.5, &dropoutGenerator), nn::Linear(kHidden, kClasses, true, {.generator = &init})),
-            opt(model.parameters(), {.lr = 0.1}) {}
-    Tensor step(const Tensor& x, const Tensor& y) {
-      opt.zero_grad();
-      Tensor loss = cross_entropy(model(x), y);
-      loss.backward();
-      opt.step();
-      return loss;
-    }
-    Generator init, dropoutGenerator;
-    nn::Sequential model;
-    optim::SGD opt;
-  };
-  Net onCpu, onGpu;
+  DropoutClassifier onCpu(kIn, kHidden, kClasses, 11), onGpu(kIn, kHidden, kClasses, 11);
   auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); }, {.backend = Backend::cpu});
   auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); }, {.backend = Backend::cuda});
   Tolerance tolerance = toleranceFor(ampjit::runtime::DType::F32);

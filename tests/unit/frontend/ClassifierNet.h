@@ -44,6 +44,28 @@ struct Classifier {
   amp::GradScaler scaler;
 };
 
+/// A classifier with dropout between its layers and plain SGD: the traced
+/// step must advance the dropout generator's [seed, offset] every call.
+struct DropoutClassifier {
+  DropoutClassifier(int64_t in, int64_t hidden, int64_t classes, uint64_t dropoutSeed)
+      : init(7), dropoutGenerator(dropoutSeed),
+        model(nn::Linear(in, hidden, true, {.generator = &init}), nn::ReLU(), nn::Dropout(0.5, &dropoutGenerator),
+              nn::Linear(hidden, classes, true, {.generator = &init})),
+        opt(model.parameters(), {.lr = 0.1}) {}
+
+  Tensor step(const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(model(x), y);
+    loss.backward();
+    opt.step();
+    return loss;
+  }
+
+  Generator init, dropoutGenerator;
+  nn::Sequential model;
+  optim::SGD opt;
+};
+
 inline std::pair<Tensor, Tensor> batch(int64_t size, int64_t in, int64_t classes, uint64_t seed) {
   Generator generator(seed);
   Tensor x = rand({size, in}, f32, &generator);

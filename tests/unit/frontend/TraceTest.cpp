@@ -262,24 +262,7 @@ TEST(Trace, DropoutDrawsNewMasksOnEveryCallAsEagerDoes) {
   // The generator's [seed, offset] is state the step captures and advances:
   // each call draws the masks eager execution would draw, and the generator
   // stays readable and reseedable between calls.
-  struct Net {
-    explicit Net(uint64_t seed)
-        : init(7), dropoutGenerator(seed),
-          model(nn::Linear(6, 16, true, {.generator = &init}), nn::ReLU(), nn::Dropout(0.5, &dropoutGenerator),
-                nn::Linear(16, 3, true, {.generator = &init})),
-          opt(model.parameters(), {.lr = 0.1}) {}
-    Tensor step(const Tensor& x, const Tensor& y) {
-      opt.zero_grad();
-      Tensor loss = cross_entropy(model(x), y);
-      loss.backward();
-      opt.step();
-      return loss;
-    }
-    Generator init, dropoutGenerator;
-    nn::Sequential model;
-    optim::SGD opt;
-  };
-  Net eager(11), traced(11);
+  DropoutClassifier eager(6, 16, 3, 11), traced(6, 16, 3, 11);
   auto step = trace([&](const Tensor& x, const Tensor& y) { return traced.step(x, y); }, {.backend = Backend::cpu});
   std::vector<double> tracedLosses, eagerLosses;
   for (uint64_t i = 0; i < 4; ++i) {
