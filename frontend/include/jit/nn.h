@@ -40,16 +40,28 @@
 #include <utility>
 #include <vector>
 
+namespace jit {
+namespace nn {
+class Module;
+}
+namespace detail {
+/// Inside jit::trace, records that the step's behaviour depends on this
+/// module's training flag (a guard); nothing outside a trace.
+void noteTrainingModeRead(const std::shared_ptr<const bool>& flag, const nn::Module& module);
+} // namespace detail
+} // namespace jit
+
 namespace jit::nn {
 
 class Module {
 public:
   Module() = default;
   virtual ~Module() = default;
+  // Copying shares the state (parameters, buffers, children, the training
+  // flag), as a Python reference would. There is no separate move: a
+  // moved-from module keeps sharing it too, so it stays usable.
   Module(const Module&) = default;
-  Module(Module&&) = default;
   Module& operator=(const Module&) = default;
-  Module& operator=(Module&&) = default;
 
   /// The computation. Modules that take other arguments define their own
   /// call operator; this one is what Sequential chains.
@@ -72,7 +84,10 @@ public:
   /// Training mode (Dropout drops only in it), set recursively; on by default.
   Module& train(bool on = true);
   Module& eval() { return train(false); }
-  bool is_training() const { return training_; }
+  /// Whether the module is in training mode. Reading it inside jit::trace
+  /// makes the mode a guard of the traced step: after train()/eval() flips
+  /// it, the next call retraces (or reuses the variant traced in that mode).
+  bool is_training() const;
 
   /// Drops (or zero-fills) every parameter's gradient.
   void zero_grad(bool set_to_none = true);
@@ -126,7 +141,9 @@ private:
   std::vector<NamedTensor> parameters_;
   std::vector<NamedTensor> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
-  bool training_ = true;
+  /// Shared, like the rest of a module's state, so a traced step's guard can
+  /// hold it beyond the module's lifetime.
+  std::shared_ptr<bool> training_ = std::make_shared<bool>(true);
 };
 
 /// How a module makes its parameters.

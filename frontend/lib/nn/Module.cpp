@@ -93,8 +93,13 @@ std::vector<Tensor> Module::parameters() const {
   return out;
 }
 
+bool Module::is_training() const {
+  detail::noteTrainingModeRead(training_, *this);
+  return *training_;
+}
+
 Module& Module::train(bool on) {
-  training_ = on;
+  *training_ = on;
   for (auto& child : children_)
     child.second->train(on);
   return *this;

@@ -190,6 +190,10 @@ private:
       if (leaf->grad.defined())
         return "a parameter " + describe(leaf->type) +
                " now has a gradient to accumulate into (the step was traced without one)";
+    for (const auto& mode : variant.bindings.trainingModes)
+      if (*mode.flag != mode.training)
+        return "a " + mode.module + " the step reads was in " + (mode.training ? "training" : "eval") +
+               " mode, now in " + (*mode.flag ? "training" : "eval") + " mode (train()/eval())";
     return {};
   }
 

@@ -2,8 +2,14 @@
 
 #include "TraceSession.h"
 
+#include "jit/nn.h"
+
+#include <cxxabi.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <typeinfo>
 
 namespace jit::detail {
 
@@ -191,6 +197,13 @@ int64_t TraceSession::capture(const std::shared_ptr<TensorImpl>& impl) {
   return value;
 }
 
+void TraceSession::noteTrainingMode(const std::shared_ptr<const bool>& flag, std::string module) {
+  for (const auto& mode : trainingModes_)
+    if (mode.flag == flag)
+      return;
+  trainingModes_.push_back({flag, *flag, std::move(module)});
+}
+
 void TraceSession::noteGradientReset(const std::shared_ptr<TensorImpl>& leaf) {
   snapshotGradient(leaf);
   bool captured = std::any_of(captures_.begin(), captures_.end(),
@@ -285,6 +298,7 @@ std::pair<TraceGraph, TraceBindings> TraceSession::finish(std::span<const Tensor
   }
 
   TraceBindings bindings;
+  bindings.trainingModes = trainingModes_;
   // Each captured piece of state's final value; gradients follow their leaf.
   std::map<const TensorImpl*, int64_t> finalValue;
   for (const Capture& capture : captures_)
@@ -366,6 +380,18 @@ std::pair<TraceGraph, TraceBindings> TraceSession::finish(std::span<const Tensor
   graph.valueTypes = valueTypes_;
   graph.ops = ops_;
   return {std::move(graph), std::move(bindings)};
+}
+
+void noteTrainingModeRead(const std::shared_ptr<const bool>& flag, const nn::Module& module) {
+  TraceSession* session = TraceSession::current();
+  if (!session || !session->active())
+    return;
+  const char* mangled = typeid(module).name();
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string name = status == 0 && demangled ? demangled : mangled;
+  std::free(demangled);
+  session->noteTrainingMode(flag, std::move(name));
 }
 
 } // namespace jit::detail

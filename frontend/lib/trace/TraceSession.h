@@ -93,6 +93,14 @@ struct TraceBindings {
   /// Leaves whose .grad must still be undefined on the next call (the step
   /// would accumulate into it otherwise).
   std::vector<std::shared_ptr<TensorImpl>> undefinedGradients;
+  /// Training flags of the modules whose forward read it (Dropout,
+  /// BatchNorm2d): a guard, each must have the value it had in the trace.
+  struct TrainingMode {
+    std::shared_ptr<const bool> flag;
+    bool training;
+    std::string module; ///< its class, for the retrace reason
+  };
+  std::vector<TrainingMode> trainingModes;
 };
 
 class TraceSession final : public OpHandler, public std::enable_shared_from_this<TraceSession> {
@@ -119,6 +127,7 @@ public:
   /// Tensor::zero_grad on `leaf` while recording: its gradient so far does
   /// not flow into the step.
   void noteGradientReset(const std::shared_ptr<TensorImpl>& leaf);
+  void noteTrainingMode(const std::shared_ptr<const bool>& flag, std::string module);
 
   bool active() const { return active_; }
   /// "jit.add at train.cpp:42" for the op that produced value `value`.
@@ -162,6 +171,7 @@ private:
   std::vector<std::pair<std::shared_ptr<TensorImpl>, Tensor>> gradientSnapshots_;
   /// Leaves zero_grad reset before the step read their gradient.
   std::vector<std::shared_ptr<TensorImpl>> resetBeforeCapture_;
+  std::vector<TraceBindings::TrainingMode> trainingModes_;
   std::optional<amp::autocast> autocastOff_;
 };
 

@@ -281,6 +281,28 @@ TEST(Trace, DropoutDrawsNewMasksOnEveryCallAsEagerDoes) {
   EXPECT_EQ(step.stats().traces, 1u);
 }
 
+TEST(Trace, TrainAndEvalAreGuardsOfTheModulesThatReadThem) {
+  // Dropout reads its module's training flag, so the flag is a guard: eval()
+  // retraces once, and train() goes back to the first variant. Each call
+  // equals eager execution in the same mode.
+  DropoutClassifier eager(6, 16, 3, 11), traced(6, 16, 3, 11);
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return traced.step(x, y); }, {.backend = Backend::cpu});
+  auto [x, y] = batch(5, 6, 3, 41);
+  std::vector<double> tracedLosses, eagerLosses;
+  for (bool training : {true, false, true, false}) {
+    traced.model.train(training);
+    eager.model.train(training);
+    tracedLosses.push_back(step(x, y).item());
+    eagerLosses.push_back(eager.step(x, y).item());
+  }
+  EXPECT_EQ(tracedLosses, eagerLosses);
+  EXPECT_EQ(traced.dropoutGenerator.rng_state().to_vector(), eager.dropoutGenerator.rng_state().to_vector());
+  EXPECT_EQ(step.stats().traces, 2u);
+  ASSERT_EQ(step.stats().retrace_reasons.size(), 1u);
+  EXPECT_EQ(step.stats().retrace_reasons[0],
+            "a jit::nn::Dropout the step reads was in training mode, now in eval mode (train()/eval())");
+}
+
 TEST(Trace, O2ReDerivesItsParameterCopiesWhenTheUserWritesAParameter) {
   Classifier net SMALL_NET();
   auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); },
