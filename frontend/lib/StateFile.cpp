@@ -303,14 +303,6 @@ void matchPart(const FilePart& part, const SavedState& state, const std::string&
                   " is missing from the file");
 }
 
-/// Saving reads values and loading writes them: inside a traced step neither
-/// has values to read, and a load would be compiled in as constants.
-void refuseWhileTracing(const std::string& who) {
-  if (TraceSession* session = TraceSession::current(); session && session->active())
-    throw Error(who + " inside the traced step '" + session->name() +
-                "': save and load between calls of the step, not in it");
-}
-
 } // namespace
 
 void writeLoaded(const std::vector<std::pair<Tensor, Tensor>>& updates) {
@@ -359,7 +351,9 @@ Tensor tensorFromBytes(const uint8_t* bytes, DType storage, const Shape& shape, 
 }
 
 void writeStateFile(const std::string& path, const std::vector<StatePart>& parts, const std::string& who) {
-  refuseWhileTracing(who);
+  // Saving reads values and loading writes them: inside a step neither has
+  // values to read, and a load would be compiled in as constants.
+  refuseInsideTrace(who, "save and load between calls of the step, not in it");
   Writer w;
   w.putBytes(kMagic, sizeof kMagic);
   w.put<uint32_t>(kFormatVersion);
@@ -409,7 +403,9 @@ void writeStateFile(const std::string& path, const std::vector<StatePart>& parts
 }
 
 void readStateFile(const std::string& path, const std::vector<StatePart>& parts, const std::string& who) {
-  refuseWhileTracing(who);
+  // Saving reads values and loading writes them: inside a step neither has
+  // values to read, and a load would be compiled in as constants.
+  refuseInsideTrace(who, "save and load between calls of the step, not in it");
   std::vector<uint8_t> bytes = readFileBytes(path, who);
   std::string where = who + ": " + inQuotes(path);
   std::vector<FilePart> file = parse(bytes, where);

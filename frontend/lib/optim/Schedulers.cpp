@@ -3,6 +3,7 @@
 #include "jit/optim.h"
 
 #include "StateFile.h"
+#include "trace/TraceSession.h"
 
 #include <cmath>
 #include <numbers>
@@ -17,6 +18,9 @@ void LRScheduler::initialize() {
 }
 
 void LRScheduler::step() {
+  detail::refuseInsideTrace(std::string(name()) + "::step()",
+                            "its epoch is a host counter the trace would advance once; step the schedule between "
+                            "calls of the step (the lr tensor it writes is state the step reads)");
   ++epoch_;
   lastLr_ = lrAt(epoch_);
   optimizer_.set_lr(lastLr_);

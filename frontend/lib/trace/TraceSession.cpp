@@ -394,4 +394,9 @@ void noteTrainingModeRead(const std::shared_ptr<const bool>& flag, const nn::Mod
   session->noteTrainingMode(flag, std::move(name));
 }
 
+void refuseInsideTrace(const std::string& what, const std::string& advice) {
+  if (TraceSession* session = TraceSession::current(); session && session->active())
+    throw Error(what + " inside the traced step '" + session->name() + "': " + advice);
+}
+
 } // namespace jit::detail

@@ -175,6 +175,12 @@ private:
   std::optional<amp::autocast> autocastOff_;
 };
 
+/// For host-side work a trace would run once and bake in (drawing random
+/// numbers on the host, a schedule's epoch counter, reading or writing a
+/// state file): inside an active trace, a jit::Error "<what> inside the
+/// traced step '<name>': <advice>".
+void refuseInsideTrace(const std::string& what, const std::string& advice);
+
 } // namespace jit::detail
 
 #endif // AMPJIT_FRONTEND_TRACE_TRACESESSION_H

@@ -303,6 +303,32 @@ TEST(Trace, TrainAndEvalAreGuardsOfTheModulesThatReadThem) {
             "a jit::nn::Dropout the step reads was in training mode, now in eval mode (train()/eval())");
 }
 
+TEST(Trace, HostWorkATraceWouldFreezeIsAnErrorInsideTheStep) {
+  // Random numbers drawn on the host and a schedule's epoch counter would
+  // run once, at trace time, and every call would replay their result.
+  Classifier net(kIn, kHidden, kClasses, 3);
+  optim::StepLR schedule(net.opt, 2);
+  auto [x, y] = batch(kBatch, kIn, kClasses, 5);
+  auto noisy = trace([&](const Tensor& a, const Tensor& b) { return net.step(a + randn(a.shape()), b); },
+                     {.backend = Backend::cpu, .name = "noisy_step"});
+  std::string message = errorOf([&] { noisy(x, y); });
+  EXPECT_NE(message.find("jit::randn inside the traced step 'noisy_step'"), std::string::npos) << message;
+  EXPECT_NE(message.find("pass them as an input"), std::string::npos) << message;
+  auto scheduled = trace(
+      [&](const Tensor& a, const Tensor& b) {
+        Tensor loss = net.step(a, b);
+        schedule.step();
+        return loss;
+      },
+      {.backend = Backend::cpu, .name = "scheduled_step"});
+  message = errorOf([&] { scheduled(x, y); });
+  EXPECT_NE(message.find("StepLR::step() inside the traced step 'scheduled_step'"), std::string::npos) << message;
+  EXPECT_EQ(schedule.last_epoch(), 0);
+  // The step itself is fine: traced without them, it runs.
+  auto plain = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); }, {.backend = Backend::cpu});
+  EXPECT_TRUE(std::isfinite(plain(x, y).item()));
+}
+
 TEST(Trace, O2ReDerivesItsParameterCopiesWhenTheUserWritesAParameter) {
   Classifier net SMALL_NET();
   auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); },
