@@ -190,6 +190,11 @@ private:
       if (leaf->grad.defined())
         return "a parameter " + describe(leaf->type) +
                " now has a gradient to accumulate into (the step was traced without one)";
+    for (size_t i = 0; i < variant.bindings.state.size(); ++i)
+      if (variant.bindings.state[i]->requiresGrad != variant.bindings.stateRequiresGrad[i])
+        return "a tensor " + describe(variant.bindings.state[i]->type) + " the step reads " +
+               (variant.bindings.stateRequiresGrad[i] ? "required grad, now does not (frozen)"
+                                                      : "did not require grad, now does");
     for (const auto& mode : variant.bindings.trainingModes)
       if (*mode.flag != mode.training)
         return "a " + mode.module + " the step reads was in " + (mode.training ? "training" : "eval") +

@@ -353,6 +353,7 @@ std::pair<TraceGraph, TraceBindings> TraceSession::finish(std::span<const Tensor
   for (const Capture* capture : ordered) {
     graph.arguments.push_back({capture->argumentValue, capture->role});
     bindings.state.push_back(capture->impl);
+    bindings.stateRequiresGrad.push_back(capture->impl->requiresGrad);
   }
 
   for (int64_t value : outputValues)

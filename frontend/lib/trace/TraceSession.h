@@ -73,6 +73,10 @@ struct TraceBindings {
   /// For argument i >= inputCount: the captured tensor.
   size_t inputCount = 0;
   std::vector<std::shared_ptr<TensorImpl>> state;
+  /// Whether each captured tensor required grad: a guard, since it decides
+  /// which gradients the step computes and which parameters it updates
+  /// (freezing a layer between calls must retrace).
+  std::vector<bool> stateRequiresGrad;
   size_t outputCount = 0;
   /// Results after the outputs and the tied updates: gradients the step
   /// leaves for later (accumulation), set as the leaf's .grad after a run.

@@ -329,6 +329,108 @@ TEST(Trace, HostWorkATraceWouldFreezeIsAnErrorInsideTheStep) {
   EXPECT_TRUE(std::isfinite(plain(x, y).item()));
 }
 
+TEST(Trace, FreezingOrUnfreezingAParameterRetraces) {
+  // requires_grad decides which gradients the step computes and what the
+  // optimizer updates: fine-tuning that freezes a layer between calls must
+  // not keep training it.
+  Classifier eager(8, 8, 3, 3), traced(8, 8, 3, 3);
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return traced.step(x, y); }, {.backend = Backend::cpu});
+  for (uint64_t i = 0; i < 6; ++i) {
+    if (i == 2 || i == 4) { // freeze the first layer's weight, then unfreeze it
+      eager.model.parameters()[0].requires_grad_(i == 4);
+      traced.model.parameters()[0].requires_grad_(i == 4);
+    }
+    auto [x, y] = batch(4, 8, 3, 80 + i);
+    EXPECT_EQ(step(x, y).item(), eager.step(x, y).item()) << "call " << i;
+  }
+  for (size_t i = 0; i < eager.model.parameters().size(); ++i)
+    EXPECT_EQ(traced.model.parameters()[i].to_vector(), eager.model.parameters()[i].to_vector()) << i;
+  EXPECT_EQ(step.stats().traces, 2u);
+  ASSERT_EQ(step.stats().retrace_reasons.size(), 1u);
+  EXPECT_EQ(step.stats().retrace_reasons[0], "a tensor f32[8x8] the step reads required grad, now does not (frozen)");
+}
+
+TEST(Trace, UnscaleClipAndTwoOptimizersThroughOneScalerMatchEagerBitwise) {
+  // PyTorch's pattern: unscale_ one optimizer's gradients to clip them, then
+  // step both through the scaler, with an initial scale that overflows. The
+  // AMP pass hands optimizers and the finiteness check backward's f16
+  // gradients as they are, but not amp.unscale_and_check, which yields its
+  // results in its operands' types: given f16 it failed to compile against
+  // its traced f32 results, and would have rounded the unscaled gradients
+  // to f16 where eager unscales the f32 gradients of f32 parameters.
+  struct Net {
+    explicit Net(bool clip)
+        : clip(clip), g(3), a(nn::Linear(8, 8, true, {.generator = &g})), b(nn::Linear(8, 3, true, {.generator = &g})),
+          optA(a.parameters(), {.lr = 0.1, .momentum = 0.9}), optB(b.parameters(), {.lr = 1e-2}),
+          scaler({.init_scale = 1e6}) {}
+    Tensor step(const Tensor& x, const Tensor& y) {
+      optA.zero_grad();
+      optB.zero_grad();
+      Tensor loss = cross_entropy(b(relu(a(x))), y);
+      scaler.scale(loss).backward();
+      scaler.unscale_(optA);
+      if (clip)
+        clip_grad_norm_(a.parameters(), 0.05);
+      scaler.step(optA);
+      scaler.step(optB);
+      scaler.update();
+      return loss;
+    }
+    bool clip;
+    Generator g;
+    nn::Linear a, b;
+    optim::SGD optA;
+    optim::Adam optB;
+    amp::GradScaler scaler;
+  };
+  std::vector<std::vector<double>> lossesPerCase;
+  for (bool clip : {false, true}) {
+    SCOPED_TRACE(clip ? "with clipping" : "without clipping");
+    Net eager(clip), traced(clip);
+    auto step = trace([&](const Tensor& x, const Tensor& y) { return traced.step(x, y); },
+                      {.amp = {.level = amp::O1, .dtype = f16},
+                       .semantics = amp::Semantics::autocast,
+                       .backend = Backend::cpu});
+    std::vector<double> tracedLosses, eagerLosses;
+    for (uint64_t i = 0; i < 6; ++i) {
+      auto [x, y] = batch(4, 8, 3, 70 + i);
+      amp::autocast scope({.dtype = f16});
+      tracedLosses.push_back(step(x, y).item());
+      eagerLosses.push_back(eager.step(x, y).item());
+    }
+    EXPECT_EQ(traced.scaler.get_scale(), eager.scaler.get_scale());
+    EXPECT_EQ(traced.scaler.skipped_steps(), eager.scaler.skipped_steps());
+    EXPECT_GT(eager.scaler.skipped_steps(), 0);
+    std::vector<std::vector<double>> tracedState, eagerState;
+    for (Net* net : {&traced, &eager})
+      for (nn::Linear* layer : {&net->a, &net->b})
+        for (const Tensor& parameter : layer->parameters())
+          (net == &traced ? tracedState : eagerState).push_back(parameter.to_vector());
+    EXPECT_EQ(tracedLosses, eagerLosses);
+    EXPECT_EQ(tracedState, eagerState);
+    lossesPerCase.push_back(tracedLosses);
+  }
+  EXPECT_NE(lossesPerCase[0], lossesPerCase[1]) << "the clipping should have changed some step";
+}
+
+TEST(Trace, AWeightUsedTwiceMatchesEagerBitwise) {
+  Generator g(4);
+  Tensor w = randn({6, 6}, f32, &g).requires_grad_(true), control = w.detach().requires_grad_(true);
+  optim::SGD opt({w}, {.lr = 0.1}), controlOpt({control}, {.lr = 0.1});
+  auto body = [](Tensor& p, optim::SGD& o, const Tensor& x) {
+    o.zero_grad();
+    Tensor loss = sum(matmul(matmul(x, p), p));
+    loss.backward();
+    o.step();
+    return loss;
+  };
+  auto step = trace([&](const Tensor& x) { return body(w, opt, x); }, {.backend = Backend::cpu});
+  Tensor x = randn({3, 6}, f32, &g);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(step(x).item(), body(control, controlOpt, x).item()) << "call " << i;
+  EXPECT_EQ(w.to_vector(), control.to_vector());
+}
+
 TEST(Trace, O2ReDerivesItsParameterCopiesWhenTheUserWritesAParameter) {
   Classifier net SMALL_NET();
   auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); },

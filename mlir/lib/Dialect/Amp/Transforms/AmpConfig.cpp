@@ -225,8 +225,11 @@ SmallVector<unsigned> anyPrecisionOperandIndices(Operation *op) {
         indices.append(indicesOf(update.getParamCopyMutable()));
         return indices;
       })
-      .Case<AllFiniteOp, UnscaleAndCheckOp>(
-          [&](auto check) { return indicesOf(check.getGradsMutable()); })
+      // Not amp.unscale_and_check: it yields each gradient in that gradient's
+      // type, so reading backward's f16 would round the unscaled gradients
+      // to f16, where eager unscales the f32 gradient of an f32 parameter
+      // (and small unscaled values underflow in f16: what scaling is for).
+      .Case<AllFiniteOp>([&](AllFiniteOp check) { return indicesOf(check.getGradsMutable()); })
       .Case<BatchNormOp, BatchNormInferenceOp>([&](auto norm) {
         // Parameters and running statistics are fp32 by the op's definition
         // (f64 with f64 data): they never take the activations' precision.

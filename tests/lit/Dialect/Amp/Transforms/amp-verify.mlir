@@ -13,8 +13,10 @@
 // O3-NOT: error: '{{[a-z_.]+}}' op {{.*}} is deny
 
 // A correctly rewritten O1 step passes: the matmul in f16, softmax (deny) and
-// the loss in fp32, sum in bf16 (infer for bf16), the scaler's checks on f16
-// gradients, which the fp32 update reads as they are; one cast per (value, type).
+// the loss in fp32, sum in bf16 (infer for bf16), the finiteness check on the
+// f16 gradient, which the fp32 update reads as it is; unscaling on its fp32
+// cast (amp.unscale_and_check yields its operand's type); one cast per
+// (value, type).
 // CHECK-LABEL: func.func @valid_step
 func.func @valid_step(%x: tensor<4x8xf32> {jit.role = "input"},
                       %w: tensor<8x8xf32> {jit.role = "param"},
@@ -35,10 +37,11 @@ func.func @valid_step(%x: tensor<4x8xf32> {jit.role = "input"},
   %ok = amp.all_finite %dw : tensor<8x8xf16>
   %one = jit.constant dense<1.0> : tensor<f32>
   %inv = jit.div %one, %scale : (tensor<f32>, tensor<f32>) -> tensor<f32>
-  %dw_unscaled, %ok2 = amp.unscale_and_check %inv, %dw
-      : (tensor<f32>, tensor<8x8xf16>) -> (tensor<8x8xf16>, tensor<i1>)
+  %dwf = amp.cast %dw : tensor<8x8xf16> to tensor<8x8xf32>
+  %dw_unscaled, %ok2 = amp.unscale_and_check %inv, %dwf
+      : (tensor<f32>, tensor<8x8xf32>) -> (tensor<8x8xf32>, tensor<i1>)
   %w1 = jit.sgd_update %w, %dw_unscaled lr %lr predicate %ok
-      : (tensor<8x8xf32>, tensor<8x8xf16>, tensor<f32>, tensor<i1>) -> tensor<8x8xf32>
+      : (tensor<8x8xf32>, tensor<8x8xf32>, tensor<f32>, tensor<i1>) -> tensor<8x8xf32>
   return %scaled, %w1, %s : tensor<f32>, tensor<8x8xf32>, tensor<8xbf16>
 }
 
@@ -108,6 +111,16 @@ func.func @optimizer_in_f16(%w: tensor<8xf16>, %g: tensor<8xf16>, %lr: tensor<f3
   // expected-error @below {{'jit.sgd_update' op computes in 'f16', but policy 'default'}}
   %w1 = jit.sgd_update %w, %g lr %lr : (tensor<8xf16>, tensor<8xf16>, tensor<f32>) -> tensor<8xf16>
   return %w1 : tensor<8xf16>
+}
+
+// -----
+
+// Unscaling an f16 gradient rounds the unscaled values to f16 (and small ones
+// underflow): unscale_and_check is scaler arithmetic, fp32 at every level.
+func.func @unscale_in_f16(%inv: tensor<f32>, %g: tensor<8xf16>) -> tensor<8xf16> {
+  // expected-error @below {{'amp.unscale_and_check' op computes in 'f16', but policy 'default'}}
+  %u, %ok = amp.unscale_and_check %inv, %g : (tensor<f32>, tensor<8xf16>) -> (tensor<8xf16>, tensor<i1>)
+  return %u : tensor<8xf16>
 }
 
 // -----
