@@ -147,6 +147,7 @@ Tensor TraceSession::input(const Tensor& example) {
   impl->type = example.impl().type;
   impl->session = shared_from_this();
   impl->traceValue = value;
+  inputImpls_.push_back(impl.get());
   return Tensor(std::move(impl));
 }
 
@@ -236,6 +237,11 @@ std::vector<Tensor> TraceSession::run(const OpCall& call) {
 }
 
 void TraceSession::write(TensorImpl& target, const Tensor& value) {
+  for (size_t i = 0; i < inputImpls_.size(); ++i)
+    if (inputImpls_[i] == &target)
+      throw Error("copy_/add_/sub_/mul_ into input #" + std::to_string(i) + " of the traced step '" + name_ +
+                  "': a step's inputs are read-only (the caller's tensor would not change); compute a new "
+                  "tensor instead (x = x * 2)");
   int64_t newValue = valueOf(value);
   if (target.session.get() != this) {
     if (target.session)

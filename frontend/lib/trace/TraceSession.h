@@ -169,6 +169,8 @@ private:
   std::vector<int> uses_;
   std::vector<TracedOp> ops_;
   std::vector<int64_t> inputValues_;
+  /// The symbolic inputs, to refuse in-place writes into them.
+  std::vector<const TensorImpl*> inputImpls_;
   std::vector<Capture> captures_;
   std::vector<std::shared_ptr<TensorImpl>> bound_;
   /// Each touched leaf's .grad before the step, for restoreGradients().

@@ -431,6 +431,42 @@ TEST(Trace, AWeightUsedTwiceMatchesEagerBitwise) {
   EXPECT_EQ(w.to_vector(), control.to_vector());
 }
 
+TEST(Trace, AnInPlaceWriteIntoAnInputIsAnError) {
+  // Eagerly it would change the caller's tensor; a compiled step would not.
+  Classifier net(8, 8, 3, 3);
+  auto step = trace(
+      [&](const Tensor& x, const Tensor& y) {
+        Tensor doubled = x;
+        doubled.mul_(scalar_tensor(2.0, f32));
+        return net.step(doubled, y);
+      },
+      {.backend = Backend::cpu, .name = "doubling_step"});
+  auto [x, y] = batch(4, 8, 3, 80);
+  std::vector<double> before = x.to_vector();
+  std::string message = errorOf([&] { step(x, y); });
+  EXPECT_NE(message.find("into input #0 of the traced step 'doubling_step': a step's inputs are read-only"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(x.to_vector(), before);
+}
+
+TEST(Trace, ReturningAParameterReturnsItsUpdatedValue) {
+  Classifier eager(8, 8, 3, 3), traced(8, 8, 3, 3);
+  auto step = trace(
+      [&](const Tensor& x, const Tensor& y) {
+        traced.step(x, y);
+        return traced.model.parameters()[0];
+      },
+      {.backend = Backend::cpu});
+  for (uint64_t i = 0; i < 2; ++i) {
+    auto [x, y] = batch(4, 8, 3, 80 + i);
+    Tensor returned = step(x, y);
+    eager.step(x, y);
+    EXPECT_EQ(returned.to_vector(), eager.model.parameters()[0].to_vector()) << "call " << i;
+    EXPECT_EQ(returned.to_vector(), traced.model.parameters()[0].to_vector()) << "call " << i;
+  }
+}
+
 TEST(Trace, O2ReDerivesItsParameterCopiesWhenTheUserWritesAParameter) {
   Classifier net SMALL_NET();
   auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); },
