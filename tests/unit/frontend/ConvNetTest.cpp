@@ -75,6 +75,41 @@ TEST(ConvNet, BatchNorm2dTrainsOnBatchStatisticsAndUpdatesRunningOnes) {
   EXPECT_EQ(bn.weight.dtype(), f32);
 }
 
+TEST(ConvNet, ATracedStepFollowsBatchNormIntoEvalModeAndBack) {
+  // BatchNorm2d reads its training flag: eval() retraces onto the running
+  // statistics (which then stay put), train() reuses the first variant.
+  struct Net {
+    Net()
+        : g(5), model(nn::Conv2d(3, 4, {3, 3}, {.padding = {1, 1}}, true, {.generator = &g}), nn::BatchNorm2d(4),
+                      nn::ReLU(), nn::Flatten(), nn::Linear(4 * 6 * 6, 3, true, {.generator = &g})),
+          opt(model.parameters(), {.lr = 0.1, .momentum = 0.9}) {}
+    Tensor step(const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      Tensor loss = cross_entropy(model(x), y);
+      loss.backward();
+      opt.step();
+      return loss;
+    }
+    Generator g;
+    nn::Sequential model;
+    optim::SGD opt;
+  };
+  Net eager, traced;
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return traced.step(x, y); }, {.backend = Backend::cpu});
+  Generator data(9);
+  Tensor x = rand({2, 3, 6, 6}, f32, &data);
+  Tensor y = tensor(std::vector<int64_t>{1, 2}, {2});
+  for (bool training : {true, false, true, false}) {
+    eager.model.train(training);
+    traced.model.train(training);
+    EXPECT_EQ(step(x, y).item(), eager.step(x, y).item()) << (training ? "training" : "eval");
+  }
+  auto tracedState = traced.model.state_dict(), eagerState = eager.model.state_dict();
+  for (size_t i = 0; i < eagerState.size(); ++i)
+    EXPECT_EQ(tracedState[i].second.to_vector(), eagerState[i].second.to_vector()) << eagerState[i].first;
+  EXPECT_EQ(step.stats().traces, 2u);
+}
+
 TEST(ConvNet, ResNetsHaveTorchvisionNamesAndParameterCounts) {
   auto resnet18 = nn::resnet18({.num_classes = 10});
   auto resnet50 = nn::resnet50({.num_classes = 10});
