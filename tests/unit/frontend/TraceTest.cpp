@@ -82,6 +82,39 @@ TEST(Trace, AutocastSemanticsEqualEagerAutocastBitwise) {
   EXPECT_EQ(stateOf(traced), stateOf(eager));
 }
 
+TEST(Trace, AutocastSemanticsEqualEagerForLayerNormGeluAndAdamW) {
+  // Beyond the classifier: LayerNorm (deny), GELU, AdamW with weight decay
+  // and a scaler that starts by overflowing, in f16 and bf16.
+  struct Net {
+    Net()
+        : g(5), model(nn::Linear(8, 16, true, {.generator = &g}), nn::LayerNorm({16}), nn::GELU(),
+                      nn::Linear(16, 3, true, {.generator = &g})),
+          opt(model.parameters(), {.lr = 1e-2, .weight_decay = 0.01}), scaler({.init_scale = 1e5, .growth_interval = 2}) {}
+    Tensor step(const Tensor& x, const Tensor& y) { return scaledTrainStep(model, opt, scaler, x, y); }
+    Generator g;
+    nn::Sequential model;
+    optim::AdamW opt;
+    amp::GradScaler scaler;
+  };
+  for (DType dtype : {f16, bf16}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    Net eager, traced;
+    auto step = trace([&](const Tensor& x, const Tensor& y) { return traced.step(x, y); },
+                      {.amp = {.level = amp::O1, .dtype = dtype},
+                       .semantics = amp::Semantics::autocast,
+                       .backend = Backend::cpu});
+    for (uint64_t i = 0; i < 6; ++i) {
+      auto [x, y] = batch(4, 8, 3, 90 + i);
+      amp::autocast scope({.dtype = dtype});
+      EXPECT_EQ(step(x, y).item(), eager.step(x, y).item()) << "call " << i;
+    }
+    auto tracedState = traced.model.state_dict(), eagerState = eager.model.state_dict();
+    for (size_t i = 0; i < eagerState.size(); ++i)
+      EXPECT_EQ(tracedState[i].second.to_vector(), eagerState[i].second.to_vector()) << eagerState[i].first;
+    EXPECT_EQ(traced.scaler.get_scale(), eager.scaler.get_scale());
+  }
+}
+
 TEST(Trace, PaintSemanticsAgreeWithEagerAutocastWithinTolerance) {
   Classifier eager SMALL_NET(), traced SMALL_NET();
   auto step = trace([&](const Tensor& a, const Tensor& b) { return traced.step(a, b); },
