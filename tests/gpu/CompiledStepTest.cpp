@@ -240,6 +240,46 @@ TEST_F(CompiledStepOnGpu, DropoutDrawsTheCpusMasksAndAdvancesItsGeneratorOnTheDe
   EXPECT_EQ(onGpu.dropoutGenerator.rng_state().to_vector()[1], double(3 * kBatch * kHidden));
 }
 
+TEST_F(CompiledStepOnGpu, UnscaleAndClipBeforeTheScalersStepMatchTheCpu) {
+  // PyTorch's gradient-clipping pattern under AMP: unscale_, clip_grad_norm_,
+  // then the scaler's step, at O1 and O2 with f16.
+  struct Net {
+    Net() : classifier(kIn, kHidden, kClasses, 3, {.init_scale = 4194304.0}) {}
+    Tensor step(const Tensor& x, const Tensor& y) {
+      classifier.opt.zero_grad();
+      Tensor loss = cross_entropy(classifier.model(x), y);
+      classifier.scaler.scale(loss).backward();
+      classifier.scaler.unscale_(classifier.opt);
+      clip_grad_norm_(classifier.model.parameters(), 0.5);
+      classifier.scaler.step(classifier.opt);
+      classifier.scaler.update();
+      return loss;
+    }
+    Classifier classifier;
+  };
+  for (amp::Level level : {amp::O1, amp::O2}) {
+    SCOPED_TRACE(std::string(amp::level_name(level)));
+    Net onCpu, onGpu;
+    amp::Policy policy{.level = level, .dtype = f16};
+    auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); },
+                         {.amp = policy, .backend = Backend::cpu});
+    auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); },
+                         {.amp = policy, .backend = Backend::cuda});
+    Tolerance tolerance = toleranceFor(ampjit::runtime::DType::F16);
+    for (uint64_t i = 0; i < 4; ++i) {
+      auto [x, y] = batch(kBatch, kIn, kClasses, 50 + i);
+      expectClose({gpuStep(x, y).item()}, {cpuStep(x, y).item()}, ampjit::testing::scaled(tolerance, 8.0 * double(i + 1)),
+                  "loss of call " + std::to_string(i));
+    }
+    EXPECT_EQ(onGpu.classifier.scaler.skipped_steps(), onCpu.classifier.scaler.skipped_steps());
+    EXPECT_GT(onCpu.classifier.scaler.skipped_steps(), 0);
+    EXPECT_LT(onCpu.classifier.scaler.skipped_steps(), 4);
+    for (size_t i = 0; i < onCpu.classifier.model.parameters().size(); ++i)
+      expectClose(onGpu.classifier.model.parameters()[i].to_vector(), onCpu.classifier.model.parameters()[i].to_vector(),
+                  ampjit::testing::scaled(tolerance, 64.0), "parameter " + std::to_string(i));
+  }
+}
+
 TEST_F(CompiledStepOnGpu, ACheckpointSavedFromTheDeviceResumesThereBitForBit) {
   std::string path = ::testing::TempDir() + "/ampjit-cuda-checkpoint-" + std::to_string(::getpid()) + ".ampjit";
   TraceOptions options{.amp = {.level = amp::O2, .dtype = f16},
