@@ -12,6 +12,7 @@
 #include "jit/Tensor.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -66,15 +67,22 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 
 namespace optim {
 
-/// The base of every optimizer: one parameter group over `params`.
+/// The base of every optimizer. Parameters come in groups (PyTorch's
+/// param_groups), each with its own lr tensor and option values; an
+/// optimizer over a plain parameter list has one group.
 class Optimizer {
 public:
-  Optimizer(std::vector<Tensor> params, double lr);
+  /// `groups[g]` are group g's parameters, `lrs[g]` its initial lr.
+  Optimizer(std::vector<std::vector<Tensor>> groups, std::vector<double> lrs);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
+  /// Every parameter, group by group.
   const std::vector<Tensor>& parameters() const { return params_; }
+  size_t group_count() const { return lrs_.size(); }
+  /// The group parameter i (an index into parameters()) belongs to.
+  size_t group_of(size_t i) const { return groupOf_.at(i); }
   /// Drops (or zeroes) every parameter's gradient.
   void zero_grad(bool set_to_none = true, std::source_location where = std::source_location::current());
 
@@ -85,51 +93,57 @@ public:
   /// buffers and step counts stay bit-identical). Either may be undefined.
   void step(const Tensor& inv_scale, const Tensor& predicate, std::source_location where = std::source_location::current());
 
-  /// The learning rate, an f32[] state tensor.
-  const Tensor& lr() const { return lr_; }
-  /// Writes the lr tensor (in place: a traced step sees the new value).
+  /// A group's learning rate, an f32[] state tensor.
+  const Tensor& lr(size_t group = 0) const { return lrs_.at(group); }
+  /// Writes every group's lr tensor (in place: a traced step sees the new value).
   void set_lr(double lr);
-  /// The lr given at construction (schedules' base_lr).
-  double initial_lr() const { return initialLr_; }
+  /// Writes one group's lr tensor.
+  void set_lr(size_t group, double lr);
+  /// A group's lr given at construction (schedules' base_lr).
+  double initial_lr(size_t group = 0) const { return initialLrs_.at(group); }
   /// Parameter i's update count (i64[]; PyTorch's state['step']). Kept only
   /// by optimizers whose update reads it (counts_steps()); otherwise 0.
   const Tensor& step_count(size_t i) const { return steps_.at(i); }
 
   /// "SGD", "Adam" or "AdamW".
   virtual const char* name() const = 0;
-  /// The state a checkpoint saves: "lr", then per parameter i (in the order
-  /// given to the constructor) "<i>.step" and its buffers ("<i>.momentum_buffer",
-  /// "<i>.exp_avg", "<i>.exp_avg_sq"). The tensors themselves: writing them
-  /// writes the optimizer's state.
+  /// The state a checkpoint saves: "lr" (with more groups, "lr.1", ... for
+  /// the others), then per parameter i (in parameters() order) "<i>.step" and
+  /// its buffers ("<i>.momentum_buffer", "<i>.exp_avg", "<i>.exp_avg_sq").
+  /// The tensors themselves: writing them writes the optimizer's state.
   std::vector<NamedTensor> state_dict() const;
-  /// The constructor's settings (momentum, betas, eps, ...; lr is state).
-  virtual std::vector<std::pair<std::string, double>> hyperparameters() const = 0;
+  /// The constructor's settings (momentum, betas, eps, ...; lr is state):
+  /// "groups", group 0's under their names, group g's as "group<g>.<name>".
+  std::vector<std::pair<std::string, double>> hyperparameters() const;
   /// Writes state_dict() and the settings to `path` (the state file format;
   /// jit::Checkpoint puts several objects in one file).
   void save(const std::string& path) const;
   /// Reads a file save() wrote into this optimizer's state, in place, so a
   /// traced step that uses it continues from the file. The file must come
   /// from the same class over parameters of the same shapes and dtypes, with
-  /// the same settings (a traced step compiles them in, so a load does not
-  /// change them); it is checked completely before any tensor changes.
+  /// the same groups and settings (a traced step compiles them in, so a load
+  /// does not change them); it is checked completely before any tensor changes.
   void load(const std::string& path);
 
 protected:
   /// Updates parameter i in place with its gradient `grad`.
   virtual void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) = 0;
-  /// Whether step() advances the step counts (state a traced step carries).
-  virtual bool counts_steps() const { return true; }
+  /// Whether step() advances parameter i's step count (state a traced step carries).
+  virtual bool counts_steps(size_t) const { return true; }
+  /// Group g's settings, named as for a single group.
+  virtual std::vector<std::pair<std::string, double>> group_hyperparameters(size_t group) const = 0;
   /// Rebinds state to its updated value (every handle sees it).
   static void assign(Tensor& state, const Tensor& value);
   /// Parameter i's buffers, as state_dict() names them.
   virtual void collect_buffers(size_t i, std::vector<NamedTensor>& out) const = 0;
 
   std::vector<Tensor> params_;
+  std::vector<size_t> groupOf_;
   std::vector<Tensor> steps_;
 
 private:
-  Tensor lr_;
-  double initialLr_;
+  std::vector<Tensor> lrs_;
+  std::vector<double> initialLrs_;
 };
 
 struct SGDOptions {
@@ -140,23 +154,38 @@ struct SGDOptions {
   bool nesterov = false;
   bool maximize = false;
 };
+/// A parameter group: its parameters and the options it sets for itself
+/// (unset ones are the optimizer's), as a PyTorch param_groups entry.
+struct SGDGroup {
+  std::vector<Tensor> params;
+  std::optional<double> lr{};
+  std::optional<double> momentum{};
+  std::optional<double> dampening{};
+  std::optional<double> weight_decay{};
+  std::optional<bool> nesterov{};
+  std::optional<bool> maximize{};
+};
 
 class SGD : public Optimizer {
 public:
   SGD(std::vector<Tensor> params, SGDOptions options);
-  const SGDOptions& options() const { return options_; }
-  /// Parameter i's momentum buffer (undefined when momentum is 0).
+  /// Parameter groups over `defaults`: `SGD({{.params = decay, .weight_decay = 1e-4},
+  /// {.params = biases}}, {.lr = 0.1, .momentum = 0.9})`.
+  SGD(std::vector<SGDGroup> groups, SGDOptions defaults);
+  /// Group `group`'s options (its own where set, else the defaults).
+  const SGDOptions& options(size_t group = 0) const { return groupOptions_.at(group); }
+  /// Parameter i's momentum buffer (undefined when its group's momentum is 0).
   const Tensor& momentum_buffer(size_t i) const { return buffers_.at(i); }
   const char* name() const override { return "SGD"; }
-  std::vector<std::pair<std::string, double>> hyperparameters() const override;
 
 protected:
   void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) override;
-  bool counts_steps() const override;
+  bool counts_steps(size_t i) const override;
+  std::vector<std::pair<std::string, double>> group_hyperparameters(size_t group) const override;
   void collect_buffers(size_t i, std::vector<NamedTensor>& out) const override;
 
 private:
-  SGDOptions options_;
+  std::vector<SGDOptions> groupOptions_;
   std::vector<Tensor> buffers_;
 };
 
@@ -176,28 +205,41 @@ struct AdamWOptions {
   bool maximize = false;
 };
 
+/// A parameter group of Adam or AdamW (see SGDGroup).
+struct AdamGroup {
+  std::vector<Tensor> params;
+  std::optional<double> lr{};
+  std::optional<std::pair<double, double>> betas{};
+  std::optional<double> eps{};
+  std::optional<double> weight_decay{};
+  std::optional<bool> maximize{};
+};
+
 class Adam : public Optimizer {
 public:
   Adam(std::vector<Tensor> params, AdamOptions options);
+  Adam(std::vector<AdamGroup> groups, AdamOptions defaults);
   const Tensor& exp_avg(size_t i) const { return expAvg_.at(i); }
   const Tensor& exp_avg_sq(size_t i) const { return expAvgSq_.at(i); }
-  const char* name() const override { return update_.decoupled_weight_decay ? "AdamW" : "Adam"; }
-  std::vector<std::pair<std::string, double>> hyperparameters() const override;
+  const char* name() const override { return decoupled_ ? "AdamW" : "Adam"; }
 
 protected:
   /// AdamW's constructor: the same state, decoupled weight decay.
-  Adam(std::vector<Tensor> params, const AdamOptions& options, bool decoupled);
+  Adam(std::vector<AdamGroup> groups, const AdamOptions& defaults, bool decoupled);
   void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) override;
+  std::vector<std::pair<std::string, double>> group_hyperparameters(size_t group) const override;
   void collect_buffers(size_t i, std::vector<NamedTensor>& out) const override;
 
 private:
-  AdamUpdateOptions update_;
+  bool decoupled_;
+  std::vector<AdamUpdateOptions> groupUpdates_;
   std::vector<Tensor> expAvg_, expAvgSq_;
 };
 
 class AdamW : public Adam {
 public:
   AdamW(std::vector<Tensor> params, AdamWOptions options);
+  AdamW(std::vector<AdamGroup> groups, AdamWOptions defaults);
 };
 
 // --- learning-rate schedules ---------------------------------------------------
@@ -211,33 +253,37 @@ public:
   virtual ~LRScheduler() = default;
   void step();
   int64_t last_epoch() const { return epoch_; }
-  double get_last_lr() const { return lastLr_; }
+  /// A group's lr at the current epoch (each group follows the schedule
+  /// from its own initial lr, as in PyTorch).
+  double get_last_lr(size_t group = 0) const { return lastLrs_.at(group); }
 
   /// "StepLR", "CosineAnnealingLR", "LinearWarmup".
   virtual const char* name() const = 0;
-  /// base_lr and the schedule's own settings.
+  /// base_lr (with more groups also "base_lr.1", ...) and the schedule's own settings.
   std::vector<std::pair<std::string, double>> hyperparameters() const;
   /// The epoch counter, with the settings. A load sets the epoch and
-  /// get_last_lr(); the lr tensor is the optimizer's state and loads with it.
+  /// get_last_lr(); the lr tensors are the optimizer's state and load with it.
   /// It requires the same schedule and settings.
   void save(const std::string& path) const;
   void load(const std::string& path);
 
 protected:
-  /// Call at the end of a derived constructor: writes the epoch-0 lr.
+  /// Call at the end of a derived constructor: writes the epoch-0 lrs.
   void initialize();
-  virtual double lrAt(int64_t epoch) const = 0;
+  /// The lr at `epoch` of a group whose initial lr is `base_lr`.
+  virtual double lrAt(int64_t epoch, double base_lr) const = 0;
   /// The schedule's own settings (step_size, gamma, ...).
   virtual std::vector<std::pair<std::string, double>> schedule_settings() const = 0;
-  double base_lr() const { return baseLr_; }
 
 private:
   friend detail::SavedState detail::savedStateOf(LRScheduler& scheduler);
+  /// Writes every group's lr for epoch_.
+  void apply();
 
   Optimizer& optimizer_;
-  double baseLr_;
+  std::vector<double> baseLrs_;
   int64_t epoch_ = 0;
-  double lastLr_ = 0.0;
+  std::vector<double> lastLrs_;
 };
 
 /// lr = base_lr * gamma^(epoch / step_size).
@@ -247,7 +293,7 @@ public:
   const char* name() const override { return "StepLR"; }
 
 protected:
-  double lrAt(int64_t epoch) const override;
+  double lrAt(int64_t epoch, double base_lr) const override;
   std::vector<std::pair<std::string, double>> schedule_settings() const override;
 
 private:
@@ -262,7 +308,7 @@ public:
   const char* name() const override { return "CosineAnnealingLR"; }
 
 protected:
-  double lrAt(int64_t epoch) const override;
+  double lrAt(int64_t epoch, double base_lr) const override;
   std::vector<std::pair<std::string, double>> schedule_settings() const override;
 
 private:
@@ -279,7 +325,7 @@ public:
   const char* name() const override { return "LinearWarmup"; }
 
 protected:
-  double lrAt(int64_t epoch) const override;
+  double lrAt(int64_t epoch, double base_lr) const override;
   std::vector<std::pair<std::string, double>> schedule_settings() const override;
 
 private:

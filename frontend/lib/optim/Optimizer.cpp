@@ -85,16 +85,29 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 
 namespace optim {
 
-Optimizer::Optimizer(std::vector<Tensor> params, double lr)
-    : params_(std::move(params)), lr_(scalar_tensor(lr, f32)), initialLr_(lr) {
-  for (const Tensor& param : params_) {
-    if (!param.defined() || !is_floating_point(param.dtype()) || !param.is_leaf())
-      throw Error("optimizer: parameter " + detail::describe(param) +
-                  " must be a floating-point leaf tensor (one that requires_grad_ made)");
-    steps_.push_back(scalar_tensor(0.0, i64));
-    detail::markState(steps_.back(), detail::StateRole::OptState);
+Optimizer::Optimizer(std::vector<std::vector<Tensor>> groups, std::vector<double> lrs) : initialLrs_(lrs) {
+  if (groups.empty())
+    throw Error("optimizer: no parameter groups");
+  for (size_t group = 0; group < groups.size(); ++group) {
+    if (groups[group].empty() && groups.size() > 1)
+      throw Error("optimizer: parameter group " + std::to_string(group) + " has no parameters");
+    for (const Tensor& param : groups[group]) {
+      if (!param.defined() || !is_floating_point(param.dtype()) || !param.is_leaf())
+        throw Error("optimizer: parameter " + detail::describe(param) +
+                    " must be a floating-point leaf tensor (one that requires_grad_ made)");
+      for (size_t i = 0; i < params_.size(); ++i)
+        if (params_[i].is_same(param))
+          throw Error("optimizer: a parameter " + detail::describe(param) + " is in group " +
+                      std::to_string(groupOf_[i]) + " and again in group " + std::to_string(group) +
+                      " (each parameter belongs to one group)");
+      params_.push_back(param);
+      groupOf_.push_back(group);
+      steps_.push_back(scalar_tensor(0.0, i64));
+      detail::markState(steps_.back(), detail::StateRole::OptState);
+    }
+    lrs_.push_back(scalar_tensor(lrs.at(group), f32));
+    detail::markState(lrs_.back(), detail::StateRole::Hyper);
   }
-  detail::markState(lr_, detail::StateRole::Hyper);
 }
 
 void Optimizer::zero_grad(bool set_to_none, std::source_location where) {
@@ -103,17 +116,32 @@ void Optimizer::zero_grad(bool set_to_none, std::source_location where) {
     param.zero_grad(set_to_none);
 }
 
-void Optimizer::set_lr(double lr) { lr_.copy_(scalar_tensor(lr, f32)); }
+void Optimizer::set_lr(double lr) {
+  for (size_t group = 0; group < lrs_.size(); ++group)
+    set_lr(group, lr);
+}
+
+void Optimizer::set_lr(size_t group, double lr) { lrs_.at(group).copy_(scalar_tensor(lr, f32)); }
 
 void Optimizer::assign(Tensor& state, const Tensor& value) { state.copy_(value); }
 
 std::vector<NamedTensor> Optimizer::state_dict() const {
-  std::vector<NamedTensor> out{{"lr", lr_}};
+  std::vector<NamedTensor> out{{"lr", lrs_[0]}};
+  for (size_t group = 1; group < lrs_.size(); ++group)
+    out.emplace_back("lr." + std::to_string(group), lrs_[group]);
   for (size_t i = 0; i < params_.size(); ++i) {
     out.emplace_back(std::to_string(i) + ".step", steps_[i]);
     collect_buffers(i, out);
   }
   return out;
+}
+
+std::vector<std::pair<std::string, double>> Optimizer::hyperparameters() const {
+  std::vector<std::pair<std::string, double>> settings{{"groups", double(lrs_.size())}};
+  for (size_t group = 0; group < lrs_.size(); ++group)
+    for (auto& [name, value] : group_hyperparameters(group))
+      settings.emplace_back(group == 0 ? name : "group" + std::to_string(group) + "." + name, value);
+  return settings;
 }
 
 void Optimizer::save(const std::string& path) const {
@@ -133,7 +161,7 @@ void Optimizer::step(const Tensor& inv_scale, const Tensor& predicate, std::sour
     if (!grad.defined())
       continue; // PyTorch skips parameters without a gradient, step count included
     update(i, grad, inv_scale, predicate);
-    if (!counts_steps())
+    if (!counts_steps(i))
       continue;
     // step + 1 through f64, since jit.add is float-only: exact below 2^53 updates.
     Tensor next = (steps_[i].to(f64) + 1.0).to(i64);
@@ -141,30 +169,68 @@ void Optimizer::step(const Tensor& inv_scale, const Tensor& predicate, std::sour
   }
 }
 
-SGD::SGD(std::vector<Tensor> params, SGDOptions options) : Optimizer(std::move(params), options.lr), options_(options) {
-  if (options.nesterov && (options.momentum <= 0.0 || options.dampening != 0.0))
-    throw Error("SGD: nesterov needs momentum > 0 and dampening 0 (as in PyTorch)");
-  if (options.lr < 0.0 || options.momentum < 0.0 || options.weight_decay < 0.0)
-    throw Error("SGD: lr, momentum and weight_decay must be >= 0");
-  for (const Tensor& param : params_)
-    buffers_.push_back(options.momentum != 0.0 ? zeros_like(param) : Tensor());
-  for (const Tensor& buffer : buffers_)
-    detail::markState(buffer, detail::StateRole::OptState);
+namespace {
+
+template <typename Group> std::vector<std::vector<Tensor>> parametersOf(const std::vector<Group>& groups) {
+  std::vector<std::vector<Tensor>> params;
+  for (const Group& group : groups)
+    params.push_back(group.params);
+  return params;
 }
 
-bool SGD::counts_steps() const {
+template <typename Group> std::vector<double> lrsOf(const std::vector<Group>& groups, double fallback) {
+  std::vector<double> lrs;
+  for (const Group& group : groups)
+    lrs.push_back(group.lr.value_or(fallback));
+  return lrs;
+}
+
+std::string groupLabel(const char* optimizer, size_t group, size_t count) {
+  return count == 1 ? std::string(optimizer) : std::string(optimizer) + " group " + std::to_string(group);
+}
+
+} // namespace
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options) : SGD(std::vector<SGDGroup>{{.params = std::move(params)}}, options) {}
+
+SGD::SGD(std::vector<SGDGroup> groups, SGDOptions defaults)
+    : Optimizer(parametersOf(groups), lrsOf(groups, defaults.lr)) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const SGDGroup& group = groups[g];
+    SGDOptions options{.lr = group.lr.value_or(defaults.lr),
+                       .momentum = group.momentum.value_or(defaults.momentum),
+                       .dampening = group.dampening.value_or(defaults.dampening),
+                       .weight_decay = group.weight_decay.value_or(defaults.weight_decay),
+                       .nesterov = group.nesterov.value_or(defaults.nesterov),
+                       .maximize = group.maximize.value_or(defaults.maximize)};
+    std::string label = groupLabel("SGD", g, groups.size());
+    if (options.nesterov && (options.momentum <= 0.0 || options.dampening != 0.0))
+      throw Error(label + ": nesterov needs momentum > 0 and dampening 0 (as in PyTorch)");
+    if (options.lr < 0.0 || options.momentum < 0.0 || options.weight_decay < 0.0)
+      throw Error(label + ": lr, momentum and weight_decay must be >= 0");
+    groupOptions_.push_back(options);
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    buffers_.push_back(options(groupOf_[i]).momentum != 0.0 ? zeros_like(params_[i]) : Tensor());
+    detail::markState(buffers_.back(), detail::StateRole::OptState);
+  }
+}
+
+bool SGD::counts_steps(size_t i) const {
   // The count only decides how the momentum buffer starts: PyTorch's first
   // step sets it to the gradient, which with dampening 0 is what the general
   // rule gives from a zero buffer (0.9 * 0 + g == g), so no count is kept.
-  return options_.momentum != 0.0 && options_.dampening != 0.0;
+  const SGDOptions& options = groupOptions_[groupOf_[i]];
+  return options.momentum != 0.0 && options.dampening != 0.0;
 }
 
-std::vector<std::pair<std::string, double>> SGD::hyperparameters() const {
-  return {{"momentum", options_.momentum},
-          {"dampening", options_.dampening},
-          {"weight_decay", options_.weight_decay},
-          {"nesterov", options_.nesterov ? 1.0 : 0.0},
-          {"maximize", options_.maximize ? 1.0 : 0.0}};
+std::vector<std::pair<std::string, double>> SGD::group_hyperparameters(size_t group) const {
+  const SGDOptions& options = groupOptions_.at(group);
+  return {{"momentum", options.momentum},
+          {"dampening", options.dampening},
+          {"weight_decay", options.weight_decay},
+          {"nesterov", options.nesterov ? 1.0 : 0.0},
+          {"maximize", options.maximize ? 1.0 : 0.0}};
 }
 
 void SGD::collect_buffers(size_t i, std::vector<NamedTensor>& out) const {
@@ -173,33 +239,44 @@ void SGD::collect_buffers(size_t i, std::vector<NamedTensor>& out) const {
 }
 
 void SGD::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) {
-  SgdUpdateOptions update{.momentum = options_.momentum,
-                          .dampening = options_.dampening,
-                          .weight_decay = options_.weight_decay,
-                          .nesterov = options_.nesterov,
-                          .maximize = options_.maximize};
-  Tensor step = counts_steps() ? steps_[i] : Tensor();
-  auto [param, buffer] = sgd_update(params_[i], grad, buffers_[i], step, lr(), update, inv_scale, predicate);
+  size_t group = groupOf_[i];
+  const SGDOptions& options = groupOptions_[group];
+  SgdUpdateOptions update{.momentum = options.momentum,
+                          .dampening = options.dampening,
+                          .weight_decay = options.weight_decay,
+                          .nesterov = options.nesterov,
+                          .maximize = options.maximize};
+  Tensor step = counts_steps(i) ? steps_[i] : Tensor();
+  auto [param, buffer] = sgd_update(params_[i], grad, buffers_[i], step, lr(group), update, inv_scale, predicate);
   assign(params_[i], param);
   if (buffer.defined())
     assign(buffers_[i], buffer);
 }
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), options, false) {}
+Adam::Adam(std::vector<Tensor> params, AdamOptions options)
+    : Adam(std::vector<AdamGroup>{{.params = std::move(params)}}, options, false) {}
 
-Adam::Adam(std::vector<Tensor> params, const AdamOptions& options, bool decoupled)
-    : Optimizer(std::move(params), options.lr),
-      update_{.beta1 = options.betas.first,
-              .beta2 = options.betas.second,
-              .eps = options.eps,
-              .weight_decay = options.weight_decay,
-              .decoupled_weight_decay = decoupled,
-              .maximize = options.maximize} {
+Adam::Adam(std::vector<AdamGroup> groups, AdamOptions defaults) : Adam(std::move(groups), defaults, false) {}
+
+Adam::Adam(std::vector<AdamGroup> groups, const AdamOptions& defaults, bool decoupled)
+    : Optimizer(parametersOf(groups), lrsOf(groups, defaults.lr)), decoupled_(decoupled) {
   auto inUnit = [](double beta) { return beta >= 0.0 && beta < 1.0; };
-  if (!inUnit(options.betas.first) || !inUnit(options.betas.second))
-    throw Error("Adam: betas must be in [0, 1)");
-  if (options.lr < 0.0 || options.eps < 0.0 || options.weight_decay < 0.0)
-    throw Error("Adam: lr, eps and weight_decay must be >= 0");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const AdamGroup& group = groups[g];
+    std::pair<double, double> betas = group.betas.value_or(defaults.betas);
+    AdamUpdateOptions update{.beta1 = betas.first,
+                             .beta2 = betas.second,
+                             .eps = group.eps.value_or(defaults.eps),
+                             .weight_decay = group.weight_decay.value_or(defaults.weight_decay),
+                             .decoupled_weight_decay = decoupled,
+                             .maximize = group.maximize.value_or(defaults.maximize)};
+    std::string label = groupLabel(name(), g, groups.size());
+    if (!inUnit(update.beta1) || !inUnit(update.beta2))
+      throw Error(label + ": betas must be in [0, 1)");
+    if (initial_lr(g) < 0.0 || update.eps < 0.0 || update.weight_decay < 0.0)
+      throw Error(label + ": lr, eps and weight_decay must be >= 0");
+    groupUpdates_.push_back(update);
+  }
   for (const Tensor& param : params_) {
     expAvg_.push_back(zeros_like(param));
     expAvgSq_.push_back(zeros_like(param));
@@ -208,12 +285,13 @@ Adam::Adam(std::vector<Tensor> params, const AdamOptions& options, bool decouple
   }
 }
 
-std::vector<std::pair<std::string, double>> Adam::hyperparameters() const {
-  return {{"beta1", update_.beta1},
-          {"beta2", update_.beta2},
-          {"eps", update_.eps},
-          {"weight_decay", update_.weight_decay},
-          {"maximize", update_.maximize ? 1.0 : 0.0}};
+std::vector<std::pair<std::string, double>> Adam::group_hyperparameters(size_t group) const {
+  const AdamUpdateOptions& update = groupUpdates_.at(group);
+  return {{"beta1", update.beta1},
+          {"beta2", update.beta2},
+          {"eps", update.eps},
+          {"weight_decay", update.weight_decay},
+          {"maximize", update.maximize ? 1.0 : 0.0}};
 }
 
 void Adam::collect_buffers(size_t i, std::vector<NamedTensor>& out) const {
@@ -222,21 +300,29 @@ void Adam::collect_buffers(size_t i, std::vector<NamedTensor>& out) const {
 }
 
 void Adam::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) {
-  auto [param, m, v] =
-      adam_update(params_[i], grad, expAvg_[i], expAvgSq_[i], steps_[i], lr(), update_, inv_scale, predicate);
+  size_t group = groupOf_[i];
+  auto [param, m, v] = adam_update(params_[i], grad, expAvg_[i], expAvgSq_[i], steps_[i], lr(group),
+                                   groupUpdates_[group], inv_scale, predicate);
   assign(params_[i], param);
   assign(expAvg_[i], m);
   assign(expAvgSq_[i], v);
 }
 
+namespace {
+AdamOptions asAdamOptions(const AdamWOptions& options) {
+  return {.lr = options.lr,
+          .betas = options.betas,
+          .eps = options.eps,
+          .weight_decay = options.weight_decay,
+          .maximize = options.maximize};
+}
+} // namespace
+
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
-    : Adam(std::move(params),
-           AdamOptions{.lr = options.lr,
-                       .betas = options.betas,
-                       .eps = options.eps,
-                       .weight_decay = options.weight_decay,
-                       .maximize = options.maximize},
-           true) {}
+    : Adam(std::vector<AdamGroup>{{.params = std::move(params)}}, asAdamOptions(options), true) {}
+
+AdamW::AdamW(std::vector<AdamGroup> groups, AdamWOptions defaults)
+    : Adam(std::move(groups), asAdamOptions(defaults), true) {}
 
 } // namespace optim
 

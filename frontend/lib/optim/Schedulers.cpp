@@ -10,24 +10,33 @@
 
 namespace jit::optim {
 
-LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer), baseLr_(optimizer.initial_lr()) {}
-
-void LRScheduler::initialize() {
-  lastLr_ = lrAt(epoch_);
-  optimizer_.set_lr(lastLr_);
+LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
+  for (size_t group = 0; group < optimizer.group_count(); ++group)
+    baseLrs_.push_back(optimizer.initial_lr(group));
+  lastLrs_.resize(baseLrs_.size());
 }
+
+void LRScheduler::initialize() { apply(); }
 
 void LRScheduler::step() {
   detail::refuseInsideTrace(std::string(name()) + "::step()",
                             "its epoch is a host counter the trace would advance once; step the schedule between "
                             "calls of the step (the lr tensor it writes is state the step reads)");
   ++epoch_;
-  lastLr_ = lrAt(epoch_);
-  optimizer_.set_lr(lastLr_);
+  apply();
+}
+
+void LRScheduler::apply() {
+  for (size_t group = 0; group < baseLrs_.size(); ++group) {
+    lastLrs_[group] = lrAt(epoch_, baseLrs_[group]);
+    optimizer_.set_lr(group, lastLrs_[group]);
+  }
 }
 
 std::vector<std::pair<std::string, double>> LRScheduler::hyperparameters() const {
-  std::vector<std::pair<std::string, double>> settings{{"base_lr", baseLr_}};
+  std::vector<std::pair<std::string, double>> settings{{"base_lr", baseLrs_[0]}};
+  for (size_t group = 1; group < baseLrs_.size(); ++group)
+    settings.emplace_back("base_lr." + std::to_string(group), baseLrs_[group]);
   for (auto& setting : schedule_settings())
     settings.push_back(std::move(setting));
   return settings;
@@ -50,7 +59,9 @@ StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
   initialize();
 }
 
-double StepLR::lrAt(int64_t epoch) const { return base_lr() * std::pow(gamma_, double(epoch / stepSize_)); }
+double StepLR::lrAt(int64_t epoch, double base_lr) const {
+  return base_lr * std::pow(gamma_, double(epoch / stepSize_));
+}
 
 std::vector<std::pair<std::string, double>> StepLR::schedule_settings() const {
   return {{"step_size", double(stepSize_)}, {"gamma", gamma_}};
@@ -63,8 +74,8 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double
   initialize();
 }
 
-double CosineAnnealingLR::lrAt(int64_t epoch) const {
-  return etaMin_ + (base_lr() - etaMin_) * (1.0 + std::cos(std::numbers::pi * double(epoch) / double(tMax_))) / 2.0;
+double CosineAnnealingLR::lrAt(int64_t epoch, double base_lr) const {
+  return etaMin_ + (base_lr - etaMin_) * (1.0 + std::cos(std::numbers::pi * double(epoch) / double(tMax_))) / 2.0;
 }
 
 std::vector<std::pair<std::string, double>> CosineAnnealingLR::schedule_settings() const {
@@ -80,9 +91,9 @@ LinearWarmup::LinearWarmup(Optimizer& optimizer, int64_t total_iters, double sta
   initialize();
 }
 
-double LinearWarmup::lrAt(int64_t epoch) const {
+double LinearWarmup::lrAt(int64_t epoch, double base_lr) const {
   double progress = double(std::min(epoch, totalIters_)) / double(totalIters_);
-  return base_lr() * (startFactor_ + (endFactor_ - startFactor_) * progress);
+  return base_lr * (startFactor_ + (endFactor_ - startFactor_) * progress);
 }
 
 std::vector<std::pair<std::string, double>> LinearWarmup::schedule_settings() const {
@@ -102,7 +113,8 @@ SavedState savedStateOf(optim::LRScheduler& scheduler) {
           .settings = scheduler.hyperparameters(),
           .restore = [&scheduler, epoch] {
             scheduler.epoch_ = int64_t(epoch.item());
-            scheduler.lastLr_ = scheduler.lrAt(scheduler.epoch_);
+            for (size_t group = 0; group < scheduler.baseLrs_.size(); ++group)
+              scheduler.lastLrs_[group] = scheduler.lrAt(scheduler.epoch_, scheduler.baseLrs_[group]);
           }};
 }
 

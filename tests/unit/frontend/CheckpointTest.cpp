@@ -327,6 +327,20 @@ TEST(Checkpoint, EachObjectSavesAndLoadsAlone) {
   optim::CosineAnnealingLR longer(sgdB, 20);
   std::string message = errorOf([&] { longer.load(scheduleFile); });
   EXPECT_NE(message.find("scheduler setting 'T_max' is 10 in the file but 20 here"), std::string::npos) << message;
+  // A file of one group into two groups: the group count is a setting.
+  Tensor c = randn({2}, f32, &g2).requires_grad_(true);
+  optim::SGD twoGroups({{.params = {b}}, {.params = {c}, .lr = 0.1}}, {.lr = 0.5, .momentum = 0.9});
+  message = errorOf([&] { twoGroups.load(optimizerFile); });
+  EXPECT_NE(message.find("optimizer setting 'groups' is 1 in the file but 2 here"), std::string::npos) << message;
+  // Two groups round-trip, each with its own lr.
+  twoGroups.set_lr(1, 0.025);
+  std::string groupsFile = (dir / "groups.ampjit").string();
+  twoGroups.save(groupsFile);
+  Tensor b2 = b.detach().requires_grad_(true), c2 = c.detach().requires_grad_(true);
+  optim::SGD twoGroupsAgain({{.params = {b2}}, {.params = {c2}, .lr = 0.1}}, {.lr = 0.5, .momentum = 0.9});
+  twoGroupsAgain.load(groupsFile);
+  EXPECT_EQ(twoGroupsAgain.lr(1).item(), double(float(0.025)));
+  EXPECT_EQ(twoGroupsAgain.lr(0).item(), double(float(0.5)));
   optim::SGD noMomentum({b}, {.lr = 0.1});
   message = errorOf([&] { noMomentum.load(optimizerFile); });
   EXPECT_NE(message.find("setting 'momentum' is 0.9 in the file but 0 here"), std::string::npos)

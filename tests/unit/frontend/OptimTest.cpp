@@ -182,6 +182,107 @@ TEST(OptimTest, ClipGradNormScalesToMaxNormAndReturnsTheTotal) {
   EXPECT_DOUBLE_EQ(clip_grad_norm_({a, b}, 10.0, INFINITY).item(), 4.0 * coefficient);
 }
 
+/// Two layers' weights and biases, and a loss over them.
+struct TwoLayers {
+  explicit TwoLayers(uint64_t seed) {
+    Generator g(seed);
+    for (Tensor* t : {&w1, &b1, &w2, &b2})
+      *t = randn(t == &w1 || t == &w2 ? Shape{4, 4} : Shape{4}, f32, &g).requires_grad_(true);
+  }
+  Tensor loss(const Tensor& x) const { return sum(tanh(matmul(tanh(matmul(x, w1) + b1), w2) + b2)); }
+  std::vector<Tensor> weights() const { return {w1, w2}; }
+  std::vector<Tensor> biases() const { return {b1, b2}; }
+  Tensor w1, b1, w2, b2;
+};
+
+template <typename Step> void trainThreeSteps(const TwoLayers& net, const Step& step) {
+  Generator g(9);
+  for (int i = 0; i < 3; ++i) {
+    Tensor x = randn({3, 4}, f32, &g);
+    step(x);
+  }
+}
+
+TEST(OptimTest, ParameterGroupsTrainAsOneOptimizerPerGroupWould) {
+  // PyTorch's param_groups: weights with weight decay, biases without, each
+  // group its own lr; the same as a separate optimizer per group.
+  TwoLayers grouped(1), separate(1);
+  optim::SGD groups({{.params = grouped.weights(), .weight_decay = 0.1}, {.params = grouped.biases(), .lr = 0.05}},
+                    {.lr = 0.1, .momentum = 0.9});
+  optim::SGD forWeights(separate.weights(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1});
+  optim::SGD forBiases(separate.biases(), {.lr = 0.05, .momentum = 0.9});
+  trainThreeSteps(grouped, [&](const Tensor& x) {
+    groups.zero_grad();
+    grouped.loss(x).backward();
+    groups.step();
+  });
+  trainThreeSteps(separate, [&](const Tensor& x) {
+    forWeights.zero_grad();
+    forBiases.zero_grad();
+    separate.loss(x).backward();
+    forWeights.step();
+    forBiases.step();
+  });
+  for (auto [a, b] : {std::pair{grouped.w1, separate.w1}, {grouped.b1, separate.b1}, {grouped.w2, separate.w2},
+                      {grouped.b2, separate.b2}})
+    EXPECT_EQ(a.to_vector(), b.to_vector());
+  EXPECT_EQ(groups.group_count(), 2u);
+  EXPECT_EQ(groups.group_of(2), 1u); // parameters() lists group 0's, then group 1's
+  EXPECT_EQ(groups.options(0).weight_decay, 0.1);
+  EXPECT_EQ(groups.options(1).weight_decay, 0.0);
+  EXPECT_EQ(groups.options(1).momentum, 0.9);
+  EXPECT_EQ(groups.lr(1).item(), double(float(0.05)));
+
+  // AdamW: decay on the weights only.
+  TwoLayers adamGrouped(2), adamSeparate(2);
+  optim::AdamW adamGroups({{.params = adamGrouped.weights()}, {.params = adamGrouped.biases(), .weight_decay = 0.0}},
+                          {.lr = 1e-2});
+  optim::AdamW adamWeights(adamSeparate.weights(), {.lr = 1e-2});
+  optim::AdamW adamBiases(adamSeparate.biases(), {.lr = 1e-2, .weight_decay = 0.0});
+  trainThreeSteps(adamGrouped, [&](const Tensor& x) {
+    adamGroups.zero_grad();
+    adamGrouped.loss(x).backward();
+    adamGroups.step();
+  });
+  trainThreeSteps(adamSeparate, [&](const Tensor& x) {
+    adamWeights.zero_grad();
+    adamBiases.zero_grad();
+    adamSeparate.loss(x).backward();
+    adamWeights.step();
+    adamBiases.step();
+  });
+  EXPECT_EQ(adamGrouped.w1.to_vector(), adamSeparate.w1.to_vector());
+  EXPECT_EQ(adamGrouped.b2.to_vector(), adamSeparate.b2.to_vector());
+  EXPECT_EQ(std::string(adamGroups.name()), "AdamW");
+}
+
+TEST(OptimTest, SchedulesMoveEveryGroupFromItsOwnInitialLr) {
+  TwoLayers net(1);
+  optim::SGD opt({{.params = net.weights()}, {.params = net.biases(), .lr = 0.4}}, {.lr = 0.1});
+  optim::StepLR schedule(opt, 1, 0.5);
+  schedule.step();
+  schedule.step();
+  EXPECT_EQ(opt.lr(0).item(), double(float(0.025)));
+  EXPECT_EQ(opt.lr(1).item(), double(float(0.1)));
+  EXPECT_EQ(schedule.get_last_lr(1), 0.1);
+  opt.set_lr(1, 0.3);
+  EXPECT_EQ(opt.lr(1).item(), double(float(0.3)));
+  EXPECT_EQ(opt.lr(0).item(), double(float(0.025)));
+}
+
+TEST(OptimTest, BadParameterGroupsAreErrors) {
+  TwoLayers net(1);
+  std::string message =
+      errorOf([&] { optim::SGD({{.params = net.weights()}, {.params = {net.w1, net.b1}}}, {.lr = 0.1}); });
+  EXPECT_NE(message.find("is in group 0 and again in group 1"), std::string::npos) << message;
+  message = errorOf([&] { optim::Adam({{.params = net.weights()}, {.params = {}}}, {.lr = 0.1}); });
+  EXPECT_NE(message.find("parameter group 1 has no parameters"), std::string::npos) << message;
+  message = errorOf([&] { optim::SGD({{.params = net.weights()}, {.params = net.biases(), .nesterov = true}}, {.lr = 0.1}); });
+  EXPECT_NE(message.find("SGD group 1: nesterov needs momentum > 0"), std::string::npos) << message;
+  message = errorOf([&] { optim::AdamW({{.params = net.weights(), .betas = std::pair{1.5, 0.9}}}, {.lr = 0.1}); });
+  EXPECT_NE(message.find("AdamW: betas must be in [0, 1)"), std::string::npos) << message;
+}
+
 TEST(OptimTest, BadOptionsAreErrors) {
   Tensor p = param(f64).requires_grad_();
   EXPECT_NE(errorOf([&] { optim::SGD({p}, {.lr = 0.1, .nesterov = true}); }).find("nesterov"), std::string::npos);

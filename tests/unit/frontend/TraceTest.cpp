@@ -500,6 +500,41 @@ TEST(Trace, ReturningAParameterReturnsItsUpdatedValue) {
   }
 }
 
+TEST(Trace, ParameterGroupsWithTheirOwnLrsMatchEagerBitwise) {
+  // Each group's lr is its own state tensor: a schedule between calls moves
+  // both without retracing.
+  struct Net {
+    Net()
+        : g(3), model(nn::Linear(8, 8, true, {.generator = &g}), nn::ReLU(), nn::Linear(8, 3, true, {.generator = &g})),
+          opt({{.params = {model.parameters()[0], model.parameters()[2]}, .weight_decay = 0.05},
+               {.params = {model.parameters()[1], model.parameters()[3]}, .lr = 0.2}},
+              {.lr = 0.1, .momentum = 0.9}),
+          schedule(opt, 1, 0.5) {}
+    Tensor step(const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      Tensor loss = cross_entropy(model(x), y);
+      loss.backward();
+      opt.step();
+      return loss;
+    }
+    Generator g;
+    nn::Sequential model;
+    optim::SGD opt;
+    optim::StepLR schedule;
+  };
+  Net eager, traced;
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return traced.step(x, y); }, {.backend = Backend::cpu});
+  for (uint64_t i = 0; i < 4; ++i) {
+    auto [x, y] = batch(4, 8, 3, 110 + i);
+    EXPECT_EQ(step(x, y).item(), eager.step(x, y).item()) << "call " << i;
+    traced.schedule.step();
+    eager.schedule.step();
+  }
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_EQ(traced.model.parameters()[i].to_vector(), eager.model.parameters()[i].to_vector()) << i;
+  EXPECT_EQ(step.stats().traces, 1u);
+}
+
 TEST(Trace, O2ReDerivesItsParameterCopiesWhenTheUserWritesAParameter) {
   Classifier net SMALL_NET();
   auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); },
