@@ -25,6 +25,17 @@ Tensor scaledTrainStep(Model& model, Optimizer& opt, amp::GradScaler& scaler, co
   return loss;
 }
 
+/// The same step without a scaler: zero the gradients, the loss, backward,
+/// the optimizer's step.
+template <typename Model, typename Optimizer>
+Tensor plainTrainStep(Model& model, Optimizer& opt, const Tensor& x, const Tensor& y) {
+  opt.zero_grad();
+  Tensor loss = cross_entropy(model(x), y);
+  loss.backward();
+  opt.step();
+  return loss;
+}
+
 /// The MindSpore tutorial's classifier at a test-sized width.
 struct Classifier {
   explicit Classifier(int64_t in = 784, int64_t hidden = 512, int64_t classes = 10, uint64_t seed = 1,
@@ -53,13 +64,7 @@ struct DropoutClassifier {
               nn::Linear(hidden, classes, true, {.generator = &init})),
         opt(model.parameters(), {.lr = 0.1}) {}
 
-  Tensor step(const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy(model(x), y);
-    loss.backward();
-    opt.step();
-    return loss;
-  }
+  Tensor step(const Tensor& x, const Tensor& y) { return plainTrainStep(model, opt, x, y); }
 
   Generator init, dropoutGenerator;
   nn::Sequential model;

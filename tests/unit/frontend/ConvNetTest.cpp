@@ -1,6 +1,7 @@
 // Convolutional networks through the frontend: nn modules, the ResNet
 // builder, eager versus traced steps, and a ResNet-18 that learns with AMP.
 
+#include "ClassifierNet.h"
 #include "CompileExample.h"
 #include "FrontendTestUtil.h"
 #include "ResNetTrainer.h"
@@ -83,13 +84,7 @@ TEST(ConvNet, ATracedStepFollowsBatchNormIntoEvalModeAndBack) {
         : g(5), model(nn::Conv2d(3, 4, {3, 3}, {.padding = {1, 1}}, true, {.generator = &g}), nn::BatchNorm2d(4),
                       nn::ReLU(), nn::Flatten(), nn::Linear(4 * 6 * 6, 3, true, {.generator = &g})),
           opt(model.parameters(), {.lr = 0.1, .momentum = 0.9}) {}
-    Tensor step(const Tensor& x, const Tensor& y) {
-      opt.zero_grad();
-      Tensor loss = cross_entropy(model(x), y);
-      loss.backward();
-      opt.step();
-      return loss;
-    }
+    Tensor step(const Tensor& x, const Tensor& y) { return plainTrainStep(model, opt, x, y); }
     Generator g;
     nn::Sequential model;
     optim::SGD opt;

@@ -195,11 +195,16 @@ struct TwoLayers {
   Tensor w1, b1, w2, b2;
 };
 
-template <typename Step> void trainThreeSteps(const TwoLayers& net, const Step& step) {
+/// Three steps of `net` on seeded inputs, stepping every optimizer given.
+void trainThreeSteps(const TwoLayers& net, std::initializer_list<optim::Optimizer*> optimizers) {
   Generator g(9);
   for (int i = 0; i < 3; ++i) {
     Tensor x = randn({3, 4}, f32, &g);
-    step(x);
+    for (optim::Optimizer* optimizer : optimizers)
+      optimizer->zero_grad();
+    net.loss(x).backward();
+    for (optim::Optimizer* optimizer : optimizers)
+      optimizer->step();
   }
 }
 
@@ -211,18 +216,8 @@ TEST(OptimTest, ParameterGroupsTrainAsOneOptimizerPerGroupWould) {
                     {.lr = 0.1, .momentum = 0.9});
   optim::SGD forWeights(separate.weights(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1});
   optim::SGD forBiases(separate.biases(), {.lr = 0.05, .momentum = 0.9});
-  trainThreeSteps(grouped, [&](const Tensor& x) {
-    groups.zero_grad();
-    grouped.loss(x).backward();
-    groups.step();
-  });
-  trainThreeSteps(separate, [&](const Tensor& x) {
-    forWeights.zero_grad();
-    forBiases.zero_grad();
-    separate.loss(x).backward();
-    forWeights.step();
-    forBiases.step();
-  });
+  trainThreeSteps(grouped, {&groups});
+  trainThreeSteps(separate, {&forWeights, &forBiases});
   for (auto [a, b] : {std::pair{grouped.w1, separate.w1}, {grouped.b1, separate.b1}, {grouped.w2, separate.w2},
                       {grouped.b2, separate.b2}})
     EXPECT_EQ(a.to_vector(), b.to_vector());
@@ -239,18 +234,8 @@ TEST(OptimTest, ParameterGroupsTrainAsOneOptimizerPerGroupWould) {
                           {.lr = 1e-2});
   optim::AdamW adamWeights(adamSeparate.weights(), {.lr = 1e-2});
   optim::AdamW adamBiases(adamSeparate.biases(), {.lr = 1e-2, .weight_decay = 0.0});
-  trainThreeSteps(adamGrouped, [&](const Tensor& x) {
-    adamGroups.zero_grad();
-    adamGrouped.loss(x).backward();
-    adamGroups.step();
-  });
-  trainThreeSteps(adamSeparate, [&](const Tensor& x) {
-    adamWeights.zero_grad();
-    adamBiases.zero_grad();
-    adamSeparate.loss(x).backward();
-    adamWeights.step();
-    adamBiases.step();
-  });
+  trainThreeSteps(adamGrouped, {&adamGroups});
+  trainThreeSteps(adamSeparate, {&adamWeights, &adamBiases});
   EXPECT_EQ(adamGrouped.w1.to_vector(), adamSeparate.w1.to_vector());
   EXPECT_EQ(adamGrouped.b2.to_vector(), adamSeparate.b2.to_vector());
   EXPECT_EQ(std::string(adamGroups.name()), "AdamW");

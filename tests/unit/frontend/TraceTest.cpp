@@ -510,13 +510,7 @@ TEST(Trace, ParameterGroupsWithTheirOwnLrsMatchEagerBitwise) {
                {.params = {model.parameters()[1], model.parameters()[3]}, .lr = 0.2}},
               {.lr = 0.1, .momentum = 0.9}),
           schedule(opt, 1, 0.5) {}
-    Tensor step(const Tensor& x, const Tensor& y) {
-      opt.zero_grad();
-      Tensor loss = cross_entropy(model(x), y);
-      loss.backward();
-      opt.step();
-      return loss;
-    }
+    Tensor step(const Tensor& x, const Tensor& y) { return plainTrainStep(model, opt, x, y); }
     Generator g;
     nn::Sequential model;
     optim::SGD opt;
