@@ -281,45 +281,50 @@ TEST_F(CompiledStepOnGpu, UnscaleAndClipBeforeTheScalersStepMatchTheCpu) {
 }
 
 TEST_F(CompiledStepOnGpu, ACheckpointSavedFromTheDeviceResumesThereBitForBit) {
-  std::string path = ::testing::TempDir() + "/ampjit-cuda-checkpoint-" + std::to_string(::getpid()) + ".ampjit";
-  TraceOptions options{.amp = {.level = amp::O2, .dtype = f16},
-                       .backend = Backend::cuda,
-                       .defer_updates = DeferUpdates::on};
-  auto losses = [](auto& step, uint64_t firstBatch) {
-    std::vector<double> out;
-    for (uint64_t i = 0; i < 3; ++i) {
-      auto [x, y] = batch(kBatch, kIn, kClasses, firstBatch + i);
-      out.push_back(step(x, y).item());
-    }
-    return out;
-  };
-  Classifier net(kIn, kHidden, kClasses, 3);
-  auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); }, options);
-  Checkpoint checkpoint;
-  checkpoint.add("model", net.model).add("optimizer", net.opt).add("scaler", net.scaler);
-  losses(step, 10);
-  // The state lives on the device and the last update is pending on the side
-  // stream: the save reads it back after that update.
-  checkpoint.save(path);
-  std::vector<double> expected = losses(step, 20);
+  // O2 keeps f16 copies of the parameters, and O1 on CUDA keeps their casts
+  // from call to call: a load must re-derive both.
+  for (amp::Level level : {amp::O1, amp::O2}) {
+    SCOPED_TRACE(std::string(amp::level_name(level)));
+    std::string path = ::testing::TempDir() + "/ampjit-cuda-checkpoint-" + std::to_string(::getpid()) + ".ampjit";
+    TraceOptions options{.amp = {.level = level, .dtype = f16},
+                         .backend = Backend::cuda,
+                         .defer_updates = DeferUpdates::on};
+    auto losses = [](auto& step, uint64_t firstBatch) {
+      std::vector<double> out;
+      for (uint64_t i = 0; i < 3; ++i) {
+        auto [x, y] = batch(kBatch, kIn, kClasses, firstBatch + i);
+        out.push_back(step(x, y).item());
+      }
+      return out;
+    };
+    Classifier net(kIn, kHidden, kClasses, 3);
+    auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); }, options);
+    Checkpoint checkpoint;
+    checkpoint.add("model", net.model).add("optimizer", net.opt).add("scaler", net.scaler);
+    losses(step, 10);
+    // The state lives on the device and the last update is pending on the side
+    // stream: the save reads it back after that update.
+    checkpoint.save(path);
+    std::vector<double> expected = losses(step, 20);
 
-  // Rolled back on the host while the last update is still pending: that
-  // update must not land on the loaded state, and the next replay uploads it
-  // (and re-derives O2's copies).
-  checkpoint.load(path);
-  EXPECT_EQ(losses(step, 20), expected);
-  std::vector<std::vector<double>> expectedState = stateOf(net);
-  EXPECT_EQ(step.stats().traces, 1u);
+    // Rolled back on the host while the last update is still pending: that
+    // update must not land on the loaded state, and the next replay uploads it
+    // (and re-derives the low-precision copies).
+    checkpoint.load(path);
+    EXPECT_EQ(losses(step, 20), expected);
+    std::vector<std::vector<double>> expectedState = stateOf(net);
+    EXPECT_EQ(step.stats().traces, 1u);
 
-  // A new run resumed from the file.
-  Classifier resumed(kIn, kHidden, kClasses, 4);
-  Checkpoint resumedCheckpoint;
-  resumedCheckpoint.add("model", resumed.model).add("optimizer", resumed.opt).add("scaler", resumed.scaler);
-  resumedCheckpoint.load(path);
-  auto resumedStep = trace([&](const Tensor& a, const Tensor& b) { return resumed.step(a, b); }, options);
-  EXPECT_EQ(losses(resumedStep, 20), expected);
-  EXPECT_EQ(stateOf(resumed), expectedState);
-  std::remove(path.c_str());
+    // A new run resumed from the file.
+    Classifier resumed(kIn, kHidden, kClasses, 4);
+    Checkpoint resumedCheckpoint;
+    resumedCheckpoint.add("model", resumed.model).add("optimizer", resumed.opt).add("scaler", resumed.scaler);
+    resumedCheckpoint.load(path);
+    auto resumedStep = trace([&](const Tensor& a, const Tensor& b) { return resumed.step(a, b); }, options);
+    EXPECT_EQ(losses(resumedStep, 20), expected);
+    EXPECT_EQ(stateOf(resumed), expectedState);
+    std::remove(path.c_str());
+  }
 }
 
 } // namespace
