@@ -12,6 +12,7 @@
 #include "jit/Tensor.h"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -331,6 +332,23 @@ protected:
 private:
   int64_t totalIters_;
   double startFactor_, endFactor_;
+};
+
+/// PyTorch's LambdaLR: lr = base_lr * factor(epoch), for any schedule a
+/// closed form does not cover (warmup then cosine decay, say). The function
+/// is not saved: a checkpoint saves the epoch, and the resumed run passes the
+/// same function.
+class LambdaLR : public LRScheduler {
+public:
+  LambdaLR(Optimizer& optimizer, std::function<double(int64_t epoch)> factor);
+  const char* name() const override { return "LambdaLR"; }
+
+protected:
+  double lrAt(int64_t epoch, double base_lr) const override;
+  std::vector<std::pair<std::string, double>> schedule_settings() const override { return {}; }
+
+private:
+  std::function<double(int64_t)> factor_;
 };
 
 } // namespace optim

@@ -100,6 +100,21 @@ std::vector<std::pair<std::string, double>> LinearWarmup::schedule_settings() co
   return {{"total_iters", double(totalIters_)}, {"start_factor", startFactor_}, {"end_factor", endFactor_}};
 }
 
+LambdaLR::LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> factor)
+    : LRScheduler(optimizer), factor_(std::move(factor)) {
+  if (!factor_)
+    throw Error("LambdaLR: the factor function is empty");
+  initialize();
+}
+
+double LambdaLR::lrAt(int64_t epoch, double base_lr) const {
+  double factor = factor_(epoch);
+  if (!std::isfinite(factor) || factor < 0.0)
+    throw Error("LambdaLR: the factor at epoch " + std::to_string(epoch) + " is " + std::to_string(factor) +
+                "; it must be finite and >= 0");
+  return base_lr * factor;
+}
+
 } // namespace jit::optim
 
 namespace jit::detail {

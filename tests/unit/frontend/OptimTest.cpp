@@ -166,6 +166,23 @@ TEST(OptimTest, LinearWarmupFollowsPyTorchLinearLR) {
   EXPECT_EQ(lrs, (std::vector<double>{0.5, 0.625, 0.75, 0.875, 1.0, 1.0}));
 }
 
+TEST(OptimTest, LambdaLRScalesEachGroupsInitialLrByTheFactor) {
+  // Linear warmup for 2 epochs, then cosine decay to 0 at epoch 6.
+  auto factor = [](int64_t epoch) {
+    return epoch < 2 ? double(epoch + 1) / 2.0 : (1.0 + std::cos(std::numbers::pi * double(epoch - 2) / 4.0)) / 2.0;
+  };
+  Tensor a = param(f64).requires_grad_(), b = param(f64).requires_grad_();
+  optim::SGD opt({{.params = {a}}, {.params = {b}, .lr = 0.5}}, {.lr = 1.0});
+  optim::LambdaLR schedule(opt, factor);
+  for (int64_t e = 0; e <= 6; ++e, schedule.step()) {
+    EXPECT_EQ(schedule.get_last_lr(0), factor(e)) << "epoch " << e;
+    EXPECT_EQ(schedule.get_last_lr(1), 0.5 * factor(e)) << "epoch " << e;
+    EXPECT_EQ(opt.lr(1).item(), double(float(0.5 * factor(e)))) << "epoch " << e;
+  }
+  std::string message = errorOf([&] { optim::LambdaLR(opt, [](int64_t) { return -1.0; }); });
+  EXPECT_NE(message.find("LambdaLR: the factor at epoch 0 is -1"), std::string::npos) << message;
+}
+
 TEST(OptimTest, ClipGradNormScalesToMaxNormAndReturnsTheTotal) {
   Tensor a = tensor({3.0, 0.0}, f64).requires_grad_();
   Tensor b = tensor({4.0}, f64).requires_grad_();
