@@ -178,7 +178,10 @@ std::vector<FileEntry> readEntries(Reader& r, const std::string& where, const st
       entry.shape.push_back(size);
     }
     uint64_t byteCount = r.get<uint64_t>("the byte count of " + label);
-    uint64_t expected = uint64_t(ampjit::runtime::elementCount(entry.shape)) * ampjit::runtime::dtypeSize(entry.dtype);
+    int64_t elements = ampjit::runtime::checkedElementCount(entry.shape);
+    if (elements < 0)
+      throw Error(where + ": " + label + " has shape " + shapeString(entry.shape) + ", more elements than any tensor");
+    uint64_t expected = uint64_t(elements) * ampjit::runtime::dtypeSize(entry.dtype);
     if (byteCount != expected)
       throw Error(where + ": " + label + " stores " + std::to_string(byteCount) + " bytes but " +
                   std::string(dtype_name(entry.dtype)) + shapeString(entry.shape) + " needs " +

@@ -341,6 +341,15 @@ TEST(Nn, CorruptStateFilesAreClearErrors) {
   expectError(loadError(truncated), {"bad.ampjit", "truncated", "entry '0.bias'"});
   expectError(loadError(std::vector<uint8_t>(bytes.begin(), bytes.begin() + 10)), {"truncated"});
 
+  // The first entry's first dimension (after the magic, version, part count,
+  // the part's name "" and kind "Module", its setting and entry counts, the
+  // entry's name "0.weight", dtype and rank): a shape no tensor can have.
+  std::vector<uint8_t> huge = bytes;
+  size_t firstDimension = 8 + 4 + 4 + 4 + (4 + 6) + 4 + 4 + (4 + 8) + 1 + 4;
+  ASSERT_EQ(huge[firstDimension], 2); // 0.weight is [2x3]
+  huge[firstDimension + 7] = 0x40;    // 2^62 + 2
+  expectError(loadError(huge), {"bad.ampjit", "entry '0.weight' has shape", "more elements than any tensor"});
+
   std::vector<uint8_t> flipped = bytes;
   flipped[bytes.size() - 12] ^= 0x40; // a data byte of the last entry
   expectError(loadError(flipped), {"bad.ampjit", "checksum mismatch"});
