@@ -83,6 +83,20 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   return total;
 }
 
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
+  if (!(clip_value >= 0.0) || !std::isfinite(clip_value))
+    throw Error("clip_grad_value_: clip_value must be finite and >= 0, got " + std::to_string(clip_value));
+  NoGradGuard noGrad;
+  for (const Tensor& param : params) {
+    Tensor grad = param.grad();
+    if (!grad.defined())
+      continue;
+    Tensor high = scalar_tensor(clip_value, grad.dtype()), low = scalar_tensor(-clip_value, grad.dtype());
+    // Two selects, not min/max: a NaN compares false both ways and stays.
+    grad.copy_(where(gt(grad, high), high, where(lt(grad, low), low, grad)));
+  }
+}
+
 namespace optim {
 
 Optimizer::Optimizer(std::vector<std::vector<Tensor>> groups, std::vector<double> lrs) : initialLrs_(lrs) {

@@ -183,6 +183,22 @@ TEST(OptimTest, LambdaLRScalesEachGroupsInitialLrByTheFactor) {
   EXPECT_NE(message.find("LambdaLR: the factor at epoch 0 is -1"), std::string::npos) << message;
 }
 
+TEST(OptimTest, ClipGradValueClampsEachGradientElementInPlace) {
+  Tensor a = tensor({3.0, -0.5, -7.0, 0.25}, f64).requires_grad_(), b = tensor({1.0}, f32).requires_grad_(),
+         untouched = tensor({1.0}, f32).requires_grad_();
+  sum(a * tensor({2.0, -2.0, 0.5, std::nan("")}, f64)).backward(); // gradient {2, -2, 0.5, NaN}
+  sum(b * b * 4.0).backward();                                    // gradient {8}
+  Tensor aGrad = a.grad();                                        // a second handle: written in place
+  clip_grad_value_({a, b, untouched}, 0.75);
+  std::vector<double> clipped = aGrad.to_vector();
+  EXPECT_EQ(std::vector<double>(clipped.begin(), clipped.begin() + 3), (std::vector<double>{0.75, -0.75, 0.5}));
+  EXPECT_TRUE(std::isnan(clipped[3])) << "a NaN stays NaN for the scaler to see";
+  EXPECT_EQ(b.grad().to_vector(), (std::vector<double>{0.75}));
+  EXPECT_FALSE(untouched.grad().defined());
+  EXPECT_NE(errorOf([&] { clip_grad_value_({a}, -1.0); }).find("clip_value must be finite and >= 0"),
+            std::string::npos);
+}
+
 TEST(OptimTest, ClipGradNormScalesToMaxNormAndReturnsTheTotal) {
   Tensor a = tensor({3.0, 0.0}, f64).requires_grad_();
   Tensor b = tensor({4.0}, f64).requires_grad_();
