@@ -67,20 +67,19 @@ Checkpoint& Checkpoint::add(std::string name, int64_t& counter) {
   return append(std::move(name), [&counter] { return counterState(counter); });
 }
 
-void Checkpoint::save(const std::string& path) const {
+std::vector<detail::StatePart> Checkpoint::states() const {
   std::vector<detail::StatePart> parts;
   for (const Part& part : parts_)
     parts.push_back({part.name, part.state()});
-  detail::writeStateFile(path, parts, "Checkpoint::save");
+  return parts;
 }
+
+void Checkpoint::save(const std::string& path) const { detail::writeStateFile(path, states(), "Checkpoint::save"); }
 
 void Checkpoint::load(const std::string& path) const {
   if (parts_.empty())
     throw Error("Checkpoint::load: nothing to load into; add() the objects first");
-  std::vector<detail::StatePart> parts;
-  for (const Part& part : parts_)
-    parts.push_back({part.name, part.state()});
-  detail::readStateFile(path, parts, "Checkpoint::load");
+  detail::readStateFile(path, states(), "Checkpoint::load");
 }
 
 } // namespace jit

@@ -339,16 +339,21 @@ jit::TraceOptions traceOptions(const Options& options, const std::string& name) 
 // Checkpoints
 //===----------------------------------------------------------------------===//
 
-/// Loads --resume into `checkpoint` (which holds `epochsDone`) and says so.
-void resumeIfAsked(const Options& options, const jit::Checkpoint& checkpoint, const int64_t& epochsDone) {
+/// The run's checkpoint (model, optimizer, scaler, epochs done), loaded from
+/// --resume when given.
+jit::Checkpoint runCheckpoint(const Options& options, jit::nn::Module& model, jit::optim::Optimizer& opt,
+                              jit::amp::GradScaler& scaler, int64_t& epochsDone) {
+  jit::Checkpoint checkpoint;
+  checkpoint.add("model", model).add("optimizer", opt).add("scaler", scaler).add("epochs", epochsDone);
   if (options.resume.empty())
-    return;
+    return checkpoint;
   checkpoint.load(options.resume);
   if (epochsDone >= options.epochs)
     throw jit::Error("--resume: '" + options.resume + "' has done " + std::to_string(epochsDone) +
                      " epochs; --epochs " + std::to_string(options.epochs) + " leaves none to train");
   if (!options.json)
     std::cout << "resumed from '" << options.resume << "' after epoch " << epochsDone << "\n";
+  return checkpoint;
 }
 
 void saveIfAsked(const Options& options, const jit::Checkpoint& checkpoint) {
@@ -395,9 +400,7 @@ int trainClassifier(const Options& options) {
       traceOptions(options, "eval_step"));
 
   int64_t epochsDone = 0;
-  jit::Checkpoint checkpoint;
-  checkpoint.add("model", model).add("optimizer", opt).add("scaler", scaler).add("epochs", epochsDone);
-  resumeIfAsked(options, checkpoint, epochsDone);
+  jit::Checkpoint checkpoint = runCheckpoint(options, model, opt, scaler, epochsDone);
 
   int64_t batches = int64_t(train.size()) / options.batchSize;
   int64_t stepsRun = 0;
@@ -503,9 +506,7 @@ int trainMlp9(const Options& options) {
   Tensor x = jit::rand({options.batchSize, width}, jit::f32, &data);
   Tensor y = jit::rand({options.batchSize, width}, jit::f32, &data);
   int64_t epochsDone = 0;
-  jit::Checkpoint checkpoint;
-  checkpoint.add("model", model).add("optimizer", opt).add("scaler", scaler).add("epochs", epochsDone);
-  resumeIfAsked(options, checkpoint, epochsDone);
+  jit::Checkpoint checkpoint = runCheckpoint(options, model, opt, scaler, epochsDone);
   int64_t stepsRun = 0;
   for (int epoch = int(epochsDone) + 1; epoch <= options.epochs; ++epoch) {
     Clock::time_point start = Clock::now();

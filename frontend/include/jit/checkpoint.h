@@ -41,7 +41,8 @@ class GradScaler;
 }
 namespace detail {
 struct SavedState;
-}
+struct StatePart;
+} // namespace detail
 
 class Checkpoint {
 public:
@@ -68,6 +69,8 @@ public:
 private:
   struct Part;
   Checkpoint& append(std::string name, std::function<detail::SavedState()> state);
+  /// Every part's state, built now (a schedule's epoch, a counter's value).
+  std::vector<detail::StatePart> states() const;
   std::vector<Part> parts_;
 };
 
