@@ -24,6 +24,7 @@
 
 #include "StateFile.h"
 
+#include "Dispatch.h"
 #include "trace/TraceSession.h"
 
 #include "jit/Autograd.h"
@@ -43,6 +44,8 @@
 
 namespace jit::detail {
 namespace {
+
+using ampjit::runtime::shapeToString;
 
 static_assert(std::endian::native == std::endian::little, "the state file copies little-endian data as is");
 
@@ -113,6 +116,21 @@ public:
   std::vector<uint8_t> bytes;
 };
 
+/// A T from possibly unaligned little-endian bytes.
+template <typename T> T readUnaligned(const uint8_t* bytes) {
+  T value;
+  std::memcpy(&value, bytes, sizeof(T));
+  return value;
+}
+
+/// The whole file; a missing or unreadable one is an error naming it.
+std::vector<uint8_t> readFileBytes(const std::string& path, const std::string& who) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error(who + ": cannot open " + inQuotes(path) + " (missing or unreadable)");
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 /// Bounds-checked reading; running out is a "truncated" error naming what was being read.
 class Reader {
 public:
@@ -148,6 +166,20 @@ struct FileEntry {
   const uint8_t* data;
 };
 
+/// The entry's bytes as a tensor, bit for bit (NaN payloads included); a
+/// corrupt boolean byte reads as true, as a bool does.
+Tensor tensorOf(const FileEntry& entry, const std::string& at) {
+  rt::Expected<rt::Tensor> value = rt::Tensor::allocate(entry.dtype, entry.shape);
+  if (!value)
+    throw Error(at + "entry " + inQuotes(entry.name) + ": " + value.message());
+  if (value->byteSize() != 0)
+    std::memcpy(value->bytes(), entry.data, value->byteSize());
+  if (entry.dtype == DType::I1)
+    for (uint8_t& flag : value->elements<uint8_t>())
+      flag = flag ? 1 : 0;
+  return makeTensor(std::move(*value));
+}
+
 struct FilePart {
   std::string name;
   std::string kind;
@@ -180,11 +212,11 @@ std::vector<FileEntry> readEntries(Reader& r, const std::string& where, const st
     uint64_t byteCount = r.get<uint64_t>("the byte count of " + label);
     int64_t elements = ampjit::runtime::checkedElementCount(entry.shape);
     if (elements < 0)
-      throw Error(where + ": " + label + " has shape " + shapeString(entry.shape) + ", more elements than any tensor");
+      throw Error(where + ": " + label + " has shape " + shapeToString(entry.shape) + ", more elements than any tensor");
     uint64_t expected = uint64_t(elements) * ampjit::runtime::dtypeSize(entry.dtype);
     if (byteCount != expected)
       throw Error(where + ": " + label + " stores " + std::to_string(byteCount) + " bytes but " +
-                  std::string(dtype_name(entry.dtype)) + shapeString(entry.shape) + " needs " +
+                  std::string(dtype_name(entry.dtype)) + shapeToString(entry.shape) + " needs " +
                   std::to_string(expected));
     entry.data = r.take(byteCount, "the data of " + label);
     entries.push_back(std::move(entry));
@@ -296,9 +328,9 @@ void matchPart(const FilePart& part, const SavedState& state, const std::string&
       throw Error(at + "entry " + inQuotes(entry.name) + " has dtype " + std::string(dtype_name(entry.dtype)) +
                   " but the " + state.noun + "'s is " + std::string(dtype_name(target.dtype())));
     if (entry.shape != target.shape())
-      throw Error(at + "entry " + inQuotes(entry.name) + " has shape " + shapeString(entry.shape) + " but the " +
-                  state.noun + "'s is " + shapeString(target.shape()));
-    updates.emplace_back(target, tensorFromBytes(entry.data, entry.dtype, entry.shape, entry.dtype));
+      throw Error(at + "entry " + inQuotes(entry.name) + " has shape " + shapeToString(entry.shape) + " but the " +
+                  state.noun + "'s is " + shapeToString(target.shape()));
+    updates.emplace_back(target, tensorOf(entry, at));
   }
   for (size_t i = 0; i < state.tensors.size(); ++i)
     if (!seen[i])
@@ -312,45 +344,6 @@ void writeLoaded(const std::vector<std::pair<Tensor, Tensor>>& updates) {
   NoGradGuard noGrad;
   for (auto [target, value] : updates)
     target.copy_(value);
-}
-
-std::string shapeString(const Shape& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i)
-      out += 'x';
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
-
-std::vector<uint8_t> readFileBytes(const std::string& path, const std::string& who) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw Error(who + ": cannot open " + inQuotes(path) + " (missing or unreadable)");
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-Tensor tensorFromBytes(const uint8_t* bytes, DType storage, const Shape& shape, DType dtype) {
-  size_t n = size_t(ampjit::runtime::elementCount(shape));
-  if (storage == DType::I64) {
-    std::vector<int64_t> values(n);
-    std::memcpy(values.data(), bytes, n * sizeof(int64_t));
-    Tensor t = tensor(std::span<const int64_t>(values), shape);
-    return dtype == DType::I64 ? t : t.to(dtype);
-  }
-  std::vector<double> values(n);
-  for (size_t i = 0; i < n; ++i) {
-    switch (storage) {
-    case DType::F32: values[i] = readUnaligned<float>(bytes + 4 * i); break;
-    case DType::F64: values[i] = readUnaligned<double>(bytes + 8 * i); break;
-    case DType::F16: values[i] = ampjit::runtime::halfToFloat(readUnaligned<uint16_t>(bytes + 2 * i)); break;
-    case DType::BF16: values[i] = ampjit::runtime::bfloat16ToFloat(readUnaligned<uint16_t>(bytes + 2 * i)); break;
-    case DType::I1: values[i] = bytes[i] ? 1.0 : 0.0; break;
-    case DType::I64: break; // handled above
-    }
-  }
-  return tensor(std::span<const double>(values), shape, dtype);
 }
 
 void writeStateFile(const std::string& path, const std::vector<StatePart>& parts, const std::string& who) {

@@ -17,7 +17,6 @@
 #include "jit/optim.h"
 
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <utility>
@@ -68,26 +67,20 @@ void writeStateFile(const std::string& path, const std::vector<StatePart>& parts
 /// the entry; on any error nothing has been written.
 void readStateFile(const std::string& path, const std::vector<StatePart>& parts, const std::string& who);
 
-// --- helpers the .npy reader shares --------------------------------------------
-
-/// A T from possibly unaligned little-endian bytes.
-template <typename T> T readUnaligned(const uint8_t* bytes) {
-  T value;
-  std::memcpy(&value, bytes, sizeof(T));
-  return value;
+/// A single object's file (one part named ""): `object.save(path)`.
+/// savedStateOf takes the object non-const because the same description also
+/// loads into it; a save only reads it.
+template <typename Object> void saveAlone(const std::string& path, const Object& object, const std::string& who) {
+  writeStateFile(path, {{"", savedStateOf(const_cast<Object&>(object))}}, who);
 }
+/// `object.load(path)` from a single object's file.
+template <typename Object> void loadAlone(const std::string& path, Object& object, const std::string& who) {
+  readStateFile(path, {{"", savedStateOf(object)}}, who);
+}
+
 /// Writes each (target, value) with copy_, outside autograd (parameters
 /// require grad). Called once every check has passed.
 void writeLoaded(const std::vector<std::pair<Tensor, Tensor>>& updates);
-
-/// "[2x3]".
-std::string shapeString(const Shape& shape);
-/// The whole file; a missing or unreadable one is a jit::Error "<who>: cannot open '<path>' ...".
-std::vector<uint8_t> readFileBytes(const std::string& path, const std::string& who);
-/// A tensor of `dtype` from row-major bytes of `storage` type. Every float
-/// format converts exactly to double, so with dtype == storage the result is
-/// bit-identical to the bytes.
-Tensor tensorFromBytes(const uint8_t* bytes, DType storage, const Shape& shape, DType dtype);
 
 } // namespace jit::detail
 

@@ -21,6 +21,7 @@
 
 #include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/CpuBackend.h"
+#include "ampjit/runtime/Npy.h"
 #include "ampjit/runtime/PlanFile.h"
 
 #include "mlir/IR/DialectRegistry.h"
@@ -36,9 +37,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 using namespace mlir;
 namespace rt = ampjit::runtime;
@@ -90,67 +89,6 @@ int fail(const std::string &message) {
   return 1;
 }
 
-/// Reads a NumPy .npy file (version 1/2, little-endian, C order).
-rt::Expected<rt::Tensor> readNpy(const std::string &path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    return rt::Status::error("cannot open '" + path + "'");
-  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0)
-    return rt::Status::error("'" + path + "' is not a .npy file (no \\x93NUMPY magic)");
-  size_t headerLength = 0, headerStart = 0;
-  if (bytes[6] == 1) {
-    headerLength = uint8_t(bytes[8]) | (size_t(uint8_t(bytes[9])) << 8);
-    headerStart = 10;
-  } else if (bytes.size() >= 12) {
-    headerLength = uint8_t(bytes[8]) | (size_t(uint8_t(bytes[9])) << 8) |
-                   (size_t(uint8_t(bytes[10])) << 16) | (size_t(uint8_t(bytes[11])) << 24);
-    headerStart = 12;
-  }
-  if (headerStart == 0 || headerStart + headerLength > bytes.size())
-    return rt::Status::error("'" + path + "' has a truncated .npy header");
-  std::string header = bytes.substr(headerStart, headerLength);
-  auto field = [&](const std::string &key) -> std::string {
-    size_t at = header.find("'" + key + "'");
-    if (at == std::string::npos)
-      return "";
-    size_t colon = header.find(':', at);
-    size_t end = key == "shape" ? header.find(')', colon) + 1 : header.find(',', colon);
-    return header.substr(colon + 1, end - colon - 1);
-  };
-  std::string descr = field("descr"), order = field("fortran_order"), shapeText = field("shape");
-  static const std::map<std::string, rt::DType> dtypes = {
-      {"<f4", rt::DType::F32}, {"<f8", rt::DType::F64}, {"<f2", rt::DType::F16},
-      {"<i8", rt::DType::I64}, {"|b1", rt::DType::I1}};
-  std::string code;
-  for (char c : descr)
-    if (c != '\'' && c != ' ')
-      code += c;
-  auto dtype = dtypes.find(code);
-  if (dtype == dtypes.end())
-    return rt::Status::error("'" + path + "' has dtype " + descr +
-                             "; supported: <f4, <f8, <f2, <i8, |b1");
-  if (order.find("True") != std::string::npos)
-    return rt::Status::error("'" + path + "' is in Fortran order; save it C-contiguous");
-  rt::Shape shape;
-  std::stringstream dims(shapeText.substr(shapeText.find('(') + 1));
-  std::string dim;
-  while (std::getline(dims, dim, ','))
-    if (dim.find_first_of("0123456789") != std::string::npos)
-      shape.push_back(std::stoll(dim));
-  rt::Expected<rt::Tensor> tensor = rt::Tensor::allocate(dtype->second, shape);
-  if (!tensor)
-    return tensor;
-  size_t dataBytes = size_t(tensor->type().byteSize());
-  size_t dataStart = headerStart + headerLength;
-  if (bytes.size() - dataStart != dataBytes)
-    return rt::Status::error("'" + path + "' holds " + std::to_string(bytes.size() - dataStart) +
-                             " data bytes; " + rt::typeToString(tensor->type()) + " needs " +
-                             std::to_string(dataBytes));
-  std::memcpy(tensor->bytes(), bytes.data() + dataStart, dataBytes);
-  return tensor;
-}
-
 /// Fills an argument the user did not give, by its role (see the file comment).
 rt::Expected<rt::Tensor> generateArgument(const rt::BufferDesc &buffer, std::mt19937_64 &generator) {
   const rt::TensorType &type = buffer.type;
@@ -188,42 +126,6 @@ rt::Expected<rt::Tensor> generateArgument(const rt::BufferDesc &buffer, std::mt1
     break;
   }
   return rt::Tensor::fromDoubles(type.dtype, type.shape, values);
-}
-
-/// Writes a NumPy .npy file (version 1.0, little-endian, C order). bf16 has
-/// no NumPy dtype: it is written widened to f32.
-rt::Status writeNpy(const std::string &path, const rt::Tensor &tensor) {
-  static const std::map<rt::DType, std::string> descriptors = {
-      {rt::DType::F32, "<f4"}, {rt::DType::F64, "<f8"}, {rt::DType::F16, "<f2"},
-      {rt::DType::BF16, "<f4"}, {rt::DType::I64, "<i8"}, {rt::DType::I1, "|b1"}};
-  const rt::TensorType &type = tensor.type();
-  std::string shape = "(";
-  for (int64_t dim : type.shape)
-    shape += std::to_string(dim) + ",";
-  if (type.shape.size() > 1)
-    shape.pop_back();
-  shape += ")";
-  std::string header = "{'descr': '" + descriptors.at(type.dtype) +
-                       "', 'fortran_order': False, 'shape': " + shape + ", }";
-  // Magic (6) + version (2) + length (2) + header + newline: a multiple of 64.
-  header.append(63 - (10 + header.size()) % 64, ' ');
-  header += '\n';
-  std::ofstream file(path, std::ios::binary);
-  if (!file)
-    return rt::Status::error("cannot write '" + path + "'");
-  file.write("\x93NUMPY\x01\x00", 8);
-  char length[2] = {char(header.size() & 0xFF), char(header.size() >> 8)};
-  file.write(length, 2);
-  file << header;
-  if (type.dtype == rt::DType::BF16) {
-    for (int64_t i = 0; i < type.elementCount(); ++i) {
-      float value = float(tensor.at(i));
-      file.write(reinterpret_cast<const char *>(&value), sizeof(value));
-    }
-  } else {
-    file.write(reinterpret_cast<const char *>(tensor.bytes()), type.byteSize());
-  }
-  return file ? rt::Status::success() : rt::Status::error("cannot write '" + path + "'");
 }
 
 std::string summarize(const rt::Tensor &tensor) {
@@ -310,7 +212,7 @@ int main(int argc, char **argv) {
         (!value.empty() && numberEnd == value.c_str() + value.size())
             ? rt::Tensor::fromDoubles(buffer.type.dtype, buffer.type.shape,
                                       std::vector<double>(size_t(buffer.type.elementCount()), number))
-            : readNpy(value);
+            : rt::readNpy(value);
     if (!tensor)
       return fail("--arg=" + spec + ": " + tensor.message());
     arguments[index] = std::move(*tensor);
@@ -353,7 +255,7 @@ int main(int argc, char **argv) {
       llvm::outs() << "result " << index << ": " << summarize(results[index]) << "\n";
   if (!saveResults.empty())
     for (size_t index = 0; index < results.size(); ++index)
-      if (rt::Status status = writeNpy(saveResults + "/result_" + std::to_string(index) + ".npy",
+      if (rt::Status status = rt::writeNpy(saveResults + "/result_" + std::to_string(index) + ".npy",
                                        results[index]);
           !status.ok())
         return fail(status.message());

@@ -182,11 +182,11 @@ bool GradScaler::found_inf() const {
 
 void GradScaler::save(const std::string& path) const {
   // savedStateOf hands out the state's handles; saving only reads them.
-  detail::writeStateFile(path, {{"", detail::savedStateOf(const_cast<GradScaler&>(*this))}}, "GradScaler::save");
+  detail::saveAlone(path, *this, "GradScaler::save");
 }
 
 void GradScaler::load(const std::string& path) {
-  detail::readStateFile(path, {{"", detail::savedStateOf(*this)}}, "GradScaler::load");
+  detail::loadAlone(path, *this, "GradScaler::load");
 }
 
 } // namespace jit::amp

@@ -3,141 +3,39 @@
 
 #include "jit/nn.h"
 
+#include "Dispatch.h"
 #include "StateFile.h"
+#include "trace/TraceSession.h"
 
-#include "jit/Autograd.h"
-
-#include "ampjit/runtime/LowPrecision.h"
+#include "ampjit/runtime/Npy.h"
 #include "ampjit/runtime/Shape.h"
-
-#include <array>
-#include <bit>
-#include <cstring>
-#include <fstream>
-#include <iterator>
-#include <optional>
 
 namespace jit::nn {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "the .npy reader copies little-endian data as is");
-
-using ampjit::runtime::elementCount;
-using detail::readUnaligned;
-using detail::shapeString;
-using detail::tensorFromBytes;
+using ampjit::runtime::shapeToString;
 using detail::writeLoaded;
 
 std::string quoted(const std::string& path) { return "'" + path + "'"; }
 
-// --- .npy --------------------------------------------------------------------------
-
-struct NpyArray {
-  DType dtype;
-  Shape shape;
-  std::vector<uint8_t> file;
-  size_t dataOffset;
-};
-
-/// The text after `'key':` in a .npy header dict, or nullopt.
-std::optional<std::string> npyField(const std::string& header, const std::string& key) {
-  size_t at = header.find("'" + key + "'");
-  if (at == std::string::npos)
-    return std::nullopt;
-  size_t colon = header.find(':', at);
-  if (colon == std::string::npos)
-    return std::nullopt;
-  size_t start = header.find_first_not_of(' ', colon + 1);
-  if (start == std::string::npos)
-    return std::nullopt;
-  if (header[start] == '(') {
-    size_t close = header.find(')', start);
-    return close == std::string::npos ? std::nullopt : std::optional(header.substr(start, close - start + 1));
-  }
-  size_t stop = header.find_first_of(",}", start);
-  return header.substr(start, stop == std::string::npos ? std::string::npos : stop - start);
-}
-
-NpyArray readNpy(const std::string& path, const std::string& entry) {
-  std::string where = "nn::load_npy: " + quoted(path) + " (entry '" + entry + "')";
-  NpyArray array;
-  array.file = detail::readFileBytes(path, "nn::load_npy: entry '" + entry + "'");
-  const std::vector<uint8_t>& f = array.file;
-  static constexpr uint8_t kNpyMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
-  if (f.size() < 10 || std::memcmp(f.data(), kNpyMagic, 6) != 0)
-    throw Error(where + " is not a NumPy .npy file (wrong magic)");
-  uint8_t major = f[6];
-  size_t headerLength, headerStart;
-  if (major == 1) {
-    headerLength = readUnaligned<uint16_t>(&f[8]);
-    headerStart = 10;
-  } else if (major == 2 || major == 3) {
-    if (f.size() < 12)
-      throw Error(where + " is truncated in its header");
-    headerLength = readUnaligned<uint32_t>(&f[8]);
-    headerStart = 12;
-  } else {
-    throw Error(where + " has .npy format version " + std::to_string(major) + "; versions 1 to 3 are read");
-  }
-  if (headerLength > f.size() - headerStart)
-    throw Error(where + " is truncated in its header");
-  std::string header(reinterpret_cast<const char*>(&f[headerStart]), headerLength);
-  array.dataOffset = headerStart + headerLength;
-
-  auto descr = npyField(header, "descr");
-  auto fortran = npyField(header, "fortran_order");
-  auto shape = npyField(header, "shape");
-  if (!descr || !fortran || !shape)
-    throw Error(where + " has a malformed header: " + header);
-  if (*descr == "'<f4'")
-    array.dtype = DType::F32;
-  else if (*descr == "'<f8'")
-    array.dtype = DType::F64;
-  else if (*descr == "'<f2'")
-    array.dtype = DType::F16;
-  else
-    throw Error(where + " has dtype " + *descr + "; only little-endian float16/float32/float64 ('<f2', '<f4', '<f8') are read");
-  if (*fortran != "False")
-    throw Error(where + " is in Fortran order; save a C-order array (np.ascontiguousarray)");
-  // "(3, 4)", "(5,)" or "()".
-  std::string dims = shape->substr(1, shape->size() - 2);
-  size_t pos = 0;
-  while (pos < dims.size()) {
-    size_t comma = dims.find(',', pos);
-    std::string item = dims.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    size_t first = item.find_first_not_of(' ');
-    if (first != std::string::npos) {
-      try {
-        array.shape.push_back(std::stoll(item.substr(first)));
-      } catch (const std::exception&) {
-        throw Error(where + " has a malformed shape " + *shape);
-      }
-    }
-    if (comma == std::string::npos)
-      break;
-    pos = comma + 1;
-  }
-  size_t expected = size_t(elementCount(array.shape)) * ampjit::runtime::dtypeSize(array.dtype);
-  size_t available = f.size() - array.dataOffset;
-  if (available < expected)
-    throw Error(where + " is truncated: shape " + shapeString(array.shape) + " needs " + std::to_string(expected) +
-                " data bytes but the file has " + std::to_string(available));
-  if (available > expected)
-    throw Error(where + " has " + std::to_string(available - expected) + " bytes after its data");
-  return array;
-}
-
-/// Reads `path` for `entry` and checks it against the module's tensor.
+/// The value of `entry` from the .npy file at `path`, checked against the
+/// module's tensor and rounded once to its dtype.
 Tensor npyValueFor(const std::string& entry, const Tensor& target, const std::string& path) {
-  NpyArray array = readNpy(path, entry);
-  if (array.shape != target.shape())
-    throw Error("nn::load_npy: " + quoted(path) + " holds shape " + shapeString(array.shape) + " but entry '" +
-                entry + "' has shape " + shapeString(target.shape()) +
+  std::string who = "nn::load_npy: entry '" + entry + "'";
+  ampjit::runtime::Expected<ampjit::runtime::Tensor> array = ampjit::runtime::readNpy(path);
+  if (!array)
+    throw Error(who + ": " + array.message());
+  if (array->shape() != target.shape())
+    throw Error("nn::load_npy: " + quoted(path) + " holds shape " + shapeToString(array->shape()) + " but entry '" +
+                entry + "' has shape " + shapeToString(target.shape()) +
                 " (PyTorch's layout: Linear weight is [out_features, in_features])");
   if (!is_floating_point(target.dtype()))
-    throw Error("nn::load_npy: entry '" + entry + "' is " + std::string(dtype_name(target.dtype())) +
+    throw Error(who + " is " + std::string(dtype_name(target.dtype())) +
                 "; only floating-point entries load from .npy");
-  return tensorFromBytes(array.file.data() + array.dataOffset, array.dtype, array.shape, target.dtype());
+  if (!is_floating_point(array->dtype()))
+    throw Error(who + ": " + quoted(path) + " holds " + std::string(dtype_name(array->dtype())) +
+                " values; a floating-point entry loads from a float .npy");
+  return detail::makeTensor(std::move(*array)).to(target.dtype());
 }
 
 Tensor stateEntry(const Module& module, const std::string& name, const char* who) {
@@ -155,20 +53,22 @@ Tensor stateEntry(const Module& module, const std::string& name, const char* who
 } // namespace
 
 void Module::save(const std::string& path) const {
-  detail::writeStateFile(path, {{"", detail::savedStateOf(*this)}}, "nn::save");
+  detail::saveAlone(path, *this, "nn::save");
 }
 
 void Module::load(const std::string& path) {
-  detail::readStateFile(path, {{"", detail::savedStateOf(*this)}}, "nn::load");
+  detail::loadAlone(path, *this, "nn::load");
 }
 
 void Module::load_npy(const std::string& name, const std::string& path) {
+  detail::refuseInsideTrace("nn::load_npy", "load weights before tracing the step, not in it");
   Tensor target = stateEntry(*this, name, "nn::load_npy");
   std::vector<std::pair<Tensor, Tensor>> updates{{target, npyValueFor(name, target, path)}};
   writeLoaded(updates);
 }
 
 void Module::load_npy_dir(const std::string& dir) {
+  detail::refuseInsideTrace("nn::load_npy_dir", "load weights before tracing the step, not in it");
   std::vector<std::pair<Tensor, Tensor>> updates;
   for (const auto& [name, target] : state_dict())
     updates.emplace_back(target, npyValueFor(name, target, dir + "/" + name + ".npy"));

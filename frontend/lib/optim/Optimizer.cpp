@@ -160,11 +160,11 @@ std::vector<std::pair<std::string, double>> Optimizer::hyperparameters() const {
 
 void Optimizer::save(const std::string& path) const {
   // savedStateOf hands out the state's handles; saving only reads them.
-  detail::writeStateFile(path, {{"", detail::savedStateOf(const_cast<Optimizer&>(*this))}}, std::string(name()) + "::save");
+  detail::saveAlone(path, *this, std::string(name()) + "::save");
 }
 
 void Optimizer::load(const std::string& path) {
-  detail::readStateFile(path, {{"", detail::savedStateOf(*this)}}, std::string(name()) + "::load");
+  detail::loadAlone(path, *this, std::string(name()) + "::load");
 }
 
 void Optimizer::step(const Tensor& inv_scale, const Tensor& predicate, std::source_location caller) {

@@ -43,13 +43,11 @@ std::vector<std::pair<std::string, double>> LRScheduler::hyperparameters() const
 }
 
 void LRScheduler::save(const std::string& path) const {
-  // savedStateOf hands out the state's handles; saving only reads them.
-  detail::writeStateFile(path, {{"", detail::savedStateOf(const_cast<LRScheduler&>(*this))}},
-                         std::string(name()) + "::save");
+  detail::saveAlone(path, *this, std::string(name()) + "::save");
 }
 
 void LRScheduler::load(const std::string& path) {
-  detail::readStateFile(path, {{"", detail::savedStateOf(*this)}}, std::string(name()) + "::load");
+  detail::loadAlone(path, *this, std::string(name()) + "::load");
 }
 
 StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
