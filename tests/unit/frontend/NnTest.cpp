@@ -460,6 +460,16 @@ TEST(Nn, NpyWeightsInPyTorchLayout) {
   expectHas(error("0.bias", "garbage.npy"), "not a NumPy .npy file");
   expectHas(error("0.bias", "absent.npy"), "cannot open");
   expectHas(error("1.weight", "half.npy"), "no state entry '1.weight'");
+  const int64_t labels[2] = {1, 2};
+  writeNpy(dir / "labels.npy", "<i8", {2}, labels, sizeof labels);
+  expectHas(error("0.bias", "labels.npy"), "holds i64 values; a floating-point entry loads from a float .npy");
+  // Inside a traced step a load would be compiled in as constants.
+  auto step = trace(std::function<Tensor(const Tensor&)>([&](const Tensor& input) {
+                      model.load_npy("0.bias", (dir / "half.npy").string());
+                      return model(input);
+                    }),
+                    {.backend = Backend::cpu, .name = "loading_step"});
+  expectHas(errorOf([&] { step(x); }), "nn::load_npy inside the traced step 'loading_step'");
   fs::remove(dir / "0.bias.npy");
   std::string missing = errorOf([&] { model.load_npy_dir(dir.string()); });
   expectHas(missing, "0.bias.npy");
