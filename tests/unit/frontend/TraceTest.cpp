@@ -446,6 +446,82 @@ TEST(Trace, UnscaleClipAndTwoOptimizersThroughOneScalerMatchEagerBitwise) {
   EXPECT_NE(lossesPerCase[0], lossesPerCase[1]) << "the clipping should have changed some step";
 }
 
+/// The classifier's step with PyTorch's clip-under-AMP pattern, the loss
+/// multiplied by 2000 so that the unscaled gradients' squares pass f16's
+/// 65504. Returns the loss and the gradient norm clip_grad_norm_ measured.
+std::pair<Tensor, Tensor> largeGradientClipStep(Classifier& net, const Tensor& x, const Tensor& y) {
+  net.opt.zero_grad();
+  Tensor loss = cross_entropy(net.model(x), y) * 2000.0;
+  net.scaler.scale(loss).backward();
+  net.scaler.unscale_(net.opt);
+  Tensor norm = clip_grad_norm_(net.model.parameters(), 1e9);
+  net.scaler.step(net.opt);
+  net.scaler.update();
+  return {loss, norm};
+}
+
+TEST(Trace, O2AndO3ClipTheUnscaledGradientsInFp32) {
+  // O2 and O3 lower the model's forward and backward. Ops after the backward
+  // follow their inputs, as PyTorch's type promotion does over apex O2's
+  // fp32 master gradients: lowering clip_grad_norm_ rounded the unscaled
+  // gradients back to f16 and summed their squares there, which overflowed
+  // to an infinite norm, a clip coefficient of 0 and a silently lost update.
+  for (amp::Level level : {amp::O2, amp::O3}) {
+    SCOPED_TRACE(level == amp::O2 ? "O2" : "O3");
+    Classifier eager SMALL_NET({.init_scale = 1.0}), traced SMALL_NET({.init_scale = 1.0});
+    auto step = trace([&](const Tensor& x, const Tensor& y) { return largeGradientClipStep(traced, x, y); },
+                      {.amp = {.level = level, .dtype = f16}, .backend = Backend::cpu});
+    for (uint64_t i = 0; i < 3; ++i) {
+      auto [x, y] = batch(kBatch, kIn, kClasses, 40 + i);
+      auto [tracedLoss, tracedNorm] = step(x, y);
+      Tensor eagerNorm;
+      {
+        amp::autocast scope({.dtype = f16});
+        eagerNorm = largeGradientClipStep(eager, x, y).second;
+      }
+      ASSERT_GT(eagerNorm.item(), 256.0) << "the squares must pass f16's range for this test to mean anything";
+      // The forward differs (f16 weights against autocast's per-op casts), so
+      // the norms agree to f16's precision, not bit for bit.
+      EXPECT_NEAR(tracedNorm.item(), eagerNorm.item(), 1e-2 * eagerNorm.item()) << "step " << i;
+    }
+    EXPECT_EQ(traced.scaler.skipped_steps(), 0);
+  }
+}
+
+TEST(Trace, AWeightEmaUpdatedInsideAnO2StepStaysFp32) {
+  // ema = 0.999 ema + 0.001 w after each update: in f16 the 0.001 w steps
+  // are below half an ulp of the EMA and it never moves.
+  Classifier traced SMALL_NET();
+  std::vector<Tensor> ema;
+  for (const Tensor& parameter : traced.model.parameters()) {
+    NoGradGuard noGrad;
+    ema.push_back(zeros_like(parameter).copy_(parameter));
+  }
+  auto step = trace(
+      [&](const Tensor& x, const Tensor& y) {
+        Tensor loss = traced.step(x, y);
+        NoGradGuard noGrad;
+        for (size_t i = 0; i < ema.size(); ++i)
+          ema[i].mul_(scalar_tensor(0.999)).add_(traced.model.parameters()[i] * 0.001);
+        return loss;
+      },
+      {.amp = {.level = amp::O2, .dtype = f16}, .backend = Backend::cpu});
+  for (uint64_t i = 0; i < 3; ++i) {
+    std::vector<Tensor> expected;
+    for (const Tensor& average : ema) {
+      NoGradGuard noGrad;
+      expected.push_back(zeros_like(average).copy_(average));
+    }
+    auto [x, y] = batch(kBatch, kIn, kClasses, 60 + i);
+    step(x, y);
+    // The same arithmetic eagerly, in fp32, from the updated parameters.
+    for (size_t k = 0; k < ema.size(); ++k) {
+      Tensor want = expected[k] * scalar_tensor(0.999) + traced.model.parameters()[k] * 0.001;
+      EXPECT_EQ(ema[k].to_vector(), want.to_vector()) << "step " << i << ", parameter " << k;
+    }
+  }
+}
+
 TEST(Trace, AWeightUsedTwiceMatchesEagerBitwise) {
   Generator g(4);
   Tensor w = randn({6, 6}, f32, &g).requires_grad_(true), control = w.detach().requires_grad_(true);

@@ -10,7 +10,14 @@
 //    directions. Promote ops then take the widest type of their inputs.
 //  * per op (O1 with semantics=autocast, O2, O3, auto): each op in program
 //    order, from its category, the level and the types its inputs already
-//    have, as PyTorch's autocast and MindSpore's auto level do.
+//    have, as PyTorch's autocast and MindSpore's auto level do. O2 and O3
+//    lower the model's computation only: the backward and every op it reads
+//    (in a step without one, every op that reads no gradient). The rest of
+//    the step (clipping unscaled gradients, a weight EMA, gradient norms)
+//    runs in the widest of its inputs' types, as PyTorch's type promotion
+//    does over apex O2's f16 model and fp32 master state: rounding unscaled
+//    gradients back to f16 would undo the loss scaling, and an fp32 EMA
+//    updated in f16 stops moving.
 //
 // The rewrite gives each decided op its compute type, casts every operand
 // that has another type (one amp.cast per (value, type), shared and placed
@@ -30,6 +37,7 @@
 #include "ampjit/Dialect/Amp/IR/AmpOps.h"
 #include "ampjit/Dialect/Amp/Transforms/AmpRewrites.h"
 #include "ampjit/Dialect/Amp/Transforms/Passes.h"
+#include "ampjit/Dialect/Jit/IR/JitDialect.h"
 #include "ampjit/Dialect/Jit/IR/JitOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -210,8 +218,47 @@ private:
            llvm::none_of(op->getOperands(), [&](Value v) { return dataDependent.contains(v); });
   }
 
+  /// The ops O2 and O3 lower: with a backward, the backward ops (jit.vjp_of)
+  /// and every op they read, directly or not; without one, every op that
+  /// reads no gradient (a `grad` argument or an unscaled gradient).
+  void findModelComputation() {
+    SmallVector<Operation *> worklist;
+    function.walk([&](Operation *op) {
+      if (op->hasAttr(ampjit::ir::JitDialect::kVjpOfAttrName) && modelComputation.insert(op).second)
+        worklist.push_back(op);
+    });
+    if (!worklist.empty()) {
+      while (!worklist.empty()) {
+        Operation *op = worklist.pop_back_val();
+        for (Value operand : op->getOperands())
+          if (Operation *producer = operand.getDefiningOp())
+            if (modelComputation.insert(producer).second)
+              worklist.push_back(producer);
+      }
+      return;
+    }
+    llvm::DenseSet<Value> gradients;
+    for (BlockArgument argument : function.getArguments())
+      if (auto role = function.getArgAttrOfType<StringAttr>(argument.getArgNumber(),
+                                                             ampjit::ir::JitDialect::kRoleAttrName);
+          role && role.getValue() == "grad")
+        gradients.insert(argument);
+    function.walk([&](Operation *op) {
+      if (op == function.getOperation())
+        return;
+      if (isa<UnscaleAndCheckOp>(op) ||
+          llvm::any_of(op->getOperands(), [&](Value v) { return gradients.contains(v); })) {
+        for (Value result : op->getResults())
+          gradients.insert(result);
+        return;
+      }
+      modelComputation.insert(op);
+    });
+  }
+
   void collectNodes() {
     findDataDependentValues();
+    findModelComputation();
     function.walk([&](Operation *op) {
       if (op == function.getOperation())
         return;
@@ -526,6 +573,14 @@ private:
       }
     }
 
+    bool lowersEverything = config.level == AmpLevel::O2 || config.level == AmpLevel::O3;
+    if (lowersEverything && wantsLow && !modelComputation.contains(node.op)) {
+      decidePromote(node);
+      node.detail = "level " + std::string(config.level == AmpLevel::O2 ? "O2" : "O3") +
+                    " lowers only the forward and backward; this op works on their results, so " +
+                    node.detail;
+      return;
+    }
     if (promote)
       return decidePromote(node);
     if (wantsLow && !targetRunsInLowPrecision(node))
@@ -714,6 +769,7 @@ private:
   llvm::DenseMap<Operation *, unsigned> nodeIndex;
   llvm::DenseSet<unsigned> unsupported;
   llvm::DenseSet<Value> dataDependent;
+  llvm::DenseSet<Operation *> modelComputation;
   /// jit.op_id -> node, for backward ops (jit.vjp_of).
   llvm::DenseMap<int64_t, unsigned> forwardById;
   bool painting = false;
