@@ -107,6 +107,11 @@ public:
   }
 
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const TracedFunctionBase::Body& body) {
+    // The inner function's compiled step would run on symbolic tensors, and
+    // its state updates would bypass the outer trace.
+    refuseInsideTrace("calling the traced function '" + options_.name + "'",
+                      "call the function it wraps inside the step, or call the traced functions one after the "
+                      "other");
     ++stats_.calls;
     std::string key = ampKey();
     std::vector<TensorType> types;

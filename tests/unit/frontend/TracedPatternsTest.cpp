@@ -1,0 +1,249 @@
+// Training patterns users write, each traced and run beside the same code
+// eagerly: at O0 a trace must agree bit for bit, whatever the step does
+// between its forward and its update (an EMA of the weights, two backwards,
+// an input gradient, a gradient norm, a weight changed between calls), and a
+// step that fails while tracing leaves every tensor usable.
+
+#include "ClassifierNet.h"
+#include "FrontendTestUtil.h"
+
+#include "jit/trace.h"
+
+#include <string>
+#include <vector>
+
+namespace jit::testing {
+namespace {
+
+constexpr int64_t kIn = 32, kHidden = 48, kClasses = 10, kBatch = 16;
+#define SMALL_NET(...) (kIn, kHidden, kClasses, 3 __VA_OPT__(, ) __VA_ARGS__)
+
+std::vector<std::vector<double>> values(const std::vector<Tensor>& tensors) {
+  std::vector<std::vector<double>> out;
+  for (const Tensor& t : tensors)
+    out.push_back(t.to_vector());
+  return out;
+}
+
+std::vector<Tensor> clones(const std::vector<Tensor>& tensors) {
+  std::vector<Tensor> out;
+  NoGradGuard noGrad;
+  for (const Tensor& t : tensors)
+    out.push_back(zeros_like(t).copy_(t));
+  return out;
+}
+
+TEST(TracedPattern, AnEmaOfTheWeightsUpdatedInPlace) {
+  Classifier eager SMALL_NET(), traced SMALL_NET();
+  std::vector<Tensor> eagerEma = clones(eager.model.parameters()), tracedEma = clones(traced.model.parameters());
+  auto body = [](Classifier& net, std::vector<Tensor>& ema, const Tensor& x, const Tensor& y) {
+    Tensor loss = plainTrainStep(net.model, net.opt, x, y);
+    NoGradGuard noGrad;
+    for (size_t i = 0; i < ema.size(); ++i)
+      ema[i].mul_(scalar_tensor(0.9)).add_(net.model.parameters()[i] * 0.1);
+    return loss;
+  };
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return body(traced, tracedEma, x, y); });
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 100 + i);
+    EXPECT_EQ(step(x, y).item(), body(eager, eagerEma, x, y).item()) << i;
+  }
+  EXPECT_EQ(values(tracedEma), values(eagerEma));
+}
+
+TEST(TracedPattern, ALossWeightTensorChangedBetweenCalls) {
+  Classifier eager SMALL_NET(), traced SMALL_NET();
+  Tensor eagerWeight = scalar_tensor(2.0), tracedWeight = scalar_tensor(2.0);
+  auto body = [](Classifier& net, const Tensor& weight, const Tensor& x, const Tensor& y) {
+    net.opt.zero_grad();
+    Tensor loss = cross_entropy(net.model(x), y) * weight;
+    loss.backward();
+    net.opt.step();
+    return loss;
+  };
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return body(traced, tracedWeight, x, y); });
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 100 + i);
+    EXPECT_EQ(step(x, y).item(), body(eager, eagerWeight, x, y).item()) << i;
+    NoGradGuard noGrad;
+    eagerWeight.copy_(scalar_tensor(3.0 + double(i)));
+    tracedWeight.copy_(scalar_tensor(3.0 + double(i)));
+  }
+  EXPECT_EQ(values(traced.model.parameters()), values(eager.model.parameters()));
+}
+
+TEST(TracedPattern, AUserCounterIncrementedInsideTheStep) {
+  Classifier traced SMALL_NET();
+  Tensor counter = scalar_tensor(0.0);
+  auto step = trace([&](const Tensor& x, const Tensor& y) {
+    Tensor loss = plainTrainStep(traced.model, traced.opt, x, y);
+    NoGradGuard noGrad;
+    counter.add_(scalar_tensor(1.0));
+    return loss;
+  });
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 100 + i);
+    step(x, y);
+  }
+  EXPECT_EQ(counter.item(), 3.0);
+}
+
+TEST(TracedPattern, TwoBackwardsAccumulateBeforeOneStep) {
+  Classifier eager SMALL_NET(), traced SMALL_NET();
+  auto body = [](Classifier& net, const Tensor& x1, const Tensor& y1, const Tensor& x2, const Tensor& y2) {
+    net.opt.zero_grad();
+    Tensor first = cross_entropy(net.model(x1), y1);
+    first.backward();
+    Tensor second = cross_entropy(net.model(x2), y2);
+    second.backward();
+    net.opt.step();
+    return first + second;
+  };
+  auto step = trace([&](const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& d) {
+    return body(traced, a, b, c, d);
+  });
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x1, y1] = batch(kBatch, kIn, kClasses, 100 + i);
+    auto [x2, y2] = batch(kBatch, kIn, kClasses, 200 + i);
+    EXPECT_EQ(step(x1, y1, x2, y2).item(), body(eager, x1, y1, x2, y2).item()) << i;
+  }
+  EXPECT_EQ(values(traced.model.parameters()), values(eager.model.parameters()));
+}
+
+TEST(TracedPattern, AnAdversarialStepFromTheInputGradient) {
+  Classifier eager SMALL_NET(), traced SMALL_NET();
+  auto body = [](Classifier& net, const Tensor& x, const Tensor& y) {
+    Tensor input = zeros_like(x);
+    {
+      NoGradGuard noGrad;
+      input.copy_(x);
+    }
+    input.requires_grad_();
+    Tensor probe = cross_entropy(net.model(input), y);
+    probe.backward();
+    Tensor adversarial = (input + input.grad() * 0.5).detach();
+    net.opt.zero_grad();
+    Tensor loss = cross_entropy(net.model(adversarial), y);
+    loss.backward();
+    net.opt.step();
+    return loss;
+  };
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return body(traced, x, y); });
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 100 + i);
+    EXPECT_EQ(step(x, y).item(), body(eager, x, y).item()) << i;
+  }
+  EXPECT_EQ(values(traced.model.parameters()), values(eager.model.parameters()));
+}
+
+TEST(TracedPattern, AGradientNormReturnedWithTheLoss) {
+  Classifier eager SMALL_NET(), traced SMALL_NET();
+  auto body = [](Classifier& net, const Tensor& x, const Tensor& y) {
+    net.opt.zero_grad();
+    Tensor loss = cross_entropy(net.model(x), y);
+    loss.backward();
+    Tensor squares = scalar_tensor(0.0);
+    for (const Tensor& p : net.model.parameters())
+      squares = squares + sum(p.grad() * p.grad());
+    net.opt.step();
+    return std::pair{loss, sqrt(squares)};
+  };
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return body(traced, x, y); });
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 100 + i);
+    auto [tracedLoss, tracedNorm] = step(x, y);
+    auto [eagerLoss, eagerNorm] = body(eager, x, y);
+    EXPECT_EQ(tracedLoss.item(), eagerLoss.item()) << i;
+    EXPECT_EQ(tracedNorm.item(), eagerNorm.item()) << i;
+  }
+}
+
+TEST(TracedPattern, TrainAndEvalStepsInterleaved) {
+  Classifier eager SMALL_NET(), traced SMALL_NET();
+  auto evalBody = [](Classifier& net, const Tensor& x, const Tensor& y) {
+    NoGradGuard noGrad;
+    return cross_entropy(net.model(x), y);
+  };
+  auto train = trace([&](const Tensor& x, const Tensor& y) { return traced.step(x, y); });
+  auto evaluate = trace([&](const Tensor& x, const Tensor& y) { return evalBody(traced, x, y); },
+                        {.name = "eval_step"});
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 100 + i);
+    EXPECT_EQ(train(x, y).item(), eager.step(x, y).item()) << i;
+    auto [vx, vy] = batch(kBatch, kIn, kClasses, 300 + i);
+    EXPECT_EQ(evaluate(vx, vy).item(), evalBody(eager, vx, vy).item()) << i;
+  }
+}
+
+TEST(TracedPattern, ZeroGradWithoutSetToNoneBeforeAnyGradientExists) {
+  Classifier eager SMALL_NET(), traced SMALL_NET();
+  auto body = [](Classifier& net, const Tensor& x, const Tensor& y) {
+    net.opt.zero_grad(false);
+    Tensor loss = cross_entropy(net.model(x), y);
+    loss.backward();
+    net.opt.step();
+    return loss;
+  };
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return body(traced, x, y); });
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 100 + i);
+    EXPECT_EQ(step(x, y).item(), body(eager, x, y).item()) << i;
+  }
+  EXPECT_EQ(values(traced.model.parameters()), values(eager.model.parameters()));
+}
+
+TEST(TracedPattern, AFailedTraceLeavesStateUsable) {
+  Classifier eager SMALL_NET(), traced SMALL_NET();
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return traced.step(x, y); });
+  auto [bad, badLabels] = batch(kBatch, kIn + 1, kClasses, 5);
+  std::string message = errorOf([&] { step(bad, badLabels); });
+  EXPECT_NE(message.find("nn::Linear(32, 48): input f32[16x33] must have last dimension 32"), std::string::npos)
+      << message;
+  // Every parameter still has its value and can be read.
+  EXPECT_EQ(values(traced.model.parameters()), values(eager.model.parameters()));
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 100 + i);
+    EXPECT_EQ(step(x, y).item(), eager.step(x, y).item()) << i;
+  }
+  EXPECT_EQ(stateOf(traced), stateOf(eager));
+  // And eagerly too.
+  auto [x, y] = batch(kBatch, kIn, kClasses, 9);
+  EXPECT_EQ(traced.step(x, y).item(), eager.step(x, y).item());
+}
+
+TEST(TracedPattern, ATracedFunctionCalledInsideAnotherTraceIsAnError) {
+  Classifier traced SMALL_NET();
+  auto inner = trace([&](const Tensor& x, const Tensor& y) { return traced.step(x, y); }, {.name = "inner"});
+  auto outer = trace([&](const Tensor& x, const Tensor& y) { return inner(x, y); }, {.name = "outer"});
+  auto [x, y] = batch(kBatch, kIn, kClasses, 5);
+  std::string message = errorOf([&] { outer(x, y); });
+  EXPECT_NE(message.find("calling the traced function 'inner' inside the traced step 'outer'"), std::string::npos)
+      << message;
+  // Each alone still works.
+  EXPECT_EQ(errorOf([&] { inner(x, y); }), "");
+}
+
+TEST(TracedPattern, AnErrorThrownByTheStepWhileTracingLeavesStateUsable) {
+  Classifier eager SMALL_NET(), traced SMALL_NET();
+  bool fail = true;
+  auto step = trace([&](const Tensor& x, const Tensor& y) {
+    traced.opt.zero_grad();
+    Tensor loss = cross_entropy(traced.model(x), y);
+    loss.backward();
+    if (fail)
+      throw Error("user error mid-step");
+    traced.opt.step();
+    return loss;
+  });
+  auto [x0, y0] = batch(kBatch, kIn, kClasses, 5);
+  EXPECT_EQ(errorOf([&] { step(x0, y0); }), "user error mid-step");
+  fail = false;
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 100 + i);
+    EXPECT_EQ(step(x, y).item(), plainTrainStep(eager.model, eager.opt, x, y).item()) << i;
+  }
+  EXPECT_EQ(values(traced.model.parameters()), values(eager.model.parameters()));
+}
+
+} // namespace
+} // namespace jit::testing
