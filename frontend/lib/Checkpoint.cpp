@@ -36,6 +36,17 @@ detail::SavedState counterState(int64_t& counter) {
           .restore = [&counter, value] { counter = int64_t(value.item()); }};
 }
 
+/// Loose tensors' part: entries "0", "1", ... written in place on load.
+detail::SavedState tensorsState(const std::vector<Tensor>& tensors) {
+  detail::SavedState state{.kind = "Tensors", .noun = "tensor list", .tensors = {}, .settings = {}, .restore = {}};
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i].defined())
+      throw Error("Checkpoint: tensor " + std::to_string(i) + " of a tensor list is undefined");
+    state.tensors.emplace_back(std::to_string(i), tensors[i]);
+  }
+  return state;
+}
+
 } // namespace
 
 Checkpoint& Checkpoint::append(std::string name, std::function<detail::SavedState()> state) {
@@ -65,6 +76,15 @@ Checkpoint& Checkpoint::add(std::string name, Generator& generator) {
 }
 Checkpoint& Checkpoint::add(std::string name, int64_t& counter) {
   return append(std::move(name), [&counter] { return counterState(counter); });
+}
+
+Checkpoint& Checkpoint::add(std::string name, std::vector<Tensor>& tensors) {
+  return append(std::move(name), [&tensors] { return tensorsState(tensors); });
+}
+Checkpoint& Checkpoint::add(std::string name, Tensor tensor) {
+  if (!tensor.defined())
+    throw Error("Checkpoint::add: part '" + name + "' is an undefined tensor");
+  return append(std::move(name), [tensor] { return tensorsState({tensor}); });
 }
 
 std::vector<detail::StatePart> Checkpoint::states() const {

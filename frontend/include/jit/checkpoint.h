@@ -62,6 +62,13 @@ public:
   Checkpoint& add(std::string name, Generator& generator);
   /// A counter of the training loop (epoch, global step), restored by load().
   Checkpoint& add(std::string name, int64_t& counter);
+  /// Tensors the loop keeps beside the model (an EMA of the weights, a
+  /// teacher's outputs), saved as entries "0", "1", ... A load writes them in
+  /// place, so a traced step that holds them sees the loaded values; the
+  /// vector's length, each dtype and shape must match the file.
+  Checkpoint& add(std::string name, std::vector<Tensor>& tensors);
+  /// One such tensor, held by handle: the load writes into its storage.
+  Checkpoint& add(std::string name, Tensor tensor);
 
   void save(const std::string& path) const;
   void load(const std::string& path) const;

@@ -350,3 +350,93 @@ TEST(Checkpoint, EachObjectSavesAndLoadsAlone) {
 
 } // namespace
 } // namespace jit::testing
+
+namespace jit::testing {
+namespace {
+
+/// A plain SGD run that keeps an EMA of its weights inside the step.
+struct EmaRun {
+  explicit EmaRun(uint64_t seed)
+      : generator(seed), model(nn::Linear(kIn, kHidden, true, {.generator = &generator}), nn::ReLU(),
+                               nn::Linear(kHidden, kClasses, true, {.generator = &generator})),
+        opt(model.parameters(), {.lr = 0.1, .momentum = 0.9}), averageOfLoss(scalar_tensor(0.0)) {
+    NoGradGuard noGrad;
+    for (const Tensor& parameter : model.parameters())
+      ema.push_back(zeros_like(parameter).copy_(parameter));
+    checkpoint.add("model", model).add("optimizer", opt).add("ema", ema).add("loss_average", averageOfLoss);
+  }
+  Tensor step(const Tensor& x, const Tensor& y) {
+    Tensor loss = plainTrainStep(model, opt, x, y);
+    NoGradGuard noGrad;
+    for (size_t i = 0; i < ema.size(); ++i)
+      ema[i].mul_(scalar_tensor(0.99)).add_(model.parameters()[i] * 0.01);
+    averageOfLoss.mul_(scalar_tensor(0.9)).add_(loss * 0.1);
+    return loss;
+  }
+  std::vector<std::vector<double>> everything() const {
+    std::vector<std::vector<double>> out;
+    for (const Tensor& average : ema)
+      out.push_back(average.to_vector());
+    out.push_back(averageOfLoss.to_vector());
+    for (const auto& [name, tensor] : model.state_dict())
+      out.push_back(tensor.to_vector());
+    return out;
+  }
+  Generator generator;
+  nn::Sequential model;
+  optim::SGD opt;
+  std::vector<Tensor> ema;
+  Tensor averageOfLoss;
+  Checkpoint checkpoint;
+};
+
+TEST(Checkpoint, TensorsTheLoopKeepsResumeIntoATracedStepWithoutRetracing) {
+  fs::path dir = scratchDir("tensors");
+  std::string path = (dir / "run.ampjit").string();
+  EmaRun unbroken(5), resumed(5);
+  auto tracedStep = [](EmaRun& run) {
+    return trace([&run](const Tensor& x, const Tensor& y) { return run.step(x, y); }, {.backend = Backend::cpu});
+  };
+  auto unbrokenStep = tracedStep(unbroken), resumedStep = tracedStep(resumed);
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 200 + i);
+    unbrokenStep(x, y);
+    resumedStep(x, y);
+  }
+  resumed.checkpoint.save(path);
+  std::vector<std::vector<double>> atSave = resumed.everything();
+  // Two more steps, then back to the saved point: the EMA and the average
+  // must come back too, into the tensors the compiled step holds.
+  for (uint64_t i = 0; i < 2; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 900 + i);
+    resumedStep(x, y);
+  }
+  ASSERT_NE(resumed.everything(), atSave);
+  resumed.checkpoint.load(path);
+  EXPECT_EQ(resumed.everything(), atSave);
+  for (uint64_t i = 3; i < 6; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 200 + i);
+    EXPECT_EQ(resumedStep(x, y).item(), unbrokenStep(x, y).item()) << "step " << i;
+  }
+  EXPECT_EQ(resumed.everything(), unbroken.everything());
+  EXPECT_EQ(resumedStep.stats().traces, 1u);
+
+  // A list of another length or shape is an error that names the part and changes nothing.
+  std::vector<Tensor> shorter(resumed.ema.begin(), resumed.ema.end() - 1);
+  std::vector<std::vector<double>> before = resumed.everything();
+  Checkpoint wrongLength;
+  wrongLength.add("ema", shorter);
+  std::string message = errorOf([&] { wrongLength.load(path); });
+  EXPECT_NE(message.find("part 'ema'"), std::string::npos) << message;
+  EXPECT_NE(message.find("entry '3' is unknown to the tensor list"), std::string::npos) << message;
+  Checkpoint wrongShape;
+  wrongShape.add("loss_average", zeros({2}));
+  message = errorOf([&] { wrongShape.load(path); });
+  EXPECT_NE(message.find("has shape [] but the tensor list's is [2]"), std::string::npos) << message;
+  EXPECT_EQ(resumed.everything(), before);
+  EXPECT_NE(errorOf([] { Checkpoint().add("nothing", Tensor()); }).find("undefined tensor"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+} // namespace
+} // namespace jit::testing
