@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -64,11 +65,13 @@ std::tuple<Tensor, Tensor, Tensor> adam_update(const Tensor& param, const Tensor
 /// clip_grad_norm_: coefficient max_norm / (norm + 1e-6), clamped to 1).
 /// `norm_type` is 2 or infinity. The norm is an f32 tensor (f64 when a
 /// gradient is f64); gradients of f16/bf16 are summed in f32.
-Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
+                       std::source_location where = std::source_location::current());
 /// Clamps every gradient of `params` into [-clip_value, clip_value] in place
 /// (torch.nn.utils.clip_grad_value_); NaNs stay NaN. Under a loss scaler,
 /// unscale_ first, as with clip_grad_norm_.
-void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value,
+                      std::source_location where = std::source_location::current());
 
 namespace optim {
 

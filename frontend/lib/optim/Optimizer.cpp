@@ -50,7 +50,9 @@ std::tuple<Tensor, Tensor, Tensor> adam_update(const Tensor& param, const Tensor
   return {results[0], results[1], results[2]};
 }
 
-Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
+                       std::source_location caller) {
+  detail::UserFrame frame(caller);
   NoGradGuard noGrad;
   bool infinity = std::isinf(norm_type) && norm_type > 0;
   if (!infinity && norm_type != 2.0)
@@ -83,7 +85,8 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   return total;
 }
 
-void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value, std::source_location caller) {
+  detail::UserFrame frame(caller);
   if (!(clip_value >= 0.0) || !std::isfinite(clip_value))
     throw Error("clip_grad_value_: clip_value must be finite and >= 0, got " + std::to_string(clip_value));
   NoGradGuard noGrad;

@@ -247,3 +247,42 @@ TEST(TracedPattern, AnErrorThrownByTheStepWhileTracingLeavesStateUsable) {
 
 } // namespace
 } // namespace jit::testing
+
+namespace jit::testing {
+namespace {
+
+TEST(TracedPattern, ClippingOpsCarryTheLineThatClipped) {
+  // Dumps, AMP reports and AMPJIT_CHECK_NUMERICS name the user's line: the
+  // ops clip_grad_norm_ and clip_grad_value_ make are located where they
+  // were called, not at the jit::trace call.
+  Classifier net SMALL_NET();
+  int normLine = 0, valueLine = 0;
+  auto step = trace([&](const Tensor& x, const Tensor& y) {
+    net.opt.zero_grad();
+    Tensor loss = cross_entropy(net.model(x), y);
+    loss.backward();
+    normLine = __LINE__ + 1;
+    Tensor norm = clip_grad_norm_(net.model.parameters(), 1.0);
+    valueLine = __LINE__ + 1;
+    clip_grad_value_(net.model.parameters(), 0.5);
+    net.opt.step();
+    return norm;
+  });
+  auto [x, y] = batch(kBatch, kIn, kClasses, 3);
+  step(x, y);
+  const std::string& module = step.traced_module();
+  auto opAtLine = [&](const std::string& op, int line) {
+    std::string location = "TracedPatternsTest.cpp\":" + std::to_string(line) + ":";
+    for (size_t at = module.find(op); at != std::string::npos; at = module.find(op, at + 1)) {
+      size_t end = module.find('\n', at);
+      if (module.substr(at, end - at).find(location) != std::string::npos)
+        return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(opAtLine("jit.sqrt", normLine)) << module;
+  EXPECT_TRUE(opAtLine("jit.select", valueLine)) << module;
+}
+
+} // namespace
+} // namespace jit::testing
