@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <source_location>
 #include <string>
@@ -265,6 +266,10 @@ public:
   /// from its own initial lr, as in PyTorch).
   double get_last_lr(size_t group = 0) const { return lastLrs_.at(group); }
 
+  /// The lr this schedule gives at `epoch` to a group whose initial lr is
+  /// `base_lr` (its closed form; nothing is written).
+  double lr_at(int64_t epoch, double base_lr) const { return lrAt(epoch, base_lr); }
+
   /// "StepLR", "CosineAnnealingLR", "LinearWarmup".
   virtual const char* name() const = 0;
   /// base_lr (with more groups also "base_lr.1", ...) and the schedule's own settings.
@@ -285,6 +290,7 @@ protected:
 
 private:
   friend detail::SavedState detail::savedStateOf(LRScheduler& scheduler);
+  friend class SequentialLR;
   /// Writes every group's lr for epoch_.
   void apply();
 
@@ -339,6 +345,75 @@ protected:
 private:
   int64_t totalIters_;
   double startFactor_, endFactor_;
+};
+
+/// PyTorch's name for LinearWarmup.
+using LinearLR = LinearWarmup;
+
+/// lr = base_lr * gamma^(number of milestones <= epoch) (PyTorch's
+/// MultiStepLR; a milestone given twice counts twice).
+class MultiStepLR : public LRScheduler {
+public:
+  MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma = 0.1);
+  const char* name() const override { return "MultiStepLR"; }
+
+protected:
+  double lrAt(int64_t epoch, double base_lr) const override;
+  std::vector<std::pair<std::string, double>> schedule_settings() const override;
+
+private:
+  std::vector<int64_t> milestones_;
+  double gamma_;
+};
+
+/// lr = base_lr * gamma^epoch.
+class ExponentialLR : public LRScheduler {
+public:
+  ExponentialLR(Optimizer& optimizer, double gamma);
+  const char* name() const override { return "ExponentialLR"; }
+
+protected:
+  double lrAt(int64_t epoch, double base_lr) const override;
+  std::vector<std::pair<std::string, double>> schedule_settings() const override;
+
+private:
+  double gamma_;
+};
+
+/// lr = base_lr * (1 - min(epoch, total_iters) / total_iters)^power.
+class PolynomialLR : public LRScheduler {
+public:
+  PolynomialLR(Optimizer& optimizer, int64_t total_iters = 5, double power = 1.0);
+  const char* name() const override { return "PolynomialLR"; }
+
+protected:
+  double lrAt(int64_t epoch, double base_lr) const override;
+  std::vector<std::pair<std::string, double>> schedule_settings() const override;
+
+private:
+  int64_t totalIters_;
+  double power_;
+};
+
+/// PyTorch's SequentialLR: schedules[0] until milestones[0], then
+/// schedules[1] counting its epochs from that milestone, and so on (warmup,
+/// then cosine decay). The schedules must drive the same optimizer; this one
+/// owns them and writes the lr (their own step() is not called).
+class SequentialLR : public LRScheduler {
+public:
+  SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedules,
+               std::vector<int64_t> milestones);
+  const char* name() const override { return "SequentialLR"; }
+
+protected:
+  double lrAt(int64_t epoch, double base_lr) const override;
+  /// The milestones and every schedule's settings, named "<i>.<schedule>.<setting>",
+  /// so a checkpoint of another sequence does not load.
+  std::vector<std::pair<std::string, double>> schedule_settings() const override;
+
+private:
+  std::vector<std::shared_ptr<LRScheduler>> schedules_;
+  std::vector<int64_t> milestones_;
 };
 
 /// PyTorch's LambdaLR: lr = base_lr * factor(epoch), for any schedule a

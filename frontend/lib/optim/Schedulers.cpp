@@ -5,6 +5,7 @@
 #include "StateFile.h"
 #include "trace/TraceSession.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -96,6 +97,108 @@ double LinearWarmup::lrAt(int64_t epoch, double base_lr) const {
 
 std::vector<std::pair<std::string, double>> LinearWarmup::schedule_settings() const {
   return {{"total_iters", double(totalIters_)}, {"start_factor", startFactor_}, {"end_factor", endFactor_}};
+}
+
+namespace {
+/// How many of the sorted `milestones` are <= epoch (Python's bisect_right).
+size_t milestonesPassed(const std::vector<int64_t>& milestones, int64_t epoch) {
+  return size_t(std::upper_bound(milestones.begin(), milestones.end(), epoch) - milestones.begin());
+}
+void checkMilestones(const std::vector<int64_t>& milestones, const char* who, bool strictly) {
+  for (size_t i = 0; i < milestones.size(); ++i) {
+    if (milestones[i] <= 0)
+      throw Error(std::string(who) + ": milestones must be positive epochs, got " + std::to_string(milestones[i]));
+    if (i > 0 && (strictly ? milestones[i] <= milestones[i - 1] : milestones[i] < milestones[i - 1]))
+      throw Error(std::string(who) + ": milestones must be " + (strictly ? "strictly " : "") +
+                  "increasing, got " + std::to_string(milestones[i - 1]) + " then " + std::to_string(milestones[i]));
+  }
+}
+std::vector<std::pair<std::string, double>> milestoneSettings(const std::vector<int64_t>& milestones) {
+  std::vector<std::pair<std::string, double>> settings{{"milestones", double(milestones.size())}};
+  for (size_t i = 0; i < milestones.size(); ++i)
+    settings.emplace_back("milestone." + std::to_string(i), double(milestones[i]));
+  return settings;
+}
+} // namespace
+
+MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma)
+    : LRScheduler(optimizer), milestones_(std::move(milestones)), gamma_(gamma) {
+  checkMilestones(milestones_, "MultiStepLR", /*strictly=*/false);
+  initialize();
+}
+
+double MultiStepLR::lrAt(int64_t epoch, double base_lr) const {
+  return base_lr * std::pow(gamma_, double(milestonesPassed(milestones_, epoch)));
+}
+
+std::vector<std::pair<std::string, double>> MultiStepLR::schedule_settings() const {
+  std::vector<std::pair<std::string, double>> settings = milestoneSettings(milestones_);
+  settings.emplace_back("gamma", gamma_);
+  return settings;
+}
+
+ExponentialLR::ExponentialLR(Optimizer& optimizer, double gamma) : LRScheduler(optimizer), gamma_(gamma) {
+  if (!(gamma > 0.0) || !std::isfinite(gamma))
+    throw Error("ExponentialLR: gamma must be finite and positive, got " + std::to_string(gamma));
+  initialize();
+}
+
+double ExponentialLR::lrAt(int64_t epoch, double base_lr) const { return base_lr * std::pow(gamma_, double(epoch)); }
+
+std::vector<std::pair<std::string, double>> ExponentialLR::schedule_settings() const { return {{"gamma", gamma_}}; }
+
+PolynomialLR::PolynomialLR(Optimizer& optimizer, int64_t total_iters, double power)
+    : LRScheduler(optimizer), totalIters_(total_iters), power_(power) {
+  if (total_iters <= 0)
+    throw Error("PolynomialLR: total_iters must be positive");
+  if (!(power >= 0.0) || !std::isfinite(power))
+    throw Error("PolynomialLR: power must be finite and >= 0, got " + std::to_string(power));
+  initialize();
+}
+
+double PolynomialLR::lrAt(int64_t epoch, double base_lr) const {
+  double remaining = 1.0 - double(std::min(epoch, totalIters_)) / double(totalIters_);
+  return base_lr * std::pow(remaining, power_);
+}
+
+std::vector<std::pair<std::string, double>> PolynomialLR::schedule_settings() const {
+  return {{"total_iters", double(totalIters_)}, {"power", power_}};
+}
+
+SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedules,
+                           std::vector<int64_t> milestones)
+    : LRScheduler(optimizer), schedules_(std::move(schedules)), milestones_(std::move(milestones)) {
+  if (schedules_.empty())
+    throw Error("SequentialLR: no schedules given");
+  if (milestones_.size() + 1 != schedules_.size())
+    throw Error("SequentialLR: " + std::to_string(schedules_.size()) + " schedules need " +
+                std::to_string(schedules_.size() - 1) + " milestones, got " + std::to_string(milestones_.size()));
+  for (size_t i = 0; i < schedules_.size(); ++i) {
+    if (!schedules_[i])
+      throw Error("SequentialLR: schedule " + std::to_string(i) + " is null");
+    if (&schedules_[i]->optimizer_ != &optimizer)
+      throw Error("SequentialLR: schedule " + std::to_string(i) + " (" + schedules_[i]->name() +
+                  ") drives another optimizer");
+  }
+  checkMilestones(milestones_, "SequentialLR", /*strictly=*/true);
+  initialize();
+}
+
+double SequentialLR::lrAt(int64_t epoch, double base_lr) const {
+  size_t index = milestonesPassed(milestones_, epoch);
+  int64_t start = index == 0 ? 0 : milestones_[index - 1];
+  return schedules_[index]->lrAt(epoch - start, base_lr);
+}
+
+std::vector<std::pair<std::string, double>> SequentialLR::schedule_settings() const {
+  std::vector<std::pair<std::string, double>> settings = milestoneSettings(milestones_);
+  for (size_t i = 0; i < schedules_.size(); ++i) {
+    std::string prefix = std::to_string(i) + "." + schedules_[i]->name();
+    settings.emplace_back(prefix, 1.0); // a LambdaLR has no settings of its own
+    for (auto& [setting, value] : schedules_[i]->schedule_settings())
+      settings.emplace_back(prefix + "." + setting, value);
+  }
+  return settings;
 }
 
 LambdaLR::LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> factor)

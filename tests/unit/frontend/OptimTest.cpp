@@ -5,12 +5,17 @@
 #include "jit/optim.h"
 
 #include <cmath>
+#include <filesystem>
+#include <memory>
 #include <numbers>
+
+#include <unistd.h>
 
 namespace jit {
 namespace {
 
 using testing::errorOf;
+namespace fs = std::filesystem;
 
 const std::vector<double> kInit = {0.5, -1.25, 2.0, 0.75};
 
@@ -306,6 +311,78 @@ TEST(OptimTest, BadOptionsAreErrors) {
   EXPECT_NE(errorOf([&] { optim::SGD({p}, {.lr = 0.1, .nesterov = true}); }).find("nesterov"), std::string::npos);
   EXPECT_NE(errorOf([&] { optim::Adam({p}, {.betas = {1.0, 0.9}}); }).find("betas"), std::string::npos);
   EXPECT_NE(errorOf([&] { clip_grad_norm_({p}, 1.0, 1.0); }).find("norm_type"), std::string::npos);
+}
+
+/// The lr tensor at epochs 0..count-1 of `schedule` over `opt`.
+std::vector<double> lrsOver(optim::LRScheduler& schedule, optim::Optimizer& opt, int count) {
+  std::vector<double> lrs;
+  for (int e = 0; e < count; ++e, schedule.step())
+    lrs.push_back(opt.lr().item());
+  return lrs;
+}
+
+TEST(OptimTest, MultiStepExponentialAndPolynomialLRFollowPyTorch) {
+  Tensor p = param(f64).requires_grad_();
+  optim::SGD opt({p}, {.lr = 1.0});
+  // torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[2, 4, 4], gamma=0.5)
+  optim::MultiStepLR multiStep(opt, {2, 4, 4}, 0.5);
+  EXPECT_EQ(lrsOver(multiStep, opt, 6), (std::vector<double>{1.0, 1.0, 0.5, 0.5, 0.125, 0.125}));
+  optim::ExponentialLR exponential(opt, 0.5);
+  EXPECT_EQ(lrsOver(exponential, opt, 4), (std::vector<double>{1.0, 0.5, 0.25, 0.125}));
+  // PolynomialLR(opt, total_iters=4, power=2): (1 - e/4)^2, then 0.
+  optim::PolynomialLR polynomial(opt, 4, 2.0);
+  EXPECT_EQ(lrsOver(polynomial, opt, 6), (std::vector<double>{1.0, 0.5625, 0.25, 0.0625, 0.0, 0.0}));
+  EXPECT_NE(errorOf([&] { optim::MultiStepLR(opt, {3, 2}); }).find("increasing, got 3 then 2"), std::string::npos);
+  EXPECT_NE(errorOf([&] { optim::ExponentialLR(opt, 0.0); }).find("gamma must be finite and positive"),
+            std::string::npos);
+}
+
+TEST(OptimTest, SequentialLRWarmsUpThenDecaysAsPyTorchDoes) {
+  Tensor a = param(f64).requires_grad_(), b = param(f64).requires_grad_();
+  optim::SGD opt({{.params = {a}}, {.params = {b}, .lr = 0.5}}, {.lr = 1.0});
+  // SequentialLR(opt, [LinearLR(opt, 0.25, total_iters=2), CosineAnnealingLR(opt, T_max=4)], milestones=[2])
+  auto warmup = std::make_shared<optim::LinearWarmup>(opt, 2, 0.25);
+  auto cosine = std::make_shared<optim::CosineAnnealingLR>(opt, 4);
+  optim::SequentialLR schedule(opt, {warmup, cosine}, {2});
+  for (int64_t e = 0; e <= 7; ++e, schedule.step()) {
+    for (size_t group = 0; group < 2; ++group) {
+      double base = group == 0 ? 1.0 : 0.5;
+      double expected = e < 2 ? base * (0.25 + 0.75 * double(e) / 2.0)
+                              : base * (1.0 + std::cos(std::numbers::pi * double(e - 2) / 4.0)) / 2.0;
+      EXPECT_DOUBLE_EQ(schedule.get_last_lr(group), expected) << "epoch " << e << " group " << group;
+      EXPECT_EQ(opt.lr(group).item(), double(float(schedule.get_last_lr(group)))) << "epoch " << e;
+    }
+  }
+  std::string message = errorOf([&] { optim::SequentialLR(opt, {warmup, cosine}, {}); });
+  EXPECT_NE(message.find("2 schedules need 1 milestones, got 0"), std::string::npos) << message;
+  optim::SGD other({param(f64).requires_grad_()}, {.lr = 1.0});
+  auto elsewhere = std::make_shared<optim::ExponentialLR>(other, 0.9);
+  message = errorOf([&] { optim::SequentialLR(opt, {warmup, elsewhere}, {2}); });
+  EXPECT_NE(message.find("schedule 1 (ExponentialLR) drives another optimizer"), std::string::npos) << message;
+}
+
+TEST(OptimTest, ASequentialLRResumesFromItsFileAndRefusesAnotherSequence) {
+  fs::path dir = fs::temp_directory_path() / ("ampjit-sequential-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string path = (dir / "schedule.ampjit").string();
+  Tensor p = param(f64).requires_grad_();
+  optim::SGD opt({p}, {.lr = 1.0});
+  auto makeSchedule = [&](double gamma) {
+    return optim::SequentialLR(
+        opt, {std::make_shared<optim::LinearWarmup>(opt, 3), std::make_shared<optim::ExponentialLR>(opt, gamma)}, {3});
+  };
+  optim::SequentialLR schedule = makeSchedule(0.5);
+  for (int e = 0; e < 5; ++e)
+    schedule.step();
+  schedule.save(path);
+  optim::SequentialLR resumed = makeSchedule(0.5);
+  resumed.load(path);
+  EXPECT_EQ(resumed.last_epoch(), 5);
+  EXPECT_EQ(resumed.get_last_lr(), 0.25); // ExponentialLR's epoch 2
+  optim::SequentialLR otherGamma = makeSchedule(0.9);
+  std::string message = errorOf([&] { otherGamma.load(path); });
+  EXPECT_NE(message.find("1.ExponentialLR.gamma"), std::string::npos) << message;
+  fs::remove_all(dir);
 }
 
 } // namespace
