@@ -71,6 +71,9 @@ Checkpoint& Checkpoint::add(std::string name, amp::GradScaler& scaler) {
 Checkpoint& Checkpoint::add(std::string name, optim::LRScheduler& scheduler) {
   return append(std::move(name), [&scheduler] { return detail::savedStateOf(scheduler); });
 }
+Checkpoint& Checkpoint::add(std::string name, optim::ReduceLROnPlateau& scheduler) {
+  return append(std::move(name), [&scheduler] { return detail::savedStateOf(scheduler); });
+}
 Checkpoint& Checkpoint::add(std::string name, Generator& generator) {
   return append(std::move(name), [&generator] { return detail::savedStateOf(generator); });
 }

@@ -35,6 +35,7 @@ class Module;
 namespace optim {
 class Optimizer;
 class LRScheduler;
+class ReduceLROnPlateau;
 } // namespace optim
 namespace amp {
 class GradScaler;
@@ -57,6 +58,7 @@ public:
   Checkpoint& add(std::string name, optim::Optimizer& optimizer);
   Checkpoint& add(std::string name, amp::GradScaler& scaler);
   Checkpoint& add(std::string name, optim::LRScheduler& scheduler);
+  Checkpoint& add(std::string name, optim::ReduceLROnPlateau& scheduler);
   /// A random generator: dropout's [seed, offset] and the host engine that
   /// rand/randn draw from, so a resumed run draws what the unbroken one would.
   Checkpoint& add(std::string name, Generator& generator);

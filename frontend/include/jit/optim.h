@@ -24,10 +24,12 @@
 namespace jit {
 namespace optim {
 class LRScheduler;
+class ReduceLROnPlateau;
 }
 namespace detail {
 struct SavedState;
 SavedState savedStateOf(optim::LRScheduler& scheduler);
+SavedState savedStateOf(optim::ReduceLROnPlateau& scheduler);
 } // namespace detail
 
 // --- the fused update ops (JitOps.td describes them exactly) ------------------
@@ -431,6 +433,61 @@ protected:
 
 private:
   std::function<double(int64_t)> factor_;
+};
+
+/// ReduceLROnPlateau's options, PyTorch's defaults.
+struct ReduceLROnPlateauOptions {
+  enum class Mode { min, max };
+  enum class ThresholdMode { rel, abs };
+  /// min: the metric should fall (a loss); max: rise (an accuracy).
+  Mode mode = Mode::min;
+  /// Each reduction multiplies every group's lr by this (< 1).
+  double factor = 0.1;
+  /// Epochs without improvement tolerated before a reduction.
+  int64_t patience = 10;
+  /// What counts as an improvement: beyond best * (1 -/+ threshold) (rel) or best -/+ threshold (abs).
+  double threshold = 1e-4;
+  ThresholdMode threshold_mode = ThresholdMode::rel;
+  /// Epochs after a reduction during which bad epochs are not counted.
+  int64_t cooldown = 0;
+  /// No group's lr goes below this; one value, or one per group.
+  std::vector<double> min_lr = {0.0};
+  /// A reduction smaller than this is not made.
+  double eps = 1e-8;
+};
+
+/// PyTorch's ReduceLROnPlateau: call step(metric) after each evaluation;
+/// after more than `patience` epochs without improvement every group's lr is
+/// multiplied by `factor` (not below min_lr). Unlike the closed-form
+/// schedules it depends on the metrics seen, so its state (best, the bad-
+/// epoch and cooldown counters, each group's lr as a double) is saved.
+class ReduceLROnPlateau {
+public:
+  explicit ReduceLROnPlateau(Optimizer& optimizer, ReduceLROnPlateauOptions options = {});
+  /// One epoch's metric. A NaN metric is never an improvement.
+  void step(double metric);
+  int64_t last_epoch() const { return epoch_; }
+  double get_last_lr(size_t group = 0) const { return lrs_.at(group); }
+  /// The best metric so far (+inf in min mode, -inf in max mode before any step).
+  double best() const { return best_; }
+  int64_t num_bad_epochs() const { return badEpochs_; }
+  const char* name() const { return "ReduceLROnPlateau"; }
+  /// The options, as a checkpoint records them.
+  std::vector<std::pair<std::string, double>> hyperparameters() const;
+  void save(const std::string& path) const;
+  void load(const std::string& path);
+
+private:
+  friend detail::SavedState detail::savedStateOf(ReduceLROnPlateau& scheduler);
+  bool isBetter(double metric) const;
+
+  Optimizer& optimizer_;
+  ReduceLROnPlateauOptions options_;
+  std::vector<double> lrs_;
+  double best_;
+  int64_t badEpochs_ = 0;
+  int64_t cooldownCounter_ = 0;
+  int64_t epoch_ = 0;
 };
 
 } // namespace optim

@@ -216,9 +216,108 @@ double LambdaLR::lrAt(int64_t epoch, double base_lr) const {
   return base_lr * factor;
 }
 
+ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, ReduceLROnPlateauOptions options)
+    : optimizer_(optimizer), options_(std::move(options)) {
+  const char* who = "ReduceLROnPlateau";
+  if (!(options_.factor < 1.0 && options_.factor >= 0.0))
+    throw Error(std::string(who) + ": factor must be in [0, 1), got " + std::to_string(options_.factor));
+  if (options_.patience < 0 || options_.cooldown < 0)
+    throw Error(std::string(who) + ": patience and cooldown must be >= 0");
+  if (!(options_.threshold >= 0.0) || !std::isfinite(options_.threshold))
+    throw Error(std::string(who) + ": threshold must be finite and >= 0");
+  if (options_.min_lr.size() == 1)
+    options_.min_lr.resize(optimizer.group_count(), options_.min_lr[0]);
+  if (options_.min_lr.size() != optimizer.group_count())
+    throw Error(std::string(who) + ": min_lr has " + std::to_string(options_.min_lr.size()) + " values for " +
+                std::to_string(optimizer.group_count()) + " parameter groups");
+  for (size_t group = 0; group < optimizer.group_count(); ++group)
+    lrs_.push_back(optimizer.initial_lr(group));
+  best_ = options_.mode == ReduceLROnPlateauOptions::Mode::min ? INFINITY : -INFINITY;
+}
+
+bool ReduceLROnPlateau::isBetter(double metric) const {
+  using Options = ReduceLROnPlateauOptions;
+  bool relative = options_.threshold_mode == Options::ThresholdMode::rel;
+  if (options_.mode == Options::Mode::min)
+    return metric < (relative ? best_ * (1.0 - options_.threshold) : best_ - options_.threshold);
+  return metric > (relative ? best_ * (1.0 + options_.threshold) : best_ + options_.threshold);
+}
+
+void ReduceLROnPlateau::step(double metric) {
+  detail::refuseInsideTrace("ReduceLROnPlateau::step()",
+                            "it reads a metric on the host; step it between calls of the step, with the value the "
+                            "step returned");
+  ++epoch_;
+  if (isBetter(metric)) {
+    best_ = metric;
+    badEpochs_ = 0;
+  } else {
+    ++badEpochs_;
+  }
+  if (cooldownCounter_ > 0) {
+    --cooldownCounter_;
+    badEpochs_ = 0;
+  }
+  if (badEpochs_ > options_.patience) {
+    for (size_t group = 0; group < lrs_.size(); ++group) {
+      double reduced = std::max(lrs_[group] * options_.factor, options_.min_lr[group]);
+      if (lrs_[group] - reduced > options_.eps) {
+        lrs_[group] = reduced;
+        optimizer_.set_lr(group, reduced);
+      }
+    }
+    cooldownCounter_ = options_.cooldown;
+    badEpochs_ = 0;
+  }
+}
+
+std::vector<std::pair<std::string, double>> ReduceLROnPlateau::hyperparameters() const {
+  std::vector<std::pair<std::string, double>> settings{
+      {"mode_max", options_.mode == ReduceLROnPlateauOptions::Mode::max ? 1.0 : 0.0},
+      {"factor", options_.factor},
+      {"patience", double(options_.patience)},
+      {"threshold", options_.threshold},
+      {"threshold_abs", options_.threshold_mode == ReduceLROnPlateauOptions::ThresholdMode::abs ? 1.0 : 0.0},
+      {"cooldown", double(options_.cooldown)},
+      {"eps", options_.eps}};
+  for (size_t group = 0; group < options_.min_lr.size(); ++group)
+    settings.emplace_back(group == 0 ? "min_lr" : "min_lr." + std::to_string(group), options_.min_lr[group]);
+  return settings;
+}
+
+void ReduceLROnPlateau::save(const std::string& path) const {
+  detail::saveAlone(path, *this, "ReduceLROnPlateau::save");
+}
+
+void ReduceLROnPlateau::load(const std::string& path) {
+  detail::loadAlone(path, *this, "ReduceLROnPlateau::load");
+}
+
 } // namespace jit::optim
 
 namespace jit::detail {
+
+SavedState savedStateOf(optim::ReduceLROnPlateau& scheduler) {
+  // Host state travels through tensors of its own: the counters in i64, the
+  // best metric and each group's lr in f64 (the lr tensors are f32).
+  Tensor counters = tensor(std::vector<int64_t>{scheduler.epoch_, scheduler.badEpochs_, scheduler.cooldownCounter_},
+                           {3});
+  Tensor best = scalar_tensor(scheduler.best_, f64);
+  Tensor lrs = tensor(std::span<const double>(scheduler.lrs_), {int64_t(scheduler.lrs_.size())}, f64);
+  return {.kind = scheduler.name(),
+          .noun = "scheduler",
+          .tensors = {{"counters", counters}, {"best", best}, {"lrs", lrs}},
+          .settings = scheduler.hyperparameters(),
+          .restore = [&scheduler, counters, best, lrs] {
+            std::vector<double> counts = counters.to_vector();
+            scheduler.epoch_ = int64_t(counts[0]);
+            scheduler.badEpochs_ = int64_t(counts[1]);
+            scheduler.cooldownCounter_ = int64_t(counts[2]);
+            scheduler.best_ = best.item();
+            scheduler.lrs_ = lrs.to_vector();
+          }};
+}
+
 
 SavedState savedStateOf(optim::LRScheduler& scheduler) {
   // The epoch is a host integer; it travels through a tensor of its own.

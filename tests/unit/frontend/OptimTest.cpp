@@ -2,6 +2,7 @@
 
 #include "FrontendTestUtil.h"
 
+#include "jit/checkpoint.h"
 #include "jit/optim.h"
 
 #include <cmath>
@@ -382,6 +383,93 @@ TEST(OptimTest, ASequentialLRResumesFromItsFileAndRefusesAnotherSequence) {
   optim::SequentialLR otherGamma = makeSchedule(0.9);
   std::string message = errorOf([&] { otherGamma.load(path); });
   EXPECT_NE(message.find("1.ExponentialLR.gamma"), std::string::npos) << message;
+  fs::remove_all(dir);
+}
+
+TEST(OptimTest, ReduceLROnPlateauFollowsPyTorch) {
+  Tensor p = param(f64).requires_grad_();
+  optim::SGD opt({p}, {.lr = 1.0});
+  // ReduceLROnPlateau(opt, factor=0.5, patience=2, threshold=0.1, cooldown=1, min_lr=0.1)
+  optim::ReduceLROnPlateau plateau(opt, {.factor = 0.5, .patience = 2, .threshold = 0.1, .cooldown = 1, .min_lr = {0.1}});
+  std::vector<double> metrics = {1.0, 0.95, 0.92, 0.91, 0.5};
+  metrics.resize(20, 0.6);
+  // What PyTorch's scheduler gives after each step (worked through in the
+  // order it applies best, the bad-epoch count, the cooldown and min_lr).
+  std::vector<double> expected = {1, 1, 1, 0.5, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25,
+                                  0.25, 0.125, 0.125, 0.125, 0.125, 0.1, 0.1, 0.1, 0.1, 0.1};
+  std::vector<double> lrs, tensorLrs;
+  for (double metric : metrics) {
+    plateau.step(metric);
+    lrs.push_back(plateau.get_last_lr());
+    tensorLrs.push_back(opt.lr().item());
+  }
+  EXPECT_EQ(lrs, expected);
+  for (size_t e = 0; e < expected.size(); ++e)
+    EXPECT_EQ(tensorLrs[e], double(float(expected[e]))) << "the lr tensor after step " << e + 1;
+  EXPECT_EQ(plateau.best(), 0.5);
+  EXPECT_EQ(plateau.last_epoch(), 20);
+
+  // max mode with an absolute threshold: equal is not better; NaN never is.
+  optim::SGD other({param(f64).requires_grad_()}, {.lr = 1.0});
+  optim::ReduceLROnPlateau accuracy(other, {.mode = optim::ReduceLROnPlateauOptions::Mode::max, .patience = 0,
+                                            .threshold = 0.05,
+                                            .threshold_mode = optim::ReduceLROnPlateauOptions::ThresholdMode::abs});
+  accuracy.step(0.5);
+  EXPECT_EQ(accuracy.get_last_lr(), 1.0);
+  accuracy.step(0.55);
+  EXPECT_DOUBLE_EQ(accuracy.get_last_lr(), 0.1);
+  accuracy.step(0.7);
+  accuracy.step(std::nan(""));
+  EXPECT_DOUBLE_EQ(accuracy.get_last_lr(), 0.01);
+  EXPECT_EQ(accuracy.best(), 0.7);
+
+  EXPECT_NE(errorOf([&] { optim::ReduceLROnPlateau(opt, {.factor = 1.0}); }).find("factor must be in [0, 1)"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { optim::ReduceLROnPlateau(opt, {.min_lr = {0.1, 0.2}}); })
+                .find("min_lr has 2 values for 1 parameter groups"),
+            std::string::npos);
+}
+
+TEST(OptimTest, ReduceLROnPlateauResumesFromItsFile) {
+  fs::path dir = fs::temp_directory_path() / ("ampjit-plateau-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string path = (dir / "plateau.ampjit").string();
+  auto metricAt = [](int e) { return e < 3 ? 1.0 - 0.2 * e : 0.7; };
+  Tensor a = param(f64).requires_grad_(), b = param(f64).requires_grad_();
+  optim::SGD unbrokenOpt({a}, {.lr = 1.0}), resumedOpt({b}, {.lr = 1.0});
+  optim::ReduceLROnPlateauOptions options{.patience = 1, .cooldown = 2};
+  optim::ReduceLROnPlateau unbroken(unbrokenOpt, options);
+  {
+    optim::ReduceLROnPlateau first(resumedOpt, options);
+    for (int e = 0; e < 5; ++e) {
+      unbroken.step(metricAt(e));
+      first.step(metricAt(e));
+    }
+    Checkpoint checkpoint;
+    checkpoint.add("optimizer", resumedOpt).add("plateau", first);
+    checkpoint.save(path);
+  }
+  optim::SGD freshOpt({param(f64).requires_grad_()}, {.lr = 1.0});
+  optim::ReduceLROnPlateau resumed(freshOpt, options);
+  Checkpoint checkpoint;
+  checkpoint.add("optimizer", freshOpt).add("plateau", resumed);
+  checkpoint.load(path);
+  EXPECT_EQ(resumed.last_epoch(), 5);
+  EXPECT_EQ(resumed.best(), unbroken.best());
+  for (int e = 5; e < 12; ++e) {
+    unbroken.step(metricAt(e));
+    resumed.step(metricAt(e));
+    EXPECT_EQ(resumed.get_last_lr(), unbroken.get_last_lr()) << "epoch " << e;
+    EXPECT_EQ(freshOpt.lr().item(), unbrokenOpt.lr().item()) << "epoch " << e;
+  }
+  EXPECT_LT(unbroken.get_last_lr(), 0.05) << "the run should have reduced the lr more than once";
+  optim::ReduceLROnPlateau impatient(freshOpt, {.patience = 3, .cooldown = 2});
+  std::string message = errorOf([&] {
+    Checkpoint other;
+    other.add("plateau", impatient);
+    other.load(path);
+  });
+  EXPECT_NE(message.find("patience"), std::string::npos) << message;
   fs::remove_all(dir);
 }
 
