@@ -4,7 +4,7 @@
 // for the CUDA backend against the same step compiled for the CPU backend, at
 // O0, O1 and O2 with f16 and bf16; and an injected inf skipping the step on
 // the device, state left bit for bit; a checkpoint of device-resident state
-// resuming bit for bit. Skipped without a device. Built with
+// resuming bit for bit; an eval step seeing the weights the train step wrote. Skipped without a device. Built with
 // AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME (tests/unit/cuda), jit::trace runs on
 // the CUDA backend over the emulated runtime (tests/emulation) in CI, its
 // convolutions and batch norms on the host model of cuDNN.
@@ -221,6 +221,35 @@ TEST_F(CompiledStepOnGpu, AHostWriteBetweenStepsReachesTheDevice) {
       parameter.copy_(zeros(parameter.shape(), f32));
   }
   EXPECT_NEAR(step(x, y).item(), std::log(double(kClasses)), 1e-3);
+}
+
+TEST_F(CompiledStepOnGpu, AnEvalStepSeesTheWeightsTheTrainStepUpdatedOnTheDevice) {
+  // On CUDA, O1 keeps each function's parameter casts and O2 its copies: an
+  // eval step traced beside the train step re-derives them from the weights
+  // the train step wrote on the device, as a function traced afresh does.
+  for (amp::Level level : {amp::O1, amp::O2}) {
+    SCOPED_TRACE(level == amp::O1 ? "O1" : "O2");
+    Classifier net(kIn, kHidden, kClasses, 3);
+    TraceOptions options{.amp = {.level = level, .dtype = f16}, .backend = Backend::cuda};
+    auto train = trace([&](const Tensor& x, const Tensor& y) { return net.step(x, y); }, options);
+    auto evaluation = [&](const Tensor& x, const Tensor& y) {
+      NoGradGuard noGrad;
+      return cross_entropy(net.model(x), y);
+    };
+    options.name = "eval_step";
+    auto evaluate = trace(evaluation, options);
+    auto [vx, vy] = batch(kBatch, kIn, kClasses, 300);
+    std::vector<double> losses;
+    for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+      for (uint64_t i = 0; i < 3; ++i) {
+        auto [x, y] = batch(kBatch, kIn, kClasses, 10 * epoch + i);
+        train(x, y);
+      }
+      losses.push_back(evaluate(vx, vy).item());
+      EXPECT_EQ(losses.back(), trace(evaluation, options)(vx, vy).item()) << "epoch " << epoch;
+    }
+    EXPECT_NE(losses.front(), losses.back());
+  }
 }
 
 TEST_F(CompiledStepOnGpu, DropoutDrawsTheCpusMasksAndAdvancesItsGeneratorOnTheDevice) {

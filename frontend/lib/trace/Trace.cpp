@@ -358,16 +358,7 @@ private:
     std::vector<Tensor> outputs;
     for (size_t i = 0; i < bindings.outputCount; ++i)
       outputs.push_back(wrapResult(std::move((*results)[i])));
-    if (cuda_) {
-      // The step updated its tied state on the device: host copies are stale
-      // until read.
-      for (const rt::PlanResult& result : variant.executable->plan().results) {
-        size_t argument = size_t(result.tiedArgument);
-        if (result.tiedArgument >= 0 && argument >= bindings.inputCount &&
-            argument - bindings.inputCount < bindings.state.size())
-          bindings.state[argument - bindings.inputCount]->deviceCopy->hostStale = true;
-      }
-    }
+    noteStateWrites(variant);
     for (const auto& state : bindings.gradientState)
       state.leaf->grad = Tensor(state.grad);
     for (const auto& leaf : bindings.droppedGradients)
@@ -377,6 +368,42 @@ private:
       markState(gradient.leaf->grad, StateRole::Grad);
     }
     return outputs;
+  }
+
+  /// After a run: the state it wrote in place has a new version, so every
+  /// other variant, of this function or another, that derived copies from it
+  /// (O2's and kept-cast low-precision parameters) re-derives them before its
+  /// next run; without this an eval step or gradient accumulation's other
+  /// function kept computing with the weights it first copied. This
+  /// variant's own copies stay valid where the run wrote them beside their
+  /// source (the optimizer update writes both). On CUDA the device holds the
+  /// new value and the host copy is stale until read.
+  void noteStateWrites(Variant& variant) {
+    const TraceBindings& bindings = variant.bindings;
+    size_t stateBegin = bindings.inputCount, derivedBegin = stateBegin + bindings.state.size();
+    std::vector<bool> stateWritten(bindings.state.size(), false), derivedWritten(variant.derived.size(), false);
+    for (const rt::PlanResult& result : variant.executable->plan().results) {
+      if (result.tiedArgument < 0)
+        continue;
+      size_t argument = size_t(result.tiedArgument);
+      if (argument >= stateBegin && argument < derivedBegin)
+        stateWritten[argument - stateBegin] = true;
+      else if (argument >= derivedBegin && argument - derivedBegin < variant.derived.size())
+        derivedWritten[argument - derivedBegin] = true;
+    }
+    for (size_t i = 0; i < bindings.state.size(); ++i) {
+      if (!stateWritten[i])
+        continue;
+      TensorImpl& state = *bindings.state[i];
+      ++state.version;
+      if (cuda_) {
+        state.deviceCopy->hostStale = true;
+        state.deviceCopy->version = state.version;
+      }
+    }
+    for (size_t i = 0; i < variant.derived.size(); ++i)
+      if (stateWritten[variant.derivedSources[i]] && derivedWritten[i])
+        variant.derivedVersions[i] = bindings.state[variant.derivedSources[i]]->version;
   }
 
   /// A run's result as a frontend tensor: as is from the CPU, read back

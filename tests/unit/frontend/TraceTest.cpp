@@ -522,6 +522,75 @@ TEST(Trace, AWeightEmaUpdatedInsideAnO2StepStaysFp32) {
   }
 }
 
+/// A no-grad evaluation of `net` on one batch.
+Tensor evaluationLoss(Classifier& net, const Tensor& x, const Tensor& y) {
+  NoGradGuard noGrad;
+  return cross_entropy(net.model(x), y);
+}
+
+TEST(Trace, AnEvalStepSeesTheWeightsAnotherStepUpdated) {
+  // O2 (and O1 with kept parameter casts, CUDA's default) give each traced
+  // function low-precision copies of the parameters. A train step's update
+  // rewrites the fp32 parameters in place: an eval step traced beside it
+  // must re-derive its copies, not keep evaluating the weights it first
+  // copied (which it did: the same loss after every epoch). A function traced
+  // afresh each time is the reference: it derives from the current weights.
+  struct Case {
+    const char* name;
+    amp::Level level;
+    bool keepCasts;
+    DeferUpdates defer;
+  };
+  for (Case c : {Case{"O2", amp::O2, false, DeferUpdates::off}, Case{"O1 kept casts", amp::O1, true, DeferUpdates::off},
+                 Case{"O2 deferred update", amp::O2, false, DeferUpdates::on}}) {
+    SCOPED_TRACE(c.name);
+    Classifier net SMALL_NET();
+    TraceOptions options{.amp = {.level = c.level, .dtype = f16},
+                         .backend = Backend::cpu,
+                         .defer_updates = c.defer,
+                         .keep_parameter_casts = c.keepCasts ? std::optional<bool>(true) : std::nullopt};
+    auto train = trace([&](const Tensor& x, const Tensor& y) { return net.step(x, y); }, options);
+    TraceOptions evalOptions = options;
+    evalOptions.name = "eval_step";
+    auto evaluate = trace([&](const Tensor& x, const Tensor& y) { return evaluationLoss(net, x, y); }, evalOptions);
+    auto [vx, vy] = batch(kBatch, kIn, kClasses, 300);
+    std::vector<double> evaluations;
+    for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+      for (uint64_t i = 0; i < 4; ++i) {
+        auto [x, y] = batch(kBatch, kIn, kClasses, 10 * epoch + i);
+        train(x, y);
+      }
+      double loss = evaluate(vx, vy).item();
+      auto fresh = trace([&](const Tensor& x, const Tensor& y) { return evaluationLoss(net, x, y); }, evalOptions);
+      EXPECT_EQ(loss, fresh(vx, vy).item()) << "epoch " << epoch;
+      evaluations.push_back(loss);
+    }
+    EXPECT_NE(evaluations[0], evaluations[2]) << "training should move the evaluation loss";
+    EXPECT_EQ(evaluate.stats().traces, 1u);
+  }
+}
+
+TEST(Trace, GradientAccumulationAtO2AccumulatesAtTheUpdatedWeights) {
+  // The accumulate and apply functions each hold O2 copies: after apply's
+  // update, accumulate must compute with the new weights (it kept the first
+  // ones, so the run trained on the initial weights' gradients forever).
+  Classifier net SMALL_NET();
+  TraceOptions options{.amp = {.level = amp::O2, .dtype = f16}, .backend = Backend::cpu, .log_retraces = false};
+  auto accumulateStep = [&](const Tensor& x, const Tensor& y) { return accumulateGradients(net, x, y); };
+  auto accumulate = trace(accumulateStep, options);
+  auto apply = trace([&]() { applyGradients(net); }, options);
+  for (uint64_t round = 0; round < 3; ++round) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 50 + round);
+    // The reference: a function traced afresh derives its copies from the
+    // current weights. It accumulates into the gradients too, so they are
+    // zeroed before the function under test accumulates its own.
+    double expected = trace(accumulateStep, options)(x, y).item();
+    net.opt.zero_grad(false);
+    EXPECT_EQ(accumulate(x, y).item(), expected) << "round " << round;
+    apply();
+  }
+}
+
 TEST(Trace, AWeightUsedTwiceMatchesEagerBitwise) {
   Generator g(4);
   Tensor w = randn({6, 6}, f32, &g).requires_grad_(true), control = w.detach().requires_grad_(true);

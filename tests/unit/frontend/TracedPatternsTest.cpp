@@ -285,3 +285,4 @@ TEST(TracedPattern, ClippingOpsCarryTheLineThatClipped) {
 
 } // namespace
 } // namespace jit::testing
+
