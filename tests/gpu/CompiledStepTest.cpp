@@ -252,6 +252,26 @@ TEST_F(CompiledStepOnGpu, AnEvalStepSeesTheWeightsTheTrainStepUpdatedOnTheDevice
   }
 }
 
+TEST_F(CompiledStepOnGpu, AnInputWrittenInPlaceOnTheDeviceReachesTheCallersTensor) {
+  Classifier onCpu(kIn, kHidden, kClasses, 3), onGpu(kIn, kHidden, kClasses, 3);
+  auto body = [](Classifier& net, const Tensor& x, const Tensor& y) {
+    Tensor input = x;
+    input.mul_(scalar_tensor(2.0, f32)); // exact: the written-back values must agree bit for bit
+    return net.step(x, y);
+  };
+  auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return body(onCpu, x, y); }, {.backend = Backend::cpu});
+  auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return body(onGpu, x, y); }, {.backend = Backend::cuda});
+  for (uint64_t i = 0; i < 2; ++i) {
+    auto [cpuX, cpuY] = batch(kBatch, kIn, kClasses, 70 + i);
+    auto [gpuX, gpuY] = batch(kBatch, kIn, kClasses, 70 + i);
+    std::vector<double> original = gpuX.to_vector();
+    expectClose({gpuStep(gpuX, gpuY).item()}, {cpuStep(cpuX, cpuY).item()},
+                ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F32), 8.0), "loss");
+    EXPECT_EQ(gpuX.to_vector(), cpuX.to_vector()) << "call " << i;
+    EXPECT_EQ(gpuX.to_vector()[0], 2.0 * original[0]);
+  }
+}
+
 TEST_F(CompiledStepOnGpu, DropoutDrawsTheCpusMasksAndAdvancesItsGeneratorOnTheDevice) {
   // The generator's [seed, offset] is state the compiled step advances on the
   // device; the masks are a function of it alone, so the device draws the

@@ -367,6 +367,8 @@ private:
       gradient.leaf->grad = wrapResult(std::move((*results)[gradient.result]));
       markState(gradient.leaf->grad, StateRole::Grad);
     }
+    for (const auto& write : bindings.inputWrites)
+      assignValue(inputs[write.input].impl(), wrapResult(std::move((*results)[write.result])));
     return outputs;
   }
 

@@ -148,6 +148,7 @@ Tensor TraceSession::input(const Tensor& example) {
   impl->session = shared_from_this();
   impl->traceValue = value;
   inputImpls_.push_back(impl.get());
+  inputWrites_.push_back(-1);
   return Tensor(std::move(impl));
 }
 
@@ -237,12 +238,15 @@ std::vector<Tensor> TraceSession::run(const OpCall& call) {
 }
 
 void TraceSession::write(TensorImpl& target, const Tensor& value) {
-  for (size_t i = 0; i < inputImpls_.size(); ++i)
-    if (inputImpls_[i] == &target)
-      throw Error("copy_/add_/sub_/mul_ into input #" + std::to_string(i) + " of the traced step '" + name_ +
-                  "': a step's inputs are read-only (the caller's tensor would not change); compute a new "
-                  "tensor instead (x = x * 2)");
   int64_t newValue = valueOf(value);
+  for (size_t i = 0; i < inputImpls_.size(); ++i)
+    if (inputImpls_[i] == &target) {
+      // The caller's tensor changes, as eagerly: the final value becomes a
+      // result the run writes back.
+      inputWrites_[i] = newValue;
+      target.traceValue = newValue;
+      return;
+    }
   if (target.session.get() != this) {
     if (target.session)
       throw Error("copy_ into a " + describe(target.type) + " computed inside the traced step '" +
@@ -374,6 +378,11 @@ std::pair<TraceGraph, TraceBindings> TraceSession::finish(std::span<const Tensor
     bindings.newGradients.push_back({leaf, graph.results.size()});
     graph.results.push_back({value, std::nullopt});
   }
+  for (size_t i = 0; i < inputWrites_.size(); ++i)
+    if (inputWrites_[i] >= 0) {
+      bindings.inputWrites.push_back({i, graph.results.size()});
+      graph.results.push_back({inputWrites_[i], std::nullopt});
+    }
 
   // Stop recording; state goes back to its data, leaves to their gradient state.
   stopRecording();

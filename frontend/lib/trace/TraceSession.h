@@ -92,6 +92,13 @@ struct TraceBindings {
     std::shared_ptr<TensorImpl> grad;
   };
   std::vector<GradientState> gradientState;
+  /// Inputs the step wrote in place (x.mul_(...)): the result holding the
+  /// final value, written into the caller's tensor after a run, as eagerly.
+  struct InputWrite {
+    size_t input;
+    size_t result;
+  };
+  std::vector<InputWrite> inputWrites;
   /// Leaves whose gradient the step consumed (not kept): .grad is unset after a run.
   std::vector<std::shared_ptr<TensorImpl>> droppedGradients;
   /// Leaves whose .grad must still be undefined on the next call (the step
@@ -169,8 +176,10 @@ private:
   std::vector<int> uses_;
   std::vector<TracedOp> ops_;
   std::vector<int64_t> inputValues_;
-  /// The symbolic inputs, to refuse in-place writes into them.
+  /// The symbolic inputs, to recognise in-place writes into them.
   std::vector<const TensorImpl*> inputImpls_;
+  /// Per input, the value of its last in-place write (-1: never written).
+  std::vector<int64_t> inputWrites_;
   std::vector<Capture> captures_;
   std::vector<std::shared_ptr<TensorImpl>> bound_;
   /// Each touched leaf's .grad before the step, for restoreGradients().
