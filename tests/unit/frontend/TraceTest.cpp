@@ -570,6 +570,29 @@ TEST(Trace, AnEvalStepSeesTheWeightsAnotherStepUpdated) {
   }
 }
 
+TEST(Trace, VariantsOfOneStepFollowEachOthersUpdatesAtO2) {
+  // A smaller batch retraces: each variant's O2 copies must follow the
+  // weights the other variant's updates wrote. The reference runs each batch
+  // through a function traced afresh on an identical network.
+  Classifier once SMALL_NET(), fresh SMALL_NET();
+  TraceOptions options{.amp = {.level = amp::O2, .dtype = f16}, .backend = Backend::cpu, .log_retraces = false};
+  auto stepOnce = trace([&](const Tensor& x, const Tensor& y) { return once.step(x, y); }, options);
+  auto stepFresh = trace([&](const Tensor& x, const Tensor& y) { return fresh.step(x, y); }, options);
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 20 + i);
+    EXPECT_EQ(stepOnce(x, y).item(), stepFresh(x, y).item());
+  }
+  // A half batch (the second variant), then full batches again (back to
+  // the first, whose copies the second variant's update made stale).
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = batch(i == 0 ? kBatch / 2 : kBatch, kIn, kClasses, 30 + i);
+    auto reference = trace([&](const Tensor& a, const Tensor& b) { return fresh.step(a, b); }, options);
+    EXPECT_EQ(stepOnce(x, y).item(), reference(x, y).item()) << "call " << i;
+  }
+  EXPECT_EQ(stepOnce.stats().traces, 2u);
+  EXPECT_EQ(stateOf(once), stateOf(fresh));
+}
+
 TEST(Trace, GradientAccumulationAtO2AccumulatesAtTheUpdatedWeights) {
   // The accumulate and apply functions each hold O2 copies: after apply's
   // update, accumulate must compute with the new weights (it kept the first
