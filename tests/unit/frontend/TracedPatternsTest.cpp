@@ -286,3 +286,68 @@ TEST(TracedPattern, ClippingOpsCarryTheLineThatClipped) {
 } // namespace
 } // namespace jit::testing
 
+
+namespace jit::testing {
+namespace {
+
+/// A tiny GAN: the discriminator's step and the generator's step, each its
+/// own function with its own optimizer; the generator's loss backpropagates
+/// through the discriminator, whose gradients that step leaves behind.
+struct Gan {
+  Gan()
+      : g(7), generator(nn::Linear(4, 8, true, {.generator = &g}), nn::ReLU(), nn::Linear(8, 6, true, {.generator = &g})),
+        discriminator(nn::Linear(6, 8, true, {.generator = &g}), nn::ReLU(), nn::Linear(8, 2, true, {.generator = &g})),
+        optG(generator.parameters(), {.lr = 1e-2}), optD(discriminator.parameters(), {.lr = 1e-2, .momentum = 0.5}) {}
+  Tensor stepD(const Tensor& real, const Tensor& noise, const Tensor& realLabels, const Tensor& fakeLabels) {
+    optD.zero_grad();
+    Tensor fake = generator(noise).detach();
+    Tensor loss = cross_entropy(discriminator(real), realLabels) + cross_entropy(discriminator(fake), fakeLabels);
+    loss.backward();
+    optD.step();
+    return loss;
+  }
+  Tensor stepG(const Tensor& noise, const Tensor& realLabels) {
+    optG.zero_grad();
+    Tensor loss = cross_entropy(discriminator(generator(noise)), realLabels);
+    loss.backward();
+    optG.step();
+    return loss;
+  }
+  std::vector<std::vector<double>> everything() {
+    std::vector<std::vector<double>> out;
+    for (const Tensor& p : generator.parameters())
+      out.push_back(p.to_vector());
+    for (const Tensor& p : discriminator.parameters())
+      out.push_back(p.to_vector());
+    return out;
+  }
+  Generator g;
+  nn::Sequential generator, discriminator;
+  optim::Adam optG;
+  optim::SGD optD;
+};
+
+TEST(TracedPattern, AGansTwoStepsSharingTheDiscriminator) {
+  Gan eager, traced;
+  auto stepD = trace([&](const Tensor& r, const Tensor& n, const Tensor& rl, const Tensor& fl) {
+    return traced.stepD(r, n, rl, fl);
+  }, {.log_retraces = false, .name = "discriminator_step"});
+  auto stepG = trace([&](const Tensor& n, const Tensor& rl) { return traced.stepG(n, rl); },
+                     {.log_retraces = false, .name = "generator_step"});
+  Tensor realLabels = tensor(std::vector<int64_t>{1, 1, 1, 1}, {4}), fakeLabels = tensor(std::vector<int64_t>{0, 0, 0, 0}, {4});
+  for (uint64_t i = 0; i < 4; ++i) {
+    Generator data(100 + i);
+    Tensor real = rand({4, 6}, f32, &data), noise = rand({4, 4}, f32, &data);
+    EXPECT_EQ(stepD(real, noise, realLabels, fakeLabels).item(), eager.stepD(real, noise, realLabels, fakeLabels).item())
+        << "call " << i;
+    EXPECT_EQ(stepG(noise, realLabels).item(), eager.stepG(noise, realLabels).item()) << "call " << i;
+  }
+  EXPECT_EQ(traced.everything(), eager.everything());
+  // The discriminator's gradients the generator's step leaves behind are
+  // dropped by zero_grad before the next discriminator step reads any.
+  EXPECT_EQ(stepD.stats().traces, 1u);
+  EXPECT_EQ(stepG.stats().traces, 1u);
+}
+
+} // namespace
+} // namespace jit::testing
