@@ -356,3 +356,44 @@ TEST(ConvNet, ResNetStepWithFusedBatchNormEpiloguesMatchesTheUnfusedStep) {
 
 } // namespace
 } // namespace jit::testing
+
+namespace jit::testing {
+namespace {
+
+TEST(ConvNet, AnEvalStepAtO2SeesTheTrainedWeightsAndRunningStatistics) {
+  // A ResNet trained by one traced step and evaluated (model.eval(), no grad)
+  // by another, both at O2: the eval step's f16 copies of the convolution
+  // weights follow the train step's updates, and its batch norms read the
+  // running statistics the train step wrote. The reference is an eval
+  // function traced afresh after each epoch.
+  nn::ResNetOptions options{.num_classes = 4, .stem = nn::ResNetOptions::Stem::cifar, .base_width = 4};
+  Generator generator(5);
+  options.init.generator = &generator;
+  ResNetTrainer trainer(options);
+  TraceOptions traceOptions{.amp = {.level = amp::O2, .dtype = f16}, .backend = Backend::cpu, .log_retraces = false};
+  auto train = trace([&](const Tensor& x, const Tensor& y) { return trainer.step(x, y); }, traceOptions);
+  auto evaluation = [&](const Tensor& x, const Tensor& y) {
+    NoGradGuard noGrad;
+    return cross_entropy((*trainer.model)(x), y);
+  };
+  traceOptions.name = "eval_step";
+  auto evaluate = trace(evaluation, traceOptions);
+  auto [vx, vy] = images(4, 8, 4, 99);
+  std::vector<double> losses;
+  for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+    trainer.model->train();
+    for (uint64_t i = 0; i < 2; ++i) {
+      auto [x, y] = images(4, 8, 4, 10 * epoch + i);
+      train(x, y);
+    }
+    trainer.model->eval();
+    losses.push_back(evaluate(vx, vy).item());
+    EXPECT_EQ(losses.back(), trace(evaluation, traceOptions)(vx, vy).item()) << "epoch " << epoch;
+  }
+  EXPECT_NE(losses.front(), losses.back());
+  EXPECT_EQ(train.stats().traces, 1u);
+  EXPECT_EQ(evaluate.stats().traces, 1u);
+}
+
+} // namespace
+} // namespace jit::testing
