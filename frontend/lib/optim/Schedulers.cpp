@@ -260,6 +260,11 @@ void ReduceLROnPlateau::step(double metric) {
   }
   if (badEpochs_ > options_.patience) {
     for (size_t group = 0; group < lrs_.size(); ++group) {
+      // PyTorch reduces the group's current lr: if something else wrote the
+      // lr tensor (set_lr, a warmup), start from what it holds.
+      double held = optimizer_.lr(group).item();
+      if (held != double(float(lrs_[group])))
+        lrs_[group] = held;
       double reduced = std::max(lrs_[group] * options_.factor, options_.min_lr[group]);
       if (lrs_[group] - reduced > options_.eps) {
         lrs_[group] = reduced;

@@ -423,6 +423,14 @@ TEST(OptimTest, ReduceLROnPlateauFollowsPyTorch) {
   EXPECT_DOUBLE_EQ(accuracy.get_last_lr(), 0.01);
   EXPECT_EQ(accuracy.best(), 0.7);
 
+  // A reduction starts from the lr the optimizer holds, when something else set it.
+  optim::SGD warmedUp({param(f64).requires_grad_()}, {.lr = 1.0});
+  optim::ReduceLROnPlateau afterWarmup(warmedUp, {.patience = 0});
+  warmedUp.set_lr(0.5);
+  afterWarmup.step(1.0);
+  afterWarmup.step(1.0);
+  EXPECT_DOUBLE_EQ(afterWarmup.get_last_lr(), 0.05);
+
   EXPECT_NE(errorOf([&] { optim::ReduceLROnPlateau(opt, {.factor = 1.0}); }).find("factor must be in [0, 1)"),
             std::string::npos);
   EXPECT_NE(errorOf([&] { optim::ReduceLROnPlateau(opt, {.min_lr = {0.1, 0.2}}); })
