@@ -37,6 +37,11 @@
 //     temporaries: after a call `.grad()` is undefined unless `keep_grads`.
 //     A gradient the step computes without consuming it is kept as state, so
 //     gradient accumulation is two traced functions sharing it (README).
+//   * An in-place write into an input (x.mul_(...)) reaches the caller's
+//     tensor after each call, as eagerly.
+//   * Several traced functions may share state (train and eval steps,
+//     gradient accumulation's two functions): each sees what the others
+//     wrote, their O2 parameter copies included.
 //   * Host side effects of the step (prints, counters) happen once, at trace
 //     time. Tensors made inside the step that it does not return have no
 //     value afterwards; reading one is a jit::Error saying so.
