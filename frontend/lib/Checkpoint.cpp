@@ -74,6 +74,9 @@ Checkpoint& Checkpoint::add(std::string name, optim::LRScheduler& scheduler) {
 Checkpoint& Checkpoint::add(std::string name, optim::ReduceLROnPlateau& scheduler) {
   return append(std::move(name), [&scheduler] { return detail::savedStateOf(scheduler); });
 }
+Checkpoint& Checkpoint::add(std::string name, optim::ExponentialMovingAverage& average) {
+  return append(std::move(name), [&average] { return detail::savedStateOf(average); });
+}
 Checkpoint& Checkpoint::add(std::string name, Generator& generator) {
   return append(std::move(name), [&generator] { return detail::savedStateOf(generator); });
 }

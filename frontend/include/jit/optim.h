@@ -25,11 +25,13 @@ namespace jit {
 namespace optim {
 class LRScheduler;
 class ReduceLROnPlateau;
+class ExponentialMovingAverage;
 }
 namespace detail {
 struct SavedState;
 SavedState savedStateOf(optim::LRScheduler& scheduler);
 SavedState savedStateOf(optim::ReduceLROnPlateau& scheduler);
+SavedState savedStateOf(optim::ExponentialMovingAverage& average);
 } // namespace detail
 
 // --- the fused update ops (JitOps.td describes them exactly) ------------------
@@ -488,6 +490,40 @@ private:
   int64_t badEpochs_ = 0;
   int64_t cooldownCounter_ = 0;
   int64_t epoch_ = 0;
+};
+
+/// An exponential moving average of parameters for evaluation (torch_ema's
+/// ExponentialMovingAverage; PyTorch's swa_utils.AveragedModel with
+/// get_ema_multi_avg_fn): after each update(), shadow = decay * shadow +
+/// (1 - decay) * parameter. update() may run inside a traced step (at O2 it
+/// stays fp32); to evaluate with the averages, store() the parameters,
+/// copy_to() the averages, evaluate, restore(). A traced eval step sees each
+/// swap without retracing.
+class ExponentialMovingAverage {
+public:
+  /// The shadows start as copies of `parameters`; decay in [0, 1].
+  ExponentialMovingAverage(std::vector<Tensor> parameters, double decay);
+  /// One averaging step, in place and outside autograd.
+  void update(std::source_location where = std::source_location::current());
+  /// Writes the averages into the parameters (between calls of a step).
+  void copy_to();
+  /// Keeps a copy of the parameters' current values for restore().
+  void store();
+  /// Writes the values store() kept back into the parameters.
+  void restore();
+  double decay() const { return decay_; }
+  /// The averages, in the parameters' order (written in place by load and update).
+  const std::vector<Tensor>& shadow_params() const { return shadows_; }
+  const char* name() const { return "ExponentialMovingAverage"; }
+  void save(const std::string& path) const;
+  void load(const std::string& path);
+
+private:
+  friend detail::SavedState detail::savedStateOf(ExponentialMovingAverage& average);
+  std::vector<Tensor> parameters_;
+  std::vector<Tensor> shadows_;
+  std::vector<Tensor> stored_;
+  double decay_;
 };
 
 } // namespace optim

@@ -481,5 +481,50 @@ TEST(OptimTest, ReduceLROnPlateauResumesFromItsFile) {
   fs::remove_all(dir);
 }
 
+TEST(OptimTest, ExponentialMovingAverageFollowsItsFormulaAndSwapsForEvaluation) {
+  Tensor w = tensor({1.0, -2.0, 0.5}, f32).requires_grad_(), b = tensor({4.0}, f64).requires_grad_();
+  optim::ExponentialMovingAverage ema({w, b}, 0.75);
+  std::vector<double> shadowW = w.to_vector(), shadowB = b.to_vector();
+  for (double step : {1.0, 2.0, 3.0}) {
+    {
+      NoGradGuard noGrad;
+      w.copy_(w + tensor({step, step, step}, f32));
+      b.copy_(b * 2.0);
+    }
+    ema.update();
+    // In each tensor's own precision: f32 for w (0.75 and 0.25 are exact), f64 for b.
+    for (size_t i = 0; i < 3; ++i)
+      shadowW[i] = double(float(float(shadowW[i] * 0.75f) + float(float(w.to_vector()[i]) * 0.25f)));
+    shadowB[0] = shadowB[0] * 0.75 + b.to_vector()[0] * 0.25;
+    EXPECT_EQ(ema.shadow_params()[0].to_vector(), shadowW) << "after step " << step;
+    EXPECT_EQ(ema.shadow_params()[1].to_vector(), shadowB) << "after step " << step;
+  }
+  std::vector<double> trained = w.to_vector();
+  ema.store();
+  ema.copy_to();
+  EXPECT_EQ(w.to_vector(), shadowW);
+  ema.restore();
+  EXPECT_EQ(w.to_vector(), trained);
+  EXPECT_NE(errorOf([&] { ema.restore(); }).find("nothing stored"), std::string::npos);
+  EXPECT_NE(errorOf([&] { optim::ExponentialMovingAverage({w}, 1.5); }).find("decay must be in [0, 1]"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { optim::ExponentialMovingAverage({tensor(std::vector<int64_t>{1}, {1})}, 0.9); })
+                .find("only floating-point tensors are averaged"),
+            std::string::npos);
+
+  // Saved and loaded with its decay; another decay does not load.
+  fs::path dir = fs::temp_directory_path() / ("ampjit-ema-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string path = (dir / "ema.ampjit").string();
+  ema.save(path);
+  Tensor w2 = tensor({0.0, 0.0, 0.0}, f32).requires_grad_(), b2 = tensor({0.0}, f64).requires_grad_();
+  optim::ExponentialMovingAverage resumed({w2, b2}, 0.75), otherDecay({w2, b2}, 0.5);
+  resumed.load(path);
+  EXPECT_EQ(resumed.shadow_params()[0].to_vector(), shadowW);
+  EXPECT_EQ(resumed.shadow_params()[1].to_vector(), shadowB);
+  EXPECT_NE(errorOf([&] { otherDecay.load(path); }).find("decay"), std::string::npos);
+  fs::remove_all(dir);
+}
+
 } // namespace
 } // namespace jit

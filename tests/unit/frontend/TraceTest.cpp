@@ -614,6 +614,51 @@ TEST(Trace, GradientAccumulationAtO2AccumulatesAtTheUpdatedWeights) {
   }
 }
 
+TEST(Trace, AnEmaUpdatedInAnO2StepEvaluatesThroughATracedEvalStep) {
+  // optim::ExponentialMovingAverage inside the traced O2 train step, then
+  // store / copy_to / evaluate / restore around a traced eval step: the eval
+  // step sees the averages (its O2 copies re-derived after copy_to) and, after
+  // restore, the trained weights again, with no retrace.
+  Classifier net SMALL_NET();
+  optim::ExponentialMovingAverage ema(net.model.parameters(), 0.9);
+  TraceOptions options{.amp = {.level = amp::O2, .dtype = f16}, .backend = Backend::cpu};
+  auto train = trace(
+      [&](const Tensor& x, const Tensor& y) {
+        Tensor loss = net.step(x, y);
+        ema.update();
+        return loss;
+      },
+      options);
+  options.name = "eval_step";
+  auto evaluate = trace([&](const Tensor& x, const Tensor& y) { return evaluationLoss(net, x, y); }, options);
+  auto [vx, vy] = batch(kBatch, kIn, kClasses, 300);
+  for (uint64_t i = 0; i < 4; ++i) {
+    std::vector<Tensor> before = ema.shadow_params();
+    std::vector<std::vector<double>> expected;
+    for (const Tensor& shadow : before)
+      expected.push_back(shadow.to_vector());
+    auto [x, y] = batch(kBatch, kIn, kClasses, 40 + i);
+    train(x, y);
+    // The same update eagerly in fp32 from the new weights.
+    for (size_t k = 0; k < expected.size(); ++k) {
+      Tensor want = tensor(expected[k], net.model.parameters()[k].shape()) * scalar_tensor(0.9) +
+                    net.model.parameters()[k] * (1.0 - 0.9);
+      EXPECT_EQ(ema.shadow_params()[k].to_vector(), want.to_vector()) << "call " << i << ", parameter " << k;
+    }
+  }
+  double trainedLoss = evaluate(vx, vy).item();
+  ema.store();
+  ema.copy_to();
+  double averagedLoss = evaluate(vx, vy).item();
+  auto fresh = trace([&](const Tensor& x, const Tensor& y) { return evaluationLoss(net, x, y); }, options);
+  EXPECT_EQ(averagedLoss, fresh(vx, vy).item());
+  EXPECT_NE(averagedLoss, trainedLoss);
+  ema.restore();
+  EXPECT_EQ(evaluate(vx, vy).item(), trainedLoss);
+  EXPECT_EQ(evaluate.stats().traces, 1u);
+  EXPECT_EQ(train.stats().traces, 1u);
+}
+
 TEST(Trace, AWeightUsedTwiceMatchesEagerBitwise) {
   Generator g(4);
   Tensor w = randn({6, 6}, f32, &g).requires_grad_(true), control = w.detach().requires_grad_(true);
