@@ -272,6 +272,35 @@ TEST_F(CompiledStepOnGpu, AnInputWrittenInPlaceOnTheDeviceReachesTheCallersTenso
   }
 }
 
+TEST_F(CompiledStepOnGpu, ALayerNormStepAtO3MatchesTheCpu) {
+  // O3 lowers layer_norm_grad with its data but keeps the fp32 statistics
+  // the forward saved: the device's kernel reads them as fp32 (Compute<S>).
+  struct Net {
+    Net()
+        : generator(3), model(nn::Linear(kIn, kHidden, true, {.generator = &generator}), nn::LayerNorm({kHidden}),
+                              nn::GELU(), nn::Linear(kHidden, kClasses, true, {.generator = &generator})),
+          opt(model.parameters(), {.lr = 1e-3}) {}
+    Tensor step(const Tensor& x, const Tensor& y) { return plainTrainStep(model, opt, x, y); }
+    Generator generator;
+    nn::Sequential model;
+    optim::AdamW opt;
+  };
+  Net onCpu, onGpu;
+  TraceOptions options{.amp = {.level = amp::O3, .dtype = f16}, .backend = Backend::cpu};
+  auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); }, options);
+  options.backend = Backend::cuda;
+  auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); }, options);
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 90 + i);
+    expectClose({gpuStep(x, y).item()}, {cpuStep(x, y).item()},
+                ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 4.0), "loss of call " + std::to_string(i));
+  }
+  for (size_t k = 0; k < onCpu.model.parameters().size(); ++k)
+    expectCloseInNorm(onGpu.model.parameters()[k].to_vector(), onCpu.model.parameters()[k].to_vector(),
+                      ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 4.0),
+                      "parameter " + std::to_string(k));
+}
+
 TEST_F(CompiledStepOnGpu, DropoutDrawsTheCpusMasksAndAdvancesItsGeneratorOnTheDevice) {
   // The generator's [seed, offset] is state the compiled step advances on the
   // device; the masks are a function of it alone, so the device draws the

@@ -245,6 +245,13 @@ SmallVector<unsigned> anyPrecisionOperandIndices(Operation *op) {
         indices.append(indicesOf(grad.getWeightMutable()));
         return indices;
       })
+      .Case<LayerNormGradOp>([&](LayerNormGradOp grad) {
+        // The statistics jit.layer_norm saved are fp32 whatever the
+        // activations' type (O3 lowers the gradient, not them).
+        SmallVector<unsigned> indices = indicesOf(grad.getMeanMutable());
+        indices.append(indicesOf(grad.getRstdMutable()));
+        return indices;
+      })
       .Default([](Operation *) { return SmallVector<unsigned>(); });
 }
 
