@@ -163,8 +163,8 @@ enum class Differentiability {
 /// Everything the frontend knows about one op: its name, its operands' ODS
 /// names (for messages), its type inference and its VJP rule.
 struct OpDef {
-  // jit.adam_update has the most operand positions (9).
-  static constexpr size_t kMaxOperands = 9;
+  // jit.adam_update has the most operand positions (10).
+  static constexpr size_t kMaxOperands = 10;
   std::string_view name;
   /// Empty entries after the last operand. A fixed array keeps the table
   /// constant-initialised, so ops work during other objects' static init.

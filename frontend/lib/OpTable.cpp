@@ -382,16 +382,19 @@ Types inferSgdUpdate(const OpDef& op, Operands operands, const AttributeMap& att
   return results;
 }
 
-// param, grad, exp_avg, exp_avg_sq, step, lr, inv_scale?, predicate?, param_copy?
+// param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq?, step, lr, inv_scale?, predicate?, param_copy?
 Types inferAdamUpdate(const OpDef& op, Operands operands, const AttributeMap&, const RequestedResult&) {
-  checkUpdateCommon(op, operands, 5, 8);
+  checkUpdateCommon(op, operands, 6, 9);
   const TensorType& param = typeOf(op, operands, 0);
   requireType(op, operands, 2, param, ", the type of 'param'");
   requireType(op, operands, 3, param, ", the type of 'param'");
-  requireType(op, operands, 4, kI64Scalar, " (the update count)");
+  requireOptional(op, operands, 4, param, ", the type of 'param'");
+  requireType(op, operands, 5, kI64Scalar, " (the update count)");
   Types results = {param, param, param};
-  if (operands[8].defined())
-    results.push_back(typeOf(op, operands, 8));
+  if (operands[4].defined())
+    results.push_back(param);
+  if (operands[9].defined())
+    results.push_back(typeOf(op, operands, 9));
   return results;
 }
 
@@ -886,8 +889,8 @@ constinit const OpDef sgd_update{"jit.sgd_update",
                                   "param_copy"},
                                  inferSgdUpdate, D::None};
 constinit const OpDef adam_update{"jit.adam_update",
-                                  {"param", "grad", "exp_avg", "exp_avg_sq", "step", "lr", "inv_scale",
-                                   "predicate", "param_copy"},
+                                  {"param", "grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step", "lr",
+                                   "inv_scale", "predicate", "param_copy"},
                                   inferAdamUpdate, D::None};
 constinit const OpDef scale_loss{"amp.scale_loss", {"loss", "scale"}, inferScaleLoss, D::Vjp, vjpScaleLoss};
 constinit const OpDef all_finite{"amp.all_finite", {"grads"}, inferAllFinite, D::None, nullptr, true};

@@ -307,10 +307,11 @@ namespace {
 const std::vector<std::string> kSgdInputs = {"param", "grad", "momentum_buffer", "step",
                                              "lr", "inv_scale", "predicate", "param_copy"};
 const std::vector<std::string> kSgdOutputs = {"new_param", "new_momentum_buffer", "new_param_copy"};
-const std::vector<std::string> kAdamInputs = {"param", "grad", "exp_avg", "exp_avg_sq", "step",
-                                              "lr", "inv_scale", "predicate", "param_copy"};
+const std::vector<std::string> kAdamInputs = {"param", "grad",      "exp_avg",   "exp_avg_sq",
+                                              "max_exp_avg_sq", "step", "lr", "inv_scale",
+                                              "predicate",      "param_copy"};
 const std::vector<std::string> kAdamOutputs = {"new_param", "new_exp_avg", "new_exp_avg_sq",
-                                               "new_param_copy"};
+                                               "new_max_exp_avg_sq", "new_param_copy"};
 
 std::vector<std::string> numbered(std::string_view prefix, size_t count) {
   std::vector<std::string> names;
@@ -473,8 +474,8 @@ bool isOptionalInputSlot(const Step& step, std::size_t slot) {
     return slot == batch_norm_grad_slot::kWeight || slot == batch_norm_grad_slot::kBias;
   case StepKind::OptimizerUpdate:
     if (step.as<OptimizerParams>().optimizer == OptimizerKind::Adam)
-      return slot == adam_slot::kInvScale || slot == adam_slot::kPredicate ||
-             slot == adam_slot::kParamCopy;
+      return slot == adam_slot::kMaxExpAvgSq || slot == adam_slot::kInvScale ||
+             slot == adam_slot::kPredicate || slot == adam_slot::kParamCopy;
     return slot == sgd_slot::kMomentumBuffer || slot == sgd_slot::kStep ||
            slot == sgd_slot::kInvScale || slot == sgd_slot::kPredicate ||
            slot == sgd_slot::kParamCopy;
@@ -983,7 +984,8 @@ Status StepChecker::checkOptimizer() const {
   bool adam = params.optimizer == OptimizerKind::Adam;
   if (int(params.optimizer) >= kOptimizerKindCount)
     return Status::error("invalid optimizer");
-  AMPJIT_RETURN_IF_ERROR(adam ? checkSlotCounts(9, 4) : checkSlotCounts(8, 3));
+  AMPJIT_RETURN_IF_ERROR(adam ? checkSlotCounts(adam_slot::kInputs, adam_slot::kOutputs)
+                              : checkSlotCounts(sgd_slot::kInputs, sgd_slot::kOutputs));
   AMPJIT_RETURN_IF_ERROR(checkRequiredSlots());
   size_t paramSlot = 0, gradSlot = 1;
   size_t stepSlot = adam ? adam_slot::kStep : sgd_slot::kStep;
@@ -1027,9 +1029,12 @@ Status StepChecker::checkOptimizer() const {
   if (adam) {
     AMPJIT_RETURN_IF_ERROR(expectIn(adam_slot::kExpAvg, param, ", the type of 'param'"));
     AMPJIT_RETURN_IF_ERROR(expectIn(adam_slot::kExpAvgSq, param, ", the type of 'param'"));
-    AMPJIT_RETURN_IF_ERROR(pairOutput(adam_slot::kExpAvg, 1));
-    AMPJIT_RETURN_IF_ERROR(pairOutput(adam_slot::kExpAvgSq, 2));
-    AMPJIT_RETURN_IF_ERROR(pairOutput(adam_slot::kParamCopy, 3));
+    AMPJIT_RETURN_IF_ERROR(pairOutput(adam_slot::kExpAvg, adam_slot::kNewExpAvg));
+    AMPJIT_RETURN_IF_ERROR(pairOutput(adam_slot::kExpAvgSq, adam_slot::kNewExpAvgSq));
+    if (hasIn(adam_slot::kMaxExpAvgSq))
+      AMPJIT_RETURN_IF_ERROR(expectIn(adam_slot::kMaxExpAvgSq, param, ", the type of 'param'"));
+    AMPJIT_RETURN_IF_ERROR(pairOutput(adam_slot::kMaxExpAvgSq, adam_slot::kNewMaxExpAvgSq));
+    AMPJIT_RETURN_IF_ERROR(pairOutput(adam_slot::kParamCopy, adam_slot::kNewParamCopy));
     if (!(params.beta1 >= 0.0 && params.beta1 < 1.0 && params.beta2 >= 0.0 && params.beta2 < 1.0))
       return Status::error("beta1 and beta2 must be in [0, 1)");
     if (!(params.eps >= 0.0))
@@ -1039,8 +1044,8 @@ Status StepChecker::checkOptimizer() const {
   bool hasBuffer = hasIn(sgd_slot::kMomentumBuffer);
   if (hasBuffer)
     AMPJIT_RETURN_IF_ERROR(expectIn(sgd_slot::kMomentumBuffer, param, ", the type of 'param'"));
-  AMPJIT_RETURN_IF_ERROR(pairOutput(sgd_slot::kMomentumBuffer, 1));
-  AMPJIT_RETURN_IF_ERROR(pairOutput(sgd_slot::kParamCopy, 2));
+  AMPJIT_RETURN_IF_ERROR(pairOutput(sgd_slot::kMomentumBuffer, sgd_slot::kNewMomentumBuffer));
+  AMPJIT_RETURN_IF_ERROR(pairOutput(sgd_slot::kParamCopy, sgd_slot::kNewParamCopy));
   if (!(params.momentum >= 0.0))
     return Status::error("momentum must be non-negative");
   if ((params.momentum != 0.0) != hasBuffer)

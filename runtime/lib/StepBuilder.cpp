@@ -291,7 +291,7 @@ void mapOptimizerOutputs(OpContext& ctx, Step& step, std::span<const size_t> sta
 }
 
 void buildSgd(OpContext& ctx, Step& step) {
-  if (ctx.operands.size() != 8)
+  if (ctx.operands.size() != sgd_slot::kInputs)
     return ctx.fail("expects 8 operand positions (param, grad, momentum_buffer?, step?, lr, inv_scale?, "
                     "predicate?, param_copy?; optional ones as nullopt when absent), got " +
                     std::to_string(ctx.operands.size()));
@@ -307,9 +307,9 @@ void buildSgd(OpContext& ctx, Step& step) {
 }
 
 void buildAdam(OpContext& ctx, Step& step) {
-  if (ctx.operands.size() != 9)
-    return ctx.fail("expects 9 operand positions (param, grad, exp_avg, exp_avg_sq, step, lr, inv_scale?, "
-                    "predicate?, param_copy?; optional ones as nullopt when absent), got " +
+  if (ctx.operands.size() != adam_slot::kInputs)
+    return ctx.fail("expects 10 operand positions (param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq?, step, lr, "
+                    "inv_scale?, predicate?, param_copy?; optional ones as nullopt when absent), got " +
                     std::to_string(ctx.operands.size()));
   OptimizerParams& params = step.as<OptimizerParams>();
   params.optimizer = OptimizerKind::Adam;
@@ -319,7 +319,8 @@ void buildAdam(OpContext& ctx, Step& step) {
   params.weightDecay = ctx.f64("weight_decay", 0.0);
   params.decoupledWeightDecay = ctx.flag("decoupled_weight_decay");
   params.maximize = ctx.flag("maximize");
-  const size_t state[] = {adam_slot::kParam, adam_slot::kExpAvg, adam_slot::kExpAvgSq, adam_slot::kParamCopy};
+  const size_t state[] = {adam_slot::kParam, adam_slot::kExpAvg, adam_slot::kExpAvgSq, adam_slot::kMaxExpAvgSq,
+                          adam_slot::kParamCopy};
   mapOptimizerOutputs(ctx, step, state);
 }
 

@@ -301,6 +301,41 @@ TEST_F(CompiledStepOnGpu, ALayerNormStepAtO3MatchesTheCpu) {
                       "parameter " + std::to_string(k));
 }
 
+TEST_F(CompiledStepOnGpu, AnAmsgradStepAtO2MatchesTheCpuAndSkipsOverflows) {
+  // AMSGrad's running maximum through the multi-tensor kernel, beside O2's
+  // f16 copies, under a scaler that starts by overflowing.
+  struct Net {
+    Net()
+        : generator(4), model(nn::Linear(kIn, kHidden, true, {.generator = &generator}), nn::ReLU(),
+                              nn::Linear(kHidden, kClasses, true, {.generator = &generator})),
+          opt(model.parameters(), {.lr = 1e-2, .betas = {0.9, 0.5}, .amsgrad = true}),
+          scaler({.init_scale = 1e6, .growth_interval = 2}) {}
+    Tensor step(const Tensor& x, const Tensor& y) { return scaledTrainStep(model, opt, scaler, x, y); }
+    Generator generator;
+    nn::Sequential model;
+    optim::AdamW opt;
+    amp::GradScaler scaler;
+  };
+  Net onCpu, onGpu;
+  TraceOptions options{.amp = {.level = amp::O2, .dtype = f16}, .backend = Backend::cpu};
+  auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); }, options);
+  options.backend = Backend::cuda;
+  auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); }, options);
+  for (uint64_t i = 0; i < 6; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 110 + i);
+    expectClose({gpuStep(x, y).item()}, {cpuStep(x, y).item()},
+                ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 4.0), "loss of call " + std::to_string(i));
+  }
+  EXPECT_GT(onGpu.scaler.skipped_steps(), 0);
+  EXPECT_EQ(onGpu.scaler.skipped_steps(), onCpu.scaler.skipped_steps());
+  EXPECT_EQ(onGpu.scaler.get_scale(), onCpu.scaler.get_scale());
+  auto gpuState = onGpu.opt.state_dict(), cpuState = onCpu.opt.state_dict();
+  ASSERT_EQ(gpuState.size(), cpuState.size());
+  for (size_t k = 0; k < cpuState.size(); ++k)
+    expectCloseInNorm(gpuState[k].second.to_vector(), cpuState[k].second.to_vector(),
+                      ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 4.0), cpuState[k].first);
+}
+
 TEST_F(CompiledStepOnGpu, DropoutDrawsTheCpusMasksAndAdvancesItsGeneratorOnTheDevice) {
   // The generator's [seed, offset] is state the compiled step advances on the
   // device; the masks are a function of it alone, so the device draws the

@@ -306,6 +306,7 @@ struct AdamConfig {
   double weightDecay = 0;
   bool decoupled = false, maximize = false;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  bool amsgrad = false; ///< with operand max_exp_avg_sq
 };
 
 const AdamConfig kAdamConfigs[] = {
@@ -314,7 +315,10 @@ const AdamConfig kAdamConfigs[] = {
     {.weightDecay = 0.01, .decoupled = true},
     {.weightDecay = 0.1, .decoupled = true, .maximize = true, .beta1 = 0.5, .beta2 = 0.9, .eps = 1e-3},
     {.maximize = true},
+    {.weightDecay = 0.01, .amsgrad = true},
+    {.weightDecay = 0.1, .decoupled = true, .maximize = true, .beta1 = 0.5, .beta2 = 0.9, .eps = 1e-3, .amsgrad = true},
 };
+const AdamConfig& kAmsgradConfig = kAdamConfigs[6];
 
 AttributeMap adamAttributes(const AdamConfig& c) {
   return {{"weight_decay", c.weightDecay}, {"decoupled_weight_decay", c.decoupled}, {"maximize", c.maximize},
@@ -365,6 +369,7 @@ OptimizerOp adamOp(const AdamConfig& c, DType paramType, DType gradType, Shape s
                  tt(gradType, shape),
                  param,
                  param,
+                 c.amsgrad ? std::optional(param) : std::nullopt,
                  tt(DType::I64, {}),
                  tt(DType::F32, {}),
                  withInvScale ? std::optional(tt(DType::F32, {})) : std::nullopt,
@@ -372,9 +377,13 @@ OptimizerOp adamOp(const AdamConfig& c, DType paramType, DType gradType, Shape s
                  copy ? std::optional(tt(*copy, shape)) : std::nullopt};
   op.results = {param, param, param};
   op.tied = {0, 2, 3};
+  if (c.amsgrad) {
+    op.results.push_back(param);
+    op.tied.push_back(int(adam_slot::kMaxExpAvgSq));
+  }
   if (copy) {
     op.results.push_back(tt(*copy, shape));
-    op.tied.push_back(8);
+    op.tied.push_back(int(adam_slot::kParamCopy));
   }
   return op;
 }
@@ -401,7 +410,7 @@ std::vector<Tensor> optimizerArguments(const Plan& plan, const OptimizerOp& op, 
       t.set(0, invScale);
     else if (slot == predicateSlot)
       t.set(0, predicate ? 1 : 0);
-    else if (adam && slot == adam_slot::kExpAvgSq)
+    else if (adam && (slot == adam_slot::kExpAvgSq || slot == adam_slot::kMaxExpAvgSq))
       for (int64_t i = 0; i < t.elementCount(); ++i)
         t.set(i, std::fabs(t.at(i)));
     else if (slot == 1) // gradients as a scaled-up loss would give them
@@ -461,7 +470,8 @@ TEST_F(GpuTest, AdamEveryConfigurationMatchesTheCpu) {
         for (bool withInvScale : {false, true}) {
           int64_t size = sizes[seed % 4];
           SCOPED_TRACE(::testing::Message() << "wd " << c.weightDecay << " decoupled " << c.decoupled << " maximize "
-                                            << c.maximize << " beta1 " << c.beta1 << " grad " << dtypeName(grad)
+                                            << c.maximize << " beta1 " << c.beta1 << " amsgrad " << c.amsgrad
+                                            << " grad " << dtypeName(grad)
                                             << " copy " << (copy ? dtypeName(*copy) : "none") << " inv_scale "
                                             << withInvScale << " size " << size);
           for (int64_t step : {0, 9}) {
@@ -474,16 +484,20 @@ TEST_F(GpuTest, AdamEveryConfigurationMatchesTheCpu) {
   }
   checkOptimizer(*cpu, *cuda, adamOp(kAdamConfigs[2], DType::F64, DType::BF16, {333}, DType::F16, true, true), 1.0, 7,
                  0.5, 4);
+  checkOptimizer(*cpu, *cuda, adamOp(kAmsgradConfig, DType::F64, DType::F16, {333}, DType::BF16, true, true), 1.0, 8,
+                 0.5, 4);
 }
 
 TEST_F(GpuTest, FalsePredicateLeavesEveryStateOutputBitIdentical) {
-  for (bool adam : {false, true}) {
+  for (std::string_view kind : {"sgd", "adam", "amsgrad"}) {
+    bool adam = kind != "sgd", amsgrad = kind == "amsgrad";
     for (bool inPlace : {true, false}) {
       for (std::optional<DType> copy : {std::optional<DType>(), std::optional(DType::BF16), std::optional(DType::F16)}) {
         for (DType grad : kGradTypes) {
-          SCOPED_TRACE(::testing::Message() << (adam ? "adam" : "sgd") << " in place " << inPlace << " copy "
+          SCOPED_TRACE(::testing::Message() << kind << " in place " << inPlace << " copy "
                                             << (copy ? dtypeName(*copy) : "none") << " grad " << dtypeName(grad));
-          OptimizerOp op = adam ? adamOp(kAdamConfigs[3], DType::F32, grad, {1029}, copy, true, true)
+          OptimizerOp op = adam ? adamOp(amsgrad ? kAmsgradConfig : kAdamConfigs[3], DType::F32, grad, {1029}, copy,
+                                         true, true)
                                 : sgdOp(kSgdConfigs[6], DType::F32, grad, {1029}, copy, true, true);
           if (!inPlace)
             op.tied.clear();
@@ -495,7 +509,9 @@ TEST_F(GpuTest, FalsePredicateLeavesEveryStateOutputBitIdentical) {
           ASSERT_TRUE(both.ok()) << both.message();
           // Each result is the state input it replaces, bit for bit, on both backends.
           std::vector<size_t> stateArguments = {0};
-          if (adam)
+          if (amsgrad)
+            stateArguments.insert(stateArguments.end(), {2, 3, 4});
+          else if (adam)
             stateArguments.insert(stateArguments.end(), {2, 3});
           else
             stateArguments.push_back(2); // momentum_buffer is argument 2 (the step follows it)
@@ -521,17 +537,18 @@ TEST_F(GpuTest, FalsePredicateLeavesEveryStateOutputBitIdentical) {
 /// multi-tensor group (chunked past the kernel-argument limit).
 /// Mixed, parameter i's gradient has kGradTypes[i % 3]'s dtype and only even
 /// ones have a copy (a network's weights beside its batch-norm parameters).
+/// With `amsgrad` (Adam only) each update also has a max_exp_avg_sq.
 Plan groupedPlan(bool adam, size_t count, DType gradType, std::optional<DType> copyType, bool predicate,
-                 bool mixed = false) {
-  PlanBuilder b(adam ? "grouped_adam" : "grouped_sgd");
+                 bool mixed = false, bool amsgrad = false) {
+  PlanBuilder b(amsgrad ? "grouped_amsgrad" : adam ? "grouped_adam" : "grouped_sgd");
   const int64_t sizes[] = {1, 3, 300, 1000, 2049, 17};
   BufferId lr = b.argument(tt(DType::F32, {}), BufferRole::Hyper, "lr");
   BufferId step = b.argument(tt(DType::I64, {}), BufferRole::OptState, "step");
   BufferId inv = b.argument(tt(DType::F32, {}), BufferRole::ScalerState, "inv_scale");
   BufferId flag = predicate ? b.argument(tt(DType::I1, {}), BufferRole::Input, "found_finite") : kNoBuffer;
   struct State {
-    BufferId param, grad, s0, s1, copy;
-    int32_t paramArg, s0Arg, s1Arg, copyArg;
+    BufferId param, grad, s0, s1, s2, copy;
+    int32_t paramArg, s0Arg, s1Arg, s2Arg, copyArg;
   };
   std::vector<State> states;
   int32_t next = predicate ? 4 : 3;
@@ -549,6 +566,11 @@ Plan groupedPlan(bool adam, size_t count, DType gradType, std::optional<DType> c
       s.s1Arg = next++;
       s.s1 = b.argument(tt(DType::F32, shape), BufferRole::OptState);
     }
+    s.s2 = kNoBuffer;
+    if (amsgrad) {
+      s.s2Arg = next++;
+      s.s2 = b.argument(tt(DType::F32, shape), BufferRole::OptState);
+    }
     s.copy = kNoBuffer;
     if (copyType && !(mixed && i % 2 == 1)) {
       s.copyArg = next++;
@@ -559,10 +581,12 @@ Plan groupedPlan(bool adam, size_t count, DType gradType, std::optional<DType> c
   for (const State& s : states) {
     if (adam) {
       std::vector<BufferId> outs = {s.param, s.s0, s.s1};
+      if (s.s2 != kNoBuffer)
+        outs.push_back(s.s2);
       if (s.copy != kNoBuffer)
         outs.push_back(s.copy);
-      b.op("jit.adam_update", {s.param, s.grad, s.s0, s.s1, step, lr, inv, flag, s.copy}, outs,
-           adamAttributes(kAdamConfigs[2]));
+      b.op("jit.adam_update", {s.param, s.grad, s.s0, s.s1, s.s2, step, lr, inv, flag, s.copy}, outs,
+           adamAttributes(amsgrad ? kAmsgradConfig : kAdamConfigs[2]));
     } else {
       std::vector<BufferId> outs = {s.param, s.s0};
       if (s.copy != kNoBuffer)
@@ -576,6 +600,8 @@ Plan groupedPlan(bool adam, size_t count, DType gradType, std::optional<DType> c
     b.result(s.s0, s.s0Arg);
     if (adam)
       b.result(s.s1, s.s1Arg);
+    if (s.s2 != kNoBuffer)
+      b.result(s.s2, s.s2Arg);
     if (s.copy != kNoBuffer)
       b.result(s.copy, s.copyArg);
   }
@@ -633,6 +659,24 @@ TEST_F(GpuTest, GroupedOptimizerStepsWithAFalsePredicateChangeNothing) {
       EXPECT_TRUE(both->cudaArguments[a].bitwiseEqual(arguments[a])) << "argument " << a;
       EXPECT_TRUE(both->cpuArguments[a].bitwiseEqual(arguments[a])) << "argument " << a;
     }
+  }
+}
+
+TEST_F(GpuTest, GroupedAmsgradStepsMatchTheCpuAndSkipBitIdentically) {
+  // AMSGrad's two extra pointers per tensor still fit 40 mixed tensors in
+  // two launches' tables; a false predicate changes nothing.
+  Plan plan = groupedPlan(true, 40, DType::F16, DType::F16, true, /*mixed=*/true, /*amsgrad=*/true);
+  ASSERT_EQ(cuda::launchGroups(plan).size(), 1u);
+  Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, groupedArguments(plan, true), 3);
+  ASSERT_TRUE(both.ok()) << both.message();
+  expectAgree(*both, 1.0);
+  std::vector<Tensor> arguments = groupedArguments(plan, true);
+  arguments[3].set(0, 0);
+  both = runOnBoth(*cpu, *cuda, plan, arguments, 2);
+  ASSERT_TRUE(both.ok()) << both.message();
+  for (size_t a = 0; a < arguments.size(); ++a) {
+    EXPECT_TRUE(both->cudaArguments[a].bitwiseEqual(arguments[a])) << "argument " << a;
+    EXPECT_TRUE(both->cpuArguments[a].bitwiseEqual(arguments[a])) << "argument " << a;
   }
 }
 

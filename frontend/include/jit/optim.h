@@ -64,6 +64,14 @@ std::tuple<Tensor, Tensor, Tensor> adam_update(const Tensor& param, const Tensor
                                                const Tensor& exp_avg_sq, const Tensor& step, const Tensor& lr,
                                                const AdamUpdateOptions& options, const Tensor& inv_scale = {},
                                                const Tensor& predicate = {});
+/// AMSGrad: jit.adam_update with `max_exp_avg_sq`, the running maximum of
+/// exp_avg_sq that the denominator reads. Returns {new_param, new_exp_avg,
+/// new_exp_avg_sq, new_max_exp_avg_sq}.
+std::tuple<Tensor, Tensor, Tensor, Tensor> adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                                                       const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq,
+                                                       const Tensor& step, const Tensor& lr,
+                                                       const AdamUpdateOptions& options, const Tensor& inv_scale = {},
+                                                       const Tensor& predicate = {});
 
 /// Scales the gradients of `params` so their joint norm is at most
 /// `max_norm` and returns that norm before clipping (torch.nn.utils.
@@ -122,7 +130,8 @@ public:
   virtual const char* name() const = 0;
   /// The state a checkpoint saves: "lr" (with more groups, "lr.1", ... for
   /// the others), then per parameter i (in parameters() order) "<i>.step" and
-  /// its buffers ("<i>.momentum_buffer", "<i>.exp_avg", "<i>.exp_avg_sq").
+  /// its buffers ("<i>.momentum_buffer", "<i>.exp_avg", "<i>.exp_avg_sq",
+  /// "<i>.max_exp_avg_sq" with AMSGrad).
   /// The tensors themselves: writing them writes the optimizer's state.
   std::vector<NamedTensor> state_dict() const;
   /// The constructor's settings (momentum, betas, eps, ...; lr is state):
@@ -207,6 +216,9 @@ struct AdamOptions {
   std::pair<double, double> betas = {0.9, 0.999};
   double eps = 1e-8;
   double weight_decay = 0.0;
+  /// AMSGrad: the denominator reads the running maximum of exp_avg_sq, a
+  /// third buffer per parameter ("<i>.max_exp_avg_sq" in state_dict()).
+  bool amsgrad = false;
   bool maximize = false;
 };
 /// AdamW's weight_decay defaults to 1e-2, as PyTorch's does.
@@ -215,6 +227,7 @@ struct AdamWOptions {
   std::pair<double, double> betas = {0.9, 0.999};
   double eps = 1e-8;
   double weight_decay = 1e-2;
+  bool amsgrad = false;
   bool maximize = false;
 };
 
@@ -225,6 +238,7 @@ struct AdamGroup {
   std::optional<std::pair<double, double>> betas{};
   std::optional<double> eps{};
   std::optional<double> weight_decay{};
+  std::optional<bool> amsgrad{};
   std::optional<bool> maximize{};
 };
 
@@ -234,6 +248,9 @@ public:
   Adam(std::vector<AdamGroup> groups, AdamOptions defaults);
   const Tensor& exp_avg(size_t i) const { return expAvg_.at(i); }
   const Tensor& exp_avg_sq(size_t i) const { return expAvgSq_.at(i); }
+  /// AMSGrad's running maximum of exp_avg_sq; undefined unless parameter i's
+  /// group has amsgrad.
+  const Tensor& max_exp_avg_sq(size_t i) const { return maxExpAvgSq_.at(i); }
   const char* name() const override { return decoupled_ ? "AdamW" : "Adam"; }
 
 protected:
@@ -246,7 +263,8 @@ protected:
 private:
   bool decoupled_;
   std::vector<AdamUpdateOptions> groupUpdates_;
-  std::vector<Tensor> expAvg_, expAvgSq_;
+  std::vector<bool> groupAmsgrad_;
+  std::vector<Tensor> expAvg_, expAvgSq_, maxExpAvgSq_;
 };
 
 class AdamW : public Adam {

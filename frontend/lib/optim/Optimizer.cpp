@@ -33,10 +33,12 @@ std::pair<Tensor, Tensor> sgd_update(const Tensor& param, const Tensor& grad, co
   return {results[0], results.size() > 1 ? results[1] : Tensor()};
 }
 
-std::tuple<Tensor, Tensor, Tensor> adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                                               const Tensor& exp_avg_sq, const Tensor& step, const Tensor& lr,
-                                               const AdamUpdateOptions& options, const Tensor& inv_scale,
-                                               const Tensor& predicate) {
+namespace {
+/// jit.adam_update's results; max_exp_avg_sq undefined for plain Adam.
+std::vector<Tensor> applyAdamUpdate(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                                    const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq, const Tensor& step,
+                                    const Tensor& lr, const AdamUpdateOptions& options, const Tensor& inv_scale,
+                                    const Tensor& predicate) {
   detail::AttributeMap attributes{{"beta1", options.beta1}, {"beta2", options.beta2}, {"eps", options.eps}};
   if (options.weight_decay != 0.0)
     attributes["weight_decay"] = options.weight_decay;
@@ -44,10 +46,32 @@ std::tuple<Tensor, Tensor, Tensor> adam_update(const Tensor& param, const Tensor
     attributes["decoupled_weight_decay"] = true;
   if (options.maximize)
     attributes["maximize"] = true;
-  std::vector<Tensor> results = detail::apply(
-      detail::ops::adam_update, {param, grad, exp_avg, exp_avg_sq, step, lr, inv_scale, predicate, Tensor()},
-      std::move(attributes));
+  return detail::apply(detail::ops::adam_update,
+                       {param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, lr, inv_scale, predicate, Tensor()},
+                       std::move(attributes));
+}
+} // namespace
+
+std::tuple<Tensor, Tensor, Tensor> adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                                               const Tensor& exp_avg_sq, const Tensor& step, const Tensor& lr,
+                                               const AdamUpdateOptions& options, const Tensor& inv_scale,
+                                               const Tensor& predicate) {
+  std::vector<Tensor> results =
+      applyAdamUpdate(param, grad, exp_avg, exp_avg_sq, Tensor(), step, lr, options, inv_scale, predicate);
   return {results[0], results[1], results[2]};
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                                                       const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq,
+                                                       const Tensor& step, const Tensor& lr,
+                                                       const AdamUpdateOptions& options, const Tensor& inv_scale,
+                                                       const Tensor& predicate) {
+  if (!max_exp_avg_sq.defined())
+    throw Error("jit.adam_update: AMSGrad needs operand 'max_exp_avg_sq' (undefined here); without it, call the "
+                "overload without max_exp_avg_sq");
+  std::vector<Tensor> results =
+      applyAdamUpdate(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, lr, options, inv_scale, predicate);
+  return {results[0], results[1], results[2], results[3]};
 }
 
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
@@ -293,36 +317,50 @@ Adam::Adam(std::vector<AdamGroup> groups, const AdamOptions& defaults, bool deco
     if (initial_lr(g) < 0.0 || update.eps < 0.0 || update.weight_decay < 0.0)
       throw Error(label + ": lr, eps and weight_decay must be >= 0");
     groupUpdates_.push_back(update);
+    groupAmsgrad_.push_back(group.amsgrad.value_or(defaults.amsgrad));
   }
-  for (const Tensor& param : params_) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& param = params_[i];
     expAvg_.push_back(zeros_like(param));
     expAvgSq_.push_back(zeros_like(param));
     detail::markState(expAvg_.back(), detail::StateRole::OptState);
     detail::markState(expAvgSq_.back(), detail::StateRole::OptState);
+    // PyTorch keeps max_exp_avg_sq only in amsgrad groups.
+    maxExpAvgSq_.push_back(groupAmsgrad_[groupOf_[i]] ? zeros_like(param) : Tensor());
+    if (maxExpAvgSq_.back().defined())
+      detail::markState(maxExpAvgSq_.back(), detail::StateRole::OptState);
   }
 }
 
 std::vector<std::pair<std::string, double>> Adam::group_hyperparameters(size_t group) const {
   const AdamUpdateOptions& update = groupUpdates_.at(group);
-  return {{"beta1", update.beta1},
-          {"beta2", update.beta2},
-          {"eps", update.eps},
-          {"weight_decay", update.weight_decay},
-          {"maximize", update.maximize ? 1.0 : 0.0}};
+  std::vector<std::pair<std::string, double>> settings = {{"beta1", update.beta1},
+                                                          {"beta2", update.beta2},
+                                                          {"eps", update.eps},
+                                                          {"weight_decay", update.weight_decay},
+                                                          {"maximize", update.maximize ? 1.0 : 0.0}};
+  // Only when set, so checkpoints saved before AMSGrad existed still load.
+  if (groupAmsgrad_.at(group))
+    settings.emplace_back("amsgrad", 1.0);
+  return settings;
 }
 
 void Adam::collect_buffers(size_t i, std::vector<NamedTensor>& out) const {
   out.emplace_back(std::to_string(i) + ".exp_avg", expAvg_[i]);
   out.emplace_back(std::to_string(i) + ".exp_avg_sq", expAvgSq_[i]);
+  if (maxExpAvgSq_[i].defined())
+    out.emplace_back(std::to_string(i) + ".max_exp_avg_sq", maxExpAvgSq_[i]);
 }
 
 void Adam::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) {
   size_t group = groupOf_[i];
-  auto [param, m, v] = adam_update(params_[i], grad, expAvg_[i], expAvgSq_[i], steps_[i], lr(group),
-                                   groupUpdates_[group], inv_scale, predicate);
-  assign(params_[i], param);
-  assign(expAvg_[i], m);
-  assign(expAvgSq_[i], v);
+  std::vector<Tensor> results = applyAdamUpdate(params_[i], grad, expAvg_[i], expAvgSq_[i], maxExpAvgSq_[i],
+                                                steps_[i], lr(group), groupUpdates_[group], inv_scale, predicate);
+  assign(params_[i], results[0]);
+  assign(expAvg_[i], results[1]);
+  assign(expAvgSq_[i], results[2]);
+  if (maxExpAvgSq_[i].defined())
+    assign(maxExpAvgSq_[i], results[3]);
 }
 
 namespace {
@@ -331,6 +369,7 @@ AdamOptions asAdamOptions(const AdamWOptions& options) {
           .betas = options.betas,
           .eps = options.eps,
           .weight_decay = options.weight_decay,
+          .amsgrad = options.amsgrad,
           .maximize = options.maximize};
 }
 } // namespace

@@ -1,5 +1,5 @@
 // The fused optimizer updates (jit.sgd_update, jit.adam_update), following
-// PyTorch's single-tensor SGD and Adam/AdamW. The gradient is read in its own
+// PyTorch's single-tensor SGD and Adam/AdamW (with AMSGrad). The gradient is read in its own
 // precision and multiplied by inv_scale in fp32 as it is read; the update
 // computes in the parameter's precision (f32, or f64); O2's low-precision
 // parameter copy is written from the new value with one rounding.
@@ -42,6 +42,14 @@ struct GradientReader {
   }
 };
 
+/// torch.maximum: NaN when either is NaN.
+template <typename T>
+T maximumPropagatingNan(T a, T b) {
+  if (std::isnan(a))
+    return a;
+  return b > a || std::isnan(b) ? b : a;
+}
+
 template <typename T>
 void sgd(const OptimizerParams& params, const StepIO& io) {
   using namespace sgd_slot;
@@ -77,9 +85,10 @@ template <typename T>
 void adam(const OptimizerParams& params, const StepIO& io) {
   using namespace adam_slot;
   const BufferView &param = io.in[kParam], &expAvg = io.in[kExpAvg], &expAvgSq = io.in[kExpAvgSq],
-                   &copy = io.in[kParamCopy];
+                   &maxExpAvgSq = io.in[kMaxExpAvgSq], &copy = io.in[kParamCopy];
   const BufferView &newParam = io.out[kNewParam], &newExpAvg = io.out[kNewExpAvg],
-                   &newExpAvgSq = io.out[kNewExpAvgSq], &newCopy = io.out[kNewParamCopy];
+                   &newExpAvgSq = io.out[kNewExpAvgSq], &newMaxExpAvgSq = io.out[kNewMaxExpAvgSq],
+                   &newCopy = io.out[kNewParamCopy];
   GradientReader<T> readGrad{io.in[kGrad], io.in[kInvScale].present ? io.in[kInvScale].as<const float>()[0] : 1.0f,
                              io.in[kInvScale].present, params.maximize};
   // Scalars in double, as PyTorch computes them from Python floats.
@@ -104,7 +113,12 @@ void adam(const OptimizerParams& params, const StepIO& io) {
     T m = loadAs<T>(expAvg, i);
     m = m + oneMinusBeta1 * (g - m); // lerp(m, g, 1 - beta1)
     T v = loadAs<T>(expAvgSq, i) * beta2 + oneMinusBeta2 * (g * g);
-    T denominator = std::sqrt(v) / biasCorrection2Sqrt + eps;
+    T denominatorSource = v;
+    if (maxExpAvgSq.present) {
+      denominatorSource = maximumPropagatingNan(loadAs<T>(maxExpAvgSq, i), v);
+      storeAs<T>(newMaxExpAvgSq, i, denominatorSource);
+    }
+    T denominator = std::sqrt(denominatorSource) / biasCorrection2Sqrt + eps;
     p = p - stepSize * (m / denominator);
     storeAs<T>(newExpAvg, i, m);
     storeAs<T>(newExpAvgSq, i, v);
@@ -127,6 +141,7 @@ Status runOptimizerUpdate(const Step& step, const StepIO& io) {
       carryOver(io.in[adam_slot::kParam], io.out[adam_slot::kNewParam]);
       carryOver(io.in[adam_slot::kExpAvg], io.out[adam_slot::kNewExpAvg]);
       carryOver(io.in[adam_slot::kExpAvgSq], io.out[adam_slot::kNewExpAvgSq]);
+      carryOver(io.in[adam_slot::kMaxExpAvgSq], io.out[adam_slot::kNewMaxExpAvgSq]);
       carryOver(io.in[adam_slot::kParamCopy], io.out[adam_slot::kNewParamCopy]);
     } else {
       carryOver(io.in[sgd_slot::kParam], io.out[sgd_slot::kNewParam]);

@@ -235,6 +235,14 @@ __device__ void carryOver(const void* from, void* to, int bytes, int64_t i) {
     copyElement(from, to, bytes, i);
 }
 
+/// torch.maximum: NaN when either is NaN.
+template <typename T>
+__device__ T maximumPropagatingNan(T a, T b) {
+  if (isnan(a))
+    return a;
+  return b > a || isnan(b) ? b : a;
+}
+
 template <typename T>
 __device__ void sgdElement(const OptimizerConfig& c, const OptimizerTensor& x, int64_t i, T lr, bool firstStep,
                            bool hasInvScale, float invScale) {
@@ -277,7 +285,12 @@ __device__ void adamElement(const OptimizerConfig& c, const OptimizerTensor& x, 
   T m = loadAs<T>(x.state0, c.paramType, i);
   m = m + oneMinusBeta1 * (g - m); // lerp(m, g, 1 - beta1)
   T v = loadAs<T>(x.state1, c.paramType, i) * beta2 + oneMinusBeta2 * (g * g);
-  T denominator = sqrt(v) / s.biasCorrection2Sqrt + eps;
+  T denominatorSource = v;
+  if (x.state2 != nullptr) { // AMSGrad
+    denominatorSource = maximumPropagatingNan(loadAs<T>(x.state2, c.paramType, i), v);
+    storeAs(x.newState2, c.paramType, i, denominatorSource);
+  }
+  T denominator = sqrt(denominatorSource) / s.biasCorrection2Sqrt + eps;
   p = p - s.stepSize * (m / denominator);
   storeAs(x.newState0, c.paramType, i, m);
   storeAs(x.newState1, c.paramType, i, v);
@@ -300,6 +313,8 @@ __global__ void optimizerKernel(OptimizerArguments args) {
           carryOver(x.state0, x.newState0, paramBytes, i);
         if (x.state1 != nullptr)
           carryOver(x.state1, x.newState1, paramBytes, i);
+        if (x.state2 != nullptr)
+          carryOver(x.state2, x.newState2, paramBytes, i);
         if (x.copy != nullptr)
           carryOver(x.copy, x.newCopy, copyBytes, i);
       }

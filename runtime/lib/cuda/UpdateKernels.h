@@ -119,7 +119,8 @@ struct OptimizerScalars {
 };
 
 /// One parameter's buffers. state0 is SGD's momentum buffer or Adam's
-/// exp_avg, state1 Adam's exp_avg_sq; absent ones are nullptr. Outputs may
+/// exp_avg, state1 Adam's exp_avg_sq, state2 AMSGrad's max_exp_avg_sq;
+/// absent ones are nullptr. Outputs may
 /// be their inputs. Tensors of one launch may differ in their gradient's
 /// dtype and in having a param_copy (a network's f16-gradient weights with
 /// f16 copies beside its f32 batch-norm parameters).
@@ -128,10 +129,12 @@ struct OptimizerTensor {
   const void* grad;
   const void* state0;
   const void* state1;
+  const void* state2;
   const void* copy;
   void* newParam;
   void* newState0;
   void* newState1;
+  void* newState2;
   void* newCopy;
   int64_t count;
   ElementType gradType;

@@ -151,19 +151,23 @@ private:
 /// The slot positions of one optimizer's step layout.
 struct OptimizerSlots {
   size_t inputs, outputs;
-  size_t param, grad, state0, state1, step, lr, invScale, predicate, copy;
-  size_t newParam, newState0, newState1, newCopy;
+  size_t param, grad, state0, state1, state2, step, lr, invScale, predicate, copy;
+  size_t newParam, newState0, newState1, newState2, newCopy;
   static constexpr size_t kNone = size_t(-1);
 
   static OptimizerSlots of(const Step& step) {
     if (step.as<OptimizerParams>().optimizer == OptimizerKind::Adam) {
       using namespace adam_slot;
-      return {9,      4,   kParam,      kGrad,     kExpAvg,        kExpAvgSq,     kStep,        kLr,
-              kInvScale, kPredicate, kParamCopy, kNewParam, kNewExpAvg, kNewExpAvgSq, kNewParamCopy};
+      return {.inputs = kInputs, .outputs = kOutputs, .param = kParam, .grad = kGrad, .state0 = kExpAvg,
+              .state1 = kExpAvgSq, .state2 = kMaxExpAvgSq, .step = kStep, .lr = kLr, .invScale = kInvScale,
+              .predicate = kPredicate, .copy = kParamCopy, .newParam = kNewParam, .newState0 = kNewExpAvg,
+              .newState1 = kNewExpAvgSq, .newState2 = kNewMaxExpAvgSq, .newCopy = kNewParamCopy};
     }
     using namespace sgd_slot;
-    return {8,          3,          kParam,     kGrad,     kMomentumBuffer,    kNone, kStep, kLr,
-            kInvScale,  kPredicate, kParamCopy, kNewParam, kNewMomentumBuffer, kNone, kNewParamCopy};
+    return {.inputs = kInputs, .outputs = kOutputs, .param = kParam, .grad = kGrad, .state0 = kMomentumBuffer,
+            .state1 = kNone, .state2 = kNone, .step = kStep, .lr = kLr, .invScale = kInvScale,
+            .predicate = kPredicate, .copy = kParamCopy, .newParam = kNewParam, .newState0 = kNewMomentumBuffer,
+            .newState1 = kNone, .newState2 = kNone, .newCopy = kNewParamCopy};
   }
 };
 
@@ -257,10 +261,19 @@ public:
         std::span<void* const> out = pointers.outputs.subspan(k * slots_.outputs, slots_.outputs);
         auto input = [&](size_t slot) -> const void* { return slot == OptimizerSlots::kNone ? nullptr : in[slot]; };
         auto output = [&](size_t slot) -> void* { return slot == OptimizerSlots::kNone ? nullptr : out[slot]; };
-        tensors_[n] = {input(slots_.param),     input(slots_.grad),       input(slots_.state0),
-                       input(slots_.state1),    input(slots_.copy),       output(slots_.newParam),
-                       output(slots_.newState0), output(slots_.newState1), output(slots_.newCopy),
-                       counts_[k],              gradTypes_[k]};
+        tensors_[n] = {.param = input(slots_.param),
+                       .grad = input(slots_.grad),
+                       .state0 = input(slots_.state0),
+                       .state1 = input(slots_.state1),
+                       .state2 = input(slots_.state2),
+                       .copy = input(slots_.copy),
+                       .newParam = output(slots_.newParam),
+                       .newState0 = output(slots_.newState0),
+                       .newState1 = output(slots_.newState1),
+                       .newState2 = output(slots_.newState2),
+                       .newCopy = output(slots_.newCopy),
+                       .count = counts_[k],
+                       .gradType = gradTypes_[k]};
       }
       // The scalars are the same buffers for every step of the group.
       std::span<void* const> in = pointers.inputs.subspan(launch.front() * slots_.inputs, slots_.inputs);

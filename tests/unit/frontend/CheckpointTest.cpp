@@ -37,11 +37,12 @@ fs::path scratchDir(const std::string& name) {
 /// high (f16 gradients overflow, steps are skipped, the scale backs off and
 /// grows again every 2 clean steps), a StepLR halving the lr every 2 steps.
 struct TrainingRun {
-  explicit TrainingRun(uint64_t seed, int64_t hidden = kHidden, std::pair<double, double> betas = {0.9, 0.999})
+  explicit TrainingRun(uint64_t seed, int64_t hidden = kHidden, std::pair<double, double> betas = {0.9, 0.999},
+                       bool amsgrad = false)
       : generator(seed), dropoutGenerator(seed + 100),
         model(nn::Linear(kIn, hidden, true, {.generator = &generator}), nn::ReLU(),
               nn::Dropout(0.25, &dropoutGenerator), nn::Linear(hidden, kClasses, true, {.generator = &generator})),
-        opt(model.parameters(), {.lr = 1e-2, .betas = betas}),
+        opt(model.parameters(), {.lr = 1e-2, .betas = betas, .amsgrad = amsgrad}),
         scaler({.init_scale = 1048576.0, .growth_interval = 2}),
         schedule(opt, 2, 0.5) {
     checkpoint.add("model", model).add("optimizer", opt).add("scaler", scaler).add("scheduler", schedule);
@@ -155,6 +156,43 @@ TEST(Checkpoint, AResumedTracedRunContinuesBitForBit) {
   auto resumedStep = tracedO2(resumed);
   EXPECT_EQ(train(resumed, resumedStep, 6), expected);
   EXPECT_EQ(resumed.everything(), original.everything());
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, AnAmsgradRunResumesTracedAtO2AndNeedsAnAmsgradOptimizer) {
+  // AMSGrad's third buffer through O2's master weights and the deferred
+  // update, into a file and back.
+  fs::path dir = scratchDir("amsgrad");
+  std::string path = (dir / "run.ampjit").string();
+  const std::pair<double, double> betas = {0.9, 0.5};
+  TrainingRun original(1, kHidden, betas, true);
+  auto step = tracedO2(original);
+  train(original, step, 5);
+  ASSERT_GT(original.scaler.skipped_steps(), 0);
+  original.checkpoint.save(path);
+  std::vector<double> expected = train(original, step, 6);
+  // The running maximum is state the step carries: it has left exp_avg_sq.
+  std::vector<double> maximum = original.opt.max_exp_avg_sq(0).to_vector(),
+                      average = original.opt.exp_avg_sq(0).to_vector();
+  EXPECT_NE(maximum, average);
+  for (size_t i = 0; i < maximum.size(); ++i)
+    EXPECT_GE(maximum[i], average[i]) << i;
+
+  TrainingRun resumed(2, kHidden, betas, true);
+  resumed.checkpoint.load(path);
+  auto resumedStep = tracedO2(resumed);
+  EXPECT_EQ(train(resumed, resumedStep, 6), expected);
+  EXPECT_EQ(resumed.everything(), original.everything());
+
+  // Adam without AMSGrad cannot continue an AMSGrad run, nor the other way.
+  TrainingRun plain(3, kHidden, betas);
+  std::vector<double> before = plain.everything()[0];
+  std::string message = errorOf([&] { plain.checkpoint.load(path); });
+  EXPECT_NE(message.find("'amsgrad'"), std::string::npos) << message;
+  EXPECT_EQ(plain.everything()[0], before);
+  plain.checkpoint.save(path);
+  message = errorOf([&] { resumed.checkpoint.load(path); });
+  EXPECT_NE(message.find("no setting 'amsgrad'"), std::string::npos) << message;
   fs::remove_all(dir);
 }
 

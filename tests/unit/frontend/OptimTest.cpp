@@ -79,8 +79,14 @@ TEST(OptimTest, SgdMatchesPyTorchFormulasForThreeSteps) {
   }
 }
 
-std::vector<double> adamReference(double lr, double b1, double b2, double eps, double wd, bool decoupled, int steps) {
-  std::vector<double> p = kInit, m(p.size(), 0.0), v(p.size(), 0.0);
+struct AdamReference {
+  std::vector<double> p, vmax;
+};
+
+/// PyTorch's _single_tensor_adam on loss = sum(p^3) / 3, in f64.
+AdamReference adamReference(double lr, double b1, double b2, double eps, double wd, bool decoupled, int steps,
+                            bool amsgrad = false) {
+  std::vector<double> p = kInit, m(p.size(), 0.0), v(p.size(), 0.0), vmax(p.size(), 0.0);
   for (int t = 1; t <= steps; ++t)
     for (size_t i = 0; i < p.size(); ++i) {
       double g = p[i] * p[i];
@@ -90,17 +96,18 @@ std::vector<double> adamReference(double lr, double b1, double b2, double eps, d
         g += wd * p[i];
       m[i] = b1 * m[i] + (1 - b1) * g;
       v[i] = b2 * v[i] + (1 - b2) * g * g;
-      double denominator = std::sqrt(v[i]) / std::sqrt(1 - std::pow(b2, t)) + eps;
+      vmax[i] = std::max(vmax[i], v[i]);
+      double denominator = std::sqrt(amsgrad ? vmax[i] : v[i]) / std::sqrt(1 - std::pow(b2, t)) + eps;
       p[i] -= lr / (1 - std::pow(b1, t)) * m[i] / denominator;
     }
-  return p;
+  return {p, vmax};
 }
 
 TEST(OptimTest, AdamMatchesPyTorchFormulasForThreeSteps) {
   Tensor p = param(f64).requires_grad_();
   optim::Adam opt({p}, {.lr = 0.125, .betas = {0.8, 0.99}, .eps = 1e-6, .weight_decay = 0.1});
   train(p, opt, 3);
-  expectNear(p.to_vector(), adamReference(0.125, 0.8, 0.99, 1e-6, 0.1, false, 3));
+  expectNear(p.to_vector(), adamReference(0.125, 0.8, 0.99, 1e-6, 0.1, false, 3).p);
   EXPECT_EQ(opt.step_count(0).item(), 3.0);
 }
 
@@ -108,7 +115,64 @@ TEST(OptimTest, AdamWMatchesPyTorchFormulasForThreeSteps) {
   Tensor p = param(f64).requires_grad_();
   optim::AdamW opt({p}, {.lr = 0.25});
   train(p, opt, 3);
-  expectNear(p.to_vector(), adamReference(0.25, 0.9, 0.999, 1e-8, 1e-2, true, 3));
+  expectNear(p.to_vector(), adamReference(0.25, 0.9, 0.999, 1e-8, 1e-2, true, 3).p);
+}
+
+TEST(OptimTest, AmsgradAdamAndAdamWMatchPyTorchFormulas) {
+  // beta2 = 0.5 forgets fast: as p = 2 shrinks, its gradient p^2 does, and
+  // exp_avg_sq falls below its running maximum, which AMSGrad keeps.
+  for (bool decoupled : {false, true}) {
+    SCOPED_TRACE(decoupled ? "AdamW" : "Adam");
+    Tensor p = param(f64).requires_grad_();
+    std::unique_ptr<optim::Adam> opt;
+    if (decoupled)
+      opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p},
+                                           optim::AdamWOptions{.lr = 0.25, .betas = {0.9, 0.5}, .amsgrad = true});
+    else
+      opt = std::make_unique<optim::Adam>(std::vector<Tensor>{p},
+                                          optim::AdamOptions{.lr = 0.25, .betas = {0.9, 0.5}, .amsgrad = true});
+    train(p, *opt, 6);
+    double decay = decoupled ? 1e-2 : 0.0;
+    AdamReference expected = adamReference(0.25, 0.9, 0.5, 1e-8, decay, decoupled, 6, true);
+    expectNear(p.to_vector(), expected.p);
+    expectNear(opt->max_exp_avg_sq(0).to_vector(), expected.vmax);
+    // Plain Adam would have gone elsewhere: the case tells them apart.
+    std::vector<double> plain = adamReference(0.25, 0.9, 0.5, 1e-8, decay, decoupled, 6, false).p;
+    EXPECT_GT(std::abs(plain[2] - expected.p[2]), 1e-3);
+    std::vector<std::string> names;
+    for (const auto& [name, tensor] : opt->state_dict())
+      names.push_back(name);
+    EXPECT_EQ(names, (std::vector<std::string>{"lr", "0.step", "0.exp_avg", "0.exp_avg_sq", "0.max_exp_avg_sq"}));
+  }
+}
+
+TEST(OptimTest, AmsgradIsPerParameterGroup) {
+  Tensor a = param(f64).requires_grad_();
+  Tensor b = param(f64).requires_grad_();
+  optim::Adam opt({{.params = {a}, .amsgrad = true}, {.params = {b}}}, {.lr = 0.25, .betas = {0.9, 0.5}});
+  EXPECT_TRUE(opt.max_exp_avg_sq(0).defined());
+  EXPECT_FALSE(opt.max_exp_avg_sq(1).defined()); // PyTorch keeps none without amsgrad
+  for (int s = 0; s < 6; ++s) {
+    opt.zero_grad();
+    (sum(a * a * a) / 3.0 + sum(b * b * b) / 3.0).backward();
+    opt.step();
+  }
+  expectNear(a.to_vector(), adamReference(0.25, 0.9, 0.5, 1e-8, 0.0, false, 6, true).p);
+  expectNear(b.to_vector(), adamReference(0.25, 0.9, 0.5, 1e-8, 0.0, false, 6, false).p);
+  std::vector<std::string> settings;
+  for (const auto& [name, value] : opt.hyperparameters())
+    settings.push_back(name);
+  EXPECT_NE(std::find(settings.begin(), settings.end(), "amsgrad"), settings.end());
+  EXPECT_EQ(std::find(settings.begin(), settings.end(), "group1.amsgrad"), settings.end());
+}
+
+TEST(OptimTest, AnAmsgradUpdateWithoutItsMaximumIsAnError) {
+  Tensor p = param(f32), g = param(f32), m = zeros_like(p), v = zeros_like(p);
+  Tensor step = scalar_tensor(0.0, i64), lr = scalar_tensor(0.1, f32);
+  std::string message = errorOf([&] { adam_update(p, g, m, v, Tensor(), step, lr, {}); });
+  EXPECT_NE(message.find("max_exp_avg_sq"), std::string::npos) << message;
+  message = errorOf([&] { adam_update(p, g, m, v, zeros({2}, f32), step, lr, {}); });
+  EXPECT_NE(message.find("max_exp_avg_sq"), std::string::npos) << message;
 }
 
 TEST(OptimTest, ParametersWithoutGradientsAreLeftAlone) {

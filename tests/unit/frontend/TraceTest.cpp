@@ -84,21 +84,22 @@ TEST(Trace, AutocastSemanticsEqualEagerAutocastBitwise) {
 
 TEST(Trace, AutocastSemanticsEqualEagerForLayerNormGeluAndAdamW) {
   // Beyond the classifier: LayerNorm (deny), GELU, AdamW with weight decay
-  // and a scaler that starts by overflowing, in f16 and bf16.
+  // (and with AMSGrad) and a scaler that starts by overflowing, in f16 and bf16.
   struct Net {
-    Net()
+    explicit Net(bool amsgrad)
         : g(5), model(nn::Linear(8, 16, true, {.generator = &g}), nn::LayerNorm({16}), nn::GELU(),
                       nn::Linear(16, 3, true, {.generator = &g})),
-          opt(model.parameters(), {.lr = 1e-2, .weight_decay = 0.01}), scaler({.init_scale = 1e5, .growth_interval = 2}) {}
+          opt(model.parameters(), {.lr = 1e-2, .betas = {0.9, 0.5}, .weight_decay = 0.01, .amsgrad = amsgrad}),
+          scaler({.init_scale = 1e5, .growth_interval = 2}) {}
     Tensor step(const Tensor& x, const Tensor& y) { return scaledTrainStep(model, opt, scaler, x, y); }
     Generator g;
     nn::Sequential model;
     optim::AdamW opt;
     amp::GradScaler scaler;
   };
-  for (DType dtype : {f16, bf16}) {
-    SCOPED_TRACE(std::string(dtype_name(dtype)));
-    Net eager, traced;
+  for (auto [dtype, amsgrad] : {std::pair{f16, false}, {bf16, false}, {f16, true}}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)) + (amsgrad ? " AMSGrad" : ""));
+    Net eager(amsgrad), traced(amsgrad);
     auto step = trace([&](const Tensor& x, const Tensor& y) { return traced.step(x, y); },
                       {.amp = {.level = amp::O1, .dtype = dtype},
                        .semantics = amp::Semantics::autocast,
@@ -111,6 +112,11 @@ TEST(Trace, AutocastSemanticsEqualEagerForLayerNormGeluAndAdamW) {
     auto tracedState = traced.model.state_dict(), eagerState = eager.model.state_dict();
     for (size_t i = 0; i < eagerState.size(); ++i)
       EXPECT_EQ(tracedState[i].second.to_vector(), eagerState[i].second.to_vector()) << eagerState[i].first;
+    auto tracedOptimizer = traced.opt.state_dict(), eagerOptimizer = eager.opt.state_dict();
+    ASSERT_EQ(tracedOptimizer.size(), eagerOptimizer.size());
+    for (size_t i = 0; i < eagerOptimizer.size(); ++i)
+      EXPECT_EQ(tracedOptimizer[i].second.to_vector(), eagerOptimizer[i].second.to_vector())
+          << eagerOptimizer[i].first;
     EXPECT_EQ(traced.scaler.get_scale(), eager.scaler.get_scale());
   }
 }

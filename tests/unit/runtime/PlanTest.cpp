@@ -139,10 +139,10 @@ TEST(PlanFile, WrongMagicIsAClearError) {
 
 TEST(PlanFile, OtherVersionIsAClearError) {
   std::vector<uint8_t> bytes = encodePlan(sampleTrainStep());
-  bytes[8] = 4; // before views of arguments
+  bytes[8] = 5; // before AMSGrad's optimizer slots
   Expected<Plan> decoded = decodePlan(bytes, "old.bin");
   ASSERT_FALSE(decoded.ok());
-  EXPECT_EQ(decoded.message(), "old.bin: plan format version 4, but this runtime reads version 5; "
+  EXPECT_EQ(decoded.message(), "old.bin: plan format version 5, but this runtime reads version 6; "
                                "recompile the step with this version of ampjit");
 }
 

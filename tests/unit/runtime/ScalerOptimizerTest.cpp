@@ -240,37 +240,74 @@ TEST(Optimizer, SgdMatchesPyTorchInEveryVariant) {
   }
 }
 
-TEST(Optimizer, AdamAndAdamWMatchPyTorch) {
+TEST(Optimizer, AdamAndAdamWMatchPyTorchWithAndWithoutAmsgrad) {
   std::mt19937_64 rng(22);
-  for (bool decoupled : {false, true}) {
-    Tensor param = randomTensor(DType::F32, {50}, rng);
-    Tensor m = filled(DType::F32, {50}, {0.0}), v = filled(DType::F32, {50}, {0.0});
-    Tensor lr = filled(DType::F32, {}, {1e-2});
-    double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, decay = 0.01, lrValue = double(1e-2f);
-    std::vector<double> p = param.toDoubles(), mr(50, 0), vr(50, 0);
-    AttributeMap attributes = {{"weight_decay", decay}, {"decoupled_weight_decay", decoupled}};
-    for (int64_t step = 0; step < 4; ++step) {
-      Tensor grad = randomTensor(DType::F32, {50}, rng, -1, 1);
-      Tensor count = filled(DType::I64, {}, {double(step)});
-      runOp("jit.adam_update", {&param, &grad, &m, &v, &count, &lr, nullptr, nullptr, nullptr},
-            {param.type(), m.type(), v.type()}, attributes, {0, 2, 3});
-      double t = double(step + 1);
-      for (size_t i = 0; i < 50; ++i) {
-        double g = grad.at(int64_t(i));
-        if (decoupled)
-          p[i] *= 1 - lrValue * decay;
-        else
-          g += decay * p[i];
-        mr[i] = beta1 * mr[i] + (1 - beta1) * g;
-        vr[i] = beta2 * vr[i] + (1 - beta2) * g * g;
-        double denominator = std::sqrt(vr[i]) / std::sqrt(1 - std::pow(beta2, t)) + eps;
-        p[i] -= lrValue / (1 - std::pow(beta1, t)) * mr[i] / denominator;
+  for (bool amsgrad : {false, true}) {
+    for (bool decoupled : {false, true}) {
+      Tensor param = randomTensor(DType::F32, {50}, rng);
+      Tensor m = filled(DType::F32, {50}, {0.0}), v = filled(DType::F32, {50}, {0.0});
+      Tensor vmax = filled(DType::F32, {50}, {0.0});
+      Tensor lr = filled(DType::F32, {}, {1e-2});
+      // beta2 = 0.5 forgets the large gradients fast enough for the maximum to matter.
+      double beta1 = 0.9, beta2 = 0.5, eps = 1e-8, decay = 0.01, lrValue = double(1e-2f);
+      std::vector<double> p = param.toDoubles(), mr(50, 0), vr(50, 0), vmaxr(50, 0);
+      AttributeMap attributes = {{"weight_decay", decay}, {"decoupled_weight_decay", decoupled}, {"beta2", beta2}};
+      bool maximumDiffered = false;
+      for (int64_t step = 0; step < 6; ++step) {
+        // Large gradients first, then small ones: exp_avg_sq falls below its
+        // running maximum, which AMSGrad's denominator then keeps.
+        double scale = step < 2 ? 1.0 : 0.01;
+        Tensor grad = randomTensor(DType::F32, {50}, rng, -scale, scale);
+        Tensor count = filled(DType::I64, {}, {double(step)});
+        std::vector<TensorType> results = {param.type(), m.type(), v.type()};
+        std::vector<int> tied = {0, 2, 3};
+        if (amsgrad) {
+          results.push_back(vmax.type());
+          tied.push_back(4);
+        }
+        runOp("jit.adam_update",
+              {&param, &grad, &m, &v, amsgrad ? &vmax : nullptr, &count, &lr, nullptr, nullptr, nullptr}, results,
+              attributes, tied);
+        double t = double(step + 1);
+        for (size_t i = 0; i < 50; ++i) {
+          double g = grad.at(int64_t(i));
+          if (decoupled)
+            p[i] *= 1 - lrValue * decay;
+          else
+            g += decay * p[i];
+          mr[i] = beta1 * mr[i] + (1 - beta1) * g;
+          vr[i] = beta2 * vr[i] + (1 - beta2) * g * g;
+          vmaxr[i] = std::max(vmaxr[i], vr[i]); // torch.maximum(max_exp_avg_sq, exp_avg_sq)
+          maximumDiffered = maximumDiffered || vmaxr[i] > vr[i] * 1.01;
+          double denominator = std::sqrt(amsgrad ? vmaxr[i] : vr[i]) / std::sqrt(1 - std::pow(beta2, t)) + eps;
+          p[i] -= lrValue / (1 - std::pow(beta1, t)) * mr[i] / denominator;
+        }
+      }
+      ASSERT_TRUE(maximumDiffered) << "the case must tell AMSGrad from Adam";
+      EXPECT_TRUE(allClose(param, p, {1e-5, 1e-6})) << "decoupled " << decoupled << " amsgrad " << amsgrad;
+      EXPECT_TRUE(allClose(m, mr, {1e-5, 1e-7}));
+      EXPECT_TRUE(allClose(v, vr, {1e-5, 1e-9}));
+      if (amsgrad) {
+        EXPECT_TRUE(allClose(vmax, vmaxr, {1e-5, 1e-9}));
       }
     }
-    EXPECT_TRUE(allClose(param, p, {1e-5, 1e-6})) << "decoupled " << decoupled;
-    EXPECT_TRUE(allClose(m, mr, {1e-5, 1e-7}));
-    EXPECT_TRUE(allClose(v, vr, {1e-5, 1e-9}));
   }
+}
+
+TEST(Optimizer, AmsgradMaximumPropagatesNanAsTorchMaximum) {
+  // Without a loss scaler nothing skips a NaN gradient; torch.maximum keeps
+  // the NaN in max_exp_avg_sq rather than silently dropping it.
+  Tensor param = filled(DType::F32, {3}, {1.0, 1.0, 1.0});
+  Tensor m = filled(DType::F32, {3}, {0.0}), v = filled(DType::F32, {3}, {0.0});
+  Tensor vmax = filled(DType::F32, {3}, {5.0, std::nan(""), 5.0});
+  Tensor lr = filled(DType::F32, {}, {1e-2});
+  Tensor count = filled(DType::I64, {}, {0});
+  Tensor grad = filled(DType::F32, {3}, {std::nan(""), 1.0, 1.0});
+  std::vector<Tensor> out = runOp("jit.adam_update", {&param, &grad, &m, &v, &vmax, &count, &lr, nullptr, nullptr, nullptr},
+                                  {param.type(), m.type(), v.type(), vmax.type()}, {});
+  EXPECT_TRUE(std::isnan(out[3].at(0)));
+  EXPECT_TRUE(std::isnan(out[3].at(1)));
+  EXPECT_EQ(out[3].at(2), 5.0);
 }
 
 TEST(Optimizer, FalsePredicateLeavesEveryPieceOfStateBitIdentical) {
@@ -295,14 +332,16 @@ TEST(Optimizer, FalsePredicateLeavesEveryPieceOfStateBitIdentical) {
     EXPECT_TRUE(param.bitwiseEqual(paramBefore));
 
     Tensor m = randomTensor(DType::F32, {16}, rng), v = randomTensor(DType::F32, {16}, rng, 0, 1);
-    Tensor mBefore = *m.clone(), vBefore = *v.clone();
-    out = runOp("jit.adam_update", {&param, &grad, &m, &v, &count, &lr, &inv, &flag, &copy},
-                {param.type(), m.type(), v.type(), copy.type()}, {},
-                inPlace ? std::vector<int>{0, 2, 3, 8} : std::vector<int>{});
+    Tensor vmax = randomTensor(DType::F32, {16}, rng, 0, 1);
+    Tensor mBefore = *m.clone(), vBefore = *v.clone(), vmaxBefore = *vmax.clone();
+    out = runOp("jit.adam_update", {&param, &grad, &m, &v, &vmax, &count, &lr, &inv, &flag, &copy},
+                {param.type(), m.type(), v.type(), vmax.type(), copy.type()}, {},
+                inPlace ? std::vector<int>{0, 2, 3, 4, 9} : std::vector<int>{});
     EXPECT_TRUE(out[0].bitwiseEqual(paramBefore));
     EXPECT_TRUE(out[1].bitwiseEqual(mBefore));
     EXPECT_TRUE(out[2].bitwiseEqual(vBefore));
-    EXPECT_TRUE(out[3].bitwiseEqual(copyBefore));
+    EXPECT_TRUE(out[3].bitwiseEqual(vmaxBefore));
+    EXPECT_TRUE(out[4].bitwiseEqual(copyBefore));
   }
 }
 

@@ -547,11 +547,14 @@ namespace sgd_slot {
 inline constexpr std::size_t kParam = 0, kGrad = 1, kMomentumBuffer = 2, kStep = 3, kLr = 4,
                              kInvScale = 5, kPredicate = 6, kParamCopy = 7;
 inline constexpr std::size_t kNewParam = 0, kNewMomentumBuffer = 1, kNewParamCopy = 2;
+inline constexpr std::size_t kInputs = 8, kOutputs = 3;
 } // namespace sgd_slot
 namespace adam_slot {
-inline constexpr std::size_t kParam = 0, kGrad = 1, kExpAvg = 2, kExpAvgSq = 3, kStep = 4, kLr = 5,
-                             kInvScale = 6, kPredicate = 7, kParamCopy = 8;
-inline constexpr std::size_t kNewParam = 0, kNewExpAvg = 1, kNewExpAvgSq = 2, kNewParamCopy = 3;
+inline constexpr std::size_t kParam = 0, kGrad = 1, kExpAvg = 2, kExpAvgSq = 3, kMaxExpAvgSq = 4, kStep = 5,
+                             kLr = 6, kInvScale = 7, kPredicate = 8, kParamCopy = 9;
+inline constexpr std::size_t kNewParam = 0, kNewExpAvg = 1, kNewExpAvgSq = 2, kNewMaxExpAvgSq = 3,
+                             kNewParamCopy = 4;
+inline constexpr std::size_t kInputs = 10, kOutputs = 5;
 } // namespace adam_slot
 
 using StepParams =

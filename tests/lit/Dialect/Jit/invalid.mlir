@@ -845,6 +845,29 @@ func.func @adam_exp_avg_sq_shape(%w: tensor<8xf32>, %g: tensor<8xf32>, %m: tenso
 
 // -----
 
+func.func @adam_max_exp_avg_sq_type(%w: tensor<8xf32>, %g: tensor<8xf16>, %v: tensor<8xf32>, %vmax: tensor<8xf16>,
+                                    %t: tensor<i64>, %lr: tensor<f32>) {
+  // expected-error @below {{'jit.adam_update' operand 'max_exp_avg_sq' of type 'tensor<8xf16>' must have the type of operand 'param', 'tensor<8xf32>'}}
+  // expected-error @below {{failed to infer returned types}}
+  %w1, %m1, %v1, %vmax1 = jit.adam_update %w, %g, %v, %v max_exp_avg_sq %vmax step %t lr %lr
+      : (tensor<8xf32>, tensor<8xf16>, tensor<8xf32>, tensor<8xf32>, tensor<8xf16>, tensor<i64>, tensor<f32>)
+        -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf16>)
+  return
+}
+
+// -----
+
+func.func @adam_max_exp_avg_sq_without_its_result(%w: tensor<8xf32>, %t: tensor<i64>, %lr: tensor<f32>) {
+  // expected-error @below {{'jit.adam_update' op has 3 results but needs 4: 'new_param', 'new_exp_avg', 'new_exp_avg_sq', 'new_max_exp_avg_sq' (for operand 'max_exp_avg_sq'); an optional state operand and its new value come together}}
+  %w1, %m1, %v1 = "jit.adam_update"(%w, %w, %w, %w, %w, %t, %lr)
+      <{operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 1, 0, 0, 0>}>
+      : (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<i64>, tensor<f32>)
+        -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return
+}
+
+// -----
+
 func.func @adam_beta1_one(%w: tensor<8xf32>, %t: tensor<i64>, %lr: tensor<f32>) {
   // expected-error @below {{'jit.adam_update' op beta1 = 1.000000e+00 must be in [0, 1)}}
   %w1, %m1, %v1 = jit.adam_update %w, %w, %w, %w step %t lr %lr {beta1 = 1.0}

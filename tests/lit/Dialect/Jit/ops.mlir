@@ -556,6 +556,19 @@ func.func @adam_update(%w: tensor<8xf32>, %gw: tensor<8xbf16>, %m: tensor<8xf32>
       : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
 }
 
+// AMSGrad's running maximum comes before O2's copy, in operands and results.
+// CHECK-LABEL: func.func @adam_update_amsgrad(
+func.func @adam_update_amsgrad(%w: tensor<8xf32>, %gw: tensor<8xf16>, %m: tensor<8xf32>, %v: tensor<8xf32>,
+                               %vmax: tensor<8xf32>, %step: tensor<i64>, %lr: tensor<f32>, %w16: tensor<8xf16>)
+    -> (tensor<8xf32>, tensor<8xf16>) {
+  // CHECK-NEXT: %{{.*}}, %{{.*}}, %{{.*}}, %[[MAX:.*]], %[[COPY:.*]] = jit.adam_update %arg0, %arg1, %arg2, %arg3 max_exp_avg_sq %arg4 step %arg5 lr %arg6 param_copy %arg7 : (tensor<8xf32>, tensor<8xf16>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<i64>, tensor<f32>, tensor<8xf16>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf16>)
+  // CHECK-NEXT: return %[[MAX]], %[[COPY]]
+  %w1, %m1, %v1, %vmax1, %c1 = jit.adam_update %w, %gw, %m, %v max_exp_avg_sq %vmax step %step lr %lr param_copy %w16
+      : (tensor<8xf32>, tensor<8xf16>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<i64>, tensor<f32>, tensor<8xf16>)
+        -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf16>)
+  return %vmax1, %c1 : tensor<8xf32>, tensor<8xf16>
+}
+
 //===----------------------------------------------------------------------===//
 // State model
 //===----------------------------------------------------------------------===//

@@ -157,8 +157,8 @@ Operation *withParamCopy(Operation *update, Value copy) {
           })
           .Case([&](AdamUpdateOp adam) {
             return AdamUpdateOp::create(builder, adam.getLoc(), adam.getParam(), adam.getGrad(),
-                                        adam.getExpAvg(), adam.getExpAvgSq(), adam.getStep(),
-                                        adam.getLr(), adam.getInvScale(), adam.getPredicate(), copy,
+                                        adam.getExpAvg(), adam.getExpAvgSq(), adam.getMaxExpAvgSq(),
+                                        adam.getStep(), adam.getLr(), adam.getInvScale(), adam.getPredicate(), copy,
                                         adam.getBeta1Attr(), adam.getBeta2Attr(),
                                         adam.getEpsAttr(), adam.getWeightDecayAttr(),
                                         adam.getDecoupledWeightDecayAttr(), adam.getMaximizeAttr())

@@ -857,6 +857,11 @@ LogicalResult AdamUpdateOp::inferReturnTypes(MLIRContext *, std::optional<Locati
       failed(requireSameType(loc, opName, param, named("exp_avg_sq", adaptor.getExpAvgSq()))))
     return failure();
   inferred.append(3, param.type);
+  if (Value maximum = adaptor.getMaxExpAvgSq()) {
+    if (failed(requireSameType(loc, opName, param, named("max_exp_avg_sq", maximum))))
+      return failure();
+    inferred.push_back(maximum.getType());
+  }
   if (Value copy = adaptor.getParamCopy()) {
     if (failed(requireStaticTensor(loc, opName, named("param_copy", copy))) ||
         failed(verifyParamCopy(loc, opName, adaptor.getParam(), copy)))
@@ -870,13 +875,44 @@ bool AdamUpdateOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual)
   return sameTypesOrDifferentCounts(inferred, actual);
 }
 
+TypedValue<RankedTensorType> AdamUpdateOp::getNewMaxExpAvgSq() {
+  ResultRange optionalState = getNewOptionalState();
+  if (!getMaxExpAvgSq() || optionalState.empty())
+    return {};
+  return cast<TypedValue<RankedTensorType>>(optionalState[0]);
+}
+
+TypedValue<RankedTensorType> AdamUpdateOp::getNewParamCopy() {
+  ResultRange optionalState = getNewOptionalState();
+  unsigned position = getMaxExpAvgSq() ? 1 : 0;
+  if (!getParamCopy() || optionalState.size() <= position)
+    return {};
+  return cast<TypedValue<RankedTensorType>>(optionalState[position]);
+}
+
+void AdamUpdateOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
+  setNameFn(getNewParam(), "new_param");
+  setNameFn(getNewExpAvg(), "new_exp_avg");
+  setNameFn(getNewExpAvgSq(), "new_exp_avg_sq");
+  if (Value maximum = getNewMaxExpAvgSq())
+    setNameFn(maximum, "new_max_exp_avg_sq");
+  if (Value copy = getNewParamCopy())
+    setNameFn(copy, "new_param_copy");
+}
+
 LogicalResult AdamUpdateOp::verify() {
-  unsigned expectedResults = getParamCopy() ? 4 : 3;
-  if (getNumResults() != expectedResults)
-    return emitOpError() << "has " << getNumResults() << " results but needs " << expectedResults
-                         << ": 'new_param', 'new_exp_avg', 'new_exp_avg_sq'"
-                         << (getParamCopy() ? ", 'new_param_copy' (for operand 'param_copy')" : "")
-                         << "; an optional state operand and its new value come together";
+  unsigned expectedResults = 3 + (getMaxExpAvgSq() ? 1 : 0) + (getParamCopy() ? 1 : 0);
+  if (getNumResults() != expectedResults) {
+    InFlightDiagnostic diag = emitOpError()
+                              << "has " << getNumResults() << " results but needs " << expectedResults
+                              << ": 'new_param', 'new_exp_avg', 'new_exp_avg_sq'";
+    if (getMaxExpAvgSq())
+      diag << ", 'new_max_exp_avg_sq' (for operand 'max_exp_avg_sq')";
+    if (getParamCopy())
+      diag << ", 'new_param_copy' (for operand 'param_copy')";
+    diag << "; an optional state operand and its new value come together";
+    return diag;
+  }
   for (auto [name, beta] : {std::pair{"beta1", getBeta1().convertToDouble()},
                             std::pair{"beta2", getBeta2().convertToDouble()}})
     if (!(beta >= 0.0 && beta < 1.0))

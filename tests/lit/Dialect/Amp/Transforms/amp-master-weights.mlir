@@ -105,6 +105,29 @@ func.func @adam_step(%w: tensor<8xf32> {jit.role = "param"},
 
 // -----
 
+// AMSGrad's running maximum keeps its place: the copy comes after it.
+// CHECK-LABEL: func.func @amsgrad_step(
+// CHECK:         %[[W:.*]], %[[M:.*]], %[[V:.*]], %[[MAX:.*]], %[[C:.*]] = jit.adam_update %arg0, %{{.*}}, %arg1, %arg2 max_exp_avg_sq %arg3 step %arg4 lr %arg5 param_copy %arg7
+// CHECK-NEXT:    return %[[W]], %[[M]], %[[V]], %[[MAX]], %[[C]]
+func.func @amsgrad_step(%w: tensor<8xf32> {jit.role = "param"},
+                        %m: tensor<8xf32> {jit.role = "opt_state"},
+                        %v: tensor<8xf32> {jit.role = "opt_state"},
+                        %vmax: tensor<8xf32> {jit.role = "opt_state"},
+                        %step: tensor<i64> {jit.role = "opt_state"},
+                        %lr: tensor<f32> {jit.role = "hyper"},
+                        %x: tensor<8xbf16> {jit.role = "input"})
+    -> (tensor<8xf32> {jit.tied = 0 : i64}, tensor<8xf32> {jit.tied = 1 : i64},
+        tensor<8xf32> {jit.tied = 2 : i64}, tensor<8xf32> {jit.tied = 3 : i64}) {
+  %wb = amp.cast %w : tensor<8xf32> to tensor<8xbf16>
+  %g = jit.mul %x, %wb : (tensor<8xbf16>, tensor<8xbf16>) -> tensor<8xbf16>
+  %w1, %m1, %v1, %vmax1 = jit.adam_update %w, %g, %m, %v max_exp_avg_sq %vmax step %step lr %lr
+      : (tensor<8xf32>, tensor<8xbf16>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<i64>, tensor<f32>)
+        -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return %w1, %m1, %v1, %vmax1 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
 // A parameter that a deny op reads in fp32 (here layer_norm's weight, which
 // O2 keeps fp32) gets no copy: it keeps its cast for the f16 reader. The other
 // parameter still gets its copy.

@@ -607,7 +607,8 @@ def Jit_SgdUpdateOp : Jit_Op<"sgd_update", [Pure, AttrSizedOperandSegments,
 }
 
 def Jit_AdamUpdateOp : Jit_Op<"adam_update", [Pure, AttrSizedOperandSegments,
-                                            InferTypeOpAdaptorWithIsCompatible]> {
+                                            InferTypeOpAdaptorWithIsCompatible,
+                                            DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>]> {
   let summary = "one Adam or AdamW step of one parameter, fused";
   let description = [{
     PyTorch's Adam (`decoupled_weight_decay` unset) or AdamW (set) on one
@@ -624,10 +625,23 @@ def Jit_AdamUpdateOp : Jit_Op<"adam_update", [Pure, AttrSizedOperandSegments,
            tensor<f32>, tensor<i1>) -> (tensor<512xf32>, tensor<512xf32>, tensor<512xf32>)
     ```
 
+    With `max_exp_avg_sq` given the update is AMSGrad (PyTorch's
+    `amsgrad=True`): `new_max_exp_avg_sq = maximum(max_exp_avg_sq,
+    new_exp_avg_sq)` (NaN-propagating, as `torch.maximum`) and the
+    denominator reads it instead of `new_exp_avg_sq`:
+
+    ```mlir
+    %w1, %m1, %v1, %vmax1 = jit.adam_update %w, %gw, %m, %v max_exp_avg_sq %vmax step %t lr %lr
+        : (tensor<512xf32>, tensor<512xf32>, tensor<512xf32>, tensor<512xf32>, tensor<512xf32>,
+           tensor<i64>, tensor<f32>) -> (tensor<512xf32>, tensor<512xf32>, tensor<512xf32>, tensor<512xf32>)
+    ```
+
     `param_copy` (O2's master weights) is the f16 or bf16 copy of the fp32
     `param` that the rest of the step reads; the update also yields
     `new_param_copy = round_to_nearest_even(new_param)` in the copy's type,
-    and `param_copy` unchanged when `predicate` is false:
+    and `param_copy` unchanged when `predicate` is false. The optional results
+    follow the optional state operands in order: `new_max_exp_avg_sq` when
+    `max_exp_avg_sq` is given, then `new_param_copy` when `param_copy` is.
 
     ```mlir
     %w1, %m1, %v1, %w16_1 = jit.adam_update %w, %gw, %m, %v step %t lr %lr inv_scale %inv
@@ -639,6 +653,7 @@ def Jit_AdamUpdateOp : Jit_Op<"adam_update", [Pure, AttrSizedOperandSegments,
   }];
   let arguments = (ins Jit_FloatTensor:$param, Jit_FloatTensor:$grad,
                        Jit_FloatTensor:$exp_avg, Jit_FloatTensor:$exp_avg_sq,
+                       Optional<Jit_FloatTensor>:$max_exp_avg_sq,
                        Jit_I64Scalar:$step,
                        Jit_F32Scalar:$lr,
                        Optional<Jit_F32Scalar>:$inv_scale,
@@ -650,26 +665,33 @@ def Jit_AdamUpdateOp : Jit_Op<"adam_update", [Pure, AttrSizedOperandSegments,
                        DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
                        UnitAttr:$decoupled_weight_decay,
                        UnitAttr:$maximize);
+  // One group of optional results, as jit.sgd_update's (see there why).
   let results = (outs Jit_FloatTensor:$new_param, Jit_FloatTensor:$new_exp_avg,
-                      Jit_FloatTensor:$new_exp_avg_sq, Optional<Jit_FloatTensor>:$new_param_copy);
+                      Jit_FloatTensor:$new_exp_avg_sq, Variadic<Jit_FloatTensor>:$new_optional_state);
   let assemblyFormat = [{
-    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `step` $step `lr` $lr
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq (`max_exp_avg_sq` $max_exp_avg_sq^)? `step` $step `lr` $lr
     (`inv_scale` $inv_scale^)? (`predicate` $predicate^)? (`param_copy` $param_copy^)? attr-dict
     `:` functional-type(operands, results)
   }];
   let builders = [
     // An update without a low-precision copy (every level but O2/O3 after master weights).
     OpBuilder<(ins "::mlir::Value":$param, "::mlir::Value":$grad, "::mlir::Value":$exp_avg,
-                   "::mlir::Value":$exp_avg_sq, "::mlir::Value":$step, "::mlir::Value":$lr,
-                   "::mlir::Value":$inv_scale, "::mlir::Value":$predicate,
+                   "::mlir::Value":$exp_avg_sq, "::mlir::Value":$max_exp_avg_sq, "::mlir::Value":$step,
+                   "::mlir::Value":$lr, "::mlir::Value":$inv_scale, "::mlir::Value":$predicate,
                    "::llvm::APFloat":$beta1, "::llvm::APFloat":$beta2, "::llvm::APFloat":$eps,
                    "::llvm::APFloat":$weight_decay, CArg<"bool", "false">:$decoupled_weight_decay,
                    CArg<"bool", "false">:$maximize), [{
-      build($_builder, $_state, param, grad, exp_avg, exp_avg_sq, step, lr, inv_scale, predicate,
-            /*param_copy=*/::mlir::Value(), beta1, beta2, eps, weight_decay,
+      build($_builder, $_state, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, lr, inv_scale,
+            predicate, /*param_copy=*/::mlir::Value(), beta1, beta2, eps, weight_decay,
             decoupled_weight_decay, maximize);
     }]>
   ];
+  let extraClassDeclaration = [{
+    /// The new running maximum (AMSGrad): null unless operand `max_exp_avg_sq` is given.
+    ::mlir::TypedValue<::mlir::RankedTensorType> getNewMaxExpAvgSq();
+    /// The new low-precision parameter copy: null unless operand `param_copy` is given.
+    ::mlir::TypedValue<::mlir::RankedTensorType> getNewParamCopy();
+  }];
   let hasVerifier = 1;
 }
 
