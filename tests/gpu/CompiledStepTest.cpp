@@ -336,6 +336,49 @@ TEST_F(CompiledStepOnGpu, AnAmsgradStepAtO2MatchesTheCpuAndSkipsOverflows) {
                       ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 4.0), cpuState[k].first);
 }
 
+TEST_F(CompiledStepOnGpu, RMSpropAndAdagradStepsMatchTheCpuAndSkipOverflows) {
+  // Element-wise optimizers become generated kernels: their predicated
+  // selects must keep every buffer on a skipped step, on the device too.
+  for (bool adagrad : {false, true}) {
+    SCOPED_TRACE(adagrad ? "Adagrad" : "RMSprop");
+    struct Net {
+      explicit Net(bool adagrad)
+          : generator(5), model(nn::Linear(kIn, kHidden, true, {.generator = &generator}), nn::ReLU(),
+                                nn::Linear(kHidden, kClasses, true, {.generator = &generator})),
+            scaler({.init_scale = 1e6, .growth_interval = 2}) {
+        if (adagrad)
+          opt = std::make_unique<optim::Adagrad>(model.parameters(), optim::AdagradOptions{.lr = 1e-2, .lr_decay = 0.1});
+        else
+          opt = std::make_unique<optim::RMSprop>(model.parameters(),
+                                                 optim::RMSpropOptions{.lr = 1e-3, .momentum = 0.9, .centered = true});
+      }
+      Tensor step(const Tensor& x, const Tensor& y) { return scaledTrainStep(model, *opt, scaler, x, y); }
+      Generator generator;
+      nn::Sequential model;
+      std::unique_ptr<optim::Optimizer> opt;
+      amp::GradScaler scaler;
+    };
+    Net onCpu(adagrad), onGpu(adagrad);
+    TraceOptions options{.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cpu};
+    auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); }, options);
+    options.backend = Backend::cuda;
+    auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); }, options);
+    for (uint64_t i = 0; i < 6; ++i) {
+      auto [x, y] = batch(kBatch, kIn, kClasses, 120 + i);
+      expectClose({gpuStep(x, y).item()}, {cpuStep(x, y).item()},
+                  ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 4.0),
+                  "loss of call " + std::to_string(i));
+    }
+    EXPECT_GT(onGpu.scaler.skipped_steps(), 0);
+    EXPECT_EQ(onGpu.scaler.skipped_steps(), onCpu.scaler.skipped_steps());
+    auto gpuState = onGpu.opt->state_dict(), cpuState = onCpu.opt->state_dict();
+    ASSERT_EQ(gpuState.size(), cpuState.size());
+    for (size_t k = 0; k < cpuState.size(); ++k)
+      expectCloseInNorm(gpuState[k].second.to_vector(), cpuState[k].second.to_vector(),
+                        ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 4.0), cpuState[k].first);
+  }
+}
+
 TEST_F(CompiledStepOnGpu, DropoutDrawsTheCpusMasksAndAdvancesItsGeneratorOnTheDevice) {
   // The generator's [seed, offset] is state the compiled step advances on the
   // device; the masks are a function of it alone, so the device draws the

@@ -1,10 +1,11 @@
 #ifndef JIT_OPTIM_H
 #define JIT_OPTIM_H
 
-// jit::optim: PyTorch's SGD, Adam and AdamW, learning-rate schedules and
-// clip_grad_norm_. Every update is one fused op per parameter
-// (jit.sgd_update / jit.adam_update) whose results replace the parameter and
-// its buffers in place, so a traced step records the same ops. The learning
+// jit::optim: PyTorch's SGD, Adam and AdamW (AMSGrad too), RMSprop and
+// Adagrad, learning-rate schedules and clip_grad_norm_. SGD and Adam update
+// each parameter with one fused op (jit.sgd_update / jit.adam_update);
+// RMSprop and Adagrad with elementwise ops. Either way the results replace
+// the parameter and its buffers in place, so a traced step records the same ops. The learning
 // rate and each parameter's step count are state tensors (DESIGN principle
 // 3): a traced step reads them, and a schedule writes the lr tensor between
 // steps without retracing.
@@ -126,7 +127,7 @@ public:
   /// by optimizers whose update reads it (counts_steps()); otherwise 0.
   const Tensor& step_count(size_t i) const { return steps_.at(i); }
 
-  /// "SGD", "Adam" or "AdamW".
+  /// "SGD", "Adam", "AdamW", "RMSprop" or "Adagrad".
   virtual const char* name() const = 0;
   /// The state a checkpoint saves: "lr" (with more groups, "lr.1", ... for
   /// the others), then per parameter i (in parameters() order) "<i>.step" and
@@ -271,6 +272,104 @@ class AdamW : public Adam {
 public:
   AdamW(std::vector<Tensor> params, AdamWOptions options);
   AdamW(std::vector<AdamGroup> groups, AdamWOptions defaults);
+};
+
+// RMSprop and Adagrad are written with the public elementwise ops (no fused
+// op of their own): a traced step compiles them into fused elementwise
+// kernels on every backend. Under a loss scaler the gradient is unscaled in
+// fp32 as it is read, and a false predicate selects every old value, bit for
+// bit, as the fused updates do.
+
+struct RMSpropOptions {
+  double lr = 1e-2;
+  double alpha = 0.99;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  double momentum = 0.0;
+  /// Divides by the variance estimate sqrt(square_avg - grad_avg^2).
+  bool centered = false;
+  bool maximize = false;
+};
+/// A parameter group of RMSprop (see SGDGroup).
+struct RMSpropGroup {
+  std::vector<Tensor> params;
+  std::optional<double> lr{};
+  std::optional<double> alpha{};
+  std::optional<double> eps{};
+  std::optional<double> weight_decay{};
+  std::optional<double> momentum{};
+  std::optional<bool> centered{};
+  std::optional<bool> maximize{};
+};
+
+/// torch.optim.RMSprop. state_dict() names its buffers as PyTorch does:
+/// "<i>.square_avg", "<i>.momentum_buffer" (momentum > 0), "<i>.grad_avg"
+/// (centered).
+class RMSprop : public Optimizer {
+public:
+  RMSprop(std::vector<Tensor> params, RMSpropOptions options);
+  RMSprop(std::vector<RMSpropGroup> groups, RMSpropOptions defaults);
+  const RMSpropOptions& options(size_t group = 0) const { return groupOptions_.at(group); }
+  const Tensor& square_avg(size_t i) const { return squareAvg_.at(i); }
+  /// Undefined unless parameter i's group has momentum > 0.
+  const Tensor& momentum_buffer(size_t i) const { return momentumBuffer_.at(i); }
+  /// Undefined unless parameter i's group is centered.
+  const Tensor& grad_avg(size_t i) const { return gradAvg_.at(i); }
+  const char* name() const override { return "RMSprop"; }
+
+protected:
+  void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) override;
+  /// The update never reads the count (PyTorch's only serves capturable mode).
+  bool counts_steps(size_t) const override { return false; }
+  std::vector<std::pair<std::string, double>> group_hyperparameters(size_t group) const override;
+  void collect_buffers(size_t i, std::vector<NamedTensor>& out) const override;
+
+private:
+  std::vector<RMSpropOptions> groupOptions_;
+  std::vector<Tensor> squareAvg_, momentumBuffer_, gradAvg_;
+};
+
+struct AdagradOptions {
+  double lr = 1e-2;
+  /// The lr of update t (from 0) is lr / (1 + t * lr_decay).
+  double lr_decay = 0.0;
+  double weight_decay = 0.0;
+  double initial_accumulator_value = 0.0;
+  double eps = 1e-10;
+  bool maximize = false;
+};
+/// A parameter group of Adagrad (see SGDGroup).
+struct AdagradGroup {
+  std::vector<Tensor> params;
+  std::optional<double> lr{};
+  std::optional<double> lr_decay{};
+  std::optional<double> weight_decay{};
+  std::optional<double> initial_accumulator_value{};
+  std::optional<double> eps{};
+  std::optional<bool> maximize{};
+};
+
+/// torch.optim.Adagrad. state_dict() names its accumulator "<i>.sum", as
+/// PyTorch does.
+class Adagrad : public Optimizer {
+public:
+  Adagrad(std::vector<Tensor> params, AdagradOptions options);
+  Adagrad(std::vector<AdagradGroup> groups, AdagradOptions defaults);
+  const AdagradOptions& options(size_t group = 0) const { return groupOptions_.at(group); }
+  /// The running sum of squared gradients.
+  const Tensor& state_sum(size_t i) const { return stateSum_.at(i); }
+  const char* name() const override { return "Adagrad"; }
+
+protected:
+  void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) override;
+  /// Only lr_decay reads the count.
+  bool counts_steps(size_t i) const override;
+  std::vector<std::pair<std::string, double>> group_hyperparameters(size_t group) const override;
+  void collect_buffers(size_t i, std::vector<NamedTensor>& out) const override;
+
+private:
+  std::vector<AdagradOptions> groupOptions_;
+  std::vector<Tensor> stateSum_;
 };
 
 // --- learning-rate schedules ---------------------------------------------------

@@ -7,6 +7,8 @@
 #include "jit/Ops.h"
 #include "jit/optim.h"
 
+#include "ParameterGroups.h"
+
 #include <cmath>
 #include <limits>
 
@@ -210,27 +212,9 @@ void Optimizer::step(const Tensor& inv_scale, const Tensor& predicate, std::sour
   }
 }
 
-namespace {
-
-template <typename Group> std::vector<std::vector<Tensor>> parametersOf(const std::vector<Group>& groups) {
-  std::vector<std::vector<Tensor>> params;
-  for (const Group& group : groups)
-    params.push_back(group.params);
-  return params;
-}
-
-template <typename Group> std::vector<double> lrsOf(const std::vector<Group>& groups, double fallback) {
-  std::vector<double> lrs;
-  for (const Group& group : groups)
-    lrs.push_back(group.lr.value_or(fallback));
-  return lrs;
-}
-
-std::string groupLabel(const char* optimizer, size_t group, size_t count) {
-  return count == 1 ? std::string(optimizer) : std::string(optimizer) + " group " + std::to_string(group);
-}
-
-} // namespace
+using detail::groupLabel;
+using detail::lrsOf;
+using detail::parametersOf;
 
 SGD::SGD(std::vector<Tensor> params, SGDOptions options) : SGD(std::vector<SGDGroup>{{.params = std::move(params)}}, options) {}
 

@@ -175,6 +175,195 @@ TEST(OptimTest, AnAmsgradUpdateWithoutItsMaximumIsAnError) {
   EXPECT_NE(message.find("max_exp_avg_sq"), std::string::npos) << message;
 }
 
+/// PyTorch's _single_tensor_rmsprop on loss = sum(p^3) / 3, in f64.
+std::vector<double> rmspropReference(const optim::RMSpropOptions& o, int steps) {
+  std::vector<double> p = kInit, square(p.size(), 0.0), buffer(p.size(), 0.0), gradAvg(p.size(), 0.0);
+  for (int s = 0; s < steps; ++s)
+    for (size_t i = 0; i < p.size(); ++i) {
+      double g = p[i] * p[i];
+      if (o.maximize)
+        g = -g;
+      g += o.weight_decay * p[i];
+      square[i] = o.alpha * square[i] + (1 - o.alpha) * g * g;
+      double average;
+      if (o.centered) {
+        gradAvg[i] += (1 - o.alpha) * (g - gradAvg[i]);
+        average = std::sqrt(square[i] - gradAvg[i] * gradAvg[i]);
+      } else {
+        average = std::sqrt(square[i]);
+      }
+      average += o.eps;
+      if (o.momentum > 0) {
+        buffer[i] = o.momentum * buffer[i] + g / average;
+        p[i] -= o.lr * buffer[i];
+      } else {
+        p[i] -= o.lr * g / average;
+      }
+    }
+  return p;
+}
+
+TEST(OptimTest, RMSpropMatchesPyTorchFormulasInEveryVariant) {
+  const optim::RMSpropOptions cases[] = {
+      {.lr = 0.125},
+      {.lr = 0.0625, .alpha = 0.5, .eps = 1e-4, .weight_decay = 0.1},
+      {.lr = 0.0625, .momentum = 0.9},
+      {.lr = 0.0625, .alpha = 0.75, .centered = true},
+      {.lr = 0.03125, .alpha = 0.9, .weight_decay = 0.01, .momentum = 0.5, .centered = true, .maximize = true},
+  };
+  std::vector<std::vector<double>> results;
+  for (const auto& options : cases) {
+    SCOPED_TRACE(::testing::Message() << "alpha " << options.alpha << " momentum " << options.momentum
+                                      << " centered " << options.centered << " maximize " << options.maximize);
+    Tensor p = param(f64).requires_grad_();
+    optim::RMSprop opt({p}, options);
+    train(p, opt, 4);
+    expectNear(p.to_vector(), rmspropReference(options, 4));
+    EXPECT_EQ(opt.momentum_buffer(0).defined(), options.momentum > 0);
+    EXPECT_EQ(opt.grad_avg(0).defined(), options.centered);
+    std::vector<std::string> names;
+    for (const auto& [name, tensor] : opt.state_dict())
+      names.push_back(name);
+    std::vector<std::string> expected = {"lr", "0.step", "0.square_avg"};
+    if (options.momentum > 0)
+      expected.push_back("0.momentum_buffer");
+    if (options.centered)
+      expected.push_back("0.grad_avg");
+    EXPECT_EQ(names, expected);
+    results.push_back(p.to_vector());
+  }
+  for (size_t c = 1; c < results.size(); ++c)
+    EXPECT_NE(results[c], results[0]) << "case " << c << " must differ from the plain update";
+}
+
+/// PyTorch's _single_tensor_adagrad on loss = sum(p^3) / 3, in f64.
+std::vector<double> adagradReference(const optim::AdagradOptions& o, int steps) {
+  std::vector<double> p = kInit, sum(p.size(), o.initial_accumulator_value);
+  for (int step = 1; step <= steps; ++step)
+    for (size_t i = 0; i < p.size(); ++i) {
+      double g = p[i] * p[i];
+      if (o.maximize)
+        g = -g;
+      g += o.weight_decay * p[i];
+      double clr = o.lr / (1 + (step - 1) * o.lr_decay);
+      sum[i] += g * g;
+      p[i] -= clr * g / (std::sqrt(sum[i]) + o.eps);
+    }
+  return p;
+}
+
+TEST(OptimTest, AdagradMatchesPyTorchFormulasInEveryVariant) {
+  const optim::AdagradOptions cases[] = {
+      {.lr = 0.125},
+      {.lr = 0.25, .lr_decay = 0.5},
+      {.lr = 0.125, .weight_decay = 0.1, .initial_accumulator_value = 0.5, .eps = 1e-3},
+      {.lr = 0.125, .lr_decay = 0.25, .maximize = true},
+  };
+  for (const auto& options : cases) {
+    SCOPED_TRACE(::testing::Message() << "lr_decay " << options.lr_decay << " initial "
+                                      << options.initial_accumulator_value << " maximize " << options.maximize);
+    Tensor p = param(f64).requires_grad_();
+    optim::Adagrad opt({p}, options);
+    train(p, opt, 4);
+    expectNear(p.to_vector(), adagradReference(options, 4));
+    // Only lr_decay reads the update count.
+    EXPECT_EQ(opt.step_count(0).item(), options.lr_decay != 0.0 ? 4.0 : 0.0);
+    EXPECT_EQ(opt.state_dict().back().first, "0.sum");
+  }
+}
+
+TEST(OptimTest, RMSpropAndAdagradUnscaleAndSkipAsTheFusedUpdatesDo) {
+  // Gradients 1024x too large with inv_scale 1/1024: the update of the true
+  // gradient; a false predicate leaves every buffer bit-identical.
+  for (bool adagrad : {false, true}) {
+    SCOPED_TRACE(adagrad ? "Adagrad" : "RMSprop");
+    Tensor p = param(f32).requires_grad_(), reference = param(f32).requires_grad_();
+    std::unique_ptr<optim::Optimizer> opt, referenceOpt;
+    if (adagrad) {
+      opt = std::make_unique<optim::Adagrad>(std::vector<Tensor>{p}, optim::AdagradOptions{.lr = 0.125, .lr_decay = 0.5});
+      referenceOpt = std::make_unique<optim::Adagrad>(std::vector<Tensor>{reference},
+                                                      optim::AdagradOptions{.lr = 0.125, .lr_decay = 0.5});
+    } else {
+      optim::RMSpropOptions options{.lr = 0.0625, .momentum = 0.9, .centered = true};
+      opt = std::make_unique<optim::RMSprop>(std::vector<Tensor>{p}, options);
+      referenceOpt = std::make_unique<optim::RMSprop>(std::vector<Tensor>{reference}, options);
+    }
+    Tensor inv = scalar_tensor(1.0 / 1024, f32), yes = scalar_tensor(1.0, i1), no = scalar_tensor(0.0, i1);
+    for (int s = 0; s < 3; ++s) {
+      opt->zero_grad();
+      referenceOpt->zero_grad();
+      (sum(p * p) * 1024.0).backward();
+      sum(reference * reference).backward();
+      opt->step(inv, yes);
+      referenceOpt->step();
+    }
+    EXPECT_EQ(p.to_vector(), reference.to_vector());
+    auto before = opt->state_dict();
+    std::vector<std::vector<double>> values;
+    for (const auto& [name, tensor] : before)
+      values.push_back(tensor.to_vector());
+    opt->zero_grad();
+    (sum(p * p) * 1024.0).backward();
+    opt->step(inv, no);
+    auto after = opt->state_dict();
+    for (size_t k = 0; k < after.size(); ++k)
+      EXPECT_EQ(after[k].second.to_vector(), values[k]) << after[k].first << " changed on a skipped step";
+  }
+}
+
+TEST(OptimTest, RMSpropAndAdagradGroupsAndBadOptions) {
+  Tensor a = param(f64).requires_grad_(), b = param(f64).requires_grad_();
+  optim::RMSprop opt({{.params = {a}, .momentum = 0.9}, {.params = {b}, .lr = 0.0625}}, {.lr = 0.125});
+  EXPECT_TRUE(opt.momentum_buffer(0).defined());
+  EXPECT_FALSE(opt.momentum_buffer(1).defined());
+  for (int s = 0; s < 3; ++s) {
+    opt.zero_grad();
+    (sum(a * a * a) / 3.0 + sum(b * b * b) / 3.0).backward();
+    opt.step();
+  }
+  expectNear(a.to_vector(), rmspropReference({.lr = 0.125, .momentum = 0.9}, 3));
+  expectNear(b.to_vector(), rmspropReference({.lr = 0.0625}, 3));
+  Tensor p = param(f32).requires_grad_();
+  std::string message = errorOf([&] { optim::RMSprop({p}, {.momentum = -0.5}); });
+  EXPECT_NE(message.find("RMSprop: momentum must be >= 0"), std::string::npos) << message;
+  message = errorOf([&] { optim::Adagrad({{.params = {p}}, {.params = {a}, .lr_decay = -1.0}}, {}); });
+  EXPECT_NE(message.find("Adagrad group 1: lr_decay must be >= 0"), std::string::npos) << message;
+  message = errorOf([&] { optim::Adagrad({p}, {.initial_accumulator_value = -0.1}); });
+  EXPECT_NE(message.find("initial_accumulator_value"), std::string::npos) << message;
+}
+
+TEST(OptimTest, RMSpropAndAdagradResumeFromTheirFiles) {
+  fs::path dir = fs::temp_directory_path() / ("ampjit-elementwise-optimizers-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string path = (dir / "optimizer.ampjit").string();
+  const optim::RMSpropOptions rmsprop{.lr = 0.0625, .momentum = 0.5, .centered = true};
+  const optim::AdagradOptions adagrad{.lr = 0.125, .lr_decay = 0.5, .initial_accumulator_value = 0.25};
+  auto make = [&](bool isAdagrad, Tensor& p) -> std::unique_ptr<optim::Optimizer> {
+    if (isAdagrad)
+      return std::make_unique<optim::Adagrad>(std::vector<Tensor>{p}, adagrad);
+    return std::make_unique<optim::RMSprop>(std::vector<Tensor>{p}, rmsprop);
+  };
+  for (bool isAdagrad : {false, true}) {
+    SCOPED_TRACE(isAdagrad ? "Adagrad" : "RMSprop");
+    Tensor unbroken = param(f32).requires_grad_();
+    auto unbrokenOpt = make(isAdagrad, unbroken);
+    train(unbroken, *unbrokenOpt, 2);
+    unbrokenOpt->save(path);
+    Tensor resumed = tensor(unbroken.to_vector(), unbroken.shape(), f32).requires_grad_();
+    auto resumedOpt = make(isAdagrad, resumed);
+    resumedOpt->load(path);
+    train(unbroken, *unbrokenOpt, 3);
+    train(resumed, *resumedOpt, 3);
+    EXPECT_EQ(resumed.to_vector(), unbroken.to_vector());
+    // The other optimizer's file is refused, naming both.
+    Tensor other = param(f32).requires_grad_();
+    auto otherOpt = make(!isAdagrad, other);
+    std::string message = errorOf([&] { otherOpt->load(path); });
+    EXPECT_NE(message.find(isAdagrad ? "Adagrad" : "RMSprop"), std::string::npos) << message;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(OptimTest, ParametersWithoutGradientsAreLeftAlone) {
   Tensor a = param(f64).requires_grad_();
   Tensor b = param(f64).requires_grad_();

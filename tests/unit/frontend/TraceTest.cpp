@@ -711,6 +711,86 @@ TEST(Trace, EveryLevelTracksFp32OnALayerNormGeluAdamWStepWithClippingAndAnEma) {
   }
 }
 
+/// A model, an RMSprop or Adagrad optimizer and a scaler (by default one
+/// that starts by overflowing f16), for the element-wise optimizers' trace tests.
+struct ElementwiseOptimizerNet {
+  explicit ElementwiseOptimizerNet(bool adagrad, double initialScale = 1e6)
+      : generator(6), model(nn::Linear(kIn, kHidden, true, {.generator = &generator}), nn::ReLU(),
+                            nn::Linear(kHidden, kClasses, true, {.generator = &generator})),
+        scaler({.init_scale = initialScale, .growth_interval = 2}) {
+    if (adagrad)
+      opt = std::make_unique<optim::Adagrad>(model.parameters(),
+                                             optim::AdagradOptions{.lr = 1e-2, .lr_decay = 0.1, .weight_decay = 1e-3});
+    else
+      opt = std::make_unique<optim::RMSprop>(
+          model.parameters(), optim::RMSpropOptions{.lr = 1e-3, .weight_decay = 1e-3, .momentum = 0.9, .centered = true});
+  }
+  Tensor step(const Tensor& x, const Tensor& y) { return scaledTrainStep(model, *opt, scaler, x, y); }
+  std::vector<std::vector<double>> state() const {
+    std::vector<std::vector<double>> out;
+    for (const Tensor& parameter : model.parameters())
+      out.push_back(parameter.to_vector());
+    for (const auto& [name, tensor] : opt->state_dict())
+      out.push_back(tensor.to_vector());
+    return out;
+  }
+  Generator generator;
+  nn::Sequential model;
+  std::unique_ptr<optim::Optimizer> opt;
+  amp::GradScaler scaler;
+};
+
+TEST(Trace, RMSpropAndAdagradStepsTraceAsTheyRunEagerly) {
+  // Bitwise at O0, and under autocast semantics at O1 with skipped steps.
+  for (bool adagrad : {false, true}) {
+    for (amp::Level level : {amp::O0, amp::O1}) {
+      SCOPED_TRACE(std::string(adagrad ? "Adagrad" : "RMSprop") + " O" + std::to_string(int(level)));
+      ElementwiseOptimizerNet eager(adagrad), traced(adagrad);
+      amp::Policy policy = level == amp::O0 ? amp::Policy{.level = amp::O0} : amp::Policy{.level = level, .dtype = f16};
+      auto step = trace([&](const Tensor& x, const Tensor& y) { return traced.step(x, y); },
+                        {.amp = policy, .semantics = amp::Semantics::autocast, .backend = Backend::cpu});
+      for (uint64_t i = 0; i < 6; ++i) {
+        auto [x, y] = batch(kBatch, kIn, kClasses, 140 + i);
+        std::optional<amp::autocast> scope;
+        if (level != amp::O0)
+          scope.emplace(amp::AutocastOptions{.dtype = f16});
+        EXPECT_EQ(step(x, y).item(), eager.step(x, y).item()) << "call " << i;
+      }
+      EXPECT_EQ(traced.state(), eager.state());
+      EXPECT_EQ(traced.scaler.skipped_steps(), eager.scaler.skipped_steps());
+      if (level != amp::O0) {
+        EXPECT_GT(eager.scaler.skipped_steps(), 0);
+      }
+      EXPECT_EQ(step.stats().traces, 1u);
+    }
+  }
+}
+
+TEST(Trace, RMSpropAndAdagradStepsAtO2AndO3TrackO0) {
+  // The updates are not the model's computation, so O2 and O3 leave them in
+  // fp32; the model's f16 forward and backward keep the losses near O0's.
+  for (bool adagrad : {false, true}) {
+    std::vector<std::vector<double>> losses;
+    for (amp::Level level : {amp::O0, amp::O2, amp::O3}) {
+      SCOPED_TRACE(std::string(adagrad ? "Adagrad" : "RMSprop") + " O" + std::to_string(int(level)));
+      // A scale f16 gradients do not overflow: every level takes every step.
+      ElementwiseOptimizerNet net(adagrad, 1024.0);
+      amp::Policy policy = level == amp::O0 ? amp::Policy{.level = amp::O0} : amp::Policy{.level = level, .dtype = f16};
+      auto step = trace([&](const Tensor& x, const Tensor& y) { return net.step(x, y); },
+                        {.amp = policy, .backend = Backend::cpu, .log_retraces = false});
+      losses.emplace_back();
+      for (uint64_t i = 0; i < 8; ++i) {
+        auto [x, y] = batch(kBatch, kIn, kClasses, 150 + i);
+        losses.back().push_back(step(x, y).item());
+      }
+    }
+    for (size_t level = 1; level < losses.size(); ++level)
+      for (size_t i = 0; i < losses[0].size(); ++i)
+        EXPECT_NEAR(losses[level][i], losses[0][i], 5e-3 * losses[0][i]) << "level " << level << " step " << i;
+    EXPECT_NE(losses[0].front(), losses[0].back()) << "the steps must train";
+  }
+}
+
 TEST(Trace, AWeightUsedTwiceMatchesEagerBitwise) {
   Generator g(4);
   Tensor w = randn({6, 6}, f32, &g).requires_grad_(true), control = w.detach().requires_grad_(true);
