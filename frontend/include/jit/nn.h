@@ -186,6 +186,53 @@ private:
   GeluApproximate approximate_;
 };
 
+class Tanh : public Module {
+public:
+  Tensor forward(const Tensor& input) override { return tanh(input); }
+};
+
+class Sigmoid : public Module {
+public:
+  Tensor forward(const Tensor& input) override { return sigmoid(input); }
+};
+
+/// x * sigmoid(x) (torch.nn.SiLU, "swish"), composed of the two ops.
+class SiLU : public Module {
+public:
+  Tensor forward(const Tensor& input) override { return input * sigmoid(input); }
+};
+
+/// x where x > 0, negative_slope * x elsewhere (NaN stays NaN), as a select,
+/// so the gradient is negative_slope at 0, as PyTorch's.
+class LeakyReLU : public Module {
+public:
+  explicit LeakyReLU(double negative_slope = 0.01) : negativeSlope_(negative_slope) {}
+  Tensor forward(const Tensor& input) override;
+
+private:
+  double negativeSlope_;
+};
+
+/// Softmax along `dim` (negative counts from the end).
+class Softmax : public Module {
+public:
+  explicit Softmax(int64_t dim) : dim_(dim) {}
+  Tensor forward(const Tensor& input) override { return softmax(input, dim_); }
+
+private:
+  int64_t dim_;
+};
+
+/// Log-softmax along `dim` (negative counts from the end).
+class LogSoftmax : public Module {
+public:
+  explicit LogSoftmax(int64_t dim) : dim_(dim) {}
+  Tensor forward(const Tensor& input) override { return log_softmax(input, dim_); }
+
+private:
+  int64_t dim_;
+};
+
 /// Normalises over the trailing `normalized_shape`; weight ones, bias zeros.
 class LayerNorm : public Module {
 public:

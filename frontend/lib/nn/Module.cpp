@@ -164,6 +164,11 @@ Dropout::Dropout(double p, Generator* generator) : p_(p), generator_(generator) 
     throw Error("nn::Dropout: p must be in [0, 1), got " + std::to_string(p));
 }
 
+Tensor LeakyReLU::forward(const Tensor& input) {
+  Tensor zero = scalar_tensor(0.0, input.dtype());
+  return where(input > zero, input, input * negativeSlope_);
+}
+
 Tensor Dropout::forward(const Tensor& input) {
   // In eval mode (or with p = 0) no op runs at all: the module is the identity.
   if (!is_training() || p_ == 0.0)

@@ -90,6 +90,9 @@ TEST(GradCheck, Unary) {
   gradcheck("pow 2.5", [](auto& x) { return pow(x[0], 2.5); }, {positive({3, 4})});
   gradcheck("pow 3", [](auto& x) { return pow(x[0], 3.0); }, {normal({3, 4})});
   gradcheck("pow 0", [](auto& x) { return pow(x[0], 0.0) * x[0]; }, {normal({3})});
+  // The composed activations of jit::nn.
+  gradcheck("SiLU", [](auto& x) { return nn::SiLU()(x[0]); }, {normal({3, 4})});
+  gradcheck("LeakyReLU", [](auto& x) { return nn::LeakyReLU(0.1)(x[0]); }, {awayFromZero({3, 4})});
 }
 
 TEST(GradCheck, BinaryWithBroadcasting) {

@@ -248,6 +248,38 @@ TEST(Nn, ActivationsNormAndFlatten) {
   EXPECT_EQ(nn::Flatten(1, 2)(zeros({2, 3, 4, 5})).shape(), (Shape{2, 12, 5}));
 }
 
+TEST(Nn, TanhSigmoidSiluLeakyReluAndSoftmaxModulesFollowTheirFormulas) {
+  std::vector<double> values = {-2.5, -0.5, 0.0, 0.75, 3.0, std::nan("")};
+  Tensor x = tensor(values, {2, 3}, f64);
+  auto expectEach = [&](nn::Module& module, auto formula, const char* name) {
+    std::vector<double> got = module(x).to_vector();
+    ASSERT_EQ(got.size(), values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      double expected = formula(values[i]);
+      if (std::isnan(expected))
+        EXPECT_TRUE(std::isnan(got[i])) << name << " element " << i;
+      else
+        EXPECT_NEAR(got[i], expected, 1e-15 * (1 + std::abs(expected))) << name << " element " << i;
+    }
+  };
+  nn::Tanh tanhModule;
+  nn::Sigmoid sigmoidModule;
+  nn::SiLU silu;
+  nn::LeakyReLU leaky(0.2), leakyDefault;
+  expectEach(tanhModule, [](double v) { return std::tanh(v); }, "Tanh");
+  expectEach(sigmoidModule, [](double v) { return 1 / (1 + std::exp(-v)); }, "Sigmoid");
+  expectEach(silu, [](double v) { return v / (1 + std::exp(-v)); }, "SiLU");
+  expectEach(leaky, [](double v) { return v > 0 ? v : 0.2 * v; }, "LeakyReLU(0.2)");
+  expectEach(leakyDefault, [](double v) { return v > 0 ? v : 0.01 * v; }, "LeakyReLU()");
+  Tensor finite = tensor({-1.0, 0.5, 2.0, 3.0, -4.0, 0.25}, {2, 3}, f64);
+  EXPECT_EQ(nn::Softmax(-1)(finite).to_vector(), softmax(finite, 1).to_vector());
+  EXPECT_EQ(nn::LogSoftmax(0)(finite).to_vector(), log_softmax(finite, 0).to_vector());
+  // PyTorch's LeakyReLU gradient at 0 is the slope (x > 0 is false there).
+  Tensor zero = tensor({0.0}, {1}, f64).requires_grad_();
+  sum(leaky(zero)).backward();
+  EXPECT_EQ(zero.grad().to_vector(), std::vector<double>{0.2});
+}
+
 TEST(Nn, DropoutIsTheIdentityInEvalMode) {
   Generator generator(1);
   nn::Sequential model(nn::Dropout(0.5, &generator));

@@ -293,6 +293,46 @@ namespace {
 /// A tiny GAN: the discriminator's step and the generator's step, each its
 /// own function with its own optimizer; the generator's loss backpropagates
 /// through the discriminator, whose gradients that step leaves behind.
+TEST(TracedPattern, AnMlpOfSiluLeakyReluTanhAndLogSoftmaxModules) {
+  // The activations users reach for beside ReLU, with an NLL loss over a
+  // LogSoftmax module: bitwise at O0, and at O1 with autocast semantics.
+  for (amp::Level level : {amp::O0, amp::O1}) {
+    SCOPED_TRACE(::testing::Message() << "O" << int(level));
+    auto build = [] {
+      Generator generator(12);
+      return nn::Sequential(nn::Linear(kIn, kHidden, true, {.generator = &generator}), nn::SiLU(),
+                            nn::Linear(kHidden, kHidden, true, {.generator = &generator}), nn::LeakyReLU(0.1),
+                            nn::Linear(kHidden, kHidden, true, {.generator = &generator}), nn::Tanh(),
+                            nn::Linear(kHidden, kClasses, true, {.generator = &generator}), nn::LogSoftmax(-1));
+    };
+    nn::Sequential eagerModel = build(), tracedModel = build();
+    optim::SGD eagerOpt(eagerModel.parameters(), {.lr = 0.1, .momentum = 0.9});
+    optim::SGD tracedOpt(tracedModel.parameters(), {.lr = 0.1, .momentum = 0.9});
+    auto body = [](nn::Sequential& model, optim::SGD& opt, const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      Tensor loss = nll_loss(model(x), y);
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+    amp::Policy policy = level == amp::O0 ? amp::Policy{.level = amp::O0} : amp::Policy{.level = level, .dtype = f16};
+    auto step = trace([&](const Tensor& x, const Tensor& y) { return body(tracedModel, tracedOpt, x, y); },
+                      {.amp = policy, .semantics = amp::Semantics::autocast, .backend = Backend::cpu});
+    std::vector<double> losses;
+    for (uint64_t i = 0; i < 4; ++i) {
+      auto [x, y] = batch(kBatch, kIn, kClasses, 60 + i);
+      std::optional<amp::autocast> scope;
+      if (level != amp::O0)
+        scope.emplace(amp::AutocastOptions{.dtype = f16});
+      Tensor expected = body(eagerModel, eagerOpt, x, y);
+      EXPECT_EQ(step(x, y).item(), expected.item()) << "step " << i;
+      losses.push_back(expected.item());
+    }
+    EXPECT_EQ(values(tracedModel.parameters()), values(eagerModel.parameters()));
+    EXPECT_LT(losses.back(), losses.front()) << "the MLP should train";
+  }
+}
+
 struct Gan {
   Gan()
       : g(7), generator(nn::Linear(4, 8, true, {.generator = &g}), nn::ReLU(), nn::Linear(8, 6, true, {.generator = &g})),
