@@ -194,6 +194,7 @@ extern constinit const OpDef broadcast_to, reshape, transpose, constant, convert
 extern constinit const OpDef softmax, log_softmax, layer_norm, dropout, mse_loss, cross_entropy, nll_loss;
 extern constinit const OpDef relu_grad, gelu_grad, softmax_grad, log_softmax_grad, layer_norm_grad;
 extern constinit const OpDef mse_loss_grad, cross_entropy_grad, nll_loss_grad;
+extern constinit const OpDef embedding, embedding_grad;
 extern constinit const OpDef sgd_update, adam_update;
 extern constinit const OpDef conv2d, batch_norm, batch_norm_inference, max_pool2d, avg_pool2d;
 extern constinit const OpDef conv2d_grad_input, conv2d_grad_weight, batch_norm_grad, max_pool2d_grad, avg_pool2d_grad;

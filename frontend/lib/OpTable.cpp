@@ -317,6 +317,51 @@ Types inferLossGrad(const OpDef& op, Operands operands, const AttributeMap& attr
   return {typeOf(op, operands, 1)};
 }
 
+/// padding_idx (absent: -1) must be a row of a table of `rows` rows.
+void checkPaddingIndex(const OpDef& op, const AttributeMap& attributes, int64_t rows) {
+  if (attributes.count("padding_idx") == 0)
+    return;
+  int64_t padding = attrI64(attributes, "padding_idx", 0);
+  if (padding < 0 || padding >= rows)
+    fail(op, "padding_idx = " + std::to_string(padding) + " is not a row of the table (0 <= padding_idx < " +
+                 std::to_string(rows) + ")");
+}
+
+void requireIndices(const OpDef& op, Operands operands, size_t i) {
+  if (typeOf(op, operands, i).dtype != i64)
+    fail(op, operand(op, operands, i) + " must hold i64 indices");
+}
+
+// indices, weight [V, D] -> [indices..., D]
+Types inferEmbedding(const OpDef& op, Operands operands, const AttributeMap& attributes, const RequestedResult&) {
+  requireIndices(op, operands, 0);
+  requireFloat(op, operands, 1);
+  const TensorType& table = typeOf(op, operands, 1);
+  if (table.shape.size() != 2)
+    fail(op, operand(op, operands, 1) + " must have rank 2: [num_embeddings, embedding_dim]");
+  checkPaddingIndex(op, attributes, table.shape[0]);
+  Shape shape = typeOf(op, operands, 0).shape;
+  shape.push_back(table.shape[1]);
+  return {{table.dtype, shape}};
+}
+
+// grad_output [indices..., D], indices -> [num_weights, D]
+Types inferEmbeddingGrad(const OpDef& op, Operands operands, const AttributeMap& attributes,
+                         const RequestedResult&) {
+  requireFloat(op, operands, 0);
+  requireIndices(op, operands, 1);
+  const TensorType& grad = typeOf(op, operands, 0);
+  const Shape& indexShape = typeOf(op, operands, 1).shape;
+  if (grad.shape.size() != indexShape.size() + 1 || !std::equal(indexShape.begin(), indexShape.end(), grad.shape.begin()))
+    fail(op, operand(op, operands, 0) + " must have the shape of " + operand(op, operands, 1) +
+                 " followed by embedding_dim");
+  int64_t rows = attrI64(attributes, "num_weights", 0);
+  if (rows <= 0)
+    fail(op, "num_weights = " + std::to_string(rows) + " must be positive");
+  checkPaddingIndex(op, attributes, rows);
+  return {{grad.dtype, {rows, grad.shape.back()}}};
+}
+
 Types inferLayerNormGrad(const OpDef& op, Operands operands, const AttributeMap& attributes,
                          const RequestedResult&) {
   requireFloat(op, operands, 1);
@@ -744,6 +789,14 @@ Grads vjpCrossEntropy(const VjpContext& c) {
   return {cross_entropy_grad(g0(c), in(c, 0), in(c, 1), options), Tensor()};
 }
 
+// Only the table has a gradient: indices are data.
+Grads vjpEmbedding(const VjpContext& c) {
+  AttributeMap attributes{{"num_weights", in(c, 1).shape()[0]}};
+  if (auto padding = c.attributes.find("padding_idx"); padding != c.attributes.end())
+    attributes.emplace("padding_idx", padding->second);
+  return {Tensor(), apply1(ops::embedding_grad, {g0(c), in(c, 0)}, std::move(attributes))};
+}
+
 Grads vjpNllLoss(const VjpContext& c) {
   NllLossOptions options{.reduction = reductionOf(c.attributes),
                          .ignore_index = attrI64(c.attributes, "ignore_index", -100)};
@@ -883,6 +936,9 @@ constinit const OpDef cross_entropy_grad{"jit.cross_entropy_grad", {"grad_output
                                D::NotTwice};
 constinit const OpDef nll_loss_grad{"jit.nll_loss_grad", {"grad_output", "log_probs", "labels"}, inferLossGrad,
                           D::NotTwice};
+constinit const OpDef embedding{"jit.embedding", {"indices", "weight"}, inferEmbedding, D::Vjp, vjpEmbedding};
+constinit const OpDef embedding_grad{"jit.embedding_grad", {"grad_output", "indices"}, inferEmbeddingGrad,
+                                     D::NotTwice};
 // State updates: their results replace state (the caller rebinds it), so no gradient flows.
 constinit const OpDef sgd_update{"jit.sgd_update",
                                  {"param", "grad", "momentum_buffer", "step", "lr", "inv_scale", "predicate",
@@ -926,7 +982,7 @@ std::span<const OpDef* const> allOps() {
       &ops::constant, &ops::convert, &ops::softmax, &ops::log_softmax, &ops::layer_norm, &ops::dropout,
       &ops::mse_loss, &ops::cross_entropy, &ops::nll_loss, &ops::relu_grad, &ops::gelu_grad,
       &ops::softmax_grad, &ops::log_softmax_grad, &ops::layer_norm_grad, &ops::mse_loss_grad,
-      &ops::cross_entropy_grad, &ops::nll_loss_grad, &ops::sgd_update, &ops::adam_update, &ops::conv2d,
+      &ops::cross_entropy_grad, &ops::nll_loss_grad, &ops::embedding, &ops::embedding_grad, &ops::sgd_update, &ops::adam_update, &ops::conv2d,
       &ops::batch_norm, &ops::batch_norm_inference, &ops::max_pool2d, &ops::avg_pool2d, &ops::conv2d_grad_input,
       &ops::conv2d_grad_weight, &ops::batch_norm_grad, &ops::max_pool2d_grad, &ops::avg_pool2d_grad,
       &ops::scale_loss, &ops::all_finite, &ops::unscale_and_check, &ops::update_scale};

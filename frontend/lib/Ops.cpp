@@ -355,6 +355,35 @@ Tensor nll_loss_grad(const Tensor& grad_output, const Tensor& log_probs, const T
                 lossAttributes(options.reduction, options.ignore_index));
 }
 
+namespace {
+/// PyTorch's padding_idx, negative counted from the end of a `rows`-row table.
+AttributeMap embeddingAttributes(const char* opName, std::optional<int64_t> paddingIdx, int64_t rows) {
+  AttributeMap attributes;
+  if (!paddingIdx)
+    return attributes;
+  int64_t padding = *paddingIdx < 0 ? *paddingIdx + rows : *paddingIdx;
+  if (padding < 0 || padding >= rows)
+    throw Error(std::string(opName) + ": padding_idx " + std::to_string(*paddingIdx) +
+                " is not a row of a table of " + std::to_string(rows) + " rows");
+  attributes.emplace("padding_idx", padding);
+  return attributes;
+}
+} // namespace
+
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx,
+                 std::source_location where) {
+  detail::UserFrame frame(where);
+  int64_t rows = weight.defined() && weight.dim() == 2 ? weight.shape()[0] : 0;
+  return apply1(ops::embedding, {indices, weight},
+                padding_idx && rows > 0 ? embeddingAttributes("jit.embedding", padding_idx, rows) : AttributeMap());
+}
+Tensor embedding_grad(const Tensor& grad_output, const Tensor& indices, int64_t num_weights,
+                      std::optional<int64_t> padding_idx) {
+  AttributeMap attributes = embeddingAttributes("jit.embedding_grad", padding_idx, num_weights);
+  attributes.emplace("num_weights", num_weights);
+  return apply1(ops::embedding_grad, {grad_output, indices}, std::move(attributes));
+}
+
 Tensor conv2d_grad_input(const Tensor& grad_output, const Tensor& weight, const Shape& input_shape,
                          Conv2dOptions options) {
   return apply1(ops::conv2d_grad_input, {grad_output, weight}, convAttributes(options),

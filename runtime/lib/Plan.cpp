@@ -157,6 +157,8 @@ std::string_view stepKindName(StepKind kind) {
   case StepKind::MaxPool2dGrad: return "max_pool2d_grad";
   case StepKind::AvgPool2d: return "avg_pool2d";
   case StepKind::AvgPool2dGrad: return "avg_pool2d_grad";
+  case StepKind::Embedding: return "embedding";
+  case StepKind::EmbeddingGrad: return "embedding_grad";
   }
   return "<invalid step kind>";
 }
@@ -246,6 +248,7 @@ std::size_t paramsIndexOf(StepKind kind) {
   case StepKind::MaxPool2dGrad:
   case StepKind::AvgPool2d:
   case StepKind::AvgPool2dGrad: return variantIndex<Pool2dParams>();
+  case StepKind::EmbeddingGrad: return variantIndex<EmbeddingGradParams>();
   case StepKind::LayerNorm: return variantIndex<LayerNormParams>();
   case StepKind::Dropout: return variantIndex<DropoutParams>();
   case StepKind::Loss:
@@ -258,7 +261,8 @@ std::size_t paramsIndexOf(StepKind kind) {
   case StepKind::Reshape:
   case StepKind::ScaleLoss:
   case StepKind::AllFinite:
-  case StepKind::UnscaleAndCheck: return variantIndex<NoParams>();
+  case StepKind::UnscaleAndCheck:
+  case StepKind::Embedding: return variantIndex<NoParams>();
   }
   return variantIndex<NoParams>();
 }
@@ -457,6 +461,8 @@ std::vector<std::string> slotNames(const Step& step, bool outputs) {
   case StepKind::AvgPool2d: return pick({"x"}, {"y"});
   case StepKind::MaxPool2dGrad:
   case StepKind::AvgPool2dGrad: return pick({"dy", "x"}, {"dx"});
+  case StepKind::Embedding: return pick({"indices", "weight"}, {"y"});
+  case StepKind::EmbeddingGrad: return pick({"dy", "indices"}, {"dweight"});
   }
   return {};
 }
@@ -590,6 +596,7 @@ private:
   Status checkBatchNorm() const;
   Status checkBatchNormGrad() const;
   Status checkPool() const;
+  Status checkEmbedding() const;
 
   const Step& step_;
   std::span<const TensorType> in_;
@@ -677,6 +684,8 @@ Status StepChecker::run() {
   case StepKind::MaxPool2dGrad:
   case StepKind::AvgPool2d:
   case StepKind::AvgPool2dGrad: AMPJIT_RETURN_IF_ERROR(checkPool()); break;
+  case StepKind::Embedding:
+  case StepKind::EmbeddingGrad: AMPJIT_RETURN_IF_ERROR(checkEmbedding()); break;
   }
   return checkComputeType();
 }
@@ -1290,6 +1299,37 @@ Status StepChecker::checkPool() const {
     return expectOut(0, yType, std::string(", the pooled ") + (params.nhwc ? "NHWC" : "NCHW") + " input");
   AMPJIT_RETURN_IF_ERROR(expectIn(0, yType, ", the shape of the pooled input"));
   return expectOut(0, x);
+}
+
+Status StepChecker::checkEmbedding() const {
+  bool forward = step_.kind == StepKind::Embedding;
+  AMPJIT_RETURN_IF_ERROR(checkSlotCounts(2, 1));
+  AMPJIT_RETURN_IF_ERROR(checkRequiredSlots());
+  size_t indicesSlot = forward ? 0 : 1, floatSlot = forward ? 1 : 0;
+  if (in(indicesSlot).dtype != DType::I64)
+    return Status::error(inName(indicesSlot) + " must be i64");
+  AMPJIT_RETURN_IF_ERROR(expectFloatIn(floatSlot));
+  const Shape& indices = in(indicesSlot).shape;
+  if (forward) {
+    const TensorType& table = in(1);
+    if (table.shape.size() != 2)
+      return Status::error(inName(1) + " must have rank 2: [num_embeddings, embedding_dim]");
+    Shape shape = indices;
+    shape.push_back(table.shape[1]);
+    return expectOut(0, {table.dtype, shape}, ": the indices' shape, then embedding_dim");
+  }
+  const TensorType& dy = in(0);
+  if (dy.shape.size() != indices.size() + 1 || !std::equal(indices.begin(), indices.end(), dy.shape.begin()))
+    return Status::error(inName(0) + " must have the shape of " + inName(1) + " followed by embedding_dim");
+  if (out(0).dtype != dy.dtype || out(0).shape.size() != 2 || out(0).shape[1] != dy.shape.back() ||
+      out(0).shape[0] < 1)
+    return Status::error(outName(0) + " must be [num_weights, " + std::to_string(dy.shape.back()) + "] of " +
+                         std::string(dtypeName(dy.dtype)));
+  int64_t padding = step_.as<EmbeddingGradParams>().paddingIdx;
+  if (padding < -1 || padding >= out(0).shape[0])
+    return Status::error("padding_idx " + std::to_string(padding) + " is not a row of " + outName(0) +
+                         " (-1 for none)");
+  return Status::success();
 }
 
 } // namespace

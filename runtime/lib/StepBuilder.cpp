@@ -392,6 +392,21 @@ void buildPool(OpContext& ctx, Step& step) {
   params.nhwc = readLayoutIsNhwc(ctx);
 }
 
+void buildEmbedding(OpContext& ctx, Step&) {
+  ctx.expectCounts(2, 1, "indices, weight");
+  ctx.i64("padding_idx", -1); // only the gradient reads it
+}
+
+void buildEmbeddingGrad(OpContext& ctx, Step& step) {
+  ctx.expectCounts(2, 1, "grad_output, indices");
+  step.as<EmbeddingGradParams>().paddingIdx = ctx.i64("padding_idx", -1);
+  // The result's rows (the step checker compares them with it).
+  int64_t rows = ctx.i64("num_weights", std::nullopt);
+  if (!ctx.results.empty() && (ctx.results[0].shape.empty() || ctx.results[0].shape[0] != rows))
+    ctx.fail("num_weights = " + std::to_string(rows) + " but the result has shape " +
+             shapeToString(ctx.results[0].shape));
+}
+
 struct OpEntry {
   OpDescription description;
   BuildFunction build;
@@ -442,6 +457,8 @@ const OpEntry kOps[] = {
     {{"jit.mse_loss_grad", SK::LossGrad}, buildLoss<LossKind::Mse>},
     {{"jit.cross_entropy_grad", SK::LossGrad}, buildLoss<LossKind::CrossEntropy>},
     {{"jit.nll_loss_grad", SK::LossGrad}, buildLoss<LossKind::Nll>},
+    {{"jit.embedding", SK::Embedding}, buildEmbedding},
+    {{"jit.embedding_grad", SK::EmbeddingGrad}, buildEmbeddingGrad},
     {{"jit.sgd_update", SK::OptimizerUpdate}, buildSgd},
     {{"jit.adam_update", SK::OptimizerUpdate}, buildAdam},
     {{"jit.conv2d", SK::Conv2d}, buildConv},

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -493,6 +494,113 @@ TEST_F(GpuTest, CrossEntropyPropagatesNaNAndInfinities) {
       expectAgree(*cpu, *cuda, *forward, arguments, {2.0 + 304.0 / 64},
                   "cross_entropy " + reduction + " " + describe(dtype, scores.shape));
     }
+}
+
+//===----------------------------------------------------------------------===//
+// Embeddings
+//===----------------------------------------------------------------------===//
+
+/// `count` indices in [0, rows), many repeated (every third one is row 3).
+void setIndices(Tensor& indices, int64_t rows, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (int64_t i = 0; i < indices.elementCount(); ++i)
+    indices.set(i, i % 3 == 0 ? 3.0 : double(rng() % uint32_t(rows)));
+}
+
+bool sameBits(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t k = 0; k < a.size(); ++k)
+    if (!a[k].bitwiseEqual(b[k]))
+      return false;
+  return true;
+}
+
+TEST_F(GpuTest, EmbeddingGathersTheCpusBitsInEveryDType) {
+  for (DType dtype : kDataTypes) {
+    for (const Shape& indexShape : {Shape{4, 5}, Shape{1}, Shape{300}}) {
+      TensorType table{dtype, {37, 70}}, indices{DType::I64, indexShape};
+      Shape outShape = indexShape;
+      outShape.push_back(70);
+      Expected<Plan> plan = singleOp("jit.embedding", {indices, table}, {TensorType{dtype, outShape}}, {});
+      ASSERT_TRUE(plan.ok()) << plan.message();
+      std::vector<Tensor> arguments = randomArguments(*plan, 21);
+      setIndices(arguments[0], 37, 5);
+      Expected<BothRuns> both = runOnBoth(*cpu, *cuda, *plan, arguments);
+      ASSERT_TRUE(both.ok()) << both.message();
+      EXPECT_TRUE(sameBits(both->cpuResults, both->cudaResults)) << describe(dtype, indexShape);
+    }
+  }
+}
+
+TEST_F(GpuTest, EmbeddingGradSumsInTheCpusOrderBitForBit) {
+  // Narrow and wide rows (one and two column blocks), few and many rows per
+  // owning thread, with and without a padding row.
+  struct Case {
+    int64_t rows, width, count, padding;
+  };
+  const Case cases[] = {{37, 70, 300, 3}, {1000, 300, 517, -1}, {5, 1, 2000, 0}, {64, 513, 64, -1}};
+  for (DType dtype : {DType::F32, DType::F64}) {
+    for (const Case& c : cases) {
+      std::string what = describe(dtype, {c.rows, c.width}, "indices " + std::to_string(c.count));
+      AttributeMap attributes{{"num_weights", c.rows}};
+      if (c.padding >= 0)
+        attributes.emplace("padding_idx", c.padding);
+      Expected<Plan> plan = singleOp("jit.embedding_grad", {TensorType{dtype, {c.count, c.width}},
+                                                            TensorType{DType::I64, {c.count}}},
+                                     {TensorType{dtype, {c.rows, c.width}}}, attributes);
+      ASSERT_TRUE(plan.ok()) << plan.message();
+      std::vector<Tensor> arguments = randomArguments(*plan, 22);
+      setIndices(arguments[1], c.rows, 6);
+      // Twice: the second run must zero what the first accumulated.
+      Expected<BothRuns> both = runOnBoth(*cpu, *cuda, *plan, arguments, 2);
+      ASSERT_TRUE(both.ok()) << what << ": " << both.message();
+      EXPECT_TRUE(sameBits(both->cpuResults, both->cudaResults)) << what;
+      if (c.padding >= 0) {
+        EXPECT_EQ(both->cudaResults[0].at(c.padding * c.width), 0.0) << what;
+      }
+    }
+  }
+}
+
+TEST_F(GpuTest, EmbeddingGradInHalfPrecisionIsRefusedWithTheReason) {
+  Expected<Plan> plan = singleOp("jit.embedding_grad", {TensorType{DType::F16, {8, 4}}, TensorType{DType::I64, {8}}},
+                                 {TensorType{DType::F16, {10, 4}}}, {{"num_weights", int64_t(10)}});
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  Expected<std::unique_ptr<Executable>> executable = cuda->prepare(*plan);
+  ASSERT_FALSE(executable.ok());
+  EXPECT_NE(executable.message().find("must be f32 or f64 on CUDA"), std::string::npos) << executable.message();
+}
+
+TEST_F(GpuTest, AnEmbeddingIndexOutsideTheTableGivesANaNRowOnTheDevice) {
+  // The CPU backend raises; a kernel cannot, so the row is NaN (which a loss
+  // scaler then skips), never another row's values.
+  Expected<Plan> plan = singleOp("jit.embedding", {TensorType{DType::I64, {3}}, TensorType{DType::F32, {4, 2}}},
+                                 {TensorType{DType::F32, {3, 2}}}, {});
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  std::vector<Tensor> arguments = randomArguments(*plan, 23);
+  arguments[0].set(0, 1.0);
+  arguments[0].set(1, 4.0);
+  arguments[0].set(2, -1.0);
+  Expected<BothRuns> both = runOnBoth(*cpu, *cuda, *plan, arguments);
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.message().find("index 4 at position 1 is outside the table's rows [0, 4)"), std::string::npos)
+      << both.message();
+  std::vector<Tensor> deviceArguments;
+  for (const Tensor& argument : arguments) {
+    Expected<Tensor> device = cuda->toDevice(argument);
+    ASSERT_TRUE(device.ok()) << device.message();
+    deviceArguments.push_back(std::move(*device));
+  }
+  Expected<std::unique_ptr<Executable>> executable = cuda->prepare(*plan);
+  ASSERT_TRUE(executable.ok()) << executable.message();
+  Expected<std::vector<Tensor>> results = (*executable)->run(deviceArguments);
+  ASSERT_TRUE(results.ok()) << results.message();
+  Expected<Tensor> host = cuda->toHost((*results)[0]);
+  ASSERT_TRUE(host.ok()) << host.message();
+  EXPECT_EQ(host->at(0), arguments[1].at(2));
+  for (int64_t i = 2; i < 6; ++i)
+    EXPECT_TRUE(std::isnan(host->at(i))) << i;
 }
 
 //===----------------------------------------------------------------------===//

@@ -183,6 +183,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOpt
 Tensor nll_loss(const Tensor& log_probs, const Tensor& labels, NllLossOptions options = {},
                 std::source_location where = std::source_location::current());
 
+/// jit.embedding (torch.nn.functional.embedding): the rows of `weight`
+/// ([num_embeddings, embedding_dim]) at `indices` (i64, any shape), shaped
+/// [indices..., embedding_dim]. `padding_idx` (negative counts from the end)
+/// keeps that row's gradient zero.
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt,
+                 std::source_location where = std::source_location::current());
+
 // --- backward ops --------------------------------------------------------------------
 // The dialect's gradient kernels, public so that VJP rules (and custom ones)
 // record them like any op. They have no VJP rule themselves: calling one on
@@ -214,6 +221,10 @@ Tensor cross_entropy_grad(const Tensor& grad_output, const Tensor& logits, const
                           CrossEntropyOptions options = {});
 Tensor nll_loss_grad(const Tensor& grad_output, const Tensor& log_probs, const Tensor& labels,
                      NllLossOptions options = {});
+/// [num_weights, embedding_dim]: each row the sum, in fp32, of the rows of
+/// `grad_output` whose index is that row; the `padding_idx` row zero.
+Tensor embedding_grad(const Tensor& grad_output, const Tensor& indices, int64_t num_weights,
+                      std::optional<int64_t> padding_idx = std::nullopt);
 
 /// Sums `grad` over the dimensions that broadcasting added or expanded, so
 /// it gets `shape` (the reverse of broadcast_to; used by VJP rules).

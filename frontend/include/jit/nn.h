@@ -35,6 +35,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -170,6 +171,24 @@ public:
 private:
   int64_t inFeatures_;
   int64_t outFeatures_;
+};
+
+/// torch.nn.Embedding: a [num_embeddings, embedding_dim] table drawn from
+/// N(0, 1) (PyTorch's init), the `padding_idx` row (negative counts from the
+/// end) zero and never updated by its gradient. forward(indices) takes i64
+/// indices of any shape and returns [indices..., embedding_dim].
+class Embedding : public Module {
+public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx = std::nullopt,
+            InitOptions options = {});
+  Tensor forward(const Tensor& indices) override;
+
+  int64_t num_embeddings() const { return weight.shape()[0]; }
+  int64_t embedding_dim() const { return weight.shape()[1]; }
+  Tensor weight;
+
+private:
+  std::optional<int64_t> paddingIdx_;
 };
 
 class ReLU : public Module {

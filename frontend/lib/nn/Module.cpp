@@ -7,6 +7,7 @@
 
 #include "jit/Autograd.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace jit::nn {
@@ -163,6 +164,30 @@ Dropout::Dropout(double p, Generator* generator) : p_(p), generator_(generator) 
   if (!(p >= 0.0 && p < 1.0))
     throw Error("nn::Dropout: p must be in [0, 1), got " + std::to_string(p));
 }
+
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx,
+                     InitOptions options) {
+  if (num_embeddings <= 0 || embedding_dim <= 0)
+    throw Error("nn::Embedding: num_embeddings (" + std::to_string(num_embeddings) + ") and embedding_dim (" +
+                std::to_string(embedding_dim) + ") must be positive");
+  if (padding_idx) {
+    int64_t padding = *padding_idx < 0 ? *padding_idx + num_embeddings : *padding_idx;
+    if (padding < 0 || padding >= num_embeddings)
+      throw Error("nn::Embedding: padding_idx " + std::to_string(*padding_idx) + " is not a row of " +
+                  std::to_string(num_embeddings) + " embeddings");
+    paddingIdx_ = padding;
+  }
+  Tensor table = randn({num_embeddings, embedding_dim}, options.dtype, options.generator);
+  if (paddingIdx_) {
+    // PyTorch zeroes the padding row at init.
+    std::vector<double> values = table.to_vector();
+    std::fill_n(values.begin() + *paddingIdx_ * embedding_dim, embedding_dim, 0.0);
+    table = tensor(std::span<const double>(values), {num_embeddings, embedding_dim}, options.dtype);
+  }
+  weight = register_parameter("weight", table);
+}
+
+Tensor Embedding::forward(const Tensor& indices) { return embedding(indices, weight, paddingIdx_); }
 
 Tensor LeakyReLU::forward(const Tensor& input) {
   Tensor zero = scalar_tensor(0.0, input.dtype());

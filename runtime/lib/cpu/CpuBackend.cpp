@@ -46,6 +46,8 @@ Status runStep(const Step& step, const StepIO& io) {
   case StepKind::AvgPool2d: return runPool2d(step, io);
   case StepKind::MaxPool2dGrad:
   case StepKind::AvgPool2dGrad: return runPool2dGrad(step, io);
+  case StepKind::Embedding: return runEmbedding(step, io);
+  case StepKind::EmbeddingGrad: return runEmbeddingGrad(step, io);
   }
   return Status::error("no CPU kernel for step kind " + std::to_string(int(step.kind)));
 }

@@ -64,6 +64,8 @@ Status runBatchNorm(const Step& step, const StepIO& io);       // BatchNorm.cpp 
 Status runBatchNormGrad(const Step& step, const StepIO& io);   // BatchNorm.cpp
 Status runPool2d(const Step& step, const StepIO& io);          // Pooling.cpp (max and avg)
 Status runPool2dGrad(const Step& step, const StepIO& io);      // Pooling.cpp
+Status runEmbedding(const Step& step, const StepIO& io);       // Embedding.cpp
+Status runEmbeddingGrad(const Step& step, const StepIO& io);   // Embedding.cpp
 
 /// C[m, n] = op(A) @ op(B), row-major with leading dimensions lda/ldb, beta 0,
 /// through OpenBLAS (Gemm.cpp); C is zeros when k = 0. Shared by the GEMM and

@@ -752,6 +752,45 @@ __global__ void dropoutAdvanceKernel(int64_t count, const int64_t* state, int64_
   next[1] = int64_t(uint64_t(offset) + uint64_t(count));
 }
 
+//===----------------------------------------------------------------------===//
+// Embeddings
+//===----------------------------------------------------------------------===//
+
+template <typename S>
+__global__ void embeddingKernel(EmbeddingGeometry g, const int64_t* indices, const S* table, S* y) {
+  using T = Compute<S>;
+  int64_t total = g.count * g.width;
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < total; i += int64_t(gridDim.x) * kThreads) {
+    int64_t n = i / g.width, d = i - n * g.width;
+    int64_t row = indices[n];
+    if (row >= 0 && row < g.rows)
+      y[i] = table[row * g.width + d];
+    else
+      store(y + i, quietNaN(T(0)));
+  }
+}
+
+/// Column blocks of kThreads columns, times row ranges: the thread of
+/// (range, column) owns that column of every row in its range, zeroes it,
+/// then adds the rows of dy that index into the range, in index order. No
+/// two threads write one element, so the sum order is the CPU's.
+template <typename S>
+__global__ void embeddingGradKernel(EmbeddingGeometry g, int64_t rowsPerRange, int64_t columnBlocks,
+                                    int64_t paddingIdx, const S* dy, const int64_t* indices, S* dweight) {
+  int64_t range = int64_t(blockIdx.x) / columnBlocks;
+  int64_t column = (int64_t(blockIdx.x) % columnBlocks) * kThreads + threadIdx.x;
+  if (column >= g.width)
+    return;
+  int64_t first = range * rowsPerRange, last = first + rowsPerRange < g.rows ? first + rowsPerRange : g.rows;
+  for (int64_t row = first; row < last; ++row)
+    dweight[row * g.width + column] = S(0);
+  for (int64_t n = 0; n < g.count; ++n) {
+    int64_t row = indices[n];
+    if (row >= first && row < last && row != paddingIdx)
+      dweight[row * g.width + column] += dy[n * g.width + column];
+  }
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -1101,6 +1140,44 @@ cudaError_t launchDropout(Storage storage, int64_t count, double p, const void* 
     dropoutAdvanceKernel<<<1, 1, 0, stream>>>(count, state, nextState);
     return cudaGetLastError();
   });
+}
+
+cudaError_t launchEmbedding(Storage storage, EmbeddingGeometry geometry, const int64_t* indices, const void* table,
+                            void* y, cudaStream_t stream) {
+  int64_t total = geometry.count * geometry.width;
+  if (total == 0)
+    return cudaSuccess;
+  return dispatch(storage, [&](auto zero) {
+    using S = decltype(zero);
+    embeddingKernel<S><<<blocksForElements(total), kThreads, 0, stream>>>(geometry, indices,
+                                                                          static_cast<const S*>(table),
+                                                                          static_cast<S*>(y));
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launchEmbeddingGrad(Storage storage, EmbeddingGeometry geometry, int64_t paddingIdx, const void* dy,
+                                const int64_t* indices, void* dweight, cudaStream_t stream) {
+  if (storage != Storage::F32 && storage != Storage::F64)
+    return cudaErrorInvalidValue; // in-place accumulation needs fp32 or wider
+  if (geometry.rows == 0 || geometry.width == 0)
+    return cudaSuccess;
+  // About 64K owning threads: each scans every index once.
+  int64_t columnBlocks = (geometry.width + kThreads - 1) / kThreads;
+  int64_t ranges = std::clamp<int64_t>(65536 / (columnBlocks * kThreads), 1, geometry.rows);
+  ranges = std::min<int64_t>(ranges, kMaxBlocks / columnBlocks);
+  int64_t rowsPerRange = (geometry.rows + ranges - 1) / ranges;
+  ranges = (geometry.rows + rowsPerRange - 1) / rowsPerRange;
+  unsigned blocks = unsigned(ranges * columnBlocks);
+  if (storage == Storage::F64)
+    embeddingGradKernel<double><<<blocks, kThreads, 0, stream>>>(geometry, rowsPerRange, columnBlocks, paddingIdx,
+                                                                 static_cast<const double*>(dy), indices,
+                                                                 static_cast<double*>(dweight));
+  else
+    embeddingGradKernel<float><<<blocks, kThreads, 0, stream>>>(geometry, rowsPerRange, columnBlocks, paddingIdx,
+                                                                static_cast<const float*>(dy), indices,
+                                                                static_cast<float*>(dweight));
+  return cudaGetLastError();
 }
 
 } // namespace ampjit::runtime::cuda::numeric

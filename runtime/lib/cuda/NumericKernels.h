@@ -123,6 +123,21 @@ cudaError_t launchClassificationHead(const ClassificationHead& head, const LossG
 cudaError_t launchDropout(Storage storage, int64_t count, double p, const void* x, const int64_t* state, void* y,
                           uint8_t* mask, int64_t* nextState, cudaStream_t stream);
 
+/// An embedding table of `rows` x `width` and `count` indices.
+struct EmbeddingGeometry {
+  int64_t rows = 0, width = 0, count = 0;
+};
+/// y[n, :] = table[indices[n], :], bit for bit; a row of quiet NaNs for an
+/// index outside [0, rows) (a kernel cannot raise; the CPU backend does).
+cudaError_t launchEmbedding(Storage storage, EmbeddingGeometry geometry, const int64_t* indices, const void* table,
+                            void* y, cudaStream_t stream);
+/// dweight[v, :] = the sum of dy[n, :] over n with indices[n] == v, in index
+/// order, accumulated in dweight itself (so f32 or f64 storage only: the
+/// CPU's order and rounding, bit for bit); row paddingIdx (if >= 0) and rows
+/// no index names stay zero; out-of-range indices are skipped.
+cudaError_t launchEmbeddingGrad(Storage storage, EmbeddingGeometry geometry, int64_t paddingIdx, const void* dy,
+                                const int64_t* indices, void* dweight, cudaStream_t stream);
+
 } // namespace ampjit::runtime::cuda::numeric
 
 #endif // AMPJIT_RUNTIME_LIB_CUDA_NUMERICKERNELS_H

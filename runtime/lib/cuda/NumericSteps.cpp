@@ -195,6 +195,27 @@ Expected<std::unique_ptr<DeviceStep>> makeDropout(const Plan& plan, const Step& 
   });
 }
 
+Expected<std::unique_ptr<DeviceStep>> makeEmbedding(const Plan& plan, const Step& step, nk::Storage storage) {
+  bool forward = step.kind == StepKind::Embedding;
+  const Shape& table = forward ? inputType(plan, step, 1).shape : plan.buffers[step.outputs[0]].type.shape;
+  nk::EmbeddingGeometry geometry{.rows = table[0], .width = table[1],
+                                 .count = inputType(plan, step, forward ? 0 : 1).elementCount()};
+  if (forward)
+    return makeStep(step, 0, [storage, geometry](const StepPointers& p, cudaStream_t stream) {
+      return nk::launchEmbedding(storage, geometry, static_cast<const int64_t*>(slot(p.inputs, 0)),
+                                 slot(p.inputs, 1), slot(p.outputs, 0), stream);
+    });
+  if (storage != nk::Storage::F32 && storage != nk::Storage::F64)
+    return Status::error(stepName(step) +
+                         ": the table's gradient accumulates in place, so it must be f32 or f64 on CUDA (the AMP "
+                         "policies keep jit.embedding_grad in fp32)");
+  int64_t paddingIdx = step.as<EmbeddingGradParams>().paddingIdx;
+  return makeStep(step, 0, [storage, geometry, paddingIdx](const StepPointers& p, cudaStream_t stream) {
+    return nk::launchEmbeddingGrad(storage, geometry, paddingIdx, slot(p.inputs, 0),
+                                   static_cast<const int64_t*>(slot(p.inputs, 1)), slot(p.outputs, 0), stream);
+  });
+}
+
 } // namespace
 
 bool canShareLossLaunch(const Plan& plan, const Step& loss, const Step& gradient) {
@@ -349,7 +370,9 @@ bool runsAsNumericKernel(StepKind kind) {
   case StepKind::LayerNormGrad:
   case StepKind::Loss:
   case StepKind::LossGrad:
-  case StepKind::Dropout: return true;
+  case StepKind::Dropout:
+  case StepKind::Embedding:
+  case StepKind::EmbeddingGrad: return true;
   default: return false;
   }
 }
@@ -358,7 +381,8 @@ Expected<std::unique_ptr<DeviceStep>> makeNumericStep(DeviceContext&, const Plan
   if (!runsAsNumericKernel(step.kind))
     return Status::error(stepName(step) + ": not a numeric kernel's kind");
   // The data slot whose dtype every floating slot of the step shares.
-  std::size_t dataSlot = step.kind == StepKind::LayerNormGrad || step.kind == StepKind::LossGrad ? 1 : 0;
+  std::size_t dataSlot =
+      step.kind == StepKind::LayerNormGrad || step.kind == StepKind::LossGrad || step.kind == StepKind::Embedding ? 1 : 0;
   if (step.inputs.size() <= dataSlot || step.inputs[dataSlot] >= plan.buffers.size())
     return Status::error(stepName(step) + ": has no data input");
   Expected<nk::Storage> storage = storageOf(step, inputType(plan, step, dataSlot).dtype);
@@ -375,6 +399,8 @@ Expected<std::unique_ptr<DeviceStep>> makeNumericStep(DeviceContext&, const Plan
   case StepKind::Loss:
   case StepKind::LossGrad: return makeLoss(plan, step, *storage);
   case StepKind::Dropout: return makeDropout(plan, step, *storage);
+  case StepKind::Embedding:
+  case StepKind::EmbeddingGrad: return makeEmbedding(plan, step, *storage);
   default: break;
   }
   return Status::error(stepName(step) + ": not a numeric kernel's kind");

@@ -194,6 +194,13 @@ TEST(GradCheck, Losses) {
 
 // The convolution's three gradients (input, filter, bias) through stride,
 // padding, dilation and groups, and the layout the compiler uses on the GPU.
+TEST(GradCheck, Embedding) {
+  // Repeated rows: the table's gradient; the indices are data. (padding_idx
+  // departs from the derivative on purpose: EmbeddingTest checks it.)
+  Tensor ids = tensor(std::span<const int64_t>(std::vector<int64_t>{2, 0, 2, 4, 1, 2}), {2, 3});
+  gradcheck("embedding", [&](auto& x) { return embedding(ids, x[0]); }, {normal({5, 3})});
+}
+
 TEST(GradCheck, Conv2d) {
   gradcheck("conv2d 3x3 pad 1 with bias",
             [](auto& x) { return conv2d(x[0], x[1], x[2], {.padding = {1, 1}}); },

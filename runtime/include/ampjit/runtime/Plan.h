@@ -169,8 +169,11 @@ enum class StepKind : uint8_t {
   MaxPool2dGrad,      ///< inputs [dy, x], outputs [dx]
   AvgPool2d,          ///< inputs [x], outputs [y]
   AvgPool2dGrad,      ///< inputs [dy, x], outputs [dx]
+  // Embeddings.
+  Embedding,          ///< inputs [indices, weight], outputs [y]
+  EmbeddingGrad,      ///< inputs [dy, indices], outputs [dweight]
 };
-inline constexpr int kStepKindCount = int(StepKind::AvgPool2dGrad) + 1;
+inline constexpr int kStepKindCount = int(StepKind::EmbeddingGrad) + 1;
 
 std::string_view stepKindName(StepKind kind);
 
@@ -541,6 +544,15 @@ struct Pool2dParams {
   friend bool operator==(const Pool2dParams&, const Pool2dParams&) = default;
 };
 
+/// jit.embedding_grad: the row whose gradient stays zero, or -1 for none.
+/// (jit.embedding's padding_idx changes nothing in the forward: NoParams.)
+/// Rows are summed in fp32 (f64 for f64) in index order and rounded once.
+struct EmbeddingGradParams {
+  int64_t paddingIdx = -1;
+  template <typename Visit> void forEachField(Visit&& visit) { visit("padding_idx", paddingIdx); }
+  friend bool operator==(const EmbeddingGradParams&, const EmbeddingGradParams&) = default;
+};
+
 /// Input slot positions of the optimizer updates (outputs: new_param, then
 /// the new value of each state input present, in input order).
 namespace sgd_slot {
@@ -561,7 +573,7 @@ using StepParams =
     std::variant<NoParams, GemmParams, ElementwiseParams, FusedElementwiseParams, ReductionParams,
                  AxisParams, LayerNormParams, DropoutParams, LossParams, TransposeParams,
                  ConstantParams, OptimizerParams, UpdateScaleParams, Conv2dParams, BatchNormParams,
-                 Pool2dParams, BatchNormGradParams>;
+                 Pool2dParams, BatchNormGradParams, EmbeddingGradParams>;
 
 /// The StepParams alternative (variant index) each kind carries.
 std::size_t paramsIndexOf(StepKind kind);

@@ -810,6 +810,41 @@ func.func @sgd_step_without_buffer(%w: tensor<8xf32>, %g: tensor<8xf32>, %t: ten
 
 // -----
 
+func.func @embedding_table_rank(%ids: tensor<4xi64>, %table: tensor<100xf32>) {
+  // expected-error @below {{'jit.embedding' operand 'weight' of type 'tensor<100xf32>' must have rank 2: [num_embeddings, embedding_dim]}}
+  // expected-error @below {{failed to infer returned types}}
+  %e = jit.embedding %ids, %table : (tensor<4xi64>, tensor<100xf32>) -> tensor<4x1xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_padding_outside(%ids: tensor<4xi64>, %table: tensor<10x3xf32>) {
+  // expected-error @below {{'jit.embedding' padding_idx = 10 is not a row of the table (expected 0 <= padding_idx < 10)}}
+  // expected-error @below {{failed to infer returned types}}
+  %e = jit.embedding %ids, %table {padding_idx = 10 : i64} : (tensor<4xi64>, tensor<10x3xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_indices_float(%ids: tensor<4xf32>, %table: tensor<10x3xf32>) {
+  // expected-error @below {{operand #0 must be statically shaped tensor of 64-bit signless integer values}}
+  %e = jit.embedding %ids, %table : (tensor<4xf32>, tensor<10x3xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_grad_shape(%de: tensor<4x3xf32>, %ids: tensor<5xi64>) {
+  // expected-error @below {{'jit.embedding_grad' operand 'grad_output' of type 'tensor<4x3xf32>' must have the shape of operand 'indices' ('tensor<5xi64>') followed by embedding_dim}}
+  // expected-error @below {{failed to infer returned types}}
+  %g = jit.embedding_grad %de, %ids {num_weights = 10 : i64} : (tensor<4x3xf32>, tensor<5xi64>) -> tensor<10x3xf32>
+  return
+}
+
+// -----
+
 func.func @adam_grad_shape(%w: tensor<8xf32>, %g: tensor<4xf16>, %m: tensor<8xf32>, %t: tensor<i64>, %lr: tensor<f32>) {
   // expected-error @below {{'jit.adam_update' operand 'grad' of type 'tensor<4xf16>' must have the shape of operand 'param' of type 'tensor<8xf32>'}}
   // expected-error @below {{failed to infer returned types}}

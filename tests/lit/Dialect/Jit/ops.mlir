@@ -537,6 +537,18 @@ func.func @sgd_update(%w: tensor<4x8xf32>, %gw: tensor<4x8xf16>, %buf: tensor<4x
         tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
 }
 
+// CHECK-LABEL: func.func @embedding(
+func.func @embedding(%ids: tensor<4x6xi64>, %table: tensor<100x8xf16>, %de: tensor<4x6x8xf32>)
+    -> (tensor<4x6x8xf16>, tensor<100x8xf32>) {
+  // CHECK-NEXT: %[[E:.*]] = jit.embedding %arg0, %arg1 {padding_idx = 0 : i64} : (tensor<4x6xi64>, tensor<100x8xf16>) -> tensor<4x6x8xf16>
+  // CHECK-NEXT: %[[G:.*]] = jit.embedding_grad %arg2, %arg0 {num_weights = 100 : i64, padding_idx = 0 : i64} : (tensor<4x6x8xf32>, tensor<4x6xi64>) -> tensor<100x8xf32>
+  // CHECK-NEXT: return %[[E]], %[[G]]
+  %e = jit.embedding %ids, %table {padding_idx = 0 : i64} : (tensor<4x6xi64>, tensor<100x8xf16>) -> tensor<4x6x8xf16>
+  %g = jit.embedding_grad %de, %ids {num_weights = 100 : i64, padding_idx = 0 : i64}
+      : (tensor<4x6x8xf32>, tensor<4x6xi64>) -> tensor<100x8xf32>
+  return %e, %g : tensor<4x6x8xf16>, tensor<100x8xf32>
+}
+
 // CHECK-LABEL: func.func @adam_update(
 func.func @adam_update(%w: tensor<8xf32>, %gw: tensor<8xbf16>, %m: tensor<8xf32>, %v: tensor<8xf32>,
                        %step: tensor<i64>, %lr: tensor<f32>, %inv: tensor<f32>, %ok: tensor<i1>)

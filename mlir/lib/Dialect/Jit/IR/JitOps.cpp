@@ -756,6 +756,61 @@ LogicalResult NllLossGradOp::inferReturnTypes(MLIRContext *, std::optional<Locat
 }
 
 //===----------------------------------------------------------------------===//
+// Embeddings
+//===----------------------------------------------------------------------===//
+
+/// A padding_idx must name a row of the [V, D] table (frontends normalise
+/// PyTorch's negative ones).
+static LogicalResult verifyPaddingIndex(std::optional<Location> loc, StringRef opName,
+                                        std::optional<int64_t> paddingIdx, int64_t rows) {
+  if (paddingIdx && (*paddingIdx < 0 || *paddingIdx >= rows))
+    return emitOptionalError(loc, "'", opName, "' padding_idx = ", *paddingIdx,
+                             " is not a row of the table (expected 0 <= padding_idx < ", rows, ")");
+  return success();
+}
+
+LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                            SmallVectorImpl<Type> &inferred) {
+  StringRef opName = getOperationName();
+  NamedOperand weight = named("weight", adaptor.getWeight());
+  FailureOr<RankedTensorType> table = requireStaticTensor(loc, opName, weight);
+  FailureOr<RankedTensorType> indices = requireStaticTensor(loc, opName, named("indices", adaptor.getIndices()));
+  if (failed(table) || failed(indices))
+    return failure();
+  if (table->getRank() != 2)
+    return emitOptionalError(loc, "'", opName, "' operand 'weight' of type ", weight.type,
+                             " must have rank 2: [num_embeddings, embedding_dim]");
+  if (failed(verifyPaddingIndex(loc, opName, adaptor.getPaddingIdx(), table->getDimSize(0))))
+    return failure();
+  SmallVector<int64_t> shape(indices->getShape());
+  shape.push_back(table->getDimSize(1));
+  inferred.push_back(tensorOf(shape, table->getElementType()));
+  return success();
+}
+
+LogicalResult EmbeddingGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                                SmallVectorImpl<Type> &inferred) {
+  StringRef opName = getOperationName();
+  NamedOperand gradOutput = named("grad_output", adaptor.getGradOutput());
+  FailureOr<RankedTensorType> grad = requireStaticTensor(loc, opName, gradOutput);
+  FailureOr<RankedTensorType> indices = requireStaticTensor(loc, opName, named("indices", adaptor.getIndices()));
+  if (failed(grad) || failed(indices))
+    return failure();
+  ArrayRef<int64_t> indexShape = indices->getShape();
+  if (grad->getRank() != indices->getRank() + 1 || grad->getShape().drop_back() != indexShape)
+    return emitOptionalError(loc, "'", opName, "' operand 'grad_output' of type ", gradOutput.type,
+                             " must have the shape of operand 'indices' (", adaptor.getIndices().getType(),
+                             ") followed by embedding_dim");
+  int64_t rows = adaptor.getNumWeights();
+  if (rows <= 0)
+    return emitOptionalError(loc, "'", opName, "' num_weights = ", rows, " must be positive");
+  if (failed(verifyPaddingIndex(loc, opName, adaptor.getPaddingIdx(), rows)))
+    return failure();
+  inferred.push_back(tensorOf({rows, grad->getShape().back()}, grad->getElementType()));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Optimizer updates
 //===----------------------------------------------------------------------===//
 

@@ -512,6 +512,48 @@ def Jit_NllLossGradOp : Jit_Op<"nll_loss_grad", [Pure, InferTypeOpAdaptor]> {
 }
 
 //===----------------------------------------------------------------------===//
+// Embeddings
+//===----------------------------------------------------------------------===//
+
+def Jit_EmbeddingOp : Jit_Op<"embedding", [Pure, InferTypeOpAdaptor]> {
+  let summary = "rows of an embedding table, gathered by index";
+  let description = [{
+    PyTorch's `embedding(indices, weight)`: `weight` is `[V, D]`, `indices`
+    any shape of i64 in `[0, V)`; the result has the indices' shape followed
+    by `D`, in the weight's type. An index outside `[0, V)` is an error on the
+    CPU and a NaN row on CUDA (a device cannot raise mid-step). `padding_idx`
+    changes only the gradient (`jit.embedding_grad`).
+
+    ```mlir
+    %e = jit.embedding %ids, %table : (tensor<8x128xi64>, tensor<1000x64xf32>) -> tensor<8x128x64xf32>
+    ```
+  }];
+  let arguments = (ins Jit_IndexTensor:$indices, Jit_FloatTensor:$weight,
+                       OptionalAttr<I64Attr>:$padding_idx);
+  let results = (outs Jit_FloatTensor:$result);
+  let assemblyFormat = "$indices `,` $weight attr-dict `:` functional-type(operands, results)";
+}
+
+def Jit_EmbeddingGradOp : Jit_Op<"embedding_grad", [Pure, InferTypeOpAdaptor]> {
+  let summary = "gradient of jit.embedding with respect to its table";
+  let description = [{
+    `[num_weights, D]`: row `v` is the sum of the `grad_output` rows whose
+    index is `v`, in index order, accumulated in fp32 (f64 for f64) and
+    rounded once; the `padding_idx` row stays zero. The result has
+    `grad_output`'s type (the AMP policies keep it fp32).
+
+    ```mlir
+    %dtable = jit.embedding_grad %de, %ids {num_weights = 1000 : i64}
+        : (tensor<8x128x64xf32>, tensor<8x128xi64>) -> tensor<1000x64xf32>
+    ```
+  }];
+  let arguments = (ins Jit_FloatTensor:$grad_output, Jit_IndexTensor:$indices, I64Attr:$num_weights,
+                       OptionalAttr<I64Attr>:$padding_idx);
+  let results = (outs Jit_FloatTensor:$grad_weight);
+  let assemblyFormat = "$grad_output `,` $indices attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
 // Fused optimizer updates
 //===----------------------------------------------------------------------===//
 
