@@ -126,13 +126,20 @@ ScopedOpHandler::~ScopedOpHandler() { gHandler = previous_; }
 VjpScope::VjpScope(int64_t forwardOpId) : previous_(gVjpOf) { gVjpOf = forwardOpId; }
 VjpScope::~VjpScope() { gVjpOf = previous_; }
 
+thread_local bool gLeafGradient = false;
+LeafGradientScope::LeafGradientScope() : previous_(gLeafGradient) { gLeafGradient = true; }
+LeafGradientScope::~LeafGradientScope() { gLeafGradient = previous_; }
+
 std::vector<Tensor> dispatch(std::string_view op, std::span<const Tensor> operands, const AttributeMap& attributes,
                              std::span<const TensorType> resultTypes) {
   OpHandler& handler = gHandler ? *gHandler : eagerHandler();
-  if (!gVjpOf)
+  if (!gVjpOf && !gLeafGradient)
     return handler.run(OpCall{op, operands, attributes, resultTypes});
   AttributeMap marked = attributes;
-  marked["jit.vjp_of"] = *gVjpOf;
+  if (gVjpOf)
+    marked["jit.vjp_of"] = *gVjpOf;
+  if (gLeafGradient)
+    marked["jit.grad_of_leaf"] = true;
   return handler.run(OpCall{op, operands, marked, resultTypes});
 }
 
@@ -267,15 +274,22 @@ void runBackward(const Tensor& root, const Tensor& seed) {
       const Tensor& gradient = inputGradients[i];
       if (gradient.defined())
         checkGradient(*node, i, gradient);
+      // Sums of several gradients are marked for a traced step's AMP pass:
+      // eagerly they run in the type of the value they differentiate (the
+      // casts autocast recorded convert each gradient back first), which
+      // under autocast semantics the pass must reproduce.
       if (!edge->gradFn) {
-        if (gradient.defined())
+        if (gradient.defined()) {
+          LeafGradientScope marking;
           accumulateInto(edge->grad, gradient);
+        }
         continue;
       }
       Node* producer = edge->gradFn.get();
       if (gradient.defined()) {
         std::vector<Tensor>& slots = gradients[producer];
         slots.resize(producer->outputs.size());
+        VjpScope marking(producer->id);
         accumulateInto(slots[edge->outputIndex], gradient);
       }
       if (--pendingConsumers[producer] == 0)

@@ -253,7 +253,8 @@ private:
   OpHandler* previous_;
 };
 
-/// The one dispatch function. Adds `jit.vjp_of` while a VJP rule runs.
+/// The one dispatch function. Adds `jit.vjp_of` while a VJP rule runs, and
+/// `jit.grad_of_leaf` while a leaf's gradients are summed.
 std::vector<Tensor> dispatch(std::string_view op, std::span<const Tensor> operands, const AttributeMap& attributes,
                              std::span<const TensorType> resultTypes);
 
@@ -265,6 +266,17 @@ public:
 
 private:
   std::optional<int64_t> previous_;
+};
+
+/// While alive, ops dispatched on this thread carry `jit.grad_of_leaf`: they
+/// sum a leaf's gradients, which eager autocast does in the leaf's dtype.
+class LeafGradientScope {
+public:
+  LeafGradientScope();
+  ~LeafGradientScope();
+
+private:
+  bool previous_;
 };
 
 //===----------------------------------------------------------------------===//

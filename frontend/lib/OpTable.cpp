@@ -706,9 +706,19 @@ Grads vjpMatmul(const VjpContext& c) {
   Tensor da, db;
   // The weight's gradient first (a Linear layer's rhs), then the one that
   // flows on: the order of the recorded joint graph.
-  if (c.needsGrad[1])
+  // A matrix rhs against a batched lhs (a Linear layer over [batch, tokens,
+  // features]): its gradient sums the batch's products. Folding the batch
+  // into the rows makes that one GEMM accumulated in fp32, as PyTorch's
+  // linear does, not per-batch products summed in their (f16) dtype.
+  bool foldBatchIntoRows = b.dim() == 2 && a.dim() >= 3 && !ta;
+  if (c.needsGrad[1] && foldBatchIntoRows) {
+    int64_t k = a.shape().back(), n = g.shape().back(), rows = a.numel() / k;
+    Tensor a2 = reshape(a, {rows, k}), g2 = reshape(g, {rows, n});
+    db = tb ? matmul(g2, a2, {.transpose_lhs = true}) : matmul(a2, g2, {.transpose_lhs = true});
+  } else if (c.needsGrad[1]) {
     db = tb ? matmul(g, a, {.transpose_lhs = true, .transpose_rhs = ta})
             : matmul(a, g, {.transpose_lhs = !ta, .transpose_rhs = false});
+  }
   if (c.needsGrad[0])
     da = ta ? matmul(b, g, {.transpose_lhs = tb, .transpose_rhs = true})
             : matmul(g, b, {.transpose_lhs = false, .transpose_rhs = !tb});

@@ -98,7 +98,7 @@ OwningOpRef<ModuleOp> emitModule(MLIRContext& context, const TraceGraph& graph) 
     for (int64_t value : op.results)
       types.push_back(ampjit::codegen::toMlirType(&context, graph.valueTypes[size_t(value)]));
     AttributeMap attributes = op.attributes;
-    for (const char* name : {"jit.op_id", "jit.vjp_of"})
+    for (const char* name : {"jit.op_id", "jit.vjp_of"}) // jit.grad_of_leaf is a unit flag
       if (auto found = attributes.find(name); found != attributes.end())
         found->second = renumber(std::get<int64_t>(found->second));
     FailureOr<Operation*> created = ampjit::codegen::createOperationFromCall(builder, locationOf(context, op.location),

@@ -114,6 +114,31 @@ TEST(Autocast, BackwardGivesGradientsInTheParametersTypeAsHandCast) {
   expectSameTensor(w.grad(), wh.grad(), "grad w");
 }
 
+TEST(Autocast, ALinearOverTokensGetsItsWeightGradientFromOneFp32AccumulatedGemm) {
+  // x [64, 4, 8] through a Linear under f16 autocast: dW sums 256 rows of
+  // outer products. As one GEMM (the batch folded into rows, as PyTorch's
+  // linear does) it is rounded to f16 once; as 64 per-batch f16 products
+  // summed in f16 it collects 64 more roundings.
+  Generator generator(17);
+  Tensor x = randn({64, 4, 8}, f32, &generator);
+  Tensor w = randn({3, 8}, f32, &generator).requires_grad_();
+  Tensor dy = randn({64, 4, 3}, f32, &generator);
+  {
+    amp::autocast scope({.dtype = f16});
+    sum(matmul(x, w, {.transpose_rhs = true}) * dy.to(f16)).backward();
+  }
+  // The reference from the f16-rounded operands, in f64.
+  std::vector<double> x16 = x.to(f16).to_vector(), dy16 = dy.to(f16).to_vector(), got = w.grad().to_vector();
+  for (int64_t o = 0; o < 3; ++o)
+    for (int64_t i = 0; i < 8; ++i) {
+      double exact = 0;
+      for (int64_t r = 0; r < 256; ++r)
+        exact += dy16[size_t(r * 3 + o)] * x16[size_t(r * 8 + i)];
+      // One f16 rounding of the exact sum (2^-11 relative), the rest fp32.
+      EXPECT_NEAR(got[size_t(o * 8 + i)], exact, std::abs(exact) * 0x1p-11 + 1e-5) << o << ", " << i;
+    }
+}
+
 TEST(Autocast, BackwardCalledInsideAScopeRunsWithoutAutocast) {
   // The VJP of a f32 softmax under f16 autocast would otherwise be cast.
   Tensor x = tensor({0.5, -1.0, 2.0}, {1, 3});

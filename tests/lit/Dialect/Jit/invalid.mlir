@@ -1180,7 +1180,7 @@ func.func @derived_from_on_operation(%x: tensor<4xf32>) -> tensor<4xf16> {
 // -----
 
 func.func @unknown_operation_attribute(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @below {{'jit.relu' op unknown attribute 'jit.opid'; the jit dialect defines 'jit.op_id' and 'jit.vjp_of' on operations}}
+  // expected-error @below {{'jit.relu' op unknown attribute 'jit.opid'; the jit dialect defines 'jit.op_id', 'jit.vjp_of' and 'jit.grad_of_leaf' on operations}}
   %0 = jit.relu %x {jit.opid = 3 : i64} : tensor<4xf32>
   return %0 : tensor<4xf32>
 }

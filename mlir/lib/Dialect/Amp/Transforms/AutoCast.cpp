@@ -554,6 +554,18 @@ private:
       break;
     }
 
+    // A sum of a leaf's gradients runs in the leaf's (traced) type: eagerly
+    // each gradient first passes back through the cast autocast recorded.
+    // (The sums of other values' gradients carry jit.vjp_of of the value's
+    // producer, so they take its precision below.)
+    if (node.op->hasAttr(ampjit::ir::JitDialect::kGradOfLeafAttrName) && config.level != AmpLevel::O2 &&
+        config.level != AmpLevel::O3 && node.op->getNumResults() == 1 && isFloatTensor(node.op->getResult(0).getType())) {
+      node.computeType = cast<RankedTensorType>(node.op->getResult(0).getType()).getElementType();
+      node.reason = DecisionReason::Backward;
+      node.detail = "sums the gradients of a leaf (a parameter or input) in the leaf's type, as eager autocast does";
+      return;
+    }
+
     // Backward ops take the precision their forward op computed in, as
     // PyTorch's autograd does under autocast.
     if (auto vjpOf = node.op->getAttrOfType<IntegerAttr>("jit.vjp_of");

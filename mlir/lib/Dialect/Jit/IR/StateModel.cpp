@@ -8,7 +8,8 @@
 //     `input`) of the same type, and no two results tie the same argument;
 //   * `jit.derived_from = i` on a state argument names another state argument
 //     of the same shape (O2's low-precision parameter copy of an fp32 master);
-//   * `jit.op_id` / `jit.vjp_of` on ops are non-negative integers.
+//   * `jit.op_id` / `jit.vjp_of` on ops are non-negative integers;
+//   * `jit.grad_of_leaf` (a unit flag) marks an op summing a leaf's gradients.
 //
 //===----------------------------------------------------------------------===//
 
@@ -198,12 +199,17 @@ LogicalResult JitDialect::verifyOperationAttribute(Operation *op, NamedAttribute
                                << attr.getValue();
     return success();
   }
+  if (name == kGradOfLeafAttrName) {
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitOpError() << "'" << name << "' is a unit flag, but is " << attr.getValue();
+    return success();
+  }
   if (name == kRoleAttrName || name == kDerivedFromAttrName || name == kTiedAttrName)
     return op->emitOpError() << "'" << name << "' belongs on a function "
                              << (name == kTiedAttrName ? "result" : "argument")
                              << ", not on an operation";
   return op->emitOpError() << "unknown attribute '" << name << "'; the jit dialect defines '"
-                           << kOpIdAttrName << "' and '" << kVjpOfAttrName
+                           << kOpIdAttrName << "', '" << kVjpOfAttrName << "' and '" << kGradOfLeafAttrName
                            << "' on operations";
 }
 

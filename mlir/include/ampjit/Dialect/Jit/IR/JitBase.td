@@ -54,6 +54,7 @@ def Jit_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kDerivedFromAttrName = "jit.derived_from";
     static constexpr ::llvm::StringLiteral kOpIdAttrName = "jit.op_id";
     static constexpr ::llvm::StringLiteral kVjpOfAttrName = "jit.vjp_of";
+    static constexpr ::llvm::StringLiteral kGradOfLeafAttrName = "jit.grad_of_leaf";
   }];
 }
 
