@@ -14,6 +14,7 @@
 #include "ClassifierNet.h"
 #include "FrontendTestUtil.h"
 #include "ResNetTrainer.h"
+#include "TinyGpt.h"
 
 #include "jit/cuda.h"
 #include "jit/trace.h"
@@ -432,6 +433,36 @@ TEST_F(CompiledStepOnGpu, ATokenClassifierWithAnEmbeddingMatchesTheCpuAtO1AndO2)
     std::vector<double> table = onGpu.embed.weight.to_vector();
     for (int64_t d = 0; d < kDim; ++d)
       EXPECT_EQ(table[size_t(d)], 0.0) << "the padding row moved";
+  }
+}
+
+TEST_F(CompiledStepOnGpu, AGptBlockMatchesTheCpuAtO1AndO2) {
+  // Embeddings (one tied to the output), 3-D LayerNorm, batched attention
+  // GEMMs, a broadcast causal select, softmax, GELU, unscale_ and clipping.
+  for (amp::Level level : {amp::O1, amp::O2}) {
+    SCOPED_TRACE(level == amp::O1 ? "O1" : "O2");
+    gpt::GptTrainer onCpu(1024.0), onGpu(1024.0);
+    TraceOptions options{.amp = {.level = level, .dtype = f16}, .backend = Backend::cpu};
+    auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); }, options);
+    options.backend = Backend::cuda;
+    auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); }, options);
+    for (uint64_t i = 0; i < 4; ++i) {
+      auto [ids, next] = gpt::countingBatch(i);
+      expectClose({gpuStep(ids, next).item()}, {cpuStep(ids, next).item()},
+                  ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 8.0),
+                  "loss of call " + std::to_string(i));
+    }
+    auto gpuState = onGpu.model.state_dict(), cpuState = onCpu.model.state_dict();
+    ASSERT_EQ(gpuState.size(), cpuState.size());
+    for (size_t k = 0; k < cpuState.size(); ++k) {
+      // The key's bias adds one constant to a row of scores, which softmax
+      // ignores: its gradient is rounding noise, which AdamW scales to full
+      // steps, so each backend moves it its own way.
+      if (cpuState[k].first == "key.bias")
+        continue;
+      expectCloseInNorm(gpuState[k].second.to_vector(), cpuState[k].second.to_vector(),
+                        ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 8.0), cpuState[k].first);
+    }
   }
 }
 

@@ -408,7 +408,7 @@ TEST_F(GpuTest, AClassifiersHeadInOneLaunchMatchesTheCpu) {
   // The scores widened from f16/bf16 (or f32 already), the f32 loss and
   // gradient, the gradient rounded to the low dtype, its column sums
   // (cuda::classificationHeadLength): one launch, every output stored.
-  const ClassificationCase cases[] = {{3, 5}, {64, 10}, {128, 10}, {1024, 32}};
+  const ClassificationCase cases[] = {{3, 5}, {64, 10}, {128, 10}, {1024, 32}, {32, 13}};
   for (std::string loss : {"jit.cross_entropy", "jit.nll_loss"})
     for (const ClassificationCase& c : cases)
       for (std::string reduction : {"mean", "sum"})
@@ -477,6 +477,33 @@ TEST_F(GpuTest, AClassifiersHeadInOneLaunchMatchesTheCpu) {
                 }
                 EXPECT_TRUE(allClose(expected, both->cudaResults[sumsIndex], 0.0)) << what << ", column sums";
               }
+}
+
+TEST_F(GpuTest, AClassifiersHeadWithoutColumnSumsMatchesTheCpu) {
+  // A tied output projection has no bias: the head is widen, loss, gradient
+  // and narrow, with the widened scores a temporary only the head reads.
+  PlanBuilder b("head_without_sums");
+  Shape shape = {32, 13};
+  BufferId given = b.argument(tt(DType::F16, shape), BufferRole::Input);
+  BufferId labels = b.argument(tt(DType::I64, {32}), BufferRole::Input);
+  BufferId seed = b.argument(tt(DType::F32, {}), BufferRole::ScalerState);
+  BufferId scores = b.temporary(tt(DType::F32, shape));
+  BufferId value = b.output(tt(DType::F32, {}));
+  BufferId grad = b.temporary(tt(DType::F32, shape));
+  BufferId lowGrad = b.output(tt(DType::F16, shape));
+  AttributeMap attributes = {{"reduction", std::string("mean")}};
+  b.op("amp.cast", {given}, {scores});
+  b.op("jit.cross_entropy", {scores, labels}, {value}, attributes);
+  b.op("jit.cross_entropy_grad", {seed, scores, labels}, {grad}, attributes);
+  b.op("amp.cast", {grad}, {lowGrad});
+  b.result(value);
+  b.result(lowGrad);
+  Plan plan = b.finish();
+  ASSERT_EQ(cuda::launchGroups(plan).size(), 1u);
+  std::vector<Tensor> arguments = randomArguments(plan, 15, -4.0, 4.0);
+  setLabels(arguments[1], 13, -100, false, false);
+  arguments[2].set(0, 1024.0);
+  expectAgree(*cpu, *cuda, plan, arguments, {2.0, 4.0}, "head without column sums");
 }
 
 TEST_F(GpuTest, CrossEntropyPropagatesNaNAndInfinities) {

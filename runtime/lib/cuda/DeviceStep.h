@@ -164,6 +164,10 @@ std::size_t launchesPerRun(const Plan& plan, std::span<const std::pair<std::size
 /// steps; -1 for none, and for the update's own groups.
 std::vector<std::ptrdiff_t> deferredJoins(const Plan& plan,
                                           std::span<const std::pair<std::size_t, std::size_t>> groups);
+/// Whether two buffers may share bytes: the same buffer (or views of it), or
+/// temporaries whose arena ranges overlap (codegen reuses the bytes of dead
+/// temporaries). Steps that run in one launch must not, where one writes.
+bool sameMemory(const Plan& plan, BufferId a, BufferId b);
 /// The DeviceStep of one of launchGroups' groups of more than one step: a
 /// multi-tensor conversion, a classification head, a loss with its gradient,
 /// or makeOptimizerGroupStep's launch.

@@ -224,9 +224,17 @@ bool canShareLossLaunch(const Plan& plan, const Step& loss, const Step& gradient
       loss.outputs.size() != 1 || gradient.outputs.size() != 1)
     return false;
   // The same scores and labels, and a gradient seed the loss does not write.
-  return loss.inputs[0] == gradient.inputs[1] && loss.inputs[1] == gradient.inputs[2] &&
-         gradient.inputs[0] != loss.outputs[0] &&
-         nk::lossAndGradientShareALaunch(lossGeometry(plan, loss));
+  if (loss.inputs[0] != gradient.inputs[1] || loss.inputs[1] != gradient.inputs[2] ||
+      gradient.inputs[0] == loss.outputs[0] || !nk::lossAndGradientShareALaunch(lossGeometry(plan, loss)))
+    return false;
+  // One kernel writes the loss and the gradient while it reads: neither may
+  // share bytes with what it reads or with the other (a loss nobody reads
+  // is dead at once, and codegen may give its bytes to the gradient).
+  for (BufferId written : {loss.outputs[0], gradient.outputs[0]})
+    for (BufferId read : {gradient.inputs[0], gradient.inputs[1], gradient.inputs[2]})
+      if (sameMemory(plan, written, read))
+        return false;
+  return !sameMemory(plan, loss.outputs[0], gradient.outputs[0]);
 }
 
 Expected<std::unique_ptr<DeviceStep>> makeLossAndGradientStep(const Plan& plan, const Step& loss,
@@ -294,6 +302,46 @@ std::optional<HeadParts> classificationHead(const Plan& plan, std::size_t index)
     parts.sums = true;
   // A loss with its gradient alone is makeLossAndGradientStep's.
   if (!parts.widens && !parts.narrows && !parts.sums)
+    return std::nullopt;
+  // The kernel works on all rows at once where the steps ran one after
+  // another, and codegen gives dead temporaries' bytes to later outputs. Its
+  // order: first, row by row in any order, it reads the scores, labels and
+  // seed and writes the wide scores, the gradient and its narrowed copy;
+  // then (after a barrier) the loss, then the column sums from the gradient.
+  // So a first-phase write must not share bytes with what the first phase
+  // reads or with another first-phase write (an f32 gradient in the f16
+  // scores' bytes overwrote rows not yet read: a GPT's tied output
+  // projection lost its loss to NaN), except the gradient or its copy in
+  // place of the scores element for element, since each row is read in full
+  // before its gradient is written (the MNIST head's f16 gradient takes its
+  // f16 scores' bytes). The loss, stored late, must not take the bytes of a
+  // gradient written before it; the sums, last in both orders, may take any
+  // dead bytes, but not the gradient they read.
+  BufferId source = steps[index].inputs[0], lossValue = loss.outputs[0];
+  std::size_t afterGradient = index + parts.widens + 2;
+  BufferId lowGrad = parts.narrows ? steps[afterGradient].outputs[0] : kNoBuffer;
+  BufferId sums = parts.sums ? steps[afterGradient + parts.narrows].outputs[0] : kNoBuffer;
+  std::vector<BufferId> firstReads = {source, loss.inputs[1], gradient.inputs[0]};
+  std::vector<BufferId> firstWrites = {grad};
+  if (parts.widens)
+    firstWrites.push_back(steps[index].outputs[0]);
+  if (parts.narrows)
+    firstWrites.push_back(lowGrad);
+  auto inPlaceOfScores = [&](BufferId written, BufferId read) {
+    const BufferDesc &x = plan.buffers[written], &y = plan.buffers[read];
+    return read == source && (written == grad || written == lowGrad) && x.role == BufferRole::Temporary &&
+           y.role == BufferRole::Temporary && x.viewOf < 0 && y.viewOf < 0 && x.arenaOffset == y.arenaOffset &&
+           x.type == y.type;
+  };
+  for (std::size_t w = 0; w < firstWrites.size(); ++w) {
+    for (BufferId read : firstReads)
+      if (sameMemory(plan, firstWrites[w], read) && !inPlaceOfScores(firstWrites[w], read))
+        return std::nullopt;
+    for (std::size_t other = w + 1; other < firstWrites.size(); ++other)
+      if (sameMemory(plan, firstWrites[w], firstWrites[other]))
+        return std::nullopt;
+  }
+  if (sameMemory(plan, lossValue, grad) || sameMemory(plan, lossValue, lowGrad) || sameMemory(plan, sums, grad))
     return std::nullopt;
   return parts;
 }

@@ -171,25 +171,6 @@ struct OptimizerSlots {
   }
 };
 
-/// Whether two buffers may share bytes: the same buffer, or temporaries whose
-/// arena ranges overlap (codegen reuses the bytes of dead temporaries).
-bool sameMemory(const Plan& plan, BufferId a, BufferId b) {
-  if (a == kNoBuffer || b == kNoBuffer)
-    return false;
-  // A view of an argument, constant or carried buffer is that buffer's memory.
-  if (plan.buffers[a].viewOf >= 0)
-    a = BufferId(plan.buffers[a].viewOf);
-  if (plan.buffers[b].viewOf >= 0)
-    b = BufferId(plan.buffers[b].viewOf);
-  if (a == b)
-    return true;
-  const BufferDesc &x = plan.buffers[a], &y = plan.buffers[b];
-  if (x.role != BufferRole::Temporary || y.role != BufferRole::Temporary)
-    return false;
-  uint64_t xEnd = x.arenaOffset + uint64_t(x.type.byteSize()), yEnd = y.arenaOffset + uint64_t(y.type.byteSize());
-  return x.arenaOffset < yEnd && y.arenaOffset < xEnd;
-}
-
 /// Whether running two steps in one launch (elements in any order) could
 /// differ from running them one after the other: one writes what the other
 /// reads or writes.
@@ -457,6 +438,24 @@ private:
 };
 
 } // namespace
+
+bool sameMemory(const Plan& plan, BufferId a, BufferId b) {
+  if (a == kNoBuffer || b == kNoBuffer)
+    return false;
+  // A view of an argument, constant or carried buffer is that buffer's memory.
+  if (plan.buffers[a].viewOf >= 0)
+    a = BufferId(plan.buffers[a].viewOf);
+  if (plan.buffers[b].viewOf >= 0)
+    b = BufferId(plan.buffers[b].viewOf);
+  if (a == b)
+    return true;
+  const BufferDesc &x = plan.buffers[a], &y = plan.buffers[b];
+  if (x.role != BufferRole::Temporary || y.role != BufferRole::Temporary)
+    return false;
+  uint64_t xEnd = x.arenaOffset + uint64_t(x.type.byteSize()), yEnd = y.arenaOffset + uint64_t(y.type.byteSize());
+  return x.arenaOffset < yEnd && y.arenaOffset < xEnd;
+}
+
 
 bool runsAsUpdateKernel(StepKind kind) {
   switch (kind) {

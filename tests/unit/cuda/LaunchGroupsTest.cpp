@@ -206,5 +206,47 @@ TEST(LaunchGroups, AClassifiersHeadIsOneLaunch) {
   EXPECT_EQ(cuda::launchGroups(headPlan(true, true)), (Groups{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}}));
 }
 
+TEST(LaunchGroups, AHeadRunsStepByStepWhenItsBuffersShareBytesUnsafely) {
+  // Step by step, codegen gives dead temporaries' bytes to later outputs.
+  // The fused kernel works on all rows at once: an f32 gradient in the f16
+  // scores' bytes would overwrite scores of rows not yet read. The f16
+  // gradient in the f16 scores' bytes, element for element, is safe (each
+  // row is read in full before its gradient is written): the MNIST head.
+  enum class Alias { None, GradientOverScores, LowGradientOverScores };
+  auto build = [](Alias alias) {
+    PlanBuilder b("aliased_head");
+    BufferId logits = b.argument(tt(DType::F32, {64, 10}), BufferRole::Input, "logits");
+    BufferId labels = b.argument(tt(DType::I64, {64}), BufferRole::Input, "labels");
+    BufferId seed = b.argument(tt(DType::F32, {}), BufferRole::ScalerState, "scale");
+    BufferId low = b.temporary(tt(DType::F16, {64, 10}));
+    BufferId scores = b.temporary(tt(DType::F32, {64, 10}));
+    BufferId loss = b.output(tt(DType::F32, {}));
+    BufferId grad = b.temporary(tt(DType::F32, {64, 10}));
+    BufferId lowGrad = b.temporary(tt(DType::F16, {64, 10}));
+    BufferId out = b.output(tt(DType::F32, {64, 10}));
+    AttributeMap attributes = {{"reduction", std::string("mean")}};
+    b.op("amp.cast", {logits}, {low});
+    b.op("amp.cast", {low}, {scores});
+    b.op("jit.cross_entropy", {scores, labels}, {loss}, attributes);
+    b.op("jit.cross_entropy_grad", {seed, scores, labels}, {grad}, attributes);
+    b.op("amp.cast", {grad}, {lowGrad});
+    b.op("amp.cast", {lowGrad}, {out}); // reads the narrowed gradient after the head
+    b.result(loss);
+    b.result(out);
+    Plan plan = b.finish();
+    // A fresh range for the two, so they overlap nothing else.
+    BufferId over = alias == Alias::GradientOverScores ? grad : lowGrad;
+    if (alias != Alias::None) {
+      plan.buffers[low].arenaOffset = plan.buffers[over].arenaOffset = plan.arenaBytes;
+      plan.arenaBytes += uint64_t(plan.buffers[grad].type.byteSize());
+    }
+    return plan;
+  };
+  EXPECT_EQ(cuda::launchGroups(build(Alias::None)), (Groups{{0, 1}, {1, 5}, {5, 6}}));
+  EXPECT_EQ(cuda::launchGroups(build(Alias::LowGradientOverScores)), (Groups{{0, 1}, {1, 5}, {5, 6}}));
+  // From the loss on, the head reads the wide scores, which nothing overlaps.
+  EXPECT_EQ(cuda::launchGroups(build(Alias::GradientOverScores)), (Groups{{0, 1}, {1, 2}, {2, 5}, {5, 6}}));
+}
+
 } // namespace
 } // namespace ampjit::runtime
