@@ -60,5 +60,46 @@ TEST(TinyGpt, LearnsToCountAtEveryLevel) {
       EXPECT_NEAR(losses[level][i], losses[0][i], 5e-3 * losses[0][i]) << "level " << level << " step " << i;
 }
 
+TEST(TinyGpt, AccumulatedMicroBatchesAndAnEvalStepTraceAsTheyRunEagerly) {
+  // Two scaled backwards into the same .grad (leaf sums across backwards)
+  // before one step, under f16 autocast, and a no-grad eval step traced
+  // beside it that must see each update.
+  GptTrainer eager(65536.0), traced(65536.0);
+  auto train = [](GptTrainer& t, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& d) {
+    t.opt.zero_grad();
+    Tensor first = cross_entropy(t.model(a), b) * 0.5;
+    t.scaler.scale(first).backward();
+    Tensor second = cross_entropy(t.model(c), d) * 0.5;
+    t.scaler.scale(second).backward();
+    t.scaler.step(t.opt);
+    t.scaler.update();
+    return first + second;
+  };
+  auto evaluate = [](GptTrainer& t, const Tensor& ids, const Tensor& next) {
+    NoGradGuard noGrad;
+    return cross_entropy(t.model(ids), next);
+  };
+  TraceOptions options{.amp = {.level = amp::O1, .dtype = f16},
+                       .semantics = amp::Semantics::autocast,
+                       .backend = Backend::cpu};
+  auto trainStep = trace([&](const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& d) {
+    return train(traced, a, b, c, d);
+  }, options);
+  auto evalStep = trace([&](const Tensor& ids, const Tensor& next) { return evaluate(traced, ids, next); }, options);
+  for (uint64_t i = 0; i < 4; ++i) {
+    auto [a, b] = countingBatch(2 * i);
+    auto [c, d] = countingBatch(2 * i + 1);
+    amp::autocast scope({.dtype = f16});
+    EXPECT_EQ(trainStep(a, b, c, d).item(), train(eager, a, b, c, d).item()) << "train call " << i;
+    auto [x, y] = countingBatch(100 + i);
+    EXPECT_EQ(evalStep(x, y).item(), evaluate(eager, x, y).item()) << "eval call " << i;
+  }
+  auto tracedState = traced.model.state_dict(), eagerState = eager.model.state_dict();
+  for (size_t k = 0; k < eagerState.size(); ++k)
+    EXPECT_EQ(tracedState[k].second.to_vector(), eagerState[k].second.to_vector()) << eagerState[k].first;
+  EXPECT_EQ(trainStep.stats().traces, 1u);
+  EXPECT_EQ(evalStep.stats().traces, 1u);
+}
+
 } // namespace
 } // namespace jit::testing
