@@ -466,6 +466,38 @@ TEST_F(CompiledStepOnGpu, AGptBlockMatchesTheCpuAtO1AndO2) {
   }
 }
 
+TEST_F(CompiledStepOnGpu, AnMlpWithBatchNorm1dMatchesTheCpu) {
+  // Batch norm over [N, C] features (not cuDNN's NCHW) on the device, O1 and O2.
+  for (amp::Level level : {amp::O1, amp::O2}) {
+    SCOPED_TRACE(level == amp::O1 ? "O1" : "O2");
+    auto build = [] {
+      Generator generator(11);
+      return nn::Sequential(nn::Linear(kIn, kHidden, false, {.generator = &generator}), nn::BatchNorm1d(kHidden),
+                            nn::ReLU(), nn::Linear(kHidden, kClasses, true, {.generator = &generator}));
+    };
+    nn::Sequential cpuModel = build(), gpuModel = build();
+    optim::SGD cpuOpt(cpuModel.parameters(), {.lr = 0.1, .momentum = 0.9});
+    optim::SGD gpuOpt(gpuModel.parameters(), {.lr = 0.1, .momentum = 0.9});
+    amp::GradScaler cpuScaler, gpuScaler;
+    TraceOptions options{.amp = {.level = level, .dtype = f16}, .backend = Backend::cpu};
+    auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return scaledTrainStep(cpuModel, cpuOpt, cpuScaler, x, y); },
+                         options);
+    options.backend = Backend::cuda;
+    auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return scaledTrainStep(gpuModel, gpuOpt, gpuScaler, x, y); },
+                         options);
+    for (uint64_t i = 0; i < 4; ++i) {
+      auto [x, y] = batch(kBatch, kIn, kClasses, 130 + i);
+      expectClose({gpuStep(x, y).item()}, {cpuStep(x, y).item()},
+                  ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 4.0),
+                  "loss of call " + std::to_string(i));
+    }
+    auto gpuState = gpuModel.state_dict(), cpuState = cpuModel.state_dict();
+    for (size_t k = 0; k < cpuState.size(); ++k)
+      expectCloseInNorm(gpuState[k].second.to_vector(), cpuState[k].second.to_vector(),
+                        ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 4.0), cpuState[k].first);
+  }
+}
+
 TEST_F(CompiledStepOnGpu, DropoutDrawsTheCpusMasksAndAdvancesItsGeneratorOnTheDevice) {
   // The generator's [seed, offset] is state the compiled step advances on the
   // device; the masks are a function of it alone, so the device draws the

@@ -307,17 +307,16 @@ private:
   Conv2dOptions options_;
 };
 
-/// torch.nn.BatchNorm2d over [N, C, H, W]: weight ones and bias zeros
-/// (affine), buffers running_mean zeros and running_var ones
-/// (track_running_stats), all f32 (f64 when InitOptions asks for f64) since
-/// batch norm keeps fp32 statistics for low-precision activations. Training
-/// mode normalises with the batch's statistics and updates the running ones
-/// in place, also on steps the loss scaler skips (as PyTorch). PyTorch's
-/// num_batches_tracked is not kept: it only matters for momentum=None.
-class BatchNorm2d : public Module {
+/// What BatchNorm1d and BatchNorm2d share (torch's _BatchNorm), over
+/// channel axis 1: weight ones and bias zeros (affine), buffers running_mean
+/// zeros and running_var ones (track_running_stats), all f32 (f64 when
+/// InitOptions asks for f64) since batch norm keeps fp32 statistics for
+/// low-precision activations. Training mode normalises with the batch's
+/// statistics and updates the running ones in place, also on steps the loss
+/// scaler skips (as PyTorch). PyTorch's num_batches_tracked is not kept: it
+/// only matters for momentum=None.
+class BatchNorm : public Module {
 public:
-  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
-                       bool track_running_stats = true, InitOptions init = {});
   Tensor forward(const Tensor& input) override;
 
   Tensor weight; ///< undefined without affine
@@ -325,10 +324,35 @@ public:
   Tensor running_mean; ///< undefined without track_running_stats
   Tensor running_var;
 
+protected:
+  /// `name` and `shapes` (e.g. "NCHW") for messages; `ranks` the input ranks taken.
+  BatchNorm(const char* name, std::vector<int64_t> ranks, const char* shapes, int64_t num_features, double eps,
+            double momentum, bool affine, bool track_running_stats, InitOptions init);
+
 private:
+  const char* name_;
+  std::vector<int64_t> ranks_;
+  const char* shapes_;
   int64_t numFeatures_;
   double eps_;
   double momentum_;
+};
+
+/// torch.nn.BatchNorm1d over [N, C] or [N, C, L].
+class BatchNorm1d : public BatchNorm {
+public:
+  explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
+                       bool track_running_stats = true, InitOptions init = {})
+      : BatchNorm("BatchNorm1d", {2, 3}, "[N, C] or [N, C, L]", num_features, eps, momentum, affine,
+                  track_running_stats, init) {}
+};
+
+/// torch.nn.BatchNorm2d over [N, C, H, W].
+class BatchNorm2d : public BatchNorm {
+public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
+                       bool track_running_stats = true, InitOptions init = {})
+      : BatchNorm("BatchNorm2d", {4}, "NCHW", num_features, eps, momentum, affine, track_running_stats, init) {}
 };
 
 /// torch.nn.MaxPool2d and AvgPool2d (stride defaults to the kernel size).

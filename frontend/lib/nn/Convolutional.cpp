@@ -7,6 +7,7 @@
 #include "Init.h"
 #include "jit/Autograd.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace jit::nn {
@@ -51,11 +52,13 @@ Tensor Conv2d::forward(const Tensor& input) {
   return conv2d(input, weight, bias, options_);
 }
 
-BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool affine, bool track_running_stats,
-                         InitOptions init)
-    : numFeatures_(num_features), eps_(eps), momentum_(momentum) {
+BatchNorm::BatchNorm(const char* name, std::vector<int64_t> ranks, const char* shapes, int64_t num_features,
+                     double eps, double momentum, bool affine, bool track_running_stats, InitOptions init)
+    : name_(name), ranks_(std::move(ranks)), shapes_(shapes), numFeatures_(num_features), eps_(eps),
+      momentum_(momentum) {
   if (num_features <= 0)
-    throw Error("nn::BatchNorm2d: num_features (" + std::to_string(num_features) + ") must be positive");
+    throw Error("nn::" + std::string(name_) + ": num_features (" + std::to_string(num_features) +
+                ") must be positive");
   DType dtype = statisticsDType(init.dtype);
   if (affine) {
     weight = register_parameter("weight", ones({num_features}, dtype));
@@ -67,10 +70,11 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool
   }
 }
 
-Tensor BatchNorm2d::forward(const Tensor& input) {
-  if (input.dim() != 4 || input.size(1) != numFeatures_)
-    throw Error("nn::BatchNorm2d(" + std::to_string(numFeatures_) + "): input " + detail::describe(input) +
-                " must be NCHW with " + std::to_string(numFeatures_) + " channels");
+Tensor BatchNorm::forward(const Tensor& input) {
+  if (std::find(ranks_.begin(), ranks_.end(), input.dim()) == ranks_.end() || input.size(1) != numFeatures_)
+    throw Error("nn::" + std::string(name_) + "(" + std::to_string(numFeatures_) + "): input " +
+                detail::describe(input) + " must be " + shapes_ + " with " + std::to_string(numFeatures_) +
+                " channels");
   bool useBatchStatistics = is_training() || !running_mean.defined();
   return batch_norm(input, running_mean, running_var, weight, bias, useBatchStatistics, momentum_, eps_);
 }

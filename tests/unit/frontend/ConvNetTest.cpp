@@ -76,6 +76,79 @@ TEST(ConvNet, BatchNorm2dTrainsOnBatchStatisticsAndUpdatesRunningOnes) {
   EXPECT_EQ(bn.weight.dtype(), f32);
 }
 
+TEST(ConvNet, BatchNorm1dNormalisesFeaturesAndSequencesPerChannel) {
+  // [N, C] (an MLP's features) and [N, C, L] (channels of a sequence): each
+  // channel to mean 0 and biased variance 1 over every other axis, the
+  // running statistics updated with the unbiased variance.
+  for (const Shape& shape : {Shape{16, 3}, Shape{4, 3, 5}}) {
+    SCOPED_TRACE(::testing::Message() << "rank " << shape.size());
+    nn::BatchNorm1d bn(3, 1e-5, 0.5);
+    Generator generator(9);
+    Tensor x = randn(shape, f32, &generator) * 3.0 - 2.0;
+    std::vector<double> values = bn(x).to_vector(), input = x.to_vector();
+    int64_t length = shape.size() == 3 ? shape[2] : 1, count = shape[0] * length;
+    for (int64_t c = 0; c < 3; ++c) {
+      double sum = 0, squares = 0, inputSum = 0, inputSquares = 0;
+      for (int64_t n = 0; n < shape[0]; ++n)
+        for (int64_t l = 0; l < length; ++l) {
+          size_t at = size_t((n * 3 + c) * length + l);
+          sum += values[at];
+          squares += values[at] * values[at];
+          inputSum += input[at];
+          inputSquares += input[at] * input[at];
+        }
+      EXPECT_NEAR(sum / double(count), 0.0, 1e-5);
+      EXPECT_NEAR(squares / double(count), 1.0, 1e-3);
+      double mean = inputSum / double(count);
+      double unbiased = (inputSquares - double(count) * mean * mean) / double(count - 1);
+      EXPECT_NEAR(bn.running_mean.to_vector()[size_t(c)], 0.5 * mean, 1e-5);
+      EXPECT_NEAR(bn.running_var.to_vector()[size_t(c)], 0.5 + 0.5 * unbiased, 1e-4);
+    }
+  }
+  nn::BatchNorm1d bn(3);
+  std::string message = errorOf([&] { bn(zeros({2, 3, 4, 5})); });
+  EXPECT_NE(message.find("nn::BatchNorm1d(3): input"), std::string::npos) << message;
+  EXPECT_NE(message.find("must be [N, C] or [N, C, L] with 3 channels"), std::string::npos) << message;
+  message = errorOf([&] { nn::BatchNorm2d(3)(zeros({2, 3})); });
+  EXPECT_NE(message.find("must be NCHW with 3 channels"), std::string::npos) << message;
+}
+
+TEST(ConvNet, AnMlpWithBatchNorm1dTracesAsItRunsEagerly) {
+  // Bitwise at O0 and with autocast semantics at O1, then an eval step.
+  for (amp::Level level : {amp::O0, amp::O1}) {
+    SCOPED_TRACE(::testing::Message() << "O" << int(level));
+    auto build = [] {
+      Generator generator(10);
+      return nn::Sequential(nn::Linear(12, 32, false, {.generator = &generator}), nn::BatchNorm1d(32), nn::ReLU(),
+                            nn::Linear(32, 5, true, {.generator = &generator}));
+    };
+    nn::Sequential eagerModel = build(), tracedModel = build();
+    optim::SGD eagerOpt(eagerModel.parameters(), {.lr = 0.1, .momentum = 0.9});
+    optim::SGD tracedOpt(tracedModel.parameters(), {.lr = 0.1, .momentum = 0.9});
+    auto body = [](nn::Sequential& model, optim::SGD& opt, const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      Tensor loss = cross_entropy(model(x), y);
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+    amp::Policy policy = level == amp::O0 ? amp::Policy{.level = amp::O0} : amp::Policy{.level = level, .dtype = f16};
+    auto step = trace([&](const Tensor& x, const Tensor& y) { return body(tracedModel, tracedOpt, x, y); },
+                      {.amp = policy, .semantics = amp::Semantics::autocast, .backend = Backend::cpu});
+    for (uint64_t i = 0; i < 4; ++i) {
+      auto [x, y] = batch(16, 12, 5, 80 + i);
+      std::optional<amp::autocast> scope;
+      if (level != amp::O0)
+        scope.emplace(amp::AutocastOptions{.dtype = f16});
+      EXPECT_EQ(step(x, y).item(), body(eagerModel, eagerOpt, x, y).item()) << "call " << i;
+    }
+    auto tracedState = tracedModel.state_dict(), eagerState = eagerModel.state_dict();
+    for (size_t k = 0; k < eagerState.size(); ++k)
+      EXPECT_EQ(tracedState[k].second.to_vector(), eagerState[k].second.to_vector()) << eagerState[k].first;
+    EXPECT_EQ(tracedState[3].first, "1.running_mean");
+  }
+}
+
 TEST(ConvNet, ATracedStepFollowsBatchNormIntoEvalModeAndBack) {
   // BatchNorm2d reads its training flag: eval() retraces onto the running
   // statistics (which then stay put), train() reuses the first variant.
