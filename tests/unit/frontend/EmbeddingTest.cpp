@@ -221,5 +221,24 @@ TEST(Embedding, ATokenClassifierAtO2AndO3TracksO0) {
       EXPECT_NEAR(losses[level][i], losses[0][i], 5e-3 * losses[0][i]) << "level " << level << " step " << i;
 }
 
+TEST(Embedding, ABadIndexInATracedStepIsAnErrorAtTheUsersLineAndChangesNothing) {
+  TokenClassifier net;
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return net.step(x, y); }, {.backend = Backend::cpu});
+  auto [x, y] = tokenBatch(70);
+  step(x, y);
+  std::vector<double> before = net.embed.weight.to_vector();
+  std::vector<int64_t> ids(size_t(16 * TokenClassifier::kLength), 1);
+  ids[5] = TokenClassifier::kVocab; // one past the table
+  Tensor bad = tensor(std::span<const int64_t>(ids), {16, TokenClassifier::kLength});
+  std::string message = errorOf([&] { step(bad, y); });
+  EXPECT_NE(message.find("index 40 at position 5 is outside the table's rows [0, 40)"), std::string::npos) << message;
+  EXPECT_NE(message.find("jit.embedding"), std::string::npos) << message;
+  EXPECT_NE(message.find("EmbeddingTest.cpp"), std::string::npos) << message;
+  EXPECT_EQ(net.embed.weight.to_vector(), before) << "a failed step must not update";
+  // The step still runs, and updates again.
+  EXPECT_TRUE(std::isfinite(step(x, y).item()));
+  EXPECT_NE(net.embed.weight.to_vector(), before);
+}
+
 } // namespace
 } // namespace jit::testing
