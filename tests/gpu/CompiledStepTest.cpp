@@ -436,11 +436,11 @@ TEST_F(CompiledStepOnGpu, ATokenClassifierWithAnEmbeddingMatchesTheCpuAtO1AndO2)
   }
 }
 
-TEST_F(CompiledStepOnGpu, AGptBlockMatchesTheCpuAtO1AndO2) {
+TEST_F(CompiledStepOnGpu, AGptBlockMatchesTheCpuAtO1O2AndO3) {
   // Embeddings (one tied to the output), 3-D LayerNorm, batched attention
   // GEMMs, a broadcast causal select, softmax, GELU, unscale_ and clipping.
-  for (amp::Level level : {amp::O1, amp::O2}) {
-    SCOPED_TRACE(level == amp::O1 ? "O1" : "O2");
+  for (amp::Level level : {amp::O1, amp::O2, amp::O3}) {
+    SCOPED_TRACE(::testing::Message() << "O" << int(level));
     gpt::GptTrainer onCpu(1024.0), onGpu(1024.0);
     TraceOptions options{.amp = {.level = level, .dtype = f16}, .backend = Backend::cpu};
     auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); }, options);
