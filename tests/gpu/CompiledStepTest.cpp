@@ -15,6 +15,7 @@
 #include "FrontendTestUtil.h"
 #include "ResNetTrainer.h"
 #include "TinyGpt.h"
+#include "TokenClassifier.h"
 
 #include "jit/cuda.h"
 #include "jit/trace.h"
@@ -383,45 +384,15 @@ TEST_F(CompiledStepOnGpu, RMSpropAndAdagradStepsMatchTheCpuAndSkipOverflows) {
 TEST_F(CompiledStepOnGpu, ATokenClassifierWithAnEmbeddingMatchesTheCpuAtO1AndO2) {
   // The gather and the table's fp32 gradient (repeated tokens, a padding
   // row) on the device, beside f16 GEMMs.
-  constexpr int64_t kVocab = 30, kDim = 8, kLength = 5;
-  struct Net {
-    Net()
-        : generator(9), embed(kVocab, kDim, 0, {.generator = &generator}),
-          head(nn::Linear(kLength * kDim, kHidden, true, {.generator = &generator}), nn::ReLU(),
-               nn::Linear(kHidden, kClasses, true, {.generator = &generator})),
-          opt({embed.weight, head.parameters()[0], head.parameters()[1], head.parameters()[2], head.parameters()[3]},
-              {.lr = 1e-2}),
-          scaler({.init_scale = 1e6, .growth_interval = 2}) {}
-    Tensor step(const Tensor& tokens, const Tensor& labels) {
-      opt.zero_grad();
-      Tensor loss = cross_entropy(head(reshape(embed(tokens), {tokens.shape()[0], kLength * kDim})), labels);
-      scaler.scale(loss).backward();
-      scaler.step(opt);
-      scaler.update();
-      return loss;
-    }
-    Generator generator;
-    nn::Embedding embed;
-    nn::Sequential head;
-    optim::AdamW opt;
-    amp::GradScaler scaler;
-  };
-  auto tokens = [](uint64_t seed, int64_t count, int64_t range, Shape shape) {
-    std::vector<int64_t> values;
-    for (int64_t i = 0; i < count; ++i)
-      values.push_back(int64_t((seed * 7919 + uint64_t(i) * 104729) % uint64_t(range)));
-    return tensor(std::span<const int64_t>(values), std::move(shape));
-  };
   for (amp::Level level : {amp::O1, amp::O2}) {
     SCOPED_TRACE(level == amp::O1 ? "O1" : "O2");
-    Net onCpu, onGpu;
+    TokenClassifier onCpu, onGpu;
     TraceOptions options{.amp = {.level = level, .dtype = f16}, .backend = Backend::cpu};
     auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); }, options);
     options.backend = Backend::cuda;
     auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); }, options);
     for (uint64_t i = 0; i < 6; ++i) {
-      Tensor x = tokens(i + 1, kBatch * kLength, kVocab, {kBatch, kLength});
-      Tensor y = tokens(i + 50, kBatch, kClasses, {kBatch});
+      auto [x, y] = tokenBatch(i + 1);
       expectClose({gpuStep(x, y).item()}, {cpuStep(x, y).item()},
                   ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 4.0),
                   "loss of call " + std::to_string(i));
@@ -431,7 +402,7 @@ TEST_F(CompiledStepOnGpu, ATokenClassifierWithAnEmbeddingMatchesTheCpuAtO1AndO2)
     expectCloseInNorm(onGpu.embed.weight.to_vector(), onCpu.embed.weight.to_vector(),
                       ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 4.0), "the table");
     std::vector<double> table = onGpu.embed.weight.to_vector();
-    for (int64_t d = 0; d < kDim; ++d)
+    for (int64_t d = 0; d < TokenClassifier::kDim; ++d)
       EXPECT_EQ(table[size_t(d)], 0.0) << "the padding row moved";
   }
 }

@@ -132,20 +132,12 @@ TEST(ConvNet, AnMlpWithBatchNorm1dTracesAsItRunsEagerly) {
       opt.step();
       return loss;
     };
-    amp::Policy policy = level == amp::O0 ? amp::Policy{.level = amp::O0} : amp::Policy{.level = level, .dtype = f16};
-    auto step = trace([&](const Tensor& x, const Tensor& y) { return body(tracedModel, tracedOpt, x, y); },
-                      {.amp = policy, .semantics = amp::Semantics::autocast, .backend = Backend::cpu});
-    for (uint64_t i = 0; i < 4; ++i) {
-      auto [x, y] = batch(16, 12, 5, 80 + i);
-      std::optional<amp::autocast> scope;
-      if (level != amp::O0)
-        scope.emplace(amp::AutocastOptions{.dtype = f16});
-      EXPECT_EQ(step(x, y).item(), body(eagerModel, eagerOpt, x, y).item()) << "call " << i;
-    }
-    auto tracedState = tracedModel.state_dict(), eagerState = eagerModel.state_dict();
-    for (size_t k = 0; k < eagerState.size(); ++k)
-      EXPECT_EQ(tracedState[k].second.to_vector(), eagerState[k].second.to_vector()) << eagerState[k].first;
-    EXPECT_EQ(tracedState[3].first, "1.running_mean");
+    expectTracedLossesEqualEager(
+        level, [&](const Tensor& x, const Tensor& y) { return body(eagerModel, eagerOpt, x, y); },
+        [&](const Tensor& x, const Tensor& y) { return body(tracedModel, tracedOpt, x, y); },
+        [](uint64_t i) { return batch(16, 12, 5, 80 + i); }, 4);
+    expectSameState(tracedModel.state_dict(), eagerModel.state_dict());
+    EXPECT_EQ(tracedModel.state_dict()[3].first, "1.running_mean");
   }
 }
 

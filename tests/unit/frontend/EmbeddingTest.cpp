@@ -5,6 +5,7 @@
 
 #include "ClassifierNet.h"
 #include "FrontendTestUtil.h"
+#include "TokenClassifier.h"
 
 #include "jit/jit.h"
 
@@ -13,22 +14,6 @@
 
 namespace jit::testing {
 namespace {
-
-Tensor indicesOf(std::vector<int64_t> values, Shape shape) {
-  return tensor(std::span<const int64_t>(values), std::move(shape));
-}
-
-/// Indices uniform in [0, rows), seeded.
-Tensor randomIndices(Shape shape, int64_t rows, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  int64_t count = 1;
-  for (int64_t d : shape)
-    count *= d;
-  std::vector<int64_t> values(static_cast<size_t>(count));
-  for (int64_t& v : values)
-    v = int64_t(rng() % uint64_t(rows));
-  return indicesOf(values, std::move(shape));
-}
 
 TEST(Embedding, GathersTheIndexedRowsBitForBitInAnyShape) {
   Generator generator(3);
@@ -142,62 +127,20 @@ TEST(Embedding, TheModuleDrawsNormalRowsAndNeverMovesItsPaddingRow) {
   }
 }
 
-/// Tokens -> embedding -> flattened -> MLP -> classes.
-struct TokenClassifier {
-  static constexpr int64_t kVocab = 40, kDim = 8, kLength = 6, kHidden = 24, kClasses = 5;
-  explicit TokenClassifier(double initialScale = 1e6)
-      : generator(8), embed(kVocab, kDim, 0, {.generator = &generator}),
-        head(nn::Linear(kLength * kDim, kHidden, true, {.generator = &generator}), nn::ReLU(),
-             nn::Linear(kHidden, kClasses, true, {.generator = &generator})),
-        opt(parameters(), {.lr = 1e-2}), scaler({.init_scale = initialScale, .growth_interval = 2}) {}
-  std::vector<Tensor> parameters() const {
-    std::vector<Tensor> all = embed.parameters();
-    for (const Tensor& p : head.parameters())
-      all.push_back(p);
-    return all;
-  }
-  Tensor step(const Tensor& tokens, const Tensor& labels) {
-    opt.zero_grad();
-    Tensor features = reshape(embed(tokens), {tokens.shape()[0], kLength * kDim});
-    Tensor loss = cross_entropy(head(features), labels);
-    scaler.scale(loss).backward();
-    scaler.step(opt);
-    scaler.update();
-    return loss;
-  }
-  Generator generator;
-  nn::Embedding embed;
-  nn::Sequential head;
-  optim::Adam opt;
-  amp::GradScaler scaler;
-};
-
-std::pair<Tensor, Tensor> tokenBatch(uint64_t seed) {
-  return {randomIndices({16, TokenClassifier::kLength}, TokenClassifier::kVocab, seed),
-          randomIndices({16}, TokenClassifier::kClasses, seed + 1000)};
-}
-
 TEST(Embedding, ATokenClassifierTracesAsItRunsEagerly) {
   // Bitwise at O0 and, with autocast semantics, at O1 (f16 GEMMs, an fp32
   // table gradient, overflowing first steps skipped).
   for (amp::Level level : {amp::O0, amp::O1}) {
     SCOPED_TRACE(::testing::Message() << "O" << int(level));
     TokenClassifier eager, traced;
-    amp::Policy policy = level == amp::O0 ? amp::Policy{.level = amp::O0} : amp::Policy{.level = level, .dtype = f16};
-    auto step = trace([&](const Tensor& x, const Tensor& y) { return traced.step(x, y); },
-                      {.amp = policy, .semantics = amp::Semantics::autocast, .backend = Backend::cpu});
-    for (uint64_t i = 0; i < 6; ++i) {
-      auto [x, y] = tokenBatch(30 + i);
-      std::optional<amp::autocast> scope;
-      if (level != amp::O0)
-        scope.emplace(amp::AutocastOptions{.dtype = f16});
-      EXPECT_EQ(step(x, y).item(), eager.step(x, y).item()) << "call " << i;
-    }
+    expectTracedLossesEqualEager(
+        level, [&](const Tensor& x, const Tensor& y) { return eager.step(x, y); },
+        [&](const Tensor& x, const Tensor& y) { return traced.step(x, y); },
+        [](uint64_t i) { return tokenBatch(30 + i); }, 6);
     EXPECT_EQ(traced.embed.weight.to_vector(), eager.embed.weight.to_vector());
     if (level != amp::O0) {
       EXPECT_GT(eager.scaler.skipped_steps(), 0);
     }
-    EXPECT_EQ(step.stats().traces, 1u);
   }
 }
 
@@ -206,9 +149,8 @@ TEST(Embedding, ATokenClassifierAtO2AndO3TracksO0) {
   for (amp::Level level : {amp::O0, amp::O2, amp::O3}) {
     SCOPED_TRACE(::testing::Message() << "O" << int(level));
     TokenClassifier net(1024.0); // no overflow: every level takes every step
-    amp::Policy policy = level == amp::O0 ? amp::Policy{.level = amp::O0} : amp::Policy{.level = level, .dtype = f16};
     auto step = trace([&](const Tensor& x, const Tensor& y) { return net.step(x, y); },
-                      {.amp = policy, .backend = Backend::cpu, .log_retraces = false});
+                      {.amp = policyAt(level), .backend = Backend::cpu, .log_retraces = false});
     losses.emplace_back();
     for (uint64_t i = 0; i < 8; ++i) {
       auto [x, y] = tokenBatch(50 + i % 2);
@@ -233,7 +175,7 @@ TEST(Embedding, ABadIndexInATracedStepIsAnErrorAtTheUsersLineAndChangesNothing) 
   std::string message = errorOf([&] { step(bad, y); });
   EXPECT_NE(message.find("index 40 at position 5 is outside the table's rows [0, 40)"), std::string::npos) << message;
   EXPECT_NE(message.find("jit.embedding"), std::string::npos) << message;
-  EXPECT_NE(message.find("EmbeddingTest.cpp"), std::string::npos) << message;
+  EXPECT_NE(message.find("TokenClassifier.h:"), std::string::npos) << message; // the step's line
   EXPECT_EQ(net.embed.weight.to_vector(), before) << "a failed step must not update";
   // The step still runs, and updates again.
   EXPECT_TRUE(std::isfinite(step(x, y).item()));

@@ -9,7 +9,9 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace jit::testing {
 
@@ -50,6 +52,39 @@ inline void expectCloseInNorm(const std::vector<double>& actual, const std::vect
   magnitude = std::sqrt(magnitude);
   EXPECT_LE(difference, tolerance.atol * std::sqrt(double(actual.size())) + tolerance.rtol * magnitude)
       << what << ": |actual - expected| = " << difference << " against |expected| = " << magnitude;
+}
+
+/// Level `level` in `dtype` (O0 has no low type).
+inline amp::Policy policyAt(amp::Level level, DType dtype = f16) {
+  return level == amp::O0 ? amp::Policy{.level = amp::O0} : amp::Policy{.level = level, .dtype = dtype};
+}
+
+/// Traces `traced(x, y)` on the CPU at `level` with autocast semantics and
+/// calls it beside `eager(x, y)` on `calls` batches from `batchAt(i)`, both
+/// inside an f16 autocast scope above O0, as a user runs eager AMP code:
+/// every loss must be bit for bit the eager one, with one trace. The callers
+/// compare the state afterwards.
+template <typename Eager, typename Traced, typename BatchAt>
+void expectTracedLossesEqualEager(amp::Level level, Eager eager, Traced traced, BatchAt batchAt, int calls) {
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return traced(x, y); },
+                    {.amp = policyAt(level), .semantics = amp::Semantics::autocast, .backend = Backend::cpu});
+  for (int i = 0; i < calls; ++i) {
+    auto [x, y] = batchAt(uint64_t(i));
+    std::optional<amp::autocast> scope;
+    if (level != amp::O0)
+      scope.emplace(amp::AutocastOptions{.dtype = f16});
+    EXPECT_EQ(step(x, y).item(), eager(x, y).item()) << "call " << i;
+  }
+  EXPECT_EQ(step.stats().traces, 1u);
+}
+
+/// Every entry of two state_dicts, bit for bit, named.
+inline void expectSameState(const std::vector<NamedTensor>& actual, const std::vector<NamedTensor>& expected) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t k = 0; k < expected.size(); ++k) {
+    EXPECT_EQ(actual[k].first, expected[k].first);
+    EXPECT_EQ(actual[k].second.to_vector(), expected[k].second.to_vector()) << expected[k].first;
+  }
 }
 
 } // namespace jit::testing

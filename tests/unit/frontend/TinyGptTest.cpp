@@ -19,21 +19,10 @@ TEST(TinyGpt, TracesAsItRunsEagerlyAtO0AndO1) {
   for (amp::Level level : {amp::O0, amp::O1}) {
     SCOPED_TRACE(::testing::Message() << "O" << int(level));
     GptTrainer eager(65536.0), traced(65536.0);
-    amp::Policy policy = level == amp::O0 ? amp::Policy{.level = amp::O0} : amp::Policy{.level = level, .dtype = f16};
-    auto step = trace([&](const Tensor& x, const Tensor& y) { return traced.step(x, y); },
-                      {.amp = policy, .semantics = amp::Semantics::autocast, .backend = Backend::cpu});
-    for (uint64_t i = 0; i < 4; ++i) {
-      auto [ids, next] = countingBatch(i);
-      std::optional<amp::autocast> scope;
-      if (level != amp::O0)
-        scope.emplace(amp::AutocastOptions{.dtype = f16});
-      EXPECT_EQ(step(ids, next).item(), eager.step(ids, next).item()) << "call " << i;
-    }
-    auto tracedState = traced.model.state_dict(), eagerState = eager.model.state_dict();
-    ASSERT_EQ(tracedState.size(), eagerState.size());
-    for (size_t k = 0; k < eagerState.size(); ++k)
-      EXPECT_EQ(tracedState[k].second.to_vector(), eagerState[k].second.to_vector()) << eagerState[k].first;
-    EXPECT_EQ(step.stats().traces, 1u);
+    expectTracedLossesEqualEager(
+        level, [&](const Tensor& x, const Tensor& y) { return eager.step(x, y); },
+        [&](const Tensor& x, const Tensor& y) { return traced.step(x, y); }, countingBatch, 4);
+    expectSameState(traced.model.state_dict(), eager.model.state_dict());
   }
 }
 
@@ -42,9 +31,8 @@ TEST(TinyGpt, LearnsToCountAtEveryLevel) {
   for (amp::Level level : {amp::O0, amp::O1, amp::O2, amp::O3}) {
     SCOPED_TRACE(::testing::Message() << "O" << int(level));
     GptTrainer trainer(1024.0);
-    amp::Policy policy = level == amp::O0 ? amp::Policy{.level = amp::O0} : amp::Policy{.level = level, .dtype = f16};
     auto step = trace([&](const Tensor& x, const Tensor& y) { return trainer.step(x, y); },
-                      {.amp = policy, .backend = Backend::cpu, .log_retraces = false});
+                      {.amp = policyAt(level), .backend = Backend::cpu, .log_retraces = false});
     losses.emplace_back();
     for (uint64_t i = 0; i < 150; ++i) {
       auto [ids, next] = countingBatch(i);
@@ -94,9 +82,7 @@ TEST(TinyGpt, AccumulatedMicroBatchesAndAnEvalStepTraceAsTheyRunEagerly) {
     auto [x, y] = countingBatch(100 + i);
     EXPECT_EQ(evalStep(x, y).item(), evaluate(eager, x, y).item()) << "eval call " << i;
   }
-  auto tracedState = traced.model.state_dict(), eagerState = eager.model.state_dict();
-  for (size_t k = 0; k < eagerState.size(); ++k)
-    EXPECT_EQ(tracedState[k].second.to_vector(), eagerState[k].second.to_vector()) << eagerState[k].first;
+  expectSameState(traced.model.state_dict(), eager.model.state_dict());
   EXPECT_EQ(trainStep.stats().traces, 1u);
   EXPECT_EQ(evalStep.stats().traces, 1u);
 }

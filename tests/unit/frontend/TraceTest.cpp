@@ -680,7 +680,7 @@ TEST(Trace, EveryLevelTracksFp32OnALayerNormGeluAdamWStepWithClippingAndAnEma) {
       optim::AdamW opt(model.parameters(), {.lr = 1e-3});
       amp::GradScaler scaler;
       optim::ExponentialMovingAverage ema(model.parameters(), 0.99);
-      amp::Policy policy = level == amp::O0 ? amp::Policy{.level = amp::O0} : amp::Policy{.level = level, .dtype = dtype};
+      amp::Policy policy = policyAt(level, dtype);
       auto step = trace(
           [&](const Tensor& x, const Tensor& y) {
             opt.zero_grad();
@@ -746,22 +746,15 @@ TEST(Trace, RMSpropAndAdagradStepsTraceAsTheyRunEagerly) {
     for (amp::Level level : {amp::O0, amp::O1}) {
       SCOPED_TRACE(std::string(adagrad ? "Adagrad" : "RMSprop") + " O" + std::to_string(int(level)));
       ElementwiseOptimizerNet eager(adagrad), traced(adagrad);
-      amp::Policy policy = level == amp::O0 ? amp::Policy{.level = amp::O0} : amp::Policy{.level = level, .dtype = f16};
-      auto step = trace([&](const Tensor& x, const Tensor& y) { return traced.step(x, y); },
-                        {.amp = policy, .semantics = amp::Semantics::autocast, .backend = Backend::cpu});
-      for (uint64_t i = 0; i < 6; ++i) {
-        auto [x, y] = batch(kBatch, kIn, kClasses, 140 + i);
-        std::optional<amp::autocast> scope;
-        if (level != amp::O0)
-          scope.emplace(amp::AutocastOptions{.dtype = f16});
-        EXPECT_EQ(step(x, y).item(), eager.step(x, y).item()) << "call " << i;
-      }
+      expectTracedLossesEqualEager(
+          level, [&](const Tensor& x, const Tensor& y) { return eager.step(x, y); },
+          [&](const Tensor& x, const Tensor& y) { return traced.step(x, y); },
+          [](uint64_t i) { return batch(kBatch, kIn, kClasses, 140 + i); }, 6);
       EXPECT_EQ(traced.state(), eager.state());
       EXPECT_EQ(traced.scaler.skipped_steps(), eager.scaler.skipped_steps());
       if (level != amp::O0) {
         EXPECT_GT(eager.scaler.skipped_steps(), 0);
       }
-      EXPECT_EQ(step.stats().traces, 1u);
     }
   }
 }
@@ -775,9 +768,8 @@ TEST(Trace, RMSpropAndAdagradStepsAtO2AndO3TrackO0) {
       SCOPED_TRACE(std::string(adagrad ? "Adagrad" : "RMSprop") + " O" + std::to_string(int(level)));
       // A scale f16 gradients do not overflow: every level takes every step.
       ElementwiseOptimizerNet net(adagrad, 1024.0);
-      amp::Policy policy = level == amp::O0 ? amp::Policy{.level = amp::O0} : amp::Policy{.level = level, .dtype = f16};
       auto step = trace([&](const Tensor& x, const Tensor& y) { return net.step(x, y); },
-                        {.amp = policy, .backend = Backend::cpu, .log_retraces = false});
+                        {.amp = policyAt(level), .backend = Backend::cpu, .log_retraces = false});
       losses.emplace_back();
       for (uint64_t i = 0; i < 8; ++i) {
         auto [x, y] = batch(kBatch, kIn, kClasses, 150 + i);

@@ -315,19 +315,16 @@ TEST(TracedPattern, AnMlpOfSiluLeakyReluTanhAndLogSoftmaxModules) {
       opt.step();
       return loss;
     };
-    amp::Policy policy = level == amp::O0 ? amp::Policy{.level = amp::O0} : amp::Policy{.level = level, .dtype = f16};
-    auto step = trace([&](const Tensor& x, const Tensor& y) { return body(tracedModel, tracedOpt, x, y); },
-                      {.amp = policy, .semantics = amp::Semantics::autocast, .backend = Backend::cpu});
     std::vector<double> losses;
-    for (uint64_t i = 0; i < 4; ++i) {
-      auto [x, y] = batch(kBatch, kIn, kClasses, 60 + i);
-      std::optional<amp::autocast> scope;
-      if (level != amp::O0)
-        scope.emplace(amp::AutocastOptions{.dtype = f16});
-      Tensor expected = body(eagerModel, eagerOpt, x, y);
-      EXPECT_EQ(step(x, y).item(), expected.item()) << "step " << i;
-      losses.push_back(expected.item());
-    }
+    expectTracedLossesEqualEager(
+        level,
+        [&](const Tensor& x, const Tensor& y) {
+          Tensor loss = body(eagerModel, eagerOpt, x, y);
+          losses.push_back(loss.item());
+          return loss;
+        },
+        [&](const Tensor& x, const Tensor& y) { return body(tracedModel, tracedOpt, x, y); },
+        [](uint64_t i) { return batch(kBatch, kIn, kClasses, 60 + i); }, 4);
     EXPECT_EQ(values(tracedModel.parameters()), values(eagerModel.parameters()));
     EXPECT_LT(losses.back(), losses.front()) << "the MLP should train";
   }
