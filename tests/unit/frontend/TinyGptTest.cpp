@@ -8,7 +8,10 @@
 #include "jit/jit.h"
 
 #include <cmath>
+#include <filesystem>
 #include <optional>
+
+#include <unistd.h>
 
 namespace jit::testing {
 namespace {
@@ -85,6 +88,85 @@ TEST(TinyGpt, AccumulatedMicroBatchesAndAnEvalStepTraceAsTheyRunEagerly) {
   expectSameState(traced.model.state_dict(), eager.model.state_dict());
   EXPECT_EQ(trainStep.stats().traces, 1u);
   EXPECT_EQ(evalStep.stats().traces, 1u);
+}
+
+/// A language-model training loop as people write it: AdamW with weight
+/// decay on matrices only (biases, norms and embeddings in a no-decay group),
+/// a per-iteration warmup-then-cosine schedule, unscale_ and clipping, all in
+/// one checkpoint.
+struct LmRun {
+  explicit LmRun(uint64_t seed)
+      : model(seed), opt(groups(model), {.lr = 3e-3, .weight_decay = 0.1}),
+        scaler({.init_scale = 1e7, .growth_interval = 3}),
+        schedule(opt,
+                 {std::make_shared<optim::LinearWarmup>(opt, 4, 0.1),
+                  std::make_shared<optim::CosineAnnealingLR>(opt, 20, 1e-4)},
+                 {4}) {
+    checkpoint.add("model", model).add("optimizer", opt).add("scaler", scaler).add("schedule", schedule);
+    checkpoint.add("iteration", iteration);
+  }
+  static std::vector<optim::AdamGroup> groups(TinyGpt& model) {
+    std::vector<Tensor> decay, noDecay;
+    for (const auto& [name, parameter] : model.named_parameters())
+      (parameter.dim() == 2 && name.find("tokens") == std::string::npos &&
+               name.find("positions") == std::string::npos
+           ? decay
+           : noDecay)
+          .push_back(parameter);
+    return {{.params = decay}, {.params = noDecay, .weight_decay = 0.0}};
+  }
+  Tensor step(const Tensor& ids, const Tensor& next) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(model(ids), next);
+    scaler.scale(loss).backward();
+    scaler.unscale_(opt);
+    clip_grad_norm_(model.parameters(), 0.5);
+    scaler.step(opt);
+    scaler.update();
+    return loss;
+  }
+  TinyGpt model;
+  optim::AdamW opt;
+  amp::GradScaler scaler;
+  optim::SequentialLR schedule;
+  int64_t iteration = 0;
+  Checkpoint checkpoint;
+};
+
+TEST(TinyGpt, ALanguageModelLoopResumesFromACheckpointBitForBitAtO2) {
+  auto train = [](LmRun& run, auto& step, int count) {
+    std::vector<double> losses;
+    for (int i = 0; i < count; ++i) {
+      auto [ids, next] = countingBatch(uint64_t(run.iteration));
+      losses.push_back(step(ids, next).item());
+      run.schedule.step();
+      ++run.iteration;
+    }
+    return losses;
+  };
+  auto traced = [](LmRun& run) {
+    return trace([&run](const Tensor& x, const Tensor& y) { return run.step(x, y); },
+                 {.amp = policyAt(amp::O2), .backend = Backend::cpu, .defer_updates = DeferUpdates::on});
+  };
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("ampjit-lm-" + std::to_string(::getpid()) + ".ampjit")).string();
+  LmRun original(7);
+  auto step = traced(original);
+  std::vector<double> first = train(original, step, 6);
+  EXPECT_GT(original.scaler.skipped_steps(), 0) << "the first scales overflow f16";
+  original.checkpoint.save(path);
+  std::vector<double> expected = train(original, step, 8);
+  EXPECT_LT(expected.back(), first.front());
+
+  LmRun resumed(99); // other initial weights: the file must replace them all
+  resumed.checkpoint.load(path);
+  EXPECT_EQ(resumed.iteration, 6);
+  auto resumedStep = traced(resumed);
+  EXPECT_EQ(train(resumed, resumedStep, 8), expected);
+  expectSameState(resumed.model.state_dict(), original.model.state_dict());
+  expectSameState(resumed.opt.state_dict(), original.opt.state_dict());
+  EXPECT_EQ(resumed.schedule.get_last_lr(1), original.schedule.get_last_lr(1));
+  std::filesystem::remove(path);
 }
 
 } // namespace
