@@ -686,6 +686,32 @@ TEST(StepBuilder, EveryOpMapsToOneKindOnce) {
   EXPECT_EQ(seen.size(), 59u);
 }
 
+TEST(PlanFile, EmbeddingAndAmsgradStepsRoundTripAndPrintTheirSlots) {
+  // The step kinds and slots of format version 6.
+  Expected<Plan> gradient = buildSingleOpPlan(
+      "jit.embedding_grad", operands({tt(DType::F32, {6, 4}), tt(DType::I64, {6})}),
+      std::vector<TensorType>{tt(DType::F32, {10, 4})}, {{"num_weights", int64_t(10)}, {"padding_idx", int64_t(3)}});
+  TensorType p = tt(DType::F32, {8});
+  Expected<Plan> amsgrad = buildSingleOpPlan(
+      "jit.adam_update",
+      operands({p, p, p, p, p, tt(DType::I64, {}), tt(DType::F32, {}), std::nullopt, std::nullopt, std::nullopt}),
+      std::vector<TensorType>{p, p, p, p}, {});
+  for (Expected<Plan>* plan : {&gradient, &amsgrad}) {
+    ASSERT_TRUE(plan->ok()) << plan->message();
+    std::vector<uint8_t> bytes = encodePlan(**plan);
+    Expected<Plan> decoded = decodePlan(bytes, "memory");
+    ASSERT_TRUE(decoded.ok()) << decoded.message();
+    EXPECT_TRUE(*decoded == **plan);
+  }
+  std::string text = printPlan(*gradient);
+  EXPECT_NE(text.find("embedding_grad padding_idx=3 f32, i64 -> f32 (compute f32) dy=%0 indices=%1 dweight=%2"),
+            std::string::npos)
+      << text;
+  text = printPlan(*amsgrad);
+  EXPECT_NE(text.find("exp_avg_sq=%3 max_exp_avg_sq=%4 step=%5 lr=%6"), std::string::npos) << text;
+  EXPECT_NE(text.find("new_max_exp_avg_sq=%10"), std::string::npos) << text;
+}
+
 TEST(StepBuilder, SingleOpPlanForEagerExecution) {
   Expected<Plan> plan = buildSingleOpPlan("jit.add", operands({tt(DType::F32, {2, 3}), tt(DType::F32, {3})}),
                                           std::vector<TensorType>{tt(DType::F32, {2, 3})}, {});
