@@ -469,6 +469,26 @@ TEST_F(CompiledStepOnGpu, AnMlpWithBatchNorm1dMatchesTheCpu) {
   }
 }
 
+TEST_F(CompiledStepOnGpu, AGptBlockWithDropoutDrawsTheCpusMasksAtO2) {
+  // Attention and residual dropout: the device draws the CPU's masks
+  // (Philox), so the two trainings stay together, and both generators end
+  // at the same offset.
+  gpt::GptTrainer onCpu(1024.0, 0.1), onGpu(1024.0, 0.1);
+  TraceOptions options{.amp = {.level = amp::O2, .dtype = f16}, .backend = Backend::cpu};
+  auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); }, options);
+  options.backend = Backend::cuda;
+  auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); }, options);
+  for (uint64_t i = 0; i < 4; ++i) {
+    auto [ids, next] = gpt::countingBatch(i);
+    expectClose({gpuStep(ids, next).item()}, {cpuStep(ids, next).item()},
+                ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 8.0),
+                "loss of call " + std::to_string(i));
+  }
+  EXPECT_EQ(onGpu.model.dropoutGenerator.rng_state().to_vector(), onCpu.model.dropoutGenerator.rng_state().to_vector());
+  expectCloseInNorm(onGpu.model.tokens->weight.to_vector(), onCpu.model.tokens->weight.to_vector(),
+                    ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 8.0), "tokens.weight");
+}
+
 TEST_F(CompiledStepOnGpu, DropoutDrawsTheCpusMasksAndAdvancesItsGeneratorOnTheDevice) {
   // The generator's [seed, offset] is state the compiled step advances on the
   // device; the masks are a function of it alone, so the device draws the

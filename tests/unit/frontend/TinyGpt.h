@@ -20,7 +20,9 @@ namespace jit::testing::gpt {
 inline constexpr int64_t kVocab = 13, kLength = 8, kDim = 16, kBatch = 4;
 
 struct TinyGpt : nn::Module {
-  explicit TinyGpt(uint64_t seed) : generator(seed) {
+  /// With `dropout` > 0, dropout on the attention weights and on each
+  /// residual branch, drawn from its own generator (seed + 1).
+  explicit TinyGpt(uint64_t seed, double dropout = 0.0) : generator(seed), dropoutGenerator(seed + 1) {
     nn::InitOptions init{.generator = &generator};
     tokens = register_module("tokens", nn::Embedding(kVocab, kDim, std::nullopt, init));
     positions = register_module("positions", nn::Embedding(kLength, kDim, std::nullopt, init));
@@ -33,6 +35,8 @@ struct TinyGpt : nn::Module {
     up = register_module("up", nn::Linear(kDim, 4 * kDim, true, init));
     down = register_module("down", nn::Linear(4 * kDim, kDim, true, init));
     normOut = register_module("norm_out", nn::LayerNorm({kDim}));
+    if (dropout > 0.0)
+      drop = register_module("drop", nn::Dropout(dropout, &dropoutGenerator));
     // The causal mask: position t attends to positions <= t.
     std::vector<double> allowed;
     for (int64_t t = 0; t < kLength; ++t)
@@ -52,13 +56,15 @@ struct TinyGpt : nn::Module {
     Tensor q = (*query)(h), k = (*key)(h), v = (*value)(h);
     Tensor scores = matmul(q, k, {.transpose_rhs = true}) * (1.0 / std::sqrt(double(kDim))); // [B, T, T]
     Tensor masked = where(causal, scores, full({}, -1e4, scores.dtype()));
-    x = x + (*project)(matmul(softmax(masked, -1), v));
-    x = x + (*down)(gelu((*up)((*norm2)(x)), GeluApproximate::tanh));
+    auto maybeDrop = [&](const Tensor& t) { return drop ? (*drop)(t) : t; };
+    x = x + maybeDrop((*project)(matmul(maybeDrop(softmax(masked, -1)), v)));
+    x = x + maybeDrop((*down)(gelu((*up)((*norm2)(x)), GeluApproximate::tanh)));
     Tensor out = reshape((*normOut)(x), {ids.shape()[0] * kLength, kDim});
     return matmul(out, tokens->weight, {.transpose_rhs = true}); // tied to the embedding
   }
 
-  Generator generator;
+  Generator generator, dropoutGenerator;
+  std::shared_ptr<nn::Dropout> drop; ///< null without dropout
   std::shared_ptr<nn::Embedding> tokens, positions;
   std::shared_ptr<nn::LayerNorm> norm1, norm2, normOut;
   std::shared_ptr<nn::Linear> query, key, value, project, up, down;
@@ -81,8 +87,8 @@ inline std::pair<Tensor, Tensor> countingBatch(uint64_t seed) {
 }
 
 struct GptTrainer {
-  explicit GptTrainer(double initialScale)
-      : model(7), opt(model.parameters(), {.lr = 3e-3, .weight_decay = 0.01}), scaler({.init_scale = initialScale}) {}
+  explicit GptTrainer(double initialScale, double dropout = 0.0)
+      : model(7, dropout), opt(model.parameters(), {.lr = 3e-3, .weight_decay = 0.01}), scaler({.init_scale = initialScale}) {}
   Tensor step(const Tensor& ids, const Tensor& next) {
     opt.zero_grad();
     Tensor loss = cross_entropy(model(ids), next);

@@ -29,6 +29,24 @@ TEST(TinyGpt, TracesAsItRunsEagerlyAtO0AndO1) {
   }
 }
 
+TEST(TinyGpt, WithDropoutTracesAsItRunsEagerly) {
+  // Attention and residual dropout: each call draws new masks, the same
+  // ones eagerly and traced.
+  for (amp::Level level : {amp::O0, amp::O1}) {
+    SCOPED_TRACE(::testing::Message() << "O" << int(level));
+    GptTrainer eager(65536.0, 0.1), traced(65536.0, 0.1);
+    expectTracedLossesEqualEager(
+        level, [&](const Tensor& x, const Tensor& y) { return eager.step(x, y); },
+        [&](const Tensor& x, const Tensor& y) { return traced.step(x, y); }, countingBatch, 4);
+    expectSameState(traced.model.state_dict(), eager.model.state_dict());
+    EXPECT_EQ(traced.model.dropoutGenerator.rng_state().to_vector(), eager.model.dropoutGenerator.rng_state().to_vector());
+  }
+  // Dropout changes the losses (the masks are not all ones).
+  GptTrainer with(65536.0, 0.1), without(65536.0);
+  auto [ids, next] = countingBatch(0);
+  EXPECT_NE(with.step(ids, next).item(), without.step(ids, next).item());
+}
+
 TEST(TinyGpt, LearnsToCountAtEveryLevel) {
   std::vector<std::vector<double>> losses;
   for (amp::Level level : {amp::O0, amp::O1, amp::O2, amp::O3}) {
