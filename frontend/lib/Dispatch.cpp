@@ -206,10 +206,33 @@ void accumulateInto(Tensor& slot, const Tensor& gradient) {
 
 void checkGradient(const Node& node, size_t operand, const Tensor& gradient) {
   const TensorType& expected = node.edges[operand]->type;
-  if (gradient.impl().type != expected)
-    throw Error("internal: the VJP rule of " + std::string(node.op->name) + " gave operand '" +
-                std::string(node.op->operandNames[operand]) + "' a gradient of type " + describe(gradient) +
-                ", expected " + describe(expected));
+  if (gradient.impl().type == expected)
+    return;
+  if (!node.op)
+    throw Error("autograd::function '" + node.customName + "': backward gave input " + std::to_string(operand) +
+                " a gradient of type " + describe(gradient) + ", but the input is " + describe(expected));
+  throw Error("internal: the VJP rule of " + std::string(node.op->name) + " gave operand '" +
+              std::string(node.op->operandNames[operand]) + "' a gradient of type " + describe(gradient) +
+              ", expected " + describe(expected));
+}
+
+/// The node's rule: its op's VJP, or its function's backward.
+std::vector<Tensor> nodeGradients(const Node& node, std::vector<Tensor> gradOutputs) {
+  std::vector<bool> needsGrad;
+  for (const auto& edge : node.edges)
+    needsGrad.push_back(edge != nullptr);
+  if (node.op) {
+    VjpContext context{*node.op, node.inputs, node.outputs, node.attributes, gradOutputs, needsGrad};
+    return node.op->vjp(context);
+  }
+  size_t inputCount = node.inputs.size();
+  std::vector<Tensor> gradients = node.customBackward(
+      autograd::FunctionContext{node.inputs, node.outputs, std::move(gradOutputs), std::move(needsGrad)});
+  if (gradients.size() != inputCount)
+    throw Error("autograd::function '" + node.customName + "': backward returned " +
+                std::to_string(gradients.size()) + " gradients for " + std::to_string(inputCount) +
+                " inputs (one per input; an undefined Tensor where none flows)");
+  return gradients;
 }
 
 } // namespace
@@ -257,13 +280,10 @@ void runBackward(const Tensor& root, const Tensor& seed) {
         gradOutputs[i] = zeros_like(node->outputs[i]);
     gradients.erase(node);
 
-    VjpContext context{*node->op, node->inputs, node->outputs, node->attributes, gradOutputs, {}};
-    for (const auto& edge : node->edges)
-      context.needsGrad.push_back(edge != nullptr);
     std::vector<Tensor> inputGradients;
     {
       VjpScope marking(node->id);
-      inputGradients = node->op->vjp(context);
+      inputGradients = nodeGradients(*node, std::move(gradOutputs));
     }
     inputGradients.resize(node->edges.size());
 
@@ -298,5 +318,53 @@ void runBackward(const Tensor& root, const Tensor& seed) {
   }
 }
 
+std::string nodeName(const Node& node) { return node.op ? std::string(node.op->name) : node.customName; }
+
 } // namespace detail
+
+std::vector<Tensor> autograd::function(const std::string& name, const std::vector<Tensor>& inputs,
+                                       const ForwardFunction& forward, BackwardFunction backward,
+                                       std::source_location where) {
+  detail::UserFrame frame(where);
+  if (name.empty())
+    throw Error("autograd::function: give it a name (grad_fn_name() and errors use it)");
+  if (!forward || !backward)
+    throw Error("autograd::function '" + name + "': forward and backward must both be given");
+  std::vector<Tensor> detached;
+  bool anyRequiresGrad = false;
+  for (const Tensor& input : inputs) {
+    detached.push_back(input.defined() ? input.detach() : Tensor());
+    anyRequiresGrad = anyRequiresGrad || (input.defined() && input.requires_grad());
+  }
+  std::vector<Tensor> results;
+  {
+    NoGradGuard noGrad;
+    results = forward(detached);
+  }
+  if (!is_grad_enabled() || !anyRequiresGrad)
+    return results;
+  auto node = std::make_shared<detail::Node>();
+  node->id = detail::nextOpId();
+  node->customName = name;
+  node->customBackward = std::move(backward);
+  node->inputs = detached;
+  for (const Tensor& input : inputs)
+    node->edges.push_back(input.defined() && input.requires_grad() ? input.impl_ptr() : nullptr);
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].defined())
+      throw Error("autograd::function '" + name + "': forward returned an undefined result " + std::to_string(i));
+    // A fresh handle: a result that is an input itself must not take over
+    // the input's history.
+    results[i] = results[i].detach();
+    node->outputs.push_back(results[i]);
+    detail::TensorImpl& impl = results[i].impl();
+    if (!ampjit::runtime::isFloating(impl.type.dtype))
+      continue;
+    impl.requiresGrad = true;
+    impl.gradFn = node;
+    impl.outputIndex = uint32_t(i);
+  }
+  return results;
+}
+
 } // namespace jit

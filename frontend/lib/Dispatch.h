@@ -11,6 +11,7 @@
 //                                                       plan from the runtime's StepBuilder);
 //                                                       under jit::trace by a recorder.
 
+#include "jit/Autograd.h"
 #include "jit/Ops.h"
 #include "jit/Tensor.h"
 
@@ -284,7 +285,10 @@ private:
 //===----------------------------------------------------------------------===//
 
 struct Node {
+  /// Null for an autograd::function's node, which has `customName` and `customBackward`.
   const OpDef* op = nullptr;
+  std::string customName;
+  autograd::BackwardFunction customBackward;
   /// The `jit.op_id` this op was dispatched with; its VJP ops carry it as `jit.vjp_of`.
   int64_t id = 0;
   std::vector<Tensor> inputs;  ///< detached operands (undefined for absent ones)
@@ -293,6 +297,9 @@ struct Node {
   /// The original operands, which carry the history to follow backwards.
   std::vector<std::shared_ptr<TensorImpl>> edges;
 };
+
+/// What messages and grad_fn_name call a node: its op, or its function's name.
+std::string nodeName(const Node& node);
 
 /// Backpropagates `seed` from `root` (Tensor::backward after its checks).
 void runBackward(const Tensor& root, const Tensor& seed);

@@ -105,7 +105,7 @@ void Tensor::zero_grad(bool setToNone) {
 
 std::string Tensor::grad_fn_name() const {
   const TensorImpl& self = impl();
-  return self.gradFn ? std::string(self.gradFn->op->name) : std::string();
+  return self.gradFn ? detail::nodeName(*self.gradFn) : std::string();
 }
 
 void Tensor::backward(std::source_location where) const {

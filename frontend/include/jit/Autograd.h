@@ -5,6 +5,14 @@
 // requires grad records a node of the autograd tape holding its VJP rule;
 // Tensor::backward runs the rules (with grad mode off, so backward itself
 // records nothing and higher-order gradients are not supported).
+// autograd::function adds a node whose rule the user writes.
+
+#include "jit/Tensor.h"
+
+#include <functional>
+#include <source_location>
+#include <string>
+#include <vector>
 
 namespace jit {
 
@@ -23,6 +31,33 @@ public:
 private:
   bool previous_;
 };
+
+namespace autograd {
+
+/// What a function's backward receives.
+struct FunctionContext {
+  std::vector<Tensor> inputs;        ///< the forward's inputs, detached (undefined where none was given)
+  std::vector<Tensor> outputs;       ///< its results, detached
+  std::vector<Tensor> grad_outputs;  ///< one per result; zeros where no gradient flowed
+  std::vector<bool> needs_input_grad;
+};
+
+using ForwardFunction = std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs)>;
+/// One gradient per input, of that input's type; undefined where none flows.
+using BackwardFunction = std::function<std::vector<Tensor>(const FunctionContext& context)>;
+
+/// torch.autograd.Function: runs `forward` on the detached inputs with grad
+/// mode off and, when an input requires grad, gives its results one history
+/// node whose gradient rule is `backward` (a straight-through estimator, a
+/// gradient reversal, a custom clip). Both are written with jit ops, so a
+/// traced step records them like any others; backward's ops run in the
+/// types of the values they read, as every VJP rule's. `name` appears in
+/// grad_fn_name() and in errors.
+std::vector<Tensor> function(const std::string& name, const std::vector<Tensor>& inputs, const ForwardFunction& forward,
+                             BackwardFunction backward,
+                             std::source_location where = std::source_location::current());
+
+} // namespace autograd
 
 } // namespace jit
 

@@ -189,3 +189,131 @@ TEST(Autograd, SmallMlpTrainsWithEagerSgd) {
   for (size_t i = 1; i < losses.size(); ++i)
     EXPECT_LT(losses[i], losses[i - 1] + 1e-3) << "step " << i;
 }
+
+//===----------------------------------------------------------------------===//
+// autograd::function
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// A gradient reversal layer (domain-adversarial training): the identity
+/// forward, the gradient times -lambda backward.
+Tensor reverseGradient(const Tensor& x, double lambda) {
+  return autograd::function(
+      "GradientReversal", {x}, [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0]}; },
+      [lambda](const autograd::FunctionContext& c) {
+        return std::vector<Tensor>{c.grad_outputs[0] * -lambda};
+      })[0];
+}
+
+/// sign(x) with the straight-through estimator: the gradient passes where |x| <= 1.
+Tensor signStraightThrough(const Tensor& x) {
+  return autograd::function(
+      "SignSTE", {x},
+      [](const std::vector<Tensor>& in) {
+        Tensor zero = scalar_tensor(0.0, in[0].dtype());
+        return std::vector<Tensor>{where(in[0] > zero, full({}, 1.0, in[0].dtype()), full({}, -1.0, in[0].dtype()))};
+      },
+      [](const autograd::FunctionContext& c) {
+        const Tensor& x = c.inputs[0];
+        Tensor one = scalar_tensor(1.0, x.dtype());
+        return std::vector<Tensor>{where(x <= one, where(x >= -one, c.grad_outputs[0], zeros_like(x)), zeros_like(x))};
+      })[0];
+}
+
+} // namespace
+
+TEST(Autograd, AFunctionRecordsOneNodeWithTheUsersBackward) {
+  Tensor x = tensor({-2.0, -0.5, 0.25, 3.0}, {4}, f64).requires_grad_();
+  Tensor weights = tensor({1.0, 2.0, 3.0, 4.0}, {4}, f64);
+  Tensor y = reverseGradient(x, 0.5);
+  EXPECT_EQ(y.grad_fn_name(), "GradientReversal");
+  EXPECT_TRUE(x.is_leaf()) << "the input keeps its own history";
+  EXPECT_EQ(y.to_vector(), x.to_vector());
+  sum(y * weights).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{-0.5, -1.0, -1.5, -2.0}));
+
+  Tensor z = tensor({-2.0, -0.5, 0.25, 3.0}, {4}, f64).requires_grad_();
+  Tensor s = signStraightThrough(z);
+  EXPECT_EQ(s.to_vector(), (std::vector<double>{-1.0, -1.0, 1.0, 1.0}));
+  sum(s * weights).backward();
+  EXPECT_EQ(z.grad().to_vector(), (std::vector<double>{0.0, 2.0, 3.0, 0.0}));
+
+  // Without an input requiring grad nothing is recorded.
+  Tensor plain = reverseGradient(tensor({1.0}, {1}, f64), 1.0);
+  EXPECT_EQ(plain.grad_fn_name(), "");
+  EXPECT_FALSE(plain.requires_grad());
+}
+
+TEST(Autograd, AFunctionsMistakesAreClearErrors) {
+  Tensor x = tensor({1.0, 2.0}, {2}, f64).requires_grad_();
+  auto identity = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0]}; };
+  std::string message = errorOf([&] {
+    Tensor y = autograd::function("TwoGradients", {x}, identity, [](const autograd::FunctionContext& c) {
+      return std::vector<Tensor>{c.grad_outputs[0], c.grad_outputs[0]};
+    })[0];
+    sum(y).backward();
+  });
+  EXPECT_NE(message.find("autograd::function 'TwoGradients': backward returned 2 gradients for 1 inputs"),
+            std::string::npos)
+      << message;
+  message = errorOf([&] {
+    Tensor y = autograd::function("WrongType", {x}, identity, [](const autograd::FunctionContext& c) {
+      return std::vector<Tensor>{c.grad_outputs[0].to(f32)};
+    })[0];
+    sum(y).backward();
+  });
+  EXPECT_NE(message.find("autograd::function 'WrongType': backward gave input 0 a gradient of type f32[2], but the "
+                         "input is f64[2]"),
+            std::string::npos)
+      << message;
+  message = errorOf([&] { autograd::function("", {x}, identity, {}); });
+  EXPECT_NE(message.find("give it a name"), std::string::npos) << message;
+}
+
+TEST(Autograd, ATracedStepWithAGradientReversalLayerMatchesEager) {
+  // Domain-adversarial training: a shared feature layer, a label head, and
+  // a domain head behind a gradient reversal; bitwise at O0 and at O1.
+  struct Net {
+    Net()
+        : g(21), features(nn::Linear(8, 16, true, {.generator = &g})),
+          labels(nn::Linear(16, 3, true, {.generator = &g})), domains(nn::Linear(16, 2, true, {.generator = &g})),
+          opt(parameters(), {.lr = 0.05, .momentum = 0.9}) {}
+    std::vector<Tensor> parameters() {
+      std::vector<Tensor> all;
+      for (nn::Linear* layer : {&features, &labels, &domains})
+        for (const Tensor& p : layer->parameters())
+          all.push_back(p);
+      return all;
+    }
+    Tensor step(const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      Tensor h = relu(features(x));
+      Tensor domain = tensor(std::span<const int64_t>(std::vector<int64_t>(size_t(x.shape()[0]), 1)), {x.shape()[0]});
+      Tensor loss = cross_entropy(labels(h), y) + cross_entropy(domains(reverseGradient(h, 0.3)), domain);
+      loss.backward();
+      opt.step();
+      return loss;
+    }
+    Generator g;
+    nn::Linear features, labels, domains;
+    optim::SGD opt;
+  };
+  for (amp::Level level : {amp::O0, amp::O1}) {
+    SCOPED_TRACE(::testing::Message() << "O" << int(level));
+    Net eager, traced;
+    jit::testing::expectTracedLossesEqualEager(
+        level, [&](const Tensor& x, const Tensor& y) { return eager.step(x, y); },
+        [&](const Tensor& x, const Tensor& y) { return traced.step(x, y); },
+        [](uint64_t i) {
+          Generator g(40 + i);
+          std::vector<int64_t> classes;
+          for (int64_t n = 0; n < 6; ++n)
+            classes.push_back(int64_t((i + uint64_t(n)) % 3));
+          return std::pair{randn({6, 8}, f32, &g), tensor(std::span<const int64_t>(classes), {6})};
+        },
+        4);
+    for (size_t k = 0; k < eager.parameters().size(); ++k)
+      EXPECT_EQ(traced.parameters()[k].to_vector(), eager.parameters()[k].to_vector()) << k;
+  }
+}
