@@ -34,6 +34,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -92,6 +93,17 @@ public:
 
   /// Drops (or zero-fills) every parameter's gradient.
   void zero_grad(bool set_to_none = true);
+  /// Sets requires_grad on every parameter, recursively (freezing a layer
+  /// for fine-tuning). A traced step that reads them retraces: which
+  /// gradients it computes is part of it.
+  Module& requires_grad_(bool requires_grad = true);
+
+  /// This module ("") and every descendant, named as in state_dict()
+  /// ("1", "1.0", ...), parents before their children.
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules();
+  /// Calls `fn` on every descendant, children before their parents, then on
+  /// this module (torch.nn.Module.apply; e.g. a custom initialisation).
+  Module& apply(const std::function<void(Module&)>& fn);
 
   /// Writes state_dict() to `path` in ampjit's versioned binary format
   /// (see lib/nn/Serialize.cpp for the layout).

@@ -111,6 +111,28 @@ void Module::zero_grad(bool set_to_none) {
     parameter.zero_grad(set_to_none);
 }
 
+Module& Module::requires_grad_(bool requires_grad) {
+  for (Tensor& parameter : parameters())
+    parameter.requires_grad_(requires_grad);
+  return *this;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules() {
+  // A non-owning handle to this module: the caller owns it.
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out = {{"", std::shared_ptr<Module>(this, [](Module*) {})}};
+  for (auto& [name, child] : children_)
+    for (auto& [below, module] : child->named_modules())
+      out.emplace_back(below.empty() ? name : name + "." + below, below.empty() ? child : module);
+  return out;
+}
+
+Module& Module::apply(const std::function<void(Module&)>& fn) {
+  for (auto& child : children_)
+    child.second->apply(fn);
+  fn(*this);
+  return *this;
+}
+
 // --- layers -----------------------------------------------------------------------
 
 

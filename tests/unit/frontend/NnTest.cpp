@@ -280,6 +280,57 @@ TEST(Nn, TanhSigmoidSiluLeakyReluAndSoftmaxModulesFollowTheirFormulas) {
   EXPECT_EQ(zero.grad().to_vector(), std::vector<double>{0.2});
 }
 
+TEST(Nn, NamedModulesApplyAndFreezingALayer) {
+  Generator generator(13);
+  nn::Sequential model(nn::Linear(4, 8, true, {.generator = &generator}), nn::ReLU(),
+                       nn::Sequential(nn::Linear(8, 3, true, {.generator = &generator})));
+  std::vector<std::string> names;
+  for (const auto& [name, module] : model.named_modules())
+    names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"", "0", "1", "2", "2.0"}));
+  EXPECT_EQ(model.named_modules()[0].second.get(), &model);
+
+  // apply: children before parents; a custom initialisation of every Linear.
+  std::vector<std::string> order;
+  model.apply([&](nn::Module& module) {
+    if (auto* linear = dynamic_cast<nn::Linear*>(&module)) {
+      NoGradGuard noGrad;
+      linear->weight.copy_(full(linear->weight.shape(), 0.25));
+      order.push_back("linear");
+    } else {
+      order.push_back(dynamic_cast<nn::Sequential*>(&module) ? "sequential" : "other");
+    }
+  });
+  EXPECT_EQ(order, (std::vector<std::string>{"linear", "other", "linear", "sequential", "sequential"}));
+  EXPECT_EQ(model.state_dict()[2].second.to_vector(), std::vector<double>(24, 0.25));
+
+  // Freezing the first layer between calls of a traced step: it retraces,
+  // the frozen layer stays, the rest trains; unfreezing trains it again.
+  optim::SGD opt(model.parameters(), {.lr = 0.1});
+  auto step = trace([&](const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(model(x), y);
+    loss.backward();
+    opt.step();
+    return loss;
+  }, {.backend = Backend::cpu, .log_retraces = false});
+  Tensor x = randn({5, 4}, f32, &generator);
+  Tensor y = tensor(std::span<const int64_t>(std::vector<int64_t>{0, 1, 2, 1, 0}), {5});
+  step(x, y);
+  auto* first = dynamic_cast<nn::Linear*>(model.named_modules()[1].second.get());
+  ASSERT_NE(first, nullptr);
+  first->requires_grad_(false);
+  std::vector<double> frozen = first->weight.to_vector(), head = model.state_dict()[2].second.to_vector();
+  step(x, y);
+  step(x, y);
+  EXPECT_EQ(first->weight.to_vector(), frozen);
+  EXPECT_NE(model.state_dict()[2].second.to_vector(), head);
+  EXPECT_EQ(step.stats().traces, 2u);
+  first->requires_grad_(true);
+  step(x, y);
+  EXPECT_NE(first->weight.to_vector(), frozen);
+}
+
 TEST(Nn, DropoutIsTheIdentityInEvalMode) {
   Generator generator(1);
   nn::Sequential model(nn::Dropout(0.5, &generator));
