@@ -1,7 +1,7 @@
 // RUN: amp-opt %s -split-input-file -canonicalize | FileCheck %s
 
 // The folders of the jit dialect: jit.broadcast_to, jit.reshape,
-// jit.transpose and jit.convert fold when they do not change the value (and
+// jit.transpose and jit.convert (of integers) fold when they do not change the value (and
 // broadcast_to/reshape of suitable constants fold to constants); jit.constant
 // is ConstantLike, so equal constants are shared.
 
@@ -64,20 +64,26 @@ func.func @transpose(%x: tensor<2x3x4xf32>, %s: tensor<bf16>) -> (tensor<2x3x4xf
 
 // -----
 
-// jit.convert is the user's own conversion: only the identity folds.
+// jit.convert is the user's own conversion: only the identity of integers
+// folds. An identity of floats states the precision the user wrote (a traced
+// step records values in their fp32 trace types): the AMP pass must see it,
+// and the AMP pipeline removes it after deciding.
 // CHECK-LABEL: func.func @convert(
-// CHECK-SAME:    %[[H:[^:]*]]: tensor<4xf16>, %[[M:[^:]*]]: tensor<4xi1>)
+// CHECK-SAME:    %[[H:[^:]*]]: tensor<4xf16>, %[[M:[^:]*]]: tensor<4xi1>, %[[I:[^:]*]]: tensor<4xi64>)
+// CHECK-NEXT:    %[[SAME:.*]] = jit.convert %[[H]] : tensor<4xf16> -> tensor<4xf16>
 // CHECK-NEXT:    %[[F:.*]] = jit.convert %[[M]] : tensor<4xi1> -> tensor<4xf32>
 // CHECK-NEXT:    %[[W:.*]] = jit.convert %[[H]] : tensor<4xf16> -> tensor<4xf32>
 // CHECK-NEXT:    %[[N:.*]] = jit.convert %[[W]] : tensor<4xf32> -> tensor<4xf16>
-// CHECK-NEXT:    return %[[H]], %[[F]], %[[N]]
-func.func @convert(%h: tensor<4xf16>, %m: tensor<4xi1>) -> (tensor<4xf16>, tensor<4xf32>, tensor<4xf16>) {
+// CHECK-NEXT:    return %[[SAME]], %[[F]], %[[N]], %[[I]]
+func.func @convert(%h: tensor<4xf16>, %m: tensor<4xi1>, %i: tensor<4xi64>)
+    -> (tensor<4xf16>, tensor<4xf32>, tensor<4xf16>, tensor<4xi64>) {
   %0 = jit.convert %h : tensor<4xf16> -> tensor<4xf16>
   %1 = jit.convert %m : tensor<4xi1> -> tensor<4xf32>
   // Unlike amp.cast, a round trip through jit.convert is left as written.
   %2 = jit.convert %h : tensor<4xf16> -> tensor<4xf32>
   %3 = jit.convert %2 : tensor<4xf32> -> tensor<4xf16>
-  return %0, %1, %3 : tensor<4xf16>, tensor<4xf32>, tensor<4xf16>
+  %4 = jit.convert %i : tensor<4xi64> -> tensor<4xi64>
+  return %0, %1, %3, %4 : tensor<4xf16>, tensor<4xf32>, tensor<4xf16>, tensor<4xi64>
 }
 
 // -----

@@ -9,6 +9,7 @@
 #include "ampjit/Dialect/Amp/IR/AmpOps.h"
 #include "ampjit/Dialect/Amp/Transforms/AmpRewrites.h"
 #include "ampjit/Dialect/Amp/Transforms/Passes.h"
+#include "ampjit/Dialect/Jit/IR/JitOps.h"
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
@@ -21,6 +22,17 @@ namespace ampjit::ir::amp {
 using namespace mlir;
 
 namespace {
+
+/// Identity jit.converts have said what they had to (the precision the user
+/// wrote, for autoCast): they go before the cleanup.
+void removeIdentityConversions(ModuleOp module) {
+  module.walk([](ampjit::ir::ConvertOp convert) {
+    if (convert.getInput().getType() != convert.getType())
+      return;
+    convert.getResult().replaceAllUsesWith(convert.getInput());
+    convert->erase();
+  });
+}
 
 unsigned countCasts(ModuleOp module) {
   unsigned count = 0;
@@ -90,6 +102,7 @@ struct AmpPipelinePass : impl::AmpPipelineBase<AmpPipelinePass> {
       report.masterCopies = *copies;
     }
     fuseCasts(module, *config->policy, foldRoundTrips);
+    removeIdentityConversions(module);
 
     OpPassManager cleanup(ModuleOp::getOperationName());
     cleanup.addPass(createCanonicalizerPass());

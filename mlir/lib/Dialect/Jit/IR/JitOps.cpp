@@ -565,7 +565,11 @@ LogicalResult ConvertOp::verify() {
 }
 
 OpFoldResult ConvertOp::fold(FoldAdaptor) {
-  if (getInput().getType() == getType())
+  // An identity conversion of floats is the user's statement of a
+  // precision (a traced step records every value in its fp32 trace type,
+  // where eagerly the input may have been f16): the AMP pass must see it,
+  // and the AMP pipeline removes it once it has decided.
+  if (getInput().getType() == getType() && !isa<FloatType>(getElementTypeOrSelf(getType())))
     return getInput();
   return {};
 }
