@@ -183,6 +183,43 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOpt
 Tensor nll_loss(const Tensor& log_probs, const Tensor& labels, NllLossOptions options = {},
                 std::source_location where = std::source_location::current());
 
+// --- losses written with the ops above (no op of their own) -------------------------
+// Each takes `input` and a floating `target` of its shape, computes
+// elementwise in fp32 (f64 when either is f64; f16/bf16 are widened, as
+// PyTorch's autocast runs these losses in fp32) and reduces like the ops
+// above (mean over every element, sum, or none).
+
+struct BceWithLogitsOptions {
+  Reduction reduction = Reduction::mean;
+  /// Weight of the positive term, broadcast against the input (torch's pos_weight); undefined for 1.
+  Tensor pos_weight{};
+};
+/// torch.nn.functional.binary_cross_entropy_with_logits, in the stable
+/// form (1 - y) x + w (log(1 + exp(-|x|)) + max(-x, 0)), w = 1 + (pos_weight - 1) y.
+/// Its gradient, (1 - y) - w sigmoid(-x), is PyTorch's at x = 0 too.
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, BceWithLogitsOptions options = {},
+                                        std::source_location where = std::source_location::current());
+struct L1LossOptions {
+  Reduction reduction = Reduction::mean;
+};
+/// |input - target|; the gradient at 0 is 0, as torch's sign.
+Tensor l1_loss(const Tensor& input, const Tensor& target, L1LossOptions options = {},
+               std::source_location where = std::source_location::current());
+struct SmoothL1LossOptions {
+  Reduction reduction = Reduction::mean;
+  double beta = 1.0; ///< 0 makes it l1_loss
+};
+/// 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target).
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, SmoothL1LossOptions options = {},
+                      std::source_location where = std::source_location::current());
+struct HuberLossOptions {
+  Reduction reduction = Reduction::mean;
+  double delta = 1.0;
+};
+/// 0.5 d^2 where |d| <= delta, else delta (|d| - 0.5 delta).
+Tensor huber_loss(const Tensor& input, const Tensor& target, HuberLossOptions options = {},
+                  std::source_location where = std::source_location::current());
+
 /// jit.embedding (torch.nn.functional.embedding): the rows of `weight`
 /// ([num_embeddings, embedding_dim]) at `indices` (i64, any shape), shaped
 /// [indices..., embedding_dim]. `padding_idx` (negative counts from the end)

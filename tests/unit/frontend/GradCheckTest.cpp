@@ -194,6 +194,22 @@ TEST(GradCheck, Losses) {
 
 // The convolution's three gradients (input, filter, bias) through stride,
 // padding, dilation and groups, and the layout the compiler uses on the GPU.
+TEST(GradCheck, CompositeLosses) {
+  // Away from the kinks (x = 0, |d| = beta or delta).
+  Tensor target = normal({3, 4});
+  gradcheck("bce with logits", [&](auto& x) { return binary_cross_entropy_with_logits(x[0], x[1], {.reduction = Reduction::none}); },
+            {awayFromZero({3, 4}), rand({3, 4}, f64, &gGenerator)});
+  gradcheck("bce with logits pos_weight",
+            [&](auto& x) { return binary_cross_entropy_with_logits(x[0], x[1], {.pos_weight = x[2]}); },
+            {awayFromZero({3, 4}), rand({3, 4}, f64, &gGenerator), positive({4})});
+  gradcheck("l1", [&](auto& x) { return l1_loss(x[0] + 0.0, target, {.reduction = Reduction::none}); },
+            {target + awayFromZero({3, 4})});
+  gradcheck("smooth l1", [&](auto& x) { return smooth_l1_loss(x[0], x[1], {.reduction = Reduction::sum, .beta = 0.3}); },
+            {normal({3, 4}), normal({3, 4})});
+  gradcheck("huber", [&](auto& x) { return huber_loss(x[0], x[1], {.reduction = Reduction::none, .delta = 0.7}); },
+            {normal({3, 4}), normal({3, 4})});
+}
+
 TEST(GradCheck, Embedding) {
   // Repeated rows: the table's gradient; the indices are data. (padding_idx
   // departs from the derivative on purpose: EmbeddingTest checks it.)
