@@ -55,6 +55,24 @@ struct Level {
   DType dtype;
 };
 
+/// Traces `onCpu(x, y)` and `onGpu(x, y)` (two copies of one model) at
+/// `level` in f16 on the two backends and expects each of `calls` losses on
+/// batches from `batchAt(i)` within `slack` f16 roundings of the CPU's.
+template <typename CpuStep, typename GpuStep, typename BatchAt>
+void expectGpuLossesTrackTheCpu(amp::Level level, CpuStep onCpu, GpuStep onGpu, BatchAt batchAt, int calls,
+                                double slack = 4.0) {
+  TraceOptions options{.amp = {.level = level, .dtype = f16}, .backend = Backend::cpu};
+  auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu(x, y); }, options);
+  options.backend = Backend::cuda;
+  auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu(x, y); }, options);
+  for (int i = 0; i < calls; ++i) {
+    auto [x, y] = batchAt(uint64_t(i));
+    expectClose({gpuStep(x, y).item()}, {cpuStep(x, y).item()},
+                ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), slack),
+                "loss of call " + std::to_string(i));
+  }
+}
+
 TEST_F(CompiledStepOnGpu, ClassifierStepMatchesTheCpuStepAtEveryLevel) {
   for (Level config : {Level{amp::O0, f32}, Level{amp::O1, f16}, Level{amp::O1, bf16}, Level{amp::O2, f16},
                        Level{amp::O2, bf16}}) {
@@ -319,15 +337,10 @@ TEST_F(CompiledStepOnGpu, AnAmsgradStepAtO2MatchesTheCpuAndSkipsOverflows) {
     amp::GradScaler scaler;
   };
   Net onCpu, onGpu;
-  TraceOptions options{.amp = {.level = amp::O2, .dtype = f16}, .backend = Backend::cpu};
-  auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); }, options);
-  options.backend = Backend::cuda;
-  auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); }, options);
-  for (uint64_t i = 0; i < 6; ++i) {
-    auto [x, y] = batch(kBatch, kIn, kClasses, 110 + i);
-    expectClose({gpuStep(x, y).item()}, {cpuStep(x, y).item()},
-                ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 4.0), "loss of call " + std::to_string(i));
-  }
+  expectGpuLossesTrackTheCpu(
+      amp::O2, [&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); },
+      [&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); },
+      [](uint64_t i) { return batch(kBatch, kIn, kClasses, 110 + i); }, 6);
   EXPECT_GT(onGpu.scaler.skipped_steps(), 0);
   EXPECT_EQ(onGpu.scaler.skipped_steps(), onCpu.scaler.skipped_steps());
   EXPECT_EQ(onGpu.scaler.get_scale(), onCpu.scaler.get_scale());
@@ -361,16 +374,10 @@ TEST_F(CompiledStepOnGpu, RMSpropAndAdagradStepsMatchTheCpuAndSkipOverflows) {
       amp::GradScaler scaler;
     };
     Net onCpu(adagrad), onGpu(adagrad);
-    TraceOptions options{.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cpu};
-    auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); }, options);
-    options.backend = Backend::cuda;
-    auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); }, options);
-    for (uint64_t i = 0; i < 6; ++i) {
-      auto [x, y] = batch(kBatch, kIn, kClasses, 120 + i);
-      expectClose({gpuStep(x, y).item()}, {cpuStep(x, y).item()},
-                  ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 4.0),
-                  "loss of call " + std::to_string(i));
-    }
+    expectGpuLossesTrackTheCpu(
+        amp::O1, [&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); },
+        [&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); },
+        [](uint64_t i) { return batch(kBatch, kIn, kClasses, 120 + i); }, 6);
     EXPECT_GT(onGpu.scaler.skipped_steps(), 0);
     EXPECT_EQ(onGpu.scaler.skipped_steps(), onCpu.scaler.skipped_steps());
     auto gpuState = onGpu.opt->state_dict(), cpuState = onCpu.opt->state_dict();
@@ -387,16 +394,10 @@ TEST_F(CompiledStepOnGpu, ATokenClassifierWithAnEmbeddingMatchesTheCpuAtO1AndO2)
   for (amp::Level level : {amp::O1, amp::O2}) {
     SCOPED_TRACE(level == amp::O1 ? "O1" : "O2");
     TokenClassifier onCpu, onGpu;
-    TraceOptions options{.amp = {.level = level, .dtype = f16}, .backend = Backend::cpu};
-    auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); }, options);
-    options.backend = Backend::cuda;
-    auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); }, options);
-    for (uint64_t i = 0; i < 6; ++i) {
-      auto [x, y] = tokenBatch(i + 1);
-      expectClose({gpuStep(x, y).item()}, {cpuStep(x, y).item()},
-                  ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 4.0),
-                  "loss of call " + std::to_string(i));
-    }
+    expectGpuLossesTrackTheCpu(
+        level, [&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); },
+        [&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); },
+        [](uint64_t i) { return tokenBatch(i + 1); }, 6);
     EXPECT_GT(onGpu.scaler.skipped_steps(), 0);
     EXPECT_EQ(onGpu.scaler.skipped_steps(), onCpu.scaler.skipped_steps());
     expectCloseInNorm(onGpu.embed.weight.to_vector(), onCpu.embed.weight.to_vector(),
@@ -413,16 +414,9 @@ TEST_F(CompiledStepOnGpu, AGptBlockMatchesTheCpuAtO1O2AndO3) {
   for (amp::Level level : {amp::O1, amp::O2, amp::O3}) {
     SCOPED_TRACE(::testing::Message() << "O" << int(level));
     gpt::GptTrainer onCpu(1024.0), onGpu(1024.0);
-    TraceOptions options{.amp = {.level = level, .dtype = f16}, .backend = Backend::cpu};
-    auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); }, options);
-    options.backend = Backend::cuda;
-    auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); }, options);
-    for (uint64_t i = 0; i < 4; ++i) {
-      auto [ids, next] = gpt::countingBatch(i);
-      expectClose({gpuStep(ids, next).item()}, {cpuStep(ids, next).item()},
-                  ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 8.0),
-                  "loss of call " + std::to_string(i));
-    }
+    expectGpuLossesTrackTheCpu(
+        level, [&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); },
+        [&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); }, gpt::countingBatch, 4, 8.0);
     auto gpuState = onGpu.model.state_dict(), cpuState = onCpu.model.state_dict();
     ASSERT_EQ(gpuState.size(), cpuState.size());
     for (size_t k = 0; k < cpuState.size(); ++k) {
@@ -450,18 +444,10 @@ TEST_F(CompiledStepOnGpu, AnMlpWithBatchNorm1dMatchesTheCpu) {
     optim::SGD cpuOpt(cpuModel.parameters(), {.lr = 0.1, .momentum = 0.9});
     optim::SGD gpuOpt(gpuModel.parameters(), {.lr = 0.1, .momentum = 0.9});
     amp::GradScaler cpuScaler, gpuScaler;
-    TraceOptions options{.amp = {.level = level, .dtype = f16}, .backend = Backend::cpu};
-    auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return scaledTrainStep(cpuModel, cpuOpt, cpuScaler, x, y); },
-                         options);
-    options.backend = Backend::cuda;
-    auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return scaledTrainStep(gpuModel, gpuOpt, gpuScaler, x, y); },
-                         options);
-    for (uint64_t i = 0; i < 4; ++i) {
-      auto [x, y] = batch(kBatch, kIn, kClasses, 130 + i);
-      expectClose({gpuStep(x, y).item()}, {cpuStep(x, y).item()},
-                  ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 4.0),
-                  "loss of call " + std::to_string(i));
-    }
+    expectGpuLossesTrackTheCpu(
+        level, [&](const Tensor& x, const Tensor& y) { return scaledTrainStep(cpuModel, cpuOpt, cpuScaler, x, y); },
+        [&](const Tensor& x, const Tensor& y) { return scaledTrainStep(gpuModel, gpuOpt, gpuScaler, x, y); },
+        [](uint64_t i) { return batch(kBatch, kIn, kClasses, 130 + i); }, 4);
     auto gpuState = gpuModel.state_dict(), cpuState = cpuModel.state_dict();
     for (size_t k = 0; k < cpuState.size(); ++k)
       expectCloseInNorm(gpuState[k].second.to_vector(), cpuState[k].second.to_vector(),
@@ -474,16 +460,9 @@ TEST_F(CompiledStepOnGpu, AGptBlockWithDropoutDrawsTheCpusMasksAtO2) {
   // (Philox), so the two trainings stay together, and both generators end
   // at the same offset.
   gpt::GptTrainer onCpu(1024.0, 0.1), onGpu(1024.0, 0.1);
-  TraceOptions options{.amp = {.level = amp::O2, .dtype = f16}, .backend = Backend::cpu};
-  auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); }, options);
-  options.backend = Backend::cuda;
-  auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); }, options);
-  for (uint64_t i = 0; i < 4; ++i) {
-    auto [ids, next] = gpt::countingBatch(i);
-    expectClose({gpuStep(ids, next).item()}, {cpuStep(ids, next).item()},
-                ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 8.0),
-                "loss of call " + std::to_string(i));
-  }
+  expectGpuLossesTrackTheCpu(
+      amp::O2, [&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); },
+      [&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); }, gpt::countingBatch, 4, 8.0);
   EXPECT_EQ(onGpu.model.dropoutGenerator.rng_state().to_vector(), onCpu.model.dropoutGenerator.rng_state().to_vector());
   expectCloseInNorm(onGpu.model.tokens->weight.to_vector(), onCpu.model.tokens->weight.to_vector(),
                     ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 8.0), "tokens.weight");

@@ -86,19 +86,25 @@ inline std::pair<Tensor, Tensor> countingBatch(uint64_t seed) {
           tensor(std::span<const int64_t>(next), {kBatch * kLength})};
 }
 
+/// One step of the language model as people write it: zero the gradients,
+/// the loss, a scaled backward, unscale_ and clip, the scaler's step and update.
+template <typename Optimizer>
+Tensor clippedScaledStep(TinyGpt& model, Optimizer& opt, amp::GradScaler& scaler, const Tensor& ids,
+                         const Tensor& next, double maxNorm) {
+  opt.zero_grad();
+  Tensor loss = cross_entropy(model(ids), next);
+  scaler.scale(loss).backward();
+  scaler.unscale_(opt);
+  clip_grad_norm_(model.parameters(), maxNorm);
+  scaler.step(opt);
+  scaler.update();
+  return loss;
+}
+
 struct GptTrainer {
   explicit GptTrainer(double initialScale, double dropout = 0.0)
       : model(7, dropout), opt(model.parameters(), {.lr = 3e-3, .weight_decay = 0.01}), scaler({.init_scale = initialScale}) {}
-  Tensor step(const Tensor& ids, const Tensor& next) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy(model(ids), next);
-    scaler.scale(loss).backward();
-    scaler.unscale_(opt);
-    clip_grad_norm_(model.parameters(), 1.0);
-    scaler.step(opt);
-    scaler.update();
-    return loss;
-  }
+  Tensor step(const Tensor& ids, const Tensor& next) { return clippedScaledStep(model, opt, scaler, ids, next, 1.0); }
   TinyGpt model;
   optim::AdamW opt;
   amp::GradScaler scaler;

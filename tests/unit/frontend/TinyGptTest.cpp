@@ -133,16 +133,7 @@ struct LmRun {
           .push_back(parameter);
     return {{.params = decay}, {.params = noDecay, .weight_decay = 0.0}};
   }
-  Tensor step(const Tensor& ids, const Tensor& next) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy(model(ids), next);
-    scaler.scale(loss).backward();
-    scaler.unscale_(opt);
-    clip_grad_norm_(model.parameters(), 0.5);
-    scaler.step(opt);
-    scaler.update();
-    return loss;
-  }
+  Tensor step(const Tensor& ids, const Tensor& next) { return clippedScaledStep(model, opt, scaler, ids, next, 0.5); }
   TinyGpt model;
   optim::AdamW opt;
   amp::GradScaler scaler;
