@@ -38,11 +38,12 @@ Tensor reduce(const Tensor& elementwise, Reduction reduction) {
   return mean(elementwise);
 }
 
-Tensor zerosLike(const Tensor& t) { return full({}, 0.0, t.dtype()); }
+/// A rank-0 zero of `t`'s dtype.
+Tensor zeroOf(const Tensor& t) { return full({}, 0.0, t.dtype()); }
 
 /// |d| with gradient sign(d), 0 at 0.
 Tensor absolute(const Tensor& d) {
-  Tensor zero = zerosLike(d);
+  Tensor zero = zeroOf(d);
   return where(d > zero, d, zero) + where(d < zero, -d, zero);
 }
 
@@ -52,7 +53,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
                                         std::source_location where) {
   detail::UserFrame frame(where);
   auto [x, y] = lossOperands("binary_cross_entropy_with_logits", input, target);
-  Tensor zero = zerosLike(x);
+  Tensor zero = zeroOf(x);
   // |x| with gradient +1 at 0, so that with max(-x, 0)'s 0 there the
   // gradient at 0 is sigmoid(0) - y.
   Tensor magnitude = jit::where(x < zero, -x, x);

@@ -301,6 +301,10 @@ struct Node {
 /// What messages and grad_fn_name call a node: its op, or its function's name.
 std::string nodeName(const Node& node);
 
+/// PyTorch's padding_idx as a row of a `rows`-row table (negative counts from
+/// the end); an error from `who` when it is none.
+int64_t paddingRow(const std::string& who, int64_t paddingIdx, int64_t rows);
+
 /// Backpropagates `seed` from `root` (Tensor::backward after its checks).
 void runBackward(const Tensor& root, const Tensor& seed);
 

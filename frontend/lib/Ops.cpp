@@ -355,17 +355,19 @@ Tensor nll_loss_grad(const Tensor& grad_output, const Tensor& log_probs, const T
                 lossAttributes(options.reduction, options.ignore_index));
 }
 
+int64_t detail::paddingRow(const std::string& who, int64_t paddingIdx, int64_t rows) {
+  int64_t padding = paddingIdx < 0 ? paddingIdx + rows : paddingIdx;
+  if (padding < 0 || padding >= rows)
+    throw Error(who + ": padding_idx " + std::to_string(paddingIdx) + " is not a row of a table of " +
+                std::to_string(rows) + " rows");
+  return padding;
+}
+
 namespace {
-/// PyTorch's padding_idx, negative counted from the end of a `rows`-row table.
 AttributeMap embeddingAttributes(const char* opName, std::optional<int64_t> paddingIdx, int64_t rows) {
   AttributeMap attributes;
-  if (!paddingIdx)
-    return attributes;
-  int64_t padding = *paddingIdx < 0 ? *paddingIdx + rows : *paddingIdx;
-  if (padding < 0 || padding >= rows)
-    throw Error(std::string(opName) + ": padding_idx " + std::to_string(*paddingIdx) +
-                " is not a row of a table of " + std::to_string(rows) + " rows");
-  attributes.emplace("padding_idx", padding);
+  if (paddingIdx)
+    attributes.emplace("padding_idx", detail::paddingRow(opName, *paddingIdx, rows));
   return attributes;
 }
 } // namespace

@@ -157,6 +157,9 @@ protected:
   virtual std::vector<std::pair<std::string, double>> group_hyperparameters(size_t group) const = 0;
   /// Rebinds state to its updated value (every handle sees it).
   static void assign(Tensor& state, const Tensor& value);
+  /// `updated`, or `old` bit for bit where the scaler's `predicate` is false
+  /// (`updated` when there is no predicate).
+  static Tensor predicated(const Tensor& predicate, const Tensor& updated, const Tensor& old);
   /// Parameter i's buffers, as state_dict() names them.
   virtual void collect_buffers(size_t i, std::vector<NamedTensor>& out) const = 0;
 

@@ -3,6 +3,7 @@
 
 #include "jit/nn.h"
 
+#include "Dispatch.h"
 #include "Init.h"
 
 #include "jit/Autograd.h"
@@ -192,13 +193,8 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optiona
   if (num_embeddings <= 0 || embedding_dim <= 0)
     throw Error("nn::Embedding: num_embeddings (" + std::to_string(num_embeddings) + ") and embedding_dim (" +
                 std::to_string(embedding_dim) + ") must be positive");
-  if (padding_idx) {
-    int64_t padding = *padding_idx < 0 ? *padding_idx + num_embeddings : *padding_idx;
-    if (padding < 0 || padding >= num_embeddings)
-      throw Error("nn::Embedding: padding_idx " + std::to_string(*padding_idx) + " is not a row of " +
-                  std::to_string(num_embeddings) + " embeddings");
-    paddingIdx_ = padding;
-  }
+  if (padding_idx)
+    paddingIdx_ = detail::paddingRow("nn::Embedding", *padding_idx, num_embeddings);
   Tensor table = randn({num_embeddings, embedding_dim}, options.dtype, options.generator);
   if (paddingIdx_) {
     // PyTorch zeroes the padding row at init.

@@ -33,11 +33,6 @@ Tensor unscaledGradient(const Tensor& grad, const Tensor& param, const Tensor& i
   return maximize ? -g : g;
 }
 
-/// `updated`, or `old` bit for bit where the scaler's predicate is false.
-Tensor predicated(const Tensor& predicate, const Tensor& updated, const Tensor& old) {
-  return predicate.defined() ? where(predicate, updated, old) : updated;
-}
-
 void requireNonNegative(const std::string& label, const char* name, double value) {
   if (!(value >= 0.0))
     throw Error(label + ": " + name + " must be >= 0, got " + std::to_string(value));

@@ -196,6 +196,10 @@ void Optimizer::load(const std::string& path) {
   detail::loadAlone(path, *this, std::string(name()) + "::load");
 }
 
+Tensor Optimizer::predicated(const Tensor& predicate, const Tensor& updated, const Tensor& old) {
+  return predicate.defined() ? where(predicate, updated, old) : updated;
+}
+
 void Optimizer::step(const Tensor& inv_scale, const Tensor& predicate, std::source_location caller) {
   detail::UserFrame frame(caller);
   NoGradGuard noGrad;
@@ -208,7 +212,7 @@ void Optimizer::step(const Tensor& inv_scale, const Tensor& predicate, std::sour
       continue;
     // step + 1 through f64, since jit.add is float-only: exact below 2^53 updates.
     Tensor next = (steps_[i].to(f64) + 1.0).to(i64);
-    assign(steps_[i], predicate.defined() ? where(predicate, next, steps_[i]) : next);
+    assign(steps_[i], predicated(predicate, next, steps_[i]));
   }
 }
 
