@@ -14,87 +14,155 @@ build="${1:-build}"
 
 rm -rf gpu-bundle
 mkdir -p gpu-bundle/bin gpu-bundle/bench
-for binary in ampjit-gpu-tests ampjit-bench ampjit-train ampjit-cuda-tests; do
+for binary in ampjit-gpu-tests ampjit-bench ampjit-train; do
   strip -o "gpu-bundle/bin/$binary" "$build/bin/$binary"
   xz -9 -T0 "gpu-bundle/bin/$binary"
 done
+tar -cJf gpu-bundle/cuda-include.tar.xz -C /usr/local/cuda/include .
 cp bench/peers/torch_peers.py bench/peers/torch_graph_peer.py gpu-bundle/bench/
 git rev-parse HEAD > gpu-bundle/COMMIT
 
 cat > gpu-bundle/run.sh <<'RUN'
 #!/usr/bin/env bash
 # Runs on the GPU machine. Stages, in the order given (default: tests bench classifier):
-#   tests           every GPU test in its own process (a crash costs one test, not the rest)
-#   bench MODEL...  ampjit-bench for the models (classifier, mlp9, resnet50) with all peers
+#   probe           the GPU, the driver, PyTorch, and where the CUDA libraries and headers are
+#   tests [JOBS]    every GPU test in its own process, JOBS at a time (default 6; a crash costs
+#                   one test), failures rerun alone; stops starting tests after TESTS_BUDGET_S (150)
+#   bench MODEL...  ampjit-bench for the models (classifier, mlp9, resnet50) with the peers;
+#                   BENCH_ARGS replaces the default "--levels O0,O1,O2 --dtypes f16,bf16 --peer-compile",
+#                   BENCH_TIMEOUT_S (560) bounds each model
+#   train           the main job (ampjit-train) at O2 f16 on synthetic digits
 #   defer-ab MODEL...  O1/O2 f16 with the optimizer update deferred into the next step and not,
 #                   no peers: what deferring buys (TraceOptions::defer_updates)
-# One device command may run 600 s: give mlp9 and resnet50 a call each.
-# Logs, JSON and summary.txt go to $OUT (default gpu-out/).
+# Device time is short: each stage is bounded, and every result is appended as it comes, so a
+# command stopped at its limit still returns what finished. Logs, JSON and summary.txt go to $OUT.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${OUT:-$here/../gpu-out}"
 mkdir -p "$out" "$here/run"
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export AMPJIT_KERNEL_CACHE="$here/run/kernel-cache"
+stamp() { echo "[$(date +%T) +${SECONDS}s] $*" | tee -a "$out/summary.txt"; }
 for compressed in "$here"/bin/*.xz; do
   binary="$here/run/$(basename "$compressed" .xz)"
-  [ -x "$binary" ] || { xz -dc "$compressed" > "$binary" && chmod +x "$binary"; }
+  [ -x "$binary" ] || { xz -T0 -dc "$compressed" > "$binary" && chmod +x "$binary"; }
 done
 echo "commit $(cat "$here/COMMIT")" | tee -a "$out/summary.txt"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$out/summary.txt"
-for binary in "$here"/run/ampjit-*; do
-  missing=$(ldd "$binary" | grep 'not found' || true)
-  [ -z "$missing" ] || echo "$(basename "$binary") misses: $missing" | tee -a "$out/summary.txt"
-done
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee -a "$out/summary.txt"
+
+# The binaries were linked on the build machine; this image may keep cuBLASLt, cuDNN or NVRTC
+# elsewhere (PyTorch's wheels carry them). Find each missing library and put its folder first.
+resolve_libraries() {
+  local binary missing lib found
+  for binary in "$here"/run/ampjit-*; do
+    for lib in $(ldd "$binary" | awk '/not found/ {print $1}'); do
+      found=$(find /usr/local /opt /usr/lib -name "$lib" \( -type f -o -type l \) 2>/dev/null | head -n 1)
+      if [ -n "$found" ]; then
+        export LD_LIBRARY_PATH="$(dirname "$found"):$LD_LIBRARY_PATH"
+        echo "found $lib at $found" | tee -a "$out/summary.txt"
+      fi
+    done
+  done
+  for binary in "$here"/run/ampjit-*; do
+    missing=$(ldd "$binary" | grep 'not found' || true)
+    [ -z "$missing" ] || echo "$(basename "$binary") misses: $missing" | tee -a "$out/summary.txt"
+  done
+  # Generated kernels include cuda_fp16.h and cuda_bf16.h from /usr/local/cuda/include.
+  if [ ! -f /usr/local/cuda/include/cuda_fp16.h ] && [ -f "$here/cuda-include.tar.xz" ]; then
+    mkdir -p /usr/local/cuda/include && tar -xJf "$here/cuda-include.tar.xz" -C /usr/local/cuda/include \
+      && echo "unpacked the carried CUDA headers into /usr/local/cuda/include" | tee -a "$out/summary.txt"
+  fi
+}
+resolve_libraries
+
+run_probe() {
+  {
+    nvidia-smi
+    python3 -c 'import torch, torchvision; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name())'
+    ls -la /usr/local/cuda/ /usr/local/cuda/lib64/ 2>&1 | head -40
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    for binary in "$here"/run/ampjit-*; do echo "== $binary"; ldd "$binary"; done
+  } > "$out/probe.log" 2>&1
+  stamp "probe done"
+}
+
+run_one_test() { # name -> appends its log; prints "status name"
+  local test=$1 log status
+  log=$(timeout 120 "$here/run/ampjit-gpu-tests" --gtest_filter="$test" 2>&1)
+  status=$?
+  if [ $status -eq 0 ] && grep -q '^\[  SKIPPED \]' <<< "$log"; then status=skip; fi
+  printf '=== %s (exit %s)\n%s\n' "$test" "$status" "$log" > "$here/run/tests/$test.log"
+  echo "$status $test"
+}
+export -f run_one_test
+export here
 
 run_tests() {
-  local tests passed=0 skipped=0 failed=() crashed=() log status
-  tests=$("$here/run/ampjit-gpu-tests" --gtest_list_tests | awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}')
-  for test in $tests; do
-    log=$(timeout 300 "$here/run/ampjit-gpu-tests" --gtest_filter="$test" 2>&1)
-    status=$?
-    printf '=== %s (exit %s)\n%s\n' "$test" "$status" "$log" >> "$out/gpu-tests.log"
-    case $status in
-      0) if grep -q '^\[  SKIPPED \]' <<< "$log"; then skipped=$((skipped + 1)); else passed=$((passed + 1)); fi ;;
-      1) failed+=("$test") ;;
-      *) crashed+=("$test") ;; # a signal or the timeout
-    esac
+  local jobs=${1:-6} budget=${TESTS_BUDGET_S:-150} deadline results passed skipped failed crashed
+  mkdir -p "$here/run/tests"
+  deadline=$((SECONDS + budget))
+  "$here/run/ampjit-gpu-tests" --gtest_list_tests | awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}' \
+    > "$here/run/test-names"
+  # A fresh process per test; stop starting new ones once the budget is spent.
+  results=$(timeout "$budget" xargs -P "$jobs" -I{} bash -c 'run_one_test "$@"' _ {} < "$here/run/test-names")
+  # Failures and crashes alone once more: a test that passes alone only failed under load.
+  local again=()
+  while read -r status test; do
+    case $status in 0|skip) ;; *) again+=("$test") ;; esac
+  done <<< "$results"
+  local alone=""
+  for test in "${again[@]}"; do
+    [ $SECONDS -lt $((deadline + 60)) ] || break
+    alone+="$(run_one_test "$test")"$'\n'
+    cp "$here/run/tests/$test.log" "$here/run/tests/$test.alone.log"
   done
-  echo "gpu tests: ${passed} passed, ${skipped} skipped, ${#failed[@]} failed, ${#crashed[@]} crashed or timed out" \
-    | tee -a "$out/summary.txt"
-  [ ${#failed[@]} -eq 0 ] || echo "  failed: ${failed[*]}" | tee -a "$out/summary.txt"
-  [ ${#crashed[@]} -eq 0 ] || echo "  crashed: ${crashed[*]}" | tee -a "$out/summary.txt"
-  "$here/run/ampjit-cuda-tests" > "$out/cuda-compile-tests.log" 2>&1
-  echo "cuda compile tests: exit $?" | tee -a "$out/summary.txt"
+  cat "$here"/run/tests/*.log > "$out/gpu-tests.log" 2>/dev/null
+  passed=$(grep -c '^0 ' <<< "$results"); skipped=$(grep -c '^skip ' <<< "$results")
+  failed=$(awk '$1 == 1 {print $2}' <<< "$results" | tr '\n' ' ')
+  crashed=$(awk '$1 != 0 && $1 != 1 && $1 != "skip" {print $2 "(" $1 ")"}' <<< "$results" | tr '\n' ' ')
+  stamp "gpu tests: $(wc -l < "$here/run/test-names") listed, $(grep -c . <<< "$results") ran: $passed passed, $skipped skipped"
+  [ -z "$failed" ] || stamp "  failed: $failed"
+  [ -z "$crashed" ] || stamp "  crashed or timed out: $crashed"
+  [ -z "$alone" ] || stamp "  alone again: $(tr '\n' ' ' <<< "$alone")"
 }
 
 run_bench() {
   local model=$1
-  timeout 560 "$here/run/ampjit-bench" --model "$model" --levels O0,O1,O2 --dtypes f16,bf16 \
-    --peer-compile --peer-script "$here/bench/torch_peers.py" >> "$out/bench.jsonl" 2>> "$out/bench.log"
-  echo "bench $model: exit $?" | tee -a "$out/summary.txt"
+  timeout "${BENCH_TIMEOUT_S:-560}" "$here/run/ampjit-bench" --model "$model" --backend cuda \
+    ${BENCH_ARGS:---levels O0,O1,O2 --dtypes f16,bf16 --peer-compile} \
+    --peer-script "$here/bench/torch_peers.py" >> "$out/bench.jsonl" 2>> "$out/bench.log"
+  stamp "bench $model: exit $?"
   tail -n 1 "$out/bench.jsonl" >> "$out/summary.txt"
 }
 
 run_defer_ab() {
   local model=$1 mode
   for mode in on off; do
-    timeout 280 "$here/run/ampjit-bench" --model "$model" --levels O1,O2 --dtypes f16 --no-peer \
+    timeout 280 "$here/run/ampjit-bench" --model "$model" --backend cuda --levels O1,O2 --dtypes f16 --no-peer \
       --defer-updates "$mode" >> "$out/defer-ab.jsonl" 2>> "$out/bench.log"
-    echo "defer-ab $model $mode: exit $?" | tee -a "$out/summary.txt"
+    stamp "defer-ab $model $mode: exit $?"
     tail -n 1 "$out/defer-ab.jsonl" >> "$out/summary.txt"
   done
 }
 
-is_stage() { [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ]; }
+run_train() { # the main job on the GPU, on synthetic digits (the machine has no dataset)
+  timeout 90 "$here/run/ampjit-train" --backend cuda --data synthetic --amp O2 --dtype f16 --epochs 3 --json \
+    > "$out/train.jsonl" 2>&1
+  stamp "train: exit $?"
+  tail -n 1 "$out/train.jsonl" >> "$out/summary.txt"
+}
+
+is_stage() { [ "$1" = train ] || [ "$1" = probe ] || [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ]; }
 
 [ $# -gt 0 ] || set -- tests bench classifier
 while [ $# -gt 0 ]; do
   case $1 in
-    tests) run_tests; shift ;;
+    probe) run_probe; shift ;;
+    train) run_train; shift ;;
+    tests) shift; if [[ ${1:-} =~ ^[0-9]+$ ]]; then run_tests "$1"; shift; else run_tests; fi ;;
     bench) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_bench "$1"; shift; done ;;
     defer-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_defer_ab "$1"; shift; done ;;
-    *) echo "run.sh: unknown stage '$1' (tests, bench MODEL..., defer-ab MODEL...)" | tee -a "$out/summary.txt"
+    *) echo "run.sh: unknown stage '$1' (probe, train, tests [JOBS], bench MODEL..., defer-ab MODEL...)" | tee -a "$out/summary.txt"
        exit 2 ;;
   esac
 done
