@@ -18,6 +18,8 @@ for binary in ampjit-gpu-tests ampjit-bench ampjit-train; do
   strip -o "gpu-bundle/bin/$binary" "$build/bin/$binary"
   xz -9 -T0 "gpu-bundle/bin/$binary"
 done
+# The benchmark with its symbols, for a backtrace (the crash stage).
+xz -T0 -6 -c "$build/bin/ampjit-bench" > gpu-bundle/ampjit-bench-debug.xz
 tar -cJf gpu-bundle/cuda-include.tar.xz -C /usr/local/cuda/include .
 cp bench/peers/torch_peers.py bench/peers/torch_graph_peer.py gpu-bundle/bench/
 git rev-parse HEAD > gpu-bundle/COMMIT
@@ -31,6 +33,8 @@ cat > gpu-bundle/run.sh <<'RUN'
 #   bench MODEL...  ampjit-bench for the models (classifier, mlp9, resnet50) with the peers;
 #                   BENCH_ARGS replaces the default "--levels O0,O1,O2 --dtypes f16,bf16 --peer-compile",
 #                   BENCH_TIMEOUT_S (560) bounds each model
+#   profile MODEL LEVELS  one warm step per level launch by launch (AMPJIT_PROFILE), no peers
+#   crash MODEL LEVELS    the benchmark alone, and under cuda-gdb if it dies of a signal
 #   train           the main job (ampjit-train) at O2 f16 on synthetic digits
 #   defer-ab MODEL...  O1/O2 f16 with the optimizer update deferred into the next step and not,
 #                   no peers: what deferring buys (TraceOptions::defer_updates)
@@ -152,17 +156,41 @@ run_train() { # the main job on the GPU, on synthetic digits (the machine has no
   tail -n 1 "$out/train.jsonl" >> "$out/summary.txt"
 }
 
-is_stage() { [ "$1" = train ] || [ "$1" = probe ] || [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ]; }
+run_profile() { # MODEL LEVELS: one warm step of each level's plan, launch by launch (AMPJIT_PROFILE)
+  local model=$1 levels=$2
+  AMPJIT_PROFILE="$out/profile-$model.jsonl" timeout 150 "$here/run/ampjit-bench" --model "$model" --backend cuda \
+    --levels "$levels" --dtypes f16 --no-peer --no-fresh-process --steps 10 --warmup 3 >> "$out/profile-runs.jsonl" 2>> "$out/bench.log"
+  stamp "profile $model $levels: exit $?"
+}
+
+run_crash() { # MODEL LEVELS: the benchmark alone; if it dies of a signal, again under cuda-gdb for a backtrace
+  local model=$1 levels=$2 status
+  timeout 100 "$here/run/ampjit-bench" --model "$model" --backend cuda --levels "$levels" --no-peer \
+    --no-fresh-process --steps 10 --warmup 3 >> "$out/crash.log" 2>&1
+  status=$?
+  stamp "crash check $model $levels: exit $status"
+  if [ $status -gt 128 ] && [ $status -ne 137 ] && command -v cuda-gdb > /dev/null; then
+    local debug="$here/run/ampjit-bench"
+    [ -f "$here/ampjit-bench-debug.xz" ] && { xz -T0 -dc "$here/ampjit-bench-debug.xz" > "$here/run/ampjit-bench-debug"; chmod +x "$here/run/ampjit-bench-debug"; debug="$here/run/ampjit-bench-debug"; }
+    timeout 150 cuda-gdb -batch -ex run -ex bt -ex "info registers rip" --args "$debug" --model "$model" \
+      --backend cuda --levels "$levels" --no-peer --no-fresh-process --steps 10 --warmup 3 >> "$out/crash.log" 2>&1
+    stamp "cuda-gdb: exit $?"
+  fi
+}
+
+is_stage() { [ "$1" = profile ] || [ "$1" = crash ] || [ "$1" = train ] || [ "$1" = probe ] || [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ]; }
 
 [ $# -gt 0 ] || set -- tests bench classifier
 while [ $# -gt 0 ]; do
   case $1 in
     probe) run_probe; shift ;;
     train) run_train; shift ;;
+    profile) run_profile "$2" "$3"; shift 3 ;;
+    crash) run_crash "$2" "$3"; shift 3 ;;
     tests) shift; if [[ ${1:-} =~ ^[0-9]+$ ]]; then run_tests "$1"; shift; else run_tests; fi ;;
     bench) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_bench "$1"; shift; done ;;
     defer-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_defer_ab "$1"; shift; done ;;
-    *) echo "run.sh: unknown stage '$1' (probe, train, tests [JOBS], bench MODEL..., defer-ab MODEL...)" | tee -a "$out/summary.txt"
+    *) echo "run.sh: unknown stage '$1' (probe, profile, crash, train, tests [JOBS], bench MODEL..., defer-ab MODEL...)" | tee -a "$out/summary.txt"
        exit 2 ;;
   esac
 done

@@ -57,6 +57,7 @@ struct Options {
   bool peer = true;
   bool peerCompile = false;
   bool firstStepOnly = false;
+  bool freshProcess = true;
   std::string peerScript = AMPJIT_PEER_SCRIPT;
 };
 
@@ -72,6 +73,7 @@ const char* kUsage = R"(usage: ampjit-bench [options]
   --batch-size N      override the workload's batch size
   --width N           mlp9's layer width (default 8192; 1024 on the CPU)
   --no-peer           do not run the PyTorch peers
+  --no-fresh-process  do not time the first step again in a fresh process with a cold kernel cache
   --peer-compile      also time torch.compile for O1-O3 (slow: it compiles every configuration)
   --peer-script PATH  the peer script (default: the repository's bench/peers/torch_peers.py);
                       torch_graph_peer.py beside it is the bf16 whole-step CUDA-graph peer
@@ -169,6 +171,8 @@ Options parseOptions(int argc, char** argv) {
       options.width = number(i);
     } else if (arg == "--no-peer") {
       options.peer = false;
+    } else if (arg == "--no-fresh-process") {
+      options.freshProcess = false;
     } else if (arg == "--peer-compile") {
       options.peerCompile = true;
     } else if (arg == "--peer-script") {
@@ -504,7 +508,8 @@ int main(int argc, char** argv) {
           if (level == jit::amp::O0 && dtype != options.dtypes.front())
             continue; // O0 is f32 whatever the dtype list says
           nlohmann::json result = measure(model, level, dtype, options, false);
-          result["fresh_process"] = freshProcessFirstStep(argv[0], model, level, dtype, options);
+          if (options.freshProcess)
+            result["fresh_process"] = freshProcessFirstStep(argv[0], model, level, dtype, options);
           if (peerReason.empty() && result.contains("peer_work"))
             result["peers"] = peers.compare(result["peer_work"].get<std::string>(), level, dtype,
                                             result["ms_per_step_median"].get<double>());

@@ -144,6 +144,19 @@ public:
     return Status::success();
   }
 
+  std::string profileNote() const override {
+    auto config = [&](cublasLtMatmulAlgoConfigAttributes_t attribute) {
+      int32_t value = -1;
+      size_t written = 0;
+      cublasLtMatmulAlgoConfigGetAttribute(&algorithm_, attribute, &value, sizeof value, &written);
+      return std::to_string(value);
+    };
+    return "m=" + std::to_string(m_) + " n=" + std::to_string(n_) + " k=" + std::to_string(k_) + " calls=" +
+           std::to_string(calls_.size()) + " " + shape_ + " algo=" + config(CUBLASLT_ALGO_CONFIG_ID) +
+           " tile=" + config(CUBLASLT_ALGO_CONFIG_TILE_ID) + " stages=" + config(CUBLASLT_ALGO_CONFIG_STAGES_ID) +
+           " splitk=" + config(CUBLASLT_ALGO_CONFIG_SPLITK_NUM) + " waves=" + std::to_string(waves_);
+  }
+
   Status setEpiloguePointer(EpilogueBuffer buffer, const void* pointer) {
     cublasLtMatmulDescAttributes_t attribute =
         buffer == EpilogueBuffer::Bias ? CUBLASLT_MATMUL_DESC_BIAS_POINTER : CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER;
@@ -166,6 +179,10 @@ public:
   std::size_t cBytesTotal_ = 0;
   float alphaFloat_ = 1.0f, betaFloat_ = 0.0f;
   double alphaDouble_ = 1.0, betaDouble_ = 0.0;
+  // For profileNote: the product's shape, transposes and epilogue, and the heuristic's wave count.
+  int64_t m_ = 0, n_ = 0, k_ = 0;
+  std::string shape_;
+  float waves_ = 0;
 };
 
 } // namespace
@@ -345,6 +362,12 @@ Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const
     return Status::error("cuBLASLt has no algorithm for a " + typeToString(aType) + " x " + typeToString(bType) +
                          " -> " + typeToString(cType) + " product");
   gemm->algorithm_ = result.algo;
+  gemm->waves_ = result.wavesCount;
+  gemm->m_ = m;
+  gemm->n_ = n;
+  gemm->k_ = k;
+  gemm->shape_ = std::string(params.transposeA ? "At" : "A") + (params.transposeB ? "Bt" : "B") + " align=" +
+                 std::to_string(alignment) + " " + std::string(gemmEpilogueName(epilogue));
   return std::unique_ptr<DeviceStep>(std::move(gemm));
 }
 

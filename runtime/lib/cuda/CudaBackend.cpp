@@ -12,7 +12,9 @@
 #include "ampjit/runtime/Environment.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <optional>
 
@@ -122,6 +124,37 @@ struct SplitFiniteCheck {
   cudaEvent_t sideDone;
   std::vector<cudaEvent_t> chunkReady; ///< per early chunk, recorded on the main stream after its writer
 };
+
+/// AMPJIT_PROFILE=<file>: which run of each plan goes step by step with
+/// timed launches (AMPJIT_PROFILE_RUN, default the 8th, after warm-up), and
+/// the file its JSON lines are appended to.
+struct ProfileRequest {
+  std::string path;
+  int64_t run = 8;
+
+  static ProfileRequest fromEnvironment() {
+    ProfileRequest request;
+    if (const char* path = std::getenv("AMPJIT_PROFILE"))
+      request.path = path;
+    if (const char* run = std::getenv("AMPJIT_PROFILE_RUN"))
+      request.run = std::max<int64_t>(1, std::atoll(run));
+    return request;
+  }
+  /// Whether the run after `runsSoFar` earlier ones is the profiled one.
+  bool due(int64_t runsSoFar) const { return !path.empty() && runsSoFar + 1 == run; }
+};
+
+std::string jsonString(const std::string& text) {
+  std::string quoted = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\')
+      quoted += '\\';
+    if (static_cast<unsigned char>(c) < 0x20)
+      continue;
+    quoted += c;
+  }
+  return quoted + "\"";
+}
 
 class CudaExecutable final : public Executable {
 public:
@@ -241,7 +274,11 @@ public:
     // a pending update (the first, or the first after completeDeferred) goes
     // step by step.
     bool wholePlan = *firstStep == 0;
-    if (!useGraphs_ || stats_.eagerRuns == 0 || !graphFailure_.empty() || !wholePlan) {
+    if (profile_.due(stats_.eagerRuns + stats_.graphReplays)) {
+      // One warm run step by step with an event between launches (AMPJIT_PROFILE).
+      AMPJIT_RETURN_IF_ERROR(profileSteps(stream, *firstStep));
+      ++stats_.eagerRuns;
+    } else if (!useGraphs_ || stats_.eagerRuns == 0 || !graphFailure_.empty() || !wholePlan) {
       // The first run goes step by step: it loads lazily initialised library
       // state (cuBLASLt, cuDNN) outside any capture.
       AMPJIT_RETURN_IF_ERROR(enqueueSteps(stream, *firstStep, plan_.steps.size(), !checkNumerics_));
@@ -452,6 +489,78 @@ private:
       for (std::size_t index : prepared.indices)
         AMPJIT_RETURN_IF_ERROR(checkNumerics(index, stream));
     return Status::success();
+  }
+
+  /// AMPJIT_PROFILE: runs steps [begin, end of plan) on `stream` alone, an
+  /// event after each launch, waits, and appends one JSON line per launch
+  /// (its plan steps, their kinds and types, what the step says it chose,
+  /// its milliseconds) and one with the total. The deferred update runs
+  /// in line, not beside the forward pass, so each launch's time is its own.
+  Status profileSteps(cudaStream_t stream, std::size_t begin) {
+    void* workspace = workspaceBytes_ > 0 ? static_cast<void*>(workspace_->data()) : nullptr;
+    std::vector<const PreparedStep*> launched;
+    for (const PreparedStep& prepared : steps_)
+      if (prepared.indices.front() >= begin)
+        launched.push_back(&prepared);
+    std::vector<cudaEvent_t> marks(launched.size() + 1, nullptr);
+    auto destroyMarks = [&] {
+      for (cudaEvent_t mark : marks)
+        if (mark)
+          cudaEventDestroy(mark);
+    };
+    std::string where = "plan @" + plan_.name + ": profiling";
+    auto checked = [&](cudaError_t error) {
+      return error == cudaSuccess ? Status::success() : cuda::cudaFailure(error, where);
+    };
+    for (cudaEvent_t& mark : marks)
+      if (cudaError_t error = cudaEventCreate(&mark); error != cudaSuccess) {
+        destroyMarks();
+        return cuda::cudaFailure(error, where);
+      }
+    Status enqueued = checked(cudaEventRecord(marks[0], stream));
+    for (std::size_t i = 0; enqueued && i < launched.size(); ++i) {
+      enqueued = enqueueStep(const_cast<PreparedStep&>(*launched[i]), stream, workspace);
+      if (enqueued)
+        enqueued = checked(cudaEventRecord(marks[i + 1], stream));
+    }
+    if (enqueued)
+      enqueued = checked(cudaStreamSynchronize(stream));
+    if (!enqueued) {
+      destroyMarks();
+      return enqueued;
+    }
+    std::ofstream file(profile_.path, std::ios::app);
+    double total = 0;
+    for (std::size_t i = 0; i < launched.size(); ++i) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, marks[i], marks[i + 1]);
+      total += ms;
+      file << profileLine(*launched[i], ms) << "\n";
+    }
+    file << "{\"plan\":" << jsonString(plan_.name) << ",\"launches\":" << launched.size()
+         << ",\"total_ms\":" << total << "}\n";
+    destroyMarks();
+    if (!file)
+      return Status::error(where + ": cannot write " + profile_.path);
+    return Status::success();
+  }
+
+  std::string profileLine(const PreparedStep& prepared, float ms) const {
+    const Step& first = plan_.steps[prepared.indices.front()];
+    std::string types;
+    for (BufferId id : first.inputs)
+      types += (types.empty() ? "" : ", ") + (id == kNoBuffer ? std::string("-") : typeToString(plan_.buffers[id].type));
+    types += " -> ";
+    for (std::size_t slot = 0; slot < first.outputs.size(); ++slot)
+      types += (slot ? ", " : "") + (first.outputs[slot] == kNoBuffer ? std::string("-")
+                                                                      : typeToString(plan_.buffers[first.outputs[slot]].type));
+    std::string line = "{\"plan\":" + jsonString(plan_.name) + ",\"steps\":[" +
+                       std::to_string(prepared.indices.front()) + "," + std::to_string(prepared.indices.back()) +
+                       "],\"what\":" + jsonString(describeStep(plan_, prepared.indices.front())) +
+                       ",\"types\":" + jsonString(types);
+    if (std::string chose = prepared.step->profileNote(); !chose.empty())
+      line += ",\"chose\":" + jsonString(chose);
+    return line + ",\"ms\":" + std::to_string(ms) + "}";
   }
 
   /// The deferred update's groups on the side stream: an event per group
@@ -693,6 +802,7 @@ private:
   std::vector<void*> capturedKey_;
   std::string graphFailure_;
   CudaRunStats stats_;
+  ProfileRequest profile_ = ProfileRequest::fromEnvironment();
 };
 
 class PinnedHostCopy final : public AsyncHostCopy {

@@ -77,6 +77,9 @@ public:
   /// Enqueues the step's work on `stream`: asynchronous, capturable (no
   /// allocation, no synchronisation, no host reads of device memory).
   virtual Status enqueue(const StepPointers& pointers, cudaStream_t stream) = 0;
+  /// What the step chose at prepare that a profile should show (a GEMM's
+  /// cuBLASLt algorithm), or nothing.
+  virtual std::string profileNote() const { return {}; }
 };
 
 /// Per-family factories; each returns an error naming the step when the step
