@@ -1,6 +1,7 @@
 // jit::cuda (cuda.h) and the one CUDA backend every traced function shares.
 
 #include "CudaDevice.h"
+#include "Dispatch.h"
 
 #include "jit/Tensor.h"
 #include "jit/cuda.h"
@@ -41,6 +42,22 @@ void synchronize() {
 
 int64_t max_memory_allocated() {
   return is_available() ? detail::sharedCudaBackend("jit::cuda::max_memory_allocated")->peakDeviceBytes() : 0;
+}
+
+Tensor to_device(const Tensor& tensor) {
+  if (!tensor.defined())
+    throw Error("jit::cuda::to_device: an undefined tensor");
+  const detail::TensorImpl& impl = tensor.impl();
+  detail::completeDeferredUpdate(impl);
+  if (detail::deviceValueIsCurrent(impl))
+    return tensor;
+  std::shared_ptr<rt::CudaBackend> backend = detail::sharedCudaBackend("jit::cuda::to_device");
+  rt::Expected<rt::Tensor> uploaded =
+      backend->toDevice(detail::concreteValue(impl, "jit::cuda::to_device"));
+  if (!uploaded)
+    throw Error("jit::cuda::to_device: " + uploaded.message());
+  return detail::makeDeviceTensor(std::move(*uploaded),
+                                  [backend](const rt::Tensor& device) { return backend->toHost(device); });
 }
 
 Event Event::record() {

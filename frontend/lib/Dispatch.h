@@ -116,6 +116,11 @@ Tensor makeTensor(rt::Tensor value);
 /// A tensor whose value is on the device (a CUDA step's output), brought to
 /// the host by `download` when first read.
 Tensor makeDeviceTensor(rt::Tensor device, std::function<rt::Expected<rt::Tensor>(const rt::Tensor&)> download);
+/// Whether the GPU holds `impl`'s current value: a CUDA step's output not
+/// read back yet, or state or a to_device copy no host write has overtaken.
+inline bool deviceValueIsCurrent(const TensorImpl& impl) {
+  return impl.deviceCopy && (impl.deviceCopy->hostStale || impl.deviceCopy->version == impl.version);
+}
 /// Does the deferred optimizer update pending on `impl`, if any, so that its
 /// value is current (before any host read or write of state).
 void completeDeferredUpdate(const TensorImpl& impl);

@@ -146,7 +146,10 @@ thread_local std::vector<std::unique_ptr<Stack>> tStacks;
 thread_local cudaError_t tLastError = cudaSuccess;
 /// Unset in a generated kernels' library, whose launches run at once.
 StreamSubmitter gStreamSubmitter = nullptr;
-thread_local std::string tLastFailure;
+// Never destroyed: the process-wide CUDA backend is released by an exit
+// handler that runs after thread-local destructors, and its teardown still
+// reports here.
+thread_local std::string& tLastFailure = *new std::string;
 
 std::atomic<int64_t> gLaunches{0};
 std::atomic<int64_t> gThreads{0};

@@ -20,7 +20,10 @@ namespace {
 
 namespace rt = ampjit::runtime;
 
-thread_local std::string refusal;
+// Never destroyed: the process-wide CUDA backend is released by an exit
+// handler that runs after thread-local destructors, and its teardown still
+// reports here.
+thread_local std::string& refusal = *new std::string;
 std::atomic<int64_t> matmuls{0};
 
 cublasStatus_t refuse(cublasStatus_t status, std::string why) {
@@ -63,6 +66,7 @@ struct MatrixLayout {
 struct Preference {
   uint64_t maxWorkspace = 0; // the documented default: no workspace
   uint32_t minAlignment[4] = {256, 256, 256, 256};
+  uint32_t reductionSchemes = CUBLASLT_REDUCTION_SCHEME_MASK; // the documented default: any
   std::vector<int> unmodelled;
 };
 
@@ -451,6 +455,8 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
   case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: return take(p.minAlignment[1], value, bytes, "MIN_ALIGNMENT_B_BYTES");
   case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: return take(p.minAlignment[2], value, bytes, "MIN_ALIGNMENT_C_BYTES");
   case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: return take(p.minAlignment[3], value, bytes, "MIN_ALIGNMENT_D_BYTES");
+  case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK:
+    return take(p.reductionSchemes, value, bytes, "REDUCTION_SCHEME_MASK");
   default:
     p.unmodelled.push_back(int(attribute));
     return succeed();
@@ -486,8 +492,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   // The bias and aux pointers' values say how aligned they will be.
   record.alignment[4] = usableAlignment(reinterpret_cast<uintptr_t>(desc.bias));
   record.alignment[5] = usableAlignment(reinterpret_cast<uintptr_t>(desc.aux));
-  // A split-K algorithm for long products, where workspace is allowed.
-  record.workspaceBytes = problem.k >= 1024 ? std::min<uint64_t>(pref.maxWorkspace, 4u << 20) : 0;
+  // A split-K algorithm for long products, where workspace is allowed and
+  // the preference lets it reduce in the compute type, as this model does
+  // (its products round once, whatever they split).
+  bool splitAllowed = (pref.reductionSchemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) != 0;
+  record.workspaceBytes =
+      problem.k >= 1024 && splitAllowed ? std::min<uint64_t>(pref.maxWorkspace, 4u << 20) : 0;
 
   cublasLtMatmulHeuristicResult_t& result = results[0];
   std::memset(&result, 0, sizeof result);
@@ -496,6 +506,36 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   result.state = CUBLAS_STATUS_SUCCESS;
   result.wavesCount = 1.0f;
   *returned = 1;
+  return succeed();
+}
+
+cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t* algorithm,
+                                                    cublasLtMatmulAlgoConfigAttributes_t attribute, void* buffer,
+                                                    std::size_t bytes, std::size_t* written) {
+  if (algorithm == nullptr)
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulAlgoConfigGetAttribute without an algorithm");
+  AlgorithmRecord record;
+  std::memcpy(&record, algorithm, sizeof record);
+  if (record.magic != kAlgorithmMagic)
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, "an algorithm the heuristic did not choose");
+  bool split = record.workspaceBytes > 0;
+  int32_t value = 0;
+  switch (attribute) {
+  case CUBLASLT_ALGO_CONFIG_ID: value = 0; break;
+  case CUBLASLT_ALGO_CONFIG_TILE_ID: value = CUBLASLT_MATMUL_TILE_UNDEFINED; break;
+  case CUBLASLT_ALGO_CONFIG_STAGES_ID: value = CUBLASLT_MATMUL_STAGES_UNDEFINED; break;
+  case CUBLASLT_ALGO_CONFIG_SPLITK_NUM: value = split ? 2 : 1; break;
+  case CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME:
+    value = split ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_NONE;
+    break;
+  default: return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "algorithm attribute " + std::to_string(int(attribute)) +
+                                                          " is not modelled");
+  }
+  if (written != nullptr)
+    *written = sizeof value;
+  if (bytes != sizeof value || buffer == nullptr)
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, "an algorithm attribute is 4 bytes, not " + std::to_string(bytes));
+  std::memcpy(buffer, &value, sizeof value);
   return succeed();
 }
 

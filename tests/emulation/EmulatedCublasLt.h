@@ -61,6 +61,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
                                               cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
                                               cublasLtMatmulPreference_t preference, int requested,
                                               cublasLtMatmulHeuristicResult_t results[], int* returned);
+/// The chosen algorithm's configuration as cuBLASLt reports it: this model's
+/// algorithm is ID 0, tile and stages undefined, and it splits K only where
+/// the heuristic gave it workspace, reducing in the compute type.
+cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t* algorithm,
+                                                    cublasLtMatmulAlgoConfigAttributes_t attribute, void* buffer,
+                                                    std::size_t bytes, std::size_t* written);
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t descriptor, const void* alpha,
                               const void* a, cublasLtMatrixLayout_t aLayout, const void* b,
                               cublasLtMatrixLayout_t bLayout, const void* beta, const void* c,

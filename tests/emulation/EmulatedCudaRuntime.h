@@ -65,6 +65,7 @@
 #define cublasLtMatmulPreferenceDestroy ::ampjit::emulation::cublasLtMatmulPreferenceDestroy
 #define cublasLtMatmulPreferenceSetAttribute ::ampjit::emulation::cublasLtMatmulPreferenceSetAttribute
 #define cublasLtMatmulAlgoGetHeuristic ::ampjit::emulation::cublasLtMatmulAlgoGetHeuristic
+#define cublasLtMatmulAlgoConfigGetAttribute ::ampjit::emulation::cublasLtMatmulAlgoConfigGetAttribute
 #define cublasLtMatmul ::ampjit::emulation::cublasLtMatmul
 
 #define cudnnCreate ::ampjit::emulation::cudnnCreate

@@ -18,8 +18,11 @@ namespace ampjit::emulation {
 
 namespace {
 
-thread_local std::string refusal;
-thread_local std::string errorText;
+// Never destroyed: the process-wide CUDA backend is released by an exit
+// handler that runs after thread-local destructors, and its teardown still
+// reports here.
+thread_local std::string& refusal = *new std::string;
+thread_local std::string& errorText = *new std::string;
 std::atomic<int64_t> convolutions{0}, batchNorms{0}, fusedBatchNorms{0};
 
 cudnnStatus_t refuse(cudnnStatus_t status, std::string why) {

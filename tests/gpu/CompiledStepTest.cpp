@@ -292,6 +292,46 @@ TEST_F(CompiledStepOnGpu, AnInputWrittenInPlaceOnTheDeviceReachesTheCallersTenso
   }
 }
 
+TEST_F(CompiledStepOnGpu, ABatchAlreadyOnTheDeviceGivesTheBitsOfTheSameBatchFromTheHost) {
+  // jit::cuda::to_device: the step reads the batch on the GPU, with no
+  // round trip through host memory, and computes exactly what it computes
+  // from the host's copy; the batch reads back unchanged.
+  Classifier fromHost(kIn, kHidden, kClasses, 3), fromDevice(kIn, kHidden, kClasses, 3);
+  TraceOptions options{.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cuda};
+  auto hostStep = trace([&](const Tensor& x, const Tensor& y) { return fromHost.step(x, y); }, options);
+  auto deviceStep = trace([&](const Tensor& x, const Tensor& y) { return fromDevice.step(x, y); }, options);
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 90 + i);
+    Tensor deviceX = cuda::to_device(x), deviceY = cuda::to_device(y);
+    EXPECT_EQ(&cuda::to_device(deviceX).impl(), &deviceX.impl()) << "already on the device";
+    EXPECT_EQ(deviceStep(deviceX, deviceY).item(), hostStep(x, y).item()) << "call " << i;
+    EXPECT_EQ(deviceX.to_vector(), x.to_vector());
+    EXPECT_EQ(deviceY.to_vector(), y.to_vector());
+  }
+  EXPECT_EQ(stateOf(fromDevice), stateOf(fromHost));
+  EXPECT_EQ(deviceStep.stats().traces, 1u);
+}
+
+TEST_F(CompiledStepOnGpu, AnInputOnTheDeviceWrittenInPlaceByTheStepReadsBackTheWrite) {
+  Classifier net(kIn, kHidden, kClasses, 3);
+  auto step = trace(
+      [&](const Tensor& x, const Tensor& y) {
+        Tensor input = x;
+        input.mul_(scalar_tensor(2.0, f32));
+        return net.step(x, y);
+      },
+      {.backend = Backend::cuda});
+  auto [x, y] = batch(kBatch, kIn, kClasses, 95);
+  std::vector<double> original = x.to_vector();
+  Tensor deviceX = cuda::to_device(x);
+  step(deviceX, cuda::to_device(y));
+  std::vector<double> written = deviceX.to_vector();
+  ASSERT_EQ(written.size(), original.size());
+  for (size_t i = 0; i < original.size(); ++i)
+    ASSERT_EQ(written[i], 2.0 * original[i]) << "element " << i;
+  EXPECT_EQ(x.to_vector(), original) << "the host tensor to_device copied from is its own";
+}
+
 TEST_F(CompiledStepOnGpu, ALayerNormStepAtO3MatchesTheCpu) {
   // O3 lowers layer_norm_grad with its data but keeps the fp32 statistics
   // the forward saved: the device's kernel reads them as fp32 (Compute<S>).

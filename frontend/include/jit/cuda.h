@@ -9,6 +9,10 @@
 #include <cstdint>
 #include <memory>
 
+namespace jit {
+class Tensor;
+} // namespace jit
+
 namespace jit::cuda {
 
 /// Whether this build has the CUDA backend and a device is present.
@@ -17,6 +21,13 @@ bool is_available();
 void synchronize();
 /// Device bytes the memory pool has handed out at most.
 int64_t max_memory_allocated();
+
+/// A copy of `tensor` whose value lives on the GPU (PyTorch's `.cuda()`): a
+/// step traced for CUDA reads it there, with no copy from host memory (a copy
+/// from pageable memory waits for the GPU and caps a step at the bus's
+/// speed). Reading its values (item, to_vector) copies them back. A tensor
+/// already on the GPU is returned as it is. Throws without a device.
+Tensor to_device(const Tensor& tensor);
 
 /// A CUDA event on the stream traced steps run on.
 class Event {

@@ -312,8 +312,18 @@ private:
       if (state->deferredUpdate != variant.deferred)
         detail::completeDeferredUpdate(*state);
     std::vector<rt::Tensor> arguments;
-    for (const Tensor& input : inputs)
+    for (const Tensor& input : inputs) {
+      // A batch already on the GPU (jit::cuda::to_device, or another step's
+      // output) is read there: no round trip through the host.
+      if (cuda_) {
+        detail::completeDeferredUpdate(input.impl());
+        if (detail::deviceValueIsCurrent(input.impl())) {
+          arguments.push_back(input.impl().deviceCopy->device);
+          continue;
+        }
+      }
       arguments.push_back(concreteValue(input.impl(), "a traced step's input"));
+    }
     for (const auto& state : bindings.state) {
       if (cuda_) {
         arguments.push_back(deviceArgument(*state));
@@ -425,7 +435,7 @@ private:
   /// value (first use, or a host write since).
   rt::Tensor deviceArgument(TensorImpl& state) {
     std::shared_ptr<DeviceCopy>& copy = state.deviceCopy;
-    if (copy && (copy->hostStale || copy->version == state.version))
+    if (deviceValueIsCurrent(state))
       return copy->device;
     rt::Expected<rt::Tensor> uploaded = cuda_->toDevice(concreteValue(state, "a traced step's state"));
     if (!uploaded)

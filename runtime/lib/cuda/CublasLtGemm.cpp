@@ -154,7 +154,8 @@ public:
     return "m=" + std::to_string(m_) + " n=" + std::to_string(n_) + " k=" + std::to_string(k_) + " calls=" +
            std::to_string(calls_.size()) + " " + shape_ + " algo=" + config(CUBLASLT_ALGO_CONFIG_ID) +
            " tile=" + config(CUBLASLT_ALGO_CONFIG_TILE_ID) + " stages=" + config(CUBLASLT_ALGO_CONFIG_STAGES_ID) +
-           " splitk=" + config(CUBLASLT_ALGO_CONFIG_SPLITK_NUM) + " waves=" + std::to_string(waves_);
+           " splitk=" + config(CUBLASLT_ALGO_CONFIG_SPLITK_NUM) +
+           " reduction=" + config(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) + " waves=" + std::to_string(waves_);
   }
 
   Status setEpiloguePointer(EpilogueBuffer buffer, const void* pointer) {
@@ -352,6 +353,18 @@ Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const
     AMPJIT_CUBLAS_RETURN_IF_ERROR(
         cublasLtMatmulPreferenceSetAttribute(d.preference, attribute, &alignment, sizeof alignment),
         "setting an alignment preference");
+
+  // A split-K reduction "in place" or "in the output type" keeps partial
+  // sums in C's type: for an f16 or bf16 C that rounds each partial sum, and
+  // the product no longer accumulates in fp32 with one rounding. Partial
+  // sums in the compute type (fp32) keep the contract.
+  if (cType.dtype == DType::F16 || cType.dtype == DType::BF16) {
+    uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(d.preference,
+                                                                       CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                                       &reductions, sizeof reductions),
+                                  "restricting split-K reductions to fp32");
+  }
 
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
