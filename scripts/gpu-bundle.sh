@@ -44,6 +44,19 @@ set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${OUT:-$here/../gpu-out}"
 mkdir -p "$out" "$here/run"
+# PyTorch, which the benchmark starts for its peers, loads the cuDNN and cuBLAS
+# it was built with; the folders put first below for ampjit's binaries must
+# not reach it (on 2026-11-26 they made it load the image's cuDNN 9.14 instead
+# of its own 9.19). The benchmark finds this python3 first on PATH.
+peer_library_path=${LD_LIBRARY_PATH:-}
+real_python=$(command -v python3 || true)
+if [ -n "$real_python" ]; then
+  mkdir -p "$here/run/peer-bin"
+  printf '#!/usr/bin/env bash\nexport LD_LIBRARY_PATH=%q\nexec %q "$@"\n' "$peer_library_path" "$real_python" \
+    > "$here/run/peer-bin/python3"
+  chmod +x "$here/run/peer-bin/python3"
+  export PATH="$here/run/peer-bin:$PATH"
+fi
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export AMPJIT_KERNEL_CACHE="$here/run/kernel-cache"
 stamp() { echo "[$(date +%T) +${SECONDS}s] $*" | tee -a "$out/summary.txt"; }

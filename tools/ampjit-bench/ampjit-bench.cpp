@@ -539,7 +539,11 @@ int main(int argc, char** argv) {
           std::cout << result.dump() << std::endl;
           nlohmann::json entry{{"model", model}, {"level", result["level"]}, {"dtype", result["dtype"]},
                                {"ms_per_step_median", result["ms_per_step_median"]}};
-          for (const auto& [name, peer] : result.value("peers", nlohmann::json::object()).items())
+          // Named, not iterated as a temporary: items() refers into it, and a
+          // range-for keeps only its outermost temporary alive (the run on the
+          // GPU crashed here in std::_Rb_tree_increment).
+          const nlohmann::json measuredPeers = result.value("peers", nlohmann::json::object());
+          for (const auto& [name, peer] : measuredPeers.items())
             if (peer.contains("speedup"))
               entry["speedup_vs"][name] = peer["speedup"];
           summary.push_back(entry);
