@@ -312,6 +312,27 @@ TEST_F(CompiledStepOnGpu, ABatchAlreadyOnTheDeviceGivesTheBitsOfTheSameBatchFrom
   EXPECT_EQ(deviceStep.stats().traces, 1u);
 }
 
+TEST_F(CompiledStepOnGpu, HostBatchesEnqueuedBackToBackEachReachTheirOwnStep) {
+  // Host batches go through one pinned buffer per input, which a step's
+  // copy reads after the call returns: the next call must wait for that copy
+  // before it writes the buffer again. Nothing is read between the calls,
+  // so no step waits for the GPU on its own; the losses equal those of the
+  // same batches uploaded first.
+  Classifier fromHost(kIn, kHidden, kClasses, 3), fromDevice(kIn, kHidden, kClasses, 3);
+  TraceOptions options{.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cuda};
+  auto hostStep = trace([&](const Tensor& x, const Tensor& y) { return fromHost.step(x, y); }, options);
+  auto deviceStep = trace([&](const Tensor& x, const Tensor& y) { return fromDevice.step(x, y); }, options);
+  std::vector<Tensor> hostLosses, deviceLosses;
+  for (uint64_t i = 0; i < 5; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 120 + i);
+    hostLosses.push_back(hostStep(x, y));
+    deviceLosses.push_back(deviceStep(cuda::to_device(x), cuda::to_device(y)));
+  }
+  for (size_t i = 0; i < hostLosses.size(); ++i)
+    EXPECT_EQ(hostLosses[i].item(), deviceLosses[i].item()) << "call " << i;
+  EXPECT_EQ(stateOf(fromHost), stateOf(fromDevice));
+}
+
 TEST_F(CompiledStepOnGpu, AnInputOnTheDeviceWrittenInPlaceByTheStepReadsBackTheWrite) {
   Classifier net(kIn, kHidden, kClasses, 3);
   auto step = trace(

@@ -175,6 +175,14 @@ public:
       cudaEventDestroy(event);
     if (deferredFork_)
       cudaEventDestroy(deferredFork_);
+    for (PinnedInput& pinned : pinnedInputs_) {
+      if (pinned.copied) {
+        cudaEventSynchronize(pinned.copied);
+        cudaEventDestroy(pinned.copied);
+      }
+      if (pinned.host)
+        cudaFreeHost(pinned.host);
+    }
   }
 
   Status prepare() {
@@ -337,10 +345,14 @@ public:
         // host or device memory alike.
         const Tensor& input = arguments[std::size_t(buffer.argument)];
         pointers_[id] = fixed_[id]->data();
-        if (stageInputs && input.byteSize() > 0)
+        if (!stageInputs || input.byteSize() == 0)
+          break;
+        if (input.device() == Device::Cuda)
           AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pointers_[id], input.bytes(), input.byteSize(),
-                                                      cudaMemcpyDefault, stream),
+                                                      cudaMemcpyDeviceToDevice, stream),
                                       "plan @" + plan_.name + ": copying " + describeArgument(plan_, buffer.argument));
+        else
+          AMPJIT_RETURN_IF_ERROR(stageHostInput(id, input, stream));
         break;
       }
       default: {
@@ -361,6 +373,28 @@ public:
     for (BufferId id = 0; id < plan_.buffers.size(); ++id)
       if (plan_.buffers[id].viewOf >= 0)
         pointers_[id] = pointers_[std::size_t(plan_.buffers[id].viewOf)];
+    return Status::success();
+  }
+
+  /// Copies a host input into its staging buffer through pinned memory of
+  /// its own. A copy from pageable memory first waits for the stream, so the
+  /// host could not enqueue a step while the last one ran. The pinned bytes
+  /// are reused once the last run's copy has read them.
+  Status stageHostInput(BufferId id, const Tensor& input, cudaStream_t stream) {
+    std::string what = "plan @" + plan_.name + ": copying " + describeArgument(plan_, plan_.buffers[id].argument);
+    if (pinnedInputs_.size() < plan_.buffers.size())
+      pinnedInputs_.resize(plan_.buffers.size());
+    PinnedInput& pinned = pinnedInputs_[id];
+    if (pinned.host == nullptr) {
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned.host, input.byteSize()), what + ": pinning host memory");
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&pinned.copied, cudaEventDisableTiming), what);
+    } else {
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(pinned.copied), what + ": waiting for the last run's copy");
+    }
+    std::memcpy(pinned.host, input.bytes(), input.byteSize());
+    AMPJIT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(pointers_[id], pinned.host, input.byteSize(), cudaMemcpyHostToDevice, stream), what);
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(pinned.copied, stream), what);
     return Status::success();
   }
 
@@ -767,6 +801,12 @@ private:
   }
 
 
+  /// A host input's pinned bytes, and the event after the copy that last read them.
+  struct PinnedInput {
+    void* host = nullptr;
+    cudaEvent_t copied = nullptr;
+  };
+
   struct Rederivation {
     std::size_t source, derived;
     cuda::ElementwiseKernel kernel;
@@ -798,6 +838,7 @@ private:
   std::vector<std::shared_ptr<Storage>> fixed_;
   std::vector<void*> pointers_;
   std::vector<Rederivation> rederivations_;
+  std::vector<PinnedInput> pinnedInputs_; ///< by buffer id, for host inputs (stageHostInput)
   cudaGraphExec_t graph_ = nullptr;
   std::vector<void*> capturedKey_;
   std::string graphFailure_;
