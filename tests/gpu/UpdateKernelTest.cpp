@@ -121,6 +121,24 @@ TEST_F(GpuTest, AllFiniteFindsOneBadElementAmongManyTensors) {
   }
 }
 
+TEST_F(GpuTest, AllFiniteFindsABadElementAtEveryPositionOfEveryFloatingType) {
+  // The kernel reads 16 bytes at a time and the tail element by element: an
+  // inf or NaN in any lane of a vector (either half of a 32-bit word, either
+  // word of an f64) or in the tail clears the flag.
+  const double bads[] = {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+                         std::numeric_limits<double>::quiet_NaN()};
+  for (DType dtype : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
+    for (int64_t size : {int64_t(1), int64_t(37), int64_t(64)}) {
+      std::vector<TensorType> types = {tt(dtype, {size}), tt(DType::F32, {5})};
+      for (int64_t position = 0; position < size; ++position)
+        ASSERT_EQ(runAllFinite(*cuda, *cpu, types,
+                               [&](std::vector<Tensor>& a) { a[0].set(position, bads[position % 3]); }),
+                  0.0)
+            << dtypeName(dtype) << "[" << size << "] element " << position;
+    }
+  }
+}
+
 TEST_F(GpuTest, AllFiniteIsResetEveryRun) {
   // The flag is set to 1 by each run: a finite run after a non-finite one says 1.
   Plan plan = singleOp("amp.all_finite", {tt(DType::F16, {1000})}, {tt(DType::I1, {})});
