@@ -44,7 +44,7 @@ int64_t max_memory_allocated() {
   return is_available() ? detail::sharedCudaBackend("jit::cuda::max_memory_allocated")->peakDeviceBytes() : 0;
 }
 
-Tensor to_device(const Tensor& tensor) {
+Tensor to_device(const Tensor& tensor, std::source_location where) {
   if (!tensor.defined())
     throw Error("jit::cuda::to_device: an undefined tensor");
   const detail::TensorImpl& impl = tensor.impl();
@@ -53,7 +53,7 @@ Tensor to_device(const Tensor& tensor) {
     return tensor;
   std::shared_ptr<rt::CudaBackend> backend = detail::sharedCudaBackend("jit::cuda::to_device");
   rt::Expected<rt::Tensor> uploaded =
-      backend->toDevice(detail::concreteValue(impl, "jit::cuda::to_device"));
+      backend->toDevice(detail::concreteValue(impl, "jit::cuda::to_device", where));
   if (!uploaded)
     throw Error("jit::cuda::to_device: " + uploaded.message());
   return detail::makeDeviceTensor(std::move(*uploaded),

@@ -312,6 +312,19 @@ TEST_F(CompiledStepOnGpu, ABatchAlreadyOnTheDeviceGivesTheBitsOfTheSameBatchFrom
   EXPECT_EQ(deviceStep.stats().traces, 1u);
 }
 
+TEST_F(CompiledStepOnGpu, ToDeviceInsideATracedStepIsAClearError) {
+  // A traced tensor has no value to upload: moving a batch is the caller's
+  // business, before the step.
+  Classifier net(kIn, kHidden, kClasses, 3);
+  int line = __LINE__ + 1;
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return net.step(cuda::to_device(x), y); },
+                    {.backend = Backend::cuda});
+  auto [x, y] = batch(kBatch, kIn, kClasses, 130);
+  std::string message = errorOf([&] { step(x, y); });
+  EXPECT_NE(message.find("jit::cuda::to_device"), std::string::npos) << message;
+  EXPECT_NE(message.find("CompiledStepTest.cpp:" + std::to_string(line)), std::string::npos) << message;
+}
+
 TEST_F(CompiledStepOnGpu, HostBatchesEnqueuedBackToBackEachReachTheirOwnStep) {
   // Host batches go through one pinned buffer per input, which a step's
   // copy reads after the call returns: the next call must wait for that copy

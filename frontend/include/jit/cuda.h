@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <source_location>
 
 namespace jit {
 class Tensor;
@@ -27,7 +28,8 @@ int64_t max_memory_allocated();
 /// from pageable memory waits for the GPU and caps a step at the bus's
 /// speed). Reading its values (item, to_vector) copies them back. A tensor
 /// already on the GPU is returned as it is. Throws without a device.
-Tensor to_device(const Tensor& tensor);
+/// Called on a traced tensor, it is an error naming the caller's line.
+Tensor to_device(const Tensor& tensor, std::source_location where = std::source_location::current());
 
 /// A CUDA event on the stream traced steps run on.
 class Event {

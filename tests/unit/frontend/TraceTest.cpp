@@ -256,6 +256,14 @@ TEST(Trace, ReadingAValueWhileTracingNamesTheOpAndTheLine) {
   EXPECT_NE(stateOf(net), before);
 }
 
+TEST(Trace, ToDeviceWithoutAGpuSaysSo) {
+  if (cuda::is_available())
+    GTEST_SKIP() << "this machine has a GPU";
+  std::string message = errorOf([] { cuda::to_device(ones({3}, f32)); });
+  EXPECT_NE(message.find("jit::cuda::to_device"), std::string::npos) << message;
+  EXPECT_NE(message.find("no CUDA device"), std::string::npos) << message;
+}
+
 TEST(Trace, ATensorLeftInsideAStepHasNoValueAfterIt) {
   Classifier net SMALL_NET();
   Tensor logits;
