@@ -529,6 +529,43 @@ TEST_F(CompiledStepOnGpu, AnMlpWithBatchNorm1dMatchesTheCpu) {
   }
 }
 
+TEST_F(CompiledStepOnGpu, AnMseMlpsFp32BiasGradientsMatchTheCpuAtO1) {
+  // mlp9's shape at test size: at O1 each hidden layer's bias gradient is
+  // its f16 output gradient widened and summed over the batch, which CUDA
+  // runs as one launch reading the f16 gradient (widenedReductionAt).
+  auto build = [] {
+    Generator generator(5);
+    nn::Sequential model;
+    for (int i = 0; i < 3; ++i)
+      model.push_back(nn::Linear(64, 64, true, {.generator = &generator}));
+    return model;
+  };
+  nn::Sequential cpuModel = build(), gpuModel = build();
+  optim::SGD cpuOpt(cpuModel.parameters(), {.lr = 0.05}), gpuOpt(gpuModel.parameters(), {.lr = 0.05});
+  amp::GradScaler cpuScaler, gpuScaler;
+  auto mseStep = [](nn::Sequential& model, optim::SGD& opt, amp::GradScaler& scaler, const Tensor& x,
+                    const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss = mse_loss(model(x), y);
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+    return loss;
+  };
+  expectGpuLossesTrackTheCpu(
+      amp::O1, [&](const Tensor& x, const Tensor& y) { return mseStep(cpuModel, cpuOpt, cpuScaler, x, y); },
+      [&](const Tensor& x, const Tensor& y) { return mseStep(gpuModel, gpuOpt, gpuScaler, x, y); },
+      [](uint64_t i) {
+        Generator generator(200 + i);
+        return std::pair{rand({32, 64}, f32, &generator), rand({32, 64}, f32, &generator)};
+      },
+      4);
+  auto gpuState = gpuModel.state_dict(), cpuState = cpuModel.state_dict();
+  for (size_t k = 0; k < cpuState.size(); ++k)
+    expectClose(gpuState[k].second.to_vector(), cpuState[k].second.to_vector(),
+                ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 4.0), cpuState[k].first);
+}
+
 TEST_F(CompiledStepOnGpu, AGptBlockWithDropoutDrawsTheCpusMasksAtO2) {
   // Attention and residual dropout: the device draws the CPU's masks
   // (Philox), so the two trainings stay together, and both generators end

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 namespace ampjit::runtime::gputest {
 namespace {
@@ -255,6 +256,66 @@ TEST_F(GpuTest, CheckNumericsNamesTheSameFirstStepAsTheCpu) {
   Expected<std::unique_ptr<Executable>> plain = cuda->prepare(plan);
   ASSERT_TRUE(plain.ok()) << plain.message();
   EXPECT_TRUE((*plain)->run(arguments).ok());
+}
+
+TEST_F(GpuTest, AWidenedReductionInOneLaunchGivesTheBitsOfTheConversionAndTheReduction) {
+  // AMP's fp32 bias gradient of an f16/bf16 gradient: the widening and the
+  // sum as one launch that reads the narrow tensor, against the same plan
+  // under AMPJIT_CHECK_NUMERICS, which runs the two steps apart (and checks
+  // every output), bit for bit; and against the CPU.
+  Expected<std::unique_ptr<CudaBackend>> apart = createCudaBackend({.checkNumerics = true});
+  ASSERT_TRUE(apart.ok()) << apart.message();
+  struct Case {
+    Shape shape, reduced;
+    std::vector<int64_t> axes;
+  };
+  const Case cases[] = {
+      {{300, 7}, {7}, {0}},      // the column kernel
+      {{2000, 40}, {40}, {0}},   // the column kernel in several parts
+      {{7, 300}, {7}, {1}},      // a block per output
+      {{70001}, {}, {0}},        // split over blocks
+      {{4, 5, 6}, {5}, {0, 2}}   // a thread per output
+  };
+  for (DType narrow : {DType::F16, DType::BF16})
+    for (const Case& c : cases)
+      for (std::string op : {"jit.sum", "jit.mean", "jit.max"}) {
+        std::string what = op + " " + std::string(dtypeName(narrow)) + " " + shapeToString(c.shape);
+        PlanBuilder b("widened_reduction");
+        BufferId x = b.argument(tt(narrow, c.shape), BufferRole::Input, "x");
+        BufferId wide = b.temporary(tt(DType::F32, c.shape));
+        BufferId y = b.output(tt(DType::F32, c.reduced));
+        b.op("amp.cast", {x}, {wide});
+        b.op(op, {wide}, {y}, {{"axes", c.axes}});
+        b.result(y);
+        Plan plan = b.finish();
+        std::vector<Tensor> arguments = randomArguments(plan, 5);
+        // Non-finite values travel as they do through the f32 copy.
+        arguments[0].set(3, std::numeric_limits<double>::infinity());
+        arguments[0].set(arguments[0].elementCount() - 1, std::numeric_limits<double>::quiet_NaN());
+        Expected<std::unique_ptr<Executable>> fused = cuda->prepare(plan);
+        Expected<std::unique_ptr<Executable>> twoSteps = (*apart)->prepare(plan);
+        ASSERT_TRUE(fused.ok() && twoSteps.ok()) << what << ": " << fused.message() << twoSteps.message();
+        EXPECT_EQ(cuda->stats(**fused).launchesPerRun, 1) << what;
+        EXPECT_EQ((*apart)->stats(**twoSteps).launchesPerRun, 2) << what;
+        // Finite data: the split plan's numerics check would stop at an inf.
+        std::vector<Tensor> finite = randomArguments(plan, 6, -4, 4);
+        std::vector<Tensor> split = {*(*apart)->toDevice(finite[0])};
+        Expected<std::vector<Tensor>> expected = (*twoSteps)->run(split);
+        ASSERT_TRUE(expected.ok()) << what << ": " << expected.message();
+        for (int run = 0; run < 2; ++run) { // step by step, then the replayed graph
+          std::vector<Tensor> onDevice = {*cuda->toDevice(finite[0])};
+          Expected<std::vector<Tensor>> got = (*fused)->run(onDevice);
+          ASSERT_TRUE(got.ok()) << what << ": " << got.message();
+          EXPECT_TRUE(cuda->toHost((*got)[0])->bitwiseEqual(*(*apart)->toHost((*expected)[0]))) << what << ", run " << run;
+        }
+        Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, arguments, 2);
+        ASSERT_TRUE(both.ok()) << what << ": " << both.message();
+        int64_t reduced = 1;
+        for (int64_t axis : c.axes)
+          reduced *= c.shape[size_t(axis)];
+        EXPECT_TRUE(allClose(both->cpuResults[0], both->cudaResults[0], 1.0 + double(reduced) / 64))
+            << what << " with inf and NaN";
+      }
 }
 
 TEST_F(GpuTest, SplitFiniteCheckEqualsOneCheck) {

@@ -192,6 +192,8 @@ public:
     // steps that share a launch (conversions) need none.
     AMPJIT_RETURN_IF_ERROR(planRederivation());
     std::vector<std::pair<std::size_t, std::size_t>> groups = cuda::launchGroups(plan_);
+    if (checkNumerics_)
+      groups = splitWidenedReductions(std::move(groups));
     Expected<std::vector<std::optional<cuda::ElementwiseKernel>>> emitted = cuda::generatedKernels(plan_, groups);
     if (!emitted)
       return emitted.status();
@@ -523,6 +525,23 @@ private:
       for (std::size_t index : prepared.indices)
         AMPJIT_RETURN_IF_ERROR(checkNumerics(index, stream));
     return Status::success();
+  }
+
+  /// AMPJIT_CHECK_NUMERICS checks every output of every step, and a widened
+  /// reduction's launch never writes the widened copy: run its two steps
+  /// apart.
+  std::vector<std::pair<std::size_t, std::size_t>> splitWidenedReductions(
+      std::vector<std::pair<std::size_t, std::size_t>> groups) const {
+    std::vector<std::pair<std::size_t, std::size_t>> split;
+    for (auto [begin, end] : groups) {
+      if (end - begin == 2 && cuda::widenedReductionAt(plan_, begin)) {
+        split.emplace_back(begin, begin + 1);
+        split.emplace_back(begin + 1, end);
+      } else {
+        split.emplace_back(begin, end);
+      }
+    }
+    return split;
   }
 
   /// AMPJIT_PROFILE: runs steps [begin, end of plan) on `stream` alone, an

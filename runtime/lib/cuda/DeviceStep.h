@@ -140,6 +140,14 @@ Expected<std::unique_ptr<DeviceStep>> makeLossAndGradientStep(const Plan& plan, 
 /// (makeClassificationHeadStep), storing every output of its steps.
 std::size_t classificationHeadLength(const Plan& plan, std::size_t index);
 Expected<std::unique_ptr<DeviceStep>> makeClassificationHeadStep(const Plan& plan, std::span<const Step* const> steps);
+/// Whether steps `index` and `index + 1` are an f16 or bf16 tensor widened
+/// to f32 and an f32 reduction that alone reads the widened copy (AMP's fp32
+/// bias gradient of a low-precision output gradient). One launch then sums
+/// the narrow tensor directly (makeWidenedReductionStep), with the same bits
+/// and without writing or reading the f32 copy. Not when the sum's output
+/// shares bytes with the narrow input.
+bool widenedReductionAt(const Plan& plan, std::size_t index);
+Expected<std::unique_ptr<DeviceStep>> makeWidenedReductionStep(const Plan& plan, std::span<const Step* const> steps);
 /// The plan's steps as the backend launches them, as [begin, end) ranges:
 /// consecutive updates canShareOptimizerLaunch allows share a multi-tensor
 /// launch, and so do consecutive conversions canShareConvertLaunch allows

@@ -119,8 +119,12 @@ template <typename T> __device__ T reduceFinish(const ReductionGeometry& g, T ac
   return g.op == ReduceKind::Mean ? acc / T(g.reducedCount) : acc;
 }
 
+// The reductions read In and store S, computing in Compute<S>. In is S but
+// for a widened sum (f16/bf16 read into an f32 sum): widening is exact, so
+// it gives the bits of a sum over the converted input.
+
 /// Few reduced elements: one thread per output, sequential (the CPU's order).
-template <typename S> __global__ void reduceSmallKernel(ReductionGeometry g, const S* x, S* y) {
+template <typename In, typename S> __global__ void reduceSmallKernel(ReductionGeometry g, const In* x, S* y) {
   using T = Compute<S>;
   for (int64_t out = int64_t(blockIdx.x) * kThreads + threadIdx.x; out < g.outputCount;
        out += int64_t(gridDim.x) * kThreads) {
@@ -138,7 +142,7 @@ template <typename S> __global__ void reduceSmallKernel(ReductionGeometry g, con
 }
 
 /// Many reduced elements: one block per output.
-template <typename S> __global__ void reduceBlockKernel(ReductionGeometry g, const S* x, S* y) {
+template <typename In, typename S> __global__ void reduceBlockKernel(ReductionGeometry g, const In* x, S* y) {
   using T = Compute<S>;
   for (int64_t out = blockIdx.x; out < g.outputCount; out += gridDim.x) {
     int64_t base = keptOffset(g, out);
@@ -153,8 +157,8 @@ template <typename S> __global__ void reduceBlockKernel(ReductionGeometry g, con
 
 /// Split reductions, stage one: block b reduces chunk b % splits of output
 /// b / splits into partials[b] (not finished: mean divides in stage two).
-template <typename S>
-__global__ void reducePartialKernel(ReductionGeometry g, int64_t splits, int64_t chunk, const S* x,
+template <typename In, typename S>
+__global__ void reducePartialKernel(ReductionGeometry g, int64_t splits, int64_t chunk, const In* x,
                                     Compute<S>* partials) {
   using T = Compute<S>;
   for (int64_t b = blockIdx.x; b < g.outputCount * splits; b += gridDim.x) {
@@ -177,8 +181,8 @@ constexpr int kColumnOutputs = 32, kColumnLanes = 8;
 /// lanes striding over the block's part of the reduced range (blockIdx.y of
 /// gridDim.y parts of `chunk` elements), lanes combined in order. One part
 /// stores the finished outputs, several write partials[out * parts + part].
-template <typename S>
-__global__ void reduceColumnsKernel(ReductionGeometry g, int64_t chunk, const S* x, S* y, Compute<S>* partials) {
+template <typename In, typename S>
+__global__ void reduceColumnsKernel(ReductionGeometry g, int64_t chunk, const In* x, S* y, Compute<S>* partials) {
   using T = Compute<S>;
   __shared__ T lanes[kColumnLanes][kColumnOutputs];
   int64_t begin = int64_t(blockIdx.y) * chunk;
@@ -848,43 +852,63 @@ std::size_t reductionWorkspaceBytes(Storage storage, const ReductionGeometry& ge
   return std::size_t(reductionPartials(geometry)) * computeSize(storage);
 }
 
+namespace {
+
+template <typename In, typename S>
+cudaError_t launchReductionOf(const ReductionGeometry& geometry, const In* in, S* out, void* workspace,
+                              cudaStream_t stream) {
+  using T = Compute<S>;
+  int64_t splits = reductionSplits(geometry);
+  if (reducesColumns(geometry)) {
+    int64_t parts = columnParts(geometry);
+    int64_t chunk = (geometry.reducedCount + parts - 1) / parts;
+    T* partials = static_cast<T*>(workspace);
+    dim3 threads(kColumnOutputs, kColumnLanes);
+    dim3 blocks(blocksFor((geometry.outputCount + kColumnOutputs - 1) / kColumnOutputs), unsigned(parts));
+    reduceColumnsKernel<In, S><<<blocks, threads, 0, stream>>>(geometry, chunk, in, out, partials);
+    cudaError_t error = cudaGetLastError();
+    if (error != cudaSuccess || parts == 1)
+      return error;
+    reduceCombinePartialsKernel<S><<<blocksForElements(geometry.outputCount), kThreads, 0, stream>>>(
+        geometry, parts, partials, out);
+  } else if (splits > 1) {
+    int64_t chunk = (geometry.reducedCount + splits - 1) / splits;
+    T* partials = static_cast<T*>(workspace);
+    reducePartialKernel<In, S><<<blocksFor(geometry.outputCount * splits), kThreads, 0, stream>>>(
+        geometry, splits, chunk, in, partials);
+    cudaError_t error = cudaGetLastError();
+    if (error != cudaSuccess)
+      return error;
+    reduceCombinePartialsKernel<S><<<blocksForElements(geometry.outputCount), kThreads, 0, stream>>>(
+        geometry, splits, partials, out);
+  } else if (geometry.reducedCount <= 32)
+    reduceSmallKernel<In, S><<<blocksForElements(geometry.outputCount), kThreads, 0, stream>>>(geometry, in, out);
+  else
+    reduceBlockKernel<In, S><<<blocksFor(geometry.outputCount), kThreads, 0, stream>>>(geometry, in, out);
+  return cudaGetLastError();
+}
+
+} // namespace
+
 cudaError_t launchReduction(Storage storage, const ReductionGeometry& geometry, const void* x, void* y,
                             void* workspace, cudaStream_t stream) {
   if (geometry.outputCount == 0)
     return cudaSuccess;
   return dispatch(storage, [&](auto zero) {
     using S = decltype(zero);
-    using T = Compute<S>;
-    const S* in = static_cast<const S*>(x);
-    S* out = static_cast<S*>(y);
-    int64_t splits = reductionSplits(geometry);
-    if (reducesColumns(geometry)) {
-      int64_t parts = columnParts(geometry);
-      int64_t chunk = (geometry.reducedCount + parts - 1) / parts;
-      T* partials = static_cast<T*>(workspace);
-      dim3 threads(kColumnOutputs, kColumnLanes);
-      dim3 blocks(blocksFor((geometry.outputCount + kColumnOutputs - 1) / kColumnOutputs), unsigned(parts));
-      reduceColumnsKernel<S><<<blocks, threads, 0, stream>>>(geometry, chunk, in, out, partials);
-      cudaError_t error = cudaGetLastError();
-      if (error != cudaSuccess || parts == 1)
-        return error;
-      reduceCombinePartialsKernel<S><<<blocksForElements(geometry.outputCount), kThreads, 0, stream>>>(
-          geometry, parts, partials, out);
-    } else if (splits > 1) {
-      int64_t chunk = (geometry.reducedCount + splits - 1) / splits;
-      T* partials = static_cast<T*>(workspace);
-      reducePartialKernel<S><<<blocksFor(geometry.outputCount * splits), kThreads, 0, stream>>>(
-          geometry, splits, chunk, in, partials);
-      cudaError_t error = cudaGetLastError();
-      if (error != cudaSuccess)
-        return error;
-      reduceCombinePartialsKernel<S><<<blocksForElements(geometry.outputCount), kThreads, 0, stream>>>(
-          geometry, splits, partials, out);
-    } else if (geometry.reducedCount <= 32)
-      reduceSmallKernel<S><<<blocksForElements(geometry.outputCount), kThreads, 0, stream>>>(geometry, in, out);
-    else
-      reduceBlockKernel<S><<<blocksFor(geometry.outputCount), kThreads, 0, stream>>>(geometry, in, out);
-    return cudaGetLastError();
+    return launchReductionOf<S, S>(geometry, static_cast<const S*>(x), static_cast<S*>(y), workspace, stream);
+  });
+}
+
+cudaError_t launchWidenedReduction(Storage input, const ReductionGeometry& geometry, const void* x, float* y,
+                                   void* workspace, cudaStream_t stream) {
+  if (geometry.outputCount == 0)
+    return cudaSuccess;
+  if (input != Storage::F16 && input != Storage::BF16)
+    return cudaErrorInvalidValue;
+  return dispatch(input, [&](auto zero) {
+    using In = decltype(zero);
+    return launchReductionOf<In, float>(geometry, static_cast<const In*>(x), y, workspace, stream);
   });
 }
 

@@ -46,6 +46,11 @@ struct ReductionGeometry {
 std::size_t reductionWorkspaceBytes(Storage storage, const ReductionGeometry& geometry);
 cudaError_t launchReduction(Storage storage, const ReductionGeometry& geometry, const void* x, void* y,
                             void* workspace, cudaStream_t stream);
+/// A sum (or mean, max) of f16 or bf16 `x` into f32 `y`, computing in f32:
+/// the bits of launchReduction over x converted to f32, without the f32
+/// copy (a bias gradient's widening and column sum in one launch).
+cudaError_t launchWidenedReduction(Storage input, const ReductionGeometry& geometry, const void* x, float* y,
+                                   void* workspace, cudaStream_t stream);
 
 enum class SoftmaxKind : int { Softmax, LogSoftmax, SoftmaxGrad, LogSoftmaxGrad };
 

@@ -76,7 +76,7 @@ std::unique_ptr<DeviceStep> makeStep(const Step& step, std::size_t workspace, La
   return std::make_unique<NumericStep<Launch>>(stepName(step), workspace, std::move(launch));
 }
 
-Expected<std::unique_ptr<DeviceStep>> makeReduction(const Plan& plan, const Step& step, nk::Storage storage) {
+Expected<nk::ReductionGeometry> reductionGeometry(const Plan& plan, const Step& step) {
   const ReductionParams& params = step.as<ReductionParams>();
   const Shape& shape = inputType(plan, step, 0).shape;
   if (shape.size() > std::size_t(nk::kMaxReductionRank))
@@ -101,8 +101,15 @@ Expected<std::unique_ptr<DeviceStep>> makeReduction(const Plan& plan, const Step
       geometry.outputCount *= shape[d];
     }
   }
-  return makeStep(step, nk::reductionWorkspaceBytes(storage, geometry),
-                  [storage, geometry](const StepPointers& p, cudaStream_t stream) {
+  return geometry;
+}
+
+Expected<std::unique_ptr<DeviceStep>> makeReduction(const Plan& plan, const Step& step, nk::Storage storage) {
+  Expected<nk::ReductionGeometry> geometry = reductionGeometry(plan, step);
+  if (!geometry)
+    return geometry.status();
+  return makeStep(step, nk::reductionWorkspaceBytes(storage, *geometry),
+                  [storage, geometry = *geometry](const StepPointers& p, cudaStream_t stream) {
                     return nk::launchReduction(storage, geometry, slot(p.inputs, 0), slot(p.outputs, 0), p.workspace,
                                                stream);
                   });
@@ -347,6 +354,55 @@ std::optional<HeadParts> classificationHead(const Plan& plan, std::size_t index)
 }
 
 } // namespace
+
+bool widenedReductionAt(const Plan& plan, std::size_t index) {
+  if (index + 1 >= plan.steps.size())
+    return false;
+  const Step &convert = plan.steps[index], &reduction = plan.steps[index + 1];
+  std::optional<std::pair<DType, DType>> dtypes = plainConversion(plan, convert);
+  if (!dtypes || (dtypes->first != DType::F16 && dtypes->first != DType::BF16) || dtypes->second != DType::F32)
+    return false;
+  BufferId narrow = convert.inputs[0], widened = convert.outputs[0];
+  if (reduction.kind != StepKind::Reduction || reduction.inputs.size() != 1 || reduction.outputs.size() != 1 ||
+      reduction.inputs[0] != widened || reduction.computeType != DType::F32 ||
+      plan.buffers[widened].role != BufferRole::Temporary)
+    return false;
+  // The launch never writes the widened copy: nothing else may read it.
+  for (std::size_t s = 0; s < plan.steps.size(); ++s)
+    if (s != index + 1 && std::find(plan.steps[s].inputs.begin(), plan.steps[s].inputs.end(), widened) !=
+                              plan.steps[s].inputs.end())
+      return false;
+  for (const PlanResult& result : plan.results)
+    if (result.buffer == widened)
+      return false;
+  for (const BufferDesc& buffer : plan.buffers)
+    if (buffer.viewOf == int32_t(widened))
+      return false;
+  // The sum reads the narrow input while it writes: the arena may have given
+  // the sum the narrow input's bytes, dead once the conversion copied them.
+  return !sameMemory(plan, reduction.outputs[0], narrow);
+}
+
+Expected<std::unique_ptr<DeviceStep>> makeWidenedReductionStep(const Plan& plan, std::span<const Step* const> steps) {
+  if (steps.size() != 2 || steps.front() < plan.steps.data() ||
+      steps.front() >= plan.steps.data() + plan.steps.size() ||
+      !widenedReductionAt(plan, std::size_t(steps.front() - plan.steps.data())))
+    return Status::error("a widened reduction is the plan's conversion of f16 or bf16 to f32 and the sum that alone "
+                         "reads it");
+  const Step &convert = *steps[0], &reduction = *steps[1];
+  Expected<nk::Storage> input = storageOf(convert, inputType(plan, convert, 0).dtype);
+  if (!input)
+    return input.status();
+  Expected<nk::ReductionGeometry> geometry = reductionGeometry(plan, reduction);
+  if (!geometry)
+    return geometry.status();
+  // The group's slots: inputs {narrow, widened}, outputs {widened, sum}.
+  return makeStep(reduction, nk::reductionWorkspaceBytes(nk::Storage::F32, *geometry),
+                  [input = *input, geometry = *geometry](const StepPointers& p, cudaStream_t stream) {
+                    return nk::launchWidenedReduction(input, geometry, slot(p.inputs, 0),
+                                                      static_cast<float*>(slot(p.outputs, 1)), p.workspace, stream);
+                  });
+}
 
 std::size_t classificationHeadLength(const Plan& plan, std::size_t index) {
   std::optional<HeadParts> parts = classificationHead(plan, index);

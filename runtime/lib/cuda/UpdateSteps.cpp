@@ -593,6 +593,8 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) 
     std::size_t head = index >= deferred ? classificationHeadLength(plan, index) : 0;
     if (head > 0) {
       end = index + head;
+    } else if ((index < deferred) == (index + 1 < deferred) && widenedReductionAt(plan, index)) {
+      end = index + 2;
     } else if (plan.steps[index].kind == StepKind::OptimizerUpdate) {
       int64_t elements = parameterElements(index);
       std::optional<DType> copy;
@@ -682,6 +684,8 @@ Expected<std::unique_ptr<DeviceStep>> makeLaunchGroupStep(DeviceContext& context
   bool ofThePlan = &first >= plan.steps.data() && &first < plan.steps.data() + plan.steps.size();
   if (ofThePlan && classificationHeadLength(plan, std::size_t(&first - plan.steps.data())) == steps.size())
     return makeClassificationHeadStep(plan, steps);
+  if (ofThePlan && steps.size() == 2 && widenedReductionAt(plan, std::size_t(&first - plan.steps.data())))
+    return makeWidenedReductionStep(plan, steps);
   if (first.kind == StepKind::Loss) {
     if (steps.size() != 2)
       return Status::error(stepName(first) + ": a loss shares a launch with its gradient alone");

@@ -248,5 +248,70 @@ TEST(LaunchGroups, AHeadRunsStepByStepWhenItsBuffersShareBytesUnsafely) {
   EXPECT_EQ(cuda::launchGroups(build(Alias::GradientOverScores)), (Groups{{0, 1}, {1, 2}, {2, 5}, {5, 6}}));
 }
 
+/// AMP's fp32 bias gradient of an f16 output gradient: the gradient widened
+/// to f32 and summed over its rows; `alsoRead` gives the widened copy a
+/// second reader.
+Plan widenedBiasGradient(bool alsoRead) {
+  PlanBuilder b("bias_gradient");
+  BufferId dy = b.argument(tt(DType::F16, {256, 32}), BufferRole::Input, "dy");
+  BufferId wide = b.temporary(tt(DType::F32, {256, 32}));
+  BufferId bias = b.output(tt(DType::F32, {32}));
+  b.op("amp.cast", {dy}, {wide});
+  b.op("jit.sum", {wide}, {bias}, {{"axes", std::vector<int64_t>{0}}});
+  b.result(bias);
+  if (alsoRead) {
+    BufferId doubled = b.output(tt(DType::F32, {256, 32}));
+    b.op("jit.add", {wide, wide}, {doubled});
+    b.result(doubled);
+  }
+  return b.finish();
+}
+
+TEST(LaunchGroups, AWidenedGradientAndItsSumShareALaunch) {
+  Plan plan = widenedBiasGradient(false);
+  EXPECT_TRUE(cuda::widenedReductionAt(plan, 0));
+  EXPECT_EQ(cuda::launchGroups(plan), (Groups{{0, 2}})) << printPlan(plan);
+  EXPECT_EQ(cuda::launchesPerRun(plan, cuda::launchGroups(plan)), 1u);
+}
+
+TEST(LaunchGroups, NotWhenAnotherStepReadsTheWidenedCopy) {
+  // The launch never writes the copy.
+  Plan plan = widenedBiasGradient(true);
+  EXPECT_FALSE(cuda::widenedReductionAt(plan, 0));
+  EXPECT_EQ(cuda::launchGroups(plan), (Groups{{0, 1}, {1, 2}, {2, 3}})) << printPlan(plan);
+}
+
+TEST(LaunchGroups, NotWhenTheSumWritesOverTheNarrowInput) {
+  // Step by step the narrow gradient is dead once widened, and the arena
+  // gives its bytes to the sum (as here); one launch would read it while it
+  // writes the sum.
+  auto build = [](bool narrowReadLater) {
+    PlanBuilder b("aliased_bias_gradient");
+    BufferId x = b.argument(tt(DType::F16, {256, 32}), BufferRole::Input, "x");
+    BufferId dy = b.temporary(tt(DType::F16, {256, 32}));
+    BufferId wide = b.temporary(tt(DType::F32, {256, 32}));
+    BufferId summed = b.temporary(tt(DType::F32, {32}));
+    BufferId bias = b.output(tt(DType::F32, {32}));
+    b.op("jit.neg", {x}, {dy});
+    b.op("amp.cast", {dy}, {wide});
+    b.op("jit.sum", {wide}, {summed}, {{"axes", std::vector<int64_t>{0}}});
+    b.op("jit.neg", {summed}, {bias});
+    b.result(bias);
+    if (narrowReadLater) { // the input gradient's GEMMs read it after the sum
+      BufferId again = b.output(tt(DType::F16, {256, 32}));
+      b.op("jit.neg", {dy}, {again});
+      b.result(again);
+    }
+    return std::tuple{b.finish(), dy, summed};
+  };
+  auto [aliased, dy, summed] = build(false);
+  EXPECT_TRUE(cuda::sameMemory(aliased, summed, dy)) << printPlan(aliased);
+  EXPECT_FALSE(cuda::widenedReductionAt(aliased, 1));
+  EXPECT_EQ(cuda::launchGroups(aliased), (Groups{{0, 1}, {1, 2}, {2, 3}, {3, 4}}));
+  auto [live, liveDy, liveSum] = build(true);
+  EXPECT_FALSE(cuda::sameMemory(live, liveSum, liveDy)) << printPlan(live);
+  EXPECT_EQ(cuda::launchGroups(live), (Groups{{0, 1}, {1, 3}, {3, 4}, {4, 5}})) << printPlan(live);
+}
+
 } // namespace
 } // namespace ampjit::runtime
