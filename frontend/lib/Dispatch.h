@@ -113,6 +113,10 @@ inline void markState(const Tensor& tensor, StateRole role) {
 }
 
 Tensor makeTensor(rt::Tensor value);
+/// A tensor of `shape` in `dtype` whose elements are draw()'s values in
+/// order, each rounded once as jit::tensor rounds a double (random
+/// initialisation). `what` names the caller in errors.
+Tensor drawnTensor(Shape shape, DType dtype, const std::function<double()>& draw, const char* what);
 /// A tensor whose value is on the device (a CUDA step's output), brought to
 /// the host by `download` when first read.
 Tensor makeDeviceTensor(rt::Tensor device, std::function<rt::Expected<rt::Tensor>(const rt::Tensor&)> download);

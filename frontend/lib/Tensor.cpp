@@ -319,12 +319,38 @@ Tensor randomTensor(Shape shape, DType dtype, Draw draw, const char* what) {
   checkShape(shape, what);
   if (!is_floating_point(dtype))
     throw Error(std::string(what) + ": needs a floating-point dtype, got " + std::string(dtype_name(dtype)));
-  std::vector<double> values(size_t(rt::elementCount(shape)));
-  for (double& value : values)
-    value = draw();
-  return tensor(std::span<const double>(values), std::move(shape), dtype);
+  return detail::drawnTensor(std::move(shape), dtype, draw, what);
 }
 } // namespace
+
+namespace detail {
+
+Tensor drawnTensor(Shape shape, DType dtype, const std::function<double()>& draw, const char* what) {
+  checkShape(shape, what);
+  rt::Expected<rt::Tensor> value = rt::Tensor::allocate(dtype, std::move(shape));
+  if (!value)
+    throw Error(std::string(what) + ": " + value.message());
+  // Each draw is stored as it comes, rounded once as jit::tensor rounds a
+  // double: no vector of doubles in between (mlp9's 604M parameters took
+  // 19 s to draw that way, most of a benchmark process's life).
+  std::byte* bytes = value->bytes();
+  int64_t count = value->elementCount();
+  if (dtype == f32) {
+    float* out = reinterpret_cast<float*>(bytes);
+    for (int64_t i = 0; i < count; ++i)
+      out[i] = float(draw());
+  } else {
+    for (int64_t i = 0; i < count; ++i)
+      rt::storeElementFromDouble(dtype, bytes, i, draw());
+  }
+  // Outside a trace the tensor is the drawn bytes themselves; a trace
+  // records them as a constant, as jit::tensor does.
+  if (TraceSession* session = TraceSession::current(); session && session->active())
+    return constantFrom(*value);
+  return makeTensor(std::move(*value));
+}
+
+} // namespace detail
 
 Tensor rand(Shape shape, DType dtype, Generator* generator) {
   Generator& source = generator ? *generator : default_generator();

@@ -267,13 +267,9 @@ namespace jit::detail {
 
 Tensor uniformTensor(Shape shape, double bound, const nn::InitOptions& options) {
   Generator& generator = options.generator ? *options.generator : default_generator();
-  int64_t count = 1;
-  for (int64_t d : shape)
-    count *= d;
-  std::vector<double> values(static_cast<size_t>(count));
-  for (double& v : values)
-    v = (2.0 * generator.next_uniform() - 1.0) * bound;
-  return tensor(std::span<const double>(values), std::move(shape), options.dtype);
+  return drawnTensor(
+      std::move(shape), options.dtype, [&] { return (2.0 * generator.next_uniform() - 1.0) * bound; },
+      "jit::nn initialisation");
 }
 
 } // namespace jit::detail

@@ -202,6 +202,21 @@ TEST(Nn, RegistrationErrorsAndTrainEvalZeroGrad) {
     EXPECT_FALSE(p.grad().defined());
 }
 
+TEST(Nn, LinearInitIsPyTorchsUniformOverTheGeneratorsDraws) {
+  // kaiming_uniform(a=sqrt(5)) on [out, in]: U(-1/sqrt(in), 1/sqrt(in)) drawn
+  // weight first, then the bias, each value (2u - 1) * bound in order.
+  Generator init(8), direct(8);
+  nn::Linear layer(6, 4, true, {.generator = &init});
+  const double bound = 1.0 / std::sqrt(6.0);
+  std::vector<double> weight(24), bias(4);
+  for (double& v : weight)
+    v = (2.0 * direct.next_uniform() - 1.0) * bound;
+  for (double& v : bias)
+    v = (2.0 * direct.next_uniform() - 1.0) * bound;
+  EXPECT_TRUE(bitIdentical(layer.weight, tensor(std::span<const double>(weight), {4, 6}, f32)));
+  EXPECT_TRUE(bitIdentical(layer.bias, tensor(std::span<const double>(bias), {4}, f32)));
+}
+
 TEST(Nn, LinearInitBoundsAndSeedDeterminism) {
   Generator g1(42), g2(42), g3(43);
   nn::Linear a(100, 50, true, {.generator = &g1});
