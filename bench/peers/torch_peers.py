@@ -21,6 +21,13 @@ def timed(step, warm=10, iters=30):
     reps.sort()
     return reps[1]
 
+def libraries():
+    """The PyTorch and cuDNN this peer ran on: a library path can make
+    PyTorch load another cuDNN than its own (ampjit addition)."""
+    try: cudnn = torch.backends.cudnn.version()
+    except Exception as ex: cudnn = "unusable: " + repr(ex)[:160]
+    return {"torch": torch.__version__, "cudnn": cudnn}
+
 def peaks():
     out = {}
     for dt, name in [(torch.bfloat16, "bf16"), (torch.float16, "fp16"), (torch.float32, "fp32")]:
@@ -64,11 +71,11 @@ def run(work, mode, compile_mode=None):
         scaler.step(opt); scaler.update()
     t0 = time.time()
     ms = timed(step, warm=15 if compile_mode else 10)
-    r = {"work": work, "mode": mode, "compile": compile_mode or "eager", "ms_per_step": round(ms, 4), "wall_s": round(time.time() - t0, 1)}
+    r = {"work": work, "mode": mode, "compile": compile_mode or "eager", "ms_per_step": round(ms, 4), "wall_s": round(time.time() - t0, 1), **libraries()}
     print(json.dumps(r), flush=True); results.append(r)
 
 if __name__ == "__main__":
-    # Copied from the team's shared anchors; the one addition is `--only WORK
+    # Copied from the team's shared anchors; the additions are libraries() in each result and `--only WORK
     # MODE COMPILE`, which ampjit-bench uses to run the matching configuration
     # in the same run as its own measurement (no device-peaks preamble).
     if len(sys.argv) == 5 and sys.argv[1] == "--only":

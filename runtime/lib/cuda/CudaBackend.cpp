@@ -551,8 +551,8 @@ private:
   /// in line, not beside the forward pass, so each launch's time is its own.
   Status profileSteps(cudaStream_t stream, std::size_t begin) {
     void* workspace = workspaceBytes_ > 0 ? static_cast<void*>(workspace_->data()) : nullptr;
-    std::vector<const PreparedStep*> launched;
-    for (const PreparedStep& prepared : steps_)
+    std::vector<PreparedStep*> launched;
+    for (PreparedStep& prepared : steps_)
       if (prepared.indices.front() >= begin)
         launched.push_back(&prepared);
     std::vector<cudaEvent_t> marks(launched.size() + 1, nullptr);
@@ -572,7 +572,7 @@ private:
       }
     Status enqueued = checked(cudaEventRecord(marks[0], stream));
     for (std::size_t i = 0; enqueued && i < launched.size(); ++i) {
-      enqueued = enqueueStep(const_cast<PreparedStep&>(*launched[i]), stream, workspace);
+      enqueued = enqueueStep(*launched[i], stream, workspace);
       if (enqueued)
         enqueued = checked(cudaEventRecord(marks[i + 1], stream));
     }
