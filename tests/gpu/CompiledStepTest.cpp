@@ -545,12 +545,8 @@ TEST_F(CompiledStepOnGpu, AnMseMlpsFp32BiasGradientsMatchTheCpuAtO1) {
   amp::GradScaler cpuScaler, gpuScaler;
   auto mseStep = [](nn::Sequential& model, optim::SGD& opt, amp::GradScaler& scaler, const Tensor& x,
                     const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss = mse_loss(model(x), y);
-    scaler.scale(loss).backward();
-    scaler.step(opt);
-    scaler.update();
-    return loss;
+    return scaledTrainStepWith([](const Tensor& out, const Tensor& target) { return mse_loss(out, target); }, model,
+                               opt, scaler, x, y);
   };
   expectGpuLossesTrackTheCpu(
       amp::O1, [&](const Tensor& x, const Tensor& y) { return mseStep(cpuModel, cpuOpt, cpuScaler, x, y); },

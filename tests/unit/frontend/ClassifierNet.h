@@ -14,15 +14,24 @@
 namespace jit::testing {
 
 /// One mixed-precision training step as a user writes it: zero the
-/// gradients, the loss, a scaled backward, the scaler's step and update.
-template <typename Model, typename Optimizer>
-Tensor scaledTrainStep(Model& model, Optimizer& opt, amp::GradScaler& scaler, const Tensor& x, const Tensor& y) {
+/// gradients, `lossOf(model(x), y)`, a scaled backward, the scaler's step
+/// and update.
+template <typename LossOf, typename Model, typename Optimizer>
+Tensor scaledTrainStepWith(LossOf lossOf, Model& model, Optimizer& opt, amp::GradScaler& scaler, const Tensor& x,
+                           const Tensor& y) {
   opt.zero_grad();
-  Tensor loss = cross_entropy(model(x), y);
+  Tensor loss = lossOf(model(x), y);
   scaler.scale(loss).backward();
   scaler.step(opt);
   scaler.update();
   return loss;
+}
+
+/// The same step with a cross-entropy loss.
+template <typename Model, typename Optimizer>
+Tensor scaledTrainStep(Model& model, Optimizer& opt, amp::GradScaler& scaler, const Tensor& x, const Tensor& y) {
+  return scaledTrainStepWith([](const Tensor& out, const Tensor& labels) { return cross_entropy(out, labels); }, model,
+                             opt, scaler, x, y);
 }
 
 /// The same step without a scaler: zero the gradients, the loss, backward,
