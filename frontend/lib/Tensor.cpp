@@ -316,7 +316,6 @@ Tensor randomTensor(Shape shape, DType dtype, Draw draw, const char* what) {
   detail::refuseInsideTrace(what, "the numbers are drawn on the host, so the trace would keep the ones it drew "
                                   "and every call would reuse them; draw them outside the step and pass them as "
                                   "an input (dropout's masks are drawn in the step: its state advances)");
-  checkShape(shape, what);
   if (!is_floating_point(dtype))
     throw Error(std::string(what) + ": needs a floating-point dtype, got " + std::string(dtype_name(dtype)));
   return detail::drawnTensor(std::move(shape), dtype, draw, what);
