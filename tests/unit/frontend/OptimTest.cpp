@@ -42,14 +42,21 @@ struct SgdCase {
   optim::SGDOptions options;
 };
 
+/// The gradient of sum(p^3) / 3 as PyTorch's single-tensor optimizers take
+/// it: negated under maximize, then weight decay added.
+template <typename Options>
+double referenceGradient(const Options& o, double p) {
+  double g = p * p;
+  if (o.maximize)
+    g = -g;
+  return g + o.weight_decay * p;
+}
+
 std::vector<double> sgdReference(const optim::SGDOptions& o, int steps) {
   std::vector<double> p = kInit, buf(p.size(), 0.0);
   for (int s = 0; s < steps; ++s)
     for (size_t i = 0; i < p.size(); ++i) {
-      double g = p[i] * p[i];
-      if (o.maximize)
-        g = -g;
-      g += o.weight_decay * p[i];
+      double g = referenceGradient(o, p[i]);
       if (o.momentum != 0.0) {
         buf[i] = s == 0 ? g : o.momentum * buf[i] + (1 - o.dampening) * g;
         g = o.nesterov ? g + o.momentum * buf[i] : buf[i];
@@ -180,10 +187,7 @@ std::vector<double> rmspropReference(const optim::RMSpropOptions& o, int steps) 
   std::vector<double> p = kInit, square(p.size(), 0.0), buffer(p.size(), 0.0), gradAvg(p.size(), 0.0);
   for (int s = 0; s < steps; ++s)
     for (size_t i = 0; i < p.size(); ++i) {
-      double g = p[i] * p[i];
-      if (o.maximize)
-        g = -g;
-      g += o.weight_decay * p[i];
+      double g = referenceGradient(o, p[i]);
       square[i] = o.alpha * square[i] + (1 - o.alpha) * g * g;
       double average;
       if (o.centered) {
@@ -241,10 +245,7 @@ std::vector<double> adagradReference(const optim::AdagradOptions& o, int steps) 
   std::vector<double> p = kInit, sum(p.size(), o.initial_accumulator_value);
   for (int step = 1; step <= steps; ++step)
     for (size_t i = 0; i < p.size(); ++i) {
-      double g = p[i] * p[i];
-      if (o.maximize)
-        g = -g;
-      g += o.weight_decay * p[i];
+      double g = referenceGradient(o, p[i]);
       double clr = o.lr / (1 + (step - 1) * o.lr_decay);
       sum[i] += g * g;
       p[i] -= clr * g / (std::sqrt(sum[i]) + o.eps);
