@@ -343,36 +343,41 @@ void makeTiesAndNaN(Tensor& x, uint32_t seed) {
 
 TEST_F(GpuTest, PoolingAndItsGradientsMatchTheCpu) {
   uint32_t seed = 600;
-  for (const PoolShape& c : poolCases())
-    for (DType dtype : kDTypes)
-      for (bool nhwc : {false, true})
-        for (bool average : {false, true})
-          for (bool ties : {false, true}) {
-            std::string label = c.label + " " + nameOf(dtype) + " " + layoutName(nhwc) +
-                                (average ? " average" : " max") + (ties ? " ties and NaN" : "");
-            TensorType x{dtype, inLayout(c.x, nhwc)}, y{dtype, inLayout(c.y(), nhwc)};
-            std::string forward = average ? "jit.avg_pool2d" : "jit.max_pool2d";
-            std::string backward = forward + "_grad";
-            AttributeMap attributes = c.attributes(average, nhwc);
+  // 32-bit index arithmetic (every case here fits) and, forced, 64-bit.
+  for (const char* wide : {"0", "1"}) {
+    ScopedEnvironment indexWidth("AMPJIT_CUDA_WIDE_INDEX", wide);
+    for (const PoolShape& c : poolCases())
+      for (DType dtype : kDTypes)
+        for (bool nhwc : {false, true})
+          for (bool average : {false, true})
+            for (bool ties : {false, true}) {
+              std::string label = c.label + " " + nameOf(dtype) + " " + layoutName(nhwc) +
+                                  (average ? " average" : " max") + (ties ? " ties and NaN" : "") +
+                                  " AMPJIT_CUDA_WIDE_INDEX=" + wide;
+              TensorType x{dtype, inLayout(c.x, nhwc)}, y{dtype, inLayout(c.y(), nhwc)};
+              std::string forward = average ? "jit.avg_pool2d" : "jit.max_pool2d";
+              std::string backward = forward + "_grad";
+              AttributeMap attributes = c.attributes(average, nhwc);
 
-            Expected<Plan> pool = planFor(forward, {x}, {y}, attributes);
-            ASSERT_TRUE(pool.ok()) << label << ": " << pool.message();
-            std::vector<Tensor> arguments = randomArguments(*pool, seed++);
-            if (ties)
-              makeTiesAndNaN(arguments[0], seed++);
-            Expected<BothRuns> both = runOnBoth(*cpu, *cuda, *pool, arguments);
-            ASSERT_TRUE(both.ok()) << label << ": " << both.message();
-            expectResultsMatch(*both, 1.0, label + " " + forward);
+              Expected<Plan> pool = planFor(forward, {x}, {y}, attributes);
+              ASSERT_TRUE(pool.ok()) << label << ": " << pool.message();
+              std::vector<Tensor> arguments = randomArguments(*pool, seed++);
+              if (ties)
+                makeTiesAndNaN(arguments[0], seed++);
+              Expected<BothRuns> both = runOnBoth(*cpu, *cuda, *pool, arguments);
+              ASSERT_TRUE(both.ok()) << label << ": " << both.message();
+              expectResultsMatch(*both, 1.0, label + " " + forward);
 
-            Expected<Plan> grad = planFor(backward, {y, x}, {x}, attributes);
-            ASSERT_TRUE(grad.ok()) << label << ": " << grad.message();
-            std::vector<Tensor> gradArguments = randomArguments(*grad, seed++);
-            if (ties)
-              gradArguments[1] = std::move(arguments[0]);
-            both = runOnBoth(*cpu, *cuda, *grad, gradArguments);
-            ASSERT_TRUE(both.ok()) << label << ": " << both.message();
-            expectResultsMatch(*both, 1.0, label + " " + backward);
-          }
+              Expected<Plan> grad = planFor(backward, {y, x}, {x}, attributes);
+              ASSERT_TRUE(grad.ok()) << label << ": " << grad.message();
+              std::vector<Tensor> gradArguments = randomArguments(*grad, seed++);
+              if (ties)
+                gradArguments[1] = std::move(arguments[0]);
+              both = runOnBoth(*cpu, *cuda, *grad, gradArguments);
+              ASSERT_TRUE(both.ok()) << label << ": " << both.message();
+              expectResultsMatch(*both, 1.0, label + " " + backward);
+            }
+  }
 }
 
 } // namespace

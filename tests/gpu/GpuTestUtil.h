@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <random>
@@ -105,6 +106,19 @@ inline std::vector<Tensor> randomArguments(const Plan& plan, uint32_t seed, doub
   }
   return arguments;
 }
+
+/// Sets an environment variable for a scope (the backend's knobs, read
+/// when a step is prepared), restoring its absence after.
+class ScopedEnvironment {
+public:
+  ScopedEnvironment(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnvironment() { ::unsetenv(name_); }
+  ScopedEnvironment(const ScopedEnvironment&) = delete;
+  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
+
+private:
+  const char* name_;
+};
 
 /// The results of one run of a plan on each backend, and the arguments after
 /// it (state is updated in place), all as host tensors.

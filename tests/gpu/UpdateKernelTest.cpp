@@ -819,9 +819,13 @@ TEST_F(GpuTest, BroadcastToEveryDtypeAndShape) {
       {{1, 1, 2, 3, 1, 1, 1, 1, 1, 4}, {5, 1, 2, 3, 1, 1, 1, 1, 1, 4}},
       {{1, 2, 1, 2, 1, 2, 1, 2, 1, 2}, {3, 2, 3, 2, 3, 2, 3, 2, 3, 2}},
   };
-  for (DType dtype : kAllTypes)
-    for (const Case& c : cases)
-      checkLayout(*cpu, *cuda, "jit.broadcast_to", tt(dtype, c.from), tt(dtype, c.to));
+  for (const char* wide : {"0", "1"}) {
+    SCOPED_TRACE(::testing::Message() << "AMPJIT_CUDA_WIDE_INDEX=" << wide);
+    ScopedEnvironment indexWidth("AMPJIT_CUDA_WIDE_INDEX", wide);
+    for (DType dtype : kAllTypes)
+      for (const Case& c : cases)
+        checkLayout(*cpu, *cuda, "jit.broadcast_to", tt(dtype, c.from), tt(dtype, c.to));
+  }
 }
 
 TEST_F(GpuTest, TransposeEveryDtypeAndRankUpToEight) {
@@ -838,12 +842,18 @@ TEST_F(GpuTest, TransposeEveryDtypeAndRankUpToEight) {
       {{2, 3, 2, 3, 2, 3, 2, 3}, {7, 0, 6, 1, 5, 2, 4, 3}},
       {{2, 3, 4, 5}, {0, 1, 2, 3}},
   };
-  for (DType dtype : kAllTypes) {
-    for (const Case& c : cases) {
-      Shape to;
-      for (int64_t d : c.perm)
-        to.push_back(c.from[size_t(d)]);
-      checkLayout(*cpu, *cuda, "jit.transpose", tt(dtype, c.from), tt(dtype, to), {{"perm", c.perm}});
+  // Both index widths: 32-bit arithmetic wherever offsets fit, 64-bit (the
+  // path of tensors of 2^31 elements or more) when forced.
+  for (const char* wide : {"0", "1"}) {
+    SCOPED_TRACE(::testing::Message() << "AMPJIT_CUDA_WIDE_INDEX=" << wide);
+    ScopedEnvironment indexWidth("AMPJIT_CUDA_WIDE_INDEX", wide);
+    for (DType dtype : kAllTypes) {
+      for (const Case& c : cases) {
+        Shape to;
+        for (int64_t d : c.perm)
+          to.push_back(c.from[size_t(d)]);
+        checkLayout(*cpu, *cuda, "jit.transpose", tt(dtype, c.from), tt(dtype, to), {{"perm", c.perm}});
+      }
     }
   }
 }

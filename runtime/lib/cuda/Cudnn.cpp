@@ -866,10 +866,15 @@ public:
       : label_(labelOf(step)), storage_(storage), kind_(kind), geometry_(geometry),
         gradient_(step.kind == StepKind::MaxPool2dGrad || step.kind == StepKind::AvgPool2dGrad) {}
 
+  std::size_t workspaceBytes() const override {
+    return gradient_ ? pooling::poolGradWorkspaceBytes(kind_, geometry_) : 0;
+  }
+
   Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
     if (gradient_)
       AMPJIT_CUDA_RETURN_IF_ERROR(pooling::launchPool2dGrad(storage_, kind_, geometry_, pointers.inputs[0],
-                                                            pointers.inputs[1], pointers.outputs[0], stream),
+                                                            pointers.inputs[1], pointers.outputs[0],
+                                                            pointers.workspace, stream),
                                   label_);
     else
       AMPJIT_CUDA_RETURN_IF_ERROR(
@@ -906,6 +911,7 @@ std::unique_ptr<DeviceStep> makePoolStep(const Plan& plan, const Step& step) {
   geometry.padW = params.padding[1];
   geometry.countIncludePad = params.countIncludePad;
   geometry.nhwc = params.nhwc;
+  geometry.wideIndex = wideIndexArithmeticForced();
   bool isMax = step.kind == StepKind::MaxPool2d || step.kind == StepKind::MaxPool2dGrad;
   return std::make_unique<PoolStep>(step, poolingStorageOf(x.dtype),
                                     isMax ? pooling::PoolKind::Max : pooling::PoolKind::Average, geometry);

@@ -82,6 +82,13 @@ public:
   virtual std::string profileNote() const { return {}; }
 };
 
+/// AMPJIT_CUDA_WIDE_INDEX=1: the pooling and layout kernels do their index
+/// arithmetic in 64 bits even where every offset fits in 32, which they
+/// otherwise do (64-bit division is a slow software routine on the GPU).
+/// Read when a step is prepared; tests run the wide path with it, since
+/// tensors of 2^31 elements do not fit in a test.
+bool wideIndexArithmeticForced();
+
 /// Per-family factories; each returns an error naming the step when the step
 /// is not one it runs or its shapes are outside what it supports.
 

@@ -2,7 +2,15 @@
 
 #include "DeviceStep.h"
 
+#include <cstdlib>
+#include <string_view>
+
 namespace ampjit::runtime::cuda {
+
+bool wideIndexArithmeticForced() {
+  const char* value = std::getenv("AMPJIT_CUDA_WIDE_INDEX");
+  return value != nullptr && std::string_view(value) == "1";
+}
 
 bool runsAsHandwrittenKernel(StepKind kind) { return runsAsNumericKernel(kind) || runsAsUpdateKernel(kind); }
 

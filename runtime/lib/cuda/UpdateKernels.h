@@ -176,6 +176,8 @@ struct StridedCopyShape {
   int32_t rank;
   int64_t dims[kMaxLayoutRank];
   int64_t inStrides[kMaxLayoutRank];
+  /// 64-bit index arithmetic even where 32 bits hold every offset.
+  bool wideIndex = false;
 };
 
 /// elementBytes is 1, 2, 4 or 8.

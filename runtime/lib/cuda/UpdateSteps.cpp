@@ -355,6 +355,7 @@ Expected<update::StridedCopyShape> collapse(const Shape& dims, const std::vector
                          std::to_string(update::kMaxLayoutRank));
   update::StridedCopyShape shape{};
   shape.rank = int32_t(d.size());
+  shape.wideIndex = wideIndexArithmeticForced();
   for (size_t k = 0; k < d.size(); ++k) {
     shape.dims[k] = d[k];
     shape.inStrides[k] = s[k];
