@@ -139,6 +139,25 @@ TEST_F(GpuTest, AllFiniteFindsABadElementAtEveryPositionOfEveryFloatingType) {
   }
 }
 
+TEST_F(GpuTest, AllFiniteFindsABadElementInEveryChunkOfALargeTensor) {
+  // Each block checks 16 KB of one tensor: a bad element at either edge of
+  // every 16 KB chunk of a tensor of three chunks and a tail, beside a
+  // tensor of one, is found whichever block holds it.
+  constexpr int64_t kChunkBytes = 16 * 1024;
+  for (DType dtype : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
+    int64_t perChunk = kChunkBytes / int64_t(dtypeSize(dtype));
+    int64_t size = 3 * perChunk + 5;
+    std::vector<TensorType> types = {tt(DType::F16, {7}), tt(dtype, {size})};
+    ASSERT_EQ(runAllFinite(*cuda, *cpu, types, [](std::vector<Tensor>&) {}), 1.0) << dtypeName(dtype);
+    for (int64_t position : {int64_t(0), perChunk - 1, perChunk, 2 * perChunk - 1, 2 * perChunk, 3 * perChunk - 1,
+                             3 * perChunk, size - 1})
+      EXPECT_EQ(runAllFinite(*cuda, *cpu, types,
+                             [&](std::vector<Tensor>& a) { a[1].set(position, std::numeric_limits<double>::infinity()); }),
+                0.0)
+          << dtypeName(dtype) << "[" << size << "] element " << position;
+  }
+}
+
 TEST_F(GpuTest, AllFiniteIsResetEveryRun) {
   // The flag is set to 1 by each run: a finite run after a non-finite one says 1.
   Plan plan = singleOp("amp.all_finite", {tt(DType::F16, {1000})}, {tt(DType::I1, {})});
@@ -658,7 +677,7 @@ TEST_F(GpuTest, GroupedOptimizerStepsOfMixedGradientsAndCopiesMatchTheCpu) {
   for (bool adam : {false, true}) {
     SCOPED_TRACE(adam ? "adam" : "sgd");
     Plan plan = groupedPlan(adam, 40, DType::F16, DType::F16, true, /*mixed=*/true);
-    ASSERT_EQ(cuda::launchGroups(plan).size(), 1u) << "one group, in two launches (36 tensors each at most)";
+    ASSERT_EQ(cuda::launchGroups(plan).size(), 1u) << "one group, in two launches (32 tensors each at most)";
     Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, groupedArguments(plan, true), 3);
     ASSERT_TRUE(both.ok()) << both.message();
     expectAgree(*both, adam ? 1.0 : 0.0);
