@@ -312,13 +312,21 @@ std::string kernelBody(const std::vector<FusedInstruction>& program, const std::
     for (size_t k = 0; k < inputTypes.size(); ++k)
       text += "      offset" + std::to_string(k) + " = i * stride" + std::to_string(k) + ".v[0];\n";
     text += "    } else {\n";
+    // The outermost coordinate is what is left of the index; the others
+    // divide in 32 bits when both operands fit (64-bit division is a
+    // software routine on the GPU).
     text += "      long long rest = i;\n";
-    text += "      for (int d = rank - 1; d >= 0; --d) {\n";
-    text += "        const long long coordinate = rest % dims.v[d];\n";
-    text += "        rest /= dims.v[d];\n";
+    text += "      for (int d = rank - 1; d > 0; --d) {\n";
+    text += "        const long long size = dims.v[d];\n";
+    text += "        const long long quotient = (((unsigned long long)rest | (unsigned long long)size) >> 32) == 0\n";
+    text += "            ? (long long)((unsigned)rest / (unsigned)size) : rest / size;\n";
+    text += "        const long long coordinate = rest - quotient * size;\n";
+    text += "        rest = quotient;\n";
     for (size_t k = 0; k < inputTypes.size(); ++k)
       text += "        offset" + std::to_string(k) + " += coordinate * stride" + std::to_string(k) + ".v[d];\n";
     text += "      }\n";
+    for (size_t k = 0; k < inputTypes.size(); ++k)
+      text += "      offset" + std::to_string(k) + " += rest * stride" + std::to_string(k) + ".v[0];\n";
     text += "    }\n";
   }
   for (uint32_t r = 0; r < program.size(); ++r) {
