@@ -12,6 +12,9 @@
 #include "RuntimeTestUtil.h"
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 #include <cmath>
 #include <limits>
 
@@ -75,6 +78,66 @@ Plan statefulPlan() {
   b.result(loss);
   b.result(p, 2);
   return b.finish();
+}
+
+TEST_F(GpuTest, AProfiledRunTimesEveryLaunchAndStillComputesTheStep) {
+  // AMPJIT_PROFILE: run 2 of this executable goes launch by launch with an
+  // event after each, in held segments of 64 launches. 70 generated
+  // kernels make two segments.
+  PlanBuilder b("profiled");
+  BufferId value = b.argument(tt(DType::F32, {257}), BufferRole::Input, "x");
+  for (int i = 0; i < 70; ++i) {
+    BufferId next = i + 1 == 70 ? b.output(tt(DType::F32, {257})) : b.temporary(tt(DType::F32, {257}));
+    b.op("jit.neg", {value}, {next});
+    value = next;
+  }
+  b.result(value);
+  Plan plan = b.finish();
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("ampjit-profile-" + std::to_string(::getpid()) + ".jsonl"))
+                         .string();
+  std::filesystem::remove(path);
+  std::vector<std::string> lines;
+  {
+    ScopedEnvironment profile("AMPJIT_PROFILE", path.c_str());
+    ScopedEnvironment run("AMPJIT_PROFILE_RUN", "2");
+    Expected<std::unique_ptr<Executable>> executable = cuda->prepare(plan);
+    ASSERT_TRUE(executable.ok()) << executable.message();
+    std::vector<Tensor> host = randomArguments(plan, 9, -2.0, 2.0);
+    Expected<std::unique_ptr<Executable>> onCpu = cpu->prepare(plan);
+    ASSERT_TRUE(onCpu.ok()) << onCpu.message();
+    Expected<std::vector<Tensor>> expected = (*onCpu)->run(host);
+    ASSERT_TRUE(expected.ok()) << expected.message();
+    for (int run = 0; run < 3; ++run) {
+      std::vector<Tensor> arguments = {*cuda->toDevice(host[0])};
+      Expected<std::vector<Tensor>> results = (*executable)->run(arguments);
+      ASSERT_TRUE(results.ok()) << "run " << run << ": " << results.message();
+      EXPECT_TRUE(cuda->toHost((*results)[0])->bitwiseEqual((*expected)[0])) << "run " << run;
+    }
+    std::ifstream file(path);
+    for (std::string line; std::getline(file, line);)
+      lines.push_back(line);
+  }
+  std::filesystem::remove(path);
+  // One line per launch, then the total: one profiled run, not three.
+  ASSERT_EQ(lines.size(), 71u);
+  double sum = 0;
+  for (size_t i = 0; i < 70; ++i) {
+    SCOPED_TRACE(lines[i]);
+    EXPECT_NE(lines[i].find("\"steps\":[" + std::to_string(i) + "," + std::to_string(i) + "]"), std::string::npos);
+    size_t ms = lines[i].find("\"ms\":");
+    ASSERT_NE(ms, std::string::npos);
+    double value = std::stod(lines[i].substr(ms + 5));
+    EXPECT_GT(value, 0.0);
+    sum += value;
+  }
+  const std::string& total = lines.back();
+  EXPECT_NE(total.find("\"launches\":70,"), std::string::npos) << total;
+  EXPECT_NE(total.find("\"segments\":2,"), std::string::npos) << total;
+  EXPECT_NE(total.find("\"segments_with_host_time\":0}"), std::string::npos) << total;
+  size_t totalMs = total.find("\"total_ms\":");
+  ASSERT_NE(totalMs, std::string::npos);
+  EXPECT_NEAR(std::stod(total.substr(totalMs + 11)), sum, 1e-3 * sum) << total;
 }
 
 TEST_F(GpuTest, GraphReplayEqualsStepByStepRuns) {

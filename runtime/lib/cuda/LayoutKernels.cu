@@ -1,5 +1,6 @@
 // Data movement (broadcast_to, transpose, constant splats): element bytes
 // are copied, never converted, so every dtype is exact (i1 is one byte).
+// Also the profile's stream hold, the other kernel that only moves words.
 // Launchers are declared in UpdateKernels.h.
 
 #include "UpdateKernels.h"
@@ -43,6 +44,14 @@ bool indexFitsInt32(int64_t count, const StridedCopyShape& shape) {
   return count < limit && largestOffset < limit;
 }
 
+__global__ void streamHoldKernel(StreamHold* hold, long long maxPolls) {
+  long long polls = 0;
+  while (hold->released == 0 && polls < maxPolls)
+    ++polls;
+  if (hold->released == 0)
+    hold->gaveUp = 1;
+}
+
 template <typename Element>
 __global__ void fillKernel(Element* out, int64_t count, Element value) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
@@ -82,6 +91,11 @@ cudaError_t launchStridedCopy(const void* in, void* out, int64_t count, int32_t 
   case 8: return stridedCopyAs<unsigned long long>(in, out, count, shape, stream);
   default: return cudaErrorInvalidValue;
   }
+}
+
+cudaError_t launchStreamHold(StreamHold* hold, long long maxPolls, cudaStream_t stream) {
+  streamHoldKernel<<<1, 1, 0, stream>>>(hold, maxPolls);
+  return cudaGetLastError();
 }
 
 cudaError_t launchFill(void* out, int64_t count, int32_t elementBytes, uint64_t bits, cudaStream_t stream) {

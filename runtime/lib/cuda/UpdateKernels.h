@@ -187,6 +187,22 @@ cudaError_t launchStridedCopy(const void* in, void* out, int64_t count, int32_t 
 /// Every element of out = the low `elementBytes` bytes of `bits` (little-endian).
 cudaError_t launchFill(void* out, int64_t count, int32_t elementBytes, uint64_t bits, cudaStream_t stream);
 
+//===----------------------------------------------------------------------===//
+// Profiling (AMPJIT_PROFILE)
+//===----------------------------------------------------------------------===//
+
+/// Host-written release word and device-written verdict, in pinned host
+/// memory (device-addressable through unified addressing).
+struct StreamHold {
+  volatile uint32_t released; ///< the host stores 1 once it has enqueued what the hold holds back
+  volatile uint32_t gaveUp;   ///< the kernel stores 1 if it stopped waiting after `maxPolls` reads
+};
+
+/// One thread polls hold->released until it is nonzero or it has read it
+/// `maxPolls` times. Everything enqueued behind it then runs back to back,
+/// so a profile's events time the device, not the host's enqueueing.
+cudaError_t launchStreamHold(StreamHold* hold, long long maxPolls, cudaStream_t stream);
+
 } // namespace ampjit::runtime::cuda::update
 
 #endif // AMPJIT_RUNTIME_LIB_CUDA_UPDATEKERNELS_H

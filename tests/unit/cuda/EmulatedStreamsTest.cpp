@@ -14,6 +14,7 @@
 
 #include "CudaEmulation.h"
 #include "EmulatedStreams.h"
+#include "cuda/UpdateKernels.h"
 
 #include <gtest/gtest.h>
 
@@ -147,6 +148,22 @@ TEST(EmulatedStreams, APageableCopyTakesTheBytesAtTheCall) {
             cudaErrorInvalidValue)
       << "the copy's kind contradicts where its pointers are";
   ASSERT_EQ(emulation::cudaFree(device), cudaSuccess);
+}
+
+TEST(EmulatedStreams, AProfilesStreamHoldWaitsForItsReleaseOrGivesUpAfterItsPolls) {
+  // AMPJIT_PROFILE holds the stream with this kernel while it enqueues a
+  // segment: released, it returns at once; never released, it stops
+  // polling and says so, rather than hang the device.
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(emulation::cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (uint32_t released : {1u, 0u}) {
+    runtime::cuda::update::StreamHold hold{};
+    hold.released = released;
+    ASSERT_EQ(runtime::cuda::update::launchStreamHold(&hold, 1000, stream), cudaSuccess);
+    ASSERT_EQ(emulation::cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(hold.gaveUp, released == 0 ? 1u : 0u) << "released " << released;
+  }
+  emulation::cudaStreamDestroy(stream);
 }
 
 } // namespace
