@@ -61,6 +61,32 @@ TEST_F(GpuTest, GeneratedElementwiseKernelsMatchCpu) {
   }
 }
 
+TEST_F(GpuTest, GeneratedKernelsMatchTheCpuWhenEachThreadTakesSeveralElements) {
+  // 2.2M elements: past the grid's cap (16 blocks of 256 per SM), so each
+  // thread loads all four slots of a pass before it computes them, through
+  // a broadcast (the dividing path), a same-shape conversion and an in-place
+  // update.
+  PlanBuilder b("wide");
+  const Shape shape = {1100, 2000};
+  BufferId x = b.argument(tt(DType::F16, shape), BufferRole::Input, "x");
+  BufferId bias = b.argument(tt(DType::F16, {2000}), BufferRole::Input, "bias");
+  BufferId state = b.argument(tt(DType::F32, shape), BufferRole::Param, "state");
+  BufferId sum = b.output(tt(DType::F16, shape)), widened = b.output(tt(DType::F32, shape));
+  b.op("jit.add", {x, bias}, {sum});
+  b.op("jit.convert", {sum}, {widened});
+  b.op("jit.sub", {state, widened}, {state});
+  b.result(sum);
+  b.result(widened);
+  b.result(state, 2);
+  Plan plan = b.finish();
+  Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, randomArguments(plan, 21, -3.0, 3.0), 2);
+  ASSERT_TRUE(both.ok()) << both.message();
+  ASSERT_EQ(both->cpuResults.size(), both->cudaResults.size());
+  for (size_t i = 0; i < both->cpuResults.size(); ++i)
+    EXPECT_TRUE(both->cudaResults[i].bitwiseEqual(both->cpuResults[i])) << "result " << i;
+  EXPECT_TRUE(both->cudaArguments[2].bitwiseEqual(both->cpuArguments[2])) << "the state, updated in place twice";
+}
+
 /// p <- p - 0.5 * (x @ w), with p and w state: a plan with a GEMM, generated
 /// kernels and a tied result, enough to tell replays from re-runs.
 Plan statefulPlan() {

@@ -91,11 +91,16 @@ TEST(KernelSource, ElementwiseStepIsALoadLoadOpProgram) {
   EXPECT_TRUE(contains(source, "const __half* in0, AmpjitDims stride0"));
   EXPECT_TRUE(contains(source, "const __half* in1, AmpjitDims stride1"));
   EXPECT_TRUE(contains(source, "__half* out0)"));
-  // Grid-stride loop over the output.
-  EXPECT_TRUE(contains(source, "i < count; i += step)"));
+  // Grid-stride loop over the output, four elements a pass, all loaded
+  // before any is computed.
+  EXPECT_TRUE(contains(source, "first < count; first += 4 * step)"));
+  EXPECT_TRUE(contains(source, "float loaded0[4];\n    float loaded1[4];"));
   // Widened on load, rounded to f16 after the op, stored with round-to-nearest-even.
-  EXPECT_TRUE(contains(source, "const float r0 = __half2float(in0[offset0]);"));
-  EXPECT_TRUE(contains(source, "const float r1 = __half2float(in1[offset1]);"));
+  EXPECT_TRUE(contains(source, "loaded0[slot] = __half2float(in0[offset0]);"));
+  EXPECT_TRUE(contains(source, "loaded1[slot] = __half2float(in1[offset1]);"));
+  EXPECT_LT(source.find("loaded1[slot] = "), source.find("out0[i] = "));
+  EXPECT_TRUE(contains(source, "const float r0 = loaded0[slot];"));
+  EXPECT_TRUE(contains(source, "const float r1 = loaded1[slot];"));
   EXPECT_TRUE(contains(source, "const float r2 = ampjit_round_f16(r0 + r1);"));
   EXPECT_TRUE(contains(source, "out0[i] = __float2half_rn(r2);"));
   // The comment names the plan step it was generated for.
@@ -219,7 +224,7 @@ TEST(KernelSource, FusedProgramIsOneStatementPerInstruction) {
   cuda::ElementwiseKernel kernel = emit(plan);
   const std::string& source = kernel.source;
   EXPECT_TRUE(contains(source, "fused: jit.add #1, jit.relu #2"));
-  EXPECT_TRUE(contains(source, "// r2: add f16 r0, r1\n    const float r2 = ampjit_round_f16(r0 + r1);"));
+  EXPECT_TRUE(contains(source, "// r2: add f16 r0, r1\n      const float r2 = ampjit_round_f16(r0 + r1);"));
   EXPECT_TRUE(contains(source, "const float r3 = ampjit_round_f16((r2 < 0.0f ? 0.0f : r2));"));
   // The constant is rounded to f16 on the host, as the CPU rounds it, and printed exactly.
   float tenth = rt::halfToFloat(rt::doubleToHalf(0.1));
@@ -247,7 +252,7 @@ TEST(KernelSource, ConversionsFollowTheCpuEvaluator) {
   // i64 -> f32 rounds through double, as the CPU's does.
   EXPECT_TRUE(contains(convert(rt::DType::I64, rt::DType::F32), "= (float)(double)r0;"));
   EXPECT_TRUE(contains(convert(rt::DType::F32, rt::DType::BF16), "= ampjit_round_bf16(r0);"));
-  EXPECT_TRUE(contains(convert(rt::DType::I1, rt::DType::F64), "const long long r0 = (long long)in0[offset0];"));
+  EXPECT_TRUE(contains(convert(rt::DType::I1, rt::DType::F64), "loaded0[slot] = (long long)in0[offset0];"));
 }
 
 TEST(KernelSource, ConstantsArePrintedExactly) {

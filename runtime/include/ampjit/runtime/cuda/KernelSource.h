@@ -38,6 +38,9 @@ inline constexpr int kMaxKernelRank = 8;
 /// Threads per block the generated kernels are written for (grid-stride loop,
 /// so any grid size is correct).
 inline constexpr int kElementwiseBlockSize = 256;
+/// Elements a thread loads before it computes and stores any of them, a
+/// grid apart, in each pass of a generated kernel's grid-stride loop.
+inline constexpr int kSlotsPerPass = 4;
 
 /// The kernel's `AmpjitDims` argument type, byte for byte: dimension sizes or
 /// element strides, unused entries 0.
