@@ -496,10 +496,17 @@ __global__ void convertKernel(ElementType from, ElementType to, ConvertTable tab
   BlockChunk at = blockChunk(table.chunks, table.size);
   const ConvertTensor& x = table.tensors[at.tensor];
   int64_t begin = at.chunk * kChunkElements + threadIdx.x;
+  // Every load before any store (constant trip counts: both loops unroll),
+  // so a thread has kElementsPerThread loads in flight.
+  float values[kElementsPerThread];
+  for (int k = 0; k < kElementsPerThread; ++k) {
+    int64_t i = begin + int64_t(k) * kThreads;
+    values[k] = i < x.count ? loadAs<float>(x.from, from, i) : 0.0f;
+  }
   for (int k = 0; k < kElementsPerThread; ++k) {
     int64_t i = begin + int64_t(k) * kThreads;
     if (i < x.count)
-      storeAs(x.to, to, i, loadAs<float>(x.from, from, i));
+      storeAs(x.to, to, i, values[k]);
   }
 }
 
