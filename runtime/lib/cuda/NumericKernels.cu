@@ -492,12 +492,25 @@ template <typename S, typename Team> __device__ Compute<S> logSumExp(const S* ro
   return max + dlog(sum);
 }
 
-/// Row n's cross-entropy or nll loss, on every thread of the team. Ignored
-/// rows are 0; a label outside [0, classes) that is not ignored is an error
-/// on the CPU, which a kernel cannot report: its row becomes NaN.
+/// Row n's log(sum(exp(row))) where its cross-entropy loss or gradient needs
+/// it (a counted row of a cross-entropy), else 0: computed once for a row
+/// whose loss and gradient one launch writes.
+template <typename S, typename Team>
+__device__ Compute<S> rowLogSumExp(const LossGeometry& g, const S* input, const int64_t* labels, int64_t n,
+                                   Team team) {
+  int64_t label = labels[n];
+  if (g.loss == LossKind::Nll || label == g.ignoreIndex || !labelInRange(g, label))
+    return Compute<S>(0);
+  return logSumExp(input + n * g.classes, g.classes, team);
+}
+
+/// Row n's cross-entropy or nll loss, on every thread of the team, from
+/// its rowLogSumExp. Ignored rows are 0; a label outside [0, classes) that
+/// is not ignored is an error on the CPU, which a kernel cannot report: its
+/// row becomes NaN.
 template <typename S, typename Team>
 __device__ Compute<S> classificationRowLoss(const LossGeometry& g, const S* input, const int64_t* labels, int64_t n,
-                                            Team team) {
+                                            Compute<S> lse, Team team) {
   using T = Compute<S>;
   int64_t label = labels[n];
   if (label == g.ignoreIndex || !labelInRange(g, label))
@@ -505,7 +518,6 @@ __device__ Compute<S> classificationRowLoss(const LossGeometry& g, const S* inpu
   const S* row = input + n * g.classes;
   if (g.loss == LossKind::Nll)
     return -T(widen(row[label]));
-  T lse = logSumExp(row, g.classes, team);
   T nll = lse - T(widen(row[label]));
   if (g.labelSmoothing == 0.0)
     return nll;
@@ -524,7 +536,8 @@ __device__ Compute<S> classificationRowLoss(const LossGeometry& g, const S* inpu
 template <typename S, typename O>
 __global__ void classificationRowsKernel(LossGeometry g, const S* input, const int64_t* labels, O* perRow) {
   for (int64_t n = blockIdx.x; n < g.rows; n += gridDim.x) {
-    auto value = classificationRowLoss(g, input, labels, n, BlockTeam{});
+    auto lse = rowLogSumExp(g, input, labels, n, BlockTeam{});
+    auto value = classificationRowLoss(g, input, labels, n, lse, BlockTeam{});
     if (threadIdx.x == 0)
       store(perRow + n, value);
   }
@@ -568,8 +581,10 @@ __global__ void classificationSmallKernel(LossGeometry g, const S* input, const 
   using T = Compute<S>;
   long long counted = blockCountRows(g, labels);
   T total = 0;
-  for (int64_t n = threadIdx.x / 32; n < g.rows; n += kWarps)
-    total += classificationRowLoss(g, input, labels, n, WarpTeam{});
+  for (int64_t n = threadIdx.x / 32; n < g.rows; n += kWarps) {
+    auto lse = rowLogSumExp(g, input, labels, n, WarpTeam{});
+    total += classificationRowLoss(g, input, labels, n, lse, WarpTeam{});
+  }
   storeBlockLoss(g, total, counted, out);
 }
 
@@ -611,8 +626,8 @@ __global__ void mseGradKernel(LossGeometry g, double norm, const S* gradOutput, 
 /// out-of-range label become NaN.
 template <typename S, typename G, typename Team, typename Put>
 __device__ void writeClassificationGradRow(const LossGeometry& g, const G* gradOutput, const S* input,
-                                           const int64_t* labels, long long countedRows, int64_t n, Team team,
-                                           Put put) {
+                                           const int64_t* labels, long long countedRows, int64_t n, Compute<S> lse,
+                                           Team team, Put put) {
   using T = Compute<S>;
   int64_t label = labels[n];
   int64_t first = n * g.classes;
@@ -631,7 +646,6 @@ __device__ void writeClassificationGradRow(const LossGeometry& g, const G* gradO
     return;
   }
   const S* row = input + first;
-  T lse = logSumExp(row, g.classes, team);
   T smoothing = T(g.labelSmoothing);
   T uniform = smoothing / T(g.classes);
   for (int64_t c = team.lane(); c < g.classes; c += team.size()) {
@@ -657,7 +671,8 @@ __global__ void classificationGradKernel(LossGeometry g, const S* gradOutput, co
   if (g.reduction == LossReduction::Mean)
     countedRows = counted != nullptr ? *counted : blockCountRows(g, labels);
   for (int64_t n = blockIdx.x; n < g.rows; n += gridDim.x)
-    writeClassificationGradRow(g, gradOutput, input, labels, countedRows, n, BlockTeam{}, StoreInto<S>{grad});
+    writeClassificationGradRow(g, gradOutput, input, labels, countedRows, n,
+                               rowLogSumExp(g, input, labels, n, BlockTeam{}), BlockTeam{}, StoreInto<S>{grad});
 }
 
 /// A small reduced loss and its gradient (a plan's loss step and the
@@ -670,8 +685,9 @@ __global__ void classificationSmallWithGradKernel(LossGeometry g, const S* input
   long long counted = blockCountRows(g, labels);
   T total = 0;
   for (int64_t n = threadIdx.x / 32; n < g.rows; n += kWarps) {
-    total += classificationRowLoss(g, input, labels, n, WarpTeam{});
-    writeClassificationGradRow(g, gradOutput, input, labels, counted, n, WarpTeam{}, StoreInto<S>{grad});
+    auto lse = rowLogSumExp(g, input, labels, n, WarpTeam{});
+    total += classificationRowLoss(g, input, labels, n, lse, WarpTeam{});
+    writeClassificationGradRow(g, gradOutput, input, labels, counted, n, lse, WarpTeam{}, StoreInto<S>{grad});
   }
   storeBlockLoss(g, total, counted, out);
 }
@@ -697,8 +713,9 @@ __global__ void classificationHeadKernel(LossGeometry g, const In* scores, const
     if (wideScores != nullptr)
       for (int64_t c = lane; c < g.classes; c += 32)
         wideScores[n * g.classes + c] = widen(scores[n * g.classes + c]);
-    total += classificationRowLoss(g, scores, labels, n, WarpTeam{});
-    writeClassificationGradRow(g, gradOutput, scores, labels, counted, n, WarpTeam{}, put);
+    auto lse = rowLogSumExp(g, scores, labels, n, WarpTeam{});
+    total += classificationRowLoss(g, scores, labels, n, lse, WarpTeam{});
+    writeClassificationGradRow(g, gradOutput, scores, labels, counted, n, lse, WarpTeam{}, put);
   }
   storeBlockLoss(g, total, counted, out); // the gradient's stores are visible after it
   if (columnSums != nullptr)

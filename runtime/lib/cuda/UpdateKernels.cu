@@ -68,7 +68,7 @@ __device__ BlockChunk blockChunk(const BlockChunks<N>& chunks, int size) {
 /// Elements each thread of a chunked launch handles: a chunk is
 /// kThreads * kElementsPerThread elements, thread x taking x, x + kThreads, ...
 /// (coalesced), their loads issued before their stores where the kernel
-/// allows (SGD). One element per thread reached about half of an H200's
+/// allows (SGD, conversion). One element per thread reached about half of an H200's
 /// memory bandwidth on mlp9's update.
 constexpr int kElementsPerThread = 4;
 constexpr int64_t kChunkElements = int64_t(kThreads) * kElementsPerThread;
