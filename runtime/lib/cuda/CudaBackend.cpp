@@ -612,11 +612,9 @@ private:
       ++segments;
       segmentsWithHostTime += hold->gaveUp != 0 ? 1 : 0;
     }
-    if (!status) {
-      release();
-      return status;
-    }
     release();
+    if (!status)
+      return status;
     std::ofstream file(profile_.path, std::ios::app);
     double total = 0;
     for (std::size_t i = 0; i < launched.size(); ++i) {
