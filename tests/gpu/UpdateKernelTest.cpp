@@ -738,6 +738,53 @@ TEST_F(GpuTest, TwoUpdatesOfOneParameterInARowRunInOrder) {
   expectAgree(*both, 0.0);
 }
 
+TEST_F(GpuTest, TheScalersUpdateInTheUpdatesLaunchMatchesTheCpu) {
+  // update_scale joins the launch of the updates before it (one thread of
+  // the last launch runs it), even when every parameter is empty and there
+  // is no launch to join; a found inf backs the scale off, a finite step
+  // grows it.
+  for (int64_t size : {int64_t(3000), int64_t(0)}) {
+    for (double finite : {0.0, 1.0}) {
+      SCOPED_TRACE(::testing::Message() << "parameters of " << size << " elements, all_finite " << finite);
+      PlanBuilder b("updates_then_scale");
+      BufferId lr = b.argument(tt(DType::F32, {}), BufferRole::Hyper);
+      BufferId inv = b.argument(tt(DType::F32, {}), BufferRole::ScalerState);
+      BufferId ok = b.argument(tt(DType::I1, {}), BufferRole::Input);
+      BufferId scale = b.argument(tt(DType::F32, {}), BufferRole::ScalerState);
+      BufferId good = b.argument(tt(DType::I64, {}), BufferRole::ScalerState);
+      BufferId bad = b.argument(tt(DType::I64, {}), BufferRole::ScalerState);
+      BufferId skipped = b.argument(tt(DType::I64, {}), BufferRole::ScalerState);
+      std::vector<BufferId> params;
+      for (int k = 0; k < 2; ++k) {
+        params.push_back(b.argument(tt(DType::F32, {size}), BufferRole::Param));
+        BufferId grad = b.argument(tt(DType::F16, {size}), BufferRole::Grad);
+        b.op("jit.sgd_update", {params.back(), grad, kNoBuffer, kNoBuffer, lr, inv, ok, kNoBuffer}, {params.back()},
+             sgdAttributes(kSgdConfigs[0]));
+      }
+      b.op("amp.update_scale", {scale, good, bad, skipped, ok}, {scale, good, bad, skipped},
+           {{"growth_interval", int64_t(1)}});
+      b.result(params[0], 7);
+      b.result(params[1], 9);
+      b.result(scale, 3);
+      b.result(good, 4);
+      b.result(bad, 5);
+      b.result(skipped, 6);
+      Plan plan = b.finish();
+      ASSERT_EQ(cuda::launchGroups(plan), (std::vector<std::pair<size_t, size_t>>{{0, 3}}));
+      std::vector<Tensor> arguments = randomArguments(plan, 61, 0.5, 2.0);
+      arguments[2].set(0, finite);
+      arguments[3].set(0, 1024.0);
+      for (size_t state : {4, 5, 6})
+        arguments[state].set(0, 0.0);
+      Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, arguments, 2);
+      ASSERT_TRUE(both.ok()) << both.message();
+      expectAgree(*both, 0.0);
+      EXPECT_EQ(both->cudaArguments[3].at(0), finite != 0.0 ? 4096.0 : 256.0) << "the scale after two steps";
+      EXPECT_EQ(both->cudaArguments[6].at(0), finite != 0.0 ? 0.0 : 2.0) << "skipped steps";
+    }
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Conversions
 //===----------------------------------------------------------------------===//

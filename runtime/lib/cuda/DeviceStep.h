@@ -160,7 +160,9 @@ Expected<std::unique_ptr<DeviceStep>> makeWidenedReductionStep(const Plan& plan,
 /// launch, and so do consecutive conversions canShareConvertLaunch allows
 /// pairwise, a classification head (classificationHeadLength) and otherwise
 /// a loss with its gradient (canShareLossLaunch); never across the deferred
-/// boundary (Plan::deferredSteps).
+/// boundary (Plan::deferredSteps). Not deferred, the UpdateScale step right
+/// after a step's updates joins their launch when none of them touches its
+/// buffers (one thread of the last launch runs it).
 /// Deferred, a launch holds the updates one step waits for
 /// (deferredStepDeadlines) and takes in those of later steps while it is
 /// under kSmallDeferredLaunchElements: a ResNet's ~100 batch-norm and
@@ -192,7 +194,8 @@ bool sameMemory(const Plan& plan, BufferId a, BufferId b);
 Expected<std::unique_ptr<DeviceStep>> makeLaunchGroupStep(DeviceContext& context, const Plan& plan,
                                                           std::span<const Step* const> steps);
 /// One launch for `steps` (at least one OptimizerUpdate step, each pair
-/// allowed by canShareOptimizerLaunch); its StepPointers hold the steps'
+/// allowed by canShareOptimizerLaunch, possibly then an UpdateScale step
+/// that touches none of their buffers); its StepPointers hold the steps'
 /// slots one step after another.
 Expected<std::unique_ptr<DeviceStep>> makeOptimizerGroupStep(DeviceContext& context, const Plan& plan,
                                                              std::span<const Step* const> steps);

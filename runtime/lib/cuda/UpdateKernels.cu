@@ -273,7 +273,7 @@ __global__ void unscaleAndCheckKernel(UnscaleTable table, const float* invScale,
     *flag = 0;
 }
 
-__global__ void updateScaleKernel(UpdateScaleConfig config, UpdateScalePointers p) {
+__device__ void updateScale(const UpdateScaleConfig& config, const UpdateScalePointers& p) {
   // Everything is read before anything is written: outputs may be inputs.
   float scale = *p.scale;
   int64_t good = *p.goodSteps, bad = *p.badSteps, skipped = *p.skippedSteps;
@@ -304,6 +304,8 @@ __global__ void updateScaleKernel(UpdateScaleConfig config, UpdateScalePointers 
   *p.newSkippedSteps = skipped;
 }
 
+__global__ void updateScaleKernel(UpdateScaleConfig config, UpdateScalePointers p) { updateScale(config, p); }
+
 //===----------------------------------------------------------------------===//
 // Optimizers
 //===----------------------------------------------------------------------===//
@@ -318,6 +320,8 @@ struct OptimizerArguments {
   OptimizerConfig config;
   OptimizerScalars scalars;
   OptimizerTable table;
+  bool updatesScale;
+  ScaleUpdate scaleUpdate;
 };
 static_assert(sizeof(OptimizerArguments) < 4096, "kernel arguments must stay under 4 KB");
 
@@ -438,7 +442,7 @@ __device__ void adamElement(const OptimizerConfig& c, const OptimizerTensor& x, 
 }
 
 template <typename T>
-__global__ void optimizerKernel(OptimizerArguments args) {
+__device__ void optimizerChunk(const OptimizerArguments& args) {
   const OptimizerConfig& c = args.config;
   const OptimizerScalars& scalars = args.scalars;
   BlockChunk at = blockChunk(args.table.chunks, args.table.size);
@@ -482,6 +486,13 @@ __global__ void optimizerKernel(OptimizerArguments args) {
   }
   bool firstStep = scalars.step != nullptr && *scalars.step == 0;
   sgdElements<T>(c, x, first, kThreads, T(lrValue), firstStep, hasInvScale, invScale);
+}
+
+template <typename T>
+__global__ void optimizerKernel(OptimizerArguments args) {
+  optimizerChunk<T>(args);
+  if (args.updatesScale && blockIdx.x == 0 && threadIdx.x == 0)
+    updateScale(args.scaleUpdate.config, args.scaleUpdate.pointers);
 }
 
 constexpr int kMaxConvertTensors = 128;
@@ -614,10 +625,12 @@ cudaError_t launchUpdateScale(const UpdateScaleConfig& config, const UpdateScale
 }
 
 cudaError_t launchOptimizer(const OptimizerConfig& config, const OptimizerScalars& scalars,
-                            const OptimizerTensor* tensors, std::size_t tensorCount, cudaStream_t stream) {
+                            const OptimizerTensor* tensors, std::size_t tensorCount, cudaStream_t stream,
+                            const ScaleUpdate* scaleUpdate) {
   OptimizerArguments args{};
   args.config = config;
   args.scalars = scalars;
+  bool scaleUpdated = scaleUpdate == nullptr;
   for (std::size_t k = 0; k < tensorCount; ++k) {
     if (tensors[k].count > 0) {
       if (!args.table.chunks.add(args.table.size, tensors[k].count, kChunkElements))
@@ -626,6 +639,11 @@ cudaError_t launchOptimizer(const OptimizerConfig& config, const OptimizerScalar
     }
     bool last = k + 1 == tensorCount;
     if (args.table.size == kMaxOptimizerTensors || (last && args.table.size > 0)) {
+      if (last && scaleUpdate != nullptr) {
+        args.updatesScale = true;
+        args.scaleUpdate = *scaleUpdate;
+        scaleUpdated = true;
+      }
       unsigned blocks = unsigned(args.table.chunks.blocks(args.table.size));
       if (config.computeF64)
         optimizerKernel<double><<<blocks, kThreads, 0, stream>>>(args);
@@ -637,6 +655,9 @@ cudaError_t launchOptimizer(const OptimizerConfig& config, const OptimizerScalar
       args.table.size = 0;
     }
   }
+  // Every tensor empty: no launch carried the scaler's update.
+  if (!scaleUpdated)
+    return launchUpdateScale(scaleUpdate->config, scaleUpdate->pointers, stream);
   return cudaSuccess;
 }
 

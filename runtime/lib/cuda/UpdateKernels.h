@@ -140,11 +140,21 @@ struct OptimizerTensor {
   ElementType gradType;
 };
 
+/// The loss scaler's state update, run by one thread of an optimizer's last
+/// launch (a step's updates and its update_scale, which touch none of each
+/// other's buffers, in one launch instead of two).
+struct ScaleUpdate {
+  UpdateScaleConfig config;
+  UpdateScalePointers pointers;
+};
+
 /// Updates every tensor (as few launches as the kernel-argument limit
 /// allows). With the predicate present and 0, each new value is its input,
-/// bit for bit (copied where the output is another buffer).
+/// bit for bit (copied where the output is another buffer). With
+/// `scaleUpdate`, the last launch also updates the scaler's state.
 cudaError_t launchOptimizer(const OptimizerConfig& config, const OptimizerScalars& scalars,
-                            const OptimizerTensor* tensors, std::size_t tensorCount, cudaStream_t stream);
+                            const OptimizerTensor* tensors, std::size_t tensorCount, cudaStream_t stream,
+                            const ScaleUpdate* scaleUpdate = nullptr);
 
 //===----------------------------------------------------------------------===//
 // Conversions

@@ -118,24 +118,33 @@ private:
   std::vector<update::UnscaleTensor> tensors_;
 };
 
+update::UpdateScaleConfig updateScaleConfig(const Step& step) {
+  const UpdateScaleParams& params = step.as<UpdateScaleParams>();
+  return {params.growthFactor, params.backoffFactor, params.growthInterval, params.backoffInterval,
+          params.minScale};
+}
+
+/// An UpdateScale step's buffers: inputs (scale, good, bad, skipped steps,
+/// found finite), outputs (the new scale and counts).
+constexpr std::size_t kUpdateScaleInputs = 5, kUpdateScaleOutputs = 4;
+update::UpdateScalePointers updateScalePointers(std::span<void* const> in, std::span<void* const> out) {
+  return {static_cast<const float*>(in[0]),   static_cast<const int64_t*>(in[1]),
+          static_cast<const int64_t*>(in[2]), static_cast<const int64_t*>(in[3]),
+          static_cast<const uint8_t*>(in[4]), static_cast<float*>(out[0]),
+          static_cast<int64_t*>(out[1]),      static_cast<int64_t*>(out[2]),
+          static_cast<int64_t*>(out[3])};
+}
+
 class UpdateScaleStep final : public DeviceStep {
 public:
-  explicit UpdateScaleStep(const Step& step) : step_(step) {
-    const UpdateScaleParams& params = step.as<UpdateScaleParams>();
-    config_ = {params.growthFactor, params.backoffFactor, params.growthInterval, params.backoffInterval,
-               params.minScale};
-  }
+  explicit UpdateScaleStep(const Step& step) : step_(step), config_(updateScaleConfig(step)) {}
 
   Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
-    if (pointers.inputs.size() != 5 || pointers.outputs.size() != 4)
+    if (pointers.inputs.size() != kUpdateScaleInputs || pointers.outputs.size() != kUpdateScaleOutputs)
       return wrongPointerCount(step_);
-    update::UpdateScalePointers p{
-        static_cast<const float*>(pointers.inputs[0]),   static_cast<const int64_t*>(pointers.inputs[1]),
-        static_cast<const int64_t*>(pointers.inputs[2]), static_cast<const int64_t*>(pointers.inputs[3]),
-        static_cast<const uint8_t*>(pointers.inputs[4]), static_cast<float*>(pointers.outputs[0]),
-        static_cast<int64_t*>(pointers.outputs[1]),      static_cast<int64_t*>(pointers.outputs[2]),
-        static_cast<int64_t*>(pointers.outputs[3])};
-    AMPJIT_CUDA_RETURN_IF_ERROR(update::launchUpdateScale(config_, p, stream), stepName(step_));
+    AMPJIT_CUDA_RETURN_IF_ERROR(
+        update::launchUpdateScale(config_, updateScalePointers(pointers.inputs, pointers.outputs), stream),
+        stepName(step_));
     return Status::success();
   }
 
@@ -191,9 +200,14 @@ bool stepsConflict(const Plan& plan, const Step& a, const Step& b) {
 
 class OptimizerGroupStep final : public DeviceStep {
 public:
-  /// `steps` verified by makeOptimizerGroupStep.
+  /// `steps` verified by makeOptimizerGroupStep: updates, then possibly the
+  /// step's UpdateScale.
   OptimizerGroupStep(const Plan& plan, std::span<const Step* const> steps)
       : origin_(stepName(*steps.front())), slots_(OptimizerSlots::of(*steps.front())) {
+    if (steps.back()->kind == StepKind::UpdateScale) {
+      scaleConfig_ = updateScaleConfig(*steps.back());
+      steps = steps.first(steps.size() - 1);
+    }
     const Step& first = *steps.front();
     const OptimizerParams& params = first.as<OptimizerParams>();
     config_.adam = params.optimizer == OptimizerKind::Adam;
@@ -232,9 +246,14 @@ public:
   }
 
   Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
-    if (pointers.inputs.size() != counts_.size() * slots_.inputs ||
-        pointers.outputs.size() != counts_.size() * slots_.outputs)
+    std::size_t inputs = counts_.size() * slots_.inputs, outputs = counts_.size() * slots_.outputs;
+    if (pointers.inputs.size() != inputs + (scaleConfig_ ? kUpdateScaleInputs : 0) ||
+        pointers.outputs.size() != outputs + (scaleConfig_ ? kUpdateScaleOutputs : 0))
       return Status::error(origin_ + ": enqueued with the wrong number of buffers");
+    std::optional<update::ScaleUpdate> scaleUpdate;
+    if (scaleConfig_)
+      scaleUpdate = update::ScaleUpdate{
+          *scaleConfig_, updateScalePointers(pointers.inputs.subspan(inputs), pointers.outputs.subspan(outputs))};
     for (const std::vector<size_t>& launch : launches_) {
       for (size_t n = 0; n < launch.size(); ++n) {
         size_t k = launch[n];
@@ -262,7 +281,9 @@ public:
                                        static_cast<const float*>(in[slots_.lr]),
                                        static_cast<const float*>(in[slots_.invScale]),
                                        static_cast<const uint8_t*>(in[slots_.predicate])};
-      AMPJIT_CUDA_RETURN_IF_ERROR(update::launchOptimizer(config_, scalars, tensors_.data(), launch.size(), stream),
+      bool last = &launch == &launches_.back();
+      AMPJIT_CUDA_RETURN_IF_ERROR(update::launchOptimizer(config_, scalars, tensors_.data(), launch.size(), stream,
+                                                          last && scaleUpdate ? &*scaleUpdate : nullptr),
                                   origin_);
     }
     return Status::success();
@@ -278,6 +299,8 @@ private:
   /// Step indices per launch (each then chunked by the launcher).
   std::vector<std::vector<size_t>> launches_;
   std::vector<update::OptimizerTensor> tensors_;
+  /// A trailing UpdateScale step's configuration: its last launch runs it.
+  std::optional<update::UpdateScaleConfig> scaleConfig_;
 };
 
 /// Consecutive conversions (an O1 step's parameter casts) in one launch.
@@ -582,6 +605,22 @@ bool canShareConvertLaunch(const Plan& plan, const Step& first, const Step& next
   return dtypes && dtypes == plainConversion(plan, next) && !stepsConflict(plan, first, next);
 }
 
+namespace {
+
+/// Whether the UpdateScale step at `end` can run in the launch of the
+/// updates [begin, end): it writes nothing they read or write, and they
+/// write nothing it reads (the found-finite flag they also read is only read).
+bool scaleUpdateJoins(const Plan& plan, std::size_t begin, std::size_t end) {
+  if (end >= plan.steps.size() || plan.steps[end].kind != StepKind::UpdateScale)
+    return false;
+  for (std::size_t k = begin; k < end; ++k)
+    if (plan.steps[k].kind != StepKind::OptimizerUpdate || stepsConflict(plan, plan.steps[k], plan.steps[end]))
+      return false;
+  return true;
+}
+
+} // namespace
+
 std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) {
   std::vector<std::size_t> deadlines = deferredStepDeadlines(plan);
   const std::size_t deferred = plan.deferredSteps;
@@ -609,6 +648,8 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) 
              canShareOptimizerLaunch(plan, plan.steps[index], plan.steps[end]) &&
              sameCopyDType(plan, copy, plan.steps[end]))
         elements += parameterElements(end++);
+      if (index >= deferred && scaleUpdateJoins(plan, index, end))
+        ++end;
     } else if (plainConversion(plan, plan.steps[index])) {
       // Each must also be independent of every earlier one of the group.
       auto independent = [&](std::size_t next) {
@@ -711,8 +752,16 @@ Expected<std::unique_ptr<DeviceStep>> makeOptimizerGroupStep(DeviceContext&, con
     return Status::error("no CUDA optimizer kernel runs " + stepName(first) + " steps");
   // Steps that touch each other's buffers are allowed: the group runs them
   // in separate launches, in order.
+  std::span<const Step* const> updates = steps;
+  if (steps.size() > 1 && steps.back()->kind == StepKind::UpdateScale) {
+    updates = steps.first(steps.size() - 1);
+    for (const Step* update : updates)
+      if (update->kind != StepKind::OptimizerUpdate || stepsConflict(plan, *update, *steps.back()))
+        return Status::error(stepName(*steps.back()) + " touches the buffers of " + stepName(*update) +
+                             ": it cannot share its launch");
+  }
   std::optional<DType> copy;
-  for (const Step* step : steps)
+  for (const Step* step : updates)
     if (!sameOptimizerConfiguration(plan, first, *step) || !sameCopyDType(plan, copy, *step))
       return Status::error(stepName(*step) + " cannot share a launch with " + stepName(first));
   return upcast(std::make_unique<OptimizerGroupStep>(plan, steps));

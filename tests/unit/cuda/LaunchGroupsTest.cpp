@@ -65,6 +65,41 @@ TEST(LaunchGroups, NorUpdatesWithAnotherLearningRate) {
   EXPECT_EQ(cuda::launchGroups(plan), (Groups{{0, 1}, {1, 2}, {2, 3}}));
 }
 
+/// Two SGD updates, then the scaler's update_scale, whose new scale goes to
+/// `scaleOut`: its own state, or the inv_scale buffer the updates read.
+enum class ScaleOut { OwnState, TheUpdatesInvScale };
+Plan updatesThenScaleUpdate(ScaleOut scaleOut) {
+  PlanBuilder b("updates_then_scale");
+  BufferId lr = b.argument(tt(DType::F32, {}), BufferRole::Hyper, "lr");
+  BufferId inv = b.argument(tt(DType::F32, {}), BufferRole::ScalerState, "inv_scale");
+  BufferId ok = b.argument(tt(DType::I1, {}), BufferRole::Input, "all_finite");
+  BufferId scale = b.argument(tt(DType::F32, {}), BufferRole::ScalerState, "scale");
+  BufferId good = b.argument(tt(DType::I64, {}), BufferRole::ScalerState, "good");
+  BufferId bad = b.argument(tt(DType::I64, {}), BufferRole::ScalerState, "bad");
+  BufferId skipped = b.argument(tt(DType::I64, {}), BufferRole::ScalerState, "skipped");
+  for (int64_t size : {32, 4}) {
+    BufferId w = b.argument(tt(DType::F32, {size}), BufferRole::Param);
+    BufferId g = b.argument(tt(DType::F16, {size}), BufferRole::Input);
+    BufferId m = b.argument(tt(DType::F32, {size}), BufferRole::OptState);
+    b.op("jit.sgd_update", {w, g, m, kNoBuffer, lr, inv, ok, kNoBuffer}, {w, m}, {{"momentum", 0.9}});
+  }
+  BufferId newScale = scaleOut == ScaleOut::OwnState ? scale : inv;
+  b.op("amp.update_scale", {scale, good, bad, skipped, ok}, {newScale, good, bad, skipped},
+       {{"growth_interval", int64_t(1000)}});
+  return b.finish();
+}
+
+TEST(LaunchGroups, TheScalersUpdateJoinsTheLaunchOfTheUpdatesBeforeIt) {
+  Plan plan = updatesThenScaleUpdate(ScaleOut::OwnState);
+  EXPECT_EQ(cuda::launchGroups(plan), (Groups{{0, 3}}));
+  EXPECT_EQ(cuda::launchesPerRun(plan, cuda::launchGroups(plan)), 1u);
+}
+
+TEST(LaunchGroups, NotWhenItWritesWhatTheUpdatesRead) {
+  Plan plan = updatesThenScaleUpdate(ScaleOut::TheUpdatesInvScale);
+  EXPECT_EQ(cuda::launchGroups(plan), (Groups{{0, 2}, {2, 3}}));
+}
+
 /// An O1 step's start: the casts of the input and of two parameters, then a
 /// cast of a cast (which must wait for the first) and a widening cast.
 struct Casts {
