@@ -158,6 +158,47 @@ TEST_F(GpuTest, AllFiniteFindsABadElementInEveryChunkOfALargeTensor) {
   }
 }
 
+TEST_F(GpuTest, TheInverseScaleInTheFinitenessChecksLaunchMatchesTheCpu) {
+  // inv_scale = one / scale runs in the check's last launch (one thread),
+  // and alone when the check has nothing to read (empty tensors only).
+  struct Case {
+    std::vector<TensorType> grads;
+    bool bad;
+  };
+  const Case cases[] = {
+      {{tt(DType::F16, {3000}), tt(DType::F32, {0})}, false},
+      {{tt(DType::F16, {3000}), tt(DType::F32, {0})}, true},
+      {{tt(DType::F32, {0}), tt(DType::BF16, {0, 4})}, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.grads.size() << " gradients, the first " << typeToString(c.grads[0])
+                                      << (c.bad ? ", an inf" : ""));
+    PlanBuilder b("check_then_inverse");
+    std::vector<BufferId> grads;
+    for (const TensorType& type : c.grads)
+      grads.push_back(b.argument(type, BufferRole::Input));
+    BufferId one = b.argument(tt(DType::F32, {}), BufferRole::Hyper);
+    BufferId scale = b.argument(tt(DType::F32, {}), BufferRole::ScalerState);
+    BufferId ok = b.output(tt(DType::I1, {})), inverse = b.output(tt(DType::F32, {}));
+    b.op("amp.all_finite", grads, {ok});
+    b.op("jit.div", {one, scale}, {inverse});
+    b.result(ok);
+    b.result(inverse);
+    Plan plan = b.finish();
+    ASSERT_EQ(cuda::launchGroups(plan), (std::vector<std::pair<size_t, size_t>>{{0, 2}}));
+    std::vector<Tensor> arguments = randomArguments(plan, 62, -4.0, 4.0);
+    if (c.bad)
+      arguments[0].set(1234, std::numeric_limits<double>::infinity());
+    arguments[c.grads.size()].set(0, 1.0);
+    arguments[c.grads.size() + 1].set(0, 3.0); // 1/3: rounded, not exact
+    Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, arguments);
+    ASSERT_TRUE(both.ok()) << both.message();
+    expectAgree(*both, 0.0);
+    EXPECT_EQ(both->cudaResults[0].at(0), c.bad ? 0.0 : 1.0);
+    EXPECT_EQ(both->cudaResults[1].at(0), double(1.0f / 3.0f));
+  }
+}
+
 TEST_F(GpuTest, AllFiniteIsResetEveryRun) {
   // The flag is set to 1 by each run: a finite run after a non-finite one says 1.
   Plan plan = singleOp("amp.all_finite", {tt(DType::F16, {1000})}, {tt(DType::I1, {})});

@@ -154,13 +154,19 @@ Expected<std::unique_ptr<DeviceStep>> makeClassificationHeadStep(const Plan& pla
 /// and without writing or reading the f32 copy. Not when the sum's output
 /// shares bytes with the narrow input.
 bool widenedReductionAt(const Plan& plan, std::size_t index);
+/// Whether step `index` is an AllFinite step (not split over the side
+/// stream) and step `index + 1` an f32 division of scalars touching none of
+/// its buffers (the scaler's inv_scale = 1 / scale): one thread of the
+/// check's last launch then computes the quotient, a launch fewer.
+bool finiteCheckTakesQuotient(const Plan& plan, std::size_t index);
 Expected<std::unique_ptr<DeviceStep>> makeWidenedReductionStep(const Plan& plan, std::span<const Step* const> steps);
 /// The plan's steps as the backend launches them, as [begin, end) ranges:
 /// consecutive updates canShareOptimizerLaunch allows share a multi-tensor
 /// launch, and so do consecutive conversions canShareConvertLaunch allows
 /// pairwise, a classification head (classificationHeadLength) and otherwise
 /// a loss with its gradient (canShareLossLaunch); never across the deferred
-/// boundary (Plan::deferredSteps). Not deferred, the UpdateScale step right
+/// boundary (Plan::deferredSteps). A finiteness check takes the scalar
+/// division after it (finiteCheckTakesQuotient). Not deferred, the UpdateScale step right
 /// after a step's updates joins their launch when none of them touches its
 /// buffers (one thread of the last launch runs it).
 /// Deferred, a launch holds the updates one step waits for

@@ -212,7 +212,9 @@ __device__ int elementShift(ElementType type) {
 /// by element. No thread stops at a bad element: loads that do not wait on
 /// each other keep enough bytes in flight for the memory's bandwidth (one
 /// 2-byte load per branch reached about a quarter of it on an H200).
-__global__ void allFiniteKernel(FiniteTable table, uint8_t* flag) {
+__global__ void allFiniteKernel(FiniteTable table, uint8_t* flag, ScalarQuotient quotient) {
+  if (quotient.quotient != nullptr && blockIdx.x == 0 && threadIdx.x == 0)
+    *quotient.quotient = *quotient.numerator / *quotient.dividend;
   BlockChunk at = blockChunk(table.chunks, table.size);
   const void* data = table.data[at.tensor];
   ElementType type = table.type[at.tensor];
@@ -553,17 +555,18 @@ cudaError_t launchScaleLoss(const void* loss, void* scaled, ElementType type, co
   return cudaGetLastError();
 }
 
-cudaError_t launchAllFinite(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag,
-                            cudaStream_t stream) {
-  cudaError_t error = cudaMemsetAsync(flag, 1, 1, stream);
-  if (error != cudaSuccess)
-    return error;
-  return launchFiniteCheck(tensors, tensorCount, flag, stream);
+namespace {
+
+__global__ void scalarQuotientKernel(ScalarQuotient quotient) {
+  *quotient.quotient = *quotient.numerator / *quotient.dividend;
 }
 
-cudaError_t launchFiniteCheck(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag,
-                              cudaStream_t stream) {
+/// launchFiniteCheck's launches, the last also computing `quotient` (when
+/// its pointers are set); with nothing to check, the quotient alone.
+cudaError_t checkFinite(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag,
+                        ScalarQuotient quotient, cudaStream_t stream) {
   cudaError_t error = cudaSuccess;
+  bool quotientDone = quotient.quotient == nullptr;
   FiniteTable table{};
   for (std::size_t k = 0; k < tensorCount; ++k) {
     ElementType type = tensors[k].type;
@@ -578,13 +581,34 @@ cudaError_t launchFiniteCheck(const FiniteCheckTensor* tensors, std::size_t tens
     }
     bool last = k + 1 == tensorCount;
     if (table.size == kMaxFiniteTensors || (last && table.size > 0)) {
-      allFiniteKernel<<<table.chunks.blocks(table.size), kThreads, 0, stream>>>(table, flag);
+      ScalarQuotient launchQuotient = last ? quotient : ScalarQuotient{};
+      quotientDone = quotientDone || last;
+      allFiniteKernel<<<table.chunks.blocks(table.size), kThreads, 0, stream>>>(table, flag, launchQuotient);
       if ((error = cudaGetLastError()) != cudaSuccess)
         return error;
       table.size = 0;
     }
   }
+  if (!quotientDone) {
+    scalarQuotientKernel<<<1, 1, 0, stream>>>(quotient);
+    return cudaGetLastError();
+  }
   return cudaSuccess;
+}
+
+} // namespace
+
+cudaError_t launchAllFinite(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag,
+                            cudaStream_t stream, const ScalarQuotient* quotient) {
+  cudaError_t error = cudaMemsetAsync(flag, 1, 1, stream);
+  if (error != cudaSuccess)
+    return error;
+  return checkFinite(tensors, tensorCount, flag, quotient ? *quotient : ScalarQuotient{}, stream);
+}
+
+cudaError_t launchFiniteCheck(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag,
+                              cudaStream_t stream) {
+  return checkFinite(tensors, tensorCount, flag, ScalarQuotient{}, stream);
 }
 
 cudaError_t launchUnscaleAndCheck(const float* invScale, const UnscaleTensor* tensors, std::size_t tensorCount,

@@ -45,9 +45,19 @@ struct FiniteCheckTensor {
   ElementType type;
 };
 
-/// flag = 1, then 0 if any element of any tensor is inf or NaN.
+/// quotient = numerator / dividend, three f32 scalars (IEEE division, as a
+/// generated kernel's): the scaler's inv_scale = 1 / scale, which one
+/// thread of the finiteness check's last launch computes.
+struct ScalarQuotient {
+  const float* numerator;
+  const float* dividend;
+  float* quotient;
+};
+
+/// flag = 1, then 0 if any element of any tensor is inf or NaN; with
+/// `quotient`, also that division.
 cudaError_t launchAllFinite(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag,
-                            cudaStream_t stream);
+                            cudaStream_t stream, const ScalarQuotient* quotient = nullptr);
 /// flag = 0 if any element of any tensor is inf or NaN, else unchanged: one
 /// chunk of a check split over several launches (FiniteCheckSchedule.h).
 cudaError_t launchFiniteCheck(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag,

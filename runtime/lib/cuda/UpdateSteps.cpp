@@ -5,6 +5,7 @@
 // launches.
 
 #include "DeviceStep.h"
+#include "FiniteCheckSchedule.h"
 #include "UpdateKernels.h"
 
 #include "ampjit/runtime/Backend.h"
@@ -65,24 +66,36 @@ private:
 
 class AllFiniteStep final : public DeviceStep {
 public:
-  AllFiniteStep(const Plan& plan, const Step& step) : step_(step) {
+  /// With `withQuotient`, the step is followed in its launch by the division
+  /// finiteCheckTakesQuotient allows, whose two inputs and output come after
+  /// the check's in the StepPointers.
+  AllFiniteStep(const Plan& plan, const Step& step, bool withQuotient = false)
+      : step_(step), withQuotient_(withQuotient) {
     for (BufferId id : step.inputs)
       tensors_.push_back({nullptr, typeOf(plan, id).elementCount(), elementType(typeOf(plan, id).dtype)});
   }
 
   Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
-    if (pointers.inputs.size() != tensors_.size() || pointers.outputs.size() != 1)
+    std::size_t inputs = tensors_.size() + (withQuotient_ ? 2 : 0), outputs = withQuotient_ ? 2 : 1;
+    if (pointers.inputs.size() != inputs || pointers.outputs.size() != outputs)
       return wrongPointerCount(step_);
     for (size_t k = 0; k < tensors_.size(); ++k)
       tensors_[k].data = pointers.inputs[k];
+    std::optional<update::ScalarQuotient> quotient;
+    if (withQuotient_)
+      quotient = update::ScalarQuotient{static_cast<const float*>(pointers.inputs[tensors_.size()]),
+                                        static_cast<const float*>(pointers.inputs[tensors_.size() + 1]),
+                                        static_cast<float*>(pointers.outputs[1])};
     AMPJIT_CUDA_RETURN_IF_ERROR(update::launchAllFinite(tensors_.data(), tensors_.size(),
-                                                        static_cast<uint8_t*>(pointers.outputs[0]), stream),
+                                                        static_cast<uint8_t*>(pointers.outputs[0]), stream,
+                                                        quotient ? &*quotient : nullptr),
                                 stepName(step_));
     return Status::success();
   }
 
 private:
   Step step_;
+  bool withQuotient_;
   /// Types and counts fixed at prepare; pointers filled per enqueue.
   std::vector<update::FiniteCheckTensor> tensors_;
 };
@@ -605,6 +618,22 @@ bool canShareConvertLaunch(const Plan& plan, const Step& first, const Step& next
   return dtypes && dtypes == plainConversion(plan, next) && !stepsConflict(plan, first, next);
 }
 
+bool finiteCheckTakesQuotient(const Plan& plan, std::size_t index) {
+  if (index + 1 >= plan.steps.size())
+    return false;
+  const Step &check = plan.steps[index], &division = plan.steps[index + 1];
+  if (check.kind != StepKind::AllFinite || division.kind != StepKind::Elementwise ||
+      division.as<ElementwiseParams>().op != ElementwiseOp::Div || division.inputs.size() != 2 ||
+      division.outputs.size() != 1)
+    return false;
+  for (const std::vector<BufferId>* ids : {&division.inputs, &division.outputs})
+    for (BufferId id : *ids)
+      if (id == kNoBuffer || typeOf(plan, id) != TensorType{DType::F32, {}})
+        return false;
+  // A check split over the side stream runs apart (CudaBackend's split).
+  return !stepsConflict(plan, check, division) && !scheduleFiniteCheck(plan, index);
+}
+
 namespace {
 
 /// Whether the UpdateScale step at `end` can run in the launch of the
@@ -634,6 +663,8 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) 
     if (head > 0) {
       end = index + head;
     } else if ((index < deferred) == (index + 1 < deferred) && widenedReductionAt(plan, index)) {
+      end = index + 2;
+    } else if (index >= deferred && finiteCheckTakesQuotient(plan, index)) {
       end = index + 2;
     } else if (plan.steps[index].kind == StepKind::OptimizerUpdate) {
       int64_t elements = parameterElements(index);
@@ -728,6 +759,12 @@ Expected<std::unique_ptr<DeviceStep>> makeLaunchGroupStep(DeviceContext& context
     return makeClassificationHeadStep(plan, steps);
   if (ofThePlan && steps.size() == 2 && widenedReductionAt(plan, std::size_t(&first - plan.steps.data())))
     return makeWidenedReductionStep(plan, steps);
+  if (first.kind == StepKind::AllFinite) {
+    if (!ofThePlan || steps.size() != 2 || !finiteCheckTakesQuotient(plan, std::size_t(&first - plan.steps.data())))
+      return Status::error(stepName(first) + ": a finiteness check shares a launch only with the scalar division "
+                                             "after it");
+    return upcast(std::make_unique<AllFiniteStep>(plan, first, /*withQuotient=*/true));
+  }
   if (first.kind == StepKind::Loss) {
     if (steps.size() != 2)
       return Status::error(stepName(first) + ": a loss shares a launch with its gradient alone");

@@ -100,6 +100,36 @@ TEST(LaunchGroups, NotWhenItWritesWhatTheUpdatesRead) {
   EXPECT_EQ(cuda::launchGroups(plan), (Groups{{0, 2}, {2, 3}}));
 }
 
+/// A finiteness check of two gradients, then inv_scale = one / scale; with
+/// `divisionWritesAGradient` the quotient goes into the f32 scalar gradient
+/// the check reads.
+Plan checkThenInverse(bool divisionWritesAGradient) {
+  PlanBuilder b("check_then_inverse");
+  BufferId grad = b.argument(tt(DType::F16, {64, 8}), BufferRole::Input, "grad");
+  BufferId scalarGrad = b.argument(tt(DType::F32, {}), BufferRole::Input, "scalar_grad");
+  BufferId one = b.argument(tt(DType::F32, {}), BufferRole::Hyper, "one");
+  BufferId scale = b.argument(tt(DType::F32, {}), BufferRole::ScalerState, "scale");
+  BufferId ok = b.output(tt(DType::I1, {}));
+  b.op("amp.all_finite", {grad, scalarGrad}, {ok});
+  BufferId inverse = divisionWritesAGradient ? scalarGrad : b.output(tt(DType::F32, {}));
+  b.op("jit.div", {one, scale}, {inverse});
+  b.result(ok);
+  b.result(inverse);
+  return b.finish();
+}
+
+TEST(LaunchGroups, TheScalersInverseScaleJoinsTheFinitenessCheck) {
+  Plan plan = checkThenInverse(false);
+  EXPECT_TRUE(cuda::finiteCheckTakesQuotient(plan, 0));
+  EXPECT_EQ(cuda::launchGroups(plan), (Groups{{0, 2}}));
+}
+
+TEST(LaunchGroups, NotWhenTheDivisionWritesWhatTheCheckReads) {
+  Plan plan = checkThenInverse(true);
+  EXPECT_FALSE(cuda::finiteCheckTakesQuotient(plan, 0));
+  EXPECT_EQ(cuda::launchGroups(plan), (Groups{{0, 1}, {1, 2}}));
+}
+
 /// An O1 step's start: the casts of the input and of two parameters, then a
 /// cast of a cast (which must wait for the first) and a widening cast.
 struct Casts {
