@@ -328,9 +328,9 @@ std::string kernelBody(const std::vector<FusedInstruction>& program, const std::
     for (size_t k = 0; k < inputTypes.size(); ++k)
       text += "        offset" + std::to_string(k) + " = i * stride" + std::to_string(k) + ".v[0];\n";
     text += "      } else {\n";
-    // The outermost coordinate is what is left of the index; the others
-    // divide in 32 bits when both operands fit (64-bit division is a
-    // software routine on the GPU).
+    // DeviceIndexing.cuh's stridedOffset, printed: the outermost coordinate
+    // is what is left of the index; the others divide in 32 bits when both
+    // operands fit (64-bit division is a software routine on the GPU).
     text += "        long long rest = i;\n";
     text += "        for (int d = rank - 1; d > 0; --d) {\n";
     text += "          const long long size = dims.v[d];\n";

@@ -4,6 +4,7 @@
 // Launchers are declared in UpdateKernels.h.
 
 #include "UpdateKernels.h"
+#include "DeviceIndexing.cuh"
 
 #include <cuda_runtime.h>
 
@@ -15,23 +16,15 @@ namespace ampjit::runtime::cuda::update {
 namespace {
 
 /// Output element i (row-major over shape.dims) reads the input element its
-/// multi-index selects through shape.inStrides. Index arithmetic is in `I`:
-/// int32_t whenever every offset fits (indexFitsInt32), because 64-bit
-/// division is a software routine on the GPU and a rank-3 weight transpose
-/// spent its time there (18 us for 4.7 MB on the H200).
+/// multi-index selects through shape.inStrides (stridedOffset). Index
+/// arithmetic is in `I`: int32_t whenever every offset fits
+/// (indexFitsInt32), because 64-bit division is a software routine on the
+/// GPU and a rank-3 weight transpose spent its time there (18 us for 4.7 MB
+/// on the H200).
 template <typename Element, typename I>
 __global__ void stridedCopyKernel(const Element* in, Element* out, I count, StridedCopyShape shape) {
-  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < count; i += I(gridDim.x) * I(blockDim.x)) {
-    I rest = i, offset = 0;
-    for (int d = shape.rank - 1; d >= 0; --d) {
-      // Read from the parameter bank each time: a local copy indexed by a
-      // runtime d would live in local memory.
-      I size = I(shape.dims[d]), next = rest / size;
-      offset += (rest - next * size) * I(shape.inStrides[d]);
-      rest = next;
-    }
-    out[i] = in[offset];
-  }
+  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < count; i += I(gridDim.x) * I(blockDim.x))
+    out[i] = in[stridedOffset<I>(shape.rank, shape.dims, shape.inStrides, i)];
 }
 
 /// Whether the output index (up to one grid stride past count) and every

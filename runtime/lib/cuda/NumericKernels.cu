@@ -7,6 +7,7 @@
 // path and may join the block reductions).
 
 #include "NumericKernels.h"
+#include "DeviceIndexing.cuh"
 #include "DeviceScalars.cuh"
 
 #include <cuda_bf16.h>
@@ -88,26 +89,6 @@ template <typename F> cudaError_t dispatch(Storage storage, F&& f) {
 //===----------------------------------------------------------------------===//
 // Reductions
 //===----------------------------------------------------------------------===//
-
-/// The memory offset of row-major element `index` (below the product of
-/// `sizes`) of a strided view. The outermost coordinate is what is left of
-/// the index, so a rank-1 view (a bias gradient's rows and columns) divides
-/// nothing; other divisions are 32-bit where both operands fit. 64-bit
-/// division is a software routine on the GPU: it made mlp9's bias-gradient
-/// sums compute-bound (0.155 ms per layer with the widening, on the H200).
-__device__ int64_t stridedOffset(int rank, const int64_t* sizes, const int64_t* strides, int64_t index) {
-  int64_t offset = 0;
-  for (int d = rank - 1; d > 0; --d) {
-    int64_t size = sizes[d], quotient;
-    if (((uint64_t(index) | uint64_t(size)) >> 32) == 0)
-      quotient = int64_t(uint32_t(index) / uint32_t(size));
-    else
-      quotient = index / size;
-    offset += (index - quotient * size) * strides[d];
-    index = quotient;
-  }
-  return rank > 0 ? offset + index * strides[0] : offset;
-}
 
 __device__ int64_t keptOffset(const ReductionGeometry& g, int64_t index) {
   return stridedOffset(g.keptRank, g.keptSizes, g.keptStrides, index);

@@ -17,8 +17,9 @@
 
 namespace ampjit::runtime::cuda::update {
 
-/// Launch geometry of every update and layout kernel: grid-stride loops over
-/// blocks of kThreads, at most kMaxBlocks of them.
+/// Blocks of kThreads threads for every update and layout kernel. The
+/// layout kernels' grid-stride loops take at most kMaxBlocks of them; the
+/// multi-tensor update kernels size their grid by their tensors' chunks.
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 4096;
 
