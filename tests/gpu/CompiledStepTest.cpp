@@ -14,6 +14,7 @@
 #include "ClassifierNet.h"
 #include "FrontendTestUtil.h"
 #include "ResNetTrainer.h"
+#include "ScopedEnvironment.h"
 #include "TinyGpt.h"
 #include "TokenClassifier.h"
 
@@ -161,7 +162,7 @@ TEST_F(CompiledStepOnGpu, ResNetStepWithFusedBatchNormsMatchesTheCpuStep) {
   // unfused. Three steps under AMPJIT_CUDA_FUSED_BN=1 and =0.
   for (const char* fusedCalls : {"1", "0"})
     for (Level config : {Level{amp::O0, f32}, Level{amp::O1, f16}, Level{amp::O1, bf16}}) {
-      ::setenv("AMPJIT_CUDA_FUSED_BN", fusedCalls, 1);
+      ampjit::testing::ScopedEnvironment fused("AMPJIT_CUDA_FUSED_BN", fusedCalls);
       SCOPED_TRACE(std::string(amp::level_name(config.level)) + " " + std::string(dtype_name(config.dtype)) +
                    " AMPJIT_CUDA_FUSED_BN=" + fusedCalls);
 #ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
@@ -201,7 +202,6 @@ TEST_F(CompiledStepOnGpu, ResNetStepWithFusedBatchNormsMatchesTheCpuStep) {
       EXPECT_EQ(ampjit::emulation::cudnnCounts().fusedBatchNorms > fusedBefore, fusedPath);
 #endif
     }
-  ::unsetenv("AMPJIT_CUDA_FUSED_BN");
 }
 
 TEST_F(CompiledStepOnGpu, AnInjectedInfSkipsTheStepOnTheDevice) {

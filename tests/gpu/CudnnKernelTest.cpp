@@ -283,7 +283,7 @@ TEST_F(GpuTest, FusedBatchNormMatchesTheCpuOnCudnnsPathAndTheFallback) {
   // runs: step by step, captured, replayed.
   uint32_t seed = 550;
   for (const char* fusedCalls : {"1", "0"}) {
-    ::setenv("AMPJIT_CUDA_FUSED_BN", fusedCalls, 1);
+    ScopedEnvironment fused("AMPJIT_CUDA_FUSED_BN", fusedCalls);
 #ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
     int64_t fusedBefore = ::ampjit::emulation::cudnnCounts().fusedBatchNorms;
 #endif
@@ -314,7 +314,6 @@ TEST_F(GpuTest, FusedBatchNormMatchesTheCpuOnCudnnsPathAndTheFallback) {
     EXPECT_EQ(::ampjit::emulation::cudnnCounts().fusedBatchNorms > fusedBefore, std::string(fusedCalls) == "1");
 #endif
   }
-  ::unsetenv("AMPJIT_CUDA_FUSED_BN");
 }
 
 //===----------------------------------------------------------------------===//

@@ -26,13 +26,13 @@
 #include "ampjit/runtime/Tensor.h"
 
 #include "RuntimeTestUtil.h"
+#include "ScopedEnvironment.h"
 #include "Tolerance.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <random>
@@ -107,18 +107,7 @@ inline std::vector<Tensor> randomArguments(const Plan& plan, uint32_t seed, doub
   return arguments;
 }
 
-/// Sets an environment variable for a scope (the backend's knobs, read
-/// when a step is prepared), restoring its absence after.
-class ScopedEnvironment {
-public:
-  ScopedEnvironment(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  ~ScopedEnvironment() { ::unsetenv(name_); }
-  ScopedEnvironment(const ScopedEnvironment&) = delete;
-  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
-
-private:
-  const char* name_;
-};
+using ::ampjit::testing::ScopedEnvironment;
 
 /// The results of one run of a plan on each backend, and the arguments after
 /// it (state is updated in place), all as host tensors.

@@ -2,6 +2,7 @@
 
 #include "ClassifierNet.h"
 #include "FrontendTestUtil.h"
+#include "ScopedEnvironment.h"
 
 #include "jit/trace.h"
 
@@ -904,17 +905,18 @@ TEST(Trace, CheckNumericsNamesTheFirstOpAndLineThatMadeAnInf) {
   std::vector<double> values = x.to_vector();
   values[0] = std::numeric_limits<double>::infinity();
   Tensor poisoned = tensor(values, x.shape());
-  ::setenv("AMPJIT_CHECK_NUMERICS", "1", 1);
   int line = 0;
-  auto step = trace([&](const Tensor& a, const Tensor& b) {
-    net.opt.zero_grad();
-    line = __LINE__ + 1;
-    Tensor loss = cross_entropy(net.model(a), b);
-    loss.backward();
-    net.opt.step();
-    return loss;
-  });
-  ::unsetenv("AMPJIT_CHECK_NUMERICS");
+  auto step = [&] {
+    ampjit::testing::ScopedEnvironment numerics("AMPJIT_CHECK_NUMERICS", "1");
+    return trace([&](const Tensor& a, const Tensor& b) {
+      net.opt.zero_grad();
+      line = __LINE__ + 1;
+      Tensor loss = cross_entropy(net.model(a), b);
+      loss.backward();
+      net.opt.step();
+      return loss;
+    });
+  }();
   std::string message = errorOf([&] { step(poisoned, y); });
   EXPECT_NE(message.find("AMPJIT_CHECK_NUMERICS"), std::string::npos) << message;
   EXPECT_NE(message.find("jit.matmul #0"), std::string::npos) << message;
@@ -924,13 +926,14 @@ TEST(Trace, CheckNumericsNamesTheFirstOpAndLineThatMadeAnInf) {
 TEST(Trace, AmpjitDumpWritesEveryStage) {
   std::filesystem::path dir = std::filesystem::temp_directory_path() / "ampjit-trace-dump-test";
   std::filesystem::remove_all(dir);
-  ::setenv("AMPJIT_DUMP", dir.c_str(), 1);
-  Classifier net SMALL_NET();
-  auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); },
-                    {.amp = {.level = amp::O1, .dtype = f16}, .name = "dumped"});
-  auto [x, y] = batch(kBatch, kIn, kClasses, 1);
-  step(x, y);
-  ::unsetenv("AMPJIT_DUMP");
+  {
+    ampjit::testing::ScopedEnvironment dump("AMPJIT_DUMP", dir.c_str());
+    Classifier net SMALL_NET();
+    auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); },
+                      {.amp = {.level = amp::O1, .dtype = f16}, .name = "dumped"});
+    auto [x, y] = batch(kBatch, kIn, kClasses, 1);
+    step(x, y);
+  }
   for (const char* suffix : {".0-traced.mlir", ".1-passes.mlir", ".2-amp.mlir", ".3-plan.txt", ".amp-report.json"}) {
     std::ifstream in(dir / (std::string("dumped.v1") + suffix));
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

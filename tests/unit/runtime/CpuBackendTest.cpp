@@ -8,6 +8,7 @@
 #include "ampjit/runtime/PlanFile.h"
 
 #include "RuntimeTestUtil.h"
+#include "ScopedEnvironment.h"
 
 #include <gtest/gtest.h>
 
@@ -312,11 +313,10 @@ TEST(CpuBackend, CheckNumericsSwitchIsOnForAnyValueButEmptyOrZero) {
   Plan plan = b.finish();
   std::vector<Tensor> arguments = {filled(DType::F32, {2}, {-1, 1})};
   for (auto [value, checks] : {std::pair{"1", true}, {"yes", true}, {"0", false}, {"", false}}) {
-    ::setenv("AMPJIT_CHECK_NUMERICS", value, 1);
+    ampjit::testing::ScopedEnvironment numerics("AMPJIT_CHECK_NUMERICS", value);
     EXPECT_EQ(environmentFlag("AMPJIT_CHECK_NUMERICS"), checks) << "'" << value << "'";
     EXPECT_EQ(createCpuBackend()->run(plan, arguments).ok(), !checks) << "'" << value << "'";
   }
-  ::unsetenv("AMPJIT_CHECK_NUMERICS");
   EXPECT_FALSE(environmentFlag("AMPJIT_CHECK_NUMERICS"));
 }
 
