@@ -455,6 +455,20 @@ private:
         if (id != rt::kNoBuffer)
           lastRead[id] = int64_t(s);
     }
+    // A reduction of an output of the elementwise step right before it
+    // keeps that step's inputs live through it: the CUDA backend runs such a
+    // pair as one launch (a widened or column-summed reduction), where the
+    // sums are stored while other blocks still read those inputs.
+    for (size_t s = 1; s < stepCount; ++s) {
+      const rt::Step &before = plan.steps[s - 1], &reduction = plan.steps[s];
+      if (reduction.kind != rt::StepKind::Reduction || reduction.inputs.empty() ||
+          (before.kind != rt::StepKind::Elementwise && before.kind != rt::StepKind::FusedElementwise) ||
+          !llvm::is_contained(before.outputs, reduction.inputs[0]))
+        continue;
+      for (rt::BufferId id : before.inputs)
+        if (id != rt::kNoBuffer)
+          lastRead[id] = std::max(lastRead[id], int64_t(s));
+    }
     auto isTemporary = [&](rt::BufferId id) { return plan.buffers[id].role == rt::BufferRole::Temporary; };
     struct Live {
       uint64_t offset, size;

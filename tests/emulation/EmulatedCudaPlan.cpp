@@ -103,7 +103,10 @@ public:
         prepared.indices.push_back(i);
       const Step& step = plan_.steps[index];
       Expected<std::unique_ptr<cuda::DeviceStep>> made = std::unique_ptr<cuda::DeviceStep>();
-      if (end - index > 1) {
+      if (kernels_[index]) { // an elementwise step's, or one that also sums columns
+        prepared.where = Where::Generated;
+        made = cuda::makeGeneratedElementwiseStep(context_, *kernels_[index]);
+      } else if (end - index > 1) {
         std::vector<const Step*> members;
         for (size_t i = index; i < end; ++i)
           members.push_back(&plan_.steps[i]);
@@ -115,9 +118,6 @@ public:
         // Convolutions and batch norms call the cuDNN model; pooling is our kernels.
         prepared.where = cuda::callsCudnn(step.kind) ? Where::Cudnn : Where::Handwritten;
         made = cuda::makeCudnnStep(context_, plan_, step, cudnnState_);
-      } else if (kernels_[index]) {
-        prepared.where = Where::Generated;
-        made = cuda::makeGeneratedElementwiseStep(context_, *kernels_[index]);
       } else if (cuda::runsAsHandwrittenKernel(step.kind)) {
         made = cuda::makeHandwrittenStep(context_, plan_, step);
       } else {

@@ -407,6 +407,100 @@ TEST_F(GpuTest, AWidenedReductionInOneLaunchGivesTheBitsOfTheConversionAndTheRed
       }
 }
 
+/// A layer's bias-gradient tail as elementwise fusion leaves it at O1: the
+/// relu gradient of dy [shape] at y (y of `yShape`, which broadcasts), kept
+/// in the low dtype (an output) and widened to f32 in one FusedElementwise
+/// step, the widened copy summed over the first dimension.
+Plan reluGradientWithColumnSums(DType low, const Shape& shape, const Shape& yShape) {
+  PlanBuilder b("bias_gradient_tail");
+  BufferId dy = b.argument(tt(low, shape), BufferRole::Input, "dy");
+  BufferId y = b.argument(tt(low, yShape), BufferRole::Input, "y");
+  BufferId gradient = b.output(tt(low, shape));
+  BufferId wide = b.temporary(tt(DType::F32, shape));
+  Step fused;
+  fused.kind = StepKind::FusedElementwise;
+  FusedElementwiseParams program;
+  program.program = {
+      {ElementwiseOp::Load, low, {0, 0, 0}, 0.0},
+      {ElementwiseOp::Load, low, {1, 0, 0}, 0.0},
+      {ElementwiseOp::ReluGrad, low, {0, 1, 0}, 0.0},
+      {ElementwiseOp::Convert, DType::F32, {2, 0, 0}, 0.0},
+  };
+  program.outputs = {2, 3};
+  fused.params = program;
+  fused.inputs = {dy, y};
+  fused.outputs = {gradient, wide};
+  fused.origin = "fused(jit.relu_grad, amp.cast)";
+  b.step(fused);
+  Shape reduced(shape.begin() + 1, shape.end());
+  BufferId sums = b.output(tt(DType::F32, reduced));
+  b.op("jit.sum", {wide}, {sums}, {{"axes", std::vector<int64_t>{0}}});
+  b.result(gradient);
+  b.result(sums);
+  return b.finish();
+}
+
+TEST_F(GpuTest, AnElementwiseStepAndItsColumnSumsInOneLaunchGiveTheBitsOfTheTwoSteps) {
+  // The generated kernel that also sums an output over the rows
+  // (columnSummedElementwiseAt), against the same plan under
+  // AMPJIT_CHECK_NUMERICS, which runs the two steps apart, bit for bit in
+  // both outputs; and against the CPU. Where the sum alone would not run as
+  // one pass of the column kernel, the steps stay apart.
+  Expected<std::unique_ptr<CudaBackend>> apart = createCudaBackend({.checkNumerics = true});
+  ASSERT_TRUE(apart.ok()) << apart.message();
+  struct Case {
+    Shape shape, yShape;
+    int64_t launches;
+  };
+  const Case cases[] = {
+      {{64, 512}, {64, 512}, 1},   // the MNIST classifier's hidden layers
+      {{300, 7}, {300, 7}, 1},     // one partial tile
+      {{40, 100}, {100}, 1},       // y broadcast over the rows: the dividing path
+      {{40, 5, 20}, {40, 5, 20}, 1}, // rank 3: 100 columns
+      {{2000, 40}, {2000, 40}, 2}, // the column kernel in several parts
+      {{20, 30}, {20, 30}, 2},     // a thread per output
+  };
+  for (DType low : {DType::F16, DType::BF16})
+    for (const Case& c : cases) {
+      std::string what = std::string(dtypeName(low)) + " " + shapeToString(c.shape) + " y " + shapeToString(c.yShape);
+      Plan plan = reluGradientWithColumnSums(low, c.shape, c.yShape);
+      Expected<std::unique_ptr<Executable>> fused = cuda->prepare(plan);
+      Expected<std::unique_ptr<Executable>> twoSteps = (*apart)->prepare(plan);
+      ASSERT_TRUE(fused.ok() && twoSteps.ok()) << what << ": " << fused.message() << twoSteps.message();
+      EXPECT_EQ(cuda->stats(**fused).launchesPerRun, c.launches) << what;
+      EXPECT_EQ((*apart)->stats(**twoSteps).launchesPerRun, 2) << what;
+      // Bit for bit with dy over 20 binades, so that the f32 sums round and
+      // their bits depend on the order of the additions.
+      std::vector<Tensor> arguments = randomArguments(plan, 7, -4, 4);
+      std::vector<Tensor> spread = randomArguments(plan, 7, -4, 4);
+      std::mt19937 generator(8);
+      for (int64_t e = 0; e < spread[0].elementCount(); ++e)
+        spread[0].set(e, spread[0].at(e) * std::ldexp(1.0, std::uniform_int_distribution<int>(-10, 10)(generator)));
+      auto onDevice = [&](CudaBackend& backend) {
+        std::vector<Tensor> staged;
+        for (const Tensor& argument : spread)
+          staged.push_back(*backend.toDevice(argument));
+        return staged;
+      };
+      std::vector<Tensor> splitArguments = onDevice(**apart);
+      Expected<std::vector<Tensor>> expected = (*twoSteps)->run(splitArguments);
+      ASSERT_TRUE(expected.ok()) << what << ": " << expected.message();
+      for (int run = 0; run < 2; ++run) { // step by step, then the replayed graph
+        std::vector<Tensor> fusedArguments = onDevice(*cuda);
+        Expected<std::vector<Tensor>> got = (*fused)->run(fusedArguments);
+        ASSERT_TRUE(got.ok()) << what << ": " << got.message();
+        for (size_t k = 0; k < 2; ++k)
+          EXPECT_TRUE(cuda->toHost((*got)[k])->bitwiseEqual(*(*apart)->toHost((*expected)[k])))
+              << what << ", result " << k << ", run " << run;
+      }
+      Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, arguments, 2);
+      ASSERT_TRUE(both.ok()) << what << ": " << both.message();
+      EXPECT_TRUE(both->cpuResults[0].bitwiseEqual(both->cudaResults[0])) << what << ": the relu gradient";
+      EXPECT_TRUE(allClose(both->cpuResults[1], both->cudaResults[1], 1.0 + double(c.shape[0]) / 64))
+          << what << ": the sums";
+    }
+}
+
 TEST_F(GpuTest, SplitFiniteCheckEqualsOneCheck) {
   // Gradients large enough for the side stream: each is its own chunk,
   // forked after its writer; the flag must be reset inside every replay.

@@ -194,7 +194,7 @@ public:
     AMPJIT_RETURN_IF_ERROR(planRederivation());
     std::vector<std::pair<std::size_t, std::size_t>> groups = cuda::launchGroups(plan_);
     if (checkNumerics_)
-      groups = splitWidenedReductions(std::move(groups));
+      groups = splitUnstoredOutputs(std::move(groups));
     Expected<std::vector<std::optional<cuda::ElementwiseKernel>>> emitted = cuda::generatedKernels(plan_, groups);
     if (!emitted)
       return emitted.status();
@@ -430,6 +430,9 @@ private:
                                                  const std::optional<cuda::ElementwiseKernel>& kernel) {
     DeviceContext& context = runtime_->context;
     const Step& step = plan_.steps[index];
+    // A generated kernel may run a group (an elementwise step and its column sums).
+    if (kernel)
+      return cuda::makeGeneratedElementwiseStep(context, *kernel);
     if (end - index > 1) {
       std::vector<const Step*> group;
       for (std::size_t i = index; i < end; ++i)
@@ -438,8 +441,6 @@ private:
     }
     if (step.kind == StepKind::Gemm)
       return cuda::makeGemmStep(context, plan_, step);
-    if (kernel)
-      return cuda::makeGeneratedElementwiseStep(context, *kernel);
     if (cuda::runsThroughCudnn(step.kind))
       return cuda::makeCudnnStep(context, plan_, step, cudnnState_);
     if (cuda::runsAsHandwrittenKernel(step.kind))
@@ -529,13 +530,14 @@ private:
   }
 
   /// AMPJIT_CHECK_NUMERICS checks every output of every step, and a widened
-  /// reduction's launch never writes the widened copy: run its two steps
-  /// apart.
-  std::vector<std::pair<std::size_t, std::size_t>> splitWidenedReductions(
+  /// reduction's launch never writes the widened copy, nor a column-summed
+  /// elementwise launch the summed output: run their two steps apart.
+  std::vector<std::pair<std::size_t, std::size_t>> splitUnstoredOutputs(
       std::vector<std::pair<std::size_t, std::size_t>> groups) const {
     std::vector<std::pair<std::size_t, std::size_t>> split;
     for (auto [begin, end] : groups) {
-      if (end - begin == 2 && cuda::widenedReductionAt(plan_, begin)) {
+      if (end - begin == 2 &&
+          (cuda::widenedReductionAt(plan_, begin) || cuda::columnSummedElementwiseAt(plan_, begin))) {
         split.emplace_back(begin, begin + 1);
         split.emplace_back(begin + 1, end);
       } else {

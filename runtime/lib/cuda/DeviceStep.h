@@ -154,6 +154,15 @@ Expected<std::unique_ptr<DeviceStep>> makeClassificationHeadStep(const Plan& pla
 /// and without writing or reading the f32 copy. Not when the sum's output
 /// shares bytes with the narrow input.
 bool widenedReductionAt(const Plan& plan, std::size_t index);
+/// Whether steps `index` and `index + 1` are an Elementwise or
+/// FusedElementwise step and an f32 sum over the first dimension of one of
+/// its f32 outputs (of rank 2 or more) that alone reads it: a bias gradient
+/// after a relu gradient and its widening. One generated kernel then runs
+/// both (KernelSource.h's emitColumnSummedKernel), never storing the summed
+/// output, when the sum on its own would run as one pass of the column
+/// kernel (so the bits are the same) and the sums share no bytes with the
+/// elementwise step's other buffers.
+bool columnSummedElementwiseAt(const Plan& plan, std::size_t index);
 /// Whether step `index` is an AllFinite step (not split over the side
 /// stream) and step `index + 1` an f32 division of scalars touching none of
 /// its buffers (the scaler's inv_scale = 1 / scale): one thread of the
@@ -163,7 +172,9 @@ Expected<std::unique_ptr<DeviceStep>> makeWidenedReductionStep(const Plan& plan,
 /// The plan's steps as the backend launches them, as [begin, end) ranges:
 /// consecutive updates canShareOptimizerLaunch allows share a multi-tensor
 /// launch, and so do consecutive conversions canShareConvertLaunch allows
-/// pairwise, a classification head (classificationHeadLength) and otherwise
+/// pairwise, a classification head (classificationHeadLength), a widened
+/// reduction (widenedReductionAt), an elementwise step with its column sums
+/// (columnSummedElementwiseAt) and otherwise
 /// a loss with its gradient (canShareLossLaunch); never across the deferred
 /// boundary (Plan::deferredSteps). A finiteness check takes the scalar
 /// division after it (finiteCheckTakesQuotient). Not deferred, the UpdateScale step right
@@ -176,8 +187,9 @@ Expected<std::unique_ptr<DeviceStep>> makeWidenedReductionStep(const Plan& plan,
 /// ~100 side-stream launches and joins for ~0.2 ms of work.
 std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan);
 /// The generated kernel of each of launchGroups' `groups` that runs one:
-/// a group of one Elementwise or FusedElementwise step (steps that share a
-/// launch, such as conversions, need none); indexed by the group's first
+/// a group of one Elementwise or FusedElementwise step, or such a step with
+/// the column sum after it (columnSummedElementwiseAt; other steps that
+/// share a launch, such as conversions, need none); indexed by the group's first
 /// step, empty elsewhere. An error names the step it cannot emit for.
 Expected<std::vector<std::optional<ElementwiseKernel>>> generatedKernels(
     const Plan& plan, std::span<const std::pair<std::size_t, std::size_t>> groups);

@@ -288,19 +288,101 @@ std::string instructionComment(const FusedInstruction& instruction, uint32_t ind
 
 constexpr std::string_view kNamePlaceholder = "AMPJIT_KERNEL_NAME";
 
-/// The kernel, with kNamePlaceholder for its name and no step comment: the
-/// text whose hash names it.
-std::string kernelBody(const std::vector<FusedInstruction>& program, const std::vector<uint32_t>& outputs,
-                       const std::vector<DType>& inputTypes, const std::vector<DType>& outputTypes) {
-  std::string text = prelude();
-  text += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kElementwiseBlockSize) + ")\n";
+/// The kernel's declaration up to its opening brace (KernelSource.h gives
+/// the parameters): inputs with their strides, then `outputTypes`, then for
+/// a column-summed kernel the f32 sums and the row count.
+std::string kernelSignature(const std::vector<DType>& inputTypes, const std::vector<DType>& outputTypes,
+                            bool columnSummed) {
+  std::string text = "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kElementwiseBlockSize) + ")\n";
   text += std::string(kNamePlaceholder) + "(long long count, int rank, AmpjitDims dims";
   for (size_t k = 0; k < inputTypes.size(); ++k)
     text += ",\n    const " + std::string(deviceElementTypeName(inputTypes[k])) + "* in" + std::to_string(k) +
             ", AmpjitDims stride" + std::to_string(k);
   for (size_t k = 0; k < outputTypes.size(); ++k)
     text += ",\n    " + std::string(deviceElementTypeName(outputTypes[k])) + "* out" + std::to_string(k);
-  text += ") {\n";
+  if (columnSummed)
+    text += ",\n    float* column_sums, long long rows";
+  return text + ") {\n";
+}
+
+/// Statements defining `offset<k>`, input k's element for flat output index
+/// `i`, each line indented by `indent`.
+std::string offsetStatements(size_t inputCount, const std::string& indent) {
+  std::string text;
+  for (size_t k = 0; k < inputCount; ++k)
+    text += indent + "long long offset" + std::to_string(k) + " = 0;\n";
+  if (inputCount == 0)
+    return text;
+  // Rank 1 (every same-shape operand once dimensions are collapsed) needs
+  // no division.
+  text += indent + "if (rank == 1) {\n";
+  for (size_t k = 0; k < inputCount; ++k)
+    text += indent + "  offset" + std::to_string(k) + " = i * stride" + std::to_string(k) + ".v[0];\n";
+  text += indent + "} else {\n";
+  // DeviceIndexing.cuh's stridedOffset, printed: the outermost coordinate
+  // is what is left of the index; the others divide in 32 bits when both
+  // operands fit (64-bit division is a software routine on the GPU).
+  text += indent + "  long long rest = i;\n";
+  text += indent + "  for (int d = rank - 1; d > 0; --d) {\n";
+  text += indent + "    const long long size = dims.v[d];\n";
+  text += indent + "    const long long quotient = (((unsigned long long)rest | (unsigned long long)size) >> 32) == 0\n";
+  text += indent + "        ? (long long)((unsigned)rest / (unsigned)size) : rest / size;\n";
+  text += indent + "    const long long coordinate = rest - quotient * size;\n";
+  text += indent + "    rest = quotient;\n";
+  for (size_t k = 0; k < inputCount; ++k)
+    text += indent + "    offset" + std::to_string(k) + " += coordinate * stride" + std::to_string(k) + ".v[d];\n";
+  text += indent + "  }\n";
+  for (size_t k = 0; k < inputCount; ++k)
+    text += indent + "  offset" + std::to_string(k) + " += rest * stride" + std::to_string(k) + ".v[0];\n";
+  return text + indent + "}\n";
+}
+
+/// One `const` register per instruction, each commented; a Load's value is
+/// `loaded(r)`.
+template <typename LoadedValue>
+std::string programStatements(const std::vector<FusedInstruction>& program, const std::string& indent,
+                              LoadedValue loaded) {
+  std::string text;
+  for (uint32_t r = 0; r < program.size(); ++r) {
+    const FusedInstruction& instruction = program[r];
+    const auto& ops = instruction.operands;
+    std::string value;
+    switch (instruction.op) {
+    case ElementwiseOp::Load: value = loaded(r); break;
+    case ElementwiseOp::Constant: value = constantLiteral(instruction.scalar, instruction.type); break;
+    case ElementwiseOp::Convert:
+      value = conversion(instruction.type, program[ops[0]].type, reg(ops[0]));
+      break;
+    case ElementwiseOp::Select:
+      value = "(" + reg(ops[0]) + " != 0 ? " + reg(ops[1]) + " : " + reg(ops[2]) + ")";
+      break;
+    default:
+      if (const char* comparison = comparisonOperator(instruction.op))
+        value = "(" + reg(ops[0]) + " " + comparison + " " + reg(ops[1]) + " ? 1LL : 0LL)";
+      else if (classOf(instruction.type) == RegisterClass::Single)
+        value = roundedTo(instruction.type, arithmetic(instruction));
+      else
+        value = arithmetic(instruction);
+      break;
+    }
+    text += indent + instructionComment(instruction, r) + "\n";
+    text += indent + "const " + std::string(registerTypeName(classOf(instruction.type))) + " " + reg(r) + " = " +
+            value + ";\n";
+  }
+  return text;
+}
+
+/// The element of input `input` at `offset<input>`, widened to its register.
+std::string loadedElement(const FusedInstruction& load) {
+  std::string input = std::to_string(load.operands[0]);
+  return loadExpression(load.type, "in" + input + "[offset" + input + "]");
+}
+
+/// The kernel, with kNamePlaceholder for its name and no step comment: the
+/// text whose hash names it.
+std::string kernelBody(const std::vector<FusedInstruction>& program, const std::vector<uint32_t>& outputs,
+                       const std::vector<DType>& inputTypes, const std::vector<DType>& outputTypes) {
+  std::string text = prelude() + kernelSignature(inputTypes, outputTypes, /*columnSummed=*/false);
   // Each pass of the grid-stride loop covers kSlotsPerPass elements a grid
   // apart, their loads issued before any arithmetic or store: one element
   // at a time kept a thread's one load in flight, and casts of 64 MB ran at
@@ -319,71 +401,56 @@ std::string kernelBody(const std::vector<FusedInstruction>& program, const std::
   text += "    for (int slot = 0; slot < " + slots + "; ++slot) {\n";
   text += "      const long long i = first + slot * step;\n";
   text += "      if (i >= count) break;\n";
-  // Offsets of the broadcast inputs: rank 1 (every same-shape operand once
-  // dimensions are collapsed) needs no division.
-  for (size_t k = 0; k < inputTypes.size(); ++k)
-    text += "      long long offset" + std::to_string(k) + " = 0;\n";
-  if (!inputTypes.empty()) {
-    text += "      if (rank == 1) {\n";
-    for (size_t k = 0; k < inputTypes.size(); ++k)
-      text += "        offset" + std::to_string(k) + " = i * stride" + std::to_string(k) + ".v[0];\n";
-    text += "      } else {\n";
-    // DeviceIndexing.cuh's stridedOffset, printed: the outermost coordinate
-    // is what is left of the index; the others divide in 32 bits when both
-    // operands fit (64-bit division is a software routine on the GPU).
-    text += "        long long rest = i;\n";
-    text += "        for (int d = rank - 1; d > 0; --d) {\n";
-    text += "          const long long size = dims.v[d];\n";
-    text += "          const long long quotient = (((unsigned long long)rest | (unsigned long long)size) >> 32) == 0\n";
-    text += "              ? (long long)((unsigned)rest / (unsigned)size) : rest / size;\n";
-    text += "          const long long coordinate = rest - quotient * size;\n";
-    text += "          rest = quotient;\n";
-    for (size_t k = 0; k < inputTypes.size(); ++k)
-      text += "          offset" + std::to_string(k) + " += coordinate * stride" + std::to_string(k) + ".v[d];\n";
-    text += "        }\n";
-    for (size_t k = 0; k < inputTypes.size(); ++k)
-      text += "        offset" + std::to_string(k) + " += rest * stride" + std::to_string(k) + ".v[0];\n";
-    text += "      }\n";
-  }
+  text += offsetStatements(inputTypes.size(), "      ");
   for (uint32_t r = 0; r < program.size(); ++r)
-    if (program[r].op == ElementwiseOp::Load) {
-      std::string input = std::to_string(program[r].operands[0]);
-      text += "      loaded" + std::to_string(r) + "[slot] = " +
-              loadExpression(program[r].type, "in" + input + "[offset" + input + "]") + ";\n";
-    }
+    if (program[r].op == ElementwiseOp::Load)
+      text += "      loaded" + std::to_string(r) + "[slot] = " + loadedElement(program[r]) + ";\n";
   text += "    }\n";
   text += "    for (int slot = 0; slot < " + slots + "; ++slot) {\n";
   text += "      const long long i = first + slot * step;\n";
   text += "      if (i >= count) break;\n";
-  for (uint32_t r = 0; r < program.size(); ++r) {
-    const FusedInstruction& instruction = program[r];
-    const auto& ops = instruction.operands;
-    std::string value;
-    switch (instruction.op) {
-    case ElementwiseOp::Load: value = "loaded" + std::to_string(r) + "[slot]"; break;
-    case ElementwiseOp::Constant: value = constantLiteral(instruction.scalar, instruction.type); break;
-    case ElementwiseOp::Convert:
-      value = conversion(instruction.type, program[ops[0]].type, reg(ops[0]));
-      break;
-    case ElementwiseOp::Select:
-      value = "(" + reg(ops[0]) + " != 0 ? " + reg(ops[1]) + " : " + reg(ops[2]) + ")";
-      break;
-    default:
-      if (const char* comparison = comparisonOperator(instruction.op))
-        value = "(" + reg(ops[0]) + " " + comparison + " " + reg(ops[1]) + " ? 1LL : 0LL)";
-      else if (classOf(instruction.type) == RegisterClass::Single)
-        value = roundedTo(instruction.type, arithmetic(instruction));
-      else
-        value = arithmetic(instruction);
-      break;
-    }
-    text += "      " + instructionComment(instruction, r) + "\n";
-    text += "      const " + std::string(registerTypeName(classOf(instruction.type))) + " " + reg(r) + " = " +
-            value + ";\n";
-  }
+  text += programStatements(program, "      ", [](uint32_t r) { return "loaded" + std::to_string(r) + "[slot]"; });
   for (size_t k = 0; k < outputs.size(); ++k)
     text += "      out" + std::to_string(k) + "[i] = " + storeExpression(outputTypes[k], reg(outputs[k])) + ";\n";
   text += "    }\n  }\n}\n";
+  return text;
+}
+
+/// emitColumnSummedKernel's kernel: program output `summed` (f32) is added
+/// into the column sums instead of stored; `outputs` and `outputTypes` are
+/// the others, stored.
+std::string columnSummedKernelBody(const std::vector<FusedInstruction>& program, const std::vector<uint32_t>& outputs,
+                                   uint32_t summed, const std::vector<DType>& inputTypes,
+                                   const std::vector<DType>& outputTypes) {
+  std::string text = prelude() + kernelSignature(inputTypes, outputTypes, /*columnSummed=*/true);
+  const std::string columns = std::to_string(kColumnTileColumns), lanes = std::to_string(kColumnTileLanes);
+  // NumericKernels.cu's reduceColumnsKernel in one part, with the program
+  // in place of its loads: the same additions in the same order.
+  text += "  __shared__ float lane_sums[" + lanes + "][" + columns + "];\n";
+  text += "  const long long columns = count / rows;\n";
+  text += "  const int column = threadIdx.x % " + columns + ", lane = threadIdx.x / " + columns + ";\n";
+  text += "  for (long long tile = blockIdx.x; tile * " + columns + " < columns; tile += gridDim.x) {\n";
+  text += "    const long long c = tile * " + columns + " + column;\n";
+  text += "    float sum = 0.0f;\n";
+  text += "    if (c < columns) {\n";
+  text += "      for (long long row = lane; row < rows; row += " + lanes + ") {\n";
+  text += "        const long long i = row * columns + c;\n";
+  text += offsetStatements(inputTypes.size(), "        ");
+  text += programStatements(program, "        ", [&](uint32_t r) { return loadedElement(program[r]); });
+  for (size_t k = 0; k < outputs.size(); ++k)
+    text += "        out" + std::to_string(k) + "[i] = " + storeExpression(outputTypes[k], reg(outputs[k])) + ";\n";
+  text += "        sum = sum + " + reg(summed) + ";\n";
+  text += "      }\n    }\n";
+  text += "    lane_sums[lane][column] = sum;\n";
+  text += "    __syncthreads();\n";
+  text += "    if (lane == 0 && c < columns) {\n";
+  text += "      float total = lane_sums[0][column];\n";
+  text += "      for (int l = 1; l < " + lanes + "; ++l)\n";
+  text += "        total = total + lane_sums[l][column];\n";
+  text += "      column_sums[c] = total;\n";
+  text += "    }\n";
+  text += "    __syncthreads();\n";
+  text += "  }\n}\n";
   return text;
 }
 
@@ -445,25 +512,35 @@ KernelDims ElementwiseLaunch::packedStrides(size_t input) const {
 }
 
 int64_t ElementwiseLaunch::gridSize(int64_t maxBlocks) const {
-  int64_t blocks = (elementCount + kElementwiseBlockSize - 1) / kElementwiseBlockSize;
+  int64_t blocks = summedRows > 0
+                       ? (elementCount / summedRows + kColumnTileColumns - 1) / kColumnTileColumns
+                       : (elementCount + kElementwiseBlockSize - 1) / kElementwiseBlockSize;
   return std::max<int64_t>(1, std::min(blocks, std::max<int64_t>(1, maxBlocks)));
 }
 
 ElementwiseKernelArguments::ElementwiseKernelArguments(const ElementwiseLaunch& launch)
     : count_(launch.elementCount), rank_(int(launch.dims.size())), dims_(launch.packedDims()),
-      outputCount_(launch.outputs.size()) {
+      groupInputs_(launch.outputSlots.empty() ? launch.inputs.size() : launch.groupInputs),
+      groupOutputs_(launch.outputSlots.empty() ? launch.outputs.size() : launch.groupOutputs),
+      outputSlots_(launch.outputSlots), summedRows_(launch.summedRows) {
   for (size_t k = 0; k < launch.inputs.size(); ++k)
     strides_.push_back(launch.packedStrides(k));
+  if (outputSlots_.empty())
+    for (size_t k = 0; k < launch.outputs.size(); ++k)
+      outputSlots_.push_back(k);
 }
 
 Expected<std::span<void*>> ElementwiseKernelArguments::bind(std::span<void* const> inputs,
                                                             std::span<void* const> outputs) {
-  if (inputs.size() != strides_.size() || outputs.size() != outputCount_)
+  if (inputs.size() != groupInputs_ || outputs.size() != groupOutputs_)
     return Status::error("generated elementwise kernel: " + std::to_string(inputs.size()) + " inputs and " +
                          std::to_string(outputs.size()) + " outputs for a kernel of " +
-                         std::to_string(strides_.size()) + " and " + std::to_string(outputCount_));
-  inputPointers_.assign(inputs.begin(), inputs.end());
-  outputPointers_.assign(outputs.begin(), outputs.end());
+                         std::to_string(groupInputs_) + " and " + std::to_string(groupOutputs_));
+  // A group's inputs start with the kernel's (the elementwise step's).
+  inputPointers_.assign(inputs.begin(), inputs.begin() + std::ptrdiff_t(strides_.size()));
+  outputPointers_.clear();
+  for (size_t slot : outputSlots_)
+    outputPointers_.push_back(outputs[slot]);
   addresses_.clear();
   addresses_.push_back(&count_);
   addresses_.push_back(&rank_);
@@ -472,8 +549,10 @@ Expected<std::span<void*>> ElementwiseKernelArguments::bind(std::span<void* cons
     addresses_.push_back(&inputPointers_[k]);
     addresses_.push_back(&strides_[k]);
   }
-  for (size_t k = 0; k < outputCount_; ++k)
+  for (size_t k = 0; k < outputPointers_.size(); ++k)
     addresses_.push_back(&outputPointers_[k]);
+  if (summedRows_ > 0)
+    addresses_.push_back(&summedRows_);
   return std::span<void*>(addresses_);
 }
 
@@ -516,7 +595,19 @@ Expected<ElementwiseLaunch> describeElementwiseLaunch(const std::vector<Shape>& 
   return launch;
 }
 
-Expected<ElementwiseKernel> emitElementwiseKernel(const Plan& plan, const Step& step) {
+namespace {
+
+/// A checked Elementwise or FusedElementwise step as a program: its
+/// instructions, the registers it stores, its buffers' dtypes and its launch
+/// geometry (inputs and outputs not yet filled in).
+struct ElementwiseProgram {
+  std::vector<FusedInstruction> instructions;
+  std::vector<uint32_t> outputs;
+  std::vector<DType> inputTypes, outputTypes;
+  ElementwiseLaunch launch;
+};
+
+Expected<ElementwiseProgram> elementwiseProgram(const Plan& plan, const Step& step) {
   if (step.kind != StepKind::Elementwise && step.kind != StepKind::FusedElementwise)
     return Status::error("no elementwise kernel for a " + std::string(stepKindName(step.kind)) + " step");
   std::vector<TensorType> inputTypes, outputTypes;
@@ -529,46 +620,112 @@ Expected<ElementwiseKernel> emitElementwiseKernel(const Plan& plan, const Step& 
   AMPJIT_RETURN_IF_ERROR(verifyStepTypes(step, inputTypes, outputTypes).withContext(
       "cannot generate a kernel for a malformed " + std::string(stepKindName(step.kind)) + " step"));
 
+  ElementwiseProgram program;
   // An Elementwise step is the program "load each input; apply the op".
-  std::vector<FusedInstruction> program;
-  std::vector<uint32_t> outputs;
   if (step.kind == StepKind::Elementwise) {
     const ElementwiseParams& params = step.as<ElementwiseParams>();
     FusedInstruction op{params.op, outputTypes[0].dtype, {}, params.scalar};
     for (uint32_t slot = 0; slot < inputTypes.size(); ++slot) {
-      program.push_back(FusedInstruction{ElementwiseOp::Load, inputTypes[slot].dtype, {slot, 0, 0}, 0.0});
+      program.instructions.push_back(FusedInstruction{ElementwiseOp::Load, inputTypes[slot].dtype, {slot, 0, 0}, 0.0});
       op.operands[slot] = slot;
     }
-    program.push_back(op);
-    outputs = {uint32_t(program.size() - 1)};
+    program.instructions.push_back(op);
+    program.outputs = {uint32_t(program.instructions.size() - 1)};
   } else {
-    program = step.as<FusedElementwiseParams>().program;
-    outputs = step.as<FusedElementwiseParams>().outputs;
+    program.instructions = step.as<FusedElementwiseParams>().program;
+    program.outputs = step.as<FusedElementwiseParams>().outputs;
   }
 
   std::vector<Shape> inputShapes;
-  std::vector<DType> inputDTypes, outputDTypes;
   for (const TensorType& type : inputTypes) {
     inputShapes.push_back(type.shape);
-    inputDTypes.push_back(type.dtype);
+    program.inputTypes.push_back(type.dtype);
   }
   for (const TensorType& type : outputTypes)
-    outputDTypes.push_back(type.dtype);
+    program.outputTypes.push_back(type.dtype);
   Expected<ElementwiseLaunch> launch = describeElementwiseLaunch(inputShapes, outputTypes[0].shape);
   if (!launch)
     return launch.status();
-  launch->inputs = step.inputs;
-  launch->outputs = step.outputs;
+  program.launch = std::move(*launch);
+  return program;
+}
 
-  std::string body = kernelBody(program, outputs, inputDTypes, outputDTypes);
+/// Names the kernel by its body's hash; the source starts with the steps'
+/// comment and a line that says what the kernel does.
+ElementwiseKernel namedKernel(std::string body, const std::string& stepsComment, const std::string& description,
+                              ElementwiseLaunch launch) {
   ElementwiseKernel kernel;
   kernel.name = "ampjit_elementwise_" + hex64(fnv1a64(body));
   body.replace(body.find(kNamePlaceholder), kNamePlaceholder.size(), kernel.name);
-  kernel.source = stepComment(plan, step) + "// Kernel " + kernel.name + ": a grid-stride loop, each pass loading " +
-                  std::to_string(kSlotsPerPass) + " elements a grid apart before computing them; inputs " +
-                  "broadcast by per-dimension strides (0 where broadcast).\n\n" + body;
-  kernel.launch = std::move(*launch);
+  kernel.source = stepsComment + "// Kernel " + kernel.name + ": " + description + "\n\n" + body;
+  kernel.launch = std::move(launch);
   return kernel;
+}
+
+} // namespace
+
+Expected<ElementwiseKernel> emitElementwiseKernel(const Plan& plan, const Step& step) {
+  Expected<ElementwiseProgram> program = elementwiseProgram(plan, step);
+  if (!program)
+    return program.status();
+  program->launch.inputs = step.inputs;
+  program->launch.outputs = step.outputs;
+  return namedKernel(kernelBody(program->instructions, program->outputs, program->inputTypes, program->outputTypes),
+                     stepComment(plan, step),
+                     "a grid-stride loop, each pass loading " +
+                         std::to_string(kSlotsPerPass) + " elements a grid apart before computing them; inputs " +
+                         "broadcast by per-dimension strides (0 where broadcast).",
+                     std::move(program->launch));
+}
+
+Expected<ElementwiseKernel> emitColumnSummedKernel(const Plan& plan, const Step& step, const Step& sum) {
+  Expected<ElementwiseProgram> program = elementwiseProgram(plan, step);
+  if (!program)
+    return program.status();
+  auto refuse = [&](const std::string& why) {
+    return Status::error("no column-summed kernel for this " + std::string(stepKindName(step.kind)) +
+                         " step and the reduction after it: " + why);
+  };
+  if (sum.kind != StepKind::Reduction || sum.inputs.size() != 1 || sum.outputs.size() != 1 ||
+      sum.computeType != DType::F32 || sum.outputs[0] >= plan.buffers.size())
+    return refuse("the second step is not an f32 reduction of one tensor");
+  const ReductionParams& params = sum.as<ReductionParams>();
+  auto summedAt = std::find(step.outputs.begin(), step.outputs.end(), sum.inputs[0]);
+  if (summedAt == step.outputs.end())
+    return refuse("the reduction reads none of its outputs");
+  size_t summedSlot = size_t(summedAt - step.outputs.begin());
+  const Shape& shape = plan.buffers[sum.inputs[0]].type.shape;
+  const TensorType& sums = plan.buffers[sum.outputs[0]].type;
+  if (params.op != ReduceOp::Sum || params.axes != std::vector<int64_t>{0} || shape.size() < 2 || shape[0] == 0 ||
+      plan.buffers[sum.inputs[0]].type.dtype != DType::F32 || sums.dtype != DType::F32 ||
+      sums.elementCount() * shape[0] != elementCount(shape))
+    return refuse("it is not an f32 sum over the first dimension of an f32 output of rank 2 or more");
+  ElementwiseLaunch& launch = program->launch;
+  launch.inputs = step.inputs;
+  launch.summedRows = shape[0];
+  launch.groupInputs = step.inputs.size() + 1;
+  launch.groupOutputs = step.outputs.size() + 1;
+  std::vector<uint32_t> stored;
+  std::vector<DType> storedTypes;
+  for (size_t k = 0; k < step.outputs.size(); ++k) {
+    if (k == summedSlot)
+      continue;
+    stored.push_back(program->outputs[k]);
+    storedTypes.push_back(program->outputTypes[k]);
+    launch.outputs.push_back(step.outputs[k]);
+    launch.outputSlots.push_back(k);
+  }
+  launch.outputs.push_back(sum.outputs[0]);
+  launch.outputSlots.push_back(step.outputs.size());
+  std::string body = columnSummedKernelBody(program->instructions, stored, program->outputs[summedSlot],
+                                            program->inputTypes, storedTypes);
+  return namedKernel(std::move(body),
+                     stepComment(plan, step) + stepComment(plan, sum),
+                     "output " + std::to_string(summedSlot) +
+                         " summed over its " + std::to_string(shape[0]) + " rows in the launch, never stored: " +
+                         "tiles of " + std::to_string(kColumnTileColumns) + " columns, " +
+                         std::to_string(kColumnTileLanes) + " lanes of rows added in lane order.",
+                     std::move(launch));
 }
 
 } // namespace ampjit::runtime::cuda

@@ -10,6 +10,8 @@
 #include "DeviceIndexing.cuh"
 #include "DeviceScalars.cuh"
 
+#include "ampjit/runtime/cuda/ColumnTile.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -165,7 +167,9 @@ __global__ void reducePartialKernel(ReductionGeometry g, int64_t splits, int64_t
   }
 }
 
-constexpr int kColumnOutputs = 32, kColumnLanes = 8;
+// The generated column-summed kernels (KernelSource.h) tile as this kernel
+// does and add in its order (ColumnTile.h).
+constexpr int kColumnOutputs = kColumnTileColumns, kColumnLanes = kColumnTileLanes;
 
 /// Outputs whose innermost kept dimension is contiguous (a bias gradient's
 /// sum over rows): 32 consecutive outputs per block so loads coalesce, 8
@@ -855,6 +859,10 @@ int64_t reductionPartials(const ReductionGeometry& geometry) {
 }
 
 } // namespace
+
+bool columnSumInOnePass(const ReductionGeometry& geometry) {
+  return reducesColumns(geometry) && columnParts(geometry) == 1;
+}
 
 std::size_t reductionWorkspaceBytes(Storage storage, const ReductionGeometry& geometry) {
   return std::size_t(reductionPartials(geometry)) * computeSize(storage);

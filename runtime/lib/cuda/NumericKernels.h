@@ -41,6 +41,11 @@ struct ReductionGeometry {
   int64_t reducedSizes[kMaxReductionRank] = {};
   int64_t reducedStrides[kMaxReductionRank] = {};
 };
+/// Whether launchReduction runs this reduction as one pass of its column
+/// kernel (tiles of kColumnTileColumns consecutive outputs, kColumnTileLanes
+/// lanes over the reduced range, no partials): the order a generated
+/// column-summed kernel (KernelSource.h) adds in.
+bool columnSumInOnePass(const ReductionGeometry& geometry);
 /// Scratch bytes launchReduction needs: few outputs over many elements split
 /// each output's range over several blocks and combine their partials.
 std::size_t reductionWorkspaceBytes(Storage storage, const ReductionGeometry& geometry);

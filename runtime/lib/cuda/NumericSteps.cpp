@@ -355,6 +355,29 @@ std::optional<HeadParts> classificationHead(const Plan& plan, std::size_t index)
 
 } // namespace
 
+namespace {
+
+/// Whether `buffer` is a temporary that only step `reader` reads: nothing
+/// else reads it, returns it or views its memory (a launch that never
+/// writes it may then run both).
+bool readOnlyBy(const Plan& plan, BufferId buffer, std::size_t reader) {
+  if (plan.buffers[buffer].role != BufferRole::Temporary)
+    return false;
+  for (std::size_t s = 0; s < plan.steps.size(); ++s)
+    if (s != reader && std::find(plan.steps[s].inputs.begin(), plan.steps[s].inputs.end(), buffer) !=
+                           plan.steps[s].inputs.end())
+      return false;
+  for (const PlanResult& result : plan.results)
+    if (result.buffer == buffer)
+      return false;
+  for (const BufferDesc& other : plan.buffers)
+    if (other.viewOf == int32_t(buffer))
+      return false;
+  return true;
+}
+
+} // namespace
+
 bool widenedReductionAt(const Plan& plan, std::size_t index) {
   if (index + 1 >= plan.steps.size())
     return false;
@@ -364,23 +387,42 @@ bool widenedReductionAt(const Plan& plan, std::size_t index) {
     return false;
   BufferId narrow = convert.inputs[0], widened = convert.outputs[0];
   if (reduction.kind != StepKind::Reduction || reduction.inputs.size() != 1 || reduction.outputs.size() != 1 ||
-      reduction.inputs[0] != widened || reduction.computeType != DType::F32 ||
-      plan.buffers[widened].role != BufferRole::Temporary)
+      reduction.inputs[0] != widened || reduction.computeType != DType::F32 || !readOnlyBy(plan, widened, index + 1))
     return false;
-  // The launch never writes the widened copy: nothing else may read it.
-  for (std::size_t s = 0; s < plan.steps.size(); ++s)
-    if (s != index + 1 && std::find(plan.steps[s].inputs.begin(), plan.steps[s].inputs.end(), widened) !=
-                              plan.steps[s].inputs.end())
-      return false;
-  for (const PlanResult& result : plan.results)
-    if (result.buffer == widened)
-      return false;
-  for (const BufferDesc& buffer : plan.buffers)
-    if (buffer.viewOf == int32_t(widened))
-      return false;
   // The sum reads the narrow input while it writes: the arena may have given
   // the sum the narrow input's bytes, dead once the conversion copied them.
   return !sameMemory(plan, reduction.outputs[0], narrow);
+}
+
+bool columnSummedElementwiseAt(const Plan& plan, std::size_t index) {
+  if (index + 1 >= plan.steps.size())
+    return false;
+  const Step &step = plan.steps[index], &sum = plan.steps[index + 1];
+  if ((step.kind != StepKind::Elementwise && step.kind != StepKind::FusedElementwise) ||
+      sum.kind != StepKind::Reduction || sum.inputs.size() != 1 || sum.outputs.size() != 1 ||
+      sum.computeType != DType::F32)
+    return false;
+  BufferId summed = sum.inputs[0], sums = sum.outputs[0];
+  if (std::find(step.outputs.begin(), step.outputs.end(), summed) == step.outputs.end() ||
+      !readOnlyBy(plan, summed, index + 1))
+    return false;
+  const ReductionParams& params = sum.as<ReductionParams>();
+  const TensorType& type = plan.buffers[summed].type;
+  if (params.op != ReduceOp::Sum || params.axes != std::vector<int64_t>{0} || type.dtype != DType::F32 ||
+      plan.buffers[sums].type.dtype != DType::F32 || type.shape.size() < 2 || type.elementCount() == 0)
+    return false;
+  // The same additions as the sum's own launch: its one-pass column kernel.
+  Expected<nk::ReductionGeometry> geometry = reductionGeometry(plan, sum);
+  if (!geometry || !nk::columnSumInOnePass(*geometry))
+    return false;
+  // Blocks store sums while others still read inputs and store outputs:
+  // the sums must not share bytes with any of them (the arena may give the
+  // sums the bytes of an input that dies at the elementwise step).
+  for (const std::vector<BufferId>* ids : {&step.inputs, &step.outputs})
+    for (BufferId id : *ids)
+      if (id != summed && sameMemory(plan, sums, id))
+        return false;
+  return true;
 }
 
 Expected<std::unique_ptr<DeviceStep>> makeWidenedReductionStep(const Plan& plan, std::span<const Step* const> steps) {

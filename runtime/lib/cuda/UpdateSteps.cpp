@@ -662,7 +662,8 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) 
     std::size_t head = index >= deferred ? classificationHeadLength(plan, index) : 0;
     if (head > 0) {
       end = index + head;
-    } else if ((index < deferred) == (index + 1 < deferred) && widenedReductionAt(plan, index)) {
+    } else if ((index < deferred) == (index + 1 < deferred) &&
+               (widenedReductionAt(plan, index) || columnSummedElementwiseAt(plan, index))) {
       end = index + 2;
     } else if (index >= deferred && finiteCheckTakesQuotient(plan, index)) {
       end = index + 2;
@@ -706,9 +707,13 @@ Expected<std::vector<std::optional<ElementwiseKernel>>> generatedKernels(
   std::vector<std::optional<ElementwiseKernel>> kernels(plan.steps.size());
   for (auto [index, end] : groups) {
     const Step& step = plan.steps[index];
-    if (end - index > 1 || (step.kind != StepKind::Elementwise && step.kind != StepKind::FusedElementwise))
+    if (step.kind != StepKind::Elementwise && step.kind != StepKind::FusedElementwise)
       continue;
-    Expected<ElementwiseKernel> kernel = emitElementwiseKernel(plan, step);
+    bool summed = end - index == 2 && columnSummedElementwiseAt(plan, index);
+    if (end - index > 1 && !summed)
+      continue;
+    Expected<ElementwiseKernel> kernel =
+        summed ? emitColumnSummedKernel(plan, step, plan.steps[index + 1]) : emitElementwiseKernel(plan, step);
     if (!kernel)
       return Status::error(describeStepOfPlan(plan, index) + ": " + kernel.message());
     kernels[index] = std::move(*kernel);
@@ -759,6 +764,9 @@ Expected<std::unique_ptr<DeviceStep>> makeLaunchGroupStep(DeviceContext& context
     return makeClassificationHeadStep(plan, steps);
   if (ofThePlan && steps.size() == 2 && widenedReductionAt(plan, std::size_t(&first - plan.steps.data())))
     return makeWidenedReductionStep(plan, steps);
+  if (ofThePlan && steps.size() == 2 && columnSummedElementwiseAt(plan, std::size_t(&first - plan.steps.data())))
+    return Status::error(stepName(first) + " and the sum after it run as one generated kernel "
+                                           "(generatedKernels), not as a launch group of their own");
   if (first.kind == StepKind::AllFinite) {
     if (!ofThePlan || steps.size() != 2 || !finiteCheckTakesQuotient(plan, std::size_t(&first - plan.steps.data())))
       return Status::error(stepName(first) + ": a finiteness check shares a launch only with the scalar division "

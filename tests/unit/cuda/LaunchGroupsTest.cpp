@@ -378,5 +378,99 @@ TEST(LaunchGroups, NotWhenTheSumWritesOverTheNarrowInput) {
   EXPECT_EQ(cuda::launchGroups(live), (Groups{{0, 1}, {1, 3}, {3, 4}, {4, 5}})) << printPlan(live);
 }
 
+/// A relu gradient in f32 and its sum over the first dimension (a bias
+/// gradient); `extraReader` also reads the gradient after the sum,
+/// `returned` makes it a result.
+Plan reluGradientAndSum(Shape shape, std::vector<int64_t> axes = {0}, bool extraReader = false,
+                        bool returned = false) {
+  PlanBuilder b("relu_gradient_and_sum");
+  BufferId dy = b.argument(tt(DType::F32, shape), BufferRole::Input, "dy");
+  BufferId y = b.argument(tt(DType::F32, shape), BufferRole::Input, "y");
+  BufferId gradient = returned ? b.output(tt(DType::F32, shape)) : b.temporary(tt(DType::F32, shape));
+  Shape reduced = shape;
+  for (auto axis = axes.rbegin(); axis != axes.rend(); ++axis)
+    reduced.erase(reduced.begin() + *axis);
+  BufferId sums = b.output(tt(DType::F32, reduced));
+  b.op("jit.relu_grad", {dy, y}, {gradient});
+  b.op("jit.sum", {gradient}, {sums}, {{"axes", axes}});
+  b.result(sums);
+  if (returned)
+    b.result(gradient);
+  if (extraReader) {
+    BufferId again = b.output(tt(DType::F32, shape));
+    b.op("jit.neg", {gradient}, {again});
+    b.result(again);
+  }
+  return b.finish();
+}
+
+TEST(LaunchGroups, AnElementwiseStepAndTheColumnSumsOfItsOutputShareALaunch) {
+  Plan plan = reluGradientAndSum({64, 512});
+  EXPECT_TRUE(cuda::columnSummedElementwiseAt(plan, 0)) << printPlan(plan);
+  std::vector<std::pair<size_t, size_t>> groups = cuda::launchGroups(plan);
+  EXPECT_EQ(groups, (Groups{{0, 2}}));
+  EXPECT_EQ(cuda::launchesPerRun(plan, groups), 1u);
+  // Its one kernel: the group's slots, the sums its last output.
+  Expected<std::vector<std::optional<cuda::ElementwiseKernel>>> kernels = cuda::generatedKernels(plan, groups);
+  ASSERT_TRUE(kernels.ok()) << kernels.message();
+  ASSERT_TRUE((*kernels)[0].has_value());
+  const cuda::ElementwiseLaunch& launch = (*kernels)[0]->launch;
+  EXPECT_EQ(launch.summedRows, 64);
+  EXPECT_EQ(launch.outputs, (std::vector<BufferId>{plan.steps[1].outputs[0]}));
+  EXPECT_EQ(launch.groupInputs, 3u);
+  EXPECT_EQ(launch.groupOutputs, 2u);
+  EXPECT_EQ(launch.outputSlots, (std::vector<size_t>{1}));
+  EXPECT_EQ(launch.gridSizeOn(132), 512 / cuda::kColumnTileColumns);
+  // Run as a group of its own it is refused, with the reason.
+  std::vector<const Step*> members = {&plan.steps[0], &plan.steps[1]};
+  cuda::DeviceContext context;
+  Expected<std::unique_ptr<cuda::DeviceStep>> group = cuda::makeLaunchGroupStep(context, plan, members);
+  ASSERT_FALSE(group.ok());
+  EXPECT_NE(group.message().find("one generated kernel"), std::string::npos) << group.message();
+}
+
+TEST(LaunchGroups, NotWhenTheSumIsNotOnePassOfTheColumnKernel) {
+  // The bits would differ from the sum's own launch: a thread per output
+  // (few rows), partials over several parts (many rows, few columns), a
+  // sum over another axis, or a rank-1 tensor.
+  for (auto [shape, axes] : std::vector<std::pair<Shape, std::vector<int64_t>>>{
+           {{20, 512}, {0}}, {{4000, 16}, {0}}, {{64, 512}, {1}}, {{4096}, {0}}}) {
+    Plan plan = reluGradientAndSum(shape, axes);
+    EXPECT_FALSE(cuda::columnSummedElementwiseAt(plan, 0)) << printPlan(plan);
+    EXPECT_EQ(cuda::launchGroups(plan), (Groups{{0, 1}, {1, 2}})) << printPlan(plan);
+  }
+}
+
+TEST(LaunchGroups, NorWhenTheSummedOutputIsReadElsewhereOrReturned) {
+  // The launch never stores the summed output.
+  EXPECT_FALSE(cuda::columnSummedElementwiseAt(reluGradientAndSum({64, 512}, {0}, /*extraReader=*/true), 0));
+  EXPECT_FALSE(cuda::columnSummedElementwiseAt(reluGradientAndSum({64, 512}, {0}, false, /*returned=*/true), 0));
+}
+
+TEST(LaunchGroups, NorWhenTheSumsShareBytesWithTheElementwiseInputs) {
+  // Blocks store their sums while others still read the inputs. Step by
+  // step the negated dy is dead once the relu gradient read it, and the
+  // test arena gives its bytes to the sums (codegen's keeps them live).
+  PlanBuilder b("aliased_sums");
+  BufferId dy = b.argument(tt(DType::F32, {64, 512}), BufferRole::Input, "dy");
+  BufferId y = b.argument(tt(DType::F32, {64, 512}), BufferRole::Input, "y");
+  BufferId negated = b.temporary(tt(DType::F32, {64, 512}));
+  BufferId gradient = b.temporary(tt(DType::F32, {64, 512}));
+  BufferId sums = b.temporary(tt(DType::F32, {512}));
+  BufferId bias = b.output(tt(DType::F32, {512}));
+  b.op("jit.neg", {dy}, {negated});
+  b.op("jit.relu_grad", {negated, y}, {gradient});
+  b.op("jit.sum", {gradient}, {sums}, {{"axes", std::vector<int64_t>{0}}});
+  b.op("jit.neg", {sums}, {bias});
+  b.result(bias);
+  Plan plan = b.finish();
+  ASSERT_TRUE(cuda::sameMemory(plan, sums, negated)) << printPlan(plan);
+  EXPECT_FALSE(cuda::columnSummedElementwiseAt(plan, 1)) << printPlan(plan);
+  // Apart from that, the same two steps group.
+  plan.buffers[sums].arenaOffset = plan.arenaBytes;
+  plan.arenaBytes += 512 * 4;
+  EXPECT_TRUE(cuda::columnSummedElementwiseAt(plan, 1)) << printPlan(plan);
+}
+
 } // namespace
 } // namespace ampjit::runtime

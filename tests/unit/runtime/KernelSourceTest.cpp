@@ -278,6 +278,68 @@ TEST(KernelSource, ConstantsArePrintedExactly) {
   EXPECT_TRUE(contains(source, "const float r4 = (0x1.8p+1f);")) << source;
 }
 
+/// A relu gradient of f32 [rows, columns] and a Reduction after it over
+/// `axes` of the gradient (buffer 2) into buffer 3, f32.
+rt::Plan reluGradientThenSum(int64_t rows, int64_t columns, std::vector<int64_t> axes, rt::DType summedType) {
+  rt::Plan plan = planWithStep(rt::StepKind::Elementwise, rt::ElementwiseParams{rt::ElementwiseOp::ReluGrad, 0.0},
+                               {{summedType, {rows, columns}}, {summedType, {rows, columns}}},
+                               {{summedType, {rows, columns}}});
+  plan.buffers[2].role = rt::BufferRole::Temporary;
+  rt::Step sum;
+  sum.kind = rt::StepKind::Reduction;
+  sum.params = rt::ReductionParams{rt::ReduceOp::Sum, axes, false};
+  sum.computeType = rt::DType::F32;
+  sum.inputs = {2};
+  sum.outputs = {3};
+  sum.origin = "test sum";
+  plan.buffers.push_back(rt::BufferDesc{.type = {rt::DType::F32, {axes == std::vector<int64_t>{0} ? columns : rows}},
+                                        .role = rt::BufferRole::Output});
+  plan.steps.push_back(std::move(sum));
+  return plan;
+}
+
+TEST(KernelSource, AColumnSummedKernelAddsTheSummedOutputInsteadOfStoringIt) {
+  rt::Plan plan = reluGradientThenSum(64, 512, {0}, rt::DType::F32);
+  rt::Expected<cuda::ElementwiseKernel> kernel = cuda::emitColumnSummedKernel(plan, plan.steps[0], plan.steps[1]);
+  ASSERT_TRUE(kernel) << kernel.message();
+  const std::string& source = kernel->source;
+  // Both steps are quoted; the gradient is never stored, the sums are.
+  EXPECT_TRUE(contains(source, "relu_grad")) << source;
+  EXPECT_TRUE(contains(source, "test sum")) << source;
+  EXPECT_TRUE(contains(source, "float* column_sums, long long rows")) << source;
+  EXPECT_FALSE(contains(source, "out0[i]")) << source;
+  EXPECT_TRUE(contains(source, "sum = sum + r2;")) << source;
+  EXPECT_TRUE(contains(source, "__shared__ float lane_sums[8][32];")) << source;
+  EXPECT_TRUE(contains(source, "total = total + lane_sums[l][column];")) << source;
+  EXPECT_EQ(kernel->launch.summedRows, 64);
+  EXPECT_EQ(kernel->launch.outputs, (std::vector<rt::BufferId>{3}));
+  // Its name differs from the plain kernel's of the same step.
+  EXPECT_NE(kernel->name, emit(plan).name);
+  // The group's slots bind: inputs {dy, y, gradient}, outputs {gradient, sums}.
+  cuda::ElementwiseKernelArguments arguments(kernel->launch);
+  float dy = 0, y = 0, gradient = 0, sums = 0;
+  std::vector<void*> inputs = {&dy, &y, &gradient}, outputs = {&gradient, &sums};
+  rt::Expected<std::span<void*>> bound = arguments.bind(inputs, outputs);
+  ASSERT_TRUE(bound) << bound.message();
+  // count, rank, dims, (in0, stride0), (in1, stride1), sums, rows.
+  ASSERT_EQ(bound->size(), 9u);
+  EXPECT_EQ(*static_cast<void**>((*bound)[7]), &sums);
+  EXPECT_EQ(*static_cast<long long*>((*bound)[8]), 64);
+  EXPECT_FALSE(arguments.bind(std::vector<void*>{&dy, &y}, outputs)) << "the elementwise step's slots alone";
+}
+
+TEST(KernelSource, AColumnSumOfAnythingButAnF32OutputOverTheFirstDimensionIsRefused) {
+  auto refusal = [](const rt::Plan& plan) {
+    rt::Expected<cuda::ElementwiseKernel> kernel = cuda::emitColumnSummedKernel(plan, plan.steps[0], plan.steps[1]);
+    return kernel ? std::string("accepted") : kernel.message();
+  };
+  EXPECT_TRUE(contains(refusal(reluGradientThenSum(64, 512, {1}, rt::DType::F32)), "first dimension"));
+  EXPECT_TRUE(contains(refusal(reluGradientThenSum(64, 512, {0}, rt::DType::F16)), "f32 output"));
+  rt::Plan other = reluGradientThenSum(64, 512, {0}, rt::DType::F32);
+  other.steps[1].inputs[0] = 0;
+  EXPECT_TRUE(contains(refusal(other), "reads none of its outputs"));
+}
+
 TEST(KernelSource, MalformedOrForeignStepsAreErrors) {
   rt::Plan plan = binaryPlan(rt::ElementwiseOp::Add, rt::DType::F32, {4}, {4}, {4});
   plan.buffers[1].type.dtype = rt::DType::F16; // operands of two dtypes

@@ -22,6 +22,7 @@
 // its source body.
 
 #include "ampjit/runtime/Plan.h"
+#include "ampjit/runtime/cuda/ColumnTile.h"
 #include "ampjit/runtime/Status.h"
 
 #include <cstdint>
@@ -42,6 +43,8 @@ inline constexpr int kElementwiseBlockSize = 256;
 /// grid apart, in each pass of a generated kernel's grid-stride loop.
 inline constexpr int kSlotsPerPass = 4;
 
+static_assert(kColumnTileColumns * kColumnTileLanes == kElementwiseBlockSize);
+
 /// The kernel's `AmpjitDims` argument type, byte for byte: dimension sizes or
 /// element strides, unused entries 0.
 struct KernelDims {
@@ -59,11 +62,22 @@ static_assert(sizeof(KernelDims) == 8 * kMaxKernelRank);
 ///   then per output k: T_k* out_k
 ///
 /// where T is float, double, __half, __nv_bfloat16, long long or unsigned
-/// char (i1, one byte) by the buffer's dtype. Outputs are contiguous.
+/// char (i1, one byte) by the buffer's dtype. Outputs are contiguous. A
+/// column-summed kernel (summedRows > 0) ends with `long long rows` after
+/// its outputs, the last of which is the f32 column sums.
 struct ElementwiseLaunch {
-  /// step.inputs and step.outputs, in kernel parameter order.
+  /// step.inputs and step.outputs, in kernel parameter order (a
+  /// column-summed kernel: the outputs it stores, then the sums).
   std::vector<BufferId> inputs{};
   std::vector<BufferId> outputs{};
+  /// A column-summed kernel's rows (the summed output's first dimension);
+  /// 0 for a plain elementwise kernel.
+  int64_t summedRows = 0;
+  /// Where a launch group's slots hold the kernel's parameters: the group's
+  /// input and output slot counts, and per kernel output its output slot.
+  /// Empty: the slots are the kernel's own, in order (one step).
+  std::size_t groupInputs = 0, groupOutputs = 0;
+  std::vector<std::size_t> outputSlots{};
   /// Elements of each output (the broadcast shape's element count).
   int64_t elementCount = 0;
   /// The output shape with size-1 dimensions dropped and neighbouring
@@ -77,7 +91,8 @@ struct ElementwiseLaunch {
   /// The kernel's `dims` and `stride_k` arguments.
   KernelDims packedDims() const;
   KernelDims packedStrides(size_t input) const;
-  /// Blocks of kElementwiseBlockSize threads for one thread per element,
+  /// Blocks of kElementwiseBlockSize threads for one thread per element
+  /// (a column-summed kernel: one block per tile of kColumnTileColumns),
   /// capped at `maxBlocks` (the grid-stride loop covers the rest); at least 1.
   int64_t gridSize(int64_t maxBlocks) const;
   /// gridSize on a device of `multiprocessors` SMs: enough blocks to fill it
@@ -94,8 +109,8 @@ public:
   explicit ElementwiseKernelArguments(const ElementwiseLaunch& launch);
 
   /// The parameter addresses for a launch over `inputs` and `outputs` (the
-  /// step's buffers in slot order); valid until the next call. An error when
-  /// the counts are not the step's.
+  /// step's, or the launch group's, buffers in slot order); valid until the
+  /// next call. An error when the counts are not the step's (group's).
   Expected<std::span<void*>> bind(std::span<void* const> inputs, std::span<void* const> outputs);
 
   int64_t elementCount() const { return count_; }
@@ -105,7 +120,9 @@ private:
   int rank_;
   KernelDims dims_;
   std::vector<KernelDims> strides_;
-  std::size_t outputCount_;
+  std::size_t groupInputs_, groupOutputs_;
+  std::vector<std::size_t> outputSlots_;
+  long long summedRows_;
   std::vector<void*> inputPointers_{}, outputPointers_{}, addresses_{};
 };
 
@@ -125,6 +142,18 @@ struct ElementwiseKernel {
 /// code. When `step` is one of `plan.steps` the source's comment quotes it
 /// as the printed plan does; otherwise the comment gives its origin only.
 Expected<ElementwiseKernel> emitElementwiseKernel(const Plan& plan, const Step& step);
+
+/// The kernel for an Elementwise or FusedElementwise step `step` and the
+/// f32 sum over the first dimension (`sum`, the Reduction step after it) of
+/// one of its f32 outputs, in one launch (see columnSummedElementwiseAt in
+/// the backend): each block evaluates the program on a tile of
+/// kColumnTileColumns columns, kColumnTileLanes lanes striding over the
+/// rows, stores every other output, and adds the summed output in
+/// registers, never storing it; the lanes combine in lane order. That is
+/// the order of NumericKernels.cu's one-pass column reduction, so the sums
+/// have the bits the two steps have apart. The launch's slots are the
+/// group's: both steps' inputs, then both steps' outputs.
+Expected<ElementwiseKernel> emitColumnSummedKernel(const Plan& plan, const Step& step, const Step& sum);
 
 /// The launch geometry alone (dimension collapsing and broadcast strides) of
 /// inputs of these shapes over an output of shape `outputShape`.
