@@ -294,6 +294,17 @@ void synchronizeBlock() {
   yieldToScheduler();
 }
 
+void synchronizeWarp(unsigned mask) {
+  if (tFiber == nullptr)
+    misuse("__syncwarp was called");
+  BlockRun& block = *tBlock;
+  if (mask != 0xffffffffu) {
+    block.failure = "__syncwarp with mask " + std::to_string(mask) + " (the emulation supports the full warp)";
+    yieldToScheduler();
+  }
+  arriveAtWarpBarrier(block, *tFiber);
+}
+
 uint64_t exchangeInWarp(uint64_t bits, unsigned mask, int laneMask, int width) {
   if (tFiber == nullptr)
     misuse("a warp shuffle was called");

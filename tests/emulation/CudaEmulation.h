@@ -49,6 +49,12 @@ const ThreadIds& currentThread();
 /// Blocks the running thread until every live thread of its block arrives.
 void synchronizeBlock();
 
+/// Blocks the running thread until every live lane of its warp arrives
+/// (`__syncwarp`, whose memory ordering the one-at-a-time fibers give);
+/// every lane named in `mask` must take part, as on the device (the
+/// emulation supports the full mask).
+void synchronizeWarp(unsigned mask = 0xffffffffu);
+
 /// The 8 bytes `bits` of the running lane exchanged with lane `lane ^
 /// laneMask` of its warp (`__shfl_xor_sync`); every lane named in `mask`
 /// must take part, as on the device.

@@ -36,6 +36,7 @@ using std::min;
 #define blockDim (::ampjit::emulation::currentThread().blockDim)
 #define gridDim (::ampjit::emulation::currentThread().gridDim)
 #define __syncthreads() ::ampjit::emulation::synchronizeBlock()
+#define __syncwarp(...) ::ampjit::emulation::synchronizeWarp(__VA_ARGS__)
 #define __shfl_xor_sync(...) ::ampjit::emulation::shuffleXor(__VA_ARGS__)
 #define __int_as_float(bits) ::ampjit::emulation::intAsFloat(bits)
 #define __longlong_as_double(bits) ::ampjit::emulation::longLongAsDouble(bits)

@@ -506,6 +506,66 @@ TEST_F(GpuTest, AClassifiersHeadWithoutColumnSumsMatchesTheCpu) {
   expectAgree(*cpu, *cuda, plan, arguments, {2.0, 4.0}, "head without column sums");
 }
 
+TEST_F(GpuTest, AnO1HeadWidensItsScoresAddsTheBiasAndRunsTheLossInOneLaunch) {
+  // At O1 the last layer's f16/bf16 product is widened and its f32 bias
+  // added in one FusedElementwise step; the head's launch takes it in
+  // (widening the scores and adding the bias row by row, then working on
+  // the f32 scores it stored), in either order of the add's operands.
+  const ClassificationCase cases[] = {{3, 5}, {64, 10}, {1024, 32}};
+  for (const ClassificationCase& c : cases)
+    for (DType low : {DType::F16, DType::BF16})
+      for (bool biasFirst : {false, true}) {
+        PlanBuilder b("biased_head");
+        Shape shape = {c.rows, c.classes};
+        BufferId product = b.argument(tt(low, shape), BufferRole::Input, "product");
+        BufferId bias = b.argument(tt(DType::F32, {c.classes}), BufferRole::Param, "bias");
+        BufferId labels = b.argument(tt(DType::I64, {c.rows}), BufferRole::Input, "labels");
+        BufferId seed = b.argument(tt(DType::F32, {}), BufferRole::ScalerState, "scale");
+        BufferId scores = b.output(tt(DType::F32, shape));
+        Step widen;
+        widen.kind = StepKind::FusedElementwise;
+        FusedElementwiseParams program;
+        program.program = {
+            {ElementwiseOp::Load, low, {0, 0, 0}, 0.0},
+            {ElementwiseOp::Convert, DType::F32, {0, 0, 0}, 0.0},
+            {ElementwiseOp::Load, DType::F32, {1, 0, 0}, 0.0},
+            {ElementwiseOp::Add, DType::F32, {biasFirst ? 2u : 1u, biasFirst ? 1u : 2u, 0}, 0.0},
+        };
+        program.outputs = {3};
+        widen.params = program;
+        widen.inputs = {product, bias};
+        widen.outputs = {scores};
+        widen.origin = "fused(amp.cast, jit.add)";
+        b.step(widen);
+        BufferId value = b.output(tt(DType::F32, {}));
+        BufferId grad = b.output(tt(DType::F32, shape));
+        BufferId lowGrad = b.output(tt(low, shape));
+        BufferId sums = b.output(tt(DType::F32, {c.classes}));
+        AttributeMap attributes = {{"reduction", std::string("mean")}, {"ignore_index", int64_t(2)}};
+        b.op("jit.cross_entropy", {scores, labels}, {value}, attributes);
+        b.op("jit.cross_entropy_grad", {seed, scores, labels}, {grad}, attributes);
+        b.op("amp.cast", {grad}, {lowGrad});
+        b.op("jit.sum", {grad}, {sums}, {{"axes", std::vector<int64_t>{0}}});
+        for (BufferId result : {scores, value, grad, lowGrad})
+          b.result(result);
+        Plan plan = b.finish();
+        std::string what = describe(low, shape) + (biasFirst ? " bias + scores" : " scores + bias");
+        ASSERT_EQ(cuda::launchGroups(plan), (std::vector<std::pair<size_t, size_t>>{{0, 5}})) << what;
+        std::vector<Tensor> arguments = randomArguments(plan, 16, -4.0, 4.0);
+        setLabels(arguments[2], c.classes, 2, true, false);
+        arguments[3].set(0, 1024.0);
+        Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, arguments);
+        ASSERT_TRUE(both.ok()) << what << ": " << both.message();
+        // The scores: one exact widening and one f32 addition, bit for bit.
+        EXPECT_TRUE(both->cpuResults[0].bitwiseEqual(both->cudaResults[0])) << what << ", the scores";
+        double slack = 2.0 + double(c.classes + c.rows) / 64;
+        EXPECT_TRUE(allClose(both->cpuResults[1], both->cudaResults[1], slack)) << what << ", the loss";
+        double gradSlack = std::max(slack, 4.0 * 1024.0 * std::ldexp(1.0, -23) / 1e-5);
+        EXPECT_TRUE(allClose(both->cpuResults[2], both->cudaResults[2], gradSlack)) << what << ", the gradient";
+        EXPECT_TRUE(allClose(both->cpuResults[3], both->cudaResults[3], gradSlack)) << what << ", the low gradient";
+      }
+}
+
 TEST_F(GpuTest, CrossEntropyPropagatesNaNAndInfinities) {
   for (DType dtype : kDataTypes)
     for (const std::string& reduction : kReductions) {

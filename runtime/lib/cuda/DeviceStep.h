@@ -141,9 +141,10 @@ bool canShareLossLaunch(const Plan& plan, const Step& loss, const Step& gradient
 Expected<std::unique_ptr<DeviceStep>> makeLossAndGradientStep(const Plan& plan, const Step& loss,
                                                               const Step& gradient);
 /// An AMP classifier's head at step `index`: the f16/bf16 scores widened to
-/// f32, a loss and its gradient on them that canShareLossLaunch allows, and
-/// the gradient's rounding back to the low dtype if the next step is that.
-/// Its length, 3 or 4 steps, or 0; one launch runs it
+/// f32 (at O1 with the f32 bias added in the same FusedElementwise step), a
+/// loss and its gradient on them that canShareLossLaunch allows, and
+/// the gradient's rounding back to the low dtype and its column sums if the
+/// next steps are those. Its length, 3 to 5 steps, or 0; one launch runs it
 /// (makeClassificationHeadStep), storing every output of its steps.
 std::size_t classificationHeadLength(const Plan& plan, std::size_t index);
 Expected<std::unique_ptr<DeviceStep>> makeClassificationHeadStep(const Plan& plan, std::span<const Step* const> steps);

@@ -677,13 +677,24 @@ __global__ void classificationSmallWithGradKernel(LossGeometry g, const S* input
   storeBlockLoss(g, total, counted, out);
 }
 
+/// One warp's row n of a classifier's head: its loss added into `total`,
+/// its gradient stored through `put`.
+template <typename S, typename Put>
+__device__ void classificationHeadRow(const LossGeometry& g, const S* scores, const int64_t* labels,
+                                      const float* gradOutput, long long counted, int64_t n, float& total, Put put) {
+  auto lse = rowLogSumExp(g, scores, labels, n, WarpTeam{});
+  total += classificationRowLoss(g, scores, labels, n, lse, WarpTeam{});
+  writeClassificationGradRow(g, gradOutput, scores, labels, counted, n, lse, WarpTeam{}, put);
+}
+
 /// An AMP classifier's head (launchClassificationHead): the scores (widened
-/// from Low into wideScores when given), the f32 loss and its gradient on
-/// them, the gradient rounded to Low (lowGrad) and summed over the rows
-/// (columnSums) when given, in one block; every value is the one the
-/// separate steps store, the column sums in the CPU's row order.
+/// from Low into wideScores when given, the bias added when given), the f32
+/// loss and its gradient on them, the gradient rounded to Low (lowGrad) and
+/// summed over the rows (columnSums) when given, in one block; every value
+/// is the one the separate steps store, the column sums in the CPU's row
+/// order.
 template <typename In, typename Low>
-__global__ void classificationHeadKernel(LossGeometry g, const In* scores, const int64_t* labels,
+__global__ void classificationHeadKernel(LossGeometry g, const In* scores, const float* bias, const int64_t* labels,
                                          const float* gradOutput, float* wideScores, float* out, float* grad,
                                          Low* lowGrad, float* columnSums) {
   long long counted = blockCountRows(g, labels);
@@ -695,12 +706,18 @@ __global__ void classificationHeadKernel(LossGeometry g, const In* scores, const
       store(lowGrad + index, value);
   };
   for (int64_t n = threadIdx.x / 32; n < g.rows; n += kWarps) {
-    if (wideScores != nullptr)
-      for (int64_t c = lane; c < g.classes; c += 32)
-        wideScores[n * g.classes + c] = widen(scores[n * g.classes + c]);
-    auto lse = rowLogSumExp(g, scores, labels, n, WarpTeam{});
-    total += classificationRowLoss(g, scores, labels, n, lse, WarpTeam{});
-    writeClassificationGradRow(g, gradOutput, scores, labels, counted, n, lse, WarpTeam{}, put);
+    if (wideScores == nullptr) {
+      classificationHeadRow(g, scores, labels, gradOutput, counted, n, total, put);
+      continue;
+    }
+    // The warp writes its wide row, then works on it (the same values as
+    // the narrow row when there is no bias: widening is exact).
+    for (int64_t c = lane; c < g.classes; c += 32) {
+      float value = widen(scores[n * g.classes + c]);
+      wideScores[n * g.classes + c] = bias != nullptr ? value + bias[c] : value;
+    }
+    __syncwarp();
+    classificationHeadRow(g, static_cast<const float*>(wideScores), labels, gradOutput, counted, n, total, put);
   }
   storeBlockLoss(g, total, counted, out); // the gradient's stores are visible after it
   if (columnSums != nullptr)
@@ -1144,15 +1161,16 @@ cudaError_t launchLossAndGradient(Storage storage, const LossGeometry& geometry,
 }
 
 cudaError_t launchClassificationHead(const ClassificationHead& head, const LossGeometry& geometry, const void* scores,
-                                     const int64_t* labels, const float* gradOutput, float* wideScores, float* loss,
-                                     float* grad, void* lowGrad, float* columnSums, cudaStream_t stream) {
-  if (!lossAndGradientShareALaunch(geometry))
+                                     const float* bias, const int64_t* labels, const float* gradOutput,
+                                     float* wideScores, float* loss, float* grad, void* lowGrad, float* columnSums,
+                                     cudaStream_t stream) {
+  if (!lossAndGradientShareALaunch(geometry) || (bias != nullptr && wideScores == nullptr))
     return cudaErrorInvalidValue;
   auto launch = [&](auto in, auto low) {
     using In = decltype(in);
     using Low = decltype(low);
-    classificationHeadKernel<In, Low><<<1, kThreads, 0, stream>>>(geometry, static_cast<const In*>(scores), labels,
-                                                                   gradOutput, wideScores, loss, grad,
+    classificationHeadKernel<In, Low><<<1, kThreads, 0, stream>>>(geometry, static_cast<const In*>(scores), bias,
+                                                                   labels, gradOutput, wideScores, loss, grad,
                                                                    static_cast<Low*>(lowGrad), columnSums);
     return cudaGetLastError();
   };

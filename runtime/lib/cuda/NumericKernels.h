@@ -117,16 +117,19 @@ cudaError_t launchLossAndGradient(Storage storage, const LossGeometry& geometry,
 /// An AMP classifier's head in one launch: the f32 loss (small and reduced:
 /// lossAndGradientShareALaunch) of the scores and its gradient for the f32
 /// seed into `grad`; `scores` are F32, or F16/BF16 widened into `wideScores`
-/// (F32) as well. Given, `lowGrad` gets the gradient rounded to `low` (the
-/// scores' dtype when they are not f32) and `columnSums` its sums over the
-/// rows (a last layer's bias gradient).
+/// (F32) as well, and then, given `bias` (f32, one per class), the bias
+/// added to each widened row (an O1 last layer's f32 bias add). Given,
+/// `lowGrad` gets the gradient rounded to `low` (the scores' dtype when they
+/// are not f32) and `columnSums` its sums over the rows (a last layer's bias
+/// gradient).
 struct ClassificationHead {
   Storage scores = Storage::F32;
   Storage low = Storage::F16;
 };
 cudaError_t launchClassificationHead(const ClassificationHead& head, const LossGeometry& geometry, const void* scores,
-                                     const int64_t* labels, const float* gradOutput, float* wideScores, float* loss,
-                                     float* grad, void* lowGrad, float* columnSums, cudaStream_t stream);
+                                     const float* bias, const int64_t* labels, const float* gradOutput,
+                                     float* wideScores, float* loss, float* grad, void* lowGrad, float* columnSums,
+                                     cudaStream_t stream);
 
 /// state and nextState are [seed, offset] (they may be the same buffer); mask
 /// is one byte per element.

@@ -264,9 +264,38 @@ namespace {
 
 /// The parts of a classification head at step `index`, or nothing.
 struct HeadParts {
-  bool widens = false, narrows = false, sums = false;
+  bool widens = false, biased = false, narrows = false, sums = false;
   std::size_t length() const { return 2 + widens + narrows + sums; }
 };
+
+/// Whether `step` is an O1 last layer's output widened from f16/bf16 to f32
+/// and its f32 bias (one per column) added: a FusedElementwise step of
+/// exactly load, convert, load, add, on [rows, classes] scores and a
+/// [classes] bias.
+bool biasedWidening(const Plan& plan, const Step& step) {
+  if (step.kind != StepKind::FusedElementwise || step.inputs.size() != 2 || step.outputs.size() != 1)
+    return false;
+  const FusedElementwiseParams& params = step.as<FusedElementwiseParams>();
+  const TensorType &scores = plan.buffers[step.inputs[0]].type, &bias = plan.buffers[step.inputs[1]].type,
+                   &wide = plan.buffers[step.outputs[0]].type;
+  if ((scores.dtype != DType::F16 && scores.dtype != DType::BF16) || scores.shape.size() != 2 ||
+      bias.dtype != DType::F32 || bias.shape != Shape{scores.shape[1]} || wide.dtype != DType::F32 ||
+      wide.shape != scores.shape || params.program.size() != 4 || params.outputs.size() != 1)
+    return false;
+  const std::vector<FusedInstruction>& program = params.program;
+  const FusedInstruction& add = program[params.outputs[0]];
+  if (add.op != ElementwiseOp::Add || add.type != DType::F32)
+    return false;
+  auto isLoadOf = [&](uint32_t r, uint32_t input, DType dtype) {
+    return program[r].op == ElementwiseOp::Load && program[r].operands[0] == input && program[r].type == dtype;
+  };
+  auto isWidenedScores = [&](uint32_t r) {
+    return program[r].op == ElementwiseOp::Convert && program[r].type == DType::F32 &&
+           isLoadOf(program[r].operands[0], 0, scores.dtype);
+  };
+  uint32_t a = add.operands[0], b = add.operands[1];
+  return (isWidenedScores(a) && isLoadOf(b, 1, DType::F32)) || (isWidenedScores(b) && isLoadOf(a, 1, DType::F32));
+}
 
 bool isColumnSumOf(const Plan& plan, const Step& step, BufferId grad) {
   if (step.kind != StepKind::Reduction || step.inputs.size() != 1 || step.outputs.size() != 1 ||
@@ -285,6 +314,11 @@ std::optional<HeadParts> classificationHead(const Plan& plan, std::size_t index)
   if (at < steps.size() && steps[at].kind == StepKind::Elementwise) {
     std::optional<std::pair<DType, DType>> dtypes = plainConversion(plan, steps[at]);
     parts.widens = dtypes && dtypes->second == DType::F32;
+    if (!parts.widens)
+      return std::nullopt;
+    ++at;
+  } else if (at < steps.size() && steps[at].kind == StepKind::FusedElementwise) {
+    parts.widens = parts.biased = biasedWidening(plan, steps[at]);
     if (!parts.widens)
       return std::nullopt;
     ++at;
@@ -329,6 +363,8 @@ std::optional<HeadParts> classificationHead(const Plan& plan, std::size_t index)
   BufferId lowGrad = parts.narrows ? steps[afterGradient].outputs[0] : kNoBuffer;
   BufferId sums = parts.sums ? steps[afterGradient + parts.narrows].outputs[0] : kNoBuffer;
   std::vector<BufferId> firstReads = {source, loss.inputs[1], gradient.inputs[0]};
+  if (parts.biased)
+    firstReads.push_back(steps[index].inputs[1]);
   std::vector<BufferId> firstWrites = {grad};
   if (parts.widens)
     firstWrites.push_back(steps[index].outputs[0]);
@@ -469,17 +505,19 @@ Expected<std::unique_ptr<DeviceStep>> makeClassificationHeadStep(const Plan& pla
   if (parts->narrows)
     head.low = storage(plan.buffers[steps[parts->widens + 2]->outputs[0]].type.dtype);
   // Where each buffer is in the group's slots: each step's inputs, then
-  // outputs, one step after another (widen: [low scores] -> [scores]; loss:
-  // [scores, labels] -> [loss]; gradient: [seed, scores, labels] -> [grad];
-  // narrow: [grad] -> [low grad]; sum: [grad] -> [column sums]).
+  // outputs, one step after another (widen: [low scores] or [low scores,
+  // bias] -> [scores]; loss: [scores, labels] -> [loss]; gradient: [seed,
+  // scores, labels] -> [grad]; narrow: [grad] -> [low grad]; sum: [grad] ->
+  // [column sums]).
   struct Slots {
-    std::size_t scores, labels, seed, wide, loss, grad, low, sums;
+    std::size_t scores, bias, labels, seed, wide, loss, grad, low, sums;
   } at{};
   std::size_t in = 0, out = 0;
   const std::size_t kAbsent = std::size_t(-1);
-  at.wide = at.low = at.sums = kAbsent;
+  at.bias = at.wide = at.low = at.sums = kAbsent;
   if (parts->widens) {
-    in += 1;
+    in += parts->biased ? 2 : 1;
+    at.bias = parts->biased ? 1 : kAbsent;
     at.wide = out++;
   }
   at.scores = parts->widens ? 0 : in;
@@ -497,8 +535,9 @@ Expected<std::unique_ptr<DeviceStep>> makeClassificationHeadStep(const Plan& pla
     at.sums = out++;
   return makeStep(loss, 0, [head, geometry, at, kAbsent](const StepPointers& p, cudaStream_t stream) {
     auto output = [&](std::size_t slotIndex) { return slotIndex == kAbsent ? nullptr : slot(p.outputs, slotIndex); };
+    const float* bias = at.bias == kAbsent ? nullptr : static_cast<const float*>(slot(p.inputs, at.bias));
     return nk::launchClassificationHead(
-        head, geometry, slot(p.inputs, at.scores), static_cast<const int64_t*>(slot(p.inputs, at.labels)),
+        head, geometry, slot(p.inputs, at.scores), bias, static_cast<const int64_t*>(slot(p.inputs, at.labels)),
         static_cast<const float*>(slot(p.inputs, at.seed)), static_cast<float*>(output(at.wide)),
         static_cast<float*>(output(at.loss)), static_cast<float*>(output(at.grad)), output(at.low),
         static_cast<float*>(output(at.sums)), stream);

@@ -378,6 +378,50 @@ TEST(LaunchGroups, NotWhenTheSumWritesOverTheNarrowInput) {
   EXPECT_EQ(cuda::launchGroups(live), (Groups{{0, 1}, {1, 3}, {3, 4}, {4, 5}})) << printPlan(live);
 }
 
+/// An O1 classifier's last layer: its f16 product widened and the f32 bias
+/// combined by `op` in one FusedElementwise step, then the cross-entropy,
+/// its gradient and the gradient's narrowing.
+Plan widenedProductWithBias(ElementwiseOp op, Shape biasShape = {10}) {
+  PlanBuilder b("biased_head");
+  BufferId product = b.argument(tt(DType::F16, {64, 10}), BufferRole::Input, "product");
+  BufferId bias = b.argument(tt(DType::F32, biasShape), BufferRole::Param, "bias");
+  BufferId labels = b.argument(tt(DType::I64, {64}), BufferRole::Input, "labels");
+  BufferId seed = b.argument(tt(DType::F32, {}), BufferRole::ScalerState, "scale");
+  BufferId scores = b.temporary(tt(DType::F32, {64, 10}));
+  Step widen;
+  widen.kind = StepKind::FusedElementwise;
+  FusedElementwiseParams program;
+  program.program = {{ElementwiseOp::Load, DType::F16, {0, 0, 0}, 0.0},
+                     {ElementwiseOp::Convert, DType::F32, {0, 0, 0}, 0.0},
+                     {ElementwiseOp::Load, DType::F32, {1, 0, 0}, 0.0},
+                     {op, DType::F32, {1, 2, 0}, 0.0}};
+  program.outputs = {3};
+  widen.params = program;
+  widen.inputs = {product, bias};
+  widen.outputs = {scores};
+  b.step(widen);
+  BufferId loss = b.output(tt(DType::F32, {}));
+  BufferId grad = b.temporary(tt(DType::F32, {64, 10}));
+  BufferId lowGrad = b.output(tt(DType::F16, {64, 10}));
+  b.op("jit.cross_entropy", {scores, labels}, {loss});
+  b.op("jit.cross_entropy_grad", {seed, scores, labels}, {grad});
+  b.op("amp.cast", {grad}, {lowGrad});
+  b.result(loss);
+  b.result(lowGrad);
+  return b.finish();
+}
+
+TEST(LaunchGroups, AnO1HeadTakesTheWideningAndBiasAddBeforeIt) {
+  Plan plan = widenedProductWithBias(ElementwiseOp::Add);
+  EXPECT_EQ(cuda::classificationHeadLength(plan, 0), 4u) << printPlan(plan);
+  EXPECT_EQ(cuda::launchGroups(plan), (Groups{{0, 4}}));
+  // Any other program, or a bias that is not one per class, stays apart.
+  for (Plan other : {widenedProductWithBias(ElementwiseOp::Mul), widenedProductWithBias(ElementwiseOp::Add, {64, 10})}) {
+    EXPECT_EQ(cuda::classificationHeadLength(other, 0), 0u) << printPlan(other);
+    EXPECT_EQ(cuda::launchGroups(other), (Groups{{0, 1}, {1, 4}})) << printPlan(other);
+  }
+}
+
 /// A relu gradient in f32 and its sum over the first dimension (a bias
 /// gradient); `extraReader` also reads the gradient after the sum,
 /// `returned` makes it a result.
