@@ -390,6 +390,13 @@ TEST(CompileKernels, EveryKernelOfATracedResNet50StepForTheGpu) {
   EXPECT_GT(deferredLaunches, 5u);
   EXPECT_LT(deferredLaunches, 60u);
   size_t launches = cuda::launchesPerRun(plan, groups);
+  // The fc layer's widening and f32 bias add run in the classifier head's launch.
+  EXPECT_LE(launches, 348u);
+  size_t heads = 0;
+  for (auto [begin, end] : groups)
+    heads += cuda::classificationHeadLength(plan, begin) == end - begin &&
+             plan.steps[begin].kind == rt::StepKind::FusedElementwise;
+  EXPECT_EQ(heads, 1u);
   size_t distinct = 0;
   auto start = std::chrono::steady_clock::now();
   std::vector<std::string> failures = compileAll(kernels, &distinct);
@@ -521,4 +528,50 @@ TEST(CompileKernels, OptionsAndCacheDirectory) {
   ::unsetenv("AMPJIT_KERNEL_CACHE");
   if (savedHome)
     ::setenv("HOME", home.c_str(), 1);
+}
+
+namespace {
+
+/// mlp9's step at test size, as jit::trace compiles it for the CUDA backend
+/// at O1-f16: `layers` Linear(64) layers (no activation) with an MSE loss,
+/// SGD and a dynamic loss scaler.
+rt::Plan cudaMlpStepPlan(int layers) {
+  jit::Generator generator(3);
+  jit::nn::Sequential model;
+  for (int i = 0; i < layers; ++i)
+    model.push_back(jit::nn::Linear(64, 64, true, {.generator = &generator}));
+  jit::optim::SGD opt(model.parameters(), {.lr = 0.01});
+  jit::amp::GradScaler scaler;
+  auto step = jit::trace(
+      [&](const jit::Tensor& x, const jit::Tensor& y) {
+        opt.zero_grad();
+        jit::Tensor loss = jit::mse_loss(model(x), y);
+        scaler.scale(loss).backward();
+        scaler.step(opt);
+        scaler.update();
+        return loss;
+      },
+      {.backend = jit::Backend::cpu});
+  step(jit::randn({48, 64}, jit::f32, &generator), jit::randn({48, 64}, jit::f32, &generator));
+  return ampjit::testing::compileSource(step.traced_module(), "mlp",
+                                        "amp-pipeline{level=O1 dtype=f16 target=sm_90 keep-parameter-casts=true}",
+                                        {.fuseElementwise = true, .fuseGemmEpilogues = true})
+      .plan;
+}
+
+} // namespace
+
+TEST(CompileKernels, EachHiddenBiasGradientOfAnMlpIsOneLaunch) {
+  // Each hidden layer's f32 bias gradient is its f16 output gradient widened
+  // and summed: one launch that reads the f16 gradient (widenedReductionAt),
+  // for every layer but the last, whose gradient the loss gives in f32.
+  const int layers = 4;
+  rt::Plan plan = cudaMlpStepPlan(layers);
+  size_t widened = 0, reductionsAlone = 0;
+  for (auto [begin, end] : cuda::launchGroups(plan)) {
+    widened += end - begin == 2 && cuda::widenedReductionAt(plan, begin);
+    reductionsAlone += end - begin == 1 && plan.steps[begin].kind == rt::StepKind::Reduction;
+  }
+  EXPECT_EQ(widened, size_t(layers - 1)) << rt::printPlan(plan);
+  EXPECT_EQ(reductionsAlone, 1u) << rt::printPlan(plan);
 }
