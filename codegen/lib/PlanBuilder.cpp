@@ -171,6 +171,7 @@ public:
     if (options.fuseElementwise)
       fuseElementwiseSteps(plan);
     readGradientsBeforeTheirReshape(plan);
+    sinkGradientTransposesToTheirCheck(plan);
     if (options.deferOptimizerUpdates)
       deferOptimizerUpdates(plan, options.deferMinimumElements);
     layOutArena();

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "GpuTestUtil.h"
+#include "cuda/DeviceStep.h"
 #include "cuda/FiniteCheckSchedule.h"
 #include "RuntimeTestUtil.h"
 
@@ -417,21 +418,14 @@ Plan reluGradientWithColumnSums(DType low, const Shape& shape, const Shape& ySha
   BufferId y = b.argument(tt(low, yShape), BufferRole::Input, "y");
   BufferId gradient = b.output(tt(low, shape));
   BufferId wide = b.temporary(tt(DType::F32, shape));
-  Step fused;
-  fused.kind = StepKind::FusedElementwise;
-  FusedElementwiseParams program;
-  program.program = {
-      {ElementwiseOp::Load, low, {0, 0, 0}, 0.0},
-      {ElementwiseOp::Load, low, {1, 0, 0}, 0.0},
-      {ElementwiseOp::ReluGrad, low, {0, 1, 0}, 0.0},
-      {ElementwiseOp::Convert, DType::F32, {2, 0, 0}, 0.0},
-  };
-  program.outputs = {2, 3};
-  fused.params = program;
-  fused.inputs = {dy, y};
-  fused.outputs = {gradient, wide};
-  fused.origin = "fused(jit.relu_grad, amp.cast)";
-  b.step(fused);
+  b.fused(
+      {
+          {ElementwiseOp::Load, low, {0, 0, 0}, 0.0},
+          {ElementwiseOp::Load, low, {1, 0, 0}, 0.0},
+          {ElementwiseOp::ReluGrad, low, {0, 1, 0}, 0.0},
+          {ElementwiseOp::Convert, DType::F32, {2, 0, 0}, 0.0},
+      },
+      {2, 3}, {dy, y}, {gradient, wide}, "fused(jit.relu_grad, amp.cast)");
   Shape reduced(shape.begin() + 1, shape.end());
   BufferId sums = b.output(tt(DType::F32, reduced));
   b.op("jit.sum", {wide}, {sums}, {{"axes", std::vector<int64_t>{0}}});
@@ -499,6 +493,47 @@ TEST_F(GpuTest, AnElementwiseStepAndItsColumnSumsInOneLaunchGiveTheBitsOfTheTwoS
       EXPECT_TRUE(allClose(both->cpuResults[1], both->cudaResults[1], 1.0 + double(c.shape[0]) / 64))
           << what << ": the sums";
     }
+}
+
+TEST_F(GpuTest, ConsecutiveTransposesInOneLaunchCopyTheCpusBits) {
+  // A ResNet's weight-gradient transposes, gathered before the finiteness
+  // check (OHWI back to OIHW), and a transpose of several chunks: one
+  // multi-tensor launch for the f16 ones; the f32 one has another element
+  // size and a launch of its own; the last reads what the first wrote.
+  PlanBuilder b("transposes");
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> perm;
+    DType dtype;
+  };
+  const Case cases[] = {{{64, 3, 3, 32}, {0, 3, 1, 2}, DType::F16},
+                        {{8, 7, 7, 3}, {0, 3, 1, 2}, DType::F16},
+                        {{5, 1000}, {1, 0}, DType::F16},
+                        {{6, 3, 3, 4}, {0, 3, 1, 2}, DType::F32}};
+  std::vector<BufferId> outputs;
+  for (const Case& c : cases) {
+    Shape transposed;
+    for (int64_t axis : c.perm)
+      transposed.push_back(c.shape[size_t(axis)]);
+    BufferId x = b.argument(tt(c.dtype, c.shape), BufferRole::Input);
+    BufferId y = b.output(tt(c.dtype, transposed));
+    b.op("jit.transpose", {x}, {y}, {{"perm", c.perm}});
+    outputs.push_back(y);
+  }
+  BufferId back = b.output(tt(DType::F16, {64, 3, 3, 32}));
+  b.op("jit.transpose", {outputs[0]}, {back}, {{"perm", std::vector<int64_t>{0, 2, 3, 1}}});
+  for (BufferId y : outputs)
+    b.result(y);
+  b.result(back);
+  Plan plan = b.finish();
+  EXPECT_EQ(cuda::launchGroups(plan), (std::vector<std::pair<size_t, size_t>>{{0, 3}, {3, 4}, {4, 5}}));
+  Expected<std::unique_ptr<Executable>> executable = cuda->prepare(plan);
+  ASSERT_TRUE(executable.ok()) << executable.message();
+  EXPECT_EQ(cuda->stats(**executable).launchesPerRun, 3);
+  Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, randomArguments(plan, 9, -8, 8), 2);
+  ASSERT_TRUE(both.ok()) << both.message();
+  for (size_t k = 0; k < both->cpuResults.size(); ++k)
+    EXPECT_TRUE(both->cpuResults[k].bitwiseEqual(both->cudaResults[k])) << "result " << k;
 }
 
 TEST_F(GpuTest, SplitFiniteCheckEqualsOneCheck) {

@@ -522,21 +522,14 @@ TEST_F(GpuTest, AnO1HeadWidensItsScoresAddsTheBiasAndRunsTheLossInOneLaunch) {
         BufferId labels = b.argument(tt(DType::I64, {c.rows}), BufferRole::Input, "labels");
         BufferId seed = b.argument(tt(DType::F32, {}), BufferRole::ScalerState, "scale");
         BufferId scores = b.output(tt(DType::F32, shape));
-        Step widen;
-        widen.kind = StepKind::FusedElementwise;
-        FusedElementwiseParams program;
-        program.program = {
-            {ElementwiseOp::Load, low, {0, 0, 0}, 0.0},
-            {ElementwiseOp::Convert, DType::F32, {0, 0, 0}, 0.0},
-            {ElementwiseOp::Load, DType::F32, {1, 0, 0}, 0.0},
-            {ElementwiseOp::Add, DType::F32, {biasFirst ? 2u : 1u, biasFirst ? 1u : 2u, 0}, 0.0},
-        };
-        program.outputs = {3};
-        widen.params = program;
-        widen.inputs = {product, bias};
-        widen.outputs = {scores};
-        widen.origin = "fused(amp.cast, jit.add)";
-        b.step(widen);
+        b.fused(
+            {
+                {ElementwiseOp::Load, low, {0, 0, 0}, 0.0},
+                {ElementwiseOp::Convert, DType::F32, {0, 0, 0}, 0.0},
+                {ElementwiseOp::Load, DType::F32, {1, 0, 0}, 0.0},
+                {ElementwiseOp::Add, DType::F32, {biasFirst ? 2u : 1u, biasFirst ? 1u : 2u, 0}, 0.0},
+            },
+            {3}, {product, bias}, {scores}, "fused(amp.cast, jit.add)");
         BufferId value = b.output(tt(DType::F32, {}));
         BufferId grad = b.output(tt(DType::F32, shape));
         BufferId lowGrad = b.output(tt(low, shape));

@@ -134,6 +134,11 @@ std::optional<std::pair<DType, DType>> plainConversion(const Plan& plan, const S
 /// dtypes, each reading nothing the other writes (an O1 step's parameter
 /// casts), that one multi-tensor launch can run.
 bool canShareConvertLaunch(const Plan& plan, const Step& first, const Step& next);
+/// Consecutive Transpose steps (a ResNet's weight-gradient transposes, which
+/// codegen gathers before the finiteness check) of one element size, each
+/// reading nothing the other writes, whose copies the multi-tensor layout
+/// kernel takes (at most 4 strided dimensions, 32-bit offsets): one launch.
+bool canShareCopyLaunch(const Plan& plan, const Step& first, const Step& next);
 /// A Loss step and the LossGrad step right after it, on the same scores and
 /// labels, that one launch can run (a small reduced classification loss:
 /// NumericKernels.h's lossAndGradientShareALaunch).
@@ -173,7 +178,8 @@ Expected<std::unique_ptr<DeviceStep>> makeWidenedReductionStep(const Plan& plan,
 /// The plan's steps as the backend launches them, as [begin, end) ranges:
 /// consecutive updates canShareOptimizerLaunch allows share a multi-tensor
 /// launch, and so do consecutive conversions canShareConvertLaunch allows
-/// pairwise, a classification head (classificationHeadLength), a widened
+/// pairwise, and consecutive transposes canShareCopyLaunch allows pairwise,
+/// a classification head (classificationHeadLength), a widened
 /// reduction (widenedReductionAt), an elementwise step with its column sums
 /// (columnSummedElementwiseAt) and otherwise
 /// a loss with its gradient (canShareLossLaunch); never across the deferred

@@ -5,6 +5,7 @@
 
 #include "UpdateKernels.h"
 #include "DeviceIndexing.cuh"
+#include "MultiTensor.cuh"
 
 #include <cuda_runtime.h>
 
@@ -35,6 +36,40 @@ bool indexFitsInt32(int64_t count, const StridedCopyShape& shape) {
     largestOffset += (shape.dims[d] - 1) * shape.inStrides[d];
   int64_t limit = int64_t(INT32_MAX) - kMaxBlocks * kThreads;
   return count < limit && largestOffset < limit;
+}
+
+using StridedCopyTable = TensorTable<StridedCopyTensor, 32>;
+static_assert(sizeof(StridedCopyTable) < 4096, "kernel arguments must stay under 4 KB");
+
+/// Grouped layout copies (a ResNet's weight-gradient transposes): each block
+/// one chunk of one tensor, every load before any store.
+template <typename Element>
+__global__ void stridedCopiesKernel(StridedCopyTable table) {
+  BlockChunk at = blockChunk(table.chunks, table.size);
+  const StridedCopyTensor& x = table.tensors[at.tensor];
+  const Element* in = static_cast<const Element*>(x.in);
+  int32_t begin = int32_t(at.chunk * kChunkElements) + int32_t(threadIdx.x);
+  Element values[kElementsPerThread];
+  for (int k = 0; k < kElementsPerThread; ++k) {
+    int32_t i = begin + k * kThreads;
+    if (i < x.count)
+      values[k] = in[stridedOffset<int32_t>(x.rank, x.dims, x.inStrides, i)];
+  }
+  for (int k = 0; k < kElementsPerThread; ++k) {
+    int32_t i = begin + k * kThreads;
+    if (i < x.count)
+      static_cast<Element*>(x.out)[i] = values[k];
+  }
+}
+
+template <typename Element>
+cudaError_t stridedCopiesAs(const StridedCopyTensor* tensors, std::size_t tensorCount, cudaStream_t stream) {
+  auto launch = [&](const StridedCopyTable& table) {
+    unsigned blocks = unsigned(table.chunks.blocks(table.size));
+    stridedCopiesKernel<Element><<<blocks, kThreads, 0, stream>>>(table);
+    return cudaGetLastError();
+  };
+  return launchInTables<StridedCopyTable>(tensors, tensorCount, kChunkElements, launch);
 }
 
 __global__ void streamHoldKernel(StreamHold* hold, long long maxPolls) {
@@ -82,6 +117,26 @@ cudaError_t launchStridedCopy(const void* in, void* out, int64_t count, int32_t 
   case 2: return stridedCopyAs<uint16_t>(in, out, count, shape, stream);
   case 4: return stridedCopyAs<uint32_t>(in, out, count, shape, stream);
   case 8: return stridedCopyAs<unsigned long long>(in, out, count, shape, stream);
+  default: return cudaErrorInvalidValue;
+  }
+}
+
+bool groupsStridedCopy(int64_t count, const StridedCopyShape& shape) {
+  // The chunk index times the chunk, plus a chunk, must fit too.
+  return !shape.wideIndex && shape.rank <= kMaxGroupedCopyRank && count + kChunkElements < int64_t(INT32_MAX) &&
+         indexFitsInt32(count, shape);
+}
+
+cudaError_t launchStridedCopies(int32_t elementBytes, const StridedCopyTensor* tensors, std::size_t tensorCount,
+                                cudaStream_t stream) {
+  for (std::size_t k = 0; k < tensorCount; ++k)
+    if (tensors[k].rank < 0 || tensors[k].rank > kMaxGroupedCopyRank)
+      return cudaErrorInvalidValue;
+  switch (elementBytes) {
+  case 1: return stridedCopiesAs<uint8_t>(tensors, tensorCount, stream);
+  case 2: return stridedCopiesAs<uint16_t>(tensors, tensorCount, stream);
+  case 4: return stridedCopiesAs<uint32_t>(tensors, tensorCount, stream);
+  case 8: return stridedCopiesAs<unsigned long long>(tensors, tensorCount, stream);
   default: return cudaErrorInvalidValue;
   }
 }

@@ -13,6 +13,7 @@
 // finiteness check of 50 MB on the H200).
 
 #include "UpdateKernels.h"
+#include "MultiTensor.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -23,55 +24,6 @@
 namespace ampjit::runtime::cuda::update {
 
 namespace {
-
-/// Which blocks of a multi-tensor launch cover which tensor: tensor t owns
-/// blocks [firstBlock[t], firstBlock[t + 1]), each of them one chunk of the
-/// tensor's units (elements, or 16-byte vectors for the finiteness check)
-/// in order. The host fills it as tensors join a table (add) and launches
-/// blocks() blocks.
-template <int N>
-struct BlockChunks {
-  int32_t firstBlock[N + 1];
-
-  /// Tensor `size`'s blocks start where the last tensor's end; false when
-  /// the grid would pass what a launch takes.
-  __host__ bool add(int size, int64_t units, int64_t unitsPerBlock) {
-    int64_t next = int64_t(firstBlock[size]) + (units + unitsPerBlock - 1) / unitsPerBlock;
-    if (next > int64_t(INT32_MAX))
-      return false;
-    firstBlock[size + 1] = int32_t(next);
-    return true;
-  }
-  __host__ int32_t blocks(int size) const { return firstBlock[size]; }
-};
-
-/// This block's tensor and the index of its chunk within it, by binary
-/// search over firstBlock (log2 of the table's size steps).
-struct BlockChunk {
-  int tensor;
-  int64_t chunk;
-};
-template <int N>
-__device__ BlockChunk blockChunk(const BlockChunks<N>& chunks, int size) {
-  int32_t block = int32_t(blockIdx.x);
-  int low = 0, high = size - 1; // the last t with firstBlock[t] <= block
-  while (low < high) {
-    int middle = (low + high + 1) / 2;
-    if (chunks.firstBlock[middle] <= block)
-      low = middle;
-    else
-      high = middle - 1;
-  }
-  return BlockChunk{low, int64_t(block - chunks.firstBlock[low])};
-}
-
-/// Elements each thread of a chunked launch handles: a chunk is
-/// kThreads * kElementsPerThread elements, thread x taking x, x + kThreads, ...
-/// (coalesced), their loads issued before their stores where the kernel
-/// allows (SGD, conversion). One element per thread reached about half of an H200's
-/// memory bandwidth on mlp9's update.
-constexpr int kElementsPerThread = 4;
-constexpr int64_t kChunkElements = int64_t(kThreads) * kElementsPerThread;
 
 /// Element i widened to C (float or double); exact for every dtype C holds.
 template <typename C>
@@ -497,12 +449,7 @@ __global__ void optimizerKernel(OptimizerArguments args) {
     updateScale(args.scaleUpdate.config, args.scaleUpdate.pointers);
 }
 
-constexpr int kMaxConvertTensors = 128;
-struct ConvertTable {
-  ConvertTensor tensors[kMaxConvertTensors];
-  BlockChunks<kMaxConvertTensors> chunks;
-  int size;
-};
+using ConvertTable = TensorTable<ConvertTensor, 128>;
 static_assert(sizeof(ConvertTable) < 4096, "kernel arguments must stay under 4 KB");
 
 __global__ void convertKernel(ElementType from, ElementType to, ConvertTable table) {
@@ -527,23 +474,12 @@ __global__ void convertKernel(ElementType from, ElementType to, ConvertTable tab
 
 cudaError_t launchConvert(ElementType from, ElementType to, const ConvertTensor* tensors, std::size_t tensorCount,
                           cudaStream_t stream) {
-  ConvertTable table{};
-  for (std::size_t k = 0; k < tensorCount; ++k) {
-    if (tensors[k].count > 0) {
-      if (!table.chunks.add(table.size, tensors[k].count, kChunkElements))
-        return cudaErrorInvalidValue;
-      table.tensors[table.size++] = tensors[k];
-    }
-    bool last = k + 1 == tensorCount;
-    if (table.size == kMaxConvertTensors || (last && table.size > 0)) {
-      convertKernel<<<unsigned(table.chunks.blocks(table.size)), kThreads, 0, stream>>>(from, to, table);
-      cudaError_t error = cudaGetLastError();
-      if (error != cudaSuccess)
-        return error;
-      table.size = 0;
-    }
-  }
-  return cudaSuccess;
+  auto launch = [&](const ConvertTable& table) {
+    unsigned blocks = unsigned(table.chunks.blocks(table.size));
+    convertKernel<<<blocks, kThreads, 0, stream>>>(from, to, table);
+    return cudaGetLastError();
+  };
+  return launchInTables<ConvertTable>(tensors, tensorCount, kChunkElements, launch);
 }
 
 cudaError_t launchScaleLoss(const void* loss, void* scaled, ElementType type, const float* scale, bool computeF64,

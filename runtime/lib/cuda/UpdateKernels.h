@@ -22,6 +22,14 @@ namespace ampjit::runtime::cuda::update {
 /// multi-tensor update kernels size their grid by their tensors' chunks.
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 4096;
+/// Elements each thread of a multi-tensor launch handles: a chunk (one
+/// block, MultiTensor.cuh) is kThreads * kElementsPerThread elements, thread
+/// x taking x, x + kThreads, ... (coalesced), their loads issued before their
+/// stores where the kernel allows (SGD, conversion, layout copies). One
+/// element per thread reached about half of an H200's memory bandwidth on
+/// mlp9's update.
+constexpr int kElementsPerThread = 4;
+constexpr int64_t kChunkElements = int64_t(kThreads) * kElementsPerThread;
 
 inline unsigned blocksFor(int64_t count) {
   int64_t blocks = (count + kThreads - 1) / kThreads;
@@ -204,6 +212,25 @@ struct StridedCopyShape {
 /// elementBytes is 1, 2, 4 or 8.
 cudaError_t launchStridedCopy(const void* in, void* out, int64_t count, int32_t elementBytes,
                               const StridedCopyShape& shape, cudaStream_t stream);
+
+/// One tensor of a grouped layout copy: a StridedCopyShape of at most
+/// kMaxGroupedCopyRank dimensions whose every offset fits in 32 bits.
+inline constexpr int kMaxGroupedCopyRank = 4;
+struct StridedCopyTensor {
+  const void* in;
+  void* out;
+  int64_t count;
+  int32_t rank;
+  int64_t dims[kMaxGroupedCopyRank];
+  int64_t inStrides[kMaxGroupedCopyRank];
+};
+/// Whether launchStridedCopies takes a copy of this shape and count.
+bool groupsStridedCopy(int64_t count, const StridedCopyShape& shape);
+/// Every tensor's strided copy (all of elementBytes 1, 2, 4 or 8) in one
+/// multi-tensor launch per table of up to 32 tensors; each must pass
+/// groupsStridedCopy, none may write what another reads.
+cudaError_t launchStridedCopies(int32_t elementBytes, const StridedCopyTensor* tensors, std::size_t tensorCount,
+                                cudaStream_t stream);
 
 /// Every element of out = the low `elementBytes` bytes of `bits` (little-endian).
 cudaError_t launchFill(void* out, int64_t count, int32_t elementBytes, uint64_t bits, cudaStream_t stream);

@@ -420,6 +420,60 @@ private:
   update::StridedCopyShape shape_;
 };
 
+/// A BroadcastTo or Transpose step's copy: output dims and the input stride
+/// each walks, collapsed.
+Expected<update::StridedCopyShape> stridedCopyShapeOf(const Plan& plan, const Step& step) {
+  const TensorType &in = typeOf(plan, step.inputs[0]), &out = typeOf(plan, step.outputs[0]);
+  std::vector<int64_t> strides;
+  if (step.kind == StepKind::BroadcastTo) {
+    strides = broadcastStrides(in.shape, out.shape);
+  } else {
+    std::vector<int64_t> inStrides = contiguousStrides(in.shape);
+    for (int64_t dim : step.as<TransposeParams>().perm)
+      strides.push_back(inStrides[size_t(dim)]);
+  }
+  Expected<update::StridedCopyShape> shape = collapse(out.shape, strides);
+  if (!shape)
+    return Status::error(stepName(step) + ": " + shape.message());
+  return shape;
+}
+
+/// Consecutive transposes as one multi-tensor launch (canShareCopyLaunch).
+class StridedCopyGroupStep final : public DeviceStep {
+public:
+  /// `steps` verified by makeLaunchGroupStep.
+  StridedCopyGroupStep(const Plan& plan, std::span<const Step* const> steps, std::vector<update::StridedCopyShape> shapes)
+      : origin_(stepName(*steps.front())), elementBytes_(int32_t(dtypeSize(typeOf(plan, steps.front()->outputs[0]).dtype))) {
+    for (size_t k = 0; k < steps.size(); ++k) {
+      update::StridedCopyTensor tensor{};
+      tensor.count = typeOf(plan, steps[k]->outputs[0]).elementCount();
+      tensor.rank = shapes[k].rank;
+      for (int d = 0; d < shapes[k].rank; ++d) {
+        tensor.dims[d] = shapes[k].dims[d];
+        tensor.inStrides[d] = shapes[k].inStrides[d];
+      }
+      tensors_.push_back(tensor);
+    }
+  }
+
+  Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
+    if (pointers.inputs.size() != tensors_.size() || pointers.outputs.size() != tensors_.size())
+      return Status::error(origin_ + ": enqueued with the wrong number of buffers");
+    for (size_t k = 0; k < tensors_.size(); ++k) {
+      tensors_[k].in = pointers.inputs[k];
+      tensors_[k].out = pointers.outputs[k];
+    }
+    AMPJIT_CUDA_RETURN_IF_ERROR(update::launchStridedCopies(elementBytes_, tensors_.data(), tensors_.size(), stream),
+                                origin_);
+    return Status::success();
+  }
+
+private:
+  std::string origin_;
+  int32_t elementBytes_;
+  std::vector<update::StridedCopyTensor> tensors_;
+};
+
 class ConstantStep final : public DeviceStep {
 public:
   ConstantStep(const Step& step, const TensorType& out)
@@ -522,19 +576,10 @@ Expected<std::unique_ptr<DeviceStep>> makeUpdateStep(DeviceContext& context, con
   case StepKind::Reshape: return upcast(std::make_unique<ReshapeStep>(plan, step));
   case StepKind::BroadcastTo:
   case StepKind::Transpose: {
-    const TensorType &in = typeOf(plan, step.inputs[0]), &out = typeOf(plan, step.outputs[0]);
-    std::vector<int64_t> strides;
-    if (step.kind == StepKind::BroadcastTo) {
-      strides = broadcastStrides(in.shape, out.shape);
-    } else {
-      std::vector<int64_t> inStrides = contiguousStrides(in.shape);
-      for (int64_t dim : step.as<TransposeParams>().perm)
-        strides.push_back(inStrides[size_t(dim)]);
-    }
-    Expected<update::StridedCopyShape> shape = collapse(out.shape, strides);
+    Expected<update::StridedCopyShape> shape = stridedCopyShapeOf(plan, step);
     if (!shape)
-      return Status::error(stepName(step) + ": " + shape.message());
-    return upcast(std::make_unique<StridedCopyStep>(step, out, *shape));
+      return shape.status();
+    return upcast(std::make_unique<StridedCopyStep>(step, typeOf(plan, step.outputs[0]), *shape));
   }
   case StepKind::Constant: {
     auto constant = std::make_unique<ConstantStep>(step, typeOf(plan, step.outputs[0]));
@@ -618,6 +663,18 @@ bool canShareConvertLaunch(const Plan& plan, const Step& first, const Step& next
   return dtypes && dtypes == plainConversion(plan, next) && !stepsConflict(plan, first, next);
 }
 
+bool canShareCopyLaunch(const Plan& plan, const Step& first, const Step& next) {
+  auto groups = [&](const Step& step) {
+    if (step.kind != StepKind::Transpose || step.inputs.size() != 1 || step.outputs.size() != 1)
+      return false;
+    Expected<update::StridedCopyShape> shape = stridedCopyShapeOf(plan, step);
+    return shape && update::groupsStridedCopy(typeOf(plan, step.outputs[0]).elementCount(), *shape);
+  };
+  return groups(first) && groups(next) &&
+         dtypeSize(typeOf(plan, first.outputs[0]).dtype) == dtypeSize(typeOf(plan, next.outputs[0]).dtype) &&
+         !stepsConflict(plan, first, next);
+}
+
 bool finiteCheckTakesQuotient(const Plan& plan, std::size_t index) {
   if (index + 1 >= plan.steps.size())
     return false;
@@ -682,11 +739,13 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) 
         elements += parameterElements(end++);
       if (index >= deferred && scaleUpdateJoins(plan, index, end))
         ++end;
-    } else if (plainConversion(plan, plan.steps[index])) {
+    } else if (plainConversion(plan, plan.steps[index]) || plan.steps[index].kind == StepKind::Transpose) {
       // Each must also be independent of every earlier one of the group.
+      bool converts = plan.steps[index].kind != StepKind::Transpose;
       auto independent = [&](std::size_t next) {
         for (std::size_t k = index; k < next; ++k)
-          if (!canShareConvertLaunch(plan, plan.steps[k], plan.steps[next]))
+          if (converts ? !canShareConvertLaunch(plan, plan.steps[k], plan.steps[next])
+                       : !canShareCopyLaunch(plan, plan.steps[k], plan.steps[next]))
             return false;
         return true;
       };
@@ -784,6 +843,19 @@ Expected<std::unique_ptr<DeviceStep>> makeLaunchGroupStep(DeviceContext& context
         if (!canShareConvertLaunch(plan, *steps[j], *steps[k]))
           return Status::error(stepName(*steps[k]) + " cannot share a launch with " + stepName(*steps[j]));
     return upcast(std::make_unique<ConvertGroupStep>(plan, steps));
+  }
+  if (first.kind == StepKind::Transpose) {
+    std::vector<update::StridedCopyShape> shapes;
+    for (size_t k = 0; k < steps.size(); ++k) {
+      for (size_t j = 0; j < k; ++j)
+        if (!canShareCopyLaunch(plan, *steps[j], *steps[k]))
+          return Status::error(stepName(*steps[k]) + " cannot share a launch with " + stepName(*steps[j]));
+      Expected<update::StridedCopyShape> shape = stridedCopyShapeOf(plan, *steps[k]);
+      if (!shape)
+        return shape.status();
+      shapes.push_back(*shape);
+    }
+    return upcast(std::make_unique<StridedCopyGroupStep>(plan, steps, std::move(shapes)));
   }
   return makeOptimizerGroupStep(context, plan, steps);
 }

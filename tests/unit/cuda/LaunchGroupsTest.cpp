@@ -388,18 +388,11 @@ Plan widenedProductWithBias(ElementwiseOp op, Shape biasShape = {10}) {
   BufferId labels = b.argument(tt(DType::I64, {64}), BufferRole::Input, "labels");
   BufferId seed = b.argument(tt(DType::F32, {}), BufferRole::ScalerState, "scale");
   BufferId scores = b.temporary(tt(DType::F32, {64, 10}));
-  Step widen;
-  widen.kind = StepKind::FusedElementwise;
-  FusedElementwiseParams program;
-  program.program = {{ElementwiseOp::Load, DType::F16, {0, 0, 0}, 0.0},
-                     {ElementwiseOp::Convert, DType::F32, {0, 0, 0}, 0.0},
-                     {ElementwiseOp::Load, DType::F32, {1, 0, 0}, 0.0},
-                     {op, DType::F32, {1, 2, 0}, 0.0}};
-  program.outputs = {3};
-  widen.params = program;
-  widen.inputs = {product, bias};
-  widen.outputs = {scores};
-  b.step(widen);
+  b.fused({{ElementwiseOp::Load, DType::F16, {0, 0, 0}, 0.0},
+           {ElementwiseOp::Convert, DType::F32, {0, 0, 0}, 0.0},
+           {ElementwiseOp::Load, DType::F32, {1, 0, 0}, 0.0},
+           {op, DType::F32, {1, 2, 0}, 0.0}},
+          {3}, {product, bias}, {scores});
   BufferId loss = b.output(tt(DType::F32, {}));
   BufferId grad = b.temporary(tt(DType::F32, {64, 10}));
   BufferId lowGrad = b.output(tt(DType::F16, {64, 10}));
@@ -420,6 +413,35 @@ TEST(LaunchGroups, AnO1HeadTakesTheWideningAndBiasAddBeforeIt) {
     EXPECT_EQ(cuda::classificationHeadLength(other, 0), 0u) << printPlan(other);
     EXPECT_EQ(cuda::launchGroups(other), (Groups{{0, 1}, {1, 4}})) << printPlan(other);
   }
+}
+
+TEST(LaunchGroups, ConsecutiveIndependentTransposesOfOneElementSizeShareALaunch) {
+  auto transposes = [](DType second, bool chained, Shape firstShape) {
+    PlanBuilder b("transposes");
+    BufferId x = b.argument(tt(DType::F16, firstShape), BufferRole::Input);
+    Shape transposedShape(firstShape.rbegin(), firstShape.rend());
+    std::vector<int64_t> reversed;
+    for (size_t d = firstShape.size(); d-- > 0;)
+      reversed.push_back(int64_t(d));
+    BufferId xt = b.output(tt(DType::F16, transposedShape));
+    b.op("jit.transpose", {x}, {xt}, {{"perm", reversed}});
+    BufferId y = chained ? xt : b.argument(tt(second, {4, 6}), BufferRole::Input);
+    Shape yShape = chained ? transposedShape : Shape{4, 6};
+    std::vector<int64_t> back;
+    for (size_t d = yShape.size(); d-- > 0;)
+      back.push_back(int64_t(d));
+    BufferId yt = b.output(tt(chained ? DType::F16 : second, Shape(yShape.rbegin(), yShape.rend())));
+    b.op("jit.transpose", {y}, {yt}, {{"perm", back}});
+    b.result(xt);
+    b.result(yt);
+    return b.finish();
+  };
+  EXPECT_EQ(cuda::launchGroups(transposes(DType::BF16, false, {3, 5})), (Groups{{0, 2}}));
+  // Another element size; the second reading the first's result; a copy of
+  // more strided dimensions than the grouped kernel takes (5: a reversal).
+  EXPECT_EQ(cuda::launchGroups(transposes(DType::F32, false, {3, 5})), (Groups{{0, 1}, {1, 2}}));
+  EXPECT_EQ(cuda::launchGroups(transposes(DType::F16, true, {3, 5})), (Groups{{0, 1}, {1, 2}}));
+  EXPECT_EQ(cuda::launchGroups(transposes(DType::F16, false, {2, 3, 2, 3, 2})), (Groups{{0, 1}, {1, 2}}));
 }
 
 /// A relu gradient in f32 and its sum over the first dimension (a bias

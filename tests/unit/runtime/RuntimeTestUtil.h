@@ -86,6 +86,19 @@ public:
 
   void step(Step step) { plan_.steps.push_back(std::move(step)); }
 
+  /// Adds a FusedElementwise step (what elementwise fusion writes): `program`
+  /// over `inputs`, registers `stored` into `outputs`.
+  void fused(std::vector<FusedInstruction> program, std::vector<uint32_t> stored, std::vector<BufferId> inputs,
+             std::vector<BufferId> outputs, std::string origin = "fused") {
+    Step step;
+    step.kind = StepKind::FusedElementwise;
+    step.params = FusedElementwiseParams{std::move(program), std::move(stored)};
+    step.inputs = std::move(inputs);
+    step.outputs = std::move(outputs);
+    step.origin = std::move(origin);
+    plan_.steps.push_back(std::move(step));
+  }
+
   void result(BufferId buffer, int32_t tiedArgument = -1) {
     plan_.results.push_back(PlanResult{buffer, tiedArgument});
   }
@@ -252,24 +265,17 @@ inline Plan sampleTrainStep() {
   // relu(h + b) in f16, also widened to f32: one fused step, two outputs.
   BufferId act16 = b.output(tt(DType::F16, {4, 3}));
   BufferId act = b.temporary(tt(DType::F32, {4, 3}));
-  Step fused;
-  fused.kind = StepKind::FusedElementwise;
-  FusedElementwiseParams program;
-  program.program = {
-      {ElementwiseOp::Load, DType::F16, {0, 0, 0}, 0.0},
-      {ElementwiseOp::Load, DType::F16, {1, 0, 0}, 0.0},
-      {ElementwiseOp::Add, DType::F16, {0, 1, 0}, 0.0},
-      {ElementwiseOp::Relu, DType::F16, {2, 0, 0}, 0.0},
-      {ElementwiseOp::Convert, DType::F32, {3, 0, 0}, 0.0},
-      {ElementwiseOp::Constant, DType::F32, {0, 0, 0}, 0.5},
-      {ElementwiseOp::Pow, DType::F32, {4, 0, 0}, 2.0},
-  };
-  program.outputs = {3, 6};
-  fused.params = program;
-  fused.inputs = {h, b16};
-  fused.outputs = {act16, act};
-  fused.origin = "fused(jit.add, jit.relu, amp.cast, jit.pow)";
-  b.step(fused);
+  b.fused(
+      {
+          {ElementwiseOp::Load, DType::F16, {0, 0, 0}, 0.0},
+          {ElementwiseOp::Load, DType::F16, {1, 0, 0}, 0.0},
+          {ElementwiseOp::Add, DType::F16, {0, 1, 0}, 0.0},
+          {ElementwiseOp::Relu, DType::F16, {2, 0, 0}, 0.0},
+          {ElementwiseOp::Convert, DType::F32, {3, 0, 0}, 0.0},
+          {ElementwiseOp::Constant, DType::F32, {0, 0, 0}, 0.5},
+          {ElementwiseOp::Pow, DType::F32, {4, 0, 0}, 2.0},
+      },
+      {3, 6}, {h, b16}, {act16, act}, "fused(jit.add, jit.relu, amp.cast, jit.pow)");
 
   BufferId dropped = b.temporary(tt(DType::F32, {4, 3}));
   BufferId mask = b.temporary(tt(DType::I1, {4, 3}));

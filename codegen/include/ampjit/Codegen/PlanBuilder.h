@@ -65,6 +65,14 @@ void fuseBatchNormEpilogues(runtime::Plan &plan);
 /// Always run; every value stays bit for bit the same.
 void readGradientsBeforeTheirReshape(runtime::Plan &plan);
 
+/// A transpose whose result is first read by the finiteness check (a
+/// convolution's weight gradient in NHWC moved back to OIHW) moves to just
+/// before that check, so the gradients' transposes are consecutive there and
+/// the CUDA backend runs them as one launch. Only where nothing between
+/// writes what it reads or touches what it writes; on a plan whose arena is
+/// not laid out yet. Always run: the values are the same.
+void sinkGradientTransposesToTheirCheck(runtime::Plan &plan);
+
 /// What deferOptimizerUpdates did: the steps it deferred, or why none.
 struct DeferralResult {
   size_t deferredSteps = 0;
