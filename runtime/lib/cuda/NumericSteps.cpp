@@ -389,10 +389,6 @@ std::optional<HeadParts> classificationHead(const Plan& plan, std::size_t index)
   return parts;
 }
 
-} // namespace
-
-namespace {
-
 /// Whether `buffer` is a temporary that only step `reader` reads: nothing
 /// else reads it, returns it or views its memory (a launch that never
 /// writes it may then run both).
