@@ -20,6 +20,9 @@
 #define cudaDeviceGetAttribute ::ampjit::emulation::cudaDeviceGetAttribute
 #define cudaDeviceSynchronize ::ampjit::emulation::cudaDeviceSynchronize
 #define cudaStreamCreateWithFlags ::ampjit::emulation::cudaStreamCreateWithFlags
+#define cudaDeviceGetStreamPriorityRange ::ampjit::emulation::cudaDeviceGetStreamPriorityRange
+#define cudaStreamCreateWithPriority ::ampjit::emulation::cudaStreamCreateWithPriority
+#define cudaStreamGetPriority ::ampjit::emulation::cudaStreamGetPriority
 #define cudaStreamDestroy ::ampjit::emulation::cudaStreamDestroy
 #define cudaStreamSynchronize ::ampjit::emulation::cudaStreamSynchronize
 #define cudaStreamBeginCapture ::ampjit::emulation::cudaStreamBeginCapture

@@ -38,6 +38,7 @@ struct Stream {
   std::deque<Operation> queue;
   Capture* capture = nullptr;
   int lane = 0; ///< in its capture: 0 for the stream that began it
+  int priority = 0;
 };
 
 struct Event {
@@ -56,6 +57,7 @@ struct Event {
 struct Node {
   OperationKind kind = OperationKind::Work;
   int lane = 0;
+  int priority = 0; ///< the capturing stream's
   std::function<void()> work;
   int event = -1;
   uint64_t generation = 0;
@@ -88,7 +90,12 @@ struct Allocation {
   bool pinned = false;
 };
 
+/// cudaDeviceGetStreamPriorityRange on an sm_90 device.
+constexpr int kLeastStreamPriority = 0, kGreatestStreamPriority = -5;
+
 struct Model {
+  GraphInstantiation lastInstantiation;
+  unsigned long long unknownInstantiateFlags = 0;
   StreamSchedule schedule = StreamSchedule::Shuffled;
   std::mt19937_64 random{1};
   std::vector<Stream*> streams; // creation order
@@ -193,6 +200,7 @@ void submit(Stream* stream, Operation operation) {
     Node node;
     node.kind = operation.kind;
     node.lane = stream->lane;
+    node.priority = stream->priority;
     node.work = std::move(operation.work);
     node.generation = operation.generation;
     node.event = operation.event == nullptr ? -1 : capture.eventNumbers.at(operation.event);
@@ -322,10 +330,33 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
 
 cudaError_t cudaDeviceSynchronize() { return drainAll(); }
 
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  if (least != nullptr)
+    *least = kLeastStreamPriority;
+  if (greatest != nullptr)
+    *greatest = kGreatestStreamPriority;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
+  return emulation::cudaStreamCreateWithPriority(stream, flags, 0);
+}
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned, int priority) {
+  if (stream == nullptr)
+    return cudaErrorInvalidValue;
   auto* made = new Stream;
+  made->priority = std::clamp(priority, kGreatestStreamPriority, kLeastStreamPriority);
   model().streams.push_back(made);
   *stream = reinterpret_cast<cudaStream_t>(made);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamGetPriority(cudaStream_t stream, int* priority) {
+  Stream* s = streamOf(stream);
+  if (priority == nullptr)
+    return cudaErrorInvalidValue;
+  *priority = s == nullptr ? 0 : s->priority;
   return cudaSuccess;
 }
 
@@ -488,10 +519,18 @@ cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t start, cudaEve
   return cudaSuccess;
 }
 
-cudaError_t cudaGraphInstantiate(cudaGraphExec_t* executable, cudaGraph_t graph, unsigned long long) {
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* executable, cudaGraph_t graph, unsigned long long flags) {
   const Graph* g = reinterpret_cast<const Graph*>(graph);
-  if (g == nullptr)
+  const unsigned long long defined = cudaGraphInstantiateFlagAutoFreeOnLaunch | cudaGraphInstantiateFlagUpload |
+                                     cudaGraphInstantiateFlagDeviceLaunch | cudaGraphInstantiateFlagUseNodePriority;
+  if (g == nullptr || (flags & ~defined) != 0 || (flags & model().unknownInstantiateFlags) != 0)
     return cudaErrorInvalidValue;
+  GraphInstantiation& instantiation = model().lastInstantiation;
+  instantiation.flags = flags;
+  instantiation.lanePriorities.assign(std::size_t(g->lanes), {});
+  for (const Node& node : g->nodes)
+    if (node.kind == OperationKind::Work)
+      instantiation.lanePriorities[std::size_t(node.lane)].push_back(node.priority);
   auto* made = new GraphExecutable{*g, {}, {}};
   for (int lane = 0; lane < g->lanes; ++lane) {
     cudaStream_t own = nullptr;
@@ -504,6 +543,10 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* executable, cudaGraph_t graph,
   *executable = reinterpret_cast<cudaGraphExec_t>(made);
   return cudaSuccess;
 }
+
+GraphInstantiation lastGraphInstantiation() { return model().lastInstantiation; }
+
+void setUnknownGraphInstantiateFlags(unsigned long long flags) { model().unknownInstantiateFlags = flags; }
 
 cudaError_t cudaGraphExecUpdate(cudaGraphExec_t executable, cudaGraph_t graph, cudaGraphExecUpdateResultInfo* info) {
   auto* exec = reinterpret_cast<GraphExecutable*>(executable);

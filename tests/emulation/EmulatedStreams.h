@@ -39,6 +39,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace ampjit::emulation {
 
@@ -62,7 +63,13 @@ cudaError_t cudaSetDevice(int device);
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device);
 cudaError_t cudaDeviceSynchronize();
 
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+/// `priority` clamped to the device's range, as the runtime does; it orders
+/// nothing in the model (any order the device may choose is drawn anyway),
+/// but capture copies it into the kernel nodes.
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned flags, int priority);
+cudaError_t cudaStreamGetPriority(cudaStream_t stream, int* priority);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
@@ -77,6 +84,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t start, cudaEvent_t end);
 
+/// Refuses flags the runtime does not define.
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* executable, cudaGraph_t graph, unsigned long long flags);
 cudaError_t cudaGraphExecUpdate(cudaGraphExec_t executable, cudaGraph_t graph, cudaGraphExecUpdateResultInfo* info);
 cudaError_t cudaGraphLaunch(cudaGraphExec_t executable, cudaStream_t stream);
@@ -98,6 +106,20 @@ cudaError_t cudaMemcpyAsync(void* destination, const void* source, std::size_t b
 cudaError_t cudaMemcpy(void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemsetAsync(void* destination, int value, std::size_t bytes, cudaStream_t stream);
 cudaError_t cudaLibraryUnload(cudaLibrary_t library);
+
+/// Instantiation flags the emulated driver treats as undefined (refused
+/// with cudaErrorInvalidValue), as an older driver would: none by default.
+void setUnknownGraphInstantiateFlags(unsigned long long flags);
+
+/// What the latest cudaGraphInstantiate was given: its flags and, per lane
+/// of the captured graph (0: the stream that began the capture), the
+/// priorities of the streams its work was captured from (the priorities a
+/// graph instantiated with cudaGraphInstantiateFlagUseNodePriority runs at).
+struct GraphInstantiation {
+  unsigned long long flags = 0;
+  std::vector<std::vector<int>> lanePriorities;
+};
+GraphInstantiation lastGraphInstantiation();
 
 } // namespace ampjit::emulation
 

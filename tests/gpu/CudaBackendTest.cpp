@@ -50,6 +50,28 @@ Plan elementwiseChain() {
   return b.finish();
 }
 
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+TEST_F(GpuTest, AGraphStillReplaysOnADriverWithoutNodePriorities) {
+  // A driver that does not know cudaGraphInstantiateFlagUseNodePriority
+  // refuses it; the step is still captured and replayed, without it.
+  emulation::setUnknownGraphInstantiateFlags(cudaGraphInstantiateFlagUseNodePriority);
+  Plan plan = elementwiseChain();
+  Expected<std::unique_ptr<Executable>> executable = cuda->prepare(plan);
+  ASSERT_TRUE(executable.ok()) << executable.message();
+  std::vector<Tensor> arguments;
+  for (const Tensor& argument : randomArguments(plan, 12, -3.0, 3.0))
+    arguments.push_back(*cuda->toDevice(argument));
+  for (int run = 0; run < 3; ++run)
+    ASSERT_TRUE((*executable)->run(arguments).ok()) << "run " << run;
+  emulation::setUnknownGraphInstantiateFlags(0);
+  CudaRunStats stats = cuda->stats(**executable);
+  EXPECT_EQ(stats.graphDisabledReason, "");
+  EXPECT_EQ(stats.captures, 1);
+  EXPECT_EQ(stats.graphReplays, 2);
+  EXPECT_EQ(emulation::lastGraphInstantiation().flags, 0u);
+}
+#endif
+
 TEST_F(GpuTest, GeneratedElementwiseKernelsMatchCpu) {
   Plan plan = elementwiseChain();
   Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, randomArguments(plan, 11, -3.0, 3.0));
@@ -613,6 +635,24 @@ TEST_F(GpuTest, DeferredUpdateOnTheSideStreamMatchesTheCpu) {
   EXPECT_EQ(stats.captures, 1);
   EXPECT_EQ(stats.eagerRuns, 2) << "the first run and the run after the completion";
   EXPECT_EQ(stats.graphReplays, 4);
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+  // The deferred update (the side stream, a lane of its own in the graph)
+  // was captured at the device's least priority and the step at its
+  // greatest, and the graph runs at those node priorities.
+  emulation::GraphInstantiation instantiation = emulation::lastGraphInstantiation();
+  EXPECT_NE(instantiation.flags & cudaGraphInstantiateFlagUseNodePriority, 0u);
+  int least = 0, greatest = 0;
+  ASSERT_EQ(emulation::cudaDeviceGetStreamPriorityRange(&least, &greatest), cudaSuccess);
+  ASSERT_LT(greatest, least);
+  ASSERT_GE(instantiation.lanePriorities.size(), 2u);
+  size_t sideWork = 0;
+  for (size_t lane = 0; lane < instantiation.lanePriorities.size(); ++lane)
+    for (int priority : instantiation.lanePriorities[lane]) {
+      EXPECT_EQ(priority, lane == 0 ? greatest : least) << "lane " << lane;
+      sideWork += lane > 0;
+    }
+  EXPECT_GT(sideWork, 0u);
+#endif
 }
 
 } // namespace

@@ -794,7 +794,14 @@ private:
         graph_ = nullptr;
       }
     }
-    cudaError_t instantiated = graph_ ? cudaSuccess : cudaGraphInstantiate(&graph_, graph, 0);
+    cudaError_t instantiated =
+        graph_ ? cudaSuccess : cudaGraphInstantiate(&graph_, graph, cudaGraphInstantiateFlagUseNodePriority);
+    if (instantiated == cudaErrorInvalidValue) {
+      // A driver without per-node priorities (before CUDA 11.7) still
+      // replays the graph, at the launch stream's priority.
+      (void)cudaGetLastError();
+      instantiated = cudaGraphInstantiate(&graph_, graph, 0);
+    }
     cudaGraphDestroy(graph);
     if (instantiated != cudaSuccess) {
       // As for a failed capture: nothing of this run has executed yet, so
@@ -1087,10 +1094,20 @@ Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions opti
   AMPJIT_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, options.device),
       "reading the multiprocessor count");
-  AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&runtime->stream, cudaStreamNonBlocking),
+  // The step's own work at the device's greatest priority, the side
+  // stream's (the deferred update, early finiteness checks) at its least:
+  // the block scheduler then gives the GEMMs and convolutions the SMs first
+  // and the memory-bound update what is left, rather than the update
+  // delaying the work it was meant to hide under. Captured kernels keep
+  // their stream's priority (the graph is instantiated to use it).
+  int leastPriority = 0, greatestPriority = 0;
+  AMPJIT_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&leastPriority, &greatestPriority),
+                              "reading the stream priority range");
+  AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&runtime->stream, cudaStreamNonBlocking, greatestPriority),
                               "creating the backend's stream");
-  AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&runtime->sideStream, cudaStreamNonBlocking),
-                              "creating the backend's side stream");
+  AMPJIT_CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithPriority(&runtime->sideStream, cudaStreamNonBlocking, leastPriority),
+      "creating the backend's side stream");
   // The pool keeps what it reserved: after the first step every allocation
   // is served from it, never from cudaMalloc.
   AMPJIT_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&runtime->pool, options.device),

@@ -134,6 +134,47 @@ TEST(EmulatedStreams, CaptureRefusesAnUnjoinedForkAndASynchronisation) {
   }
 }
 
+TEST(EmulatedStreams, PrioritiesAreClampedAndCaptureCopiesThemIntoTheGraph) {
+  int least = 1, greatest = 1;
+  ASSERT_EQ(emulation::cudaDeviceGetStreamPriorityRange(&least, &greatest), cudaSuccess);
+  EXPECT_EQ(least, 0);
+  EXPECT_LT(greatest, least);
+  cudaStream_t high = nullptr, low = nullptr;
+  ASSERT_EQ(emulation::cudaStreamCreateWithPriority(&high, cudaStreamNonBlocking, greatest - 10), cudaSuccess);
+  ASSERT_EQ(emulation::cudaStreamCreateWithPriority(&low, cudaStreamNonBlocking, least + 10), cudaSuccess);
+  int priority = 1;
+  ASSERT_EQ(emulation::cudaStreamGetPriority(high, &priority), cudaSuccess);
+  EXPECT_EQ(priority, greatest) << "clamped to the range";
+  ASSERT_EQ(emulation::cudaStreamGetPriority(low, &priority), cudaSuccess);
+  EXPECT_EQ(priority, least);
+  // A capture that forks onto `low` and joins back.
+  cudaEvent_t fork = nullptr, join = nullptr;
+  ASSERT_EQ(emulation::cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(emulation::cudaEventCreateWithFlags(&join, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(emulation::cudaStreamBeginCapture(high, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  submitToStream(high, [] {});
+  ASSERT_EQ(emulation::cudaEventRecord(fork, high), cudaSuccess);
+  ASSERT_EQ(emulation::cudaStreamWaitEvent(low, fork, 0), cudaSuccess);
+  submitToStream(low, [] {});
+  ASSERT_EQ(emulation::cudaEventRecord(join, low), cudaSuccess);
+  ASSERT_EQ(emulation::cudaStreamWaitEvent(high, join, 0), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(emulation::cudaStreamEndCapture(high, &graph), cudaSuccess);
+  cudaGraphExec_t executable = nullptr;
+  EXPECT_EQ(emulation::cudaGraphInstantiate(&executable, graph, 1ull << 40), cudaErrorInvalidValue)
+      << "a flag the runtime does not define";
+  ASSERT_EQ(emulation::cudaGraphInstantiate(&executable, graph, cudaGraphInstantiateFlagUseNodePriority), cudaSuccess);
+  GraphInstantiation instantiation = lastGraphInstantiation();
+  EXPECT_EQ(instantiation.flags, cudaGraphInstantiateFlagUseNodePriority);
+  EXPECT_EQ(instantiation.lanePriorities, (std::vector<std::vector<int>>{{greatest}, {least}}));
+  emulation::cudaGraphExecDestroy(executable);
+  emulation::cudaGraphDestroy(graph);
+  emulation::cudaEventDestroy(join);
+  emulation::cudaEventDestroy(fork);
+  emulation::cudaStreamDestroy(low);
+  emulation::cudaStreamDestroy(high);
+}
+
 TEST(EmulatedStreams, APageableCopyTakesTheBytesAtTheCall) {
   TwoStreams streams;
   void* device = nullptr;
