@@ -20,6 +20,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "PlanFusion.h"
+
 #include "ampjit/Codegen/PlanBuilder.h"
 #include "ampjit/runtime/Backend.h"
 
@@ -87,16 +89,9 @@ void sinkStepsPreparingUpdatedState(const rt::Plan &plan, std::vector<rt::Step> 
   for (size_t i = rest.size(); i-- > 0;) {
     if (!sinks[i])
       continue;
-    size_t next = i + 1;
-    while (next < rest.size() && !rt::mustFollow(rest[i], rest[next]))
-      ++next;
-    if (next == rest.size())
-      continue;
-    while (next > i + 1 && sunk[next - 1])
-      --next;
-    std::rotate(rest.begin() + i, rest.begin() + i + 1, rest.begin() + next);
-    std::rotate(sunk.begin() + i, sunk.begin() + i + 1, sunk.begin() + next);
-    sunk[next - 1] = true;
+    size_t next = detail::firstDependent(rest, i);
+    if (next < rest.size())
+      detail::sinkStep(rest, sunk, i, next);
   }
 }
 

@@ -27,6 +27,7 @@
 #include "PlanFusion.h"
 
 #include "ampjit/Codegen/PlanBuilder.h"
+#include "ampjit/runtime/Backend.h"
 
 #include <algorithm>
 #include <map>
@@ -151,6 +152,23 @@ void dropUnusedTemporaries(rt::Plan &plan) {
   }
   for (rt::PlanResult &result : plan.results)
     remap(result.buffer);
+}
+
+size_t firstDependent(const std::vector<rt::Step> &steps, size_t index) {
+  size_t next = index + 1;
+  while (next < steps.size() && !rt::mustFollow(steps[index], steps[next]))
+    ++next;
+  return next;
+}
+
+void sinkStep(std::vector<rt::Step> &steps, std::vector<bool> &sunk, size_t index, size_t before) {
+  while (before > index + 1 && sunk[before - 1])
+    --before;
+  std::rotate(steps.begin() + std::ptrdiff_t(index), steps.begin() + std::ptrdiff_t(index) + 1,
+              steps.begin() + std::ptrdiff_t(before));
+  std::rotate(sunk.begin() + std::ptrdiff_t(index), sunk.begin() + std::ptrdiff_t(index) + 1,
+              sunk.begin() + std::ptrdiff_t(before));
+  sunk[before - 1] = true;
 }
 
 } // namespace detail

@@ -20,7 +20,6 @@
 #include "PlanFusion.h"
 
 #include "ampjit/Codegen/PlanBuilder.h"
-#include "ampjit/runtime/Backend.h"
 
 #include <algorithm>
 #include <vector>
@@ -90,23 +89,11 @@ void sinkGradientTransposesToTheirCheck(rt::Plan &plan) {
     if (uses.empty())
       continue;
     size_t check = *std::min_element(uses.begin(), uses.end());
-    if (steps[check].kind != rt::StepKind::AllFinite)
-      continue;
     // Nothing between may write what the transpose reads, or touch what it
-    // writes.
-    size_t next = t + 1;
-    while (next < check && !rt::mustFollow(steps[t], steps[next]))
-      ++next;
-    if (next != check)
+    // writes: the first step that must follow it is the check.
+    if (steps[check].kind != rt::StepKind::AllFinite || detail::firstDependent(steps, t) != check)
       continue;
-    size_t to = check;
-    while (to > t + 1 && moved[to - 1])
-      --to;
-    std::rotate(steps.begin() + std::ptrdiff_t(t), steps.begin() + std::ptrdiff_t(t) + 1,
-                steps.begin() + std::ptrdiff_t(to));
-    std::rotate(moved.begin() + std::ptrdiff_t(t), moved.begin() + std::ptrdiff_t(t) + 1,
-                moved.begin() + std::ptrdiff_t(to));
-    moved[to - 1] = true;
+    detail::sinkStep(steps, moved, t, check);
     readers = detail::findReaders(plan); // the steps after t moved
   }
 }

@@ -1,7 +1,8 @@
 //===- PlanFusion.h - what the plan-level fusions share ---------*- C++ -*-===//
 //
 // The fusions of PlanOptions (elementwise runs, GEMM epilogues, batch-norm
-// epilogues) rewrite a plan before its arena is laid out, when every
+// epilogues) and the passes that move steps (deferral, gradient transposes)
+// rewrite a plan before its arena is laid out, when every
 // temporary is still its own buffer written by exactly one step. These are
 // the questions they all ask of it, answered once.
 //
@@ -34,6 +35,15 @@ void dropUnusedTemporaries(runtime::Plan &plan);
 
 /// Removes the marked steps and the temporaries nothing uses any more.
 void removeSteps(runtime::Plan &plan, const std::vector<bool> &removed);
+
+/// The first step after `index` that must follow steps[index]
+/// (runtime mustFollow), or steps.size().
+size_t firstDependent(const std::vector<runtime::Step> &steps, size_t index);
+
+/// Moves steps[index] down to just before steps[before], ahead of the steps
+/// already sunk there (marked in `sunk`, which moves along), and marks it:
+/// steps sunk to the same place, last first, keep their order.
+void sinkStep(std::vector<runtime::Step> &steps, std::vector<bool> &sunk, size_t index, size_t before);
 
 } // namespace ampjit::codegen::detail
 
