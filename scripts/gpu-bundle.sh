@@ -5,7 +5,7 @@
 # ignores it) with gpu-bundle/run.sh, which runs there and writes its logs
 # to $OUT. With the device tool: carry ["gpu-bundle"], command
 # `bash gpu-bundle/run.sh` (then `bash gpu-bundle/run.sh bench mlp9`, `... bench resnet50`,
-# `... defer-ab mlp9`:
+# `... defer-ab mlp9`, `... priority-ab mlp9`:
 # one device command may run 600 s). Build first (scripts/run-tests.sh or ninja in build/).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -38,6 +38,8 @@ cat > gpu-bundle/run.sh <<'RUN'
 #   train           the main job (ampjit-train) at O2 f16 on synthetic digits
 #   defer-ab MODEL...  O1/O2 f16 with the optimizer update deferred into the next step and not,
 #                   no peers: what deferring buys (TraceOptions::defer_updates)
+#   priority-ab MODEL...  O1/O2 f16, deferred, with the side stream at a lower priority than the
+#                   step and with both equal (AMPJIT_CUDA_EQUAL_STREAM_PRIORITIES=1), no peers
 # Device time is short: each stage is bounded, and every result is appended as it comes, so a
 # command stopped at its limit still returns what finished. Logs, JSON and summary.txt go to $OUT.
 set -uo pipefail
@@ -162,6 +164,16 @@ run_defer_ab() {
   done
 }
 
+run_priority_ab() {
+  local model=$1 equal
+  for equal in 0 1; do
+    AMPJIT_CUDA_EQUAL_STREAM_PRIORITIES=$equal timeout 280 "$here/run/ampjit-bench" --model "$model" --backend cuda \
+      --levels O1,O2 --dtypes f16 --no-peer --defer-updates on >> "$out/priority-ab.jsonl" 2>> "$out/bench.log"
+    stamp "priority-ab $model equal=$equal: exit $?"
+    tail -n 1 "$out/priority-ab.jsonl" >> "$out/summary.txt"
+  done
+}
+
 run_train() { # the main job on the GPU, on synthetic digits (the machine has no dataset)
   timeout 90 "$here/run/ampjit-train" --backend cuda --data synthetic --amp O2 --dtype f16 --epochs 3 --json \
     > "$out/train.jsonl" 2>&1
@@ -191,7 +203,7 @@ run_crash() { # MODEL LEVELS: the benchmark alone; if it dies of a signal, again
   fi
 }
 
-is_stage() { [ "$1" = profile ] || [ "$1" = crash ] || [ "$1" = train ] || [ "$1" = probe ] || [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ]; }
+is_stage() { [ "$1" = profile ] || [ "$1" = crash ] || [ "$1" = train ] || [ "$1" = probe ] || [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ] || [ "$1" = priority-ab ]; }
 
 [ $# -gt 0 ] || set -- tests bench classifier
 while [ $# -gt 0 ]; do
@@ -203,7 +215,8 @@ while [ $# -gt 0 ]; do
     tests) shift; if [[ ${1:-} =~ ^[0-9]+$ ]]; then run_tests "$1"; shift; else run_tests; fi ;;
     bench) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_bench "$1"; shift; done ;;
     defer-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_defer_ab "$1"; shift; done ;;
-    *) echo "run.sh: unknown stage '$1' (probe, profile, crash, train, tests [JOBS], bench MODEL..., defer-ab MODEL...)" | tee -a "$out/summary.txt"
+    priority-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_priority_ab "$1"; shift; done ;;
+    *) echo "run.sh: unknown stage '$1' (probe, profile, crash, train, tests [JOBS], bench MODEL..., defer-ab MODEL..., priority-ab MODEL...)" | tee -a "$out/summary.txt"
        exit 2 ;;
   esac
 done

@@ -51,6 +51,31 @@ Plan elementwiseChain() {
 }
 
 #ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+TEST_F(GpuTest, EqualStreamPrioritiesOnRequestForMeasuringWhatTheyBuy) {
+  // AMPJIT_CUDA_EQUAL_STREAM_PRIORITIES=1: both streams at the default
+  // priority and a graph without per-node priorities (the A/B of
+  // gpu-bundle's priority-ab stage). The deferred update still runs on the
+  // side stream, captured in the graph's second lane.
+  ScopedEnvironment equal("AMPJIT_CUDA_EQUAL_STREAM_PRIORITIES", "1");
+  Expected<std::unique_ptr<CudaBackend>> backend = createCudaBackend();
+  ASSERT_TRUE(backend.ok()) << backend.message();
+  DeferredSgdStep parts = deferredSgdStep();
+  Expected<std::unique_ptr<Executable>> executable = (*backend)->prepare(parts.plan);
+  ASSERT_TRUE(executable.ok()) << executable.message();
+  std::vector<Tensor> arguments;
+  for (const Tensor& argument : randomArguments(parts.plan, 3))
+    arguments.push_back(*(*backend)->toDevice(argument));
+  for (int run = 0; run < 3; ++run)
+    ASSERT_TRUE((*executable)->run(arguments).ok()) << "run " << run;
+  EXPECT_EQ((*backend)->stats(**executable).captures, 1);
+  emulation::GraphInstantiation instantiation = emulation::lastGraphInstantiation();
+  EXPECT_EQ(instantiation.flags, 0u);
+  ASSERT_GE(instantiation.lanePriorities.size(), 2u);
+  for (const std::vector<int>& lane : instantiation.lanePriorities)
+    for (int priority : lane)
+      EXPECT_EQ(priority, 0);
+}
+
 TEST_F(GpuTest, AGraphStillReplaysOnADriverWithoutNodePriorities) {
   // A driver that does not know cudaGraphInstantiateFlagUseNodePriority
   // refuses it; the step is still captured and replayed, without it.

@@ -46,6 +46,10 @@ struct DeviceRuntime {
   /// Where memory-bound work overlaps the main stream's GEMMs
   /// (FiniteCheckSchedule.h); every run joins it back before it returns.
   cudaStream_t sideStream = nullptr;
+  /// Whether the streams have different priorities, which captured graphs
+  /// keep (cudaGraphInstantiateFlagUseNodePriority); not under
+  /// AMPJIT_CUDA_EQUAL_STREAM_PRIORITIES=1, to measure what they buy.
+  bool streamPriorities = true;
   cudaMemPool_t pool = nullptr;
   cuda::KernelCompiler compiler;
   DeviceContext context;
@@ -794,9 +798,9 @@ private:
         graph_ = nullptr;
       }
     }
-    cudaError_t instantiated =
-        graph_ ? cudaSuccess : cudaGraphInstantiate(&graph_, graph, cudaGraphInstantiateFlagUseNodePriority);
-    if (instantiated == cudaErrorInvalidValue) {
+    unsigned long long flags = runtime_->streamPriorities ? cudaGraphInstantiateFlagUseNodePriority : 0;
+    cudaError_t instantiated = graph_ ? cudaSuccess : cudaGraphInstantiate(&graph_, graph, flags);
+    if (instantiated == cudaErrorInvalidValue && flags != 0) {
       // A driver without per-node priorities (before CUDA 11.7) still
       // replays the graph, at the launch stream's priority.
       (void)cudaGetLastError();
@@ -1103,6 +1107,9 @@ Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions opti
   int leastPriority = 0, greatestPriority = 0;
   AMPJIT_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&leastPriority, &greatestPriority),
                               "reading the stream priority range");
+  runtime->streamPriorities = !environmentFlag("AMPJIT_CUDA_EQUAL_STREAM_PRIORITIES");
+  if (!runtime->streamPriorities)
+    greatestPriority = leastPriority;
   AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&runtime->stream, cudaStreamNonBlocking, greatestPriority),
                               "creating the backend's stream");
   AMPJIT_CUDA_RETURN_IF_ERROR(
