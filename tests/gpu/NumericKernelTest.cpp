@@ -559,6 +559,94 @@ TEST_F(GpuTest, AnO1HeadWidensItsScoresAddsTheBiasAndRunsTheLossInOneLaunch) {
       }
 }
 
+TEST_F(GpuTest, AnMlpsRegressionHeadInOneLaunchMatchesTheCpu) {
+  // An mlp's last layer at O1 as one pass (cuda::mseHeadLength): the f16 or
+  // bf16 product widened (and its f32 bias added), the mse loss and its
+  // gradient, the gradient rounded back and summed over the rows. Every
+  // elementwise value is the CPU's bit for bit; the loss and the sums add in
+  // another order.
+  enum class Widen { No, Plain, Biased };
+  const Shape shapes[] = {{48, 64}, {300, 70}, {2048, 40}, {5, 3}};
+  for (const Shape& shape : shapes)
+    for (Widen widen : {Widen::No, Widen::Plain, Widen::Biased})
+      for (bool narrow : {true, false})
+        for (bool sums : {true, false})
+          for (std::string reduction : {"mean", "sum"})
+            for (DType low : {DType::F16, DType::BF16}) {
+              if (widen == Widen::No && !narrow && !sums)
+                continue;
+              PlanBuilder b("regression_head");
+              BufferId product = b.argument(tt(widen == Widen::No ? DType::F32 : low, shape), BufferRole::Input);
+              BufferId bias = widen == Widen::Biased ? b.argument(tt(DType::F32, {shape[1]}), BufferRole::Param)
+                                                     : kNoBuffer;
+              BufferId target = b.argument(tt(DType::F32, shape), BufferRole::Input);
+              BufferId seed = b.argument(tt(DType::F32, {}), BufferRole::ScalerState);
+              BufferId scores = product;
+              if (widen != Widen::No) {
+                scores = b.temporary(tt(DType::F32, shape));
+                if (widen == Widen::Plain)
+                  b.op("amp.cast", {product}, {scores});
+                else
+                  b.fused({{ElementwiseOp::Load, low, {0, 0, 0}, 0.0},
+                           {ElementwiseOp::Convert, DType::F32, {0, 0, 0}, 0.0},
+                           {ElementwiseOp::Load, DType::F32, {1, 0, 0}, 0.0},
+                           {ElementwiseOp::Add, DType::F32, {1, 2, 0}, 0.0}},
+                          {3}, {product, bias}, {scores});
+              }
+              BufferId loss = b.output(tt(DType::F32, {}));
+              // Returned, so stored, when nothing after the head reads it.
+              BufferId grad = narrow || sums ? b.temporary(tt(DType::F32, shape)) : b.output(tt(DType::F32, shape));
+              AttributeMap attributes = {{"reduction", reduction}};
+              b.op("jit.mse_loss", {scores, target}, {loss}, attributes);
+              b.op("jit.mse_loss_grad", {seed, scores, target}, {grad}, attributes);
+              b.result(loss);
+              if (!narrow && !sums)
+                b.result(grad);
+              if (narrow) {
+                BufferId lowGrad = b.output(tt(low, shape));
+                b.op("amp.cast", {grad}, {lowGrad});
+                b.result(lowGrad);
+              }
+              if (sums) {
+                BufferId columnSums = b.output(tt(DType::F32, {shape[1]}));
+                b.op("jit.sum", {grad}, {columnSums}, {{"axes", std::vector<int64_t>{0}}});
+                b.result(columnSums);
+              }
+              Plan plan = b.finish();
+              std::string what = describe(low, shape) + " " + reduction +
+                                 (widen == Widen::No ? "" : widen == Widen::Plain ? " widened" : " widened with a bias") +
+                                 (narrow ? " narrowed" : "") + (sums ? " summed" : "");
+              ASSERT_EQ(cuda::launchGroups(plan).size(), 1u) << what << "\n" << printPlan(plan);
+              std::vector<Tensor> arguments = randomArguments(plan, 17, -4.0, 4.0);
+              arguments.back().set(0, 1000.3); // a seed whose products round
+              Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, arguments);
+              ASSERT_TRUE(both.ok()) << what << ": " << both.message();
+              double slack = 2.0 + double(shape[0]) / 64;
+              EXPECT_TRUE(allClose(both->cpuResults[0], both->cudaResults[0], slack)) << what << ", the loss";
+              for (size_t k = 1; k < both->cpuResults.size(); ++k)
+                if (!sums || k + 1 < both->cpuResults.size())
+                  EXPECT_TRUE(both->cpuResults[k].bitwiseEqual(both->cudaResults[k])) << what << ", result " << k;
+              if (!sums)
+                continue;
+              // The column sums cancel: bound each by the rows times f32's
+              // unit roundoff times the sum of its terms' magnitudes (from
+              // the arguments, in double).
+              const Tensor &cpuSums = both->cpuResults.back(), &gpuSums = both->cudaResults.back();
+              double count = double(shape[0] * shape[1]), scale = arguments.back().at(0);
+              double norm = reduction == "mean" ? 2.0 / count : 2.0;
+              for (int64_t c = 0; c < shape[1]; ++c) {
+                double magnitude = 0;
+                for (int64_t r = 0; r < shape[0]; ++r) {
+                  int64_t i = r * shape[1] + c;
+                  double x = arguments[0].at(i) + (widen == Widen::Biased ? arguments[1].at(c) : 0.0);
+                  magnitude += std::abs(norm * (x - arguments[bias == kNoBuffer ? 1 : 2].at(i)) * scale);
+                }
+                double bound = double(shape[0]) * std::ldexp(1.0, -24) * magnitude + 1e-5;
+                EXPECT_LE(std::abs(cpuSums.at(c) - gpuSums.at(c)), bound) << what << ", column sum " << c;
+              }
+            }
+}
+
 TEST_F(GpuTest, CrossEntropyPropagatesNaNAndInfinities) {
   for (DType dtype : kDataTypes)
     for (const std::string& reduction : kReductions) {

@@ -535,15 +535,17 @@ private:
 
   /// AMPJIT_CHECK_NUMERICS checks every output of every step, and a widened
   /// reduction's launch never writes the widened copy, nor a column-summed
-  /// elementwise launch the summed output: run their two steps apart.
+  /// elementwise launch the summed output, nor a regression head the
+  /// outputs only it reads: run their steps apart.
   std::vector<std::pair<std::size_t, std::size_t>> splitUnstoredOutputs(
       std::vector<std::pair<std::size_t, std::size_t>> groups) const {
     std::vector<std::pair<std::size_t, std::size_t>> split;
     for (auto [begin, end] : groups) {
-      if (end - begin == 2 &&
-          (cuda::widenedReductionAt(plan_, begin) || cuda::columnSummedElementwiseAt(plan_, begin))) {
-        split.emplace_back(begin, begin + 1);
-        split.emplace_back(begin + 1, end);
+      if ((end - begin == 2 &&
+           (cuda::widenedReductionAt(plan_, begin) || cuda::columnSummedElementwiseAt(plan_, begin))) ||
+          (end - begin > 1 && cuda::mseHeadLength(plan_, begin) == end - begin)) {
+        for (std::size_t index = begin; index < end; ++index)
+          split.emplace_back(index, index + 1);
       } else {
         split.emplace_back(begin, end);
       }

@@ -153,6 +153,16 @@ Expected<std::unique_ptr<DeviceStep>> makeLossAndGradientStep(const Plan& plan, 
 /// (makeClassificationHeadStep), storing every output of its steps.
 std::size_t classificationHeadLength(const Plan& plan, std::size_t index);
 Expected<std::unique_ptr<DeviceStep>> makeClassificationHeadStep(const Plan& plan, std::span<const Step* const> steps);
+/// An mlp's regression head at step `index`: its [rows, columns] f16/bf16
+/// scores widened to f32 (the f32 bias added, at O1), or f32 scores; a
+/// reduced mse loss against an f32 target and its gradient; the gradient
+/// rounded to the low dtype and its column sums, where the next steps are
+/// those (at least one of the widening, the rounding and the sums). Its
+/// length, 3 to 5 steps, or 0. makeMseHeadStep runs it in one pass and a
+/// launch that totals the loss, storing the wide scores and the f32
+/// gradient only where a step outside it reads them.
+std::size_t mseHeadLength(const Plan& plan, std::size_t index);
+Expected<std::unique_ptr<DeviceStep>> makeMseHeadStep(const Plan& plan, std::span<const Step* const> steps);
 /// Whether steps `index` and `index + 1` are an f16 or bf16 tensor widened
 /// to f32 and an f32 reduction that alone reads the widened copy (AMP's fp32
 /// bias gradient of a low-precision output gradient). One launch then sums

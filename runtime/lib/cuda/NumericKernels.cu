@@ -729,6 +729,73 @@ __global__ void classificationHeadKernel(LossGeometry g, const In* scores, const
     }
 }
 
+/// Loads a regression head's pass keeps in flight per thread, rows
+/// kColumnLanes apart.
+constexpr int kMseHeadSlots = 4;
+
+/// launchMseHead's pass: tiles of kColumnOutputs columns, kColumnLanes lanes
+/// of rows (kMseHeadSlots rows loaded before any is computed), each lane
+/// adding its column's gradient in row order and the lanes added in lane
+/// order; every thread adds its squared differences, and the block's total
+/// goes to partials[blockIdx.x].
+template <typename In, typename Low>
+__global__ void mseHeadKernel(MseHead h, const In* scores, MseHeadPointers p, float* partials) {
+  __shared__ float lanes[kColumnLanes][kColumnOutputs];
+  int column = threadIdx.x % kColumnOutputs, lane = threadIdx.x / kColumnOutputs;
+  int64_t count = h.rows * h.columns;
+  // PyTorch: norm * (input - target) * grad_output, norm = 2 (or 2 / numel for mean).
+  float norm = float(h.reduction == LossReduction::Mean ? 2.0 / double(count) : 2.0);
+  float seed = *p.seed, squares = 0;
+  for (int64_t tile = blockIdx.x; tile * kColumnOutputs < h.columns; tile += gridDim.x) {
+    int64_t c = tile * kColumnOutputs + column;
+    float sum = 0;
+    if (c < h.columns) {
+      float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
+      for (int64_t first = lane; first < h.rows; first += int64_t(kColumnLanes) * kMseHeadSlots) {
+        float x[kMseHeadSlots], t[kMseHeadSlots];
+        for (int k = 0; k < kMseHeadSlots; ++k) {
+          int64_t r = first + int64_t(k) * kColumnLanes;
+          if (r < h.rows) {
+            x[k] = widen(scores[r * h.columns + c]);
+            t[k] = p.target[r * h.columns + c];
+          }
+        }
+        for (int k = 0; k < kMseHeadSlots; ++k) {
+          int64_t r = first + int64_t(k) * kColumnLanes;
+          if (r >= h.rows)
+            break;
+          int64_t i = r * h.columns + c;
+          float value = p.bias != nullptr ? x[k] + bias : x[k];
+          if (p.wide != nullptr)
+            p.wide[i] = value;
+          float difference = value - t[k];
+          squares += difference * difference;
+          float gradient = norm * difference * seed;
+          if (p.grad != nullptr)
+            p.grad[i] = gradient;
+          if (p.lowGrad != nullptr)
+            store(static_cast<Low*>(p.lowGrad) + i, gradient);
+          sum += gradient;
+        }
+      }
+    }
+    if (p.columnSums != nullptr) {
+      lanes[lane][column] = sum;
+      __syncthreads();
+      if (lane == 0 && c < h.columns) {
+        float total = lanes[0][column];
+        for (int l = 1; l < kColumnLanes; ++l)
+          total += lanes[l][column];
+        p.columnSums[c] = total;
+      }
+      __syncthreads();
+    }
+  }
+  squares = blockReduce(squares, SumOp{});
+  if (threadIdx.x == 0)
+    partials[blockIdx.x] = squares;
+}
+
 //===----------------------------------------------------------------------===//
 // Dropout
 //===----------------------------------------------------------------------===//
@@ -1158,6 +1225,48 @@ cudaError_t launchLossAndGradient(Storage storage, const LossGeometry& geometry,
         static_cast<const S*>(gradOutput), static_cast<S*>(loss), static_cast<S*>(grad));
     return cudaGetLastError();
   });
+}
+
+namespace {
+
+/// Blocks of a regression head's pass: one per tile of columns, at most
+/// 4096 (the tiles are a grid-stride loop), each leaving a partial loss.
+int64_t mseHeadBlocks(const MseHead& head) {
+  int64_t tiles = (head.columns + kColumnOutputs - 1) / kColumnOutputs;
+  return std::max<int64_t>(1, std::min<int64_t>(tiles, 4096));
+}
+
+} // namespace
+
+std::size_t mseHeadWorkspaceBytes(const MseHead& head) { return std::size_t(mseHeadBlocks(head)) * sizeof(float); }
+
+cudaError_t launchMseHead(const MseHead& head, const MseHeadPointers& pointers, void* workspace, cudaStream_t stream) {
+  if (head.reduction == LossReduction::None || head.rows < 0 || head.columns < 0 || pointers.loss == nullptr)
+    return cudaErrorInvalidValue;
+  int64_t blocks = mseHeadBlocks(head);
+  float* partials = static_cast<float*>(workspace);
+  auto launch = [&](auto in, auto low) {
+    using In = decltype(in);
+    using Low = decltype(low);
+    mseHeadKernel<In, Low><<<unsigned(blocks), kThreads, 0, stream>>>(head, static_cast<const In*>(pointers.scores),
+                                                                        pointers, partials);
+    cudaError_t error = cudaGetLastError();
+    if (error != cudaSuccess)
+      return error;
+    LossGeometry total;
+    total.loss = LossKind::Mse;
+    total.reduction = head.reduction;
+    total.count = head.rows * head.columns;
+    mseTotalKernel<float><<<1, kThreads, 0, stream>>>(total, blocks, partials, pointers.loss);
+    return cudaGetLastError();
+  };
+  bool lowIsBf16 = head.low == Storage::BF16;
+  switch (head.scores) {
+  case Storage::F16: return lowIsBf16 ? launch(__half{}, __nv_bfloat16{}) : launch(__half{}, __half{});
+  case Storage::BF16: return lowIsBf16 ? launch(__nv_bfloat16{}, __nv_bfloat16{}) : launch(__nv_bfloat16{}, __half{});
+  case Storage::F32: return lowIsBf16 ? launch(float{}, __nv_bfloat16{}) : launch(float{}, __half{});
+  default: return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t launchClassificationHead(const ClassificationHead& head, const LossGeometry& geometry, const void* scores,

@@ -131,6 +131,33 @@ cudaError_t launchClassificationHead(const ClassificationHead& head, const LossG
                                      float* wideScores, float* loss, float* grad, void* lowGrad, float* columnSums,
                                      cudaStream_t stream);
 
+/// A regression head in one pass over [rows, columns] scores (an O1 mlp's
+/// last layer): the f32 scores (F16/BF16 `scores` widened, `bias` per column
+/// added when given), the mse loss against f32 `target` and its gradient
+/// for the f32 `seed`, each value as the separate steps compute it; stored
+/// are the wide scores and the f32 gradient when given, the gradient rounded
+/// to `low` (lowGrad) and its column sums when given. The loss is summed per
+/// block into the workspace and totalled by a second launch.
+struct MseHead {
+  Storage scores = Storage::F32;
+  Storage low = Storage::F16;
+  LossReduction reduction = LossReduction::Mean;
+  int64_t rows = 0, columns = 0;
+};
+struct MseHeadPointers {
+  const void* scores = nullptr;
+  const float* bias = nullptr;
+  const float* target = nullptr;
+  const float* seed = nullptr;
+  float* wide = nullptr;
+  float* loss = nullptr;
+  float* grad = nullptr;
+  void* lowGrad = nullptr;
+  float* columnSums = nullptr;
+};
+std::size_t mseHeadWorkspaceBytes(const MseHead& head);
+cudaError_t launchMseHead(const MseHead& head, const MseHeadPointers& pointers, void* workspace, cudaStream_t stream);
+
 /// state and nextState are [seed, offset] (they may be the same buffer); mask
 /// is one byte per element.
 cudaError_t launchDropout(Storage storage, int64_t count, double p, const void* x, const int64_t* state, void* y,

@@ -262,11 +262,48 @@ Expected<std::unique_ptr<DeviceStep>> makeLossAndGradientStep(const Plan& plan, 
 
 namespace {
 
-/// The parts of a classification head at step `index`, or nothing.
+/// The parts of a head (a classification or a regression loss with its
+/// gradient and what AMP puts around them) at step `index`, or nothing.
 struct HeadParts {
   bool widens = false, biased = false, narrows = false, sums = false;
   std::size_t length() const { return 2 + widens + narrows + sums; }
 };
+
+/// Where a head's buffers are in its launch group's slots (each step's
+/// inputs, then its outputs, one step after another: widen [low scores] or
+/// [low scores, bias] -> [scores]; loss [scores, labels or target] ->
+/// [loss]; gradient [seed, scores, labels or target] -> [grad]; narrow
+/// [grad] -> [low grad]; sum [grad] -> [column sums]); kAbsent where the
+/// head has no such part.
+struct HeadSlots {
+  static constexpr std::size_t kAbsent = std::size_t(-1);
+  std::size_t scores = 0, bias = kAbsent, second = 0, seed = 0, wide = kAbsent, loss = 0, grad = 0, low = kAbsent,
+              sums = kAbsent;
+};
+
+HeadSlots headSlots(const HeadParts& parts) {
+  HeadSlots at;
+  std::size_t in = 0, out = 0;
+  if (parts.widens) {
+    at.bias = parts.biased ? 1 : HeadSlots::kAbsent;
+    in += parts.biased ? 2 : 1;
+    at.wide = out++;
+  }
+  at.scores = parts.widens ? 0 : in;
+  at.second = in + 1;
+  in += 2;
+  at.loss = out++;
+  at.seed = in;
+  in += 3;
+  at.grad = out++;
+  if (parts.narrows) {
+    in += 1;
+    at.low = out++;
+  }
+  if (parts.sums)
+    at.sums = out++;
+  return at;
+}
 
 /// Whether `step` is an O1 last layer's output widened from f16/bf16 to f32
 /// and its f32 bias (one per column) added: a FusedElementwise step of
@@ -307,22 +344,49 @@ bool isColumnSumOf(const Plan& plan, const Step& step, BufferId grad) {
          out.dtype == DType::F32 && out.shape == Shape{plan.buffers[grad].type.shape[1]};
 }
 
+/// The head `find` sees at a launch group's first step, which must span the
+/// group exactly, and that step's index; an error names `what` it is not.
+Expected<std::pair<std::size_t, HeadParts>> headOfGroup(const Plan& plan, std::span<const Step* const> steps,
+                                                        std::optional<HeadParts> (*find)(const Plan&, std::size_t),
+                                                        const std::string& what) {
+  if (steps.empty() || steps.front() < plan.steps.data() || steps.front() >= plan.steps.data() + plan.steps.size())
+    return Status::error("a " + what + "'s steps must be the plan's own");
+  std::size_t index = std::size_t(steps.front() - plan.steps.data());
+  std::optional<HeadParts> parts = find(plan, index);
+  if (!parts || parts->length() != steps.size())
+    return Status::error(stepName(*steps.front()) + ": not the first step of a " + what + " of " +
+                         std::to_string(steps.size()) + " steps");
+  return std::pair{index, *parts};
+}
+
+/// A head's floating buffer dtype as kernel storage (f32 unless f16 or bf16).
+nk::Storage headStorage(DType dtype) {
+  return dtype == DType::F16 ? nk::Storage::F16 : dtype == DType::BF16 ? nk::Storage::BF16 : nk::Storage::F32;
+}
+
+/// A head's opening widening at `step`, into `parts`: an Elementwise or
+/// FusedElementwise step must be a conversion of the scores to f32
+/// (biasedWidening for a fused one), else it is no head (false); any other
+/// step opens none.
+bool readHeadWidening(const Plan& plan, const Step& step, HeadParts& parts) {
+  if (step.kind == StepKind::Elementwise) {
+    std::optional<std::pair<DType, DType>> dtypes = plainConversion(plan, step);
+    parts.widens = dtypes && dtypes->second == DType::F32;
+    return parts.widens;
+  }
+  if (step.kind == StepKind::FusedElementwise) {
+    parts.widens = parts.biased = biasedWidening(plan, step);
+    return parts.widens;
+  }
+  return true;
+}
+
 std::optional<HeadParts> classificationHead(const Plan& plan, std::size_t index) {
   HeadParts parts;
   const std::vector<Step>& steps = plan.steps;
-  std::size_t at = index;
-  if (at < steps.size() && steps[at].kind == StepKind::Elementwise) {
-    std::optional<std::pair<DType, DType>> dtypes = plainConversion(plan, steps[at]);
-    parts.widens = dtypes && dtypes->second == DType::F32;
-    if (!parts.widens)
-      return std::nullopt;
-    ++at;
-  } else if (at < steps.size() && steps[at].kind == StepKind::FusedElementwise) {
-    parts.widens = parts.biased = biasedWidening(plan, steps[at]);
-    if (!parts.widens)
-      return std::nullopt;
-    ++at;
-  }
+  if (index >= steps.size() || !readHeadWidening(plan, steps[index], parts))
+    return std::nullopt;
+  std::size_t at = index + parts.widens;
   if (at + 1 >= steps.size())
     return std::nullopt;
   const Step &loss = steps[at], &gradient = steps[at + 1];
@@ -410,6 +474,151 @@ bool readOnlyBy(const Plan& plan, BufferId buffer, std::size_t reader) {
 
 } // namespace
 
+namespace {
+
+/// Whether `buffer` is read, returned or viewed outside steps [begin, end).
+bool usedOutside(const Plan& plan, BufferId buffer, std::size_t begin, std::size_t end) {
+  for (std::size_t s = 0; s < plan.steps.size(); ++s)
+    if ((s < begin || s >= end) &&
+        std::find(plan.steps[s].inputs.begin(), plan.steps[s].inputs.end(), buffer) != plan.steps[s].inputs.end())
+      return true;
+  for (const PlanResult& result : plan.results)
+    if (result.buffer == buffer)
+      return true;
+  for (const BufferDesc& other : plan.buffers)
+    if (other.viewOf == int32_t(buffer))
+      return true;
+  return false;
+}
+
+std::optional<HeadParts> mseHead(const Plan& plan, std::size_t index) {
+  const std::vector<Step>& steps = plan.steps;
+  HeadParts parts;
+  if (index >= steps.size() || !readHeadWidening(plan, steps[index], parts))
+    return std::nullopt;
+  std::size_t at = index + parts.widens;
+  if (at + 1 >= steps.size())
+    return std::nullopt;
+  const Step &loss = steps[at], &gradient = steps[at + 1];
+  auto isMse = [&](const Step& step, StepKind kind) {
+    return step.kind == kind && step.computeType == DType::F32 && step.as<LossParams>().loss == LossKind::Mse &&
+           step.as<LossParams>().reduction != LossReduction::None;
+  };
+  if (!isMse(loss, StepKind::Loss) || !isMse(gradient, StepKind::LossGrad) || loss.inputs.size() != 2 ||
+      gradient.inputs.size() != 3 || loss.as<LossParams>().reduction != gradient.as<LossParams>().reduction ||
+      gradient.inputs[1] != loss.inputs[0] || gradient.inputs[2] != loss.inputs[1] ||
+      (parts.widens && loss.inputs[0] != steps[index].outputs[0]))
+    return std::nullopt;
+  const TensorType &scores = plan.buffers[loss.inputs[0]].type, &target = plan.buffers[loss.inputs[1]].type;
+  if (scores.dtype != DType::F32 || target != scores || scores.shape.size() != 2 ||
+      plan.buffers[gradient.inputs[0]].type != TensorType{DType::F32, {}})
+    return std::nullopt;
+  at += 2;
+  BufferId grad = gradient.outputs[0];
+  if (at < steps.size() && steps[at].inputs.size() == 1 && steps[at].inputs[0] == grad) {
+    std::optional<std::pair<DType, DType>> dtypes = plainConversion(plan, steps[at]);
+    parts.narrows = dtypes && dtypes->first == DType::F32 && dtypes->second != DType::F32;
+    at += parts.narrows;
+  }
+  if (at < steps.size() && isColumnSumOf(plan, steps[at], grad))
+    parts.sums = true;
+  if (!parts.widens && !parts.narrows && !parts.sums)
+    return std::nullopt;
+  // One pass writes the wide scores, the gradient and its narrowed copy
+  // element by element after reading that element's scores and target; the
+  // sums after a tile's rows, while other blocks read; the loss in a second
+  // launch. So an element write may share bytes with a read only in place
+  // (the same bytes, element for element, as the low gradient over the low
+  // scores), never with another write; the sums with nothing; the loss with
+  // no write.
+  std::size_t end = index + parts.length();
+  BufferId source = steps[index].inputs[0];
+  std::vector<BufferId> reads = {source, loss.inputs[1], gradient.inputs[0]};
+  if (parts.biased)
+    reads.push_back(steps[index].inputs[1]);
+  std::vector<BufferId> elementWrites;
+  if (parts.widens && usedOutside(plan, steps[index].outputs[0], index, end))
+    elementWrites.push_back(steps[index].outputs[0]);
+  if (usedOutside(plan, grad, index, end))
+    elementWrites.push_back(grad);
+  if (parts.narrows)
+    elementWrites.push_back(steps[index + parts.widens + 2].outputs[0]);
+  BufferId sums = parts.sums ? steps[end - 1].outputs[0] : kNoBuffer;
+  auto inPlace = [&](BufferId written, BufferId read) {
+    const BufferDesc &x = plan.buffers[written], &y = plan.buffers[read];
+    return x.role == BufferRole::Temporary && y.role == BufferRole::Temporary && x.viewOf < 0 && y.viewOf < 0 &&
+           x.arenaOffset == y.arenaOffset && x.type.shape == y.type.shape &&
+           dtypeSize(x.type.dtype) == dtypeSize(y.type.dtype);
+  };
+  for (std::size_t w = 0; w < elementWrites.size(); ++w) {
+    for (BufferId read : reads)
+      if (sameMemory(plan, elementWrites[w], read) && !inPlace(elementWrites[w], read))
+        return std::nullopt;
+    for (std::size_t other = w + 1; other < elementWrites.size(); ++other)
+      if (sameMemory(plan, elementWrites[w], elementWrites[other]))
+        return std::nullopt;
+    if (sameMemory(plan, sums, elementWrites[w]) || sameMemory(plan, loss.outputs[0], elementWrites[w]))
+      return std::nullopt;
+  }
+  for (BufferId read : reads)
+    if (sameMemory(plan, sums, read))
+      return std::nullopt;
+  if (sameMemory(plan, loss.outputs[0], sums))
+    return std::nullopt;
+  return parts;
+}
+
+} // namespace
+
+std::size_t mseHeadLength(const Plan& plan, std::size_t index) {
+  std::optional<HeadParts> parts = mseHead(plan, index);
+  return parts ? parts->length() : 0;
+}
+
+Expected<std::unique_ptr<DeviceStep>> makeMseHeadStep(const Plan& plan, std::span<const Step* const> steps) {
+  Expected<std::pair<std::size_t, HeadParts>> found = headOfGroup(plan, steps, mseHead, "regression head");
+  if (!found)
+    return found.status();
+  auto [index, parts] = *found;
+  const Step &loss = *steps[parts.widens], &gradient = *steps[parts.widens + 1];
+  nk::MseHead head;
+  head.scores = headStorage(inputType(plan, *steps.front(), 0).dtype);
+  head.reduction = loss.as<LossParams>().reduction == LossReduction::Mean ? nk::LossReduction::Mean
+                                                                          : nk::LossReduction::Sum;
+  const Shape& shape = inputType(plan, loss, 0).shape;
+  head.rows = shape[0];
+  head.columns = shape[1];
+  std::size_t end = index + steps.size();
+  bool storesWide = parts.widens && usedOutside(plan, steps.front()->outputs[0], index, end);
+  bool storesGrad = usedOutside(plan, gradient.outputs[0], index, end);
+  if (parts.narrows)
+    head.low = headStorage(plan.buffers[steps[parts.widens + 2]->outputs[0]].type.dtype);
+  HeadSlots at = headSlots(parts);
+  if (!storesWide)
+    at.wide = HeadSlots::kAbsent;
+  if (!storesGrad)
+    at.grad = HeadSlots::kAbsent;
+  return makeStep(loss, nk::mseHeadWorkspaceBytes(head), [head, at](const StepPointers& p, cudaStream_t stream) {
+    auto input = [&](std::size_t slotIndex) {
+      return slotIndex == HeadSlots::kAbsent ? nullptr : slot(p.inputs, slotIndex);
+    };
+    auto output = [&](std::size_t slotIndex) {
+      return slotIndex == HeadSlots::kAbsent ? nullptr : slot(p.outputs, slotIndex);
+    };
+    nk::MseHeadPointers pointers;
+    pointers.scores = slot(p.inputs, at.scores);
+    pointers.bias = static_cast<const float*>(input(at.bias));
+    pointers.target = static_cast<const float*>(slot(p.inputs, at.second));
+    pointers.seed = static_cast<const float*>(slot(p.inputs, at.seed));
+    pointers.wide = static_cast<float*>(output(at.wide));
+    pointers.loss = static_cast<float*>(slot(p.outputs, at.loss));
+    pointers.grad = static_cast<float*>(output(at.grad));
+    pointers.lowGrad = output(at.low);
+    pointers.columnSums = static_cast<float*>(output(at.sums));
+    return nk::launchMseHead(head, pointers, p.workspace, stream);
+  });
+}
+
 bool widenedReductionAt(const Plan& plan, std::size_t index) {
   if (index + 1 >= plan.steps.size())
     return false;
@@ -484,56 +693,24 @@ std::size_t classificationHeadLength(const Plan& plan, std::size_t index) {
 }
 
 Expected<std::unique_ptr<DeviceStep>> makeClassificationHeadStep(const Plan& plan, std::span<const Step* const> steps) {
-  if (steps.empty() || steps.front() < plan.steps.data() || steps.front() >= plan.steps.data() + plan.steps.size())
-    return Status::error("a classification head's steps must be the plan's own");
-  std::size_t index = std::size_t(steps.front() - plan.steps.data());
-  std::optional<HeadParts> parts = classificationHead(plan, index);
-  if (!parts || parts->length() != steps.size())
-    return Status::error(stepName(*steps.front()) + ": not the first step of a classification head of " +
-                         std::to_string(steps.size()) + " steps");
-  const Step& loss = *steps[parts->widens];
+  Expected<std::pair<std::size_t, HeadParts>> found = headOfGroup(plan, steps, classificationHead, "classification head");
+  if (!found)
+    return found.status();
+  const HeadParts& parts = found->second;
+  const Step& loss = *steps[parts.widens];
   nk::LossGeometry geometry = lossGeometry(plan, loss);
-  auto storage = [](DType dtype) {
-    return dtype == DType::F16 ? nk::Storage::F16 : dtype == DType::BF16 ? nk::Storage::BF16 : nk::Storage::F32;
-  };
   nk::ClassificationHead head;
-  head.scores = storage(inputType(plan, *steps.front(), 0).dtype);
-  if (parts->narrows)
-    head.low = storage(plan.buffers[steps[parts->widens + 2]->outputs[0]].type.dtype);
-  // Where each buffer is in the group's slots: each step's inputs, then
-  // outputs, one step after another (widen: [low scores] or [low scores,
-  // bias] -> [scores]; loss: [scores, labels] -> [loss]; gradient: [seed,
-  // scores, labels] -> [grad]; narrow: [grad] -> [low grad]; sum: [grad] ->
-  // [column sums]).
-  struct Slots {
-    std::size_t scores, bias, labels, seed, wide, loss, grad, low, sums;
-  } at{};
-  std::size_t in = 0, out = 0;
-  const std::size_t kAbsent = std::size_t(-1);
-  at.bias = at.wide = at.low = at.sums = kAbsent;
-  if (parts->widens) {
-    in += parts->biased ? 2 : 1;
-    at.bias = parts->biased ? 1 : kAbsent;
-    at.wide = out++;
-  }
-  at.scores = parts->widens ? 0 : in;
-  at.labels = in + 1;
-  in += 2;
-  at.loss = out++;
-  at.seed = in;
-  in += 3;
-  at.grad = out++;
-  if (parts->narrows) {
-    in += 1;
-    at.low = out++;
-  }
-  if (parts->sums)
-    at.sums = out++;
-  return makeStep(loss, 0, [head, geometry, at, kAbsent](const StepPointers& p, cudaStream_t stream) {
-    auto output = [&](std::size_t slotIndex) { return slotIndex == kAbsent ? nullptr : slot(p.outputs, slotIndex); };
-    const float* bias = at.bias == kAbsent ? nullptr : static_cast<const float*>(slot(p.inputs, at.bias));
+  head.scores = headStorage(inputType(plan, *steps.front(), 0).dtype);
+  if (parts.narrows)
+    head.low = headStorage(plan.buffers[steps[parts.widens + 2]->outputs[0]].type.dtype);
+  HeadSlots at = headSlots(parts);
+  return makeStep(loss, 0, [head, geometry, at](const StepPointers& p, cudaStream_t stream) {
+    auto output = [&](std::size_t slotIndex) {
+      return slotIndex == HeadSlots::kAbsent ? nullptr : slot(p.outputs, slotIndex);
+    };
+    const float* bias = at.bias == HeadSlots::kAbsent ? nullptr : static_cast<const float*>(slot(p.inputs, at.bias));
     return nk::launchClassificationHead(
-        head, geometry, slot(p.inputs, at.scores), bias, static_cast<const int64_t*>(slot(p.inputs, at.labels)),
+        head, geometry, slot(p.inputs, at.scores), bias, static_cast<const int64_t*>(slot(p.inputs, at.second)),
         static_cast<const float*>(slot(p.inputs, at.seed)), static_cast<float*>(output(at.wide)),
         static_cast<float*>(output(at.loss)), static_cast<float*>(output(at.grad)), output(at.low),
         static_cast<float*>(output(at.sums)), stream);

@@ -717,6 +717,8 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) 
   for (std::size_t index = 0; index < plan.steps.size();) {
     std::size_t end = index + 1;
     std::size_t head = index >= deferred ? classificationHeadLength(plan, index) : 0;
+    if (head == 0 && index >= deferred)
+      head = mseHeadLength(plan, index);
     if (head > 0) {
       end = index + head;
     } else if ((index < deferred) == (index + 1 < deferred) &&
@@ -821,6 +823,8 @@ Expected<std::unique_ptr<DeviceStep>> makeLaunchGroupStep(DeviceContext& context
   bool ofThePlan = &first >= plan.steps.data() && &first < plan.steps.data() + plan.steps.size();
   if (ofThePlan && classificationHeadLength(plan, std::size_t(&first - plan.steps.data())) == steps.size())
     return makeClassificationHeadStep(plan, steps);
+  if (ofThePlan && mseHeadLength(plan, std::size_t(&first - plan.steps.data())) == steps.size())
+    return makeMseHeadStep(plan, steps);
   if (ofThePlan && steps.size() == 2 && widenedReductionAt(plan, std::size_t(&first - plan.steps.data())))
     return makeWidenedReductionStep(plan, steps);
   if (ofThePlan && steps.size() == 2 && columnSummedElementwiseAt(plan, std::size_t(&first - plan.steps.data())))

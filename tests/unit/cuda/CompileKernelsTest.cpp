@@ -575,14 +575,18 @@ rt::Plan cudaMlpStepPlan(int layers) {
 TEST(CompileKernels, EachHiddenBiasGradientOfAnMlpIsOneLaunch) {
   // Each hidden layer's f32 bias gradient is its f16 output gradient widened
   // and summed: one launch that reads the f16 gradient (widenedReductionAt),
-  // for every layer but the last, whose gradient the loss gives in f32.
+  // for every layer but the last, whose gradient the loss gives in f32: the
+  // regression head (the last layer's widening and bias add, the mse loss,
+  // its gradient, the gradient's rounding and its column sums) runs as one.
   const int layers = 4;
   rt::Plan plan = cudaMlpStepPlan(layers);
-  size_t widened = 0, reductionsAlone = 0;
+  size_t widened = 0, reductionsAlone = 0, heads = 0;
   for (auto [begin, end] : cuda::launchGroups(plan)) {
     widened += end - begin == 2 && cuda::widenedReductionAt(plan, begin);
     reductionsAlone += end - begin == 1 && plan.steps[begin].kind == rt::StepKind::Reduction;
+    heads += cuda::mseHeadLength(plan, begin) == end - begin && end - begin == 5;
   }
   EXPECT_EQ(widened, size_t(layers - 1)) << rt::printPlan(plan);
-  EXPECT_EQ(reductionsAlone, 1u) << rt::printPlan(plan);
+  EXPECT_EQ(reductionsAlone, 0u) << rt::printPlan(plan);
+  EXPECT_EQ(heads, 1u) << rt::printPlan(plan);
 }

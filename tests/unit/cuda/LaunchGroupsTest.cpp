@@ -444,6 +444,36 @@ TEST(LaunchGroups, ConsecutiveIndependentTransposesOfOneElementSizeShareALaunch)
   EXPECT_EQ(cuda::launchGroups(transposes(DType::F16, false, {2, 3, 2, 3, 2})), (Groups{{0, 1}, {1, 2}}));
 }
 
+TEST(LaunchGroups, AnMseLossWithItsGradientAndTheirCastsIsOneRegressionHead) {
+  // An f16 product widened, the mse loss and gradient, the gradient rounded
+  // back; not with reduction none (a per-element loss), nor when the
+  // gradient's target is another tensor than the loss's.
+  auto head = [](std::string reduction, bool otherTarget) {
+    PlanBuilder b("regression_head");
+    BufferId product = b.argument(tt(DType::F16, {16, 8}), BufferRole::Input, "product");
+    BufferId target = b.argument(tt(DType::F32, {16, 8}), BufferRole::Input, "target");
+    BufferId other = b.argument(tt(DType::F32, {16, 8}), BufferRole::Input, "other");
+    Shape lossShape = reduction == "none" ? Shape{16, 8} : Shape{};
+    BufferId seed = b.argument(tt(DType::F32, lossShape), BufferRole::ScalerState, "scale");
+    BufferId scores = b.temporary(tt(DType::F32, {16, 8}));
+    BufferId loss = b.output(tt(DType::F32, lossShape));
+    BufferId grad = b.temporary(tt(DType::F32, {16, 8}));
+    BufferId low = b.output(tt(DType::F16, {16, 8}));
+    AttributeMap attributes = {{"reduction", reduction}};
+    b.op("amp.cast", {product}, {scores});
+    b.op("jit.mse_loss", {scores, target}, {loss}, attributes);
+    b.op("jit.mse_loss_grad", {seed, scores, otherTarget ? other : target}, {grad}, attributes);
+    b.op("amp.cast", {grad}, {low});
+    b.result(loss);
+    b.result(low);
+    return b.finish();
+  };
+  EXPECT_EQ(cuda::mseHeadLength(head("mean", false), 0), 4u);
+  EXPECT_EQ(cuda::launchGroups(head("sum", false)), (Groups{{0, 4}}));
+  EXPECT_EQ(cuda::mseHeadLength(head("none", false), 0), 0u);
+  EXPECT_EQ(cuda::mseHeadLength(head("mean", true), 0), 0u);
+}
+
 /// A relu gradient in f32 and its sum over the first dimension (a bias
 /// gradient); `extraReader` also reads the gradient after the sum,
 /// `returned` makes it a result.
