@@ -281,6 +281,34 @@ struct HeadSlots {
               sums = kAbsent;
 };
 
+/// Whether one pass may write `writes` element by element while it reads
+/// `reads`: no write shares bytes with a read unless `inPlace(write, read)`
+/// (the same bytes, each element read before its own is written), nor with
+/// another write.
+template <typename InPlace>
+bool elementWritesClear(const Plan& plan, const std::vector<BufferId>& writes, const std::vector<BufferId>& reads,
+                        InPlace inPlace) {
+  for (std::size_t w = 0; w < writes.size(); ++w) {
+    for (BufferId read : reads)
+      if (sameMemory(plan, writes[w], read) && !inPlace(writes[w], read))
+        return false;
+    for (std::size_t other = w + 1; other < writes.size(); ++other)
+      if (sameMemory(plan, writes[w], writes[other]))
+        return false;
+  }
+  return true;
+}
+
+/// Whether two temporaries outside any view start at the same arena offset.
+bool sameArenaStart(const Plan& plan, BufferId a, BufferId b) {
+  const BufferDesc &x = plan.buffers[a], &y = plan.buffers[b];
+  return x.role == BufferRole::Temporary && y.role == BufferRole::Temporary && x.viewOf < 0 && y.viewOf < 0 &&
+         x.arenaOffset == y.arenaOffset;
+}
+
+/// A head's steps, or 0 for none.
+std::size_t lengthOf(const std::optional<HeadParts>& parts) { return parts ? parts->length() : 0; }
+
 HeadSlots headSlots(const HeadParts& parts) {
   HeadSlots at;
   std::size_t in = 0, out = 0;
@@ -381,14 +409,25 @@ bool readHeadWidening(const Plan& plan, const Step& step, HeadParts& parts) {
   return true;
 }
 
+/// Where a head at `index` has its loss (its gradient right after), past
+/// the widening readHeadWidening puts into `parts`; nothing if no head can
+/// start there.
+std::optional<std::size_t> headLossAt(const Plan& plan, std::size_t index, HeadParts& parts) {
+  if (index >= plan.steps.size() || !readHeadWidening(plan, plan.steps[index], parts))
+    return std::nullopt;
+  std::size_t at = index + parts.widens;
+  if (at + 1 >= plan.steps.size())
+    return std::nullopt;
+  return at;
+}
+
 std::optional<HeadParts> classificationHead(const Plan& plan, std::size_t index) {
   HeadParts parts;
   const std::vector<Step>& steps = plan.steps;
-  if (index >= steps.size() || !readHeadWidening(plan, steps[index], parts))
+  std::optional<std::size_t> lossAt = headLossAt(plan, index, parts);
+  if (!lossAt)
     return std::nullopt;
-  std::size_t at = index + parts.widens;
-  if (at + 1 >= steps.size())
-    return std::nullopt;
+  std::size_t at = *lossAt;
   const Step &loss = steps[at], &gradient = steps[at + 1];
   if (loss.kind != StepKind::Loss || loss.inputs.empty() || loss.computeType != DType::F32 ||
       inputType(plan, loss, 0).dtype != DType::F32 || !canShareLossLaunch(plan, loss, gradient) ||
@@ -435,46 +474,15 @@ std::optional<HeadParts> classificationHead(const Plan& plan, std::size_t index)
   if (parts.narrows)
     firstWrites.push_back(lowGrad);
   auto inPlaceOfScores = [&](BufferId written, BufferId read) {
-    const BufferDesc &x = plan.buffers[written], &y = plan.buffers[read];
-    return read == source && (written == grad || written == lowGrad) && x.role == BufferRole::Temporary &&
-           y.role == BufferRole::Temporary && x.viewOf < 0 && y.viewOf < 0 && x.arenaOffset == y.arenaOffset &&
-           x.type == y.type;
+    return read == source && (written == grad || written == lowGrad) && sameArenaStart(plan, written, read) &&
+           plan.buffers[written].type == plan.buffers[read].type;
   };
-  for (std::size_t w = 0; w < firstWrites.size(); ++w) {
-    for (BufferId read : firstReads)
-      if (sameMemory(plan, firstWrites[w], read) && !inPlaceOfScores(firstWrites[w], read))
-        return std::nullopt;
-    for (std::size_t other = w + 1; other < firstWrites.size(); ++other)
-      if (sameMemory(plan, firstWrites[w], firstWrites[other]))
-        return std::nullopt;
-  }
+  if (!elementWritesClear(plan, firstWrites, firstReads, inPlaceOfScores))
+    return std::nullopt;
   if (sameMemory(plan, lossValue, grad) || sameMemory(plan, lossValue, lowGrad) || sameMemory(plan, sums, grad))
     return std::nullopt;
   return parts;
 }
-
-/// Whether `buffer` is a temporary that only step `reader` reads: nothing
-/// else reads it, returns it or views its memory (a launch that never
-/// writes it may then run both).
-bool readOnlyBy(const Plan& plan, BufferId buffer, std::size_t reader) {
-  if (plan.buffers[buffer].role != BufferRole::Temporary)
-    return false;
-  for (std::size_t s = 0; s < plan.steps.size(); ++s)
-    if (s != reader && std::find(plan.steps[s].inputs.begin(), plan.steps[s].inputs.end(), buffer) !=
-                           plan.steps[s].inputs.end())
-      return false;
-  for (const PlanResult& result : plan.results)
-    if (result.buffer == buffer)
-      return false;
-  for (const BufferDesc& other : plan.buffers)
-    if (other.viewOf == int32_t(buffer))
-      return false;
-  return true;
-}
-
-} // namespace
-
-namespace {
 
 /// Whether `buffer` is read, returned or viewed outside steps [begin, end).
 bool usedOutside(const Plan& plan, BufferId buffer, std::size_t begin, std::size_t end) {
@@ -491,14 +499,20 @@ bool usedOutside(const Plan& plan, BufferId buffer, std::size_t begin, std::size
   return false;
 }
 
+/// Whether `buffer` is a temporary that only step `reader` reads: nothing
+/// else reads it, returns it or views its memory (a launch that never
+/// writes it may then run both).
+bool readOnlyBy(const Plan& plan, BufferId buffer, std::size_t reader) {
+  return plan.buffers[buffer].role == BufferRole::Temporary && !usedOutside(plan, buffer, reader, reader + 1);
+}
+
 std::optional<HeadParts> mseHead(const Plan& plan, std::size_t index) {
   const std::vector<Step>& steps = plan.steps;
   HeadParts parts;
-  if (index >= steps.size() || !readHeadWidening(plan, steps[index], parts))
+  std::optional<std::size_t> lossAt = headLossAt(plan, index, parts);
+  if (!lossAt)
     return std::nullopt;
-  std::size_t at = index + parts.widens;
-  if (at + 1 >= steps.size())
-    return std::nullopt;
+  std::size_t at = *lossAt;
   const Step &loss = steps[at], &gradient = steps[at + 1];
   auto isMse = [&](const Step& step, StepKind kind) {
     return step.kind == kind && step.computeType == DType::F32 && step.as<LossParams>().loss == LossKind::Mse &&
@@ -545,21 +559,14 @@ std::optional<HeadParts> mseHead(const Plan& plan, std::size_t index) {
     elementWrites.push_back(steps[index + parts.widens + 2].outputs[0]);
   BufferId sums = parts.sums ? steps[end - 1].outputs[0] : kNoBuffer;
   auto inPlace = [&](BufferId written, BufferId read) {
-    const BufferDesc &x = plan.buffers[written], &y = plan.buffers[read];
-    return x.role == BufferRole::Temporary && y.role == BufferRole::Temporary && x.viewOf < 0 && y.viewOf < 0 &&
-           x.arenaOffset == y.arenaOffset && x.type.shape == y.type.shape &&
-           dtypeSize(x.type.dtype) == dtypeSize(y.type.dtype);
+    const TensorType &x = plan.buffers[written].type, &y = plan.buffers[read].type;
+    return sameArenaStart(plan, written, read) && x.shape == y.shape && dtypeSize(x.dtype) == dtypeSize(y.dtype);
   };
-  for (std::size_t w = 0; w < elementWrites.size(); ++w) {
-    for (BufferId read : reads)
-      if (sameMemory(plan, elementWrites[w], read) && !inPlace(elementWrites[w], read))
-        return std::nullopt;
-    for (std::size_t other = w + 1; other < elementWrites.size(); ++other)
-      if (sameMemory(plan, elementWrites[w], elementWrites[other]))
-        return std::nullopt;
-    if (sameMemory(plan, sums, elementWrites[w]) || sameMemory(plan, loss.outputs[0], elementWrites[w]))
+  if (!elementWritesClear(plan, elementWrites, reads, inPlace))
+    return std::nullopt;
+  for (BufferId write : elementWrites)
+    if (sameMemory(plan, sums, write) || sameMemory(plan, loss.outputs[0], write))
       return std::nullopt;
-  }
   for (BufferId read : reads)
     if (sameMemory(plan, sums, read))
       return std::nullopt;
@@ -570,10 +577,7 @@ std::optional<HeadParts> mseHead(const Plan& plan, std::size_t index) {
 
 } // namespace
 
-std::size_t mseHeadLength(const Plan& plan, std::size_t index) {
-  std::optional<HeadParts> parts = mseHead(plan, index);
-  return parts ? parts->length() : 0;
-}
+std::size_t mseHeadLength(const Plan& plan, std::size_t index) { return lengthOf(mseHead(plan, index)); }
 
 Expected<std::unique_ptr<DeviceStep>> makeMseHeadStep(const Plan& plan, std::span<const Step* const> steps) {
   Expected<std::pair<std::size_t, HeadParts>> found = headOfGroup(plan, steps, mseHead, "regression head");
@@ -688,8 +692,7 @@ Expected<std::unique_ptr<DeviceStep>> makeWidenedReductionStep(const Plan& plan,
 }
 
 std::size_t classificationHeadLength(const Plan& plan, std::size_t index) {
-  std::optional<HeadParts> parts = classificationHead(plan, index);
-  return parts ? parts->length() : 0;
+  return lengthOf(classificationHead(plan, index));
 }
 
 Expected<std::unique_ptr<DeviceStep>> makeClassificationHeadStep(const Plan& plan, std::span<const Step* const> steps) {
