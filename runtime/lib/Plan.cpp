@@ -1520,6 +1520,65 @@ Status verifyDeferredSteps(const Plan& plan) {
   return Status::success();
 }
 
+/// The rules of Plan::sideSteps: in step order after the deferred steps,
+/// each joined at a later step (or the end), and nothing on the main lane
+/// before its join reads what it writes or writes what it touches (a view
+/// counts as what it views). Arena bytes are verifyPlan's liveness check.
+Status verifySideSteps(const Plan& plan, const std::vector<BufferId>& viewRoot) {
+  std::vector<bool> isSide(plan.steps.size(), false);
+  for (size_t k = 0; k < plan.sideSteps.size(); ++k) {
+    const SideStep& side = plan.sideSteps[k];
+    std::string which = "side step " + std::to_string(k) + " (step " + std::to_string(side.step) + ")";
+    if (side.step >= plan.steps.size())
+      return Status::error(which + " is past the plan's " + std::to_string(plan.steps.size()) + " steps");
+    if (side.step < plan.deferredSteps)
+      return Status::error(which + " is one of the deferred steps, which have a lane of their own");
+    if (k > 0 && side.step <= plan.sideSteps[k - 1].step)
+      return Status::error(which + " does not follow side step " + std::to_string(k - 1) + " (step " +
+                           std::to_string(plan.sideSteps[k - 1].step) + "): side steps are in step order");
+    if (side.joinBefore <= side.step || side.joinBefore > plan.steps.size())
+      return Status::error(which + " joins before step " + std::to_string(side.joinBefore) +
+                           ", which is not after it and at most the plan's " + std::to_string(plan.steps.size()) +
+                           " steps");
+    isSide[side.step] = true;
+  }
+  auto valid = [&](BufferId id) { return id != kNoBuffer && id < plan.buffers.size(); };
+  for (const SideStep& side : plan.sideSteps) {
+    const Step& step = plan.steps[side.step];
+    std::vector<BufferId> written, touched;
+    for (BufferId id : step.outputs)
+      if (valid(id))
+        written.push_back(viewRoot[id]);
+    touched = written;
+    for (BufferId id : step.inputs)
+      if (valid(id))
+        touched.push_back(viewRoot[id]);
+    auto among = [&](const std::vector<BufferId>& roots, BufferId id) {
+      return valid(id) && std::find(roots.begin(), roots.end(), viewRoot[id]) != roots.end();
+    };
+    std::string until = " before " + describeStep(plan, side.step) + ", a side step, joins at step " +
+                        std::to_string(side.joinBefore);
+    for (size_t index = size_t(side.step) + 1; index < side.joinBefore; ++index) {
+      if (isSide[index])
+        continue; // the same lane, after it
+      const Step& later = plan.steps[index];
+      for (BufferId id : later.inputs)
+        if (among(written, id))
+          return Status::error(describeStep(plan, index) + " reads " + describeBuffer(plan, id) + until +
+                               " (it writes that buffer)");
+      // A reshape into a view of its input's bytes moves nothing.
+      if (later.kind == StepKind::Reshape && later.outputs.size() == 1 && valid(later.outputs[0]) &&
+          viewRoot[later.outputs[0]] != later.outputs[0])
+        continue;
+      for (BufferId id : later.outputs)
+        if (among(touched, id))
+          return Status::error(describeStep(plan, index) + " writes " + describeBuffer(plan, id) + until +
+                               " (it reads or writes that buffer)");
+    }
+  }
+  return Status::success();
+}
+
 } // namespace
 
 std::vector<BufferId> arenaViewRoots(const Plan& plan) {
@@ -1642,6 +1701,15 @@ Status verifyPlan(const Plan& plan) {
     }
   }
 
+  // A side step's buffers hold their bytes until it joins.
+  std::vector<BufferId> viewRoot = arenaViewRoots(plan);
+  AMPJIT_RETURN_IF_ERROR(verifySideSteps(plan, viewRoot));
+  for (const SideStep& side : plan.sideSteps)
+    for (const std::vector<BufferId>* slots : {&plan.steps[side.step].inputs, &plan.steps[side.step].outputs})
+      for (BufferId id : *slots)
+        if (id != kNoBuffer)
+          lastAccess[id] = std::max(lastAccess[id], size_t(side.joinBefore) - 1);
+
   for (size_t i = 0; i < plan.results.size(); ++i)
     if (!defined[plan.results[i].buffer])
       return Status::error("result " + std::to_string(i) + " is " + describeBuffer(plan, plan.results[i].buffer) +
@@ -1652,7 +1720,6 @@ Status verifyPlan(const Plan& plan) {
   // updates name the same buffer instead. The one exception is a reshape's
   // view of its input's bytes, which holds only while no step rewrites
   // either of them.
-  std::vector<BufferId> viewRoot = arenaViewRoots(plan);
   std::vector<size_t> writers(plan.buffers.size(), 0);
   for (const Step& step : plan.steps)
     for (BufferId id : step.outputs)

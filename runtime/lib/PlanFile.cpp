@@ -276,6 +276,12 @@ void decodeInfo(Reader& reader, Plan& plan) {
   plan.name = reader.string();
   plan.arenaBytes = reader.u64();
   plan.deferredSteps = reader.u32();
+  size_t sideSteps = reader.count(4 + 4, "side steps");
+  plan.sideSteps.resize(sideSteps);
+  for (SideStep& side : plan.sideSteps) {
+    side.step = reader.u32();
+    side.joinBefore = reader.u32();
+  }
 }
 
 void decodeBuffers(Reader& reader, Plan& plan) {
@@ -351,6 +357,11 @@ std::vector<uint8_t> encodePlan(const Plan& plan) {
   info.string(plan.name);
   info.u64(plan.arenaBytes);
   info.u32(plan.deferredSteps);
+  info.u32(uint32_t(plan.sideSteps.size()));
+  for (const SideStep& side : plan.sideSteps) {
+    info.u32(side.step);
+    info.u32(side.joinBefore);
+  }
 
   buffers.u32(uint32_t(plan.buffers.size()));
   for (const BufferDesc& buffer : plan.buffers) {

@@ -213,6 +213,13 @@ std::string printPlan(const Plan& plan) {
   if (plan.deferredSteps > 0)
     text += "  deferred steps 0.." + std::to_string(plan.deferredSteps - 1) +
             " (the previous run's update, done first)\n";
+  if (!plan.sideSteps.empty()) {
+    text += "  side steps:";
+    for (size_t k = 0; k < plan.sideSteps.size(); ++k)
+      text += std::string(k ? "," : "") + " " + std::to_string(plan.sideSteps[k].step) + " joins before " +
+              std::to_string(plan.sideSteps[k].joinBefore);
+    text += "\n";
+  }
   for (BufferId id = 0; id < plan.buffers.size(); ++id) {
     const BufferDesc& buffer = plan.buffers[id];
     text += "  " + bufferRef(id) + " = ";

@@ -139,10 +139,10 @@ TEST(PlanFile, WrongMagicIsAClearError) {
 
 TEST(PlanFile, OtherVersionIsAClearError) {
   std::vector<uint8_t> bytes = encodePlan(sampleTrainStep());
-  bytes[8] = 5; // before AMSGrad's optimizer slots
+  bytes[8] = 6; // before side steps
   Expected<Plan> decoded = decodePlan(bytes, "old.bin");
   ASSERT_FALSE(decoded.ok());
-  EXPECT_EQ(decoded.message(), "old.bin: plan format version 5, but this runtime reads version 6; "
+  EXPECT_EQ(decoded.message(), "old.bin: plan format version 6, but this runtime reads version 7; "
                                "recompile the step with this version of ampjit");
 }
 
@@ -198,8 +198,8 @@ TEST(PlanFile, InvalidEnumValueIsNamed) {
   std::vector<uint8_t> bytes = encodePlan(plan);
   // The BUFS section starts after the header (24), the INFO section header
   // (16) and its payload (4-byte length, "p", 8-byte arena size, 4-byte
-  // deferred step count).
-  size_t bufs = 24 + 16 + 4 + 1 + 8 + 4;
+  // deferred step count, 4-byte side step count).
+  size_t bufs = 24 + 16 + 4 + 1 + 8 + 4 + 4;
   size_t firstDType = bufs + 16 + 4;
   ASSERT_EQ(bytes[firstDType], uint8_t(DType::F32));
   bytes[firstDType] = 42;
@@ -213,13 +213,23 @@ TEST(PlanFile, HugeCountsAreRefusedBeforeAllocating) {
   Plan plan;
   plan.name = "p";
   std::vector<uint8_t> bytes = encodePlan(plan);
-  size_t bufferCount = 24 + 16 + 4 + 1 + 8 + 4 + 16;
-  for (int i = 0; i < 4; ++i)
+  size_t sideStepCount = 24 + 16 + 4 + 1 + 8 + 4;
+  size_t bufferCount = sideStepCount + 4 + 16;
+  std::vector<uint8_t> sideSteps = bytes;
+  for (int i = 0; i < 4; ++i) {
     bytes[bufferCount + i] = 0xFF;
+    sideSteps[sideStepCount + i] = 0xFF;
+  }
   reseal(bytes);
+  reseal(sideSteps);
   Expected<Plan> decoded = decodePlan(bytes, "huge.bin");
   ASSERT_FALSE(decoded.ok());
   EXPECT_NE(decoded.message().find("section 'BUFS', claims 4294967295 buffers but only 0 bytes remain"),
+            std::string::npos)
+      << decoded.message();
+  decoded = decodePlan(sideSteps, "huge.bin");
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_NE(decoded.message().find("section 'INFO', claims 4294967295 side steps but only 0 bytes remain"),
             std::string::npos)
       << decoded.message();
 }
@@ -325,6 +335,94 @@ TEST(PlanVerifier, DeferredStepsKeepToCarriedBuffersConstantsAndState) {
     parts.plan.results.push_back(PlanResult{parts.gradient, -1});
     EXPECT_EQ(verifyMessage(parts.plan), "result 2 is the carried buffer %3 'grad', which is not the run's to return");
   }
+}
+
+/// relu, then a side step (neg of the relu) beside exp and neg, joined
+/// before the add that reads it: steps 0..4, the side step 1 joining before
+/// step 4. Laid out by PlanBuilder, which knows nothing of side steps.
+struct SideStepPlan {
+  Plan plan;
+  BufferId x, relu, negated, exp, abs, sum;
+};
+SideStepPlan sideStepPlan() {
+  PlanBuilder b("side");
+  SideStepPlan p;
+  p.x = b.argument(tt(DType::F32, {16}), BufferRole::Input, "x");
+  p.relu = b.temporary(tt(DType::F32, {16}));
+  p.negated = b.temporary(tt(DType::F32, {16}));
+  p.exp = b.temporary(tt(DType::F32, {16}));
+  p.abs = b.temporary(tt(DType::F32, {16}));
+  p.sum = b.output(tt(DType::F32, {16}));
+  b.op("jit.relu", {p.x}, {p.relu});
+  b.op("jit.neg", {p.relu}, {p.negated});
+  b.op("jit.exp", {p.relu}, {p.exp});
+  b.op("jit.neg", {p.exp}, {p.abs});
+  b.op("jit.add", {p.abs, p.negated}, {p.sum});
+  b.result(p.sum);
+  p.plan = b.finish();
+  p.plan.sideSteps = {{1, 4}};
+  return p;
+}
+
+TEST(PlanVerifier, ASideStepsBuffersHoldTheirBytesUntilItJoins) {
+  SideStepPlan p = sideStepPlan();
+  // In line, abs may take the relu's bytes (its last reader, exp, is done);
+  // beside the side step, which may still be reading them, it may not.
+  ASSERT_EQ(p.plan.buffers[p.abs].arenaOffset, p.plan.buffers[p.relu].arenaOffset);
+  EXPECT_EQ(verifyMessage(p.plan),
+            "buffer %1 (steps 0..3) and buffer %4 (steps 3..4) share arena bytes while both are live");
+  p.plan.sideSteps.clear();
+  EXPECT_EQ(verifyMessage(p.plan), "");
+}
+
+TEST(PlanVerifier, ASideStepVerifiesPrintsAndRoundTrips) {
+  SideStepPlan p = sideStepPlan();
+  p.plan.buffers[p.abs].arenaOffset = p.plan.arenaBytes;
+  p.plan.arenaBytes += 64;
+  ASSERT_EQ(verifyMessage(p.plan), "");
+  std::string text = printPlan(p.plan);
+  EXPECT_NE(text.find("\n  side steps: 1 joins before 4\n"), std::string::npos) << text;
+  Expected<Plan> decoded = decodePlan(encodePlan(p.plan), "memory");
+  ASSERT_TRUE(decoded.ok()) << decoded.message();
+  EXPECT_TRUE(*decoded == p.plan);
+  // A side step that joins at the end of the run, after one it reads.
+  p.plan.sideSteps = {{1, 4}, {4, 5}};
+  EXPECT_EQ(verifyMessage(p.plan), "");
+}
+
+TEST(PlanVerifier, SideStepRules) {
+  SideStepPlan p = sideStepPlan();
+  p.plan.buffers[p.abs].arenaOffset = p.plan.arenaBytes;
+  p.plan.arenaBytes += 64;
+  auto withSideSteps = [&](std::vector<SideStep> sideSteps) {
+    Plan plan = p.plan;
+    plan.sideSteps = std::move(sideSteps);
+    return verifyMessage(plan);
+  };
+  EXPECT_EQ(withSideSteps({{1, 5}}), "step 4 (elementwise from jit.add) reads buffer %2 before step 1 (elementwise "
+                                     "from jit.neg), a side step, joins at step 5 (it writes that buffer)");
+  EXPECT_EQ(withSideSteps({{1, 1}}), "side step 0 (step 1) joins before step 1, which is not after it and at most "
+                                     "the plan's 5 steps");
+  EXPECT_EQ(withSideSteps({{2, 6}}), "side step 0 (step 2) joins before step 6, which is not after it and at most "
+                                     "the plan's 5 steps");
+  EXPECT_EQ(withSideSteps({{5, 6}}), "side step 0 (step 5) is past the plan's 5 steps");
+  EXPECT_EQ(withSideSteps({{2, 4}, {1, 4}}), "side step 1 (step 1) does not follow side step 0 (step 2): side "
+                                             "steps are in step order");
+  // Two side steps on one lane: exp reads the relu it follows, and abs runs
+  // in line after both.
+  EXPECT_EQ(withSideSteps({{1, 4}, {2, 3}}), "");
+  // A step in between that rewrites what the side step reads, in place.
+  Plan inPlace = p.plan;
+  inPlace.steps[3].inputs = {p.relu};
+  inPlace.steps[3].outputs = {p.relu};
+  inPlace.steps[4].inputs = {p.relu, p.negated};
+  inPlace.sideSteps = {{1, 4}};
+  EXPECT_EQ(verifyMessage(inPlace), "step 3 (elementwise from jit.neg) writes buffer %1 before step 1 (elementwise "
+                                    "from jit.neg), a side step, joins at step 4 (it reads or writes that buffer)");
+  Plan deferred = deferredSgdStep().plan;
+  deferred.sideSteps = {{0, 1}};
+  EXPECT_EQ(verifyMessage(deferred), "side step 0 (step 0) is one of the deferred steps, which have a lane of their "
+                                     "own");
 }
 
 TEST(PlanVerifier, WritingAnInputIsRejected) {

@@ -612,6 +612,14 @@ struct PlanResult {
   friend bool operator==(const PlanResult&, const PlanResult&) = default;
 };
 
+/// A step that may run beside the main order until `joinBefore`, a later
+/// step index or steps.size() (the end of the run). Plan::sideSteps.
+struct SideStep {
+  uint32_t step = 0;
+  uint32_t joinBefore = 0;
+  friend bool operator==(const SideStep&, const SideStep&) = default;
+};
+
 struct Plan {
   /// The traced function's name.
   std::string name{};
@@ -627,6 +635,13 @@ struct Plan {
   /// carried buffers. A run does them only when the run before left them
   /// pending; Executable::completeDeferred does them alone.
   uint32_t deferredSteps = 0;
+  /// Steps a backend may run on a second lane (a GPU's side stream), beside
+  /// the steps after them, each finished before its `joinBefore` step
+  /// starts (codegen's overlapWeightGradients). In step order. Running them
+  /// in line is always right; verifyPlan checks that running them beside is
+  /// too: no step in between reads what a side step writes or writes what
+  /// it touches, and its buffers hold their arena bytes until the join.
+  std::vector<SideStep> sideSteps{};
 
   /// Number of function arguments (buffers with an argument index).
   std::size_t argumentCount() const;
