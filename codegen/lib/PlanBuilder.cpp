@@ -174,6 +174,8 @@ public:
     sinkGradientTransposesToTheirCheck(plan);
     if (options.deferOptimizerUpdates)
       deferOptimizerUpdates(plan, options.deferMinimumElements);
+    if (options.overlapWeightGradients)
+      overlapWeightGradients(plan);
     layOutArena();
     if (rt::Status status = rt::verifyPlan(plan); !status.ok())
       return function.emitError() << "codegen produced an invalid plan (a codegen bug): "
@@ -470,6 +472,13 @@ private:
         if (id != rt::kNoBuffer)
           lastRead[id] = std::max(lastRead[id], int64_t(s));
     }
+    // A side step's buffers hold their bytes until it joins: the steps
+    // before the join may run while it still reads or writes them.
+    for (const rt::SideStep &side : plan.sideSteps)
+      for (const std::vector<rt::BufferId> *slots : {&plan.steps[side.step].inputs, &plan.steps[side.step].outputs})
+        for (rt::BufferId id : *slots)
+          if (id != rt::kNoBuffer)
+            lastRead[id] = std::max(lastRead[id], int64_t(side.joinBefore) - 1);
     auto isTemporary = [&](rt::BufferId id) { return plan.buffers[id].role == rt::BufferRole::Temporary; };
     struct Live {
       uint64_t offset, size;

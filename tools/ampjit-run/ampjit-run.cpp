@@ -2,7 +2,7 @@
 //
 //   ampjit-run step.mlir [--amp-pipeline="level=O1 dtype=f16"] [--print-plan]
 //              [--jit-fuse-elementwise] [--jit-fuse-gemm-epilogues] [--jit-fuse-batch-norm-epilogues]
-//              [--jit-defer-optimizer-updates]
+//              [--jit-defer-optimizer-updates] [--jit-overlap-weight-gradients]
 //              [--emit-plan=plan.bin] [--steps=N] [--seed=S] [--arg=3=w.npy]
 //              [--arg=14=0.01] [--print-results] [--save-results=DIR]
 //
@@ -65,6 +65,10 @@ static llvm::cl::opt<bool> deferOptimizerUpdates(
     "jit-defer-optimizer-updates",
     llvm::cl::desc("Move the optimizer update to the front of the next run (the CUDA pipeline's, for large "
                    "models); the results are printed after completing the last run's update"));
+static llvm::cl::opt<bool> overlapWeightGradients(
+    "jit-overlap-weight-gradients",
+    llvm::cl::desc("Let each convolution's filter gradient run beside the steps after it, as side steps (the "
+                   "CUDA pipeline's second stream; the CPU runs them in line)"));
 static llvm::cl::opt<std::string> emitPlan("emit-plan", llvm::cl::desc("Save the plan to this file"));
 static llvm::cl::opt<std::string> loadPlanFile(
     "load-plan", llvm::cl::desc("Run this saved plan instead of compiling (the .mlir is not read)"));
@@ -181,7 +185,8 @@ int main(int argc, char **argv) {
         ampjit::codegen::buildPlan(*entry, {.fuseElementwise = fuseElementwise,
                                             .fuseGemmEpilogues = fuseGemmEpilogues,
                                             .fuseBatchNormEpilogues = fuseBatchNormEpilogues,
-                                            .deferOptimizerUpdates = deferOptimizerUpdates});
+                                            .deferOptimizerUpdates = deferOptimizerUpdates,
+                                            .overlapWeightGradients = overlapWeightGradients});
     if (failed(built))
       return 1;
     plan = std::move(*built);

@@ -37,6 +37,10 @@ struct PlanOptions {
   /// updates at least `deferMinimumElements` parameter elements.
   bool deferOptimizerUpdates = false;
   int64_t deferMinimumElements = 0;
+  /// Let each convolution's filter gradient run beside the steps after it
+  /// (`--jit-overlap-weight-gradients`; on for the CUDA backend, which runs
+  /// such side steps on its second stream): overlapWeightGradients below.
+  bool overlapWeightGradients = false;
   /// Append each op's `file:line` to its step's origin, so runtime messages
   /// (AMPJIT_CHECK_NUMERICS) name the user's source line. jit::trace sets it.
   bool recordLocations = false;
@@ -72,6 +76,19 @@ void readGradientsBeforeTheirReshape(runtime::Plan &plan);
 /// writes what it reads or touches what it writes; on a plan whose arena is
 /// not laid out yet. Always run: the values are the same.
 void sinkGradientTransposesToTheirCheck(runtime::Plan &plan);
+
+/// How many filter gradients may wait on the side lane at once
+/// (overlapWeightGradients).
+inline constexpr size_t kWeightGradientLag = 2;
+
+/// PlanOptions::overlapWeightGradients, on a plan whose steps are in their
+/// final order and whose arena is not laid out yet (the layout keeps a side
+/// step's buffers live until its join): each conv2d_grad_weight step after
+/// the deferred steps becomes a side step (runtime Plan::sideSteps), joined
+/// before the filter gradient `lag` places later, or before the first step
+/// that must follow it, or at the end; one that would join at the very next
+/// step stays in line.
+void overlapWeightGradients(runtime::Plan &plan, size_t lag = kWeightGradientLag);
 
 /// What deferOptimizerUpdates did: the steps it deferred, or why none.
 struct DeferralResult {
