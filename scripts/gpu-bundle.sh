@@ -5,7 +5,7 @@
 # ignores it) with gpu-bundle/run.sh, which runs there and writes its logs
 # to $OUT. With the device tool: carry ["gpu-bundle"], command
 # `bash gpu-bundle/run.sh` (then `bash gpu-bundle/run.sh bench mlp9`, `... bench resnet50`,
-# `... defer-ab mlp9`, `... priority-ab mlp9`:
+# `... defer-ab mlp9`, `... priority-ab mlp9`, `... side-ab resnet50`:
 # one device command may run 600 s). Build first (scripts/run-tests.sh or ninja in build/).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -40,6 +40,8 @@ cat > gpu-bundle/run.sh <<'RUN'
 #                   no peers: what deferring buys (TraceOptions::defer_updates)
 #   priority-ab MODEL...  O1/O2 f16, deferred, with the side stream at a lower priority than the
 #                   step and with both equal (AMPJIT_CUDA_EQUAL_STREAM_PRIORITIES=1), no peers
+#   side-ab MODEL...  O1/O2 f16 with the convolutions' filter gradients on the side stream and in
+#                   line (AMPJIT_CUDA_SIDE_STEPS_IN_LINE=1), no peers
 # Device time is short: each stage is bounded, and every result is appended as it comes, so a
 # command stopped at its limit still returns what finished. Logs, JSON and summary.txt go to $OUT.
 set -uo pipefail
@@ -174,6 +176,16 @@ run_priority_ab() {
   done
 }
 
+run_side_ab() { # MODEL: filter gradients beside the backward and in line (AMPJIT_CUDA_SIDE_STEPS_IN_LINE)
+  local model=$1 inline
+  for inline in 0 1; do
+    AMPJIT_CUDA_SIDE_STEPS_IN_LINE=$inline timeout 280 "$here/run/ampjit-bench" --model "$model" --backend cuda \
+      --levels O1,O2 --dtypes f16 --no-peer >> "$out/side-ab.jsonl" 2>> "$out/bench.log"
+    stamp "side-ab $model in-line=$inline: exit $?"
+    tail -n 1 "$out/side-ab.jsonl" >> "$out/summary.txt"
+  done
+}
+
 run_train() { # the main job on the GPU, on synthetic digits (the machine has no dataset)
   timeout 90 "$here/run/ampjit-train" --backend cuda --data synthetic --amp O2 --dtype f16 --epochs 3 --json \
     > "$out/train.jsonl" 2>&1
@@ -203,7 +215,7 @@ run_crash() { # MODEL LEVELS: the benchmark alone; if it dies of a signal, again
   fi
 }
 
-is_stage() { [ "$1" = profile ] || [ "$1" = crash ] || [ "$1" = train ] || [ "$1" = probe ] || [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ] || [ "$1" = priority-ab ]; }
+is_stage() { [ "$1" = profile ] || [ "$1" = crash ] || [ "$1" = train ] || [ "$1" = probe ] || [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ] || [ "$1" = priority-ab ] || [ "$1" = side-ab ]; }
 
 [ $# -gt 0 ] || set -- tests bench classifier
 while [ $# -gt 0 ]; do
@@ -216,7 +228,8 @@ while [ $# -gt 0 ]; do
     bench) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_bench "$1"; shift; done ;;
     defer-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_defer_ab "$1"; shift; done ;;
     priority-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_priority_ab "$1"; shift; done ;;
-    *) echo "run.sh: unknown stage '$1' (probe, profile, crash, train, tests [JOBS], bench MODEL..., defer-ab MODEL..., priority-ab MODEL...)" | tee -a "$out/summary.txt"
+    side-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_side_ab "$1"; shift; done ;;
+    *) echo "run.sh: unknown stage '$1' (probe, profile, crash, train, tests [JOBS], bench MODEL..., defer-ab MODEL..., priority-ab MODEL..., side-ab MODEL...)" | tee -a "$out/summary.txt"
        exit 2 ;;
   esac
 done

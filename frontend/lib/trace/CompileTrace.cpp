@@ -194,6 +194,7 @@ CompiledTrace compileTrace(const TraceGraph& graph, const CompileTraceOptions& o
                                           .fuseBatchNormEpilogues = options.fuseBatchNormEpilogues,
                                           .deferOptimizerUpdates = options.deferOptimizerUpdates,
                                           .deferMinimumElements = options.deferMinimumElements,
+                                          .overlapWeightGradients = options.overlapWeightGradients,
                                           .recordLocations = true});
   if (failed(plan))
     throw fail("code generation failed");

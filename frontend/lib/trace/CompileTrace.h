@@ -30,6 +30,9 @@ struct CompileTraceOptions {
   /// `deferMinimumElements` parameter elements (codegen::deferOptimizerUpdates).
   bool deferOptimizerUpdates = false;
   int64_t deferMinimumElements = 0;
+  /// Run convolutions' filter gradients beside the backward, as side steps
+  /// (codegen::overlapWeightGradients; the CUDA backend's second stream).
+  bool overlapWeightGradients = false;
   /// AMPJIT_DUMP: write every stage here as `<stem>.*`.
   std::string dumpDirectory;
   std::string dumpStem;

@@ -53,6 +53,8 @@ struct Variant {
   std::vector<size_t> deferredState;
   /// On CUDA, the launches a run enqueues (fixed at prepare); 0 on the CPU.
   size_t deviceLaunches = 0;
+  /// On CUDA, how many of those run on the side stream (fixed at prepare).
+  size_t deviceSideSteps = 0;
 };
 
 /// At least this many parameter elements before DeferUpdates::automatic
@@ -251,6 +253,7 @@ private:
         .fuseBatchNormEpilogues = cuda_ != nullptr && !checkNumerics,
         .deferOptimizerUpdates = defer,
         .deferMinimumElements = options_.defer_updates == DeferUpdates::on ? 0 : kDeferMinimumElements,
+        .overlapWeightGradients = cuda_ != nullptr && !checkNumerics,
         .dumpDirectory = dumpDirectory ? dumpDirectory : "",
         .dumpStem = options_.name + ".v" + std::to_string(variants_.size() + 1)};
     variant->compiled = compileTrace(graph, compileOptions);
@@ -274,8 +277,11 @@ private:
     if (!executable)
       throw Error("jit::trace '" + options_.name + "': " + executable.message());
     variant->executable = std::move(*executable);
-    if (cuda_)
-      variant->deviceLaunches = size_t(cuda_->stats(*variant->executable).launchesPerRun);
+    if (cuda_) {
+      rt::CudaRunStats stats = cuda_->stats(*variant->executable);
+      variant->deviceLaunches = size_t(stats.launchesPerRun);
+      variant->deviceSideSteps = size_t(stats.sideSteps);
+    }
     if (plan.deferredSteps > 0) {
       variant->deferred = std::make_shared<DeferredUpdate>();
       Variant* owner = variant.get();
@@ -360,6 +366,7 @@ private:
     if (!results)
       throw Error("jit::trace '" + options_.name + "': " + results.message());
     stats_.device_launches_per_step = variant.deviceLaunches;
+    stats_.device_side_steps_per_step = variant.deviceSideSteps;
     if (variant.deferred) {
       variant.deferred->pending = variant.executable->deferredPending();
       for (size_t index : variant.deferredState)

@@ -130,6 +130,14 @@ struct SplitFiniteCheck {
   std::vector<cudaEvent_t> chunkReady; ///< per early chunk, recorded on the main stream after its writer
 };
 
+/// A plan side step (Plan::sideSteps) run on the side stream: forked where
+/// it stands, joined before its joinBefore step.
+struct SideLaneStep {
+  std::size_t step;
+  std::size_t joinBefore;
+  cudaEvent_t fork = nullptr, done = nullptr;
+};
+
 /// AMPJIT_PROFILE=<file>: which run of each plan goes step by step with
 /// timed launches (AMPJIT_PROFILE_RUN, default the 8th, after warm-up), and
 /// the file its JSON lines are appended to.
@@ -170,6 +178,10 @@ public:
   ~CudaExecutable() override {
     if (graph_)
       cudaGraphExecDestroy(graph_);
+    for (SideLaneStep& side : sideLane_)
+      for (cudaEvent_t event : {side.fork, side.done})
+        if (event)
+          cudaEventDestroy(event);
     for (SplitFiniteCheck& split : splitChecks_) {
       for (cudaEvent_t event : split.chunkReady)
         cudaEventDestroy(event);
@@ -238,6 +250,7 @@ public:
       AMPJIT_RETURN_IF_ERROR(allocateFixed(finiteFlag_, 1, "the numerics check's flag"));
     AMPJIT_RETURN_IF_ERROR(prepareSplitFiniteChecks());
     AMPJIT_RETURN_IF_ERROR(prepareDeferredUpdate());
+    AMPJIT_RETURN_IF_ERROR(prepareSideLane());
     fixed_.resize(plan_.buffers.size());
     for (BufferId id = 0; id < plan_.buffers.size(); ++id) {
       const BufferDesc& buffer = plan_.buffers[id];
@@ -270,7 +283,7 @@ public:
     std::vector<void*> argumentKey;
     AMPJIT_RETURN_IF_ERROR(bindBuffers(arguments, /*stageInputs=*/false, argumentKey));
     // Alone, the update runs on the main stream: nothing is left to overlap.
-    AMPJIT_RETURN_IF_ERROR(enqueueSteps(runtime_->stream, 0, plan_.deferredSteps, /*overlapDeferred=*/false));
+    AMPJIT_RETURN_IF_ERROR(enqueueSteps(runtime_->stream, 0, plan_.deferredSteps, /*overlap=*/false));
     deferred_.completed();
     return Status::success();
   }
@@ -463,15 +476,32 @@ private:
   /// The whole plan, as a graph captures it.
   Status enqueueWholePlan(cudaStream_t stream) { return enqueueSteps(stream, 0, plan_.steps.size(), true); }
 
-  /// Enqueues plan steps [begin, end). With `overlapDeferred` and the
-  /// deferred update among them, the update runs on the side stream, forked
-  /// at the start; each step of the rest waits for the update groups whose
+  /// Enqueues plan steps [begin, end). With `overlap` and the deferred
+  /// update among them, the update runs on the side stream, forked at the
+  /// start; each step of the rest waits for the update groups whose
   /// deadline it is (deferredStepDeadlines), and the run joins what is left
-  /// at its end.
-  Status enqueueSteps(cudaStream_t stream, std::size_t begin, std::size_t end, bool overlapDeferred) {
+  /// at its end. With `overlap`, the plan's side steps run on the side
+  /// stream too, each forked where it stands and joined before its
+  /// joinBefore step (or at the end).
+  Status enqueueSteps(cudaStream_t stream, std::size_t begin, std::size_t end, bool overlap) {
     void* workspace = workspaceBytes_ > 0 ? static_cast<void*>(workspace_->data()) : nullptr;
+    void* sideWorkspace = sideWorkspace_ ? static_cast<void*>(sideWorkspace_->data()) : workspace;
     cudaStream_t side = runtime_->sideStream;
-    bool onSide = overlapDeferred && begin == 0 && !deferredDone_.empty() && end > plan_.deferredSteps;
+    bool onSide = overlap && begin == 0 && !deferredDone_.empty() && end > plan_.deferredSteps;
+    // Side steps forked and not yet joined, in plan order.
+    std::vector<const SideLaneStep*> besides;
+    auto joinSideSteps = [&](std::size_t before) -> Status {
+      for (auto it = besides.begin(); it != besides.end();) {
+        if ((*it)->joinBefore > before) {
+          ++it;
+          continue;
+        }
+        AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, (*it)->done, 0),
+                                    describeStepOfPlan(plan_, (*it)->step) + ": joining the side stream");
+        it = besides.erase(it);
+      }
+      return Status::success();
+    };
     if (onSide) {
       AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(deferredFork_, stream), "plan @" + plan_.name + ": forking its update");
       AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side, deferredFork_, 0),
@@ -494,24 +524,43 @@ private:
       bool deferred = first < plan_.deferredSteps;
       if (onSide && !deferred)
         AMPJIT_RETURN_IF_ERROR(joinUpTo(prepared.deferredDue));
+      // Joined before any step of a launch that one of them must precede.
+      AMPJIT_RETURN_IF_ERROR(joinSideSteps(prepared.indices.back()));
+      if (auto beside = sideLaneAt_.find(first); overlap && beside != sideLaneAt_.end()) {
+        const SideLaneStep& sideStep = sideLane_[beside->second];
+        std::string where = describeStepOfPlan(plan_, first);
+        AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(sideStep.fork, stream), where + ": forking to the side stream");
+        AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side, sideStep.fork, 0), where + ": forking to the side stream");
+        AMPJIT_RETURN_IF_ERROR(enqueueStep(prepared, side, sideWorkspace));
+        AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(sideStep.done, side), where + ": marking it done");
+        besides.push_back(&sideStep);
+        AMPJIT_RETURN_IF_ERROR(forkFiniteChecksAfter(prepared, stream));
+        continue;
+      }
       if (auto split = splitAtStep_.find(first); split != splitAtStep_.end()) {
         AMPJIT_RETURN_IF_ERROR(joinFiniteCheck(splitChecks_[split->second], stream));
         continue;
       }
       bool sideStep = onSide && deferred;
-      AMPJIT_RETURN_IF_ERROR(enqueueStep(prepared, sideStep ? side : stream,
-                                         sideStep && sideWorkspace_ ? static_cast<void*>(sideWorkspace_->data())
-                                                                    : workspace));
+      AMPJIT_RETURN_IF_ERROR(enqueueStep(prepared, sideStep ? side : stream, sideStep ? sideWorkspace : workspace));
       if (sideStep)
         AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(deferredDone_[deferredGroup++], side),
                                     describeStepOfPlan(plan_, first) + ": marking the update done");
-      for (std::size_t index : prepared.indices)
-        if (auto forks = forksAfterStep_.find(index); forks != forksAfterStep_.end())
-          for (auto [split, chunk] : forks->second)
-            AMPJIT_RETURN_IF_ERROR(forkFiniteCheck(splitChecks_[split], chunk, stream));
+      AMPJIT_RETURN_IF_ERROR(forkFiniteChecksAfter(prepared, stream));
     }
     if (onSide)
       AMPJIT_RETURN_IF_ERROR(joinUpTo(std::ptrdiff_t(deferredDone_.size()) - 1));
+    return joinSideSteps(plan_.steps.size());
+  }
+
+  /// The finiteness-check chunks whose last writer is among `prepared`'s
+  /// steps. A chunk forked after a side step checks on the side stream
+  /// after it, in that stream's order.
+  Status forkFiniteChecksAfter(const PreparedStep& prepared, cudaStream_t stream) {
+    for (std::size_t index : prepared.indices)
+      if (auto forks = forksAfterStep_.find(index); forks != forksAfterStep_.end())
+        for (auto [split, chunk] : forks->second)
+          AMPJIT_RETURN_IF_ERROR(forkFiniteCheck(splitChecks_[split], chunk, stream));
     return Status::success();
   }
 
@@ -673,9 +722,35 @@ private:
     }
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&deferredFork_, cudaEventDisableTiming),
                                 "plan @" + plan_.name + ": creating an event");
-    if (sideWorkspaceBytes > 0)
-      AMPJIT_RETURN_IF_ERROR(allocateFixed(sideWorkspace_, sideWorkspaceBytes, "the deferred update's workspace"));
+    sideWorkspaceBytes_ = std::max(sideWorkspaceBytes_, sideWorkspaceBytes);
     stats_.deferredUpdateGroups = int64_t(deferredDone_.size());
+    return Status::success();
+  }
+
+  /// The plan's side steps on the side stream (unless
+  /// AMPJIT_CUDA_SIDE_STEPS_IN_LINE=1, to measure what they buy): two events
+  /// each, and the side workspace, which the deferred update shares (the
+  /// stream runs one launch at a time), since main-stream steps use the
+  /// other meanwhile. Then that workspace is allocated.
+  Status prepareSideLane() {
+    if (!environmentFlag("AMPJIT_CUDA_SIDE_STEPS_IN_LINE"))
+      for (const SideStep& planned : plan_.sideSteps) {
+        auto prepared = std::find_if(steps_.begin(), steps_.end(), [&](const PreparedStep& p) {
+          return p.indices.front() == planned.step;
+        });
+        if (prepared == steps_.end() || prepared->indices.size() != 1)
+          return Status::error(describeStepOfPlan(plan_, planned.step) +
+                               ": a side step shares a launch with other steps (a backend bug)");
+        SideLaneStep& side = sideLane_.emplace_back(SideLaneStep{planned.step, planned.joinBefore});
+        for (cudaEvent_t* event : {&side.fork, &side.done})
+          AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(event, cudaEventDisableTiming),
+                                      describeStepOfPlan(plan_, planned.step) + ": creating an event");
+        sideLaneAt_[planned.step] = sideLane_.size() - 1;
+        sideWorkspaceBytes_ = std::max(sideWorkspaceBytes_, prepared->step->workspaceBytes());
+      }
+    stats_.sideSteps = int64_t(sideLane_.size());
+    if (sideWorkspaceBytes_ > 0)
+      AMPJIT_RETURN_IF_ERROR(allocateFixed(sideWorkspace_, sideWorkspaceBytes_, "the side stream's workspace"));
     return Status::success();
   }
 
@@ -896,6 +971,11 @@ private:
   std::vector<cudaEvent_t> deferredDone_;
   cudaEvent_t deferredFork_ = nullptr;
   std::shared_ptr<Storage> sideWorkspace_;
+  std::size_t sideWorkspaceBytes_ = 0;
+  /// The plan's side steps as they run on the side stream, in plan order,
+  /// and the index among them of each one's plan step.
+  std::vector<SideLaneStep> sideLane_;
+  std::map<std::size_t, std::size_t> sideLaneAt_;
   std::size_t workspaceBytes_ = 0;
   /// Shared by this plan's cuDNN steps (fused batch norms' reserve spaces).
   cuda::CudnnPlanState cudnnState_;

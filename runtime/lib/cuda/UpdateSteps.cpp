@@ -713,9 +713,20 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) 
   auto parameterElements = [&](std::size_t index) {
     return plan.buffers[plan.steps[index].inputs[0]].type.elementCount();
   };
+  // A side step runs on its own stream: it is a launch of its own, and
+  // the steps of a launch are never split around one (they go one by one).
+  std::vector<bool> isSide(plan.steps.size(), false);
+  for (const SideStep& side : plan.sideSteps)
+    if (side.step < plan.steps.size())
+      isSide[side.step] = true;
   std::vector<std::pair<std::size_t, std::size_t>> groups;
   for (std::size_t index = 0; index < plan.steps.size();) {
     std::size_t end = index + 1;
+    if (isSide[index]) {
+      groups.emplace_back(index, end);
+      index = end;
+      continue;
+    }
     std::size_t head = index >= deferred ? classificationHeadLength(plan, index) : 0;
     if (head == 0 && index >= deferred)
       head = mseHeadLength(plan, index);
@@ -757,6 +768,9 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) 
                canShareLossLaunch(plan, plan.steps[index], plan.steps[end])) {
       ++end;
     }
+    if (std::find(isSide.begin() + std::ptrdiff_t(index), isSide.begin() + std::ptrdiff_t(end), true) !=
+        isSide.begin() + std::ptrdiff_t(end))
+      end = index + 1;
     groups.emplace_back(index, end);
     index = end;
   }

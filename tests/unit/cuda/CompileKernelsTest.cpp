@@ -389,6 +389,34 @@ TEST(CompileKernels, EveryKernelOfATracedResNet50StepForTheGpu) {
   }
   EXPECT_GT(deferredLaunches, 5u);
   EXPECT_LT(deferredLaunches, 60u);
+  // Every filter gradient is a side step, a launch of its own on the side
+  // stream, joined before the filter gradient two places later (or, for
+  // the last ones, before the transposes and the finiteness check that
+  // read them); the stem's joins at its transpose.
+  size_t filterGradients = 0;
+  for (const rt::Step& s : plan.steps)
+    filterGradients += s.kind == rt::StepKind::Conv2dGradWeight;
+  ASSERT_EQ(plan.sideSteps.size(), filterGradients);
+  for (size_t k = 0; k < plan.sideSteps.size(); ++k) {
+    const rt::SideStep& side = plan.sideSteps[k];
+    EXPECT_EQ(plan.steps[side.step].kind, rt::StepKind::Conv2dGradWeight);
+    if (k + 2 < plan.sideSteps.size())
+      EXPECT_EQ(side.joinBefore, plan.sideSteps[k + 2].step) << "side step " << k;
+    else
+      EXPECT_GT(side.joinBefore, plan.sideSteps.back().step) << "side step " << k;
+    EXPECT_TRUE(std::find(groups.begin(), groups.end(), std::pair<size_t, size_t>(side.step, side.step + 1)) !=
+                groups.end())
+        << "side step " << k << " shares a launch";
+  }
+  // What holding their buffers until the joins costs in arena bytes.
+  jit::Generator again(1);
+  auto sameModel = jit::nn::resnet50({.num_classes = 10, .init = {.generator = &again}});
+  rt::Plan inLine = ampjit::testing::cudaResNetStepPlan(sameModel, again, /*deferUpdates=*/true, 32,
+                                                        /*overlapWeightGradients=*/false);
+  EXPECT_TRUE(inLine.sideSteps.empty());
+  std::printf("[ arena    ] side steps %llu bytes, in line %llu bytes\n", (unsigned long long)plan.arenaBytes,
+              (unsigned long long)inLine.arenaBytes);
+  EXPECT_LE(double(plan.arenaBytes), 1.25 * double(inLine.arenaBytes));
   size_t launches = cuda::launchesPerRun(plan, groups);
   // The fc layer's widening and f32 bias add run in the classifier head's
   // launch, and the 17 weight gradients of the 3x3 and 7x7 convolutions are

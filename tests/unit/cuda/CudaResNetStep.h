@@ -20,10 +20,12 @@ namespace ampjit::testing {
 /// `model`'s SGD (momentum 0.9) step with a dynamic loss scaler on a batch of
 /// two 3 x `imageSize` x `imageSize` images, traced on the CPU and compiled as
 /// the CUDA backend compiles it at O1-f16: parameter casts kept, NHWC, GEMM
-/// and batch-norm epilogues, and with `deferUpdates` the update deferred
-/// into the next step.
+/// and batch-norm epilogues, filter gradients as side steps (unless
+/// `overlapWeightGradients` is false), and with `deferUpdates` the update
+/// deferred into the next step.
 inline runtime::Plan cudaResNetStepPlan(const std::shared_ptr<jit::nn::ResNet>& model, jit::Generator& generator,
-                                        bool deferUpdates, int64_t imageSize = 32) {
+                                        bool deferUpdates, int64_t imageSize = 32,
+                                        bool overlapWeightGradients = true) {
   jit::optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
   jit::amp::GradScaler scaler;
   auto step = jit::trace(
@@ -41,7 +43,8 @@ inline runtime::Plan cudaResNetStepPlan(const std::shared_ptr<jit::nn::ResNet>& 
                        "amp-pipeline{level=O1 dtype=f16 target=sm_90 keep-parameter-casts=true},"
                        "jit-convert-layout{layout=nhwc}",
                        {.fuseElementwise = true, .fuseGemmEpilogues = true, .fuseBatchNormEpilogues = true,
-                        .deferOptimizerUpdates = deferUpdates, .deferMinimumElements = int64_t(16) << 20})
+                        .deferOptimizerUpdates = deferUpdates, .deferMinimumElements = int64_t(16) << 20,
+                        .overlapWeightGradients = overlapWeightGradients})
       .plan;
 }
 
