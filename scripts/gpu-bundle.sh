@@ -40,7 +40,7 @@ cat > gpu-bundle/run.sh <<'RUN'
 #                   no peers: what deferring buys (TraceOptions::defer_updates)
 #   priority-ab MODEL...  O1/O2 f16, deferred, with the side stream at a lower priority than the
 #                   step and with both equal (AMPJIT_CUDA_EQUAL_STREAM_PRIORITIES=1), no peers
-#   side-ab MODEL...  O1/O2 f16 with the convolutions' filter gradients on the side stream and in
+#   side-ab MODEL...  O1/O2 f16 with the weight gradients (plan side steps) on the side stream and in
 #                   line (AMPJIT_CUDA_SIDE_STEPS_IN_LINE=1), no peers
 # Device time is short: each stage is bounded, and every result is appended as it comes, so a
 # command stopped at its limit still returns what finished. Logs, JSON and summary.txt go to $OUT.
@@ -176,7 +176,7 @@ run_priority_ab() {
   done
 }
 
-run_side_ab() { # MODEL: filter gradients beside the backward and in line (AMPJIT_CUDA_SIDE_STEPS_IN_LINE)
+run_side_ab() { # MODEL: weight gradients beside the backward and in line (AMPJIT_CUDA_SIDE_STEPS_IN_LINE)
   local model=$1 inline
   for inline in 0 1; do
     AMPJIT_CUDA_SIDE_STEPS_IN_LINE=$inline timeout 280 "$here/run/ampjit-bench" --model "$model" --backend cuda \

@@ -1,16 +1,19 @@
 //===- OverlapWeightGradients.cpp - weight gradients on the side lane ------===//
 //
-// In a convolutional network's backward, each layer's filter gradient
-// (conv2d_grad_weight) and data gradient (conv2d_grad_input) both read the
-// layer's output gradient, and nothing on the way to the loss's input needs
-// the filter gradient: only the finiteness check and the update read it, at
-// the end. At the sizes a GPU trains small images at (ResNet-50 on 32x32
-// images ends at 2x2 and 1x1 feature maps), no single cuDNN call fills the
-// device, so the filter gradients run as side steps (runtime
-// Plan::sideSteps): on a second stream, beside the batch-norm and data
-// gradients that the next layers wait for.
+// In a backward pass, each layer's weight gradient and its input gradient
+// both read the layer's output gradient, and nothing on the way back to the
+// loss's input needs the weight gradient: only the finiteness check and the
+// update read it, at the end. When one library call does not fill the
+// device, the weight gradients can run as side steps (runtime
+// Plan::sideSteps): on a second stream, beside the batch-norm and input
+// gradients that the next layers wait for. That is every convolution's
+// filter gradient at the sizes ResNet-50 trains 32x32 images at (8x8 down to
+// 1x1 feature maps), and a GEMM's weight gradient when the GEMM is small
+// enough to be bound by its launch (the MNIST classifier's, the ResNet's
+// fc layer), not mlp9's, whose 8192 x 8192 x 2048 products each fill the GPU
+// for about 0.35 ms on their own.
 //
-// A side step joins before the filter gradient kWeightGradientLag places
+// A side step joins before the weight gradient kWeightGradientLag places
 // later starts, so at most that many wait on the side lane and the arena
 // holds each one's inputs only that long; or earlier, before the first step
 // that reads what it writes or writes what it touches (runtime mustFollow).
@@ -28,16 +31,65 @@ namespace rt = ampjit::runtime;
 
 namespace ampjit::codegen {
 
+namespace {
+
+/// Whether `id` is a parameter's gradient: the scaler's check or the
+/// optimizer reads it after step `after` (through reshapes and transposes),
+/// or the next run's deferred update does (a carried buffer), and no other
+/// step reads it after `after`. (A deferred update reading it before
+/// `after` reads the previous run's.)
+bool onlyTheUpdateReads(const rt::Plan &plan, const detail::Readers &readers, rt::BufferId id, size_t after) {
+  bool read = plan.buffers[id].role == rt::BufferRole::Carried;
+  for (size_t reader : readers.steps[id]) {
+    if (reader <= after)
+      continue;
+    const rt::Step &step = plan.steps[reader];
+    switch (step.kind) {
+    case rt::StepKind::AllFinite:
+    case rt::StepKind::UnscaleAndCheck:
+    case rt::StepKind::OptimizerUpdate: break;
+    case rt::StepKind::Reshape:
+    case rt::StepKind::Transpose:
+      if (!onlyTheUpdateReads(plan, readers, step.outputs[0], reader))
+        return false;
+      break;
+    default: return false;
+    }
+    read = true;
+  }
+  return read;
+}
+
+/// 2 x M x N x K (x batch) of a Gemm step.
+double gemmFlops(const rt::Plan &plan, const rt::Step &gemm) {
+  const rt::Shape &a = plan.buffers[gemm.inputs[0]].type.shape;
+  int64_t k = a.size() < 2 ? 1 : gemm.as<rt::GemmParams>().transposeA ? a[a.size() - 2] : a.back();
+  return 2.0 * double(plan.buffers[gemm.outputs[0]].type.elementCount()) * double(k);
+}
+
+bool isWeightGradient(const rt::Plan &plan, const detail::Readers &readers, size_t index) {
+  const rt::Step &step = plan.steps[index];
+  if (step.kind != rt::StepKind::Conv2dGradWeight &&
+      (step.kind != rt::StepKind::Gemm || gemmFlops(plan, step) > kMaxSideGemmFlops))
+    return false;
+  return std::all_of(step.outputs.begin(), step.outputs.end(), [&](rt::BufferId id) {
+    return id == rt::kNoBuffer || onlyTheUpdateReads(plan, readers, id, index);
+  });
+}
+
+} // namespace
+
 void overlapWeightGradients(rt::Plan &plan, size_t lag) {
+  detail::Readers readers = detail::findReaders(plan);
   std::vector<size_t> gradients;
   for (size_t index = plan.deferredSteps; index < plan.steps.size(); ++index)
-    if (plan.steps[index].kind == rt::StepKind::Conv2dGradWeight)
+    if (isWeightGradient(plan, readers, index))
       gradients.push_back(index);
+  lag = std::max<size_t>(lag, 1);
   plan.sideSteps.clear();
   for (size_t k = 0; k < gradients.size(); ++k) {
     size_t index = gradients[k];
-    size_t join = k + std::max<size_t>(lag, 1) < gradients.size() ? gradients[k + std::max<size_t>(lag, 1)]
-                                                                   : plan.steps.size();
+    size_t join = k + lag < gradients.size() ? gradients[k + lag] : plan.steps.size();
     join = std::min(join, detail::firstDependent(plan.steps, index));
     // Joined at the very next step, it would overlap nothing.
     if (join > index + 1)

@@ -204,50 +204,89 @@ TEST_F(CompiledStepOnGpu, ResNetStepWithFusedBatchNormsMatchesTheCpuStep) {
     }
 }
 
-TEST_F(CompiledStepOnGpu, FilterGradientsBesideTheBackwardGiveTheBitsOfTheStepInLine) {
-  // The ResNet's conv2d_grad_weight steps run on the side stream, each
-  // joined a few steps later (codegen's overlapWeightGradients); with
-  // AMPJIT_CUDA_SIDE_STEPS_IN_LINE=1 the same plan runs them in line. Four
-  // calls: the first step by step, then captured and replayed. On the
-  // emulated runtime every run's streams interleave in another random
-  // order, so a join missing or placed late reads or overwrites bytes that
-  // another step owns by then.
-  struct Run {
-    std::vector<double> losses;
-    std::vector<std::vector<double>> state;
-    size_t sideSteps = 0;
-  };
-  Run runs[2];
+/// What a traced step left after some calls, to compare two runs of it.
+struct StepsTrail {
+  std::vector<double> losses;
+  std::vector<std::vector<double>> state;
+  size_t sideSteps = 0;
+};
+
+/// Runs `makeAndRun(inLine)` with AMPJIT_CUDA_SIDE_STEPS_IN_LINE=0 and =1 and
+/// expects the same losses and state (bit for bit on the emulated runtime,
+/// where cuDNN's model and cuBLASLt's sum in one order; on a GPU, filter
+/// gradients may add in any order), side steps only where allowed.
+template <typename MakeAndRun>
+void expectSideStepsGiveTheBitsInLine(MakeAndRun makeAndRun, size_t minimumSideSteps) {
+  StepsTrail runs[2];
   for (int inLine = 0; inLine < 2; ++inLine) {
     ampjit::testing::ScopedEnvironment environment("AMPJIT_CUDA_SIDE_STEPS_IN_LINE", inLine ? "1" : "0");
-    Generator generator(9);
-    ResNetTrainer net = smallResNet(generator);
-    auto step = trace([&](const Tensor& x, const Tensor& y) { return net.step(x, y); },
-                      {.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cuda});
-    Generator data(31);
-    for (int call = 0; call < 4; ++call) {
-      std::vector<double> pixels(4 * 3 * 16 * 16);
-      for (double& pixel : pixels)
-        pixel = data.next_normal();
-      Tensor x = tensor(std::span<const double>(pixels), {4, 3, 16, 16});
-      runs[inLine].losses.push_back(step(x, tensor(std::vector<int64_t>{0, 1, 2, 3}, {4})).item());
-    }
-    runs[inLine].state = net.state();
-    runs[inLine].sideSteps = step.stats().device_side_steps_per_step;
-    EXPECT_EQ(net.scaler.get_scale(), kResNetInitialScale) << "a step was skipped";
+    runs[inLine] = makeAndRun();
   }
-  // ResNet-18's 20 convolutions: every filter gradient but one whose join
-  // would come right after it.
-  EXPECT_GE(runs[0].sideSteps, 19u);
+  EXPECT_GE(runs[0].sideSteps, minimumSideSteps);
   EXPECT_EQ(runs[1].sideSteps, 0u);
 #ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
   EXPECT_EQ(runs[0].losses, runs[1].losses);
-  EXPECT_TRUE(runs[0].state == runs[1].state) << "the state after four steps differs";
+  EXPECT_TRUE(runs[0].state == runs[1].state) << "the state after the calls differs";
 #else
-  // cuDNN may pick filter-gradient algorithms that add in any order.
   for (size_t call = 0; call < runs[0].losses.size(); ++call)
     EXPECT_NEAR(runs[0].losses[call], runs[1].losses[call], 1e-2 * std::fabs(runs[1].losses[call])) << call;
 #endif
+}
+
+TEST_F(CompiledStepOnGpu, WeightGradientsBesideTheBackwardGiveTheBitsOfTheStepInLine) {
+  // Weight gradients run on the side stream, each joined a few steps later
+  // (codegen's overlapWeightGradients); with AMPJIT_CUDA_SIDE_STEPS_IN_LINE=1
+  // the same plan runs them in line. Four calls each: the first step by
+  // step, then captured and replayed. On the emulated runtime every run's
+  // streams interleave in another random order, so a join missing or placed
+  // late reads or overwrites bytes that another step owns by then.
+  {
+    SCOPED_TRACE("ResNet-18, O1 f16: its convolutions' filter gradients and its fc layer's");
+    expectSideStepsGiveTheBitsInLine(
+        [] {
+          StepsTrail trail;
+          Generator generator(9);
+          ResNetTrainer net = smallResNet(generator);
+          auto step = trace([&](const Tensor& x, const Tensor& y) { return net.step(x, y); },
+                            {.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cuda});
+          Generator data(31);
+          for (int call = 0; call < 4; ++call) {
+            std::vector<double> pixels(4 * 3 * 16 * 16);
+            for (double& pixel : pixels)
+              pixel = data.next_normal();
+            Tensor x = tensor(std::span<const double>(pixels), {4, 3, 16, 16});
+            trail.losses.push_back(step(x, tensor(std::vector<int64_t>{0, 1, 2, 3}, {4})).item());
+          }
+          trail.state = net.state();
+          trail.sideSteps = step.stats().device_side_steps_per_step;
+          EXPECT_EQ(net.scaler.get_scale(), kResNetInitialScale) << "a step was skipped";
+          return trail;
+        },
+        // ResNet-18's 20 filter gradients and the fc layer's, but one whose
+        // join would come right after it.
+        20);
+  }
+  for (Level config : {Level{amp::O1, f16}, Level{amp::O2, bf16}}) {
+    SCOPED_TRACE(std::string("the classifier, ") + std::string(amp::level_name(config.level)) + " " +
+                 std::string(dtype_name(config.dtype)) + ": its GEMMs' weight gradients");
+    expectSideStepsGiveTheBitsInLine(
+        [&] {
+          StepsTrail trail;
+          Classifier net(kIn, kHidden, kClasses, 3);
+          auto step = trace([&](const Tensor& x, const Tensor& y) { return net.step(x, y); },
+                            {.amp = {.level = config.level, .dtype = config.dtype}, .backend = Backend::cuda});
+          for (int call = 0; call < 4; ++call) {
+            auto [x, y] = batch(kBatch, kIn, kClasses, 40 + uint64_t(call));
+            trail.losses.push_back(step(x, y).item());
+          }
+          trail.state = stateOf(net);
+          trail.sideSteps = step.stats().device_side_steps_per_step;
+          return trail;
+        },
+        // Three layers: the first layer's weight gradient is the backward's
+        // last GEMM, right before the check, so it stays in line.
+        2);
+  }
 }
 
 TEST_F(CompiledStepOnGpu, AnInjectedInfSkipsTheStepOnTheDevice) {

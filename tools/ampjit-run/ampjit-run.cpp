@@ -67,8 +67,8 @@ static llvm::cl::opt<bool> deferOptimizerUpdates(
                    "models); the results are printed after completing the last run's update"));
 static llvm::cl::opt<bool> overlapWeightGradients(
     "jit-overlap-weight-gradients",
-    llvm::cl::desc("Let each convolution's filter gradient run beside the steps after it, as side steps (the "
-                   "CUDA pipeline's second stream; the CPU runs them in line)"));
+    llvm::cl::desc("Let weight gradients (convolutions' filter gradients, small GEMMs') run beside the steps after "
+                   "them, as side steps (the CUDA pipeline's second stream; the CPU runs them in line)"));
 static llvm::cl::opt<std::string> emitPlan("emit-plan", llvm::cl::desc("Save the plan to this file"));
 static llvm::cl::opt<std::string> loadPlanFile(
     "load-plan", llvm::cl::desc("Run this saved plan instead of compiling (the .mlir is not read)"));

@@ -134,8 +134,8 @@ struct TraceStats {
   /// enqueues (what its graph replays one after another); 0 on the CPU.
   size_t device_launches_per_step = 0;
   /// On CUDA, how many of those run on the side stream beside the steps
-  /// after them (convolutions' filter gradients, a plan's side steps); 0 on
-  /// the CPU and with AMPJIT_CUDA_SIDE_STEPS_IN_LINE=1.
+  /// after them (weight gradients, a plan's side steps); 0 on the CPU and
+  /// with AMPJIT_CUDA_SIDE_STEPS_IN_LINE=1.
   size_t device_side_steps_per_step = 0;
 };
 

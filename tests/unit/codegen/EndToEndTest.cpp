@@ -363,6 +363,41 @@ TEST(EndToEnd, DeferringMovesEachParameterCastToItsLayer) {
   EXPECT_EQ(gemmsBeforeDeadline, (std::vector<size_t>{0, 0, 1, 1, 2, 3})) << rt::printPlan(plan);
 }
 
+/// A linear layer's backward on a batch of `rows`: the weight gradient
+/// dW = dY^T X (checked and returned), then the input gradient dX = dY W.
+std::string linearBackward(int64_t rows, int64_t features) {
+  std::string x = "tensor<" + std::to_string(rows) + "x" + std::to_string(features) + "xf16>";
+  std::string w = "tensor<" + std::to_string(features) + "x" + std::to_string(features) + "xf16>";
+  return "func.func @step(%x: " + x + " {jit.role = \"input\"}, %dy: " + x + " {jit.role = \"input\"}, %w: " + w +
+         " {jit.role = \"input\"}) -> (tensor<i1>, " + x + ", " + w + ") {\n"
+         "  %dw = jit.matmul %dy, %x {transpose_lhs} : (" + x + ", " + x + ") -> " + w + "\n"
+         "  %dx = jit.matmul %dy, %w : (" + x + ", " + w + ") -> " + x + "\n"
+         "  %ok = amp.all_finite %dw : " + w + "\n"
+         "  return %ok, %dx, %dw : tensor<i1>, " + x + ", " + w + "\n}\n";
+}
+
+TEST(EndToEnd, SmallGemmsWeightGradientsRunBesideAndLargeOnesInLine) {
+  // 64 x 512 x 512: launch-bound, so dW runs beside dX until the check.
+  rt::Plan small = ampjit::testing::compileSource(linearBackward(64, 512), "small", "",
+                                                  {.overlapWeightGradients = true})
+                       .plan;
+  ASSERT_EQ(small.sideSteps.size(), 1u) << rt::printPlan(small);
+  EXPECT_EQ(small.sideSteps[0], (rt::SideStep{0, 2}));
+  // mlp9's 2048 x 8192 x 8192 fills the GPU on its own: in line.
+  rt::Plan large = ampjit::testing::compileSource(linearBackward(2048, 8192), "large", "",
+                                                  {.overlapWeightGradients = true})
+                       .plan;
+  ASSERT_EQ(large.steps.size(), 3u);
+  EXPECT_GT(2.0 * 2048 * 8192 * 8192, ampjit::codegen::kMaxSideGemmFlops);
+  EXPECT_TRUE(large.sideSteps.empty()) << rt::printPlan(large);
+  // A product something other than the update reads is no weight gradient.
+  std::string readTwice = linearBackward(64, 512);
+  readTwice.replace(readTwice.find("%dx = jit.matmul %dy, %w"), 24, "%dx = jit.matmul %x, %dw");
+  rt::Plan read = ampjit::testing::compileSource(readTwice, "read", "", {.overlapWeightGradients = true}).plan;
+  ASSERT_EQ(read.steps.size(), 3u);
+  EXPECT_TRUE(read.sideSteps.empty()) << rt::printPlan(read);
+}
+
 TEST(EndToEnd, DeferringSaysWhyItDoesNot) {
   rt::Plan plan = compileMnistStep("level=O1 dtype=f16", true), original = plan;
   ampjit::codegen::DeferralResult small = ampjit::codegen::deferOptimizerUpdates(plan, int64_t(1) << 30);

@@ -389,17 +389,19 @@ TEST(CompileKernels, EveryKernelOfATracedResNet50StepForTheGpu) {
   }
   EXPECT_GT(deferredLaunches, 5u);
   EXPECT_LT(deferredLaunches, 60u);
-  // Every filter gradient is a side step, a launch of its own on the side
-  // stream, joined before the filter gradient two places later (or, for
+  // Every weight gradient is a side step, a launch of its own on the side
+  // stream, joined before the weight gradient two places later (or, for
   // the last ones, before the transposes and the finiteness check that
-  // read them); the stem's joins at its transpose.
+  // read them): the fc layer's (a GEMM) and every filter gradient.
   size_t filterGradients = 0;
   for (const rt::Step& s : plan.steps)
     filterGradients += s.kind == rt::StepKind::Conv2dGradWeight;
-  ASSERT_EQ(plan.sideSteps.size(), filterGradients);
+  ASSERT_EQ(plan.sideSteps.size(), filterGradients + 1);
+  EXPECT_EQ(plan.steps[plan.sideSteps[0].step].kind, rt::StepKind::Gemm);
+  EXPECT_TRUE(plan.steps[plan.sideSteps[0].step].as<rt::GemmParams>().transposeA) << "the fc layer's dW = dY^T X";
   for (size_t k = 0; k < plan.sideSteps.size(); ++k) {
     const rt::SideStep& side = plan.sideSteps[k];
-    EXPECT_EQ(plan.steps[side.step].kind, rt::StepKind::Conv2dGradWeight);
+    EXPECT_EQ(plan.steps[side.step].kind, k == 0 ? rt::StepKind::Gemm : rt::StepKind::Conv2dGradWeight);
     if (k + 2 < plan.sideSteps.size())
       EXPECT_EQ(side.joinBefore, plan.sideSteps[k + 2].step) << "side step " << k;
     else

@@ -37,7 +37,8 @@ struct PlanOptions {
   /// updates at least `deferMinimumElements` parameter elements.
   bool deferOptimizerUpdates = false;
   int64_t deferMinimumElements = 0;
-  /// Let each convolution's filter gradient run beside the steps after it
+  /// Let weight gradients (convolutions' filter gradients, small GEMMs'
+  /// weight gradients) run beside the steps after them
   /// (`--jit-overlap-weight-gradients`; on for the CUDA backend, which runs
   /// such side steps on its second stream): overlapWeightGradients below.
   bool overlapWeightGradients = false;
@@ -77,17 +78,22 @@ void readGradientsBeforeTheirReshape(runtime::Plan &plan);
 /// not laid out yet. Always run: the values are the same.
 void sinkGradientTransposesToTheirCheck(runtime::Plan &plan);
 
-/// How many filter gradients may wait on the side lane at once
+/// How many weight gradients may wait on the side lane at once
 /// (overlapWeightGradients).
 inline constexpr size_t kWeightGradientLag = 2;
+/// A GEMM over more than this many flops fills the GPU on its own (about
+/// 14 us at 600 TFLOP/s), so its weight gradient stays in line.
+inline constexpr double kMaxSideGemmFlops = double(int64_t(1) << 33);
 
 /// PlanOptions::overlapWeightGradients, on a plan whose steps are in their
 /// final order and whose arena is not laid out yet (the layout keeps a side
-/// step's buffers live until its join): each conv2d_grad_weight step after
-/// the deferred steps becomes a side step (runtime Plan::sideSteps), joined
-/// before the filter gradient `lag` places later, or before the first step
-/// that must follow it, or at the end; one that would join at the very next
-/// step stays in line.
+/// step's buffers live until its join): each weight gradient after the
+/// deferred steps (a conv2d_grad_weight step, or a gemm step of at most
+/// kMaxSideGemmFlops, whose outputs only the finiteness check and the
+/// optimizer read, through reshapes and transposes) becomes a side step
+/// (runtime Plan::sideSteps), joined before the weight gradient `lag` places
+/// later, or before the first step that must follow it, or at the end; one
+/// that would join at the very next step stays in line.
 void overlapWeightGradients(runtime::Plan &plan, size_t lag = kWeightGradientLag);
 
 /// What deferOptimizerUpdates did: the steps it deferred, or why none.

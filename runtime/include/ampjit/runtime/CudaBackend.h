@@ -72,8 +72,8 @@ struct CudaRunStats {
   /// Launches of a deferred optimizer update (Plan::deferredSteps) that run
   /// on the side stream beside the forward (per run).
   int64_t deferredUpdateGroups = 0;
-  /// The plan's side steps (Plan::sideSteps, convolutions' filter
-  /// gradients) that run on the side stream beside the backward (per run).
+  /// The plan's side steps (Plan::sideSteps: weight gradients) that run on
+  /// the side stream beside the backward (per run).
   int64_t sideSteps = 0;
   /// Kernel and library launches a run enqueues (steps sharing a launch
   /// counted once, a reshape that views its input not at all): the nodes a
