@@ -168,6 +168,8 @@ public:
       fuseGemmEpilogues(plan);
     if (options.fuseBatchNormEpilogues)
       fuseBatchNormEpilogues(plan);
+    if (options.fuseGradientAccumulation)
+      fuseGradientAccumulation(plan);
     if (options.fuseElementwise)
       fuseElementwiseSteps(plan);
     readGradientsBeforeTheirReshape(plan);

@@ -434,7 +434,10 @@ std::vector<std::string> slotNames(const Step& step, bool outputs) {
     return pick({"scale", "good_steps", "bad_steps", "skipped_steps", "all_finite"},
                 {"new_scale", "new_good_steps", "new_bad_steps", "new_skipped_steps"});
   case StepKind::Conv2d: return pick({"x", "weight", "bias"}, {"y"});
-  case StepKind::Conv2dGradInput: return pick({"dy", "weight"}, {"dx"});
+  case StepKind::Conv2dGradInput:
+    return pick(step.inputs.size() > 2 ? std::vector<std::string>{"dy", "weight", "accumulate"}
+                                       : std::vector<std::string>{"dy", "weight"},
+                {"dx"});
   case StepKind::Conv2dGradWeight: return pick({"dy", "x"}, {"dweight"});
   case StepKind::BatchNorm:
   case StepKind::BatchNormInference: {
@@ -518,6 +521,10 @@ bool mayWriteInPlace(StepKind kind) {
 bool mayWriteSlotInPlace(const Step& step, size_t output, BufferId buffer) {
   if (mayWriteInPlace(step.kind))
     return true;
+  // An input gradient added to what its output already holds (cuDNN's beta = 1).
+  if (step.kind == StepKind::Conv2dGradInput)
+    return step.inputs.size() == 3 && step.inputs[2] == buffer && step.inputs[0] != buffer &&
+           step.inputs[1] != buffer;
   if (step.kind != StepKind::BatchNorm || (output != 3 && output != 4))
     return false;
   for (size_t input = 0; input < step.inputs.size(); ++input)
@@ -1136,7 +1143,8 @@ Status checkPair(std::string_view name, const std::vector<int64_t>& values, int6
 Status StepChecker::checkConv() const {
   const Conv2dParams& params = step_.as<Conv2dParams>();
   bool forward = step_.kind == StepKind::Conv2d;
-  AMPJIT_RETURN_IF_ERROR(checkSlotCounts(forward ? 3 : 2, 1));
+  bool accumulates = step_.kind == StepKind::Conv2dGradInput && step_.inputs.size() == 3;
+  AMPJIT_RETURN_IF_ERROR(checkSlotCounts(forward || accumulates ? 3 : 2, 1));
   AMPJIT_RETURN_IF_ERROR(checkRequiredSlots());
   AMPJIT_RETURN_IF_ERROR(checkPair("stride", params.stride, 1));
   AMPJIT_RETURN_IF_ERROR(checkPair("padding", params.padding, 0));
@@ -1192,9 +1200,12 @@ Status StepChecker::checkConv() const {
       AMPJIT_RETURN_IF_ERROR(expectIn(2, TensorType{x.dtype, {outChannels}}, ": one bias per output channel"));
     return expectOut(0, yType, std::string(", the convolution of ") + layout + " input and filter");
   }
-  return expectIn(0, yType, std::string(", the shape the convolution of the ") +
-                                (step_.kind == StepKind::Conv2dGradInput ? "input" : "filter") +
-                                " it yields would produce");
+  AMPJIT_RETURN_IF_ERROR(expectIn(0, yType, std::string(", the shape the convolution of the ") +
+                                               (step_.kind == StepKind::Conv2dGradInput ? "input" : "filter") +
+                                               " it yields would produce"));
+  if (accumulates)
+    return expectIn(2, x, ", the gradient it adds to");
+  return Status::success();
 }
 
 Status StepChecker::checkBatchNorm() const {
@@ -1671,6 +1682,9 @@ Status verifyPlan(const Plan& plan) {
     Status types = verifyStepTypes(step, inTypes, outTypes);
     if (!types)
       return Status::error(where + ": " + types.message());
+    if (step.kind == StepKind::Conv2dGradInput && step.inputs.size() == 3 && step.outputs[0] != step.inputs[2])
+      return Status::error(where + ": output 'dx' must be input 'accumulate' (" + describeBuffer(plan, step.inputs[2]) +
+                           "), which it adds to in place, but is " + describeBuffer(plan, step.outputs[0]));
 
     for (size_t slot = 0; slot < step.outputs.size(); ++slot) {
       BufferId id = step.outputs[slot];
@@ -1692,8 +1706,9 @@ Status verifyPlan(const Plan& plan) {
       bool alsoRead = std::find(step.inputs.begin(), step.inputs.end(), id) != step.inputs.end();
       if (alsoRead && !mayWriteSlotInPlace(step, slot, id))
         return Status::error(where + ": " + slotName(true, slot) + " writes " + describeBuffer(plan, id) +
-                             ", which it also reads; only elementwise, optimizer and scaler steps, and "
-                             "batch norm's running statistics, update in place");
+                             ", which it also reads; only elementwise, optimizer and scaler steps, "
+                             "batch norm's running statistics and a convolution's input gradient added to "
+                             "its 'accumulate' input update in place");
       defined[id] = true;
       if (firstWrite[id] == kNever)
         firstWrite[id] = index;

@@ -146,6 +146,36 @@ TEST_F(GpuTest, Conv2dAndItsGradientsMatchTheCpu) {
       }
 }
 
+TEST_F(GpuTest, AnInputGradientAddedToItsAccumulateInputMatchesTheCpu) {
+  // out = -(conv2d_grad_input(dy, w) + t), t = -z, the convolution writing
+  // over t in place: cuDNN with beta = 1 against the CPU kernel, both
+  // rounding the sum once (plus z's magnitude in the bound).
+  uint32_t seed = 300;
+  for (const ConvShape& c : convCases())
+    for (DType dtype : {DType::F32, DType::F16, DType::BF16})
+      for (bool nhwc : {false, true}) {
+        std::string label = c.label + " " + nameOf(dtype) + " " + layoutName(nhwc);
+        TensorType x{dtype, inLayout(c.x, nhwc)}, w{dtype, inLayout(c.w, nhwc)}, y{dtype, inLayout(c.y(), nhwc)};
+        test::PlanBuilder b("accumulate");
+        BufferId dy = b.argument(y, BufferRole::Input, "dy"), weight = b.argument(w, BufferRole::Input, "w");
+        BufferId z = b.argument(x, BufferRole::Input, "z");
+        BufferId t = b.temporary(x), out = b.output(x);
+        b.op("jit.neg", {z}, {t});
+        b.op("jit.conv2d_grad_input", {dy, weight}, {t}, c.attributes(nhwc));
+        b.op("jit.neg", {t}, {out});
+        b.result(out);
+        Plan plan = b.finish();
+        plan.steps[1].inputs.push_back(t);
+        ASSERT_TRUE(verifyPlan(plan).ok()) << label << ": " << verifyPlan(plan).message();
+        Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, randomArguments(plan, seed++));
+        ASSERT_TRUE(both.ok()) << label << ": " << both.message();
+        // |z| <= 1 and the products' sum: the scale of the rounding.
+        EXPECT_TRUE(closeAtScale(both->cpuResults[0], both->cudaResults[0],
+                                 reductionSlack(c.w[0] / c.groups * c.w[2] * c.w[3]), 1.0))
+            << label;
+      }
+}
+
 TEST_F(GpuTest, Conv2dWithAnEmptyBatchYieldsAZeroWeightGradient) {
   for (bool nhwc : {false, true}) {
     ConvShape c{.label = "empty batch", .x = {0, 3, 5, 5}, .w = {4, 3, 3, 3}, .bias = false};

@@ -2,7 +2,8 @@
 //
 //   ampjit-run step.mlir [--amp-pipeline="level=O1 dtype=f16"] [--print-plan]
 //              [--jit-fuse-elementwise] [--jit-fuse-gemm-epilogues] [--jit-fuse-batch-norm-epilogues]
-//              [--jit-defer-optimizer-updates] [--jit-overlap-weight-gradients]
+//              [--jit-fuse-gradient-accumulation] [--jit-defer-optimizer-updates]
+//              [--jit-overlap-weight-gradients]
 //              [--emit-plan=plan.bin] [--steps=N] [--seed=S] [--arg=3=w.npy]
 //              [--arg=14=0.01] [--print-results] [--save-results=DIR]
 //
@@ -61,6 +62,10 @@ static llvm::cl::opt<bool> fuseBatchNormEpilogues(
     "jit-fuse-batch-norm-epilogues",
     llvm::cl::desc("Fold relu(batch_norm(x) [+ z]) into the batch norm and the relu's gradient into its "
                    "batch_norm_grad (the CUDA pipeline's)"));
+static llvm::cl::opt<bool> fuseGradientAccumulation(
+    "jit-fuse-gradient-accumulation",
+    llvm::cl::desc("Fold the sum of a convolution's input gradient and another gradient into the convolution, "
+                   "which adds to the other in place (the CUDA pipeline's cuDNN beta = 1)"));
 static llvm::cl::opt<bool> deferOptimizerUpdates(
     "jit-defer-optimizer-updates",
     llvm::cl::desc("Move the optimizer update to the front of the next run (the CUDA pipeline's, for large "
@@ -185,6 +190,7 @@ int main(int argc, char **argv) {
         ampjit::codegen::buildPlan(*entry, {.fuseElementwise = fuseElementwise,
                                             .fuseGemmEpilogues = fuseGemmEpilogues,
                                             .fuseBatchNormEpilogues = fuseBatchNormEpilogues,
+                                            .fuseGradientAccumulation = fuseGradientAccumulation,
                                             .deferOptimizerUpdates = deferOptimizerUpdates,
                                             .overlapWeightGradients = overlapWeightGradients});
     if (failed(built))

@@ -192,6 +192,7 @@ CompiledTrace compileTrace(const TraceGraph& graph, const CompileTraceOptions& o
       ampjit::codegen::buildPlan(*entry, {.fuseElementwise = options.fuseElementwise,
                                           .fuseGemmEpilogues = options.fuseGemmEpilogues,
                                           .fuseBatchNormEpilogues = options.fuseBatchNormEpilogues,
+                                          .fuseGradientAccumulation = options.fuseGradientAccumulation,
                                           .deferOptimizerUpdates = options.deferOptimizerUpdates,
                                           .deferMinimumElements = options.deferMinimumElements,
                                           .overlapWeightGradients = options.overlapWeightGradients,

@@ -26,6 +26,9 @@ struct CompileTraceOptions {
   /// Fold relus (and residual adds) into batch norms and their gradients
   /// (cuDNN's fused batch-norm calls).
   bool fuseBatchNormEpilogues = false;
+  /// Fold residual gradient sums into the convolutions' input gradients
+  /// (cuDNN's beta = 1; codegen::fuseGradientAccumulation).
+  bool fuseGradientAccumulation = false;
   /// Defer the optimizer update into the next run when it covers at least
   /// `deferMinimumElements` parameter elements (codegen::deferOptimizerUpdates).
   bool deferOptimizerUpdates = false;

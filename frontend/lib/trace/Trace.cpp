@@ -251,6 +251,7 @@ private:
         .convertToNhwc = cuda_ != nullptr,
         .fuseGemmEpilogues = cuda_ != nullptr && !checkNumerics,
         .fuseBatchNormEpilogues = cuda_ != nullptr && !checkNumerics,
+        .fuseGradientAccumulation = cuda_ != nullptr && !checkNumerics,
         .deferOptimizerUpdates = defer,
         .deferMinimumElements = options_.defer_updates == DeferUpdates::on ? 0 : kDeferMinimumElements,
         .overlapWeightGradients = cuda_ != nullptr && !checkNumerics,

@@ -302,6 +302,14 @@ Status convGradInput(const Step& step, const StepIO& io) {
       col2imAccumulate(dcol.data(), g, chunk, group, dx.data());
     }
   });
+  // With an 'accumulate' input (the same buffer as dx), the gradient it
+  // already holds is added in compute type before the one rounding, as
+  // cuDNN blends with beta = 1.
+  if (io.in.size() > 2) {
+    std::vector<T> prior = loadActivation<T>(io.in[2], g, params.nhwc, g.channels, g.inPlane());
+    for (size_t i = 0; i < dx.size(); ++i)
+      dx[i] += prior[i];
+  }
   storeChannelsFirst<T>(dxView, dx, params.nhwc, g.batch, g.channels, g.inPlane());
   return Status::success();
 }

@@ -141,8 +141,9 @@ Status setTensor4d(const TensorDescriptor& descriptor, bool nhwc, DType dtype, i
 // Convolution
 //===----------------------------------------------------------------------===//
 
-/// Conv2d (y = conv(x, w) + bias), Conv2dGradInput (dx from dy, w) and
-/// Conv2dGradWeight (dw from dy, x).
+/// Conv2d (y = conv(x, w) + bias), Conv2dGradInput (dx from dy, w, added
+/// with beta = 1 to what dx holds when the step has an 'accumulate' input,
+/// which is dx itself) and Conv2dGradWeight (dw from dy, x).
 class ConvolutionStep final : public DeviceStep {
 public:
   ConvolutionStep(const Step& step, bool isDouble) : kind_(step.kind), label_(labelOf(step)), blend_(isDouble) {}
@@ -174,6 +175,7 @@ private:
   std::size_t workspaceBytes_ = 0;
   std::size_t outputBytes_ = 0;
   bool hasBias_ = false;
+  bool accumulates_ = false;
 };
 
 Status ConvolutionStep::prepare(DeviceContext& context, const Plan& plan, const Step& step) {
@@ -188,6 +190,7 @@ Status ConvolutionStep::prepare(DeviceContext& context, const Plan& plan, const 
   const TensorType& outType = plan.buffers[step.outputs[0]].type;
   DType dtype = xType.dtype;
   hasBias_ = kind_ == StepKind::Conv2d && step.inputs.size() > 2 && step.inputs[2] != kNoBuffer;
+  accumulates_ = kind_ == StepKind::Conv2dGradInput && step.inputs.size() > 2 && step.inputs[2] != kNoBuffer;
   outputBytes_ = std::size_t(outType.byteSize());
 
   ActivationDims a = activationDims(params.nhwc);
@@ -371,7 +374,11 @@ Status ConvolutionStep::enqueue(const StepPointers& pointers, cudaStream_t strea
     return Status::success();
   void* out = pointers.outputs[0];
   AMPJIT_CUDNN_RETURN_IF_ERROR(cudnnSetStream(handle_, stream), label_ + ": binding the stream");
+  if (accumulates_ && pointers.inputs[2] != out)
+    return Status::error(label_ + ": adds to its 'accumulate' input in place, but dx is elsewhere (a backend bug)");
   if (mode_ == Mode::ZeroOutput) {
+    if (accumulates_) // adding zero to what dx holds
+      return Status::success();
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(out, 0, outputBytes_, stream), label_ + ": zeroing the result");
     return hasBias_ ? addBias(out, pointers.inputs[2]) : Status::success();
   }
@@ -388,7 +395,8 @@ Status ConvolutionStep::enqueue(const StepPointers& pointers, cudaStream_t strea
     AMPJIT_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(handle_, blend_.one(), w_.get(), pointers.inputs[1],
                                                               y_.get(), pointers.inputs[0], convolution_.get(),
                                                               dataAlgorithm_, workspace, workspaceBytes_,
-                                                              blend_.zero(), x_.get(), out),
+                                                              accumulates_ ? blend_.one() : blend_.zero(), x_.get(),
+                                                              out),
                                  label_);
     return Status::success();
   default:

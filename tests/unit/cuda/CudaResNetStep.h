@@ -43,6 +43,7 @@ inline runtime::Plan cudaResNetStepPlan(const std::shared_ptr<jit::nn::ResNet>& 
                        "amp-pipeline{level=O1 dtype=f16 target=sm_90 keep-parameter-casts=true},"
                        "jit-convert-layout{layout=nhwc}",
                        {.fuseElementwise = true, .fuseGemmEpilogues = true, .fuseBatchNormEpilogues = true,
+                        .fuseGradientAccumulation = true,
                         .deferOptimizerUpdates = deferUpdates, .deferMinimumElements = int64_t(16) << 20,
                         .overlapWeightGradients = overlapWeightGradients})
       .plan;

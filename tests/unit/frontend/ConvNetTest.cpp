@@ -348,6 +348,55 @@ TEST(ConvNet, ResNetStepRunsNhwcWithTheNchwStepsBits) {
   }
 }
 
+TEST(ConvNet, ResNetStepWithItsGradientSumsInItsConvolutionsMatchesTheUnfusedStep) {
+  // PlanOptions::fuseGradientAccumulation on the CUDA pipeline's plan, run on
+  // the CPU for three steps from the same state: each block's two input
+  // gradients (its first convolution's and the shortcut's) are summed by the
+  // convolution that computes the later one, in place. In f32 bit for bit
+  // (one rounding either way); in f16 the sum is rounded once, not twice.
+  std::string traced = tracedSmallResNetStep(5, 17);
+  for (const char* amp : {"level=O0", "level=O1 dtype=f16"}) {
+    SCOPED_TRACE(amp);
+    std::string pipeline = std::string("amp-pipeline{") + amp + " target=sm_90},jit-convert-layout{layout=nhwc}";
+    auto compile = [&](bool fuse) {
+      return ampjit::testing::compileSource(traced, "traced", pipeline,
+                                            {.fuseBatchNormEpilogues = true, .fuseGradientAccumulation = fuse})
+          .plan;
+    };
+    rt::Plan unfused = compile(false), fused = compile(true);
+    ASSERT_FALSE(fused.steps.empty());
+    size_t accumulating = 0;
+    for (const rt::Step& s : fused.steps)
+      if (s.kind == rt::StepKind::Conv2dGradInput && s.inputs.size() == 3) {
+        ++accumulating;
+        EXPECT_EQ(s.outputs[0], s.inputs[2]);
+      }
+    // ResNet-18's 8 blocks, one sum each; every add of the backward goes.
+    EXPECT_EQ(accumulating, 8u);
+    EXPECT_EQ(unfused.steps.size() - fused.steps.size(), 8u);
+    bool exact = std::string(amp) == "level=O0";
+    std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();
+    auto unfusedExecutable = backend->prepare(unfused), fusedExecutable = backend->prepare(fused);
+    ASSERT_TRUE(unfusedExecutable.ok()) << unfusedExecutable.message();
+    ASSERT_TRUE(fusedExecutable.ok()) << fusedExecutable.message();
+    std::vector<rt::Tensor> unfusedState = resNetStepArguments(unfused, 4), fusedState = resNetStepArguments(fused, 4);
+    for (int i = 0; i < 3; ++i) {
+      auto unfusedResults = (*unfusedExecutable)->run(unfusedState);
+      auto fusedResults = (*fusedExecutable)->run(fusedState);
+      ASSERT_TRUE(unfusedResults.ok()) << unfusedResults.message();
+      ASSERT_TRUE(fusedResults.ok()) << fusedResults.message();
+      double unfusedLoss = unfusedResults->front().at(0), fusedLoss = fusedResults->front().at(0);
+      ASSERT_TRUE(std::isfinite(unfusedLoss));
+      if (exact)
+        EXPECT_EQ(fusedLoss, unfusedLoss) << "step " << i;
+      else
+        EXPECT_NEAR(fusedLoss, unfusedLoss, 1e-2 * std::fabs(unfusedLoss)) << "step " << i;
+    }
+    if (exact)
+      EXPECT_EQ(ampjit::testing::snapshot(fusedState), ampjit::testing::snapshot(unfusedState));
+  }
+}
+
 TEST(ConvNet, ResNetStepWithFusedBatchNormEpiloguesMatchesTheUnfusedStep) {
   // What jit::trace compiles for the CUDA backend (AMP, then NHWC), lowered
   // with and without PlanOptions::fuseBatchNormEpilogues and run on the CPU

@@ -6,6 +6,7 @@
 // divisors, in-place running statistics); and every gradient kernel against
 // central differences of its forward kernel in f64.
 
+#include "ampjit/runtime/CpuBackend.h"
 #include "ampjit/runtime/WindowShape.h"
 
 #include "ConvTestShapes.h"
@@ -233,6 +234,56 @@ TEST(CpuConv2d, LowPrecisionAccumulatesInF32AndRoundsOnce) {
   std::vector<Tensor> biased = runOp("jit.conv2d", {&x2, &w2, &bias}, {tt(DType::F16, {1, 1, 1, 1})}, two);
   ASSERT_EQ(biased.size(), 1u);
   EXPECT_EQ(biased[0].at(0), 0.5 + 0x1p-11);
+}
+
+TEST(CpuConv2d, AnInputGradientAddedToItsAccumulateInputRoundsOnce) {
+  // out = -(conv2d_grad_input(dy, w) + t), t = -z, written over t in place
+  // (what cuDNN's beta = 1 gives the CUDA plan): the f32 sum of the products
+  // plus t, rounded once to the dtype. The f32 sum is the same kernel's on
+  // the operands widened to f32 (one code path, one order), so the result is
+  // compared bit for bit; in f32 it is the unfused add's.
+  std::mt19937_64 rng(23);
+  for (DType dtype : {DType::F16, DType::BF16, DType::F32}) {
+    for (const ConvShape& c : convConfigs()) {
+      for (bool nhwc : {false, true}) {
+        SCOPED_TRACE(name(dtype) + " " + c.label + (nhwc ? " NHWC" : " NCHW"));
+        AttributeMap attributes = c.attributes(nhwc);
+        Shape xShape = nhwc ? Shape{c.x[0], c.x[2], c.x[3], c.x[1]} : c.x;
+        Shape wShape = nhwc ? Shape{c.w[0], c.w[2], c.w[3], c.w[1]} : c.w;
+        Shape yShape = c.y();
+        if (nhwc)
+          yShape = {yShape[0], yShape[2], yShape[3], yShape[1]};
+        Tensor dy = randomTensor(dtype, yShape, rng), w = randomTensor(dtype, wShape, rng);
+        Tensor z = randomTensor(dtype, xShape, rng);
+
+        PlanBuilder b("accumulate");
+        BufferId dyId = b.argument(dy.type(), BufferRole::Input, "dy");
+        BufferId wId = b.argument(w.type(), BufferRole::Input, "w");
+        BufferId zId = b.argument(z.type(), BufferRole::Input, "z");
+        BufferId t = b.temporary(z.type()), out = b.output(z.type());
+        b.op("jit.neg", {zId}, {t});
+        b.op("jit.conv2d_grad_input", {dyId, wId}, {t}, attributes);
+        b.op("jit.neg", {t}, {out});
+        b.result(out);
+        Plan plan = b.finish();
+        plan.steps[1].inputs.push_back(t);
+        ASSERT_TRUE(verifyPlan(plan).ok()) << verifyPlan(plan).message();
+        std::vector<Tensor> arguments{dy, w, z};
+        Expected<std::vector<Tensor>> got = createCpuBackend()->run(plan, arguments);
+        ASSERT_TRUE(got.ok()) << got.message();
+
+        Tensor dy32 = *Tensor::fromDoubles(DType::F32, yShape, dy.toDoubles());
+        Tensor w32 = *Tensor::fromDoubles(DType::F32, wShape, w.toDoubles());
+        std::vector<Tensor> sums =
+            runOp("jit.conv2d_grad_input", {&dy32, &w32}, {tt(DType::F32, xShape)}, attributes);
+        ASSERT_EQ(sums.size(), 1u);
+        std::vector<double> expected, zs = z.toDoubles(), products = sums[0].toDoubles();
+        for (size_t i = 0; i < zs.size(); ++i)
+          expected.push_back(-double(float(products[i]) + float(-zs[i])));
+        EXPECT_TRUE((*got)[0].bitwiseEqual(*Tensor::fromDoubles(dtype, xShape, expected)));
+      }
+    }
+  }
 }
 
 /// A tensor of random integers in [low, high]: small enough that every

@@ -517,8 +517,53 @@ TEST(PlanVerifier, InPlaceOnlyForElementwiseKinds) {
   b.op("jit.softmax", {w}, {w}, {{"axis", int64_t(1)}});
   b.result(w, 0);
   EXPECT_NE(verifyMessage(b.finish()).find("which it also reads; only elementwise, optimizer and scaler steps, "
-                                           "and batch norm's running statistics, update in place"),
+                                           "batch norm's running statistics and a convolution's input gradient "
+                                           "added to its 'accumulate' input update in place"),
             std::string::npos);
+}
+
+TEST(PlanVerifier, AConvolutionsInputGradientAddsToItsAccumulateInputInPlace) {
+  // dx = conv2d_grad_input(dy, w) + z, written over z (cuDNN's beta = 1).
+  PlanBuilder b("p");
+  BufferId dy = b.argument(tt(DType::F16, {1, 2, 4, 4}), BufferRole::Input, "dy");
+  BufferId w = b.argument(tt(DType::F16, {2, 3, 3, 3}), BufferRole::Input, "w");
+  BufferId x = b.argument(tt(DType::F16, {1, 3, 4, 4}), BufferRole::Input, "x");
+  BufferId z = b.output(tt(DType::F16, {1, 3, 4, 4}));
+  b.op("jit.neg", {x}, {z});
+  AttributeMap conv{{"stride", std::vector<int64_t>{1, 1}},
+                    {"padding", std::vector<int64_t>{1, 1}},
+                    {"dilation", std::vector<int64_t>{1, 1}}};
+  b.op("jit.conv2d_grad_input", {dy, w}, {z}, conv);
+  b.result(z);
+  Plan plan = b.finish();
+  plan.steps[1].inputs.push_back(z);
+  EXPECT_EQ(verifyMessage(plan), "");
+  EXPECT_NE(printPlan(plan).find("conv2d_grad_input stride=[1, 1] padding=[1, 1] dilation=[1, 1] groups=1 f16, f16, "
+                                 "f16 -> f16 (compute f32) dy=%0 weight=%1 accumulate=%3 dx=%3"),
+            std::string::npos)
+      << printPlan(plan);
+  Expected<Plan> decoded = decodePlan(encodePlan(plan), "memory");
+  ASSERT_TRUE(decoded.ok()) << decoded.message();
+  EXPECT_TRUE(*decoded == plan);
+
+  Plan elsewhere = plan;
+  BufferId other = BufferId(elsewhere.buffers.size());
+  elsewhere.buffers.push_back(elsewhere.buffers[z]);
+  elsewhere.steps[1].outputs = {other};
+  elsewhere.results.push_back(PlanResult{other, -1});
+  EXPECT_EQ(verifyMessage(elsewhere), "step 1 (conv2d_grad_input from jit.conv2d_grad_input): output 'dx' must be "
+                                      "input 'accumulate' (buffer %3), which it adds to in place, but is buffer %4");
+  Plan mistyped = plan;
+  mistyped.steps[1].inputs[2] = x;
+  mistyped.steps[1].outputs = {x};
+  EXPECT_NE(verifyMessage(mistyped).find("writes buffer %2"), std::string::npos) << verifyMessage(mistyped);
+  Plan wrongShape = plan;
+  BufferId small = BufferId(wrongShape.buffers.size());
+  wrongShape.buffers.push_back(BufferDesc{.type = tt(DType::F16, {1, 3, 2, 2}), .role = BufferRole::Constant,
+                                          .constantData = std::vector<uint8_t>(24, 0)});
+  wrongShape.steps[1].inputs[2] = small;
+  EXPECT_EQ(verifyMessage(wrongShape), "step 1 (conv2d_grad_input from jit.conv2d_grad_input): input 'accumulate' "
+                                       "(f16[1x3x2x2]) must be f16[1x3x4x4], the gradient it adds to");
 }
 
 TEST(PlanVerifier, LiveTemporariesMustNotShareArenaBytes) {

@@ -32,6 +32,11 @@ struct PlanOptions {
   /// gradient into its batch_norm_grad (`--jit-fuse-batch-norm-epilogues`;
   /// on for the CUDA backend, whose cuDNN runs them as one call each).
   bool fuseBatchNormEpilogues = false;
+  /// Fold the sum of a convolution's input gradient and another gradient
+  /// (a residual block's two branches) into the convolution, which adds to
+  /// the other in place (`--jit-fuse-gradient-accumulation`; on for the CUDA
+  /// backend, whose cuDNN blends with beta = 1): fuseGradientAccumulation.
+  bool fuseGradientAccumulation = false;
   /// Move the optimizer update to the front of the next run
   /// (`--jit-defer-optimizer-updates`, deferOptimizerUpdates below) when it
   /// updates at least `deferMinimumElements` parameter elements.
@@ -63,6 +68,14 @@ void fuseGemmEpilogues(runtime::Plan &plan);
 /// is not laid out yet (before elementwise fusion, which would take the add
 /// and the relu).
 void fuseBatchNormEpilogues(runtime::Plan &plan);
+
+/// PlanOptions::fuseGradientAccumulation, on a plan whose arena is not laid
+/// out yet (before elementwise fusion, which would take the add): an add of
+/// two temporaries of one type, each read only by it, one last written by a
+/// conv2d_grad_input step after the other was final, becomes that step's
+/// 'accumulate' input, written in place, and the add goes. The sum is
+/// rounded once instead of twice (the same bits for f32).
+void fuseGradientAccumulation(runtime::Plan &plan);
 
 /// Optimizer updates and finiteness checks read a gradient that is only
 /// reshaped on its way to them (a 1x1 convolution's weight gradient in NHWC)

@@ -25,7 +25,8 @@ namespace ampjit::runtime {
 // BatchNormParams::activation, with BatchNormGrad carrying BatchNormGradParams
 // (axis, activation) instead of AxisParams. 4: Plan::deferredSteps and the
 // carried buffer role. 6: adam's max_exp_avg_sq slots (AMSGrad) move step,
-// lr, inv_scale, predicate and param_copy one input later. 7: Plan::sideSteps.
+// lr, inv_scale, predicate and param_copy one input later. 7: Plan::sideSteps,
+// and conv2d_grad_input's optional 'accumulate' input (added to in place).
 inline constexpr uint32_t kPlanFormatVersion = 7;
 
 /// The file's bytes. Does not verify the plan (tests encode broken plans on
