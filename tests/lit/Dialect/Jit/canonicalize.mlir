@@ -2,7 +2,8 @@
 
 // The folders of the jit dialect: jit.broadcast_to, jit.reshape,
 // jit.transpose and jit.convert (of integers) fold when they do not change the value (and
-// broadcast_to/reshape of suitable constants fold to constants); jit.constant
+// broadcast_to/reshape of suitable constants fold to constants), as do a
+// multiplication by one and a reduction over kept axes of size 1; jit.constant
 // is ConstantLike, so equal constants are shared.
 
 // CHECK-LABEL: func.func @broadcast_to(
@@ -91,15 +92,55 @@ func.func @convert(%h: tensor<4xf16>, %m: tensor<4xi1>, %i: tensor<4xi64>)
 // Equal constants become one, hoisted to the start of the function; unused
 // ones disappear.
 // CHECK-LABEL: func.func @constants_are_shared(
-// CHECK-NEXT:    %[[C:.*]] = jit.constant dense<1.000000e+00> : tensor<4xf32>
+// CHECK-NEXT:    %[[C:.*]] = jit.constant dense<3.000000e+00> : tensor<4xf32>
 // CHECK-NEXT:    %[[A:.*]] = jit.add %arg0, %[[C]]
 // CHECK-NEXT:    %[[M:.*]] = jit.mul %[[A]], %[[C]]
 // CHECK-NEXT:    return %[[M]]
 func.func @constants_are_shared(%x: tensor<4xf32>) -> tensor<4xf32> {
-  %c0 = jit.constant dense<1.0> : tensor<4xf32>
+  %c0 = jit.constant dense<3.0> : tensor<4xf32>
   %0 = jit.add %x, %c0 : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   %unused = jit.constant dense<2.0> : tensor<4xf32>
-  %c1 = jit.constant dense<1.0> : tensor<4xf32>
+  %c1 = jit.constant dense<3.0> : tensor<4xf32>
   %1 = jit.mul %0, %c1 : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %1 : tensor<4xf32>
+}
+
+// -----
+
+// x * 1 is x (either side: the constant moves right); a 1 that broadcasts x
+// to a larger shape, and any other constant, stay.
+// CHECK-LABEL: func.func @multiplying_by_one(
+// CHECK-DAG:     %[[ONES:.*]] = jit.constant dense<1.000000e+00> : tensor<2x4xf16>
+// CHECK-DAG:     %[[HALF:.*]] = jit.constant dense<5.000000e-01> : tensor<4xf16>
+// CHECK-DAG:     %[[B:.*]] = jit.mul %arg0, %[[ONES]] : (tensor<4xf16>, tensor<2x4xf16>) -> tensor<2x4xf16>
+// CHECK-DAG:     %[[H:.*]] = jit.mul %arg0, %[[HALF]]
+// CHECK:         return %arg0, %arg0, %[[B]], %[[H]]
+func.func @multiplying_by_one(%x: tensor<4xf16>) -> (tensor<4xf16>, tensor<4xf16>, tensor<2x4xf16>, tensor<4xf16>) {
+  %one = jit.constant dense<1.0> : tensor<f16>
+  %ones = jit.constant dense<1.0> : tensor<2x4xf16>
+  %half = jit.constant dense<0.5> : tensor<4xf16>
+  %0 = jit.mul %x, %one : (tensor<4xf16>, tensor<f16>) -> tensor<4xf16>
+  %1 = jit.mul %one, %x : (tensor<f16>, tensor<4xf16>) -> tensor<4xf16>
+  %2 = jit.mul %x, %ones : (tensor<4xf16>, tensor<2x4xf16>) -> tensor<2x4xf16>
+  %3 = jit.mul %x, %half : (tensor<4xf16>, tensor<4xf16>) -> tensor<4xf16>
+  return %0, %1, %2, %3 : tensor<4xf16>, tensor<4xf16>, tensor<2x4xf16>, tensor<4xf16>
+}
+
+// -----
+
+// A sum, mean or maximum over kept axes of size 1 is its input (a global
+// average pool of 1x1 maps); over a larger axis, or dropping the axes, it
+// stays.
+// CHECK-LABEL: func.func @reductions_of_one_element(
+// CHECK:         %[[WIDE:.*]] = jit.mean %arg1 axes = [2, 3] keepdim
+// CHECK:         %[[DROPPED:.*]] = jit.sum %arg0 axes = [2, 3] :
+// CHECK:         return %arg0, %arg0, %arg0, %[[WIDE]], %[[DROPPED]]
+func.func @reductions_of_one_element(%x: tensor<2x8x1x1xf32>, %y: tensor<2x8x2x1xf32>)
+    -> (tensor<2x8x1x1xf32>, tensor<2x8x1x1xf32>, tensor<2x8x1x1xf32>, tensor<2x8x1x1xf32>, tensor<2x8xf32>) {
+  %0 = jit.mean %x axes = [2, 3] keepdim : tensor<2x8x1x1xf32> -> tensor<2x8x1x1xf32>
+  %1 = jit.sum %x axes = [3] keepdim : tensor<2x8x1x1xf32> -> tensor<2x8x1x1xf32>
+  %2 = jit.max %x axes = [2] keepdim : tensor<2x8x1x1xf32> -> tensor<2x8x1x1xf32>
+  %3 = jit.mean %y axes = [2, 3] keepdim : tensor<2x8x2x1xf32> -> tensor<2x8x1x1xf32>
+  %4 = jit.sum %x axes = [2, 3] : tensor<2x8x1x1xf32> -> tensor<2x8xf32>
+  return %0, %1, %2, %3, %4 : tensor<2x8x1x1xf32>, tensor<2x8x1x1xf32>, tensor<2x8x1x1xf32>, tensor<2x8x1x1xf32>, tensor<2x8xf32>
 }

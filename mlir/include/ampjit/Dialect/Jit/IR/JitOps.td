@@ -88,7 +88,10 @@ class Jit_BroadcastBinaryOp<string mnemonic, string formula, list<Trait> traits 
 
 def Jit_AddOp : Jit_BroadcastBinaryOp<"add", "lhs + rhs", [Commutative]>;
 def Jit_SubOp : Jit_BroadcastBinaryOp<"sub", "lhs - rhs">;
-def Jit_MulOp : Jit_BroadcastBinaryOp<"mul", "lhs * rhs", [Commutative]>;
+def Jit_MulOp : Jit_BroadcastBinaryOp<"mul", "lhs * rhs", [Commutative]> {
+  // x * 1 is x, bit for bit (a mean's gradient over one element).
+  let hasFolder = 1;
+}
 def Jit_DivOp : Jit_BroadcastBinaryOp<"div", "lhs / rhs">;
 
 def Jit_CompareOp : Jit_Op<"compare", [Pure, InferTypeOpAdaptor]> {
@@ -161,6 +164,8 @@ class Jit_ReductionOp<string mnemonic, string what>
   let arguments = (ins Jit_FloatTensor:$input, DenseI64ArrayAttr:$axes, UnitAttr:$keepdim);
   let results = (outs Jit_FloatTensor:$result);
   let assemblyFormat = "$input `axes` `=` $axes (`keepdim` $keepdim^)? attr-dict `:` type($input) `->` type($result)";
+  // Over axes of size 1 with keepdim: the input itself.
+  let hasFolder = 1;
 }
 
 def Jit_SumOp : Jit_ReductionOp<"sum", "sum">;
