@@ -321,6 +321,40 @@ std::string tracedSmallResNetStep(uint64_t initSeed, uint64_t dataSeed) {
   return step.traced_module();
 }
 
+/// Two plans of one step run on the CPU for `steps` steps, each from
+/// resNetStepArguments: their losses and results' bytes per step, and the
+/// state each ends with.
+struct TwoPlansRun {
+  std::vector<double> firstLosses, secondLosses;
+  std::vector<std::vector<std::vector<std::byte>>> firstResults, secondResults;
+  std::vector<std::vector<std::byte>> firstState, secondState;
+};
+TwoPlansRun runTwoPlans(const rt::Plan& first, const rt::Plan& second, int steps = 3) {
+  TwoPlansRun run;
+  std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();
+  auto firstExecutable = backend->prepare(first), secondExecutable = backend->prepare(second);
+  EXPECT_TRUE(firstExecutable.ok()) << firstExecutable.message();
+  EXPECT_TRUE(secondExecutable.ok()) << secondExecutable.message();
+  if (!firstExecutable.ok() || !secondExecutable.ok())
+    return run;
+  std::vector<rt::Tensor> firstState = resNetStepArguments(first, 4), secondState = resNetStepArguments(second, 4);
+  for (int i = 0; i < steps; ++i) {
+    auto firstResults = (*firstExecutable)->run(firstState);
+    auto secondResults = (*secondExecutable)->run(secondState);
+    EXPECT_TRUE(firstResults.ok()) << firstResults.message();
+    EXPECT_TRUE(secondResults.ok()) << secondResults.message();
+    if (!firstResults.ok() || !secondResults.ok())
+      break;
+    run.firstLosses.push_back(firstResults->front().at(0));
+    run.secondLosses.push_back(secondResults->front().at(0));
+    run.firstResults.push_back(ampjit::testing::snapshot(*firstResults));
+    run.secondResults.push_back(ampjit::testing::snapshot(*secondResults));
+  }
+  run.firstState = ampjit::testing::snapshot(firstState);
+  run.secondState = ampjit::testing::snapshot(secondState);
+  return run;
+}
+
 TEST(ConvNet, ResNetStepRunsNhwcWithTheNchwStepsBits) {
   // 8x8 images through the CIFAR stem leave the last stage 1x1, where the
   // layout pass's moves are reshapes that sink through the relus, adds and
@@ -334,17 +368,11 @@ TEST(ConvNet, ResNetStepRunsNhwcWithTheNchwStepsBits) {
     rt::Plan nhwc =
         ampjit::testing::compileSource(traced, "traced", pipeline + ",jit-convert-layout{layout=nhwc}").plan;
     ASSERT_FALSE(nchw.steps.empty() || nhwc.steps.empty());
-    std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();
-    auto nchwStep = backend->prepare(nchw), nhwcStep = backend->prepare(nhwc);
-    ASSERT_TRUE(nchwStep.ok() && nhwcStep.ok()) << nhwcStep.message();
-    std::vector<rt::Tensor> nchwState = resNetStepArguments(nchw, 4), nhwcState = resNetStepArguments(nhwc, 4);
-    for (int i = 0; i < 3; ++i) {
-      auto nchwResults = (*nchwStep)->run(nchwState);
-      auto nhwcResults = (*nhwcStep)->run(nhwcState);
-      ASSERT_TRUE(nchwResults.ok() && nhwcResults.ok()) << nhwcResults.message();
-      EXPECT_EQ(ampjit::testing::snapshot(*nhwcResults), ampjit::testing::snapshot(*nchwResults)) << "step " << i;
-    }
-    EXPECT_EQ(ampjit::testing::snapshot(nhwcState), ampjit::testing::snapshot(nchwState));
+    TwoPlansRun run = runTwoPlans(nchw, nhwc);
+    ASSERT_EQ(run.firstResults.size(), 3u);
+    for (size_t i = 0; i < run.firstResults.size(); ++i)
+      EXPECT_EQ(run.secondResults[i], run.firstResults[i]) << "step " << i;
+    EXPECT_EQ(run.secondState, run.firstState);
   }
 }
 
@@ -375,17 +403,10 @@ TEST(ConvNet, ResNetStepWithItsGradientSumsInItsConvolutionsMatchesTheUnfusedSte
     EXPECT_EQ(accumulating, 8u);
     EXPECT_EQ(unfused.steps.size() - fused.steps.size(), 8u);
     bool exact = std::string(amp) == "level=O0";
-    std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();
-    auto unfusedExecutable = backend->prepare(unfused), fusedExecutable = backend->prepare(fused);
-    ASSERT_TRUE(unfusedExecutable.ok()) << unfusedExecutable.message();
-    ASSERT_TRUE(fusedExecutable.ok()) << fusedExecutable.message();
-    std::vector<rt::Tensor> unfusedState = resNetStepArguments(unfused, 4), fusedState = resNetStepArguments(fused, 4);
-    for (int i = 0; i < 3; ++i) {
-      auto unfusedResults = (*unfusedExecutable)->run(unfusedState);
-      auto fusedResults = (*fusedExecutable)->run(fusedState);
-      ASSERT_TRUE(unfusedResults.ok()) << unfusedResults.message();
-      ASSERT_TRUE(fusedResults.ok()) << fusedResults.message();
-      double unfusedLoss = unfusedResults->front().at(0), fusedLoss = fusedResults->front().at(0);
+    TwoPlansRun run = runTwoPlans(unfused, fused);
+    ASSERT_EQ(run.firstLosses.size(), 3u);
+    for (size_t i = 0; i < run.firstLosses.size(); ++i) {
+      double unfusedLoss = run.firstLosses[i], fusedLoss = run.secondLosses[i];
       ASSERT_TRUE(std::isfinite(unfusedLoss));
       if (exact)
         EXPECT_EQ(fusedLoss, unfusedLoss) << "step " << i;
@@ -393,7 +414,7 @@ TEST(ConvNet, ResNetStepWithItsGradientSumsInItsConvolutionsMatchesTheUnfusedSte
         EXPECT_NEAR(fusedLoss, unfusedLoss, 1e-2 * std::fabs(unfusedLoss)) << "step " << i;
     }
     if (exact)
-      EXPECT_EQ(ampjit::testing::snapshot(fusedState), ampjit::testing::snapshot(unfusedState));
+      EXPECT_EQ(run.secondState, run.firstState);
   }
 }
 
@@ -437,17 +458,10 @@ TEST(ConvNet, ResNetStepWithFusedBatchNormEpiloguesMatchesTheUnfusedStep) {
     // Each of the 17 fused forwards skips two roundings of the activations;
     // bf16 keeps 8 bits, f16 11.
     double relativeTolerance = std::string(amp).find("bf16") != std::string::npos ? 4e-2 : 1e-2;
-    std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();
-    auto unfusedExecutable = backend->prepare(unfused), fusedExecutable = backend->prepare(fused);
-    ASSERT_TRUE(unfusedExecutable.ok()) << unfusedExecutable.message();
-    ASSERT_TRUE(fusedExecutable.ok()) << fusedExecutable.message();
-    std::vector<rt::Tensor> unfusedState = resNetStepArguments(unfused, 4), fusedState = resNetStepArguments(fused, 4);
-    for (int i = 0; i < 3; ++i) {
-      auto unfusedResults = (*unfusedExecutable)->run(unfusedState);
-      auto fusedResults = (*fusedExecutable)->run(fusedState);
-      ASSERT_TRUE(unfusedResults.ok()) << unfusedResults.message();
-      ASSERT_TRUE(fusedResults.ok()) << fusedResults.message();
-      double unfusedLoss = unfusedResults->front().at(0), fusedLoss = fusedResults->front().at(0);
+    TwoPlansRun run = runTwoPlans(unfused, fused);
+    ASSERT_EQ(run.firstLosses.size(), 3u);
+    for (size_t i = 0; i < run.firstLosses.size(); ++i) {
+      double unfusedLoss = run.firstLosses[i], fusedLoss = run.secondLosses[i];
       ASSERT_TRUE(std::isfinite(unfusedLoss));
       // The same arguments at O0 are the reference for the first loss.
       if (i == 0 && exact)
@@ -463,7 +477,7 @@ TEST(ConvNet, ResNetStepWithFusedBatchNormEpiloguesMatchesTheUnfusedStep) {
       }
     }
     if (exact) {
-      EXPECT_EQ(ampjit::testing::snapshot(fusedState), ampjit::testing::snapshot(unfusedState));
+      EXPECT_EQ(run.secondState, run.firstState);
     }
   }
 }
