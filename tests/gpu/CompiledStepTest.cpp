@@ -208,7 +208,8 @@ TEST_F(CompiledStepOnGpu, ResNetStepWithFusedBatchNormsMatchesTheCpuStep) {
 struct StepsTrail {
   std::vector<double> losses;
   std::vector<std::vector<double>> state;
-  size_t sideSteps = 0;
+  size_t sideSteps = 0, graphReplays = 0;
+  std::string graphDisabledReason;
 };
 
 /// Runs `makeAndRun(inLine)` with AMPJIT_CUDA_SIDE_STEPS_IN_LINE=0 and =1 and
@@ -224,6 +225,11 @@ void expectSideStepsGiveTheBitsInLine(MakeAndRun makeAndRun, size_t minimumSideS
   }
   EXPECT_GE(runs[0].sideSteps, minimumSideSteps);
   EXPECT_EQ(runs[1].sideSteps, 0u);
+  // The side stream's forks and joins capture into one graph, replayed.
+  for (const StepsTrail& run : runs) {
+    EXPECT_EQ(run.graphDisabledReason, "");
+    EXPECT_GE(run.graphReplays, 2u);
+  }
 #ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
   EXPECT_EQ(runs[0].losses, runs[1].losses);
   EXPECT_TRUE(runs[0].state == runs[1].state) << "the state after the calls differs";
@@ -259,6 +265,8 @@ TEST_F(CompiledStepOnGpu, WeightGradientsBesideTheBackwardGiveTheBitsOfTheStepIn
           }
           trail.state = net.state();
           trail.sideSteps = step.stats().device_side_steps_per_step;
+          trail.graphReplays = step.stats().device_graph_replays;
+          trail.graphDisabledReason = step.stats().device_graph_disabled_reason;
           EXPECT_EQ(net.scaler.get_scale(), kResNetInitialScale) << "a step was skipped";
           return trail;
         },
@@ -281,6 +289,8 @@ TEST_F(CompiledStepOnGpu, WeightGradientsBesideTheBackwardGiveTheBitsOfTheStepIn
           }
           trail.state = stateOf(net);
           trail.sideSteps = step.stats().device_side_steps_per_step;
+          trail.graphReplays = step.stats().device_graph_replays;
+          trail.graphDisabledReason = step.stats().device_graph_disabled_reason;
           return trail;
         },
         // Three layers: the first layer's weight gradient is the backward's

@@ -362,7 +362,9 @@ nlohmann::json measure(const std::string& model, jit::amp::Level level, jit::DTy
                  {"deferred_update", step.plan_text().find("deferred steps") != std::string::npos},
                  {"early_update_completions", step.stats().early_update_completions},
                  {"device_launches_per_step", step.stats().device_launches_per_step},
-                 {"device_side_steps_per_step", step.stats().device_side_steps_per_step}});
+                 {"device_side_steps_per_step", step.stats().device_side_steps_per_step},
+                 {"device_graph_replays", step.stats().device_graph_replays},
+                 {"device_graph_disabled_reason", step.stats().device_graph_disabled_reason}});
   if (!work.peerWork.empty())
     result["peer_work"] = work.peerWork;
   return result;

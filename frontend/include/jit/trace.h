@@ -137,6 +137,11 @@ struct TraceStats {
   /// after them (weight gradients, a plan's side steps); 0 on the CPU and
   /// with AMPJIT_CUDA_SIDE_STEPS_IN_LINE=1.
   size_t device_side_steps_per_step = 0;
+  /// On CUDA, calls of the last compiled variant that replayed its captured
+  /// graph, and why it runs step by step instead when a capture or an
+  /// instantiation failed (empty while graphs work); 0 and empty on the CPU.
+  size_t device_graph_replays = 0;
+  std::string device_graph_disabled_reason{};
 };
 
 namespace detail {

@@ -368,6 +368,11 @@ private:
       throw Error("jit::trace '" + options_.name + "': " + results.message());
     stats_.device_launches_per_step = variant.deviceLaunches;
     stats_.device_side_steps_per_step = variant.deviceSideSteps;
+    if (cuda_) {
+      rt::CudaRunStats run = cuda_->stats(*variant.executable);
+      stats_.device_graph_replays = size_t(run.graphReplays);
+      stats_.device_graph_disabled_reason = run.graphDisabledReason;
+    }
     if (variant.deferred) {
       variant.deferred->pending = variant.executable->deferredPending();
       for (size_t index : variant.deferredState)
