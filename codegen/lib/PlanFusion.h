@@ -1,10 +1,13 @@
 //===- PlanFusion.h - what the plan-level fusions share ---------*- C++ -*-===//
 //
 // The fusions of PlanOptions (elementwise runs, GEMM epilogues, batch-norm
-// epilogues) and the passes that move steps (deferral, gradient transposes)
-// rewrite a plan before its arena is laid out, when every
-// temporary is still its own buffer written by exactly one step. These are
-// the questions they all ask of it, answered once.
+// epilogues, gradient sums) and the passes that move or mark steps
+// (deferral, gradient transposes, side steps) rewrite a plan before its
+// arena is laid out, when every temporary is still its own buffer, written
+// by one step, or by two where a convolution adds its input gradient to it
+// in place (fuseGradientAccumulation; the passes after it go by buffer
+// identity, which that keeps). These are the questions they all ask of it,
+// answered once.
 //
 //===----------------------------------------------------------------------===//
 
