@@ -444,6 +444,31 @@ TEST(LaunchGroups, ConsecutiveIndependentTransposesOfOneElementSizeShareALaunch)
   EXPECT_EQ(cuda::launchGroups(transposes(DType::F16, false, {2, 3, 2, 3, 2})), (Groups{{0, 1}, {1, 2}}));
 }
 
+TEST(LaunchGroups, ASideStepIsALaunchOfItsOwnAndNoLaunchSpansOne) {
+  // Three independent transposes share a launch; marking one a side step
+  // (Plan::sideSteps) gives it a launch of its own, and the launch that would
+  // have spanned it goes step by step.
+  PlanBuilder b("three_transposes");
+  std::vector<BufferId> results;
+  for (int k = 0; k < 3; ++k) {
+    BufferId x = b.argument(tt(DType::F16, {3, 5}), BufferRole::Input);
+    BufferId xt = b.output(tt(DType::F16, {5, 3}));
+    b.op("jit.transpose", {x}, {xt}, {{"perm", std::vector<int64_t>{1, 0}}});
+    results.push_back(xt);
+  }
+  for (BufferId result : results)
+    b.result(result);
+  Plan plan = b.finish();
+  EXPECT_EQ(cuda::launchGroups(plan), (Groups{{0, 3}}));
+  plan.sideSteps = {{1, 3}};
+  ASSERT_TRUE(verifyPlan(plan).ok()) << verifyPlan(plan).message();
+  EXPECT_EQ(cuda::launchGroups(plan), (Groups{{0, 1}, {1, 2}, {2, 3}}));
+  plan.sideSteps = {{0, 2}};
+  EXPECT_EQ(cuda::launchGroups(plan), (Groups{{0, 1}, {1, 3}}));
+  plan.sideSteps = {{2, 3}};
+  EXPECT_EQ(cuda::launchGroups(plan), (Groups{{0, 1}, {1, 2}, {2, 3}}));
+}
+
 TEST(LaunchGroups, AnMseLossWithItsGradientAndTheirCastsIsOneRegressionHead) {
   // An f16 product widened, the mse loss and gradient, the gradient rounded
   // back; not with reduction none (a per-element loss), nor when the
