@@ -13,6 +13,11 @@
 // fc layer), not mlp9's, whose 8192 x 8192 x 2048 products each fill the GPU
 // for about 0.35 ms on their own.
 //
+// A convolution's input gradient that nothing needs for a few steps runs
+// beside them too: in a downsampling block's backward, the shortcut's input
+// gradient is computed before the main branch's three convolutions, and
+// only the last of those adds it in (fuseGradientAccumulation).
+//
 // A side step joins before the weight gradient kWeightGradientLag places
 // later starts, so at most that many wait on the side lane and the arena
 // holds each one's inputs only that long; or earlier, before the first step
@@ -95,6 +100,28 @@ void overlapWeightGradients(rt::Plan &plan, size_t lag) {
     if (join > index + 1)
       plan.sideSteps.push_back({uint32_t(index), uint32_t(join)});
   }
+  // An input gradient that kMinSideStepSpan or more main-lane steps pass
+  // before anything needs it (a downsampling shortcut's, which the block's
+  // first convolution adds its own to at the end of the block) runs beside
+  // them. Side steps between do not count: they overlap nothing of the main
+  // lane. The last are decided first, so each counts those after it.
+  std::vector<bool> beside(plan.steps.size(), false);
+  for (const rt::SideStep &side : plan.sideSteps)
+    beside[side.step] = true;
+  for (size_t index = plan.steps.size(); index-- > plan.deferredSteps;) {
+    if (plan.steps[index].kind != rt::StepKind::Conv2dGradInput)
+      continue;
+    size_t join = detail::firstDependent(plan.steps, index);
+    size_t mainSteps = 0;
+    for (size_t between = index + 1; between < join; ++between)
+      mainSteps += !beside[between];
+    if (mainSteps >= kMinSideStepSpan) {
+      plan.sideSteps.push_back({uint32_t(index), uint32_t(join)});
+      beside[index] = true;
+    }
+  }
+  std::sort(plan.sideSteps.begin(), plan.sideSteps.end(),
+            [](const rt::SideStep &a, const rt::SideStep &b) { return a.step < b.step; });
 }
 
 } // namespace ampjit::codegen

@@ -393,23 +393,36 @@ TEST(CompileKernels, EveryKernelOfATracedResNet50StepForTheGpu) {
   // Every weight gradient is a side step, a launch of its own on the side
   // stream, joined before the weight gradient two places later (or, for
   // the last ones, before the transposes and the finiteness check that
-  // read them): the fc layer's (a GEMM) and every filter gradient.
+  // read them): the fc layer's (a GEMM) and every filter gradient. So is
+  // each downsampling shortcut's input gradient, joined before the block's
+  // first convolution adds its own to it.
   size_t filterGradients = 0;
   for (const rt::Step& s : plan.steps)
     filterGradients += s.kind == rt::StepKind::Conv2dGradWeight;
-  ASSERT_EQ(plan.sideSteps.size(), filterGradients + 1);
-  EXPECT_EQ(plan.steps[plan.sideSteps[0].step].kind, rt::StepKind::Gemm);
-  EXPECT_TRUE(plan.steps[plan.sideSteps[0].step].as<rt::GemmParams>().transposeA) << "the fc layer's dW = dY^T X";
-  for (size_t k = 0; k < plan.sideSteps.size(); ++k) {
-    const rt::SideStep& side = plan.sideSteps[k];
-    EXPECT_EQ(plan.steps[side.step].kind, k == 0 ? rt::StepKind::Gemm : rt::StepKind::Conv2dGradWeight);
-    if (k + 2 < plan.sideSteps.size())
-      EXPECT_EQ(side.joinBefore, plan.sideSteps[k + 2].step) << "side step " << k;
-    else
-      EXPECT_GT(side.joinBefore, plan.sideSteps.back().step) << "side step " << k;
+  std::vector<rt::SideStep> weightGradients, inputGradients;
+  for (const rt::SideStep& side : plan.sideSteps) {
     EXPECT_TRUE(std::find(groups.begin(), groups.end(), std::pair<size_t, size_t>(side.step, side.step + 1)) !=
                 groups.end())
-        << "side step " << k << " shares a launch";
+        << "step " << side.step << " shares a launch";
+    (plan.steps[side.step].kind == rt::StepKind::Conv2dGradInput ? inputGradients : weightGradients).push_back(side);
+  }
+  ASSERT_EQ(weightGradients.size(), filterGradients + 1);
+  EXPECT_EQ(plan.steps[weightGradients[0].step].kind, rt::StepKind::Gemm);
+  EXPECT_TRUE(plan.steps[weightGradients[0].step].as<rt::GemmParams>().transposeA) << "the fc layer's dW = dY^T X";
+  for (size_t k = 0; k < weightGradients.size(); ++k) {
+    const rt::SideStep& side = weightGradients[k];
+    EXPECT_EQ(plan.steps[side.step].kind, k == 0 ? rt::StepKind::Gemm : rt::StepKind::Conv2dGradWeight);
+    if (k + 2 < weightGradients.size())
+      EXPECT_EQ(side.joinBefore, weightGradients[k + 2].step) << "weight gradient " << k;
+    else
+      EXPECT_GT(side.joinBefore, weightGradients.back().step) << "weight gradient " << k;
+  }
+  ASSERT_EQ(inputGradients.size(), 4u) << "the four downsampling shortcuts";
+  for (const rt::SideStep& side : inputGradients) {
+    const rt::Step& join = plan.steps[side.joinBefore];
+    EXPECT_EQ(join.kind, rt::StepKind::Conv2dGradInput);
+    ASSERT_EQ(join.inputs.size(), 3u) << "the join adds its input gradient to the shortcut's";
+    EXPECT_EQ(join.inputs[2], plan.steps[side.step].outputs[0]);
   }
   // What holding their buffers until the joins costs in arena bytes.
   jit::Generator again(1);

@@ -97,6 +97,10 @@ inline constexpr size_t kWeightGradientLag = 2;
 /// A GEMM over more than this many flops fills the GPU on its own (about
 /// 14 us at 600 TFLOP/s), so its weight gradient stays in line.
 inline constexpr double kMaxSideGemmFlops = double(int64_t(1) << 33);
+/// A convolution's input gradient runs beside the steps after it when at
+/// least this many main-lane steps pass before one needs it
+/// (overlapWeightGradients).
+inline constexpr size_t kMinSideStepSpan = 3;
 
 /// PlanOptions::overlapWeightGradients, on a plan whose steps are in their
 /// final order and whose arena is not laid out yet (the layout keeps a side
@@ -106,7 +110,9 @@ inline constexpr double kMaxSideGemmFlops = double(int64_t(1) << 33);
 /// optimizer read, through reshapes and transposes) becomes a side step
 /// (runtime Plan::sideSteps), joined before the weight gradient `lag` places
 /// later, or before the first step that must follow it, or at the end; one
-/// that would join at the very next step stays in line.
+/// that would join at the very next step stays in line. Beside too goes each
+/// conv2d_grad_input step that at least kMinSideStepSpan steps not beside
+/// pass before the first that must follow it, joined there.
 void overlapWeightGradients(runtime::Plan &plan, size_t lag = kWeightGradientLag);
 
 /// What deferOptimizerUpdates did: the steps it deferred, or why none.
