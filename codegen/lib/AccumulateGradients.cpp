@@ -59,7 +59,8 @@ bool foldOneSum(rt::Plan &plan) {
       rt::BufferId gradient = add.inputs[size_t(side)], other = add.inputs[size_t(1 - side)];
       size_t convolution = lastWriterBefore(plan, gradient, index);
       if (convolution == kNone || plan.steps[convolution].kind != rt::StepKind::Conv2dGradInput ||
-          plan.steps[convolution].inputs.size() != 2 || plan.steps[convolution].computeType != add.computeType)
+          rt::accumulatesInPlace(plan.steps[convolution]) ||
+          plan.steps[convolution].computeType != add.computeType)
         continue;
       size_t otherWriter = lastWriterBefore(plan, other, index);
       if (otherWriter == kNone || otherWriter >= convolution)

@@ -435,8 +435,8 @@ std::vector<std::string> slotNames(const Step& step, bool outputs) {
                 {"new_scale", "new_good_steps", "new_bad_steps", "new_skipped_steps"});
   case StepKind::Conv2d: return pick({"x", "weight", "bias"}, {"y"});
   case StepKind::Conv2dGradInput:
-    return pick(step.inputs.size() > 2 ? std::vector<std::string>{"dy", "weight", "accumulate"}
-                                       : std::vector<std::string>{"dy", "weight"},
+    return pick(accumulatesInPlace(step) ? std::vector<std::string>{"dy", "weight", "accumulate"}
+                                         : std::vector<std::string>{"dy", "weight"},
                 {"dx"});
   case StepKind::Conv2dGradWeight: return pick({"dy", "x"}, {"dweight"});
   case StepKind::BatchNorm:
@@ -522,9 +522,11 @@ bool mayWriteSlotInPlace(const Step& step, size_t output, BufferId buffer) {
   if (mayWriteInPlace(step.kind))
     return true;
   // An input gradient added to what its output already holds (cuDNN's beta = 1).
-  if (step.kind == StepKind::Conv2dGradInput)
-    return step.inputs.size() == 3 && step.inputs[2] == buffer && step.inputs[0] != buffer &&
-           step.inputs[1] != buffer;
+  if (step.kind == StepKind::Conv2dGradInput) {
+    using namespace conv2d_grad_input_slot;
+    return accumulatesInPlace(step) && step.inputs[kAccumulate] == buffer && step.inputs[kDy] != buffer &&
+           step.inputs[kWeight] != buffer;
+  }
   if (step.kind != StepKind::BatchNorm || (output != 3 && output != 4))
     return false;
   for (size_t input = 0; input < step.inputs.size(); ++input)
@@ -1143,7 +1145,7 @@ Status checkPair(std::string_view name, const std::vector<int64_t>& values, int6
 Status StepChecker::checkConv() const {
   const Conv2dParams& params = step_.as<Conv2dParams>();
   bool forward = step_.kind == StepKind::Conv2d;
-  bool accumulates = step_.kind == StepKind::Conv2dGradInput && step_.inputs.size() == 3;
+  bool accumulates = accumulatesInPlace(step_);
   AMPJIT_RETURN_IF_ERROR(checkSlotCounts(forward || accumulates ? 3 : 2, 1));
   AMPJIT_RETURN_IF_ERROR(checkRequiredSlots());
   AMPJIT_RETURN_IF_ERROR(checkPair("stride", params.stride, 1));
@@ -1204,7 +1206,7 @@ Status StepChecker::checkConv() const {
                                                (step_.kind == StepKind::Conv2dGradInput ? "input" : "filter") +
                                                " it yields would produce"));
   if (accumulates)
-    return expectIn(2, x, ", the gradient it adds to");
+    return expectIn(conv2d_grad_input_slot::kAccumulate, x, ", the gradient it adds to");
   return Status::success();
 }
 
@@ -1682,8 +1684,9 @@ Status verifyPlan(const Plan& plan) {
     Status types = verifyStepTypes(step, inTypes, outTypes);
     if (!types)
       return Status::error(where + ": " + types.message());
-    if (step.kind == StepKind::Conv2dGradInput && step.inputs.size() == 3 && step.outputs[0] != step.inputs[2])
-      return Status::error(where + ": output 'dx' must be input 'accumulate' (" + describeBuffer(plan, step.inputs[2]) +
+    if (accumulatesInPlace(step) && step.outputs[0] != step.inputs[conv2d_grad_input_slot::kAccumulate])
+      return Status::error(where + ": output 'dx' must be input 'accumulate' (" +
+                           describeBuffer(plan, step.inputs[conv2d_grad_input_slot::kAccumulate]) +
                            "), which it adds to in place, but is " + describeBuffer(plan, step.outputs[0]));
 
     for (size_t slot = 0; slot < step.outputs.size(); ++slot) {

@@ -305,8 +305,9 @@ Status convGradInput(const Step& step, const StepIO& io) {
   // With an 'accumulate' input (the same buffer as dx), the gradient it
   // already holds is added in compute type before the one rounding, as
   // cuDNN blends with beta = 1.
-  if (io.in.size() > 2) {
-    std::vector<T> prior = loadActivation<T>(io.in[2], g, params.nhwc, g.channels, g.inPlane());
+  if (accumulatesInPlace(step)) {
+    std::vector<T> prior =
+        loadActivation<T>(io.in[conv2d_grad_input_slot::kAccumulate], g, params.nhwc, g.channels, g.inPlane());
     for (size_t i = 0; i < dx.size(); ++i)
       dx[i] += prior[i];
   }

@@ -190,7 +190,7 @@ Status ConvolutionStep::prepare(DeviceContext& context, const Plan& plan, const 
   const TensorType& outType = plan.buffers[step.outputs[0]].type;
   DType dtype = xType.dtype;
   hasBias_ = kind_ == StepKind::Conv2d && step.inputs.size() > 2 && step.inputs[2] != kNoBuffer;
-  accumulates_ = kind_ == StepKind::Conv2dGradInput && step.inputs.size() > 2 && step.inputs[2] != kNoBuffer;
+  accumulates_ = accumulatesInPlace(step);
   outputBytes_ = std::size_t(outType.byteSize());
 
   ActivationDims a = activationDims(params.nhwc);
@@ -374,7 +374,7 @@ Status ConvolutionStep::enqueue(const StepPointers& pointers, cudaStream_t strea
     return Status::success();
   void* out = pointers.outputs[0];
   AMPJIT_CUDNN_RETURN_IF_ERROR(cudnnSetStream(handle_, stream), label_ + ": binding the stream");
-  if (accumulates_ && pointers.inputs[2] != out)
+  if (accumulates_ && pointers.inputs[conv2d_grad_input_slot::kAccumulate] != out)
     return Status::error(label_ + ": adds to its 'accumulate' input in place, but dx is elsewhere (a backend bug)");
   if (mode_ == Mode::ZeroOutput) {
     if (accumulates_) // adding zero to what dx holds

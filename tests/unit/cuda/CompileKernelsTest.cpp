@@ -444,7 +444,7 @@ TEST(CompileKernels, EveryKernelOfATracedResNet50StepForTheGpu) {
   size_t accumulating = 0, adds = 0;
   for (size_t index = plan.deferredSteps; index < plan.steps.size(); ++index) {
     const rt::Step& s = plan.steps[index];
-    accumulating += s.kind == rt::StepKind::Conv2dGradInput && s.inputs.size() == 3;
+    accumulating += rt::accumulatesInPlace(s);
     adds += s.kind == rt::StepKind::Elementwise && s.as<rt::ElementwiseParams>().op == rt::ElementwiseOp::Add;
   }
   EXPECT_EQ(accumulating, 16u);

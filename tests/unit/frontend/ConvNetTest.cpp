@@ -395,9 +395,9 @@ TEST(ConvNet, ResNetStepWithItsGradientSumsInItsConvolutionsMatchesTheUnfusedSte
     ASSERT_FALSE(fused.steps.empty());
     size_t accumulating = 0;
     for (const rt::Step& s : fused.steps)
-      if (s.kind == rt::StepKind::Conv2dGradInput && s.inputs.size() == 3) {
+      if (rt::accumulatesInPlace(s)) {
         ++accumulating;
-        EXPECT_EQ(s.outputs[0], s.inputs[2]);
+        EXPECT_EQ(s.outputs[0], s.inputs[rt::conv2d_grad_input_slot::kAccumulate]);
       }
     // ResNet-18's 8 blocks, one sum each; every add of the backward goes.
     EXPECT_EQ(accumulating, 8u);

@@ -513,6 +513,12 @@ namespace batch_norm_slot {
 inline constexpr std::size_t kX = 0, kWeight = 1, kBias = 2, kRunningMean = 3, kRunningVar = 4, kZ = 5;
 inline constexpr std::size_t kY = 0, kSaveMean = 1, kSaveInvstd = 2, kNewRunningMean = 3, kNewRunningVar = 4;
 } // namespace batch_norm_slot
+/// conv2d_grad_input's optional third input: the gradient its result is
+/// added to, which must be its output 'dx' itself (cuDNN's beta = 1).
+namespace conv2d_grad_input_slot {
+inline constexpr std::size_t kDy = 0, kWeight = 1, kAccumulate = 2;
+} // namespace conv2d_grad_input_slot
+
 namespace batch_norm_grad_slot {
 inline constexpr std::size_t kDy = 0, kX = 1, kSaveMean = 2, kSaveInvstd = 3, kWeight = 4, kY = 5, kBias = 6;
 inline constexpr std::size_t kDx = 0, kDweight = 1, kDbias = 2, kDz = 3;
@@ -602,6 +608,12 @@ struct Step {
   template <typename P> P& as() { return std::get<P>(params); }
   friend bool operator==(const Step&, const Step&) = default;
 };
+
+/// Whether `step` is a conv2d_grad_input that adds its result to its
+/// 'accumulate' input in place (conv2d_grad_input_slot).
+inline bool accumulatesInPlace(const Step& step) {
+  return step.kind == StepKind::Conv2dGradInput && step.inputs.size() > conv2d_grad_input_slot::kAccumulate;
+}
 
 /// A function result: a buffer, and when the result is the new value of a
 /// state argument, that argument's index (the buffer is then the argument's
