@@ -105,9 +105,7 @@ void overlapWeightGradients(rt::Plan &plan, size_t lag) {
   // first convolution adds its own to at the end of the block) runs beside
   // them. Side steps between do not count: they overlap nothing of the main
   // lane. The last are decided first, so each counts those after it.
-  std::vector<bool> beside(plan.steps.size(), false);
-  for (const rt::SideStep &side : plan.sideSteps)
-    beside[side.step] = true;
+  std::vector<bool> beside = rt::sideStepMask(plan);
   for (size_t index = plan.steps.size(); index-- > plan.deferredSteps;) {
     if (plan.steps[index].kind != rt::StepKind::Conv2dGradInput)
       continue;

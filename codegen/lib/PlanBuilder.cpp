@@ -476,11 +476,9 @@ private:
     }
     // A side step's buffers hold their bytes until it joins: the steps
     // before the join may run while it still reads or writes them.
-    for (const rt::SideStep &side : plan.sideSteps)
-      for (const std::vector<rt::BufferId> *slots : {&plan.steps[side.step].inputs, &plan.steps[side.step].outputs})
-        for (rt::BufferId id : *slots)
-          if (id != rt::kNoBuffer)
-            lastRead[id] = std::max(lastRead[id], int64_t(side.joinBefore) - 1);
+    std::vector<int64_t> held = rt::heldBySideSteps(plan);
+    for (rt::BufferId id = 0; id < plan.buffers.size(); ++id)
+      lastRead[id] = std::max(lastRead[id], held[id]);
     auto isTemporary = [&](rt::BufferId id) { return plan.buffers[id].role == rt::BufferRole::Temporary; };
     struct Live {
       uint64_t offset, size;

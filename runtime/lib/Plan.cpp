@@ -1538,7 +1538,6 @@ Status verifyDeferredSteps(const Plan& plan) {
 /// before its join reads what it writes or writes what it touches (a view
 /// counts as what it views). Arena bytes are verifyPlan's liveness check.
 Status verifySideSteps(const Plan& plan, const std::vector<BufferId>& viewRoot) {
-  std::vector<bool> isSide(plan.steps.size(), false);
   for (size_t k = 0; k < plan.sideSteps.size(); ++k) {
     const SideStep& side = plan.sideSteps[k];
     std::string which = "side step " + std::to_string(k) + " (step " + std::to_string(side.step) + ")";
@@ -1553,8 +1552,8 @@ Status verifySideSteps(const Plan& plan, const std::vector<BufferId>& viewRoot) 
       return Status::error(which + " joins before step " + std::to_string(side.joinBefore) +
                            ", which is not after it and at most the plan's " + std::to_string(plan.steps.size()) +
                            " steps");
-    isSide[side.step] = true;
   }
+  std::vector<bool> isSide = sideStepMask(plan);
   auto valid = [&](BufferId id) { return id != kNoBuffer && id < plan.buffers.size(); };
   for (const SideStep& side : plan.sideSteps) {
     const Step& step = plan.steps[side.step];
@@ -1593,6 +1592,27 @@ Status verifySideSteps(const Plan& plan, const std::vector<BufferId>& viewRoot) 
 }
 
 } // namespace
+
+std::vector<bool> sideStepMask(const Plan& plan) {
+  std::vector<bool> mask(plan.steps.size(), false);
+  for (const SideStep& side : plan.sideSteps)
+    if (side.step < plan.steps.size())
+      mask[side.step] = true;
+  return mask;
+}
+
+std::vector<int64_t> heldBySideSteps(const Plan& plan) {
+  std::vector<int64_t> until(plan.buffers.size(), -1);
+  for (const SideStep& side : plan.sideSteps) {
+    if (side.step >= plan.steps.size())
+      continue;
+    for (const std::vector<BufferId>* slots : {&plan.steps[side.step].inputs, &plan.steps[side.step].outputs})
+      for (BufferId id : *slots)
+        if (id != kNoBuffer && id < plan.buffers.size())
+          until[id] = std::max(until[id], int64_t(side.joinBefore) - 1);
+  }
+  return until;
+}
 
 std::vector<BufferId> arenaViewRoots(const Plan& plan) {
   std::vector<BufferId> root(plan.buffers.size());
@@ -1722,11 +1742,10 @@ Status verifyPlan(const Plan& plan) {
   // A side step's buffers hold their bytes until it joins.
   std::vector<BufferId> viewRoot = arenaViewRoots(plan);
   AMPJIT_RETURN_IF_ERROR(verifySideSteps(plan, viewRoot));
-  for (const SideStep& side : plan.sideSteps)
-    for (const std::vector<BufferId>* slots : {&plan.steps[side.step].inputs, &plan.steps[side.step].outputs})
-      for (BufferId id : *slots)
-        if (id != kNoBuffer)
-          lastAccess[id] = std::max(lastAccess[id], size_t(side.joinBefore) - 1);
+  std::vector<int64_t> held = heldBySideSteps(plan);
+  for (BufferId id = 0; id < plan.buffers.size(); ++id)
+    if (held[id] >= 0)
+      lastAccess[id] = std::max(lastAccess[id], size_t(held[id]));
 
   for (size_t i = 0; i < plan.results.size(); ++i)
     if (!defined[plan.results[i].buffer])

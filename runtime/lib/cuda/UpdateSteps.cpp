@@ -715,10 +715,7 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) 
   };
   // A side step runs on its own stream: it is a launch of its own, and
   // the steps of a launch are never split around one (they go one by one).
-  std::vector<bool> isSide(plan.steps.size(), false);
-  for (const SideStep& side : plan.sideSteps)
-    if (side.step < plan.steps.size())
-      isSide[side.step] = true;
+  std::vector<bool> isSide = sideStepMask(plan);
   std::vector<std::pair<std::size_t, std::size_t>> groups;
   for (std::size_t index = 0; index < plan.steps.size();) {
     std::size_t end = index + 1;

@@ -679,6 +679,13 @@ std::string describeStepOfPlan(const Plan& plan, std::size_t index);
 /// words on every backend.
 Status nonFiniteOutputError(const Plan& plan, std::size_t index, std::size_t slot);
 
+/// For each step, whether it is one of Plan::sideSteps (those in range).
+std::vector<bool> sideStepMask(const Plan& plan);
+/// For each buffer, the last step through which a side step that reads or
+/// writes it keeps it live (its joinBefore - 1), or -1: the arena holds a
+/// side step's buffers until it joins (codegen's layout, verifyPlan).
+std::vector<int64_t> heldBySideSteps(const Plan& plan);
+
 /// Which temporaries are views of another buffer's memory, so that their
 /// Reshape step moves nothing: the output of a Reshape step laid out at its
 /// temporary input's own arena offset (codegen does so when no other step
