@@ -6,6 +6,7 @@
 
 #include "GpuTestUtil.h"
 #include "cuda/DeviceStep.h"
+#include "cuda/UpdateKernels.h"
 
 #include "ampjit/runtime/LossScaler.h"
 #include "ampjit/runtime/StepBuilder.h"
@@ -530,6 +531,68 @@ TEST_F(GpuTest, SgdEveryConfigurationMatchesTheCpu) {
       }
     }
   }
+}
+
+TEST_F(GpuTest, SgdOverSeveralVectorChunksWithTailsMatchesTheCpu) {
+  // The 16-byte path's blocks take 4096 elements, a thread two runs of 8:
+  // sizes spanning several blocks, ending mid-run and right after a whole one.
+  const int64_t sizes[] = {3 * 4096 + 13, 2 * 4096 + 8, 4096 + 2048 + 7};
+  uint32_t seed = 500;
+  for (const SgdConfig& c : {kSgdConfigs[0], kSgdConfigs[std::size(kSgdConfigs) - 1]})
+    for (DType grad : kGradTypes)
+      for (std::optional<DType> copy : {std::optional<DType>(), std::optional(DType::F16), std::optional(DType::BF16)})
+        for (int64_t step : {0, 3}) {
+          int64_t size = sizes[seed % 3];
+          SCOPED_TRACE(::testing::Message() << "momentum " << c.momentum << " grad " << dtypeName(grad) << " copy "
+                                            << (copy ? dtypeName(*copy) : "none") << " size " << size << " step "
+                                            << step);
+          OptimizerOp op = sgdOp(c, DType::F32, grad, {size}, copy, true, true);
+          checkOptimizer(*cpu, *cuda, op, 0.0, seed++, 1.0 / 64, step);
+        }
+}
+
+TEST_F(GpuTest, SgdVectorizesOnlyAlignedF32ParametersWithF32OrNarrowGradients) {
+  using namespace cuda::update;
+  alignas(64) static float storage[64];
+  OptimizerConfig config{};
+  config.paramType = ElementType::F32;
+  config.copyType = ElementType::F16;
+  OptimizerTensor weight{};
+  weight.param = weight.newParam = storage;
+  weight.grad = storage + 16;
+  weight.copy = weight.newCopy = storage + 32;
+  weight.count = 100;
+  weight.gradType = ElementType::F16;
+  OptimizerTensor bias = weight; // f32 gradient, no copy, momentum
+  bias.gradType = ElementType::F32;
+  bias.copy = bias.newCopy = nullptr;
+  bias.state0 = bias.newState0 = storage + 48;
+  OptimizerTensor both[] = {weight, bias};
+  EXPECT_TRUE(sgdLaunchVectorizes(config, both, 2));
+
+  auto refused = [&](auto change) {
+    OptimizerConfig c = config;
+    OptimizerTensor tensors[] = {weight, bias};
+    change(c, tensors[1]);
+    return !sgdLaunchVectorizes(c, tensors, 2);
+  };
+  EXPECT_TRUE(refused([](OptimizerConfig& c, OptimizerTensor&) { c.adam = true; }));
+  EXPECT_TRUE(refused([](OptimizerConfig& c, OptimizerTensor&) { c.computeF64 = true; }));
+  EXPECT_TRUE(refused([](OptimizerConfig& c, OptimizerTensor&) { c.paramType = ElementType::F64; }));
+  EXPECT_TRUE(refused([](OptimizerConfig&, OptimizerTensor& t) { t.gradType = ElementType::F64; }));
+  EXPECT_TRUE(refused([](OptimizerConfig& c, OptimizerTensor& t) {
+    c.copyType = ElementType::F32;
+    t.copy = t.newCopy = storage + 32;
+  }));
+  // A view 4 bytes into a buffer, in any slot.
+  EXPECT_TRUE(refused([](OptimizerConfig&, OptimizerTensor& t) { t.newParam = storage + 1; }));
+  EXPECT_TRUE(refused([](OptimizerConfig&, OptimizerTensor& t) { t.grad = storage + 17; }));
+  EXPECT_TRUE(refused([](OptimizerConfig&, OptimizerTensor& t) { t.newState0 = storage + 49; }));
+  // An empty tensor's pointers are never read.
+  EXPECT_FALSE(refused([](OptimizerConfig&, OptimizerTensor& t) {
+    t.count = 0;
+    t.grad = storage + 17;
+  }));
 }
 
 TEST_F(GpuTest, SgdWithF64ParametersOrGradientsMatchesTheCpu) {

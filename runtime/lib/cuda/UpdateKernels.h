@@ -167,6 +167,14 @@ struct ScaleUpdate {
   UpdateScalePointers pointers;
 };
 
+/// Whether launchOptimizer runs these tensors' SGD 16 bytes per load and
+/// store, a block taking 4096 elements: f32 parameters (and momentum
+/// buffers, computed in f32), f32, f16 or bf16 gradients, f16 or bf16 copies
+/// or none, and every pointer 16-byte aligned (plan buffers are 64-byte
+/// aligned; a view into one may not be). The bits are those of the
+/// element-by-element kernel, which takes every other launch.
+bool sgdLaunchVectorizes(const OptimizerConfig& config, const OptimizerTensor* tensors, std::size_t tensorCount);
+
 /// Updates every tensor (as few launches as the kernel-argument limit
 /// allows). With the predicate present and 0, each new value is its input,
 /// bit for bit (copied where the output is another buffer). With
