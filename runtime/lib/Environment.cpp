@@ -1,5 +1,6 @@
 #include "ampjit/runtime/Environment.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -8,6 +9,18 @@ namespace ampjit::runtime {
 bool environmentFlag(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr && *value != '\0' && std::strcmp(value, "0") != 0;
+}
+
+std::optional<long long> environmentInteger(const char* name, long long fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0')
+    return fallback;
+  char* end = nullptr;
+  errno = 0;
+  long long parsed = std::strtoll(value, &end, 10);
+  if (errno != 0 || *end != '\0')
+    return std::nullopt;
+  return parsed;
 }
 
 } // namespace ampjit::runtime

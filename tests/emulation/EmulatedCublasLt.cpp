@@ -50,6 +50,9 @@ struct MatmulDescriptor {
   const void* aux = nullptr;
   int64_t auxLd = 0, auxBatchStride = 0;
   int32_t auxType = -1;
+  /// How many SMs the algorithm is chosen for (0: all). It shapes only the
+  /// choice, never the result, which the model computes one way.
+  int32_t smCountTarget = 0;
   std::vector<int> unmodelled; // attributes set that this model does not implement
 };
 
@@ -243,6 +246,9 @@ cublasStatus_t checkProblem(const MatmulDescriptor& desc, const MatrixLayout& a,
   }
   if (desc.pointerMode != CUBLASLT_POINTER_MODE_HOST)
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "the emulation models host alpha and beta only");
+  if (desc.smCountTarget < 0)
+    return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                  "SM_COUNT_TARGET " + std::to_string(desc.smCountTarget) + ": a count of SMs, 0 for all");
   if (desc.transc != CUBLAS_OP_N)
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "TRANSC: only CUBLAS_OP_N is supported");
   if (desc.transa != CUBLAS_OP_N && desc.transa != CUBLAS_OP_T)
@@ -387,6 +393,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t descriptor, c
   case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE:
     return take(d.auxBatchStride, value, bytes, "EPILOGUE_AUX_BATCH_STRIDE");
   case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return take(d.auxType, value, bytes, "EPILOGUE_AUX_DATA_TYPE");
+  case CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET: return take(d.smCountTarget, value, bytes, "SM_COUNT_TARGET");
   default:
     d.unmodelled.push_back(int(attribute));
     return succeed();

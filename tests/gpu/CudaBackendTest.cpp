@@ -622,6 +622,98 @@ TEST_F(GpuTest, SplitFiniteCheckEqualsOneCheck) {
   EXPECT_EQ(stats.graphDisabledReason, "") << "forking to the side stream must stay capturable";
 }
 
+/// loss = sum((x w0) w1) with both weights' SGD updates deferred to the next
+/// run, each its own side-stream launch (2^20 elements, not merged with a
+/// later one's: kSmallDeferredLaunchElements). While the first GEMM runs,
+/// w1's update may still run beside it; the second GEMM waits for all of it.
+/// The gradients are copies of the weights (any deterministic values do).
+Plan deferredTwoLayerStep() {
+  PlanBuilder b("two_layers_deferred");
+  const int64_t width = 1024;
+  BufferId x = b.argument(tt(DType::F32, {8, width}), BufferRole::Input, "x");
+  BufferId w0 = b.argument(tt(DType::F32, {width, width}), BufferRole::Param, "w0");
+  BufferId w1 = b.argument(tt(DType::F32, {width, width}), BufferRole::Param, "w1");
+  BufferId lr = b.argument(tt(DType::F32, {}), BufferRole::Hyper, "lr");
+  BufferId g0 = b.carried(tt(DType::F32, {width, width}), "g0");
+  BufferId g1 = b.carried(tt(DType::F32, {width, width}), "g1");
+  BufferId lrCopy = b.carried(tt(DType::F32, {}), "lr.deferred");
+  for (auto [w, g] : {std::pair{w0, g0}, std::pair{w1, g1}})
+    b.op("jit.sgd_update", {w, g, kNoBuffer, kNoBuffer, lrCopy, kNoBuffer, kNoBuffer, kNoBuffer}, {w});
+  BufferId hidden = b.temporary(tt(DType::F32, {8, width})), out = b.temporary(tt(DType::F32, {8, width}));
+  b.op("jit.matmul", {x, w0}, {hidden});
+  b.op("jit.matmul", {hidden, w1}, {out});
+  BufferId loss = b.output(tt(DType::F32, {}));
+  b.op("jit.sum", {out}, {loss}, {{"axes", std::vector<int64_t>{0, 1}}});
+  b.op("amp.cast", {w1}, {g0});
+  b.op("amp.cast", {w0}, {g1});
+  b.op("amp.cast", {lr}, {lrCopy});
+  b.result(loss);
+  b.result(w0, 1);
+  b.result(w1, 2);
+  Plan plan = b.finish();
+  plan.deferredSteps = 2;
+  return plan;
+}
+
+TEST_F(GpuTest, AGemmBesideTheDeferredUpdateLeavesItTheReservedSmsAndTheBits) {
+  // CudaBackendOptions::gemmSmReserve: the first GEMM, beside w1's pending
+  // update, is planned for the device's SMs less the reserve (cuBLASLt's
+  // SM_COUNT_TARGET); the second, after every update's join, for all. Only
+  // the algorithm's choice changes, never what a run computes.
+  Plan plan = deferredTwoLayerStep();
+  Expected<std::unique_ptr<CudaBackend>> reserving = createCudaBackend({.gemmSmReserve = 32});
+  Expected<std::unique_ptr<CudaBackend>> whole = createCudaBackend({.gemmSmReserve = 0});
+  ASSERT_TRUE(reserving.ok() && whole.ok()) << reserving.message() << whole.message();
+  Expected<std::unique_ptr<Executable>> onCpu = cpu->prepare(plan);
+  Expected<std::unique_ptr<Executable>> withReserve = (*reserving)->prepare(plan);
+  Expected<std::unique_ptr<Executable>> without = (*whole)->prepare(plan);
+  ASSERT_TRUE(onCpu.ok() && withReserve.ok() && without.ok()) << withReserve.message() << without.message();
+  EXPECT_EQ((*reserving)->stats(**withReserve).deferredUpdateGroups, 2);
+  EXPECT_EQ((*reserving)->stats(**withReserve).gemmsBesideDeferredUpdate, 1);
+  EXPECT_EQ((*whole)->stats(**without).gemmsBesideDeferredUpdate, 0);
+
+  std::vector<Tensor> cpuArguments = randomArguments(plan, 5, -0.05, 0.05);
+  std::vector<Tensor> reservedArguments, wholeArguments;
+  for (const Tensor& argument : cpuArguments) {
+    reservedArguments.push_back(*(*reserving)->toDevice(argument));
+    wholeArguments.push_back(*(*whole)->toDevice(argument));
+  }
+  for (int run = 0; run < 4; ++run) { // step by step, captured, replayed twice
+    Expected<std::vector<Tensor>> expected = (*onCpu)->run(cpuArguments);
+    Expected<std::vector<Tensor>> reserved = (*withReserve)->run(reservedArguments);
+    Expected<std::vector<Tensor>> plain = (*without)->run(wholeArguments);
+    ASSERT_TRUE(expected.ok() && reserved.ok() && plain.ok()) << reserved.message() << plain.message();
+    Tensor reservedLoss = *(*reserving)->toHost((*reserved)[0]);
+    EXPECT_TRUE(reservedLoss.bitwiseEqual(*(*whole)->toHost((*plain)[0]))) << "loss of run " << run;
+    // Two products over K = 1024 and a sum of 8192 terms, each summed in its
+    // own order on the two backends.
+    EXPECT_TRUE(allClose(reservedLoss, (*expected)[0], 64)) << "loss of run " << run;
+  }
+  ASSERT_TRUE((*withReserve)->completeDeferred(reservedArguments).ok());
+  ASSERT_TRUE((*without)->completeDeferred(wholeArguments).ok());
+  for (size_t weight : {1, 2})
+    EXPECT_TRUE((*(*reserving)->toHost(reservedArguments[weight]))
+                    .bitwiseEqual(*(*whole)->toHost(wholeArguments[weight])))
+        << "weight " << weight;
+  EXPECT_EQ((*reserving)->stats(**withReserve).captures, 1);
+  EXPECT_EQ((*reserving)->stats(**withReserve).graphReplays, 3);
+}
+
+TEST_F(GpuTest, AGemmSmReserveOutsideTheDeviceIsAClearError) {
+  Expected<std::unique_ptr<CudaBackend>> all = createCudaBackend({.gemmSmReserve = 100000});
+  ASSERT_FALSE(all.ok());
+  EXPECT_NE(all.message().find("gemmSmReserve 100000"), std::string::npos) << all.message();
+  for (std::string value : {"lots", "-3", "12x", "100000"}) {
+    ScopedEnvironment reserve("AMPJIT_CUDA_GEMM_SM_RESERVE", value.c_str());
+    Expected<std::unique_ptr<CudaBackend>> backend = createCudaBackend();
+    ASSERT_FALSE(backend.ok()) << value;
+    EXPECT_NE(backend.message().find("AMPJIT_CUDA_GEMM_SM_RESERVE='" + value + "'"), std::string::npos)
+        << backend.message();
+  }
+  ScopedEnvironment reserve("AMPJIT_CUDA_GEMM_SM_RESERVE", "16");
+  EXPECT_TRUE(createCudaBackend().ok());
+}
+
 TEST_F(GpuTest, DeferredUpdateOnTheSideStreamMatchesTheCpu) {
   DeferredSgdStep parts = deferredSgdStep();
   Expected<std::unique_ptr<Executable>> onCpu = cpu->prepare(parts.plan), onGpu = cuda->prepare(parts.plan);

@@ -363,6 +363,7 @@ nlohmann::json measure(const std::string& model, jit::amp::Level level, jit::DTy
                  {"early_update_completions", step.stats().early_update_completions},
                  {"device_launches_per_step", step.stats().device_launches_per_step},
                  {"device_side_steps_per_step", step.stats().device_side_steps_per_step},
+                 {"device_gemms_beside_update_per_step", step.stats().device_gemms_beside_update_per_step},
                  {"device_graph_replays", step.stats().device_graph_replays},
                  {"device_graph_disabled_reason", step.stats().device_graph_disabled_reason}});
   if (!work.peerWork.empty())

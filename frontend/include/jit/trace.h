@@ -137,6 +137,10 @@ struct TraceStats {
   /// after them (weight gradients, a plan's side steps); 0 on the CPU and
   /// with AMPJIT_CUDA_SIDE_STEPS_IN_LINE=1.
   size_t device_side_steps_per_step = 0;
+  /// On CUDA, how many GEMMs of a step leave AMPJIT_CUDA_GEMM_SM_RESERVE SMs
+  /// to the deferred optimizer update running beside them; 0 without a
+  /// reserve, without deferral and on the CPU.
+  size_t device_gemms_beside_update_per_step = 0;
   /// On CUDA, calls of the last compiled variant that replayed its captured
   /// graph, and why it runs step by step instead when a capture or an
   /// instantiation failed (empty while graphs work); 0 and empty on the CPU.

@@ -55,6 +55,7 @@ struct Variant {
   size_t deviceLaunches = 0;
   /// On CUDA, how many of those run on the side stream (fixed at prepare).
   size_t deviceSideSteps = 0;
+  size_t deviceGemmsBesideUpdate = 0;
 };
 
 /// At least this many parameter elements before DeferUpdates::automatic
@@ -282,6 +283,7 @@ private:
       rt::CudaRunStats stats = cuda_->stats(*variant->executable);
       variant->deviceLaunches = size_t(stats.launchesPerRun);
       variant->deviceSideSteps = size_t(stats.sideSteps);
+      variant->deviceGemmsBesideUpdate = size_t(stats.gemmsBesideDeferredUpdate);
     }
     if (plan.deferredSteps > 0) {
       variant->deferred = std::make_shared<DeferredUpdate>();
@@ -368,6 +370,7 @@ private:
       throw Error("jit::trace '" + options_.name + "': " + results.message());
     stats_.device_launches_per_step = variant.deviceLaunches;
     stats_.device_side_steps_per_step = variant.deviceSideSteps;
+    stats_.device_gemms_beside_update_per_step = variant.deviceGemmsBesideUpdate;
     if (cuda_) {
       rt::CudaRunStats run = cuda_->stats(*variant.executable);
       stats_.device_graph_replays = size_t(run.graphReplays);

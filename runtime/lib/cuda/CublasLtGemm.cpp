@@ -188,7 +188,8 @@ public:
 
 } // namespace
 
-Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const Plan& plan, const Step& step) {
+Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const Plan& plan, const Step& step,
+                                                   int smCountTarget) {
   if (step.kind != StepKind::Gemm)
     return Status::error("makeGemmStep: not a gemm step");
   const GemmParams& params = step.as<GemmParams>();
@@ -341,6 +342,12 @@ Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const
     AMPJIT_RETURN_IF_ERROR(setBatch(d.result, count, cMatrix));
   }
 
+  if (smCountTarget > 0) {
+    int32_t target = smCountTarget;
+    AMPJIT_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(d.matmul, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &target, sizeof target),
+        "setting the SM count target");
+  }
   AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&d.preference), "creating a matmul preference");
   uint64_t workspace = kGemmWorkspaceBytes;
   AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(d.preference,
@@ -380,7 +387,8 @@ Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const
   gemm->n_ = n;
   gemm->k_ = k;
   gemm->shape_ = std::string(params.transposeA ? "At" : "A") + (params.transposeB ? "Bt" : "B") + " align=" +
-                 std::to_string(alignment) + " " + std::string(gemmEpilogueName(epilogue));
+                 std::to_string(alignment) + " " + std::string(gemmEpilogueName(epilogue)) +
+                 (smCountTarget > 0 ? " sms=" + std::to_string(smCountTarget) : "");
   return std::unique_ptr<DeviceStep>(std::move(gemm));
 }
 

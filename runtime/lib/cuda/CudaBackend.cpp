@@ -171,9 +171,10 @@ std::string jsonString(const std::string& text) {
 
 class CudaExecutable final : public Executable {
 public:
-  CudaExecutable(Plan plan, std::shared_ptr<DeviceRuntime> runtime, bool useGraphs, bool checkNumerics)
+  CudaExecutable(Plan plan, std::shared_ptr<DeviceRuntime> runtime, bool useGraphs, bool checkNumerics,
+                 int gemmSmReserve)
       : plan_(std::move(plan)), runtime_(std::move(runtime)), useGraphs_(useGraphs && !checkNumerics),
-        checkNumerics_(checkNumerics), deferred_(plan_) {}
+        checkNumerics_(checkNumerics), gemmSmReserve_(gemmSmReserve), deferred_(plan_) {}
 
   ~CudaExecutable() override {
     if (graph_)
@@ -224,9 +225,15 @@ public:
     if (Status compiled = cuda::precompileGeneratedKernels(context, toCompile); !compiled)
       return Status::error("plan @" + plan_.name + ": compiling its kernels: " + compiled.message());
     std::vector<std::ptrdiff_t> joins = cuda::deferredJoins(plan_, groups);
+    std::vector<bool> besideUpdate = besideDeferredUpdate(groups, joins);
+    int gemmSmCountTarget = gemmSmReserve_ > 0 ? context.multiprocessorCount - gemmSmReserve_ : 0;
     for (std::size_t g = 0; g < groups.size(); ++g) {
       auto [index, end] = groups[g];
-      Expected<std::unique_ptr<DeviceStep>> step = makeStep(index, end, kernels[index]);
+      bool leavesSms = gemmSmCountTarget > 0 && besideUpdate[g] && end - index == 1 &&
+                       plan_.steps[index].kind == StepKind::Gemm && !kernels[index];
+      stats_.gemmsBesideDeferredUpdate += leavesSms;
+      Expected<std::unique_ptr<DeviceStep>> step =
+          makeStep(index, end, kernels[index], leavesSms ? gemmSmCountTarget : 0);
       if (!step)
         return Status::error(describeStepOfPlan(plan_, index) + ": " + step.message());
       PreparedStep prepared;
@@ -441,10 +448,30 @@ public:
   }
 
 private:
+  /// Per launch group, whether a launch of the deferred update may still be
+  /// running beside it: one the group does not wait for, directly or through
+  /// an earlier group (`joins`, cuda::deferredJoins). Deferred groups
+  /// themselves are not beside it.
+  std::vector<bool> besideDeferredUpdate(const std::vector<std::pair<std::size_t, std::size_t>>& groups,
+                                         const std::vector<std::ptrdiff_t>& joins) const {
+    std::ptrdiff_t deferredLaunches = 0;
+    for (auto [index, end] : groups)
+      deferredLaunches += index < plan_.deferredSteps;
+    std::vector<bool> beside(groups.size(), false);
+    std::ptrdiff_t joined = -1;
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      joined = std::max(joined, joins[g]);
+      beside[g] = groups[g].first >= plan_.deferredSteps && joined < deferredLaunches - 1;
+    }
+    return beside;
+  }
+
   /// The DeviceStep for steps [index, end); `kernel` is the generated kernel
-  /// of an elementwise step, emitted once at prepare.
+  /// of an elementwise step, emitted once at prepare. A GEMM with
+  /// `gemmSmCountTarget` > 0 is planned for that many SMs.
   Expected<std::unique_ptr<DeviceStep>> makeStep(std::size_t index, std::size_t end,
-                                                 const std::optional<cuda::ElementwiseKernel>& kernel) {
+                                                 const std::optional<cuda::ElementwiseKernel>& kernel,
+                                                 int gemmSmCountTarget) {
     DeviceContext& context = runtime_->context;
     const Step& step = plan_.steps[index];
     // A generated kernel may run a group (an elementwise step and its column sums).
@@ -457,7 +484,7 @@ private:
       return cuda::makeLaunchGroupStep(context, plan_, group);
     }
     if (step.kind == StepKind::Gemm)
-      return cuda::makeGemmStep(context, plan_, step);
+      return cuda::makeGemmStep(context, plan_, step, gemmSmCountTarget);
     if (cuda::runsThroughCudnn(step.kind))
       return cuda::makeCudnnStep(context, plan_, step, cudnnState_);
     if (cuda::runsAsHandwrittenKernel(step.kind))
@@ -957,6 +984,7 @@ private:
   std::shared_ptr<DeviceRuntime> runtime_;
   bool useGraphs_;
   bool checkNumerics_;
+  int gemmSmReserve_; ///< CudaBackendOptions::gemmSmReserve, resolved
   /// Where checkNumerics writes, allocated only when checking.
   std::shared_ptr<Storage> finiteFlag_;
   std::vector<PreparedStep> steps_;
@@ -1062,7 +1090,7 @@ public:
       return Status::error("plan @" + plan.name + " is invalid: " + valid.message());
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(runtime_->device), "selecting the device");
     auto executable = std::make_unique<CudaExecutable>(std::move(plan), runtime_, options_.useGraphs,
-                                                       options_.checkNumerics);
+                                                       options_.checkNumerics, options_.gemmSmReserve);
     AMPJIT_RETURN_IF_ERROR(executable->prepare());
     return std::unique_ptr<Executable>(std::move(executable));
   }
@@ -1210,6 +1238,19 @@ Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions opti
   runtime->context.architecture = "sm_" + std::to_string(major) + std::to_string(minor);
   runtime->context.multiprocessorCount = multiprocessors;
   runtime->context.compiler = &runtime->compiler;
+  if (options.gemmSmReserve < 0) {
+    std::optional<long long> reserve = environmentInteger("AMPJIT_CUDA_GEMM_SM_RESERVE", 0);
+    if (!reserve || *reserve < 0 || *reserve >= multiprocessors)
+      return Status::error("AMPJIT_CUDA_GEMM_SM_RESERVE='" + std::string(std::getenv("AMPJIT_CUDA_GEMM_SM_RESERVE")) +
+                           "': the SMs a GEMM leaves to the deferred update must be a whole number from 0 to " +
+                           std::to_string(multiprocessors - 1) + " (the device has " +
+                           std::to_string(multiprocessors) + ")");
+    options.gemmSmReserve = int(*reserve);
+  } else if (options.gemmSmReserve >= multiprocessors) {
+    return Status::error("CudaBackendOptions::gemmSmReserve " + std::to_string(options.gemmSmReserve) +
+                         ": a GEMM cannot leave all of the device's " + std::to_string(multiprocessors) +
+                         " SMs to the deferred update");
+  }
   return std::unique_ptr<CudaBackend>(new CudaBackendImpl(std::move(runtime), std::move(options)));
 }
 

@@ -92,8 +92,11 @@ bool wideIndexArithmeticForced();
 /// Per-family factories; each returns an error naming the step when the step
 /// is not one it runs or its shapes are outside what it supports.
 
-/// Gemm through cuBLASLt (CublasLtGemm.cpp).
-Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const Plan& plan, const Step& step);
+/// Gemm through cuBLASLt (CublasLtGemm.cpp); with `smCountTarget` > 0, its
+/// algorithm chosen for that many SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET:
+/// the rest are left to work beside it, CudaBackendOptions::gemmSmReserve).
+Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const Plan& plan, const Step& step,
+                                                   int smCountTarget = 0);
 /// Elementwise and FusedElementwise through NVRTC (GeneratedKernels.cpp):
 /// the step's kernel as emitElementwiseKernel made it, loaded (compiled
 /// first unless precompileGeneratedKernels did).

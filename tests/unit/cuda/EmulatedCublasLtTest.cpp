@@ -287,10 +287,23 @@ TEST(CublasLtModel, RefusesWhatTheLibraryRefuses) {
   {
     // An attribute the model does not implement is refused by name, not ignored.
     Product product(2, 2, 3);
-    int32_t smCount = 8;
-    ASSERT_EQ(product.set(CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, smCount), CUBLAS_STATUS_SUCCESS);
+    void* amax = nullptr;
+    ASSERT_EQ(product.set(CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, amax), CUBLAS_STATUS_SUCCESS);
     EXPECT_EQ(product.chooseAlgorithm(), CUBLAS_STATUS_NOT_SUPPORTED);
     EXPECT_NE(lastCublasLtRefusal().find("does not model"), std::string::npos) << lastCublasLtRefusal();
+  }
+  {
+    // An SM count target shapes the choice only: an int32 count of SMs.
+    Product product(2, 2, 3);
+    int32_t smCount = 100;
+    ASSERT_EQ(product.set(CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, smCount), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(product.chooseAlgorithm(), CUBLAS_STATUS_SUCCESS) << lastCublasLtRefusal();
+    int64_t wide = 100;
+    EXPECT_EQ(product.set(CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, wide), CUBLAS_STATUS_INVALID_VALUE);
+    int32_t negative = -4;
+    ASSERT_EQ(product.set(CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, negative), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(product.chooseAlgorithm(), CUBLAS_STATUS_INVALID_VALUE);
+    EXPECT_NE(lastCublasLtRefusal().find("SM_COUNT_TARGET -4"), std::string::npos) << lastCublasLtRefusal();
   }
 }
 

@@ -57,6 +57,13 @@ struct CudaBackendOptions {
   /// Where NVRTC output is cached; empty means the default directory
   /// (AMPJIT_KERNEL_CACHE, XDG_CACHE_HOME/ampjit or ~/.cache/ampjit).
   std::filesystem::path kernelCacheDirectory{};
+  /// SMs that each GEMM running while a deferred optimizer update is still
+  /// on the side stream leaves to that update: cuBLASLt picks its algorithm
+  /// for the others (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), so the
+  /// memory-bound update runs beside the GEMM rather than between GEMMs.
+  /// 0 leaves every GEMM the whole device; -1 takes
+  /// AMPJIT_CUDA_GEMM_SM_RESERVE, or 0. Below the device's SM count.
+  int gemmSmReserve = -1;
 };
 
 /// What an Executable of this backend has done; for tests and benchmarks.
@@ -75,6 +82,9 @@ struct CudaRunStats {
   /// The plan's side steps (Plan::sideSteps: weight gradients) that run on
   /// the side stream beside the backward (per run).
   int64_t sideSteps = 0;
+  /// GEMM launches prepared to leave CudaBackendOptions::gemmSmReserve SMs
+  /// to the deferred update running beside them (per run).
+  int64_t gemmsBesideDeferredUpdate = 0;
   /// Kernel and library launches a run enqueues (steps sharing a launch
   /// counted once, a reshape that views its input not at all): the nodes a
   /// step's graph replays one after another.
