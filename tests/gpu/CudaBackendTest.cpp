@@ -655,11 +655,15 @@ Plan deferredTwoLayerStep() {
   return plan;
 }
 
-TEST_F(GpuTest, AGemmBesideTheDeferredUpdateLeavesItTheReservedSmsAndTheBits) {
+TEST_F(GpuTest, AGemmBesideTheDeferredUpdateLeavesItTheReservedSms) {
   // CudaBackendOptions::gemmSmReserve: the first GEMM, beside w1's pending
   // update, is planned for the device's SMs less the reserve (cuBLASLt's
-  // SM_COUNT_TARGET); the second, after every update's join, for all. Only
-  // the algorithm's choice changes, never what a run computes.
+  // SM_COUNT_TARGET); the second, after every update's join, for all. The
+  // algorithm cuBLASLt picks for fewer SMs may sum in another order: on the
+  // H100 the f32 losses differed in their last bits (the emulation computes
+  // every algorithm one way). So each backend's losses are held to the CPU's
+  // within the products' bound, and the updates, which no GEMM feeds here,
+  // to each other's bits.
   Plan plan = deferredTwoLayerStep();
   Expected<std::unique_ptr<CudaBackend>> reserving = createCudaBackend({.gemmSmReserve = 32});
   Expected<std::unique_ptr<CudaBackend>> whole = createCudaBackend({.gemmSmReserve = 0});
@@ -683,18 +687,19 @@ TEST_F(GpuTest, AGemmBesideTheDeferredUpdateLeavesItTheReservedSmsAndTheBits) {
     Expected<std::vector<Tensor>> reserved = (*withReserve)->run(reservedArguments);
     Expected<std::vector<Tensor>> plain = (*without)->run(wholeArguments);
     ASSERT_TRUE(expected.ok() && reserved.ok() && plain.ok()) << reserved.message() << plain.message();
-    Tensor reservedLoss = *(*reserving)->toHost((*reserved)[0]);
-    EXPECT_TRUE(reservedLoss.bitwiseEqual(*(*whole)->toHost((*plain)[0]))) << "loss of run " << run;
     // Two products over K = 1024 and a sum of 8192 terms, each summed in its
-    // own order on the two backends.
-    EXPECT_TRUE(allClose(reservedLoss, (*expected)[0], 64)) << "loss of run " << run;
+    // own order on each backend.
+    EXPECT_TRUE(allClose((*expected)[0], *(*reserving)->toHost((*reserved)[0]), 64)) << "run " << run;
+    EXPECT_TRUE(allClose((*expected)[0], *(*whole)->toHost((*plain)[0]), 64)) << "run " << run;
   }
   ASSERT_TRUE((*withReserve)->completeDeferred(reservedArguments).ok());
   ASSERT_TRUE((*without)->completeDeferred(wholeArguments).ok());
-  for (size_t weight : {1, 2})
-    EXPECT_TRUE((*(*reserving)->toHost(reservedArguments[weight]))
-                    .bitwiseEqual(*(*whole)->toHost(wholeArguments[weight])))
-        << "weight " << weight;
+  ASSERT_TRUE((*onCpu)->completeDeferred(cpuArguments).ok());
+  for (size_t weight : {1, 2}) {
+    Tensor reservedWeight = *(*reserving)->toHost(reservedArguments[weight]);
+    EXPECT_TRUE(reservedWeight.bitwiseEqual(*(*whole)->toHost(wholeArguments[weight]))) << "weight " << weight;
+    EXPECT_TRUE(reservedWeight.bitwiseEqual(cpuArguments[weight])) << "weight " << weight;
+  }
   EXPECT_EQ((*reserving)->stats(**withReserve).captures, 1);
   EXPECT_EQ((*reserving)->stats(**withReserve).graphReplays, 3);
 }
