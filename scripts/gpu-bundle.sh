@@ -5,7 +5,7 @@
 # ignores it) with gpu-bundle/run.sh, which runs there and writes its logs
 # to $OUT. With the device tool: carry ["gpu-bundle"], command
 # `bash gpu-bundle/run.sh` (then `bash gpu-bundle/run.sh bench mlp9`, `... bench resnet50`,
-# `... defer-ab mlp9`, `... priority-ab mlp9`, `... side-ab resnet50`, `... reserve-ab mlp9`:
+# `... defer-ab mlp9`, `... priority-ab mlp9`, `... side-ab resnet50`, `... reserve-ab mlp9`, `... overlap-ab mlp9`:
 # one device command may run 600 s). Build first (scripts/run-tests.sh or ninja in build/).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -44,6 +44,9 @@ cat > gpu-bundle/run.sh <<'RUN'
 #                   line (AMPJIT_CUDA_SIDE_STEPS_IN_LINE=1), no peers
 #   reserve-ab MODEL...  O1 f16 with 0, 16, 32 and 48 SMs that GEMMs beside the deferred update
 #                   leave to it (AMPJIT_CUDA_GEMM_SM_RESERVE), no peers, one process each
+#   overlap-ab MODEL...  O1 f16 with the side stream's overlaps as they are, with the deferred update
+#                   in line (AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=1), with the finiteness check in line
+#                   (AMPJIT_CUDA_FINITE_CHECK_IN_LINE=1), and with both, no peers
 # Device time is short: each stage is bounded, and every result is appended as it comes, so a
 # command stopped at its limit still returns what finished. Logs, JSON and summary.txt go to $OUT.
 set -uo pipefail
@@ -198,6 +201,19 @@ run_reserve_ab() { # MODEL: GEMMs beside the deferred update leaving it SMs (AMP
   done
 }
 
+run_overlap_ab() { # MODEL: the deferred update and the finiteness check on the side stream or in line
+  local model=$1 update check
+  for update in 0 1; do
+    for check in 0 1; do
+      AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=$update AMPJIT_CUDA_FINITE_CHECK_IN_LINE=$check timeout 120 \
+        "$here/run/ampjit-bench" --model "$model" --backend cuda --levels O1 --dtypes f16 --no-peer \
+        --no-fresh-process >> "$out/overlap-ab.jsonl" 2>> "$out/bench.log"
+      stamp "overlap-ab $model update-in-line=$update check-in-line=$check: exit $?"
+      tail -n 1 "$out/overlap-ab.jsonl" >> "$out/summary.txt"
+    done
+  done
+}
+
 run_train() { # the main job on the GPU, on synthetic digits (the machine has no dataset)
   timeout 90 "$here/run/ampjit-train" --backend cuda --data synthetic --amp O2 --dtype f16 --epochs 3 --json \
     > "$out/train.jsonl" 2>&1
@@ -227,7 +243,7 @@ run_crash() { # MODEL LEVELS: the benchmark alone; if it dies of a signal, again
   fi
 }
 
-is_stage() { [ "$1" = profile ] || [ "$1" = crash ] || [ "$1" = train ] || [ "$1" = probe ] || [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ] || [ "$1" = priority-ab ] || [ "$1" = side-ab ] || [ "$1" = reserve-ab ]; }
+is_stage() { [ "$1" = profile ] || [ "$1" = crash ] || [ "$1" = train ] || [ "$1" = probe ] || [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ] || [ "$1" = priority-ab ] || [ "$1" = side-ab ] || [ "$1" = reserve-ab ] || [ "$1" = overlap-ab ]; }
 
 [ $# -gt 0 ] || set -- tests bench classifier
 while [ $# -gt 0 ]; do
@@ -242,7 +258,8 @@ while [ $# -gt 0 ]; do
     priority-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_priority_ab "$1"; shift; done ;;
     side-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_side_ab "$1"; shift; done ;;
     reserve-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_reserve_ab "$1"; shift; done ;;
-    *) echo "run.sh: unknown stage '$1' (probe, profile, crash, train, tests [JOBS], bench MODEL..., defer-ab MODEL..., priority-ab MODEL..., side-ab MODEL..., reserve-ab MODEL...)" | tee -a "$out/summary.txt"
+    overlap-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_overlap_ab "$1"; shift; done ;;
+    *) echo "run.sh: unknown stage '$1' (probe, profile, crash, train, tests [JOBS], bench MODEL..., defer-ab MODEL..., priority-ab MODEL..., side-ab MODEL..., reserve-ab MODEL..., overlap-ab MODEL...)" | tee -a "$out/summary.txt"
        exit 2 ;;
   esac
 done

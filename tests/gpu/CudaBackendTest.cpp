@@ -583,9 +583,11 @@ TEST_F(GpuTest, ConsecutiveTransposesInOneLaunchCopyTheCpusBits) {
     EXPECT_TRUE(both->cpuResults[k].bitwiseEqual(both->cudaResults[k])) << "result " << k;
 }
 
-TEST_F(GpuTest, SplitFiniteCheckEqualsOneCheck) {
-  // Gradients large enough for the side stream: each is its own chunk,
-  // forked after its writer; the flag must be reset inside every replay.
+/// The split_check plan of SplitFiniteCheckEqualsOneCheck, prepared by
+/// `cuda` with `sideStreamChunks` of its check on the side stream, against
+/// the CPU: finite, exp overflowing at the last element, finite again, NaN
+/// at the first.
+void expectFiniteChecksOfTheCpu(Backend& cpu, CudaBackend& cuda, int64_t sideStreamChunks) {
   const int64_t n = ampjit::runtime::cuda::kMinEarlyFiniteCheckElements;
   PlanBuilder builder("split_check");
   BufferId x = builder.argument(tt(DType::F16, {n}), BufferRole::Input, "x");
@@ -599,10 +601,9 @@ TEST_F(GpuTest, SplitFiniteCheckEqualsOneCheck) {
   builder.op("amp.all_finite", {g1, g2, g3}, {ok});
   builder.result(ok);
   Plan plan = builder.finish();
-  Expected<std::unique_ptr<Executable>> executable = cuda->prepare(plan);
+  Expected<std::unique_ptr<Executable>> executable = cuda.prepare(plan);
   ASSERT_TRUE(executable.ok()) << executable.message();
-  EXPECT_EQ(cuda->stats(**executable).sideStreamChunks, 3);
-  // finite, exp overflowing at the last element, finite again, NaN at the first.
+  EXPECT_EQ(cuda.stats(**executable).sideStreamChunks, sideStreamChunks);
   std::vector<std::pair<int64_t, double>> pokes{{0, 0.5}, {n - 1, 12.0}, {0, 0.25}, {0, std::nan("")}};
   for (std::size_t run = 0; run < pokes.size(); ++run) {
     std::vector<Tensor> arguments = randomArguments(plan, uint32_t(40 + run));
@@ -611,15 +612,28 @@ TEST_F(GpuTest, SplitFiniteCheckEqualsOneCheck) {
       value = std::fmod(std::fabs(value), 1.0);
     values[std::size_t(pokes[run].first)] = pokes[run].second;
     arguments[0] = *Tensor::fromDoubles(DType::F16, {n}, values);
-    Expected<std::vector<Tensor>> expected = cpu->run(plan, arguments);
+    Expected<std::vector<Tensor>> expected = cpu.run(plan, arguments);
     ASSERT_TRUE(expected.ok()) << expected.message();
     Expected<std::vector<Tensor>> got = (*executable)->run(arguments);
     ASSERT_TRUE(got.ok()) << got.message();
-    EXPECT_TRUE(cuda->toHost((*got)[0])->bitwiseEqual((*expected)[0])) << "run " << run;
+    EXPECT_TRUE(cuda.toHost((*got)[0])->bitwiseEqual((*expected)[0])) << "run " << run;
   }
-  CudaRunStats stats = cuda->stats(**executable);
+  CudaRunStats stats = cuda.stats(**executable);
   EXPECT_EQ(stats.captures, 1);
   EXPECT_EQ(stats.graphDisabledReason, "") << "forking to the side stream must stay capturable";
+}
+
+TEST_F(GpuTest, SplitFiniteCheckEqualsOneCheck) {
+  // Gradients large enough for the side stream: each is its own chunk,
+  // forked after its writer; the flag must be reset inside every replay.
+  expectFiniteChecksOfTheCpu(*cpu, *cuda, 3);
+}
+
+TEST_F(GpuTest, AFiniteCheckKeptInLineOnRequestChecksTheSame) {
+  // AMPJIT_CUDA_FINITE_CHECK_IN_LINE=1 (the bundle's overlap-ab stage):
+  // the check stays one launch on the main stream.
+  ScopedEnvironment inLine("AMPJIT_CUDA_FINITE_CHECK_IN_LINE", "1");
+  expectFiniteChecksOfTheCpu(*cpu, *cuda, 0);
 }
 
 /// loss = sum((x w0) w1) with both weights' SGD updates deferred to the next
@@ -717,6 +731,36 @@ TEST_F(GpuTest, AGemmSmReserveOutsideTheDeviceIsAClearError) {
   }
   ScopedEnvironment reserve("AMPJIT_CUDA_GEMM_SM_RESERVE", "16");
   EXPECT_TRUE(createCudaBackend().ok());
+}
+
+TEST_F(GpuTest, ADeferredUpdateKeptInLineOnRequestGivesTheCpusState) {
+  // AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=1 (the bundle's overlap-ab stage):
+  // the deferred update runs first on the main stream, so no GEMM is beside
+  // it, even with SMs to leave it.
+  ScopedEnvironment inLine("AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE", "1");
+  Plan plan = deferredTwoLayerStep();
+  Expected<std::unique_ptr<CudaBackend>> reserving = createCudaBackend({.gemmSmReserve = 32});
+  ASSERT_TRUE(reserving.ok()) << reserving.message();
+  Expected<std::unique_ptr<Executable>> onCpu = cpu->prepare(plan), onGpu = (*reserving)->prepare(plan);
+  ASSERT_TRUE(onCpu.ok() && onGpu.ok()) << onGpu.message();
+  EXPECT_EQ((*reserving)->stats(**onGpu).deferredUpdateGroups, 0);
+  EXPECT_EQ((*reserving)->stats(**onGpu).gemmsBesideDeferredUpdate, 0);
+  std::vector<Tensor> cpuArguments = randomArguments(plan, 7, -0.05, 0.05);
+  std::vector<Tensor> gpuArguments;
+  for (const Tensor& argument : cpuArguments)
+    gpuArguments.push_back(*(*reserving)->toDevice(argument));
+  for (int run = 0; run < 4; ++run) {
+    Expected<std::vector<Tensor>> expected = (*onCpu)->run(cpuArguments);
+    Expected<std::vector<Tensor>> got = (*onGpu)->run(gpuArguments);
+    ASSERT_TRUE(expected.ok() && got.ok()) << got.message();
+    EXPECT_TRUE(allClose((*expected)[0], *(*reserving)->toHost((*got)[0]), 64)) << "run " << run;
+    for (size_t weight : {1, 2})
+      EXPECT_TRUE((*(*reserving)->toHost(gpuArguments[weight])).bitwiseEqual(cpuArguments[weight]))
+          << "weight " << weight << " after run " << run;
+  }
+  CudaRunStats stats = (*reserving)->stats(**onGpu);
+  EXPECT_EQ(stats.captures, 1);
+  EXPECT_EQ(stats.graphDisabledReason, "");
 }
 
 TEST_F(GpuTest, DeferredUpdateOnTheSideStreamMatchesTheCpu) {

@@ -458,6 +458,8 @@ private:
     for (auto [index, end] : groups)
       deferredLaunches += index < plan_.deferredSteps;
     std::vector<bool> beside(groups.size(), false);
+    if (environmentFlag("AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE"))
+      return beside;
     std::ptrdiff_t joined = -1;
     for (std::size_t g = 0; g < groups.size(); ++g) {
       joined = std::max(joined, joins[g]);
@@ -734,8 +736,12 @@ private:
   /// The deferred update's groups on the side stream: an event per group
   /// (each later launch waits for its deferredDue one), and their own
   /// workspace, since the main stream's steps use the shared one meanwhile.
+  /// Not under AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=1, which runs the update
+  /// first on the main stream (to measure what the overlap buys: on the
+  /// H100, mlp9's GEMMs fill every SM, and its replayed step took 0.7 ms
+  /// longer than its launches one by one).
   Status prepareDeferredUpdate() {
-    if (plan_.deferredSteps == 0)
+    if (plan_.deferredSteps == 0 || environmentFlag("AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE"))
       return Status::success();
     std::size_t sideWorkspaceBytes = 0;
     for (PreparedStep& prepared : steps_) {
@@ -781,8 +787,13 @@ private:
     return Status::success();
   }
 
-  /// Splits each large AllFinite step over the side stream (FiniteCheckSchedule.h).
+  /// Splits each large AllFinite step over the side stream
+  /// (FiniteCheckSchedule.h); not under AMPJIT_CUDA_FINITE_CHECK_IN_LINE=1,
+  /// which keeps every check in one place on the main stream (to measure
+  /// what the split buys).
   Status prepareSplitFiniteChecks() {
+    if (environmentFlag("AMPJIT_CUDA_FINITE_CHECK_IN_LINE"))
+      return Status::success();
     for (const PreparedStep& prepared : steps_) {
       std::size_t index = prepared.indices.front();
       if (plan_.steps[index].kind != StepKind::AllFinite)
