@@ -174,7 +174,8 @@ public:
   CudaExecutable(Plan plan, std::shared_ptr<DeviceRuntime> runtime, bool useGraphs, bool checkNumerics,
                  int gemmSmReserve)
       : plan_(std::move(plan)), runtime_(std::move(runtime)), useGraphs_(useGraphs && !checkNumerics),
-        checkNumerics_(checkNumerics), gemmSmReserve_(gemmSmReserve), deferred_(plan_) {}
+        checkNumerics_(checkNumerics), gemmSmReserve_(gemmSmReserve),
+        deferredUpdateInLine_(environmentFlag("AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE")), deferred_(plan_) {}
 
   ~CudaExecutable() override {
     if (graph_)
@@ -458,7 +459,7 @@ private:
     for (auto [index, end] : groups)
       deferredLaunches += index < plan_.deferredSteps;
     std::vector<bool> beside(groups.size(), false);
-    if (environmentFlag("AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE"))
+    if (deferredUpdateInLine_)
       return beside;
     std::ptrdiff_t joined = -1;
     for (std::size_t g = 0; g < groups.size(); ++g) {
@@ -736,12 +737,9 @@ private:
   /// The deferred update's groups on the side stream: an event per group
   /// (each later launch waits for its deferredDue one), and their own
   /// workspace, since the main stream's steps use the shared one meanwhile.
-  /// Not under AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=1, which runs the update
-  /// first on the main stream (to measure what the overlap buys: on the
-  /// H100, mlp9's GEMMs fill every SM, and its replayed step took 0.7 ms
-  /// longer than its launches one by one).
+  /// Not with deferredUpdateInLine_.
   Status prepareDeferredUpdate() {
-    if (plan_.deferredSteps == 0 || environmentFlag("AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE"))
+    if (plan_.deferredSteps == 0 || deferredUpdateInLine_)
       return Status::success();
     std::size_t sideWorkspaceBytes = 0;
     for (PreparedStep& prepared : steps_) {
@@ -996,6 +994,11 @@ private:
   bool useGraphs_;
   bool checkNumerics_;
   int gemmSmReserve_; ///< CudaBackendOptions::gemmSmReserve, resolved
+  /// AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=1: the deferred update runs first on
+  /// the main stream, to measure what the overlap buys (on the H100, mlp9's
+  /// GEMMs fill every SM, and its replayed step took 0.7 ms longer than its
+  /// launches one by one).
+  bool deferredUpdateInLine_;
   /// Where checkNumerics writes, allocated only when checking.
   std::shared_ptr<Storage> finiteFlag_;
   std::vector<PreparedStep> steps_;
