@@ -25,15 +25,32 @@ namespace ampjit::runtime::cuda::update {
 
 namespace {
 
+/// An f16 or bf16 element from its bits, exactly.
+template <ElementType S>
+__device__ float widenBits(unsigned short bits) {
+  if constexpr (S == ElementType::F16)
+    return __half2float(__ushort_as_half(bits));
+  else
+    return __bfloat162float(__ushort_as_bfloat16(bits));
+}
+
+/// An f32 value rounded once to nearest even into f16 or bf16 bits.
+template <ElementType S>
+__device__ unsigned narrowBits(float value) {
+  if constexpr (S == ElementType::F16)
+    return __half_as_ushort(__float2half_rn(value));
+  else
+    return __bfloat16_as_ushort(__float2bfloat16_rn(value));
+}
+
 /// Element i widened to C (float or double); exact for every dtype C holds.
 template <typename C>
 __device__ C loadAs(const void* data, ElementType type, int64_t i) {
   switch (type) {
   case ElementType::F32: return C(static_cast<const float*>(data)[i]);
   case ElementType::F64: return C(static_cast<const double*>(data)[i]);
-  case ElementType::F16: return C(__half2float(__ushort_as_half(static_cast<const unsigned short*>(data)[i])));
-  case ElementType::BF16:
-    return C(__bfloat162float(__ushort_as_bfloat16(static_cast<const unsigned short*>(data)[i])));
+  case ElementType::F16: return C(widenBits<ElementType::F16>(static_cast<const unsigned short*>(data)[i]));
+  case ElementType::BF16: return C(widenBits<ElementType::BF16>(static_cast<const unsigned short*>(data)[i]));
   case ElementType::I64: return C(static_cast<const long long*>(data)[i]);
   case ElementType::I1: return static_cast<const uint8_t*>(data)[i] ? C(1) : C(0);
   }
@@ -46,10 +63,8 @@ __device__ void storeAs(void* data, ElementType type, int64_t i, float value) {
   switch (type) {
   case ElementType::F32: static_cast<float*>(data)[i] = value; return;
   case ElementType::F64: static_cast<double*>(data)[i] = double(value); return;
-  case ElementType::F16: static_cast<unsigned short*>(data)[i] = __half_as_ushort(__float2half_rn(value)); return;
-  case ElementType::BF16:
-    static_cast<unsigned short*>(data)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(value));
-    return;
+  case ElementType::F16: static_cast<unsigned short*>(data)[i] = narrowBits<ElementType::F16>(value); return;
+  case ElementType::BF16: static_cast<unsigned short*>(data)[i] = narrowBits<ElementType::BF16>(value); return;
   case ElementType::I64:
   case ElementType::I1: return; // update kernels store floating data only (verified plans)
   }
@@ -281,19 +296,22 @@ static_assert(sizeof(OptimizerArguments) < 4096, "kernel arguments must stay und
 
 /// The gradient element unscaled and with maximize applied (the CPU's
 /// GradientReader): f64 gradients unscale in f64, all others in f32 as read.
+/// A gradient that is not f64, read as f32: unscaled in f32, maximize
+/// applied. Both SGD paths and readGradient use it.
+__device__ float unscaledGradient(const OptimizerConfig& config, float read, bool hasInvScale, float invScale) {
+  if (hasInvScale)
+    read *= invScale;
+  return config.maximize ? -read : read;
+}
+
 template <typename T>
 __device__ T readGradient(const OptimizerConfig& config, const OptimizerTensor& x, int64_t i, bool hasInvScale,
                           float invScale) {
-  T value;
   if (x.gradType == ElementType::F64) {
-    value = T(loadAs<double>(x.grad, x.gradType, i) * (hasInvScale ? double(invScale) : 1.0));
-  } else {
-    float unscaled = loadAs<float>(x.grad, x.gradType, i);
-    if (hasInvScale)
-      unscaled *= invScale;
-    value = T(unscaled);
+    T value = T(loadAs<double>(x.grad, x.gradType, i) * (hasInvScale ? double(invScale) : 1.0));
+    return config.maximize ? -value : value;
   }
-  return config.maximize ? -value : value;
+  return T(unscaledGradient(config, loadAs<float>(x.grad, x.gradType, i), hasInvScale, invScale));
 }
 
 __device__ void copyElement(const void* from, void* to, int bytes, int64_t i) {
@@ -471,22 +489,6 @@ constexpr int kSgdVectorWidth = 8;
 constexpr int kSgdVectorRounds = 2;
 constexpr int64_t kSgdVectorChunkElements = int64_t(kThreads) * kSgdVectorWidth * kSgdVectorRounds;
 
-template <ElementType S>
-__device__ float widenBits(unsigned short bits) {
-  if constexpr (S == ElementType::F16)
-    return __half2float(__ushort_as_half(bits));
-  else
-    return __bfloat162float(__ushort_as_bfloat16(bits));
-}
-
-template <ElementType S>
-__device__ unsigned narrowBits(float value) {
-  if constexpr (S == ElementType::F16)
-    return __half_as_ushort(__float2half_rn(value));
-  else
-    return __bfloat16_as_ushort(__float2bfloat16_rn(value));
-}
-
 /// Elements i .. i + 7 of S (f32, f16 or bf16) widened to f32; i is a
 /// multiple of 8 and `data` 16-byte aligned.
 template <ElementType S>
@@ -551,12 +553,7 @@ __device__ void sgdVectorChunk(const OptimizerConfig& c, const OptimizerTensor& 
     if (i + kSgdVectorWidth > end)
       continue;
     for (int k = 0; k < kSgdVectorWidth; ++k) {
-      // readGradient's arithmetic for a gradient that is not f64.
-      float gradient = g[r][k];
-      if (hasInvScale)
-        gradient *= invScale;
-      if (c.maximize)
-        gradient = -gradient;
+      float gradient = unscaledGradient(c, g[r][k], hasInvScale, invScale);
       float buffer = 0.0f;
       p[r][k] = sgdUpdated<float>(c, p[r][k], gradient, b[r][k], lr, firstStep, buffer);
       b[r][k] = buffer;
