@@ -5,7 +5,7 @@
 # ignores it) with gpu-bundle/run.sh, which runs there and writes its logs
 # to $OUT. With the device tool: carry ["gpu-bundle"], command
 # `bash gpu-bundle/run.sh` (then `bash gpu-bundle/run.sh bench mlp9`, `... bench resnet50`,
-# `... defer-ab mlp9`, `... priority-ab mlp9`, `... side-ab resnet50`, `... reserve-ab mlp9`, `... overlap-ab mlp9`:
+# `... defer-ab mlp9`, `... priority-ab mlp9`, `... side-ab resnet50`, `... reserve-ab mlp9`, `... overlap-ab mlp9`, `... timeline mlp9`:
 # one device command may run 600 s). Build first (scripts/run-tests.sh or ninja in build/).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -47,6 +47,9 @@ cat > gpu-bundle/run.sh <<'RUN'
 #   overlap-ab MODEL...  O1 f16 with the side stream's overlaps as they are, with the deferred update
 #                   in line (AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=1), with the finiteness check in line
 #                   (AMPJIT_CUDA_FINITE_CHECK_IN_LINE=1), and with both, no peers
+#   timeline MODEL...  O1 f16, one replayed step with each launch stamped on its stream
+#                   (AMPJIT_TIMELINE): as it is, with 16 SMs left to the deferred update, and with the
+#                   update in line, no peers; timeline-MODEL-VARIANT.jsonl, summaries in summary.txt
 # Device time is short: each stage is bounded, and every result is appended as it comes, so a
 # command stopped at its limit still returns what finished. Logs, JSON and summary.txt go to $OUT.
 set -uo pipefail
@@ -214,6 +217,21 @@ run_overlap_ab() { # MODEL: the deferred update and the finiteness check on the 
   done
 }
 
+run_timeline() { # MODEL: when each launch of a replayed step ran, on which stream (AMPJIT_TIMELINE)
+  local model=$1 variant
+  for variant in as-is reserve-16 update-in-line; do
+    local reserve=0 inline=0
+    [ "$variant" = reserve-16 ] && reserve=16
+    [ "$variant" = update-in-line ] && inline=1
+    AMPJIT_TIMELINE="$out/timeline-$model-$variant.jsonl" AMPJIT_CUDA_GEMM_SM_RESERVE=$reserve \
+      AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=$inline timeout 120 "$here/run/ampjit-bench" --model "$model" \
+      --backend cuda --levels O1 --dtypes f16 --no-peer --no-fresh-process --steps 10 --warmup 3 \
+      >> "$out/timeline-runs.jsonl" 2>> "$out/bench.log"
+    stamp "timeline $model $variant: exit $?"
+    grep timeline_launches "$out/timeline-$model-$variant.jsonl" | tail -n 1 >> "$out/summary.txt"
+  done
+}
+
 run_train() { # the main job on the GPU, on synthetic digits (the machine has no dataset)
   timeout 90 "$here/run/ampjit-train" --backend cuda --data synthetic --amp O2 --dtype f16 --epochs 3 --json \
     > "$out/train.jsonl" 2>&1
@@ -243,7 +261,7 @@ run_crash() { # MODEL LEVELS: the benchmark alone; if it dies of a signal, again
   fi
 }
 
-is_stage() { [ "$1" = profile ] || [ "$1" = crash ] || [ "$1" = train ] || [ "$1" = probe ] || [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ] || [ "$1" = priority-ab ] || [ "$1" = side-ab ] || [ "$1" = reserve-ab ] || [ "$1" = overlap-ab ]; }
+is_stage() { [ "$1" = profile ] || [ "$1" = crash ] || [ "$1" = train ] || [ "$1" = probe ] || [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ] || [ "$1" = priority-ab ] || [ "$1" = side-ab ] || [ "$1" = reserve-ab ] || [ "$1" = overlap-ab ] || [ "$1" = timeline ]; }
 
 [ $# -gt 0 ] || set -- tests bench classifier
 while [ $# -gt 0 ]; do
@@ -259,7 +277,8 @@ while [ $# -gt 0 ]; do
     side-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_side_ab "$1"; shift; done ;;
     reserve-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_reserve_ab "$1"; shift; done ;;
     overlap-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_overlap_ab "$1"; shift; done ;;
-    *) echo "run.sh: unknown stage '$1' (probe, profile, crash, train, tests [JOBS], bench MODEL..., defer-ab MODEL..., priority-ab MODEL..., side-ab MODEL..., reserve-ab MODEL..., overlap-ab MODEL...)" | tee -a "$out/summary.txt"
+    timeline) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_timeline "$1"; shift; done ;;
+    *) echo "run.sh: unknown stage '$1' (probe, profile, crash, train, tests [JOBS], bench MODEL..., defer-ab MODEL..., priority-ab MODEL..., side-ab MODEL..., reserve-ab MODEL..., overlap-ab MODEL..., timeline MODEL...)" | tee -a "$out/summary.txt"
        exit 2 ;;
   esac
 done

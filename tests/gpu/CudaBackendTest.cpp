@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <cmath>
 #include <limits>
+#include <map>
 
 namespace ampjit::runtime::gputest {
 namespace {
@@ -761,6 +762,106 @@ TEST_F(GpuTest, ADeferredUpdateKeptInLineOnRequestGivesTheCpusState) {
   CudaRunStats stats = (*reserving)->stats(**onGpu);
   EXPECT_EQ(stats.captures, 1);
   EXPECT_EQ(stats.graphDisabledReason, "");
+}
+
+/// The number after "\"name\":" in a JSON line, or NaN.
+double jsonNumber(const std::string& line, const std::string& name) {
+  std::size_t at = line.find("\"" + name + "\":");
+  return at == std::string::npos ? std::nan("") : std::stod(line.substr(at + name.size() + 3));
+}
+
+TEST_F(GpuTest, ATimelineRunStampsEachLaunchOnItsStreamAndStillComputesTheStep) {
+  // AMPJIT_TIMELINE: run 3 of the two-layer step runs as replayed, each
+  // launch between two stamps on its stream: with graphs, a graph of its
+  // own; without, step by step. Either way it is one real step: the state
+  // after every run is the CPU's.
+  Plan plan = deferredTwoLayerStep();
+  Expected<std::unique_ptr<CudaBackend>> eager = createCudaBackend({.useGraphs = false});
+  ASSERT_TRUE(eager.ok()) << eager.message();
+  for (bool graphs : {true, false}) {
+    SCOPED_TRACE(graphs ? "with graphs" : "step by step");
+    CudaBackend& backend = graphs ? *cuda : **eager;
+    std::string path = (std::filesystem::temp_directory_path() /
+                        ("ampjit-timeline-" + std::to_string(::getpid()) + ".jsonl"))
+                           .string();
+    std::filesystem::remove(path);
+    std::vector<std::string> lines;
+    CudaRunStats stats;
+    {
+      ScopedEnvironment timeline("AMPJIT_TIMELINE", path.c_str());
+      ScopedEnvironment run("AMPJIT_TIMELINE_RUN", "3");
+      Expected<std::unique_ptr<Executable>> onCpu = cpu->prepare(plan), onGpu = backend.prepare(plan);
+      ASSERT_TRUE(onCpu.ok() && onGpu.ok()) << onGpu.message();
+      std::vector<Tensor> cpuArguments = randomArguments(plan, 11, -0.05, 0.05);
+      std::vector<Tensor> gpuArguments;
+      for (const Tensor& argument : cpuArguments)
+        gpuArguments.push_back(*backend.toDevice(argument));
+      for (int run = 0; run < 4; ++run) {
+        Expected<std::vector<Tensor>> expected = (*onCpu)->run(cpuArguments);
+        Expected<std::vector<Tensor>> got = (*onGpu)->run(gpuArguments);
+        ASSERT_TRUE(expected.ok() && got.ok()) << got.message();
+        EXPECT_TRUE(allClose((*expected)[0], *backend.toHost((*got)[0]), 64)) << "run " << run;
+        for (size_t weight : {1, 2})
+          EXPECT_TRUE(backend.toHost(gpuArguments[weight])->bitwiseEqual(cpuArguments[weight]))
+              << "weight " << weight << " after run " << run;
+      }
+      stats = backend.stats(**onGpu);
+      std::ifstream file(path);
+      for (std::string line; std::getline(file, line);)
+        lines.push_back(line);
+    }
+    std::filesystem::remove(path);
+    EXPECT_EQ(stats.timelineRuns, 1);
+    EXPECT_EQ(stats.graphReplays, graphs ? 2 : 0);
+    EXPECT_EQ(stats.captures, graphs ? 1 : 0) << "the timeline's graph is its own, not the executable's";
+    ASSERT_EQ(lines.size(), std::size_t(stats.launchesPerRun) + 1) << "a line per launch, then the summary";
+
+    // The two deferred updates (steps 0 and 1) on the side stream, the rest
+    // on the main one; each stream's launches one after another.
+    std::map<std::string, std::pair<double, double>> byLaunch; // "[first,last]" -> start, end
+    std::map<std::string, double> streamEnd;
+    int sideLaunches = 0;
+    for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
+      SCOPED_TRACE(lines[i]);
+      double start = jsonNumber(lines[i], "start_us"), end = jsonNumber(lines[i], "end_us");
+      ASSERT_FALSE(std::isnan(start) || std::isnan(end));
+      EXPECT_LE(start, end);
+      std::size_t steps = lines[i].find("\"steps\":[");
+      ASSERT_NE(steps, std::string::npos);
+      std::string key = lines[i].substr(steps + 9, lines[i].find(']', steps) - steps - 9);
+      bool side = lines[i].find("\"stream\":\"side\"") != std::string::npos;
+      ASSERT_TRUE(side || lines[i].find("\"stream\":\"main\"") != std::string::npos);
+      sideLaunches += side;
+      EXPECT_EQ(side, key == "0,0" || key == "1,1");
+      std::string stream = side ? "side" : "main";
+      if (streamEnd.count(stream)) {
+        EXPECT_GE(start, streamEnd[stream]) << "a stream's launches run one after another";
+      }
+      streamEnd[stream] = end;
+      byLaunch[key] = {start, end};
+    }
+    EXPECT_EQ(sideLaunches, 2);
+    // Each stamp follows its stream's waits: the first GEMM starts after w0's
+    // update, the second after w1's too.
+    ASSERT_TRUE(byLaunch.count("0,0") && byLaunch.count("1,1") && byLaunch.count("2,2") && byLaunch.count("3,3"));
+    EXPECT_GE(byLaunch["2,2"].first, byLaunch["0,0"].second);
+    EXPECT_GE(byLaunch["3,3"].first, byLaunch["1,1"].second);
+    // And the stamp after a launch follows the launch: an update of 1M
+    // elements or a GEMM takes microseconds.
+    for (std::string key : {"0,0", "1,1", "2,2", "3,3"})
+      EXPECT_GT(byLaunch[key].second, byLaunch[key].first) << key;
+
+    const std::string& summary = lines.back();
+    SCOPED_TRACE(summary);
+    EXPECT_EQ(jsonNumber(summary, "timeline_launches"), double(stats.launchesPerRun));
+    EXPECT_NE(summary.find(graphs ? "\"graph\":true" : "\"graph\":false"), std::string::npos);
+    double span = jsonNumber(summary, "span_us"), mainBusy = jsonNumber(summary, "main_busy_us");
+    double sideBusy = jsonNumber(summary, "side_busy_us"), both = jsonNumber(summary, "both_busy_us");
+    EXPECT_GT(mainBusy, 0.0);
+    EXPECT_GT(sideBusy, 0.0);
+    EXPECT_LE(mainBusy, span * (1 + 1e-6));
+    EXPECT_LE(both, std::min(mainBusy, sideBusy) * (1 + 1e-6));
+  }
 }
 
 TEST_F(GpuTest, DeferredUpdateOnTheSideStreamMatchesTheCpu) {

@@ -623,9 +623,11 @@ TEST_F(GpuTest, AnMlpsRegressionHeadInOneLaunchMatchesTheCpu) {
               ASSERT_TRUE(both.ok()) << what << ": " << both.message();
               double slack = 2.0 + double(shape[0]) / 64;
               EXPECT_TRUE(allClose(both->cpuResults[0], both->cudaResults[0], slack)) << what << ", the loss";
-              for (size_t k = 1; k < both->cpuResults.size(); ++k)
-                if (!sums || k + 1 < both->cpuResults.size())
+              for (size_t k = 1; k < both->cpuResults.size(); ++k) {
+                if (!sums || k + 1 < both->cpuResults.size()) {
                   EXPECT_TRUE(both->cpuResults[k].bitwiseEqual(both->cudaResults[k])) << what << ", result " << k;
+                }
+              }
               if (!sums)
                 continue;
               // The column sums cancel: bound each by the rows times f32's

@@ -7,6 +7,7 @@
 #include "DeviceStep.h"
 #include "FiniteCheckSchedule.h"
 #include "Nvrtc.h"
+#include "Timeline.h"
 #include "UpdateKernels.h"
 
 #include "ampjit/runtime/Environment.h"
@@ -138,18 +139,32 @@ struct SideLaneStep {
   cudaEvent_t fork = nullptr, done = nullptr;
 };
 
-/// AMPJIT_PROFILE=<file>: which run of each plan goes step by step with
-/// timed launches (AMPJIT_PROFILE_RUN, default the 8th, after warm-up), and
-/// the file its JSON lines are appended to.
-struct ProfileRequest {
+/// AMPJIT_TIMELINE's run as it enqueues: per launch its JSON fields and
+/// stream, and the device buffer of its stamps (before and after each).
+struct TimelineRecording {
+  struct Launch {
+    std::string fields;
+    bool side = false;
+  };
+  std::shared_ptr<Storage> stamps;
+  std::size_t capacity = 0; ///< launches the stamps have room for
+  std::vector<Launch> launches;
+};
+
+/// AMPJIT_PROFILE=<file> (a run step by step with timed launches) and
+/// AMPJIT_TIMELINE=<file> (a run as replayed, each launch stamped on its
+/// stream): which run of each plan is observed (AMPJIT_PROFILE_RUN,
+/// AMPJIT_TIMELINE_RUN, default the 8th, after warm-up), and the file its
+/// JSON lines are appended to.
+struct ObservedRun {
   std::string path;
   int64_t run = 8;
 
-  static ProfileRequest fromEnvironment() {
-    ProfileRequest request;
-    if (const char* path = std::getenv("AMPJIT_PROFILE"))
+  static ObservedRun fromEnvironment(const char* pathVariable, const char* runVariable) {
+    ObservedRun request;
+    if (const char* path = std::getenv(pathVariable))
       request.path = path;
-    if (const char* run = std::getenv("AMPJIT_PROFILE_RUN"))
+    if (const char* run = std::getenv(runVariable))
       request.run = std::max<int64_t>(1, std::atoll(run));
     return request;
   }
@@ -310,10 +325,15 @@ public:
     // a pending update (the first, or the first after completeDeferred) goes
     // step by step.
     bool wholePlan = *firstStep == 0;
-    if (profile_.due(stats_.eagerRuns + stats_.graphReplays)) {
+    int64_t runsSoFar = stats_.eagerRuns + stats_.graphReplays + stats_.timelineRuns;
+    if (profile_.due(runsSoFar)) {
       // One warm run step by step with an event between launches (AMPJIT_PROFILE).
       AMPJIT_RETURN_IF_ERROR(profileSteps(stream, *firstStep));
       ++stats_.eagerRuns;
+    } else if (timeline_.due(runsSoFar)) {
+      // One warm run as replayed, each launch stamped (AMPJIT_TIMELINE).
+      AMPJIT_RETURN_IF_ERROR(timelineRun(stream, *firstStep));
+      ++stats_.timelineRuns;
     } else if (!useGraphs_ || stats_.eagerRuns == 0 || !graphFailure_.empty() || !wholePlan) {
       // The first run goes step by step: it loads lazily initialised library
       // state (cuBLASLt, cuDNN) outside any capture.
@@ -603,9 +623,12 @@ private:
       for (BufferId id : step.outputs)
         out.push_back(id == kNoBuffer ? nullptr : pointers_[id]);
     }
+    if (timelineRecording_)
+      AMPJIT_RETURN_IF_ERROR(beginTimelineLaunch(stream, launchFields(prepared)));
     Status status = prepared.step->enqueue(StepPointers{in, out, workspace}, stream);
     if (!status)
       return Status::error(describeStepOfPlan(plan_, prepared.indices.front()) + ": " + status.message());
+    AMPJIT_RETURN_IF_ERROR(endTimelineLaunch(stream));
     if (checkNumerics_)
       for (std::size_t index : prepared.indices)
         AMPJIT_RETURN_IF_ERROR(checkNumerics(index, stream));
@@ -717,6 +740,12 @@ private:
   }
 
   std::string profileLine(const PreparedStep& prepared, float ms) const {
+    return "{" + launchFields(prepared) + ",\"ms\":" + std::to_string(ms) + "}";
+  }
+
+  /// A launch's JSON fields for AMPJIT_PROFILE and AMPJIT_TIMELINE: its
+  /// plan steps, what the first is, its types, what the step chose.
+  std::string launchFields(const PreparedStep& prepared) const {
     const Step& first = plan_.steps[prepared.indices.front()];
     std::string types;
     for (BufferId id : first.inputs)
@@ -725,13 +754,122 @@ private:
     for (std::size_t slot = 0; slot < first.outputs.size(); ++slot)
       types += (slot ? ", " : "") + (first.outputs[slot] == kNoBuffer ? std::string("-")
                                                                       : typeToString(plan_.buffers[first.outputs[slot]].type));
-    std::string line = "{\"plan\":" + jsonString(plan_.name) + ",\"steps\":[" +
+    std::string line = "\"plan\":" + jsonString(plan_.name) + ",\"steps\":[" +
                        std::to_string(prepared.indices.front()) + "," + std::to_string(prepared.indices.back()) +
                        "],\"what\":" + jsonString(describeStep(plan_, prepared.indices.front())) +
                        ",\"types\":" + jsonString(types);
     if (std::string chose = prepared.step->profileNote(); !chose.empty())
       line += ",\"chose\":" + jsonString(chose);
-    return line + ",\"ms\":" + std::to_string(ms) + "}";
+    return line;
+  }
+
+  /// A launch of a split finiteness check's: `part` of plan step `index`.
+  std::string chunkFields(std::size_t index, const std::string& part) const {
+    return "\"plan\":" + jsonString(plan_.name) + ",\"steps\":[" + std::to_string(index) + "," +
+           std::to_string(index) + "],\"what\":" + jsonString(describeStep(plan_, index) + ", " + part);
+  }
+
+  /// AMPJIT_TIMELINE: a launch of the run being recorded starts on `stream`:
+  /// a stamp first, after whatever the stream waits for.
+  Status beginTimelineLaunch(cudaStream_t stream, std::string fields) {
+    TimelineRecording& recording = *timelineRecording_;
+    if (recording.launches.size() == recording.capacity)
+      return Status::error("plan @" + plan_.name + ": the timeline has room for " +
+                           std::to_string(recording.capacity) + " launches and the run makes more (a backend bug)");
+    recording.launches.push_back({std::move(fields), stream == runtime_->sideStream});
+    auto* stamps = reinterpret_cast<unsigned long long*>(recording.stamps->data());
+    AMPJIT_CUDA_RETURN_IF_ERROR(
+        cuda::update::launchTimelineStamp(stamps + 2 * (recording.launches.size() - 1), stream),
+        "plan @" + plan_.name + ": stamping the timeline");
+    return Status::success();
+  }
+
+  /// ... and the stamp after it, when a timeline is being recorded.
+  Status endTimelineLaunch(cudaStream_t stream) {
+    if (!timelineRecording_)
+      return Status::success();
+    auto* stamps = reinterpret_cast<unsigned long long*>(timelineRecording_->stamps->data());
+    AMPJIT_CUDA_RETURN_IF_ERROR(
+        cuda::update::launchTimelineStamp(stamps + 2 * timelineRecording_->launches.size() - 1, stream),
+        "plan @" + plan_.name + ": stamping the timeline");
+    return Status::success();
+  }
+
+  /// AMPJIT_TIMELINE: runs steps [begin, end of plan) as a replay does, side
+  /// stream and all, with a stamp of the device's global timer before and
+  /// after each launch on its stream, waits, and appends a JSON line per
+  /// launch (its fields, stream, start and end in us from the first stamp)
+  /// and a summary (summarizeTimeline). Where the executable would replay
+  /// its graph, the stamped run is captured into a graph of its own and
+  /// launched once, so the device sees what a replay gives it and the host's
+  /// enqueueing is not in the times; otherwise (the first run, graphs off, a
+  /// run without the deferred update) it is enqueued step by step, and the
+  /// summary's "graph" says so. The stamps cost a one-thread launch each.
+  Status timelineRun(cudaStream_t stream, std::size_t begin) {
+    std::string where = "plan @" + plan_.name + ": recording a timeline";
+    TimelineRecording recording;
+    recording.capacity = steps_.size();
+    for (const SplitFiniteCheck& split : splitChecks_)
+      recording.capacity += split.schedule.early.size();
+    AMPJIT_RETURN_IF_ERROR(allocateFixed(recording.stamps, 2 * recording.capacity * sizeof(unsigned long long),
+                                         "the timeline's stamps"));
+    bool overlap = !checkNumerics_;
+    bool asGraph = useGraphs_ && stats_.eagerRuns > 0 && graphFailure_.empty() && begin == 0;
+    if (asGraph) {
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), where);
+      timelineRecording_ = &recording;
+      Status enqueued = enqueueSteps(stream, begin, plan_.steps.size(), overlap);
+      timelineRecording_ = nullptr;
+      cudaGraph_t graph = nullptr;
+      cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+      cudaGraphExec_t exec = nullptr;
+      cudaError_t instantiated = enqueued && ended == cudaSuccess ? instantiateGraph(&exec, graph) : cudaErrorUnknown;
+      if (graph)
+        cudaGraphDestroy(graph);
+      if (instantiated == cudaSuccess) {
+        cudaError_t launched = cudaGraphLaunch(exec, stream);
+        cudaError_t finished = launched == cudaSuccess ? cudaStreamSynchronize(stream) : launched;
+        cudaGraphExecDestroy(exec);
+        AMPJIT_CUDA_RETURN_IF_ERROR(finished, where + ": its graph");
+      } else {
+        // Nothing of the run has executed: record it step by step instead.
+        (void)cudaGetLastError();
+        asGraph = false;
+        recording.launches.clear();
+      }
+    }
+    if (!asGraph) {
+      timelineRecording_ = &recording;
+      Status enqueued = enqueueSteps(stream, begin, plan_.steps.size(), overlap);
+      timelineRecording_ = nullptr;
+      AMPJIT_RETURN_IF_ERROR(enqueued);
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), where);
+    }
+    std::vector<unsigned long long> stamps(2 * recording.launches.size());
+    if (!stamps.empty())
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpy(stamps.data(), recording.stamps->data(),
+                                             stamps.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost),
+                                  where + ": reading its stamps");
+    std::vector<cuda::TimelineLaunch> launches;
+    for (std::size_t i = 0; i < recording.launches.size(); ++i)
+      launches.push_back({recording.launches[i].side, stamps[2 * i], stamps[2 * i + 1]});
+    uint64_t origin = std::numeric_limits<uint64_t>::max();
+    for (const cuda::TimelineLaunch& launch : launches)
+      origin = std::min(origin, launch.startNs);
+    std::ofstream file(timeline_.path, std::ios::app);
+    auto microseconds = [&](uint64_t ns) { return std::to_string(double(ns - std::min(ns, origin)) * 1e-3); };
+    for (std::size_t i = 0; i < launches.size(); ++i)
+      file << "{" << recording.launches[i].fields << ",\"stream\":\"" << (launches[i].side ? "side" : "main")
+           << "\",\"start_us\":" << microseconds(launches[i].startNs)
+           << ",\"end_us\":" << microseconds(std::max(launches[i].startNs, launches[i].endNs)) << "}\n";
+    cuda::TimelineSummary summary = cuda::summarizeTimeline(launches);
+    file << "{\"plan\":" << jsonString(plan_.name) << ",\"timeline_launches\":" << launches.size()
+         << ",\"graph\":" << (asGraph ? "true" : "false") << ",\"span_us\":" << summary.spanUs
+         << ",\"main_busy_us\":" << summary.mainBusyUs << ",\"side_busy_us\":" << summary.sideBusyUs
+         << ",\"both_busy_us\":" << summary.bothBusyUs << "}\n";
+    if (!file)
+      return Status::error(where + ": cannot write " + timeline_.path);
+    return Status::success();
   }
 
   /// The deferred update's groups on the side stream: an event per group
@@ -835,8 +973,10 @@ private:
     if (chunk == 0) // the flag is reset inside the run (and the graph), before any chunk clears it
       AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag, 1, 1, side), where + ": resetting the flag");
     std::vector<cuda::update::FiniteCheckTensor> tensors = finiteCheckTensors(split.schedule.early[chunk].buffers);
+    if (timelineRecording_)
+      AMPJIT_RETURN_IF_ERROR(beginTimelineLaunch(side, chunkFields(split.stepIndex, "chunk " + std::to_string(chunk))));
     AMPJIT_CUDA_RETURN_IF_ERROR(cuda::update::launchFiniteCheck(tensors.data(), tensors.size(), flag, side), where);
-    return Status::success();
+    return endTimelineLaunch(side);
   }
 
   /// The AllFinite step itself: join the side stream, check what is left,
@@ -848,10 +988,13 @@ private:
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(split.sideDone, runtime_->sideStream), where + ": joining");
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, split.sideDone, 0), where + ": joining");
     std::vector<cuda::update::FiniteCheckTensor> tensors = finiteCheckTensors(split.schedule.atStep);
+    if (timelineRecording_)
+      AMPJIT_RETURN_IF_ERROR(beginTimelineLaunch(stream, chunkFields(split.stepIndex, "the rest")));
     AMPJIT_CUDA_RETURN_IF_ERROR(cuda::update::launchFiniteCheck(tensors.data(), tensors.size(), flag, stream), where);
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pointers_[plan_.steps[split.stepIndex].outputs[0]], flag, 1,
                                                 cudaMemcpyDeviceToDevice, stream),
                                 where + ": writing the flag");
+    AMPJIT_RETURN_IF_ERROR(endTimelineLaunch(stream));
     if (checkNumerics_)
       AMPJIT_RETURN_IF_ERROR(checkNumerics(split.stepIndex, stream));
     return Status::success();
@@ -879,6 +1022,20 @@ private:
         return nonFiniteOutputError(plan_, index, slot);
     }
     return Status::success();
+  }
+
+  /// Instantiates a captured graph at its nodes' stream priorities where the
+  /// runtime uses them.
+  cudaError_t instantiateGraph(cudaGraphExec_t* exec, cudaGraph_t graph) {
+    unsigned long long flags = runtime_->streamPriorities ? cudaGraphInstantiateFlagUseNodePriority : 0;
+    cudaError_t instantiated = cudaGraphInstantiate(exec, graph, flags);
+    if (instantiated == cudaErrorInvalidValue && flags != 0) {
+      // A driver without per-node priorities (before CUDA 11.7) still
+      // replays the graph, at the launch stream's priority.
+      (void)cudaGetLastError();
+      instantiated = cudaGraphInstantiate(exec, graph, 0);
+    }
+    return instantiated;
   }
 
   /// Records every step into a graph for the current argument addresses;
@@ -911,14 +1068,7 @@ private:
         graph_ = nullptr;
       }
     }
-    unsigned long long flags = runtime_->streamPriorities ? cudaGraphInstantiateFlagUseNodePriority : 0;
-    cudaError_t instantiated = graph_ ? cudaSuccess : cudaGraphInstantiate(&graph_, graph, flags);
-    if (instantiated == cudaErrorInvalidValue && flags != 0) {
-      // A driver without per-node priorities (before CUDA 11.7) still
-      // replays the graph, at the launch stream's priority.
-      (void)cudaGetLastError();
-      instantiated = cudaGraphInstantiate(&graph_, graph, 0);
-    }
+    cudaError_t instantiated = graph_ ? cudaSuccess : instantiateGraph(&graph_, graph);
     cudaGraphDestroy(graph);
     if (instantiated != cudaSuccess) {
       // As for a failed capture: nothing of this run has executed yet, so
@@ -1030,7 +1180,10 @@ private:
   std::vector<void*> capturedKey_;
   std::string graphFailure_;
   CudaRunStats stats_;
-  ProfileRequest profile_ = ProfileRequest::fromEnvironment();
+  ObservedRun profile_ = ObservedRun::fromEnvironment("AMPJIT_PROFILE", "AMPJIT_PROFILE_RUN");
+  ObservedRun timeline_ = ObservedRun::fromEnvironment("AMPJIT_TIMELINE", "AMPJIT_TIMELINE_RUN");
+  /// While a timeline run enqueues: where its launches' stamps go.
+  TimelineRecording* timelineRecording_ = nullptr;
 };
 
 class PinnedHostCopy final : public AsyncHostCopy {

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 
 namespace ampjit::runtime::cuda::update {
@@ -80,6 +81,22 @@ __global__ void streamHoldKernel(StreamHold* hold, long long maxPolls) {
     hold->gaveUp = 1;
 }
 
+/// The device's global nanosecond timer (PTX %globaltimer). The CUDA
+/// emulation compiles this file for the host, where the steady clock stands in.
+__device__ inline unsigned long long globalTimerNanoseconds() {
+#ifdef __CUDA_ARCH__
+  unsigned long long nanoseconds;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(nanoseconds));
+  return nanoseconds;
+#else
+  return (unsigned long long)std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+#endif
+}
+
+__global__ void timelineStampKernel(unsigned long long* slot) { *slot = globalTimerNanoseconds(); }
+
 template <typename Element>
 __global__ void fillKernel(Element* out, int64_t count, Element value) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
@@ -143,6 +160,11 @@ cudaError_t launchStridedCopies(int32_t elementBytes, const StridedCopyTensor* t
 
 cudaError_t launchStreamHold(StreamHold* hold, long long maxPolls, cudaStream_t stream) {
   streamHoldKernel<<<1, 1, 0, stream>>>(hold, maxPolls);
+  return cudaGetLastError();
+}
+
+cudaError_t launchTimelineStamp(unsigned long long* slot, cudaStream_t stream) {
+  timelineStampKernel<<<1, 1, 0, stream>>>(slot);
   return cudaGetLastError();
 }
 

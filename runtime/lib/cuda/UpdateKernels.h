@@ -244,7 +244,7 @@ cudaError_t launchStridedCopies(int32_t elementBytes, const StridedCopyTensor* t
 cudaError_t launchFill(void* out, int64_t count, int32_t elementBytes, uint64_t bits, cudaStream_t stream);
 
 //===----------------------------------------------------------------------===//
-// Profiling (AMPJIT_PROFILE)
+// Profiling (AMPJIT_PROFILE, AMPJIT_TIMELINE)
 //===----------------------------------------------------------------------===//
 
 /// Host-written release word and device-written verdict, in pinned host
@@ -258,6 +258,10 @@ struct StreamHold {
 /// `maxPolls` times. Everything enqueued behind it then runs back to back,
 /// so a profile's events time the device, not the host's enqueueing.
 cudaError_t launchStreamHold(StreamHold* hold, long long maxPolls, cudaStream_t stream);
+
+/// One thread stores the device's global timer (ns) in *slot: AMPJIT_TIMELINE
+/// stamps each launch of a replayed step before and after it on its stream.
+cudaError_t launchTimelineStamp(unsigned long long* slot, cudaStream_t stream);
 
 } // namespace ampjit::runtime::cuda::update
 

@@ -71,6 +71,7 @@ struct CudaRunStats {
   int64_t eagerRuns = 0;   ///< runs enqueued step by step
   int64_t captures = 0;    ///< graphs captured (the first, and re-captures)
   int64_t graphReplays = 0;
+  int64_t timelineRuns = 0; ///< AMPJIT_TIMELINE's stamped run (its own graph, or step by step)
   int64_t kernelsCompiled = 0; ///< NVRTC compilations at prepare (cache misses)
   int64_t kernelCacheHits = 0;
   /// Chunks of finiteness checks that run on the side stream, under the
