@@ -46,7 +46,8 @@ cat > gpu-bundle/run.sh <<'RUN'
 #                   leave to it (AMPJIT_CUDA_GEMM_SM_RESERVE), no peers, one process each
 #   overlap-ab MODEL...  O1 f16 with the side stream's overlaps as they are, with the deferred update
 #                   in line (AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=1), with the finiteness check in line
-#                   (AMPJIT_CUDA_FINITE_CHECK_IN_LINE=1), and with both, no peers
+#                   (AMPJIT_CUDA_FINITE_CHECK_IN_LINE=1), and with both, each with the evict-first
+#                   hints and without (AMPJIT_CUDA_CACHE_HINTS=0), no peers
 #   timeline MODEL...  O1 f16, one replayed step with each launch stamped on its stream
 #                   (AMPJIT_TIMELINE): as it is, with 16 SMs left to the deferred update, and with the
 #                   update in line, no peers; timeline-MODEL-VARIANT.jsonl, summaries in summary.txt
@@ -204,15 +205,18 @@ run_reserve_ab() { # MODEL: GEMMs beside the deferred update leaving it SMs (AMP
   done
 }
 
-run_overlap_ab() { # MODEL: the deferred update and the finiteness check on the side stream or in line
-  local model=$1 update check
+run_overlap_ab() { # MODEL: the deferred update and the finiteness check on the side stream or in line,
+  # each with the evict-first hints and without
+  local model=$1 update check hints
   for update in 0 1; do
     for check in 0 1; do
-      AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=$update AMPJIT_CUDA_FINITE_CHECK_IN_LINE=$check timeout 120 \
-        "$here/run/ampjit-bench" --model "$model" --backend cuda --levels O1 --dtypes f16 --no-peer \
-        --no-fresh-process >> "$out/overlap-ab.jsonl" 2>> "$out/bench.log"
-      stamp "overlap-ab $model update-in-line=$update check-in-line=$check: exit $?"
-      tail -n 1 "$out/overlap-ab.jsonl" >> "$out/summary.txt"
+      for hints in 1 0; do
+        AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=$update AMPJIT_CUDA_FINITE_CHECK_IN_LINE=$check \
+          AMPJIT_CUDA_CACHE_HINTS=$hints timeout 120 "$here/run/ampjit-bench" --model "$model" --backend cuda \
+          --levels O1 --dtypes f16 --no-peer --no-fresh-process >> "$out/overlap-ab.jsonl" 2>> "$out/bench.log"
+        stamp "overlap-ab $model update-in-line=$update check-in-line=$check cache-hints=$hints: exit $?"
+        tail -n 1 "$out/overlap-ab.jsonl" >> "$out/summary.txt"
+      done
     done
   done
 }

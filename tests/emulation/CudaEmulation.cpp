@@ -153,6 +153,7 @@ thread_local std::string& tLastFailure = *new std::string;
 
 std::atomic<int64_t> gLaunches{0};
 std::atomic<int64_t> gThreads{0};
+std::atomic<int64_t> gEvictFirstBytes{0};
 
 [[noreturn]] void misuse(const char* what) {
   std::fprintf(stderr, "CUDA emulation: %s outside an emulated kernel\n", what);
@@ -387,6 +388,8 @@ void submitToStream(cudaStream_t stream, std::function<void()> work) {
     work();
 }
 
-Counters counters() { return Counters{gLaunches.load(), gThreads.load()}; }
+void countEvictFirstBytes(std::size_t bytes) { gEvictFirstBytes += int64_t(bytes); }
+
+Counters counters() { return Counters{gLaunches.load(), gThreads.load(), gEvictFirstBytes.load()}; }
 
 } // namespace ampjit::emulation

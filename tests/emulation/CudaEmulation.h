@@ -96,8 +96,11 @@ void submitToStream(cudaStream_t stream, std::function<void()> work);
 struct Counters {
   int64_t launches = 0;
   int64_t threads = 0;
+  int64_t evictFirstBytes = 0; ///< loaded and stored with __ldcs / __stcs
 };
 Counters counters();
+
+void countEvictFirstBytes(std::size_t bytes);
 
 /// `kernel<<<grid, block, shared, stream>>>(arguments...)` becomes
 /// `launch(grid, block, shared, stream).kernel([](auto... p) { kernel(p...); })(arguments...)`
@@ -145,6 +148,18 @@ inline LaunchConfiguration launch(dim3 grid, dim3 block, std::size_t sharedBytes
 }
 
 // Device intrinsics the host compiler lacks.
+
+/// __ldcs / __stcs: a load or store with the evict-first ("cache
+/// streaming") hint. The host has no cache to hint, so it is a plain access;
+/// the bytes are counted so that a test can show which accesses carry it.
+template <typename T> T loadEvictFirst(const T* at) {
+  countEvictFirstBytes(sizeof(T));
+  return *at;
+}
+template <typename T> void storeEvictFirst(T* at, T value) {
+  countEvictFirstBytes(sizeof(T));
+  *at = value;
+}
 inline float intAsFloat(int bits) {
   float value;
   std::memcpy(&value, &bits, sizeof value);

@@ -40,5 +40,7 @@ using std::min;
 #define __shfl_xor_sync(...) ::ampjit::emulation::shuffleXor(__VA_ARGS__)
 #define __int_as_float(bits) ::ampjit::emulation::intAsFloat(bits)
 #define __longlong_as_double(bits) ::ampjit::emulation::longLongAsDouble(bits)
+#define __ldcs(pointer) ::ampjit::emulation::loadEvictFirst(pointer)
+#define __stcs(pointer, value) ::ampjit::emulation::storeEvictFirst(pointer, value)
 
 #endif // AMPJIT_TESTS_EMULATION_EMULATEDCUDALANGUAGE_H

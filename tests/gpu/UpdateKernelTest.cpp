@@ -13,6 +13,10 @@
 
 #include "RuntimeTestUtil.h"
 
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATION
+#include "CudaEmulation.h"
+#endif
+
 #include <cfloat>
 #include <cstring>
 #include <functional>
@@ -549,6 +553,43 @@ TEST_F(GpuTest, SgdOverSeveralVectorChunksWithTailsMatchesTheCpu) {
           OptimizerOp op = sgdOp(c, DType::F32, grad, {size}, copy, true, true);
           checkOptimizer(*cpu, *cuda, op, 0.0, seed++, 1.0 / 64, step);
         }
+}
+
+TEST_F(GpuTest, TheUpdateAndTheCheckGiveTheSameBitsWithAndWithoutEvictFirstHints) {
+  // The 16-byte SGD path and the finiteness check load (and SGD stores) what
+  // they touch once with the evict-first hint, unless AMPJIT_CUDA_CACHE_HINTS
+  // is 0: the bits are the CPU's either way. On the emulation, which counts
+  // the hinted bytes: per element and run, SGD with momentum hints the f32
+  // parameter, the f16 gradient and the f32 momentum loaded and the
+  // parameter and momentum stored (18 bytes), never the f16 copy, which the
+  // next forward reads; the check hints the f16 gradient (2 bytes).
+  const int64_t n = 2 * 4096 + 8; // whole 16-byte runs only: no element-wise tail
+  const int runs = 2;
+  OptimizerOp sgd = sgdOp(kSgdConfigs[1], DType::F32, DType::F16, {n}, DType::F16, true, true);
+  Plan sgdPlan = singleOp(sgd.name, sgd.operands, sgd.results, sgd.attributes, sgd.tied);
+  Plan checkPlan = singleOp("amp.all_finite", {tt(DType::F16, {n})}, {tt(DType::I1, {})});
+  for (bool hints : {true, false}) {
+    SCOPED_TRACE(hints ? "hints" : "AMPJIT_CUDA_CACHE_HINTS=0");
+    std::optional<ScopedEnvironment> off;
+    if (!hints)
+      off.emplace("AMPJIT_CUDA_CACHE_HINTS", "0");
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATION
+    int64_t before = emulation::counters().evictFirstBytes;
+#endif
+    Expected<BothRuns> updated = runOnBoth(*cpu, *cuda, sgdPlan, optimizerArguments(sgdPlan, sgd, 77, 1.0 / 64, 3, true), runs);
+    ASSERT_TRUE(updated.ok()) << updated.message();
+    expectAgree(*updated, 0.0);
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATION
+    int64_t afterUpdate = emulation::counters().evictFirstBytes;
+    EXPECT_EQ(afterUpdate - before, hints ? runs * n * 18 : 0);
+#endif
+    Expected<BothRuns> checked = runOnBoth(*cpu, *cuda, checkPlan, randomArguments(checkPlan, 78, -100, 100), runs);
+    ASSERT_TRUE(checked.ok()) << checked.message();
+    expectAgree(*checked, 0.0);
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATION
+    EXPECT_EQ(emulation::counters().evictFirstBytes - afterUpdate, hints ? runs * n * 2 : 0);
+#endif
+  }
 }
 
 TEST_F(GpuTest, SgdVectorizesOnlyAlignedF32ParametersWithF32OrNarrowGradients) {

@@ -190,7 +190,8 @@ public:
                  int gemmSmReserve)
       : plan_(std::move(plan)), runtime_(std::move(runtime)), useGraphs_(useGraphs && !checkNumerics),
         checkNumerics_(checkNumerics), gemmSmReserve_(gemmSmReserve),
-        deferredUpdateInLine_(environmentFlag("AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE")), deferred_(plan_) {}
+        deferredUpdateInLine_(environmentFlag("AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE")),
+        evictFirst_(cuda::evictFirstHints()), deferred_(plan_) {}
 
   ~CudaExecutable() override {
     if (graph_)
@@ -975,7 +976,7 @@ private:
     std::vector<cuda::update::FiniteCheckTensor> tensors = finiteCheckTensors(split.schedule.early[chunk].buffers);
     if (timelineRecording_)
       AMPJIT_RETURN_IF_ERROR(beginTimelineLaunch(side, chunkFields(split.stepIndex, "chunk " + std::to_string(chunk))));
-    AMPJIT_CUDA_RETURN_IF_ERROR(cuda::update::launchFiniteCheck(tensors.data(), tensors.size(), flag, side), where);
+    AMPJIT_CUDA_RETURN_IF_ERROR(cuda::update::launchFiniteCheck(tensors.data(), tensors.size(), flag, evictFirst_, side), where);
     return endTimelineLaunch(side);
   }
 
@@ -990,7 +991,7 @@ private:
     std::vector<cuda::update::FiniteCheckTensor> tensors = finiteCheckTensors(split.schedule.atStep);
     if (timelineRecording_)
       AMPJIT_RETURN_IF_ERROR(beginTimelineLaunch(stream, chunkFields(split.stepIndex, "the rest")));
-    AMPJIT_CUDA_RETURN_IF_ERROR(cuda::update::launchFiniteCheck(tensors.data(), tensors.size(), flag, stream), where);
+    AMPJIT_CUDA_RETURN_IF_ERROR(cuda::update::launchFiniteCheck(tensors.data(), tensors.size(), flag, evictFirst_, stream), where);
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pointers_[plan_.steps[split.stepIndex].outputs[0]], flag, 1,
                                                 cudaMemcpyDeviceToDevice, stream),
                                 where + ": writing the flag");
@@ -1013,7 +1014,7 @@ private:
                                              cuda::update::ElementType(int(type.dtype))};
       auto* flag = reinterpret_cast<uint8_t*>(finiteFlag_->data());
       uint8_t finite = 0;
-      AMPJIT_CUDA_RETURN_IF_ERROR(cuda::update::launchAllFinite(&tensor, 1, flag, stream),
+      AMPJIT_CUDA_RETURN_IF_ERROR(cuda::update::launchAllFinite(&tensor, 1, flag, /*evictFirst=*/false, stream),
                                   describeStepOfPlan(plan_, index) + ": checking its outputs");
       AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&finite, flag, 1, cudaMemcpyDeviceToHost, stream),
                                   describeStepOfPlan(plan_, index) + ": reading the numerics check");
@@ -1149,6 +1150,9 @@ private:
   /// GEMMs fill every SM, and its replayed step took 0.7 ms longer than its
   /// launches one by one).
   bool deferredUpdateInLine_;
+  /// The split finiteness check's loads carry the evict-first hint
+  /// (cuda::evictFirstHints, AMPJIT_CUDA_CACHE_HINTS).
+  bool evictFirst_;
   /// Where checkNumerics writes, allocated only when checking.
   std::shared_ptr<Storage> finiteFlag_;
   std::vector<PreparedStep> steps_;

@@ -89,6 +89,13 @@ public:
 /// tensors of 2^31 elements do not fit in a test.
 bool wideIndexArithmeticForced();
 
+/// Whether the update and finiteness kernels load and store the data they
+/// touch once with the evict-first hint (so that streaming it beside a GEMM
+/// keeps the GEMM's tiles in L2); AMPJIT_CUDA_CACHE_HINTS=0 turns that off,
+/// to measure what it buys. Read when a step is prepared. The bits are the
+/// same either way.
+bool evictFirstHints();
+
 /// Per-family factories; each returns an error naming the step when the step
 /// is not one it runs or its shapes are outside what it supports.
 

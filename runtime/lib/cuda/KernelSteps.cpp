@@ -12,6 +12,11 @@ bool wideIndexArithmeticForced() {
   return value != nullptr && std::string_view(value) == "1";
 }
 
+bool evictFirstHints() {
+  const char* value = std::getenv("AMPJIT_CUDA_CACHE_HINTS");
+  return value == nullptr || std::string_view(value) != "0";
+}
+
 bool runsAsHandwrittenKernel(StepKind kind) { return runsAsNumericKernel(kind) || runsAsUpdateKernel(kind); }
 
 Expected<std::unique_ptr<DeviceStep>> makeHandwrittenStep(DeviceContext& context, const Plan& plan,

@@ -121,6 +121,21 @@ __global__ void scaleLossKernel(const void* loss, void* scaled, ElementType type
   storeAs(scaled, type, 0, value);
 }
 
+/// A 16-byte load or store of data the step touches once (a gradient the
+/// check or the update reads, a master weight the update rewrites), with
+/// the evict-first hint where `evictFirst`: the ~800 MB that mlp9's update
+/// streams through L2 beside a GEMM then do not push out the GEMM's operand
+/// tiles (AMPJIT_CUDA_CACHE_HINTS, DeviceStep.h).
+template <typename Vector> __device__ Vector loadOnce(const Vector* at, bool evictFirst) {
+  return evictFirst ? __ldcs(at) : *at;
+}
+template <typename Vector> __device__ void storeOnce(Vector* at, Vector value, bool evictFirst) {
+  if (evictFirst)
+    __stcs(at, value);
+  else
+    *at = value;
+}
+
 constexpr int kMaxFiniteTensors = 128;
 struct FiniteTable {
   const void* data[kMaxFiniteTensors];
@@ -128,6 +143,7 @@ struct FiniteTable {
   ElementType type[kMaxFiniteTensors];
   BlockChunks<kMaxFiniteTensors> chunks;
   int32_t size;
+  bool evictFirst;
 };
 /// A finiteness-check block reads 16 bytes per load, kVectorsPerThread
 /// loads per thread: 16 KB of one tensor.
@@ -197,7 +213,7 @@ __global__ void allFiniteKernel(FiniteTable table, uint8_t* flag, ScalarQuotient
     for (int k = 0; k < kVectorsPerThread; ++k) {
       int64_t v = begin / 16 + threadIdx.x + int64_t(k) * kThreads;
       if (v < vectorEnd)
-        bad |= anyNonFiniteIn16Bytes(vectors[v], type);
+        bad |= anyNonFiniteIn16Bytes(loadOnce(vectors + v, table.evictFirst), type);
     }
     elementwiseFrom = vectorEnd * 16;
   }
@@ -492,15 +508,15 @@ constexpr int64_t kSgdVectorChunkElements = int64_t(kThreads) * kSgdVectorWidth 
 /// Elements i .. i + 7 of S (f32, f16 or bf16) widened to f32; i is a
 /// multiple of 8 and `data` 16-byte aligned.
 template <ElementType S>
-__device__ void loadVector(const void* data, int64_t i, float (&out)[kSgdVectorWidth]) {
+__device__ void loadVector(const void* data, int64_t i, float (&out)[kSgdVectorWidth], bool evictFirst) {
   if constexpr (S == ElementType::F32) {
     const float4* vectors = reinterpret_cast<const float4*>(static_cast<const float*>(data) + i);
-    float4 low = vectors[0], high = vectors[1];
+    float4 low = loadOnce(vectors, evictFirst), high = loadOnce(vectors + 1, evictFirst);
     float values[kSgdVectorWidth] = {low.x, low.y, low.z, low.w, high.x, high.y, high.z, high.w};
     for (int k = 0; k < kSgdVectorWidth; ++k)
       out[k] = values[k];
   } else {
-    uint4 bits = *reinterpret_cast<const uint4*>(static_cast<const unsigned short*>(data) + i);
+    uint4 bits = loadOnce(reinterpret_cast<const uint4*>(static_cast<const unsigned short*>(data) + i), evictFirst);
     unsigned words[4] = {bits.x, bits.y, bits.z, bits.w};
     // Little-endian: the lower half of a word is the earlier element.
     for (int k = 0; k < 4; ++k) {
@@ -513,16 +529,17 @@ __device__ void loadVector(const void* data, int64_t i, float (&out)[kSgdVectorW
 /// Stores `values` as elements i .. i + 7 of S, each rounded once to
 /// nearest even, as storeAs does.
 template <ElementType S>
-__device__ void storeVector(void* data, int64_t i, const float (&values)[kSgdVectorWidth]) {
+__device__ void storeVector(void* data, int64_t i, const float (&values)[kSgdVectorWidth], bool evictFirst) {
   if constexpr (S == ElementType::F32) {
     float4* vectors = reinterpret_cast<float4*>(static_cast<float*>(data) + i);
-    vectors[0] = make_float4(values[0], values[1], values[2], values[3]);
-    vectors[1] = make_float4(values[4], values[5], values[6], values[7]);
+    storeOnce(vectors, make_float4(values[0], values[1], values[2], values[3]), evictFirst);
+    storeOnce(vectors + 1, make_float4(values[4], values[5], values[6], values[7]), evictFirst);
   } else {
     unsigned words[4];
     for (int k = 0; k < 4; ++k)
       words[k] = narrowBits<S>(values[2 * k]) | (narrowBits<S>(values[2 * k + 1]) << 16);
-    *reinterpret_cast<uint4*>(static_cast<unsigned short*>(data) + i) = make_uint4(words[0], words[1], words[2], words[3]);
+    storeOnce(reinterpret_cast<uint4*>(static_cast<unsigned short*>(data) + i),
+              make_uint4(words[0], words[1], words[2], words[3]), evictFirst);
   }
 }
 
@@ -540,10 +557,10 @@ __device__ void sgdVectorChunk(const OptimizerConfig& c, const OptimizerTensor& 
     int64_t i = begin + (int64_t(r) * kThreads + threadIdx.x) * kSgdVectorWidth;
     if (i + kSgdVectorWidth > end)
       continue;
-    loadVector<ElementType::F32>(x.param, i, p[r]);
-    loadVector<G>(x.grad, i, g[r]);
+    loadVector<ElementType::F32>(x.param, i, p[r], c.evictFirst);
+    loadVector<G>(x.grad, i, g[r], c.evictFirst);
     if (readsBuffer)
-      loadVector<ElementType::F32>(x.state0, i, b[r]);
+      loadVector<ElementType::F32>(x.state0, i, b[r], c.evictFirst);
     else
       for (int k = 0; k < kSgdVectorWidth; ++k)
         b[r][k] = 0.0f;
@@ -558,11 +575,12 @@ __device__ void sgdVectorChunk(const OptimizerConfig& c, const OptimizerTensor& 
       p[r][k] = sgdUpdated<float>(c, p[r][k], gradient, b[r][k], lr, firstStep, buffer);
       b[r][k] = buffer;
     }
-    storeVector<ElementType::F32>(x.newParam, i, p[r]);
+    storeVector<ElementType::F32>(x.newParam, i, p[r], c.evictFirst);
     if (c.momentum != 0.0)
-      storeVector<ElementType::F32>(x.newState0, i, b[r]);
+      storeVector<ElementType::F32>(x.newState0, i, b[r], c.evictFirst);
+    // The copy is the next forward GEMM's operand: cached as usual.
     if constexpr (HasCopy)
-      storeVector<C>(x.newCopy, i, p[r]);
+      storeVector<C>(x.newCopy, i, p[r], false);
   }
   int64_t tail = begin + (end - begin) / kSgdVectorWidth * kSgdVectorWidth;
   if (tail < end)
@@ -664,11 +682,12 @@ __global__ void scalarQuotientKernel(ScalarQuotient quotient) {
 
 /// launchFiniteCheck's launches, the last also computing `quotient` (when
 /// its pointers are set); with nothing to check, the quotient alone.
-cudaError_t checkFinite(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag,
+cudaError_t checkFinite(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag, bool evictFirst,
                         ScalarQuotient quotient, cudaStream_t stream) {
   cudaError_t error = cudaSuccess;
   bool quotientDone = quotient.quotient == nullptr;
   FiniteTable table{};
+  table.evictFirst = evictFirst;
   for (std::size_t k = 0; k < tensorCount; ++k) {
     ElementType type = tensors[k].type;
     // Empty tensors have nothing to check, and integers are finite.
@@ -699,17 +718,17 @@ cudaError_t checkFinite(const FiniteCheckTensor* tensors, std::size_t tensorCoun
 
 } // namespace
 
-cudaError_t launchAllFinite(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag,
+cudaError_t launchAllFinite(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag, bool evictFirst,
                             cudaStream_t stream, const ScalarQuotient* quotient) {
   cudaError_t error = cudaMemsetAsync(flag, 1, 1, stream);
   if (error != cudaSuccess)
     return error;
-  return checkFinite(tensors, tensorCount, flag, quotient ? *quotient : ScalarQuotient{}, stream);
+  return checkFinite(tensors, tensorCount, flag, evictFirst, quotient ? *quotient : ScalarQuotient{}, stream);
 }
 
 cudaError_t launchFiniteCheck(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag,
-                              cudaStream_t stream) {
-  return checkFinite(tensors, tensorCount, flag, ScalarQuotient{}, stream);
+                              bool evictFirst, cudaStream_t stream) {
+  return checkFinite(tensors, tensorCount, flag, evictFirst, ScalarQuotient{}, stream);
 }
 
 cudaError_t launchUnscaleAndCheck(const float* invScale, const UnscaleTensor* tensors, std::size_t tensorCount,

@@ -64,13 +64,14 @@ struct ScalarQuotient {
 };
 
 /// flag = 1, then 0 if any element of any tensor is inf or NaN; with
-/// `quotient`, also that division.
-cudaError_t launchAllFinite(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag,
+/// `quotient`, also that division. With `evictFirst`, the 16-byte loads
+/// carry the evict-first hint (the gradients are read once here).
+cudaError_t launchAllFinite(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag, bool evictFirst,
                             cudaStream_t stream, const ScalarQuotient* quotient = nullptr);
 /// flag = 0 if any element of any tensor is inf or NaN, else unchanged: one
 /// chunk of a check split over several launches (FiniteCheckSchedule.h).
 cudaError_t launchFiniteCheck(const FiniteCheckTensor* tensors, std::size_t tensorCount, uint8_t* flag,
-                              cudaStream_t stream);
+                              bool evictFirst, cudaStream_t stream);
 
 struct UnscaleTensor {
   const void* in;
@@ -127,6 +128,10 @@ struct OptimizerConfig {
   bool maximize;
   ElementType paramType; ///< also the type of the state buffers
   ElementType copyType;  ///< of param_copy, where a tensor has one
+  /// The 16-byte SGD path loads gradients and parameters and stores
+  /// parameters and momentum with the evict-first hint (they are not read
+  /// again before the next step's update); copies are cached as usual.
+  bool evictFirst;
 };
 
 /// Scalars every tensor of the launch reads (nullptr when absent).

@@ -70,7 +70,7 @@ public:
   /// finiteCheckTakesQuotient allows, whose two inputs and output come after
   /// the check's in the StepPointers.
   AllFiniteStep(const Plan& plan, const Step& step, bool withQuotient = false)
-      : step_(step), withQuotient_(withQuotient) {
+      : step_(step), withQuotient_(withQuotient), evictFirst_(evictFirstHints()) {
     for (BufferId id : step.inputs)
       tensors_.push_back({nullptr, typeOf(plan, id).elementCount(), elementType(typeOf(plan, id).dtype)});
   }
@@ -87,7 +87,7 @@ public:
                                         static_cast<const float*>(pointers.inputs[tensors_.size() + 1]),
                                         static_cast<float*>(pointers.outputs[1])};
     AMPJIT_CUDA_RETURN_IF_ERROR(update::launchAllFinite(tensors_.data(), tensors_.size(),
-                                                        static_cast<uint8_t*>(pointers.outputs[0]), stream,
+                                                        static_cast<uint8_t*>(pointers.outputs[0]), evictFirst_, stream,
                                                         quotient ? &*quotient : nullptr),
                                 stepName(step_));
     return Status::success();
@@ -96,6 +96,7 @@ public:
 private:
   Step step_;
   bool withQuotient_;
+  bool evictFirst_;
   /// Types and counts fixed at prepare; pointers filled per enqueue.
   std::vector<update::FiniteCheckTensor> tensors_;
 };
@@ -236,6 +237,7 @@ public:
     config_.maximize = params.maximize;
     config_.paramType = elementType(typeOf(plan, first.inputs[slots_.param]).dtype);
     config_.copyType = update::ElementType::F16; // unread unless a step has a copy
+    config_.evictFirst = evictFirstHints();
     for (const Step* step : steps)
       if (BufferId copy = step->inputs[slots_.copy]; copy != kNoBuffer)
         config_.copyType = elementType(typeOf(plan, copy).dtype);

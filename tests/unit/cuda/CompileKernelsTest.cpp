@@ -252,8 +252,9 @@ TEST(CompileKernels, EveryKernelOfTheMnistTrainStep) {
         kernels.push_back({std::string(options) + ", " + rt::printStep(plan, begin) + " with its column sums",
                            *(*grouped)[begin]});
       }
-    if (std::string(options).find("O1") != std::string::npos)
+    if (std::string(options).find("O1") != std::string::npos) {
       EXPECT_EQ(columnSummed, 2u) << rt::printPlan(plan);
+    }
     for (auto [begin, end] : groups)
       updateLaunches += plan.steps[begin].kind == rt::StepKind::OptimizerUpdate;
     EXPECT_EQ(updateLaunches, 1u) << rt::printPlan(plan);
