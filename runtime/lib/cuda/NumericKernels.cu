@@ -171,6 +171,11 @@ __global__ void reducePartialKernel(ReductionGeometry g, int64_t splits, int64_t
 // does and add in its order (ColumnTile.h).
 constexpr int kColumnOutputs = kColumnTileColumns, kColumnLanes = kColumnTileLanes;
 
+/// Rows a column lane loads before it adds any of them: with one load in
+/// flight per thread, mlp9's f16 bias gradients (2048 x 8192) were summed at
+/// 1.3 TB/s on the H100 (0.026 ms each). The additions keep their order.
+constexpr int kColumnRowsInFlight = 4;
+
 /// Outputs whose innermost kept dimension is contiguous (a bias gradient's
 /// sum over rows): 32 consecutive outputs per block so loads coalesce, 8
 /// lanes striding over the block's part of the reduced range (blockIdx.y of
@@ -187,7 +192,15 @@ __global__ void reduceColumnsKernel(ReductionGeometry g, int64_t chunk, const In
     T acc = reduceIdentity<T>(g);
     if (out < g.outputCount) {
       int64_t base = keptOffset(g, out);
-      for (int64_t r = begin + threadIdx.y; r < end; r += kColumnLanes)
+      int64_t r = begin + threadIdx.y;
+      for (; r + (kColumnRowsInFlight - 1) * kColumnLanes < end; r += kColumnRowsInFlight * kColumnLanes) {
+        In values[kColumnRowsInFlight];
+        for (int k = 0; k < kColumnRowsInFlight; ++k)
+          values[k] = x[base + reducedOffset(g, r + k * kColumnLanes)];
+        for (int k = 0; k < kColumnRowsInFlight; ++k)
+          acc = reduceCombine(g, acc, T(widen(values[k])));
+      }
+      for (; r < end; r += kColumnLanes)
         acc = reduceCombine(g, acc, T(widen(x[base + reducedOffset(g, r)])));
     }
     lanes[threadIdx.y][threadIdx.x] = acc;
