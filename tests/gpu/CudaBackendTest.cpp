@@ -860,6 +860,28 @@ TEST_F(GpuTest, ATimelineRunStampsEachLaunchOnItsStreamAndStillComputesTheStep) 
   }
 }
 
+TEST_F(GpuTest, AnObservedRunThatIsNoRunNumberIsAClearError) {
+  // AMPJIT_PROFILE_RUN and AMPJIT_TIMELINE_RUN count from 1. A value that is
+  // not such a number is refused by name where its path asks for the run,
+  // rather than silently observing some other run (or none).
+  Plan plan = statefulPlan();
+  for (auto [pathVariable, runVariable] : {std::pair{"AMPJIT_PROFILE", "AMPJIT_PROFILE_RUN"},
+                                           std::pair{"AMPJIT_TIMELINE", "AMPJIT_TIMELINE_RUN"}}) {
+    for (std::string value : {"abc", "0", "-2", "3x"}) {
+      SCOPED_TRACE(std::string(runVariable) + "=" + value);
+      ScopedEnvironment path(pathVariable, "/nonexistent/never-written.jsonl");
+      ScopedEnvironment run(runVariable, value.c_str());
+      Expected<std::unique_ptr<Executable>> executable = cuda->prepare(plan);
+      ASSERT_FALSE(executable.ok());
+      EXPECT_NE(executable.message().find("plan @" + plan.name + ": " + runVariable + "='" + value + "'"),
+                std::string::npos)
+          << executable.message();
+    }
+    ScopedEnvironment run(runVariable, "abc");
+    EXPECT_TRUE(cuda->prepare(plan).ok()) << "without " << pathVariable << ", nothing reads " << runVariable;
+  }
+}
+
 TEST_F(GpuTest, DeferredUpdateOnTheSideStreamMatchesTheCpu) {
   DeferredSgdStep parts = deferredSgdStep();
   Expected<std::unique_ptr<Executable>> onCpu = cpu->prepare(parts.plan), onGpu = cuda->prepare(parts.plan);

@@ -159,13 +159,20 @@ struct TimelineRecording {
 struct ObservedRun {
   std::string path;
   int64_t run = 8;
+  /// Why the run variable cannot be used (not a number from 1 up), naming
+  /// it; prepare reports it where a path asks for the run.
+  std::string error;
 
   static ObservedRun fromEnvironment(const char* pathVariable, const char* runVariable) {
     ObservedRun request;
     if (const char* path = std::getenv(pathVariable))
       request.path = path;
-    if (const char* run = std::getenv(runVariable))
-      request.run = std::max<int64_t>(1, std::atoll(run));
+    std::optional<long long> run = environmentInteger(runVariable, request.run);
+    if (run && *run >= 1)
+      request.run = *run;
+    else
+      request.error = std::string(runVariable) + "='" + std::getenv(runVariable) +
+                      "' is not a run number (1 is the first run of each plan)";
     return request;
   }
   /// Whether the run after `runsSoFar` earlier ones is the profiled one.
@@ -221,6 +228,9 @@ public:
   }
 
   Status prepare() {
+    for (const ObservedRun* observed : {&profile_, &timeline_})
+      if (!observed->path.empty() && !observed->error.empty())
+        return Status::error("plan @" + plan_.name + ": " + observed->error);
     DeviceContext& context = runtime_->context;
     int64_t compiledBefore = context.kernelsCompiled, hitsBefore = context.kernelCacheHits;
     // Every generated kernel is emitted once, then all are compiled together;

@@ -91,7 +91,8 @@ bool wideIndexArithmeticForced();
 
 /// Whether the update and finiteness kernels load and store the data they
 /// touch once with the evict-first hint (so that streaming it beside a GEMM
-/// keeps the GEMM's tiles in L2); AMPJIT_CUDA_CACHE_HINTS=0 turns that off,
+/// keeps the GEMM's tiles in L2); AMPJIT_CUDA_CACHE_HINTS=0 (or "", as for
+/// every AMPJIT_* switch) turns that off,
 /// to measure what it buys. Read when a step is prepared. The bits are the
 /// same either way.
 bool evictFirstHints();

@@ -2,6 +2,8 @@
 
 #include "DeviceStep.h"
 
+#include "ampjit/runtime/Environment.h"
+
 #include <cstdlib>
 #include <string_view>
 
@@ -13,8 +15,7 @@ bool wideIndexArithmeticForced() {
 }
 
 bool evictFirstHints() {
-  const char* value = std::getenv("AMPJIT_CUDA_CACHE_HINTS");
-  return value == nullptr || std::string_view(value) != "0";
+  return std::getenv("AMPJIT_CUDA_CACHE_HINTS") == nullptr || environmentFlag("AMPJIT_CUDA_CACHE_HINTS");
 }
 
 bool runsAsHandwrittenKernel(StepKind kind) { return runsAsNumericKernel(kind) || runsAsUpdateKernel(kind); }
