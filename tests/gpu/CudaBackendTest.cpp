@@ -820,8 +820,11 @@ TEST_F(GpuTest, ATimelineRunStampsEachLaunchOnItsStreamAndStillComputesTheStep) 
     for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
       SCOPED_TRACE(lines[i]);
       double start = jsonNumber(lines[i], "start_us"), end = jsonNumber(lines[i], "end_us");
-      ASSERT_FALSE(std::isnan(start) || std::isnan(end));
+      double beside = jsonNumber(lines[i], "beside_other_stream_us");
+      ASSERT_FALSE(std::isnan(start) || std::isnan(end) || std::isnan(beside));
       EXPECT_LE(start, end);
+      EXPECT_GE(beside, 0.0);
+      EXPECT_LE(beside, (end - start) * (1 + 1e-6) + 1e-3);
       std::size_t steps = lines[i].find("\"steps\":[");
       ASSERT_NE(steps, std::string::npos);
       std::string key = lines[i].substr(steps + 9, lines[i].find(']', steps) - steps - 9);

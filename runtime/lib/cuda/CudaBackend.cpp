@@ -867,13 +867,14 @@ private:
     uint64_t origin = std::numeric_limits<uint64_t>::max();
     for (const cuda::TimelineLaunch& launch : launches)
       origin = std::min(origin, launch.startNs);
+    cuda::TimelineSummary summary = cuda::summarizeTimeline(launches);
     std::ofstream file(timeline_.path, std::ios::app);
     auto microseconds = [&](uint64_t ns) { return std::to_string(double(ns - std::min(ns, origin)) * 1e-3); };
     for (std::size_t i = 0; i < launches.size(); ++i)
       file << "{" << recording.launches[i].fields << ",\"stream\":\"" << (launches[i].side ? "side" : "main")
            << "\",\"start_us\":" << microseconds(launches[i].startNs)
-           << ",\"end_us\":" << microseconds(std::max(launches[i].startNs, launches[i].endNs)) << "}\n";
-    cuda::TimelineSummary summary = cuda::summarizeTimeline(launches);
+           << ",\"end_us\":" << microseconds(std::max(launches[i].startNs, launches[i].endNs))
+           << ",\"beside_other_stream_us\":" << std::to_string(summary.besideOtherStreamUs[i]) << "}\n";
     file << "{\"plan\":" << jsonString(plan_.name) << ",\"timeline_launches\":" << launches.size()
          << ",\"graph\":" << (asGraph ? "true" : "false") << ",\"span_us\":" << summary.spanUs
          << ",\"main_busy_us\":" << summary.mainBusyUs << ",\"side_busy_us\":" << summary.sideBusyUs

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <utility>
-#include <vector>
 
 namespace ampjit::runtime::cuda {
 namespace {
@@ -66,6 +65,10 @@ TimelineSummary summarizeTimeline(std::span<const TimelineLaunch> launches) {
   summary.mainBusyUs = double(totalLength(main)) * 1e-3;
   summary.sideBusyUs = double(totalLength(side)) * 1e-3;
   summary.bothBusyUs = double(overlapLength(main, side)) * 1e-3;
+  for (const TimelineLaunch& launch : launches) {
+    std::vector<Interval> own{{launch.startNs, std::max(launch.startNs, launch.endNs)}};
+    summary.besideOtherStreamUs.push_back(double(overlapLength(own, launch.side ? main : side)) * 1e-3);
+  }
   return summary;
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace ampjit::runtime::cuda {
 
@@ -26,12 +27,15 @@ struct TimelineLaunch {
 /// Microseconds from the first launch's start to the last one's end; how
 /// long each stream had a launch running (overlapping launches of one stream
 /// counted once); and how long both had, the side stream's work that ran
-/// beside the main stream's rather than alone.
+/// beside the main stream's rather than alone. Per launch, in order, how
+/// long the other stream had a launch running during it: an update that
+/// took 0.6 ms with 0.5 of them beside GEMMs ran there, slowly.
 struct TimelineSummary {
   double spanUs = 0;
   double mainBusyUs = 0;
   double sideBusyUs = 0;
   double bothBusyUs = 0;
+  std::vector<double> besideOtherStreamUs;
 };
 
 TimelineSummary summarizeTimeline(std::span<const TimelineLaunch> launches);
