@@ -863,10 +863,11 @@ TEST_F(GpuTest, ATimelineRunStampsEachLaunchOnItsStreamAndStillComputesTheStep) 
   }
 }
 
-TEST_F(GpuTest, AnObservedRunThatIsNoRunNumberIsAClearError) {
+TEST_F(GpuTest, AnObservedRunThatIsNoRunNumberOrWithAnUnwritableFileIsAClearError) {
   // AMPJIT_PROFILE_RUN and AMPJIT_TIMELINE_RUN count from 1. A value that is
   // not such a number is refused by name where its path asks for the run,
-  // rather than silently observing some other run (or none).
+  // rather than silently observing some other run (or none); so is a path
+  // that cannot be written.
   Plan plan = statefulPlan();
   for (auto [pathVariable, runVariable] : {std::pair{"AMPJIT_PROFILE", "AMPJIT_PROFILE_RUN"},
                                            std::pair{"AMPJIT_TIMELINE", "AMPJIT_TIMELINE_RUN"}}) {
@@ -877,6 +878,17 @@ TEST_F(GpuTest, AnObservedRunThatIsNoRunNumberIsAClearError) {
       Expected<std::unique_ptr<Executable>> executable = cuda->prepare(plan);
       ASSERT_FALSE(executable.ok());
       EXPECT_NE(executable.message().find("plan @" + plan.name + ": " + runVariable + "='" + value + "'"),
+                std::string::npos)
+          << executable.message();
+    }
+    {
+      // A file the run could not write once its step has run is refused
+      // before any step runs.
+      ScopedEnvironment path(pathVariable, "/nonexistent/never-written.jsonl");
+      Expected<std::unique_ptr<Executable>> executable = cuda->prepare(plan);
+      ASSERT_FALSE(executable.ok());
+      EXPECT_NE(executable.message().find(std::string(pathVariable) +
+                                          "='/nonexistent/never-written.jsonl': cannot open the file for appending"),
                 std::string::npos)
           << executable.message();
     }

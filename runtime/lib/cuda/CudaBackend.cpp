@@ -157,6 +157,7 @@ struct TimelineRecording {
 /// AMPJIT_TIMELINE_RUN, default the 8th, after warm-up), and the file its
 /// JSON lines are appended to.
 struct ObservedRun {
+  std::string pathVariable;
   std::string path;
   int64_t run = 8;
   /// Why the run variable cannot be used (not a number from 1 up), naming
@@ -165,6 +166,7 @@ struct ObservedRun {
 
   static ObservedRun fromEnvironment(const char* pathVariable, const char* runVariable) {
     ObservedRun request;
+    request.pathVariable = pathVariable;
     if (const char* path = std::getenv(pathVariable))
       request.path = path;
     std::optional<long long> run = environmentInteger(runVariable, request.run);
@@ -174,6 +176,19 @@ struct ObservedRun {
       request.error = std::string(runVariable) + "='" + std::getenv(runVariable) +
                       "' is not a run number (1 is the first run of each plan)";
     return request;
+  }
+  /// What stops the observation, for prepare to refuse before any step runs:
+  /// a bad run number, or a file that cannot be opened for appending (a
+  /// write failing only after the observed step has run would report an
+  /// error for a step that did run). Empty when nothing is asked or all is well.
+  std::string problem() const {
+    if (path.empty())
+      return {};
+    if (!error.empty())
+      return error;
+    if (!std::ofstream(path, std::ios::app))
+      return pathVariable + "='" + path + "': cannot open the file for appending";
+    return {};
   }
   /// Whether the run after `runsSoFar` earlier ones is the profiled one.
   bool due(int64_t runsSoFar) const { return !path.empty() && runsSoFar + 1 == run; }
@@ -229,8 +244,8 @@ public:
 
   Status prepare() {
     for (const ObservedRun* observed : {&profile_, &timeline_})
-      if (!observed->path.empty() && !observed->error.empty())
-        return Status::error("plan @" + plan_.name + ": " + observed->error);
+      if (std::string problem = observed->problem(); !problem.empty())
+        return Status::error("plan @" + plan_.name + ": " + problem);
     DeviceContext& context = runtime_->context;
     int64_t compiledBefore = context.kernelsCompiled, hitsBefore = context.kernelCacheHits;
     // Every generated kernel is emitted once, then all are compiled together;
@@ -337,13 +352,16 @@ public:
     // step by step.
     bool wholePlan = *firstStep == 0;
     int64_t runsSoFar = stats_.eagerRuns + stats_.graphReplays + stats_.timelineRuns;
+    // An observed run's file is written after its step has run: a failure
+    // to write is reported once the run's bookkeeping is done.
+    Status written = Status::success();
     if (profile_.due(runsSoFar)) {
       // One warm run step by step with an event between launches (AMPJIT_PROFILE).
-      AMPJIT_RETURN_IF_ERROR(profileSteps(stream, *firstStep));
+      AMPJIT_RETURN_IF_ERROR(profileSteps(stream, *firstStep, written));
       ++stats_.eagerRuns;
     } else if (timeline_.due(runsSoFar)) {
       // One warm run as replayed, each launch stamped (AMPJIT_TIMELINE).
-      AMPJIT_RETURN_IF_ERROR(timelineRun(stream, *firstStep));
+      AMPJIT_RETURN_IF_ERROR(timelineRun(stream, *firstStep, written));
       ++stats_.timelineRuns;
     } else if (!useGraphs_ || stats_.eagerRuns == 0 || !graphFailure_.empty() || !wholePlan) {
       // The first run goes step by step: it loads lazily initialised library
@@ -364,6 +382,7 @@ public:
       }
     }
     deferred_.ran(plan_, arguments);
+    AMPJIT_RETURN_IF_ERROR(written);
 
     std::vector<Tensor> results;
     for (const PlanResult& result : plan_.results) {
@@ -678,7 +697,7 @@ private:
   /// replayed, most of it cuDNN's host cost). A hold that gives up (the host
   /// took over maxPolls reads) is counted in the total line's
   /// "segments_with_host_time".
-  Status profileSteps(cudaStream_t stream, std::size_t begin) {
+  Status profileSteps(cudaStream_t stream, std::size_t begin, Status& written) {
     constexpr std::size_t kProfileSegment = 64;
     // About a microsecond a read of host memory: a second or two at most.
     constexpr long long kMaxHoldPolls = 2'000'000;
@@ -746,12 +765,16 @@ private:
          << ",\"total_ms\":" << total << ",\"segments\":" << segments
          << ",\"segments_with_host_time\":" << segmentsWithHostTime << "}\n";
     if (!file)
-      return Status::error(where + ": cannot write " + profile_.path);
+      written = Status::error(where + ": cannot write " + profile_.path + " (the step itself ran)");
     return Status::success();
   }
 
   std::string profileLine(const PreparedStep& prepared, float ms) const {
-    return "{" + launchFields(prepared) + ",\"ms\":" + std::to_string(ms) + "}";
+    // Appended piece by piece: GCC 12's -Wrestrict misfires on "{" + string.
+    std::string line = "{";
+    line += launchFields(prepared);
+    line += ",\"ms\":" + std::to_string(ms) + "}";
+    return line;
   }
 
   /// A launch's JSON fields for AMPJIT_PROFILE and AMPJIT_TIMELINE: its
@@ -816,7 +839,7 @@ private:
   /// enqueueing is not in the times; otherwise (the first run, graphs off, a
   /// run without the deferred update) it is enqueued step by step, and the
   /// summary's "graph" says so. The stamps cost a one-thread launch each.
-  Status timelineRun(cudaStream_t stream, std::size_t begin) {
+  Status timelineRun(cudaStream_t stream, std::size_t begin, Status& written) {
     std::string where = "plan @" + plan_.name + ": recording a timeline";
     TimelineRecording recording;
     recording.capacity = steps_.size();
@@ -880,7 +903,7 @@ private:
          << ",\"main_busy_us\":" << summary.mainBusyUs << ",\"side_busy_us\":" << summary.sideBusyUs
          << ",\"both_busy_us\":" << summary.bothBusyUs << "}\n";
     if (!file)
-      return Status::error(where + ": cannot write " + timeline_.path);
+      written = Status::error(where + ": cannot write " + timeline_.path + " (the step itself ran)");
     return Status::success();
   }
 
