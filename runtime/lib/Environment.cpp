@@ -6,9 +6,11 @@
 
 namespace ampjit::runtime {
 
-bool environmentFlag(const char* name) {
+bool environmentFlag(const char* name, bool whenUnset) {
   const char* value = std::getenv(name);
-  return value != nullptr && *value != '\0' && std::strcmp(value, "0") != 0;
+  if (value == nullptr)
+    return whenUnset;
+  return *value != '\0' && std::strcmp(value, "0") != 0;
 }
 
 std::optional<long long> environmentInteger(const char* name, long long fallback) {

@@ -21,13 +21,13 @@
 #include "DeviceStep.h"
 #include "PoolingKernels.h"
 
+#include "ampjit/runtime/Environment.h"
 #include "ampjit/runtime/WindowShape.h"
 
 #include <algorithm>
 #include <array>
 #include <climits>
 #include <cstdlib>
-#include <string_view>
 #include <vector>
 
 namespace ampjit::runtime::cuda {
@@ -425,13 +425,10 @@ pooling::Storage poolingStorageOf(DType dtype) {
   }
 }
 
-/// AMPJIT_CUDA_FUSED_BN=0 sends every fused batch norm to the fallback (the
-/// first GPU sessions bisect with it); anything else, or unset, allows cuDNN's
-/// fused calls where they apply.
-bool cudnnFusedBatchNormAllowed() {
-  const char* value = std::getenv("AMPJIT_CUDA_FUSED_BN");
-  return value == nullptr || std::string_view(value) != "0";
-}
+/// AMPJIT_CUDA_FUSED_BN=0 (or "", as for every switch) sends every fused
+/// batch norm to the fallback (the first GPU sessions bisect with it);
+/// unset, it allows cuDNN's fused calls where they apply.
+bool cudnnFusedBatchNormAllowed() { return environmentFlag("AMPJIT_CUDA_FUSED_BN", /*whenUnset=*/true); }
 
 } // namespace
 

@@ -4,19 +4,13 @@
 
 #include "ampjit/runtime/Environment.h"
 
-#include <cstdlib>
-#include <string_view>
+#include <string>
 
 namespace ampjit::runtime::cuda {
 
-bool wideIndexArithmeticForced() {
-  const char* value = std::getenv("AMPJIT_CUDA_WIDE_INDEX");
-  return value != nullptr && std::string_view(value) == "1";
-}
+bool wideIndexArithmeticForced() { return environmentFlag("AMPJIT_CUDA_WIDE_INDEX"); }
 
-bool evictFirstHints() {
-  return std::getenv("AMPJIT_CUDA_CACHE_HINTS") == nullptr || environmentFlag("AMPJIT_CUDA_CACHE_HINTS");
-}
+bool evictFirstHints() { return environmentFlag("AMPJIT_CUDA_CACHE_HINTS", /*whenUnset=*/true); }
 
 bool runsAsHandwrittenKernel(StepKind kind) { return runsAsNumericKernel(kind) || runsAsUpdateKernel(kind); }
 

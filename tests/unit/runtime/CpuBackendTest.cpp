@@ -320,6 +320,19 @@ TEST(CpuBackend, CheckNumericsSwitchIsOnForAnyValueButEmptyOrZero) {
   EXPECT_FALSE(environmentFlag("AMPJIT_CHECK_NUMERICS"));
 }
 
+TEST(Environment, ASwitchOnByDefaultIsOnUnsetAndOffAtEmptyOrZero) {
+  // AMPJIT_CUDA_CACHE_HINTS and AMPJIT_CUDA_FUSED_BN: the same rule as every
+  // switch once set.
+  const char* name = "AMPJIT_TEST_SWITCH_ON_BY_DEFAULT";
+  EXPECT_TRUE(environmentFlag(name, /*whenUnset=*/true));
+  EXPECT_FALSE(environmentFlag(name));
+  for (auto [value, on] : {std::pair{"1", true}, {"yes", true}, {"0", false}, {"", false}}) {
+    ampjit::testing::ScopedEnvironment set(name, value);
+    EXPECT_EQ(environmentFlag(name, /*whenUnset=*/true), on) << "'" << value << "'";
+    EXPECT_EQ(environmentFlag(name), on) << "'" << value << "'";
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // A mixed-precision train step with the scaler in the graph
 //===----------------------------------------------------------------------===//
