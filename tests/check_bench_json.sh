@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # ampjit-bench prints one JSON object per configuration and a summary: every
 # configuration ran compiled (one trace), has positive median and first-step
-# times (in process and in a fresh process), and the summary says why no
-# peer ran on the CPU. Tiny sizes: this checks the tool, it measures nothing.
+# times (in process and in a fresh process) and names the AMPJIT_* variables
+# it ran under, and the summary says why no peer ran on the CPU. Tiny sizes:
+# this checks the tool, it measures nothing.
 set -euo pipefail
 bench=$1
-output=$("$bench" --backend cpu --model classifier,resnet18 --levels O0,O2 --dtypes bf16 --steps 3 --warmup 1 --batch-size 4)
+output=$(AMPJIT_CUDA_CACHE_HINTS=0 "$bench" --backend cpu --model classifier,resnet18 --levels O0,O2 --dtypes bf16 --steps 3 --warmup 1 --batch-size 4)
 echo "$output"
 python3 - "$output" <<'PY'
 import json, sys
@@ -20,6 +21,9 @@ for c in configs:
     assert c["time_to_first_step_in_process_s"] > 0, c
     assert c["fresh_process"].get("time_to_first_step_s", 0) > 0, c
     assert c["peak_host_rss_mb"] > 0, c
+    # The AMPJIT_* variables it ran under, and no others.
+    assert c["environment"].get("AMPJIT_CUDA_CACHE_HINTS") == "0", c["environment"]
+    assert all(name.startswith("AMPJIT_") for name in c["environment"]), c["environment"]
 assert summary["peer"]["ran"] is False and "CPU" in summary["peer"]["reason"], summary
 assert len(summary["summary"]) == 4
 print("ampjit-bench JSON ok")

@@ -39,6 +39,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -301,6 +302,19 @@ double peakResidentMegabytes() {
 
 double secondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
+/// Every AMPJIT_* variable set in this process, by name (docs/environment.md):
+/// an A/B run's lines say which switches they ran under.
+nlohmann::json ampjitEnvironment() {
+  nlohmann::json variables = nlohmann::json::object();
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    std::string_view text(*entry);
+    std::size_t equals = text.find('=');
+    if (text.starts_with("AMPJIT_") && equals != std::string_view::npos)
+      variables[std::string(text.substr(0, equals))] = std::string(text.substr(equals + 1));
+  }
+  return variables;
+}
+
 /// Trace, compile and run the first step; then warm up and time. With a
 /// deferred update (TraceOptions::defer_updates) each timed step runs the
 /// previous step's update, so the median covers one update per step; the
@@ -317,7 +331,8 @@ nlohmann::json measure(const std::string& model, jit::amp::Level level, jit::DTy
   nlohmann::json result{{"model", model},
                         {"level", jit::amp::level_name(level)},
                         {"dtype", lowPrecision ? jit::dtype_name(dtype) : "f32"},
-                        {"shape", work.shape}};
+                        {"shape", work.shape},
+                        {"environment", ampjitEnvironment()}};
   if (firstStepOnly) {
     result["time_to_first_step_s"] = firstStep;
     return result;
