@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <utility>
 
 namespace ampjit::runtime {
 
@@ -60,6 +61,14 @@ Storage::~Storage() {
     release_(data_);
   else
     std::free(data_);
+}
+
+bool Storage::exchangeBytes(Storage& other) {
+  if (&other == this || other.size_ != size_ || other.device_ != device_)
+    return false;
+  std::swap(data_, other.data_);
+  std::swap(release_, other.release_);
+  return true;
 }
 
 Expected<Tensor> Tensor::wrap(TensorType type, std::shared_ptr<Storage> storage) {

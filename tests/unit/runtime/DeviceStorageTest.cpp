@@ -45,6 +45,36 @@ TEST(DeviceStorage, WrapRejectsStorageTooSmallForTheType) {
   EXPECT_NE(tooSmall.message().find("cannot hold a tensor of type f64[4]"), std::string::npos) << tooSmall.message();
 }
 
+TEST(DeviceStorage, ExchangingBytesMovesEveryHandleAndEachReleaseTravelsWithItsBytes) {
+  // How a speculative update's second buffer becomes the state's: every
+  // handle of the state's storage sees the new bytes, and each allocation
+  // is still given back once, through its own release.
+  int stateReleases = 0, secondReleases = 0, otherReleases = 0;
+  {
+    std::shared_ptr<Storage> state = fakeDeviceStorage(16, &stateReleases);
+    std::shared_ptr<Storage> second = fakeDeviceStorage(16, &secondReleases);
+    Tensor handle = *Tensor::wrap(TensorType{DType::F32, {4}}, state), alias = handle;
+    std::byte *stateBytes = state->data(), *secondBytes = second->data();
+    ASSERT_TRUE(state->exchangeBytes(*second));
+    EXPECT_EQ(handle.bytes(), secondBytes);
+    EXPECT_EQ(alias.bytes(), secondBytes);
+    EXPECT_EQ(second->data(), stateBytes);
+
+    std::shared_ptr<Storage> larger = fakeDeviceStorage(32, &otherReleases);
+    EXPECT_FALSE(state->exchangeBytes(*larger)) << "sizes differ";
+    EXPECT_FALSE(state->exchangeBytes(*state)) << "itself";
+    Expected<std::shared_ptr<Storage>> host = Storage::allocate(16);
+    ASSERT_TRUE(host.ok());
+    EXPECT_FALSE(state->exchangeBytes(**host)) << "devices differ";
+    EXPECT_EQ(handle.bytes(), secondBytes) << "a refused exchange changes nothing";
+    second.reset();
+    EXPECT_EQ(stateReleases, 1) << "the state's first bytes went with the second storage";
+    EXPECT_EQ(secondReleases, 0);
+  }
+  EXPECT_EQ(secondReleases, 1);
+  EXPECT_EQ(otherReleases, 1);
+}
+
 TEST(CudaBackend, WithoutADeviceCreatingItIsAClearError) {
   if (cudaDeviceCount() > 0)
     GTEST_SKIP() << "this machine has a CUDA device";

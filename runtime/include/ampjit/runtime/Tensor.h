@@ -98,6 +98,12 @@ public:
   const std::byte* data() const { return data_; }
   std::size_t size() const { return size_; }
   Device device() const { return device_; }
+  /// Trades bytes with `other` (same size and device), each keeping how its
+  /// new bytes are freed: every handle of this Storage now sees `other`'s
+  /// bytes. A backend that wrote a step's new state into bytes of its own
+  /// hands them over this way instead of copying them (the CUDA backend's
+  /// speculative updates). False, changing nothing, when they differ.
+  bool exchangeBytes(Storage& other);
 
 private:
   Storage(std::byte* data, std::size_t size, Device device, Release release)
@@ -179,6 +185,8 @@ public:
   /// Whether another handle holds this storage too (writing in place would
   /// change what that handle sees).
   bool sharesStorage() const { return storage_ != nullptr && storage_.use_count() > 1; }
+  /// The storage every handle of these bytes shares (null when undefined).
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
 
 private:
   Tensor(TensorType type, int64_t elementCount, std::shared_ptr<Storage> storage)
