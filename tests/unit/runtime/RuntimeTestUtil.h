@@ -359,6 +359,86 @@ inline DeferredSgdStep deferredSgdStep() {
   return parts;
 }
 
+/// Where scaledTwoLayerStep() keeps its pieces.
+struct ScaledTwoLayerStep {
+  Plan plan;
+  BufferId x, target, w0, w0Copy, w1, momentum, lr, scale, loss;
+  /// Steps: the weight gradients, the check, inv_scale = 1 / scale and the
+  /// two updates (w0's, then w1's).
+  std::size_t gw1Step, gw0Step, checkStep, inverseStep, w0Update, w1Update;
+};
+
+/// A mixed-precision step of two f16 layers under a dynamic loss scaler, as
+/// jit::trace lays one out: y = (x w0) w1, MSE against target, the scaled
+/// backward, all_finite over both f16 weight gradients, inv_scale = 1 / scale,
+/// then SGD predicated on the check for w0 (plain, writing its f16 copy
+/// w0Copy, O1's kept cast) and for w1 (momentum 0.9, cast each step), and the
+/// scale update. Arguments in order: x (input f16[rows, width]), target
+/// (input f32[rows, width]), w0, w0Copy, w1, momentum, lr, scale, good, bad,
+/// skipped.
+inline ScaledTwoLayerStep scaledTwoLayerStep(int64_t rows, int64_t width) {
+  PlanBuilder b("scaled_two_layers");
+  ScaledTwoLayerStep parts{};
+  TensorType square = tt(DType::F32, {width, width}), square16 = tt(DType::F16, {width, width});
+  parts.x = b.argument(tt(DType::F16, {rows, width}), BufferRole::Input, "x");
+  parts.target = b.argument(tt(DType::F32, {rows, width}), BufferRole::Input, "target");
+  parts.w0 = b.argument(square, BufferRole::Param, "w0");
+  parts.w0Copy = b.argument(square16, BufferRole::Param, "w0.f16");
+  parts.w1 = b.argument(square, BufferRole::Param, "w1");
+  parts.momentum = b.argument(square, BufferRole::OptState, "w1.momentum");
+  parts.lr = b.argument(tt(DType::F32, {}), BufferRole::Hyper, "lr");
+  parts.scale = b.argument(tt(DType::F32, {}), BufferRole::ScalerState, "scale");
+  BufferId good = b.argument(tt(DType::I64, {}), BufferRole::ScalerState, "good");
+  BufferId bad = b.argument(tt(DType::I64, {}), BufferRole::ScalerState, "bad");
+  BufferId skipped = b.argument(tt(DType::I64, {}), BufferRole::ScalerState, "skipped");
+
+  std::size_t steps = 0;
+  auto op = [&](std::string_view name, std::vector<BufferId> in, std::vector<BufferId> out,
+                const AttributeMap& attributes = {}) {
+    b.op(name, std::move(in), std::move(out), attributes);
+    return steps++;
+  };
+  TensorType activation16 = tt(DType::F16, {rows, width}), activation = tt(DType::F32, {rows, width});
+  BufferId h = b.temporary(activation16), w1Half = b.temporary(square16), y16 = b.temporary(activation16);
+  op("jit.matmul", {parts.x, parts.w0Copy}, {h});
+  op("amp.cast", {parts.w1}, {w1Half});
+  op("jit.matmul", {h, w1Half}, {y16});
+  BufferId y = b.temporary(activation);
+  op("amp.cast", {y16}, {y});
+  parts.loss = b.output(tt(DType::F32, {}));
+  op("jit.mse_loss", {y, parts.target}, {parts.loss});
+  // d(loss * scale) / d loss = scale.
+  BufferId dy = b.temporary(activation), dy16 = b.temporary(activation16);
+  op("jit.mse_loss_grad", {parts.scale, y, parts.target}, {dy});
+  op("amp.cast", {dy}, {dy16});
+  BufferId gw1 = b.temporary(square16), dh = b.temporary(activation16), gw0 = b.temporary(square16);
+  parts.gw1Step = op("jit.matmul", {h, dy16}, {gw1}, {{"transpose_lhs", true}});
+  op("jit.matmul", {dy16, w1Half}, {dh}, {{"transpose_rhs", true}});
+  parts.gw0Step = op("jit.matmul", {parts.x, dh}, {gw0}, {{"transpose_lhs", true}});
+  BufferId ok = b.temporary(tt(DType::I1, {}));
+  parts.checkStep = op("amp.all_finite", {gw0, gw1}, {ok});
+  BufferId one = b.constant(tt(DType::F32, {}), std::vector<double>{1.0});
+  BufferId inverse = b.temporary(tt(DType::F32, {}));
+  parts.inverseStep = op("jit.div", {one, parts.scale}, {inverse});
+  parts.w0Update = op("jit.sgd_update", {parts.w0, gw0, kNoBuffer, kNoBuffer, parts.lr, inverse, ok, parts.w0Copy},
+                      {parts.w0, parts.w0Copy});
+  parts.w1Update = op("jit.sgd_update", {parts.w1, gw1, parts.momentum, kNoBuffer, parts.lr, inverse, ok, kNoBuffer},
+                      {parts.w1, parts.momentum}, {{"momentum", 0.9}});
+  op("amp.update_scale", {parts.scale, good, bad, skipped, ok}, {parts.scale, good, bad, skipped},
+     {{"growth_interval", int64_t(2)}});
+  b.result(parts.loss);
+  b.result(parts.w0, 2);
+  b.result(parts.w0Copy, 3);
+  b.result(parts.w1, 4);
+  b.result(parts.momentum, 5);
+  b.result(parts.scale, 7);
+  b.result(good, 8);
+  b.result(bad, 9);
+  b.result(skipped, 10);
+  parts.plan = b.finish();
+  return parts;
+}
+
 /// The CPU backend the tests share (one per process, like OpenBLAS's threads).
 inline Backend& cpuBackend() {
   static std::unique_ptr<Backend> backend = createCpuBackend();
