@@ -955,5 +955,98 @@ TEST_F(GpuTest, DeferredUpdateOnTheSideStreamMatchesTheCpu) {
 #endif
 }
 
+/// scaledTwoLayerStep's host arguments for run `run`: a new batch, and the
+/// scaler's state where a step starts (scale 1024, counts 0, lr 0.01). With
+/// `overflow`, one target element of 1e30 makes the loss and every gradient
+/// non-finite, so the scaler skips the step.
+std::vector<Tensor> scaledTwoLayerArguments(const test::ScaledTwoLayerStep& parts, uint32_t run, bool overflow) {
+  std::vector<Tensor> arguments = randomArguments(parts.plan, 70 + run);
+  arguments[parts.lr] = *Tensor::fromDoubles(DType::F32, {}, std::vector<double>{0.01});
+  arguments[parts.scale] = *Tensor::fromDoubles(DType::F32, {}, std::vector<double>{1024.0});
+  for (std::size_t count = 8; count <= 10; ++count)
+    arguments[count] = *Tensor::fromDoubles(DType::I64, {}, std::vector<double>{0.0});
+  if (overflow) {
+    std::vector<double> target = arguments[parts.target].toDoubles();
+    target[5] = 1e30;
+    arguments[parts.target] = *Tensor::fromDoubles(DType::F32, arguments[parts.target].shape(), target);
+  }
+  return arguments;
+}
+
+TEST_F(GpuTest, SpeculativeUpdatesGiveTheInLineUpdatesBitsAndSkipWhatTheCheckSkips) {
+  // Six runs: step by step, captured (one graph per buffer of the state),
+  // replayed; runs 1 and 4 overflow, one before and one after both graphs
+  // exist. After each, every state tensor and the loss equal, bit for bit,
+  // those of a backend that updates in line, and each state tensor holds
+  // the other of its two buffers.
+  test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
+  Expected<std::unique_ptr<CudaBackend>> speculating = createCudaBackend({.speculativeUpdateMinimumElements = 1});
+  Expected<std::unique_ptr<CudaBackend>> inLine = createCudaBackend({.speculativeUpdateMinimumElements = 0});
+  ASSERT_TRUE(speculating.ok() && inLine.ok()) << speculating.message();
+  EXPECT_TRUE((*speculating)->speculatesOptimizerUpdates());
+  EXPECT_FALSE((*inLine)->speculatesOptimizerUpdates());
+  Expected<std::unique_ptr<Executable>> ahead = (*speculating)->prepare(parts.plan);
+  Expected<std::unique_ptr<Executable>> behind = (*inLine)->prepare(parts.plan);
+  ASSERT_TRUE(ahead.ok() && behind.ok()) << ahead.message() << behind.message();
+  CudaRunStats prepared = (*speculating)->stats(**ahead);
+  EXPECT_EQ(prepared.speculativeUpdates, 2);
+  EXPECT_EQ(prepared.speculationDeclined, "");
+  EXPECT_EQ((*inLine)->stats(**behind).speculationDeclined, "not asked for (AMPJIT_CUDA_SPECULATIVE_UPDATE)");
+
+  std::vector<Tensor> host = scaledTwoLayerArguments(parts, 0, false);
+  std::vector<Tensor> aheadArguments, behindArguments;
+  for (const Tensor& argument : host) {
+    aheadArguments.push_back(*(*speculating)->toDevice(argument));
+    behindArguments.push_back(*(*inLine)->toDevice(argument));
+  }
+  const std::vector<BufferId> state = {parts.w0, parts.w0Copy, parts.w1, parts.momentum, parts.scale, 8, 9, 10};
+  int skipped = 0;
+  for (uint32_t run = 0; run < 6; ++run) {
+    bool overflow = run == 1 || run == 4;
+    std::vector<Tensor> batch = scaledTwoLayerArguments(parts, run, overflow);
+    for (BufferId input : {parts.x, parts.target}) {
+      aheadArguments[input] = *(*speculating)->toDevice(batch[input]);
+      behindArguments[input] = *(*inLine)->toDevice(batch[input]);
+    }
+    std::vector<const std::byte*> before;
+    for (BufferId id : state)
+      before.push_back(aheadArguments[id].bytes());
+    std::vector<Tensor> aheadBefore;
+    for (BufferId id : state)
+      aheadBefore.push_back(*(*speculating)->toHost(aheadArguments[id]));
+    Expected<std::vector<Tensor>> aheadResults = (*ahead)->run(aheadArguments);
+    Expected<std::vector<Tensor>> behindResults = (*behind)->run(behindArguments);
+    ASSERT_TRUE(aheadResults.ok()) << aheadResults.message();
+    ASSERT_TRUE(behindResults.ok()) << behindResults.message();
+    std::string when = "run " + std::to_string(run);
+    EXPECT_TRUE((*speculating)->toHost((*aheadResults)[0])->bitwiseEqual(*(*inLine)->toHost((*behindResults)[0])))
+        << "the loss of " << when;
+    for (std::size_t k = 0; k < state.size(); ++k) {
+      Tensor got = *(*speculating)->toHost(aheadArguments[state[k]]);
+      EXPECT_TRUE(got.bitwiseEqual(*(*inLine)->toHost(behindArguments[state[k]])))
+          << "argument " << state[k] << " after " << when;
+      if (k < 4) {
+        EXPECT_NE(aheadArguments[state[k]].bytes(), before[k]) << "argument " << state[k] << " moved after " << when;
+        if (overflow) {
+          EXPECT_TRUE(got.bitwiseEqual(aheadBefore[k])) << "a skipped step keeps argument " << state[k];
+        } else {
+          EXPECT_FALSE(got.bitwiseEqual(aheadBefore[k])) << "a taken step moves argument " << state[k];
+        }
+      } else {
+        EXPECT_EQ(aheadArguments[state[k]].bytes(), before[k]) << "the scaler's state stays where it is";
+      }
+    }
+    skipped += overflow ? 1 : 0;
+    EXPECT_EQ((*speculating)->toHost(aheadArguments[10])->at(0), double(skipped)) << "steps skipped after " << when;
+  }
+  CudaRunStats stats = (*speculating)->stats(**ahead);
+  EXPECT_EQ(stats.graphDisabledReason, "") << "the speculative run must stay capturable";
+  EXPECT_EQ(stats.eagerRuns, 1);
+  EXPECT_EQ(stats.captures, 2) << "one graph for each buffer the state alternates between";
+  EXPECT_EQ(stats.graphReplays, 5);
+  // w0 (f32) and its f16 copy, w1 and its momentum: second buffers of each.
+  EXPECT_GE(stats.speculativeStateBytes, int64_t(64 * 64 * (4 + 2 + 4 + 4)));
+}
+
 } // namespace
 } // namespace ampjit::runtime::gputest

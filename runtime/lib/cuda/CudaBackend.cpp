@@ -6,6 +6,7 @@
 
 #include "DeviceStep.h"
 #include "FiniteCheckSchedule.h"
+#include "SpeculativeUpdates.h"
 #include "Nvrtc.h"
 #include "Timeline.h"
 #include "UpdateKernels.h"
@@ -18,7 +19,9 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <optional>
+#include <set>
 
 namespace ampjit::runtime {
 
@@ -209,15 +212,20 @@ std::string jsonString(const std::string& text) {
 class CudaExecutable final : public Executable {
 public:
   CudaExecutable(Plan plan, std::shared_ptr<DeviceRuntime> runtime, bool useGraphs, bool checkNumerics,
-                 int gemmSmReserve)
+                 int gemmSmReserve, int64_t speculativeMinimumElements)
       : plan_(std::move(plan)), runtime_(std::move(runtime)), useGraphs_(useGraphs && !checkNumerics),
         checkNumerics_(checkNumerics), gemmSmReserve_(gemmSmReserve),
+        speculativeMinimumElements_(speculativeMinimumElements),
         deferredUpdateInLine_(environmentFlag("AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE")),
         evictFirst_(cuda::evictFirstHints()), deferred_(plan_) {}
 
   ~CudaExecutable() override {
-    if (graph_)
-      cudaGraphExecDestroy(graph_);
+    for (CachedGraph& cached : graphs_)
+      cudaGraphExecDestroy(cached.exec);
+    for (SpeculativeLaunch& launch : speculativeLaunches_)
+      for (cudaEvent_t event : {launch.fork, launch.done})
+        if (event)
+          cudaEventDestroy(event);
     for (SideLaneStep& side : sideLane_)
       for (cudaEvent_t event : {side.fork, side.done})
         if (event)
@@ -254,6 +262,8 @@ public:
     std::vector<std::pair<std::size_t, std::size_t>> groups = cuda::launchGroups(plan_);
     if (checkNumerics_)
       groups = splitUnstoredOutputs(std::move(groups));
+    planSpeculation();
+    groups = splitSpeculatedSteps(std::move(groups));
     Expected<std::vector<std::optional<cuda::ElementwiseKernel>>> emitted = cuda::generatedKernels(plan_, groups);
     if (!emitted)
       return emitted.status();
@@ -268,6 +278,9 @@ public:
       return Status::error("plan @" + plan_.name + ": compiling its kernels: " + compiled.message());
     std::vector<std::ptrdiff_t> joins = cuda::deferredJoins(plan_, groups);
     std::vector<bool> besideUpdate = besideDeferredUpdate(groups, joins);
+    std::vector<bool> besideSpeculation = besideSpeculativeUpdate(groups);
+    for (std::size_t g = 0; g < groups.size(); ++g)
+      besideUpdate[g] = besideUpdate[g] || besideSpeculation[g];
     int gemmSmCountTarget = gemmSmReserve_ > 0 ? context.multiprocessorCount - gemmSmReserve_ : 0;
     for (std::size_t g = 0; g < groups.size(); ++g) {
       auto [index, end] = groups[g];
@@ -300,6 +313,7 @@ public:
     AMPJIT_RETURN_IF_ERROR(prepareSplitFiniteChecks());
     AMPJIT_RETURN_IF_ERROR(prepareDeferredUpdate());
     AMPJIT_RETURN_IF_ERROR(prepareSideLane());
+    AMPJIT_RETURN_IF_ERROR(prepareSpeculation());
     fixed_.resize(plan_.buffers.size());
     for (BufferId id = 0; id < plan_.buffers.size(); ++id) {
       const BufferDesc& buffer = plan_.buffers[id];
@@ -346,6 +360,7 @@ public:
     cudaStream_t stream = runtime_->stream;
     std::vector<void*> argumentKey;
     AMPJIT_RETURN_IF_ERROR(bindBuffers(arguments, /*stageInputs=*/true, argumentKey));
+    enqueuedSpeculatively_ = false;
 
     // A graph holds the whole plan, deferred update included; a run without
     // a pending update (the first, or the first after completeDeferred) goes
@@ -369,10 +384,18 @@ public:
       AMPJIT_RETURN_IF_ERROR(enqueueSteps(stream, *firstStep, plan_.steps.size(), !checkNumerics_));
       ++stats_.eagerRuns;
     } else {
-      if (graph_ == nullptr || argumentKey != capturedKey_)
+      auto cached = std::find_if(graphs_.begin(), graphs_.end(),
+                                 [&](const CachedGraph& graph) { return graph.key == argumentKey; });
+      if (cached == graphs_.end()) {
         AMPJIT_RETURN_IF_ERROR(capture(stream, argumentKey));
+      } else {
+        // The most recently used last: a capture replaces the first.
+        std::rotate(cached, cached + 1, graphs_.end());
+        enqueuedSpeculatively_ = graphs_.back().speculative;
+      }
       if (graphFailure_.empty()) {
-        AMPJIT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph_, stream), "plan @" + plan_.name + ": launching its graph");
+        AMPJIT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graphs_.back().exec, stream),
+                                    "plan @" + plan_.name + ": launching its graph");
         ++stats_.graphReplays;
       } else {
         // The capture failed and capture() has already run this run's steps
@@ -382,6 +405,8 @@ public:
       }
     }
     deferred_.ran(plan_, arguments);
+    if (enqueuedSpeculatively_)
+      AMPJIT_RETURN_IF_ERROR(handOverSecondBuffers(arguments));
     AMPJIT_RETURN_IF_ERROR(written);
 
     std::vector<Tensor> results;
@@ -451,6 +476,50 @@ public:
     for (BufferId id = 0; id < plan_.buffers.size(); ++id)
       if (plan_.buffers[id].viewOf >= 0)
         pointers_[id] = pointers_[std::size_t(plan_.buffers[id].viewOf)];
+    // A hoisted step's output lives in memory of its own in every run, so
+    // that the steps between the run's start and its place keep its bytes.
+    for (const auto& [id, storage] : hoistedOutputs_)
+      pointers_[id] = storage->data();
+    speculating_ = false;
+    if (stageInputs && speculation_)
+      AMPJIT_RETURN_IF_ERROR(bindSecondBuffers(arguments, argumentKey));
+    return Status::success();
+  }
+
+  /// The second buffer of each piece of state the speculative updates
+  /// rewrite, as large as the state's storage (allocated when first needed
+  /// or when the state moves to storage of another size); their addresses
+  /// join `argumentKey`, with a mark that the run speculates. (checkArguments
+  /// has refused state updated in place whose storage another argument shares.)
+  Status bindSecondBuffers(std::span<Tensor> arguments, std::vector<void*>& argumentKey) {
+    for (const cuda::SpeculativeUpdate& update : speculation_->updates)
+      for (BufferId id : update.rewritten) {
+        if (id == kNoBuffer)
+          continue;
+        const Storage& storage = *arguments[std::size_t(plan_.buffers[id].argument)].storage();
+        std::shared_ptr<Storage>& second = secondBuffers_[id];
+        if (!second || second->size() != storage.size()) {
+          if (second)
+            stats_.speculativeStateBytes -= int64_t(second->size());
+          AMPJIT_RETURN_IF_ERROR(allocateFixed(second, storage.size(), "the second buffer of " + describeBuffer(plan_, id)));
+          stats_.speculativeStateBytes += int64_t(second->size());
+        }
+        argumentKey.push_back(second->data());
+      }
+    argumentKey.push_back(&speculation_); // a mark: the key of a speculative run
+    speculating_ = true;
+    return Status::success();
+  }
+
+  /// After a speculative run: each state tensor takes the buffer its new
+  /// value went to, and the next run writes into the old one.
+  Status handOverSecondBuffers(std::span<Tensor> arguments) {
+    for (auto& [id, second] : secondBuffers_) {
+      const std::shared_ptr<Storage>& storage = arguments[std::size_t(plan_.buffers[id].argument)].storage();
+      if (!storage || !storage->exchangeBytes(*second))
+        return Status::error("plan @" + plan_.name + ": " + describeBuffer(plan_, id) +
+                             " changed storage while its speculative update ran (a backend bug)");
+    }
     return Status::success();
   }
 
@@ -553,6 +622,170 @@ private:
     return Status::success();
   }
 
+  //===--------------------------------------------------------------------===//
+  // Speculative updates (SpeculativeUpdates.h)
+  //===--------------------------------------------------------------------===//
+
+  void planSpeculation() {
+    if (speculativeMinimumElements_ <= 0) {
+      stats_.speculationDeclined = "not asked for (AMPJIT_CUDA_SPECULATIVE_UPDATE)";
+      return;
+    }
+    if (checkNumerics_) {
+      stats_.speculationDeclined = "AMPJIT_CHECK_NUMERICS runs every step in line";
+      return;
+    }
+    std::string whyNot;
+    speculation_ = cuda::scheduleSpeculativeUpdates(plan_, speculativeMinimumElements_, &whyNot);
+    if (!speculation_) {
+      stats_.speculationDeclined = whyNot;
+      return;
+    }
+    stats_.speculativeUpdates = int64_t(speculation_->updates.size());
+    for (std::size_t u = 0; u < speculation_->updates.size(); ++u)
+      speculativeAt_[speculation_->updates[u].step] = u;
+    hoistedSteps_.insert(speculation_->hoisted.begin(), speculation_->hoisted.end());
+  }
+
+  /// Each speculative update and hoisted step in a launch of its own: they
+  /// run apart from the steps they would share a launch with.
+  std::vector<std::pair<std::size_t, std::size_t>> splitSpeculatedSteps(
+      std::vector<std::pair<std::size_t, std::size_t>> groups) const {
+    if (!speculation_)
+      return groups;
+    std::vector<std::pair<std::size_t, std::size_t>> split;
+    for (auto [begin, end] : groups) {
+      bool apart = false;
+      for (std::size_t index = begin; index < end; ++index)
+        apart = apart || speculativeAt_.count(index) || hoistedSteps_.count(index);
+      if (!apart || end - begin == 1) {
+        split.emplace_back(begin, end);
+        continue;
+      }
+      for (std::size_t index = begin; index < end; ++index)
+        split.emplace_back(index, index + 1);
+    }
+    return split;
+  }
+
+  /// Per launch group, whether a speculative update may be running beside
+  /// it: forked after an earlier step and joined at a later one.
+  std::vector<bool> besideSpeculativeUpdate(const std::vector<std::pair<std::size_t, std::size_t>>& groups) const {
+    std::vector<bool> beside(groups.size(), false);
+    if (!speculation_)
+      return beside;
+    for (std::size_t g = 0; g < groups.size(); ++g)
+      for (const cuda::SpeculativeUpdate& update : speculation_->updates) {
+        bool forked = update.readyAfter == cuda::kReadyAtRunStart || update.readyAfter < groups[g].first;
+        beside[g] = beside[g] || (forked && groups[g].first < update.step);
+      }
+    return beside;
+  }
+
+  /// Per update its events, the updates each step forks, the restores
+  /// (consecutive updates with one predicate share a launch) and the
+  /// hoisted steps' own memory.
+  Status prepareSpeculation() {
+    if (!speculation_)
+      return Status::success();
+    preparedAt_.assign(plan_.steps.size(), kNotPrepared);
+    for (std::size_t p = 0; p < steps_.size(); ++p)
+      preparedAt_[steps_[p].indices.front()] = p;
+    std::string where = "plan @" + plan_.name + ": preparing its speculative updates";
+    std::ptrdiff_t lastStep = -2;
+    BufferId lastPredicate = kNoBuffer;
+    std::size_t batchStart = 0;
+    for (std::size_t u = 0; u < speculation_->updates.size(); ++u) {
+      const cuda::SpeculativeUpdate& update = speculation_->updates[u];
+      SpeculativeLaunch& launch = speculativeLaunches_.emplace_back();
+      launch.update = u;
+      launch.prepared = preparedAt_[update.step];
+      for (cudaEvent_t* event : {&launch.fork, &launch.done})
+        AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(event, cudaEventDisableTiming), where);
+      speculateAfter_[update.readyAfter].push_back(u);
+      const Step& step = plan_.steps[update.step];
+      BufferId predicate = step.inputs[cuda::optimizerPredicateSlot(step)];
+      if (std::ptrdiff_t(update.step) != lastStep + 1 || predicate != lastPredicate)
+        batchStart = update.step;
+      restoreBatches_[batchStart].push_back(u);
+      lastStep = std::ptrdiff_t(update.step);
+      lastPredicate = predicate;
+    }
+    for (std::size_t index : speculation_->hoisted) {
+      BufferId out = plan_.steps[index].outputs[0];
+      AMPJIT_RETURN_IF_ERROR(allocateFixed(hoistedOutputs_[out], plan_.buffers[out].type.byteSize(),
+                                           "the output of hoisted " + describeStep(plan_, index)));
+    }
+    return Status::success();
+  }
+
+  /// Forks to the side stream the speculative updates whose inputs are
+  /// final once plan step `index` is enqueued (kReadyAtRunStart: at the
+  /// start), each reading the current state and writing the second buffers,
+  /// without its predicate.
+  Status forkSpeculativeUpdates(std::size_t index, cudaStream_t stream) {
+    auto ready = speculateAfter_.find(index);
+    if (ready == speculateAfter_.end())
+      return Status::success();
+    cudaStream_t side = runtime_->sideStream;
+    void* sideWorkspace = sideWorkspace_ ? static_cast<void*>(sideWorkspace_->data())
+                                         : (workspaceBytes_ > 0 ? static_cast<void*>(workspace_->data()) : nullptr);
+    for (std::size_t u : ready->second) {
+      SpeculativeLaunch& launch = speculativeLaunches_[u];
+      const cuda::SpeculativeUpdate& update = speculation_->updates[u];
+      const Step& step = plan_.steps[update.step];
+      std::size_t predicate = cuda::optimizerPredicateSlot(step);
+      std::vector<void*> in, out;
+      for (std::size_t slot = 0; slot < step.inputs.size(); ++slot)
+        in.push_back(slot == predicate || step.inputs[slot] == kNoBuffer ? nullptr : pointers_[step.inputs[slot]]);
+      for (BufferId id : update.rewritten)
+        out.push_back(id == kNoBuffer ? nullptr : static_cast<void*>(secondBuffers_.at(id)->data()));
+      std::string where = describeStepOfPlan(plan_, update.step) + ": running it speculatively";
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(launch.fork, stream), where);
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side, launch.fork, 0), where);
+      PreparedStep& prepared = steps_[launch.prepared];
+      if (timelineRecording_)
+        AMPJIT_RETURN_IF_ERROR(beginTimelineLaunch(side, launchFields(prepared) + ",\"speculative\":true"));
+      Status status = prepared.step->enqueue(StepPointers{in, out, sideWorkspace}, side);
+      if (!status)
+        return Status::error(where + ": " + status.message());
+      AMPJIT_RETURN_IF_ERROR(endTimelineLaunch(side));
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(launch.done, side), where);
+      launch.forked = true;
+    }
+    return Status::success();
+  }
+
+  /// At the place of plan step `index`, a speculative update: the first of
+  /// a batch waits for the batch's updates and, where the step is skipped,
+  /// copies the old state over what they wrote; the rest have nothing left.
+  Status restoreWhereSkipped(std::size_t index, cudaStream_t stream) {
+    auto batch = restoreBatches_.find(index);
+    if (batch == restoreBatches_.end())
+      return Status::success();
+    std::string where = describeStepOfPlan(plan_, index) + ": restoring the state where the step is skipped";
+    std::vector<cuda::update::RestoreTensor> tensors;
+    const uint8_t* predicate = nullptr;
+    for (std::size_t u : batch->second) {
+      SpeculativeLaunch& launch = speculativeLaunches_[u];
+      if (!launch.forked)
+        return Status::error(where + ": its speculative update was never forked (a backend bug)");
+      launch.forked = false;
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, launch.done, 0), where);
+      const cuda::SpeculativeUpdate& update = speculation_->updates[u];
+      const Step& step = plan_.steps[update.step];
+      predicate = static_cast<const uint8_t*>(pointers_[step.inputs[cuda::optimizerPredicateSlot(step)]]);
+      for (BufferId id : update.rewritten)
+        if (id != kNoBuffer)
+          tensors.push_back({pointers_[id], secondBuffers_.at(id)->data(), int64_t(plan_.buffers[id].type.byteSize())});
+    }
+    if (timelineRecording_)
+      AMPJIT_RETURN_IF_ERROR(beginTimelineLaunch(stream, chunkFields(index, "restoring where skipped")));
+    AMPJIT_CUDA_RETURN_IF_ERROR(
+        cuda::update::launchRestoreWhereSkipped(predicate, tensors.data(), tensors.size(), stream), where);
+    return endTimelineLaunch(stream);
+  }
+
   /// The whole plan, as a graph captures it.
   Status enqueueWholePlan(cudaStream_t stream) { return enqueueSteps(stream, 0, plan_.steps.size(), true); }
 
@@ -582,6 +815,13 @@ private:
       }
       return Status::success();
     };
+    bool speculate = overlap && speculating_ && begin == 0 && end == plan_.steps.size();
+    if (speculate) {
+      enqueuedSpeculatively_ = true;
+      for (std::size_t index : speculation_->hoisted)
+        AMPJIT_RETURN_IF_ERROR(enqueueStep(steps_[preparedAt_[index]], stream, workspace));
+      AMPJIT_RETURN_IF_ERROR(forkSpeculativeUpdates(cuda::kReadyAtRunStart, stream));
+    }
     if (onSide) {
       AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(deferredFork_, stream), "plan @" + plan_.name + ": forking its update");
       AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side, deferredFork_, 0),
@@ -604,6 +844,13 @@ private:
       bool deferred = first < plan_.deferredSteps;
       if (onSide && !deferred)
         AMPJIT_RETURN_IF_ERROR(joinUpTo(prepared.deferredDue));
+      if (speculate && hoistedSteps_.count(first))
+        continue; // ran first
+      if (speculate && speculativeAt_.count(first)) {
+        AMPJIT_RETURN_IF_ERROR(joinSideSteps(prepared.indices.back()));
+        AMPJIT_RETURN_IF_ERROR(restoreWhereSkipped(first, stream));
+        continue;
+      }
       // Joined before any step of a launch that one of them must precede.
       AMPJIT_RETURN_IF_ERROR(joinSideSteps(prepared.indices.back()));
       if (auto beside = sideLaneAt_.find(first); overlap && beside != sideLaneAt_.end()) {
@@ -615,10 +862,14 @@ private:
         AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(sideStep.done, side), where + ": marking it done");
         besides.push_back(&sideStep);
         AMPJIT_RETURN_IF_ERROR(forkFiniteChecksAfter(prepared, stream));
+        if (speculate)
+          AMPJIT_RETURN_IF_ERROR(forkSpeculativeUpdates(first, stream));
         continue;
       }
       if (auto split = splitAtStep_.find(first); split != splitAtStep_.end()) {
         AMPJIT_RETURN_IF_ERROR(joinFiniteCheck(splitChecks_[split->second], stream));
+        if (speculate)
+          AMPJIT_RETURN_IF_ERROR(forkSpeculativeUpdates(first, stream));
         continue;
       }
       bool sideStep = onSide && deferred;
@@ -627,6 +878,9 @@ private:
         AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(deferredDone_[deferredGroup++], side),
                                     describeStepOfPlan(plan_, first) + ": marking the update done");
       AMPJIT_RETURN_IF_ERROR(forkFiniteChecksAfter(prepared, stream));
+      if (speculate)
+        for (std::size_t index : prepared.indices)
+          AMPJIT_RETURN_IF_ERROR(forkSpeculativeUpdates(index, stream));
     }
     if (onSide)
       AMPJIT_RETURN_IF_ERROR(joinUpTo(std::ptrdiff_t(deferredDone_.size()) - 1));
@@ -842,7 +1096,7 @@ private:
   Status timelineRun(cudaStream_t stream, std::size_t begin, Status& written) {
     std::string where = "plan @" + plan_.name + ": recording a timeline";
     TimelineRecording recording;
-    recording.capacity = steps_.size();
+    recording.capacity = steps_.size() + restoreBatches_.size();
     for (const SplitFiniteCheck& split : splitChecks_)
       recording.capacity += split.schedule.early.size();
     AMPJIT_RETURN_IF_ERROR(allocateFixed(recording.stamps, 2 * recording.capacity * sizeof(unsigned long long),
@@ -1075,12 +1329,20 @@ private:
 
   /// Records every step into a graph for the current argument addresses;
   /// updates the instantiated graph in place when its topology allows.
+  /// Captures the whole plan for `key`'s state addresses into graphs_'s
+  /// last entry: a new one while the cache has room, else the least
+  /// recently used one, updated in place where the driver can.
   Status capture(cudaStream_t stream, const std::vector<void*>& key) {
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
                                 "plan @" + plan_.name + ": beginning graph capture");
     Status enqueued = enqueueWholePlan(stream);
     cudaGraph_t graph = nullptr;
     cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    auto dropGraphs = [&] {
+      for (CachedGraph& cached : graphs_)
+        cudaGraphExecDestroy(cached.exec);
+      graphs_.clear();
+    };
     if (!enqueued || ended != cudaSuccess) {
       if (graph)
         cudaGraphDestroy(graph);
@@ -1089,32 +1351,34 @@ private:
       // (run() then launches nothing). A graph of earlier state addresses is
       // never launched again.
       graphFailure_ = !enqueued ? enqueued.message() : cuda::cudaFailure(ended, "ending capture").message();
-      if (graph_) {
-        cudaGraphExecDestroy(graph_);
-        graph_ = nullptr;
-      }
+      dropGraphs();
+      enqueuedSpeculatively_ = false;
       return enqueueWholePlan(stream);
     }
-    if (graph_) {
+    cudaGraphExec_t exec = nullptr;
+    if (graphs_.size() == kCachedGraphs) {
+      exec = graphs_.front().exec;
+      graphs_.erase(graphs_.begin());
       cudaGraphExecUpdateResultInfo info{};
-      if (cudaGraphExecUpdate(graph_, graph, &info) != cudaSuccess) {
+      if (cudaGraphExecUpdate(exec, graph, &info) != cudaSuccess) {
         (void)cudaGetLastError();
-        cudaGraphExecDestroy(graph_);
-        graph_ = nullptr;
+        cudaGraphExecDestroy(exec);
+        exec = nullptr;
       }
     }
-    cudaError_t instantiated = graph_ ? cudaSuccess : instantiateGraph(&graph_, graph);
+    cudaError_t instantiated = exec ? cudaSuccess : instantiateGraph(&exec, graph);
     cudaGraphDestroy(graph);
     if (instantiated != cudaSuccess) {
       // As for a failed capture: nothing of this run has executed yet, so
       // run it step by step (and every later run) instead of failing every
       // run from now on.
       (void)cudaGetLastError();
-      graph_ = nullptr;
+      dropGraphs();
       graphFailure_ = cuda::cudaFailure(instantiated, "instantiating its graph").message();
+      enqueuedSpeculatively_ = false;
       return enqueueWholePlan(stream);
     }
-    capturedKey_ = key;
+    graphs_.push_back({key, exec, enqueuedSpeculatively_});
     ++stats_.captures;
     return Status::success();
   }
@@ -1179,6 +1443,8 @@ private:
   bool useGraphs_;
   bool checkNumerics_;
   int gemmSmReserve_; ///< CudaBackendOptions::gemmSmReserve, resolved
+  /// CudaBackendOptions::speculativeUpdateMinimumElements, resolved (0: off).
+  int64_t speculativeMinimumElements_;
   /// AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=1: the deferred update runs first on
   /// the main stream, to measure what the overlap buys (on the H100, mlp9's
   /// GEMMs fill every SM, and its replayed step took 0.7 ms longer than its
@@ -1195,6 +1461,27 @@ private:
   /// AllFinite step index -> its split.
   std::map<std::size_t, std::vector<std::pair<std::size_t, std::size_t>>> forksAfterStep_;
   std::map<std::size_t, std::size_t> splitAtStep_;
+  /// Speculative updates: the schedule, and per update its launch.
+  struct SpeculativeLaunch {
+    std::size_t update = 0;   ///< in speculation_->updates
+    std::size_t prepared = 0; ///< its PreparedStep
+    cudaEvent_t fork = nullptr, done = nullptr;
+    bool forked = false; ///< in the enqueue under way, not yet restored
+  };
+  static constexpr std::size_t kNotPrepared = std::numeric_limits<std::size_t>::max();
+  std::optional<cuda::SpeculationSchedule> speculation_;
+  std::vector<SpeculativeLaunch> speculativeLaunches_;
+  std::map<std::size_t, std::size_t> speculativeAt_;                  ///< update step -> update
+  std::map<std::size_t, std::vector<std::size_t>> speculateAfter_;    ///< readyAfter -> updates
+  std::map<std::size_t, std::vector<std::size_t>> restoreBatches_;    ///< first update step -> updates
+  std::set<std::size_t> hoistedSteps_;
+  std::vector<std::size_t> preparedAt_; ///< plan step -> the PreparedStep it starts, or kNotPrepared
+  std::map<BufferId, std::shared_ptr<Storage>> hoistedOutputs_;
+  std::map<BufferId, std::shared_ptr<Storage>> secondBuffers_;
+  /// Whether the run being bound speculates (bindSecondBuffers), and
+  /// whether what it enqueued or launched did.
+  bool speculating_ = false;
+  bool enqueuedSpeculatively_ = false;
   DeferredUpdateTracker deferred_;
   /// Per side-stream launch of the deferred update, in order: the event the
   /// side stream records after it.
@@ -1214,8 +1501,15 @@ private:
   std::vector<void*> pointers_;
   std::vector<Rederivation> rederivations_;
   std::vector<PinnedInput> pinnedInputs_; ///< by buffer id, for host inputs (stageHostInput)
-  cudaGraphExec_t graph_ = nullptr;
-  std::vector<void*> capturedKey_;
+  /// Captured graphs by the state addresses they read: state that
+  /// alternates between two buffers (speculative updates) replays two.
+  struct CachedGraph {
+    std::vector<void*> key;
+    cudaGraphExec_t exec = nullptr;
+    bool speculative = false;
+  };
+  static constexpr std::size_t kCachedGraphs = 2;
+  std::vector<CachedGraph> graphs_; ///< the most recently used last
   std::string graphFailure_;
   CudaRunStats stats_;
   ObservedRun profile_ = ObservedRun::fromEnvironment("AMPJIT_PROFILE", "AMPJIT_PROFILE_RUN");
@@ -1295,7 +1589,8 @@ public:
       return Status::error("plan @" + plan.name + " is invalid: " + valid.message());
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(runtime_->device), "selecting the device");
     auto executable = std::make_unique<CudaExecutable>(std::move(plan), runtime_, options_.useGraphs,
-                                                       options_.checkNumerics, options_.gemmSmReserve);
+                                                       options_.checkNumerics, options_.gemmSmReserve,
+                                                       options_.speculativeUpdateMinimumElements);
     AMPJIT_RETURN_IF_ERROR(executable->prepare());
     return std::unique_ptr<Executable>(std::move(executable));
   }
@@ -1386,6 +1681,8 @@ public:
     return cudaExecutable ? cudaExecutable->stats() : CudaRunStats{};
   }
 
+  bool speculatesOptimizerUpdates() const override { return options_.speculativeUpdateMinimumElements > 0; }
+
 private:
   std::shared_ptr<DeviceRuntime> runtime_;
   CudaBackendOptions options_;
@@ -1456,6 +1753,9 @@ Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions opti
                          ": a GEMM cannot leave all of the device's " + std::to_string(multiprocessors) +
                          " SMs to the deferred update");
   }
+  if (options.speculativeUpdateMinimumElements < 0)
+    options.speculativeUpdateMinimumElements =
+        environmentFlag("AMPJIT_CUDA_SPECULATIVE_UPDATE") ? cuda::kMinSpeculativeUpdateElements : 0;
   return std::unique_ptr<CudaBackend>(new CudaBackendImpl(std::move(runtime), std::move(options)));
 }
 

@@ -665,6 +665,63 @@ cudaError_t launchConvert(ElementType from, ElementType to, const ConvertTensor*
   return launchInTables<ConvertTable>(tensors, tensorCount, kChunkElements, launch);
 }
 
+namespace {
+
+constexpr int kRestoreTableCapacity = 64;
+struct RestoreTable {
+  RestoreTensor tensors[kRestoreTableCapacity];
+  int size;
+};
+static_assert(sizeof(RestoreTable) < 4096, "kernel arguments must stay under 4 KB");
+
+__global__ void restoreWhereSkippedKernel(const uint8_t* predicate, RestoreTable table) {
+  if (*predicate != 0)
+    return;
+  int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int t = 0; t < table.size; ++t) {
+    const RestoreTensor& tensor = table.tensors[t];
+    // Plan buffers and pool allocations are 64-byte aligned: whole 16-byte
+    // words first, then the tail byte by byte.
+    int64_t words = tensor.bytes / 16;
+    const uint4* from = static_cast<const uint4*>(tensor.current);
+    uint4* to = static_cast<uint4*>(tensor.next);
+    for (int64_t i = thread; i < words; i += stride)
+      to[i] = from[i];
+    const unsigned char* fromBytes = static_cast<const unsigned char*>(tensor.current);
+    unsigned char* toBytes = static_cast<unsigned char*>(tensor.next);
+    for (int64_t i = words * 16 + thread; i < tensor.bytes; i += stride)
+      toBytes[i] = fromBytes[i];
+  }
+}
+
+} // namespace
+
+cudaError_t launchRestoreWhereSkipped(const uint8_t* predicate, const RestoreTensor* tensors,
+                                      std::size_t tensorCount, cudaStream_t stream) {
+  RestoreTable table{};
+  int64_t largest = 0;
+  auto launch = [&]() -> cudaError_t {
+    if (table.size == 0)
+      return cudaSuccess;
+    unsigned blocks = blocksFor((largest + 15) / 16);
+    restoreWhereSkippedKernel<<<blocks, kThreads, 0, stream>>>(predicate, table);
+    table = RestoreTable{};
+    largest = 0;
+    return cudaGetLastError();
+  };
+  for (std::size_t k = 0; k < tensorCount; ++k) {
+    if (tensors[k].bytes <= 0)
+      continue;
+    if (table.size == kRestoreTableCapacity)
+      if (cudaError_t error = launch(); error != cudaSuccess)
+        return error;
+    table.tensors[table.size++] = tensors[k];
+    largest = largest > tensors[k].bytes ? largest : tensors[k].bytes;
+  }
+  return launch();
+}
+
 cudaError_t launchScaleLoss(const void* loss, void* scaled, ElementType type, const float* scale, bool computeF64,
                             cudaStream_t stream) {
   if (computeF64)

@@ -188,6 +188,22 @@ cudaError_t launchOptimizer(const OptimizerConfig& config, const OptimizerScalar
                             const OptimizerTensor* tensors, std::size_t tensorCount, cudaStream_t stream,
                             const ScaleUpdate* scaleUpdate = nullptr);
 
+/// One piece of state a speculative update rewrote into its second buffer
+/// (SpeculativeUpdates.h): `bytes` from `current` into `next`.
+struct RestoreTensor {
+  const void* current;
+  void* next;
+  int64_t bytes;
+};
+
+/// Where the step is skipped (`predicate` 0), copies each tensor's current
+/// state over what the speculative update wrote, so the next buffers hold
+/// the old state bit for bit; where it is taken, every block returns at
+/// once. A fixed grid (at most kMaxBlocks) walks the tensors in 16-byte
+/// words, so a taken step costs one short launch whatever the state's size.
+cudaError_t launchRestoreWhereSkipped(const uint8_t* predicate, const RestoreTensor* tensors,
+                                      std::size_t tensorCount, cudaStream_t stream);
+
 //===----------------------------------------------------------------------===//
 // Conversions
 //===----------------------------------------------------------------------===//

@@ -22,7 +22,8 @@
 //     one CUDA graph, which later runs replay. Inputs are copied into the
 //     staging buffers first (from host or device memory), so a new batch
 //     never invalidates the graph; state arguments are used in place, and
-//     the graph is re-captured when one of them moves to other storage.
+//     graphs are cached by the state addresses they read (two at most: a
+//     new address captures a new graph, replacing the least recently used).
 //   * A second stream where overlap pays: the loss scaler's finiteness check
 //     of large gradients runs there in chunks, each as soon as its gradients
 //     are final, under the backward GEMMs that follow (FiniteCheckSchedule.h);
@@ -64,6 +65,17 @@ struct CudaBackendOptions {
   /// 0 leaves every GEMM the whole device; -1 takes
   /// AMPJIT_CUDA_GEMM_SM_RESERVE, or 0. Below the device's SM count.
   int gemmSmReserve = -1;
+  /// Optimizer updates predicated on the loss scaler's finiteness check run
+  /// speculatively, each on the side stream as soon as its gradient is
+  /// final, into a second buffer of the state it rewrites; where the check
+  /// skips the step, the old state is copied over, and the run hands each
+  /// state tensor the buffer that holds its new value (Storage::exchangeBytes:
+  /// the tensor's bytes alternate between two addresses, so memory read by
+  /// address from outside ampjit does not follow). Plans whose qualifying
+  /// updates cover at least this many parameter elements do so; 0 never; -1
+  /// takes AMPJIT_CUDA_SPECULATIVE_UPDATE (a switch; on means 2^24). While it
+  /// is on, jit::trace does not defer the update into the next run.
+  int64_t speculativeUpdateMinimumElements = -1;
 };
 
 /// What an Executable of this backend has done; for tests and benchmarks.
@@ -86,6 +98,12 @@ struct CudaRunStats {
   /// GEMM launches prepared to leave CudaBackendOptions::gemmSmReserve SMs
   /// to the deferred update running beside them (per run).
   int64_t gemmsBesideDeferredUpdate = 0;
+  /// Optimizer updates run speculatively (per run), and when none is, why
+  /// (CudaBackendOptions::speculativeUpdateMinimumElements).
+  int64_t speculativeUpdates = 0;
+  std::string speculationDeclined{};
+  /// Device bytes of the second buffers of the state they rewrite.
+  int64_t speculativeStateBytes = 0;
   /// Kernel and library launches a run enqueues (steps sharing a launch
   /// counted once, a reshape that views its input not at all): the nodes a
   /// step's graph replays one after another.
@@ -134,6 +152,9 @@ public:
   virtual std::string architecture() const = 0;
   /// Statistics of an Executable this backend prepared.
   virtual CudaRunStats stats(const Executable& executable) const = 0;
+  /// Whether its plans' optimizer updates may run speculatively
+  /// (CudaBackendOptions::speculativeUpdateMinimumElements, resolved).
+  virtual bool speculatesOptimizerUpdates() const = 0;
 };
 
 Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions options = {});
