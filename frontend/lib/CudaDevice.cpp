@@ -10,8 +10,17 @@ namespace jit {
 
 namespace detail {
 
-std::shared_ptr<rt::CudaBackend> sharedCudaBackend(const std::string& who) {
+namespace {
+
+std::shared_ptr<rt::CudaBackend>& sharedSlot() {
   static std::shared_ptr<rt::CudaBackend> shared;
+  return shared;
+}
+
+} // namespace
+
+std::shared_ptr<rt::CudaBackend> sharedCudaBackend(const std::string& who) {
+  std::shared_ptr<rt::CudaBackend>& shared = sharedSlot();
   if (!shared) {
     rt::Expected<std::unique_ptr<rt::CudaBackend>> created = rt::createCudaBackend();
     if (!created)
@@ -19,6 +28,13 @@ std::shared_ptr<rt::CudaBackend> sharedCudaBackend(const std::string& who) {
     shared = std::move(*created);
   }
   return shared;
+}
+
+void replaceSharedCudaBackend(const rt::CudaBackendOptions& options, const std::string& who) {
+  rt::Expected<std::unique_ptr<rt::CudaBackend>> created = rt::createCudaBackend(options);
+  if (!created)
+    throw Error(who + ": " + created.message());
+  sharedSlot() = std::move(*created);
 }
 
 } // namespace detail

@@ -15,6 +15,12 @@ namespace rt = ampjit::runtime;
 /// on one stream. Throws jit::Error, naming `who`, when there is no device.
 std::shared_ptr<rt::CudaBackend> sharedCudaBackend(const std::string& who);
 
+/// Makes a backend created with `options` the shared one from now on (tests
+/// that compare two configurations in one process). Functions traced before
+/// keep the backend they were traced with, and tensors on the device stay
+/// readable by both: one device, one address space.
+void replaceSharedCudaBackend(const rt::CudaBackendOptions& options, const std::string& who);
+
 } // namespace jit::detail
 
 #endif // JIT_LIB_CUDADEVICE_H

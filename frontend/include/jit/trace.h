@@ -141,6 +141,12 @@ struct TraceStats {
   /// to the deferred optimizer update running beside them; 0 without a
   /// reserve, without deferral and on the CPU.
   size_t device_gemms_beside_update_per_step = 0;
+  /// On CUDA, how many optimizer updates of a step run speculatively (under
+  /// the backward pass, before the loss scaler's check; CudaBackendOptions::
+  /// speculativeUpdateMinimumElements, AMPJIT_CUDA_SPECULATIVE_UPDATE), and
+  /// when none does, why; 0 and empty on the CPU.
+  size_t device_speculative_updates_per_step = 0;
+  std::string device_speculation_declined{};
   /// On CUDA, calls of the last compiled variant that replayed its captured
   /// graph, and why it runs step by step instead when a capture or an
   /// instantiation failed (empty while graphs work); 0 and empty on the CPU.

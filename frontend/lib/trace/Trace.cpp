@@ -56,6 +56,8 @@ struct Variant {
   /// On CUDA, how many of those run on the side stream (fixed at prepare).
   size_t deviceSideSteps = 0;
   size_t deviceGemmsBesideUpdate = 0;
+  size_t deviceSpeculativeUpdates = 0;
+  std::string deviceSpeculationDeclined;
 };
 
 /// At least this many parameter elements before DeferUpdates::automatic
@@ -243,8 +245,11 @@ private:
     variant->ampKey = std::move(key);
     variant->bindings = std::move(bindings);
     bool checkNumerics = rt::environmentFlag("AMPJIT_CHECK_NUMERICS");
+    // A backend that runs the update speculatively starts it under the
+    // backward pass; deferring it would keep it out of that run.
     bool defer = !checkNumerics && (options_.defer_updates == DeferUpdates::on ||
-                                    (options_.defer_updates == DeferUpdates::automatic && cuda_ != nullptr));
+                                    (options_.defer_updates == DeferUpdates::automatic && cuda_ != nullptr &&
+                                     !cuda_->speculatesOptimizerUpdates()));
     const char* dumpDirectory = std::getenv("AMPJIT_DUMP");
     CompileTraceOptions compileOptions{
         .pipelineOptions = pipelineOptions_,
@@ -284,6 +289,8 @@ private:
       variant->deviceLaunches = size_t(stats.launchesPerRun);
       variant->deviceSideSteps = size_t(stats.sideSteps);
       variant->deviceGemmsBesideUpdate = size_t(stats.gemmsBesideDeferredUpdate);
+      variant->deviceSpeculativeUpdates = size_t(stats.speculativeUpdates);
+      variant->deviceSpeculationDeclined = stats.speculationDeclined;
     }
     if (plan.deferredSteps > 0) {
       variant->deferred = std::make_shared<DeferredUpdate>();
@@ -371,6 +378,8 @@ private:
     stats_.device_launches_per_step = variant.deviceLaunches;
     stats_.device_side_steps_per_step = variant.deviceSideSteps;
     stats_.device_gemms_beside_update_per_step = variant.deviceGemmsBesideUpdate;
+    stats_.device_speculative_updates_per_step = variant.deviceSpeculativeUpdates;
+    stats_.device_speculation_declined = variant.deviceSpeculationDeclined;
     if (cuda_) {
       rt::CudaRunStats run = cuda_->stats(*variant.executable);
       stats_.device_graph_replays = size_t(run.graphReplays);
