@@ -5,7 +5,8 @@
 # ignores it) with gpu-bundle/run.sh, which runs there and writes its logs
 # to $OUT. With the device tool: carry ["gpu-bundle"], command
 # `bash gpu-bundle/run.sh` (then `bash gpu-bundle/run.sh bench mlp9`, `... bench resnet50`,
-# `... defer-ab mlp9`, `... priority-ab mlp9`, `... side-ab resnet50`, `... reserve-ab mlp9`, `... overlap-ab mlp9`, `... timeline mlp9`:
+# `... defer-ab mlp9`, `... priority-ab mlp9`, `... side-ab resnet50`, `... reserve-ab mlp9`, `... overlap-ab mlp9`,
+# `... speculate-ab mlp9`, `... timeline mlp9`:
 # one device command may run 600 s). Build first (scripts/run-tests.sh or ninja in build/).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -48,9 +49,13 @@ cat > gpu-bundle/run.sh <<'RUN'
 #                   in line (AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=1), with the finiteness check in line
 #                   (AMPJIT_CUDA_FINITE_CHECK_IN_LINE=1), and with both, each with the evict-first
 #                   hints and without (AMPJIT_CUDA_CACHE_HINTS=0), no peers
+#   speculate-ab MODEL...  O1 and O2 f16 with the update deferred (as it is) and speculative
+#                   (AMPJIT_CUDA_SPECULATIVE_UPDATE=1) with 0, 16 and 32 SMs that GEMMs beside it leave
+#                   to it (AMPJIT_CUDA_GEMM_SM_RESERVE), no peers, one process each
 #   timeline MODEL...  O1 f16, one replayed step with each launch stamped on its stream
-#                   (AMPJIT_TIMELINE): as it is, with 16 SMs left to the deferred update, and with the
-#                   update in line, no peers; timeline-MODEL-VARIANT.jsonl, summaries in summary.txt
+#                   (AMPJIT_TIMELINE): as it is, with 16 SMs left to the deferred update, with the
+#                   update in line, and speculative with 0 and 16 SMs left to it, no peers;
+#                   timeline-MODEL-VARIANT.jsonl, summaries in summary.txt
 # Device time is short: each stage is bounded, and every result is appended as it comes, so a
 # command stopped at its limit still returns what finished. Logs, JSON and summary.txt go to $OUT.
 set -uo pipefail
@@ -221,13 +226,28 @@ run_overlap_ab() { # MODEL: the deferred update and the finiteness check on the 
   done
 }
 
+run_speculate_ab() { # MODEL: the update deferred, or speculative beside GEMMs leaving it 0, 16, 32 SMs
+  local model=$1 variant
+  for variant in deferred speculative-0 speculative-16 speculative-32; do
+    local speculate=1 reserve=${variant#speculative-}
+    [ "$variant" = deferred ] && speculate=0 reserve=0
+    AMPJIT_CUDA_SPECULATIVE_UPDATE=$speculate AMPJIT_CUDA_GEMM_SM_RESERVE=$reserve timeout 150 \
+      "$here/run/ampjit-bench" --model "$model" --backend cuda --levels O1,O2 --dtypes f16 --no-peer \
+      --no-fresh-process >> "$out/speculate-ab.jsonl" 2>> "$out/bench.log"
+    stamp "speculate-ab $model $variant: exit $?"
+    tail -n 2 "$out/speculate-ab.jsonl" >> "$out/summary.txt"
+  done
+}
+
 run_timeline() { # MODEL: when each launch of a replayed step ran, on which stream (AMPJIT_TIMELINE)
   local model=$1 variant
-  for variant in as-is reserve-16 update-in-line; do
-    local reserve=0 inline=0
-    [ "$variant" = reserve-16 ] && reserve=16
+  for variant in as-is reserve-16 update-in-line speculative speculative-reserve-16; do
+    local reserve=0 inline=0 speculate=0
+    case "$variant" in *reserve-16) reserve=16 ;; esac
+    case "$variant" in speculative*) speculate=1 ;; esac
     [ "$variant" = update-in-line ] && inline=1
     AMPJIT_TIMELINE="$out/timeline-$model-$variant.jsonl" AMPJIT_CUDA_GEMM_SM_RESERVE=$reserve \
+      AMPJIT_CUDA_SPECULATIVE_UPDATE=$speculate \
       AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=$inline timeout 120 "$here/run/ampjit-bench" --model "$model" \
       --backend cuda --levels O1 --dtypes f16 --no-peer --no-fresh-process --steps 10 --warmup 3 \
       >> "$out/timeline-runs.jsonl" 2>> "$out/bench.log"
@@ -265,7 +285,7 @@ run_crash() { # MODEL LEVELS: the benchmark alone; if it dies of a signal, again
   fi
 }
 
-is_stage() { [ "$1" = profile ] || [ "$1" = crash ] || [ "$1" = train ] || [ "$1" = probe ] || [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ] || [ "$1" = priority-ab ] || [ "$1" = side-ab ] || [ "$1" = reserve-ab ] || [ "$1" = overlap-ab ] || [ "$1" = timeline ]; }
+is_stage() { [ "$1" = profile ] || [ "$1" = crash ] || [ "$1" = train ] || [ "$1" = probe ] || [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ] || [ "$1" = priority-ab ] || [ "$1" = side-ab ] || [ "$1" = reserve-ab ] || [ "$1" = overlap-ab ] || [ "$1" = speculate-ab ] || [ "$1" = timeline ]; }
 
 [ $# -gt 0 ] || set -- tests bench classifier
 while [ $# -gt 0 ]; do
@@ -281,8 +301,9 @@ while [ $# -gt 0 ]; do
     side-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_side_ab "$1"; shift; done ;;
     reserve-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_reserve_ab "$1"; shift; done ;;
     overlap-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_overlap_ab "$1"; shift; done ;;
+    speculate-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_speculate_ab "$1"; shift; done ;;
     timeline) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_timeline "$1"; shift; done ;;
-    *) echo "run.sh: unknown stage '$1' (probe, profile, crash, train, tests [JOBS], bench MODEL..., defer-ab MODEL..., priority-ab MODEL..., side-ab MODEL..., reserve-ab MODEL..., overlap-ab MODEL..., timeline MODEL...)" | tee -a "$out/summary.txt"
+    *) echo "run.sh: unknown stage '$1' (probe, profile, crash, train, tests [JOBS], bench MODEL..., defer-ab MODEL..., priority-ab MODEL..., side-ab MODEL..., reserve-ab MODEL..., overlap-ab MODEL..., speculate-ab MODEL..., timeline MODEL...)" | tee -a "$out/summary.txt"
        exit 2 ;;
   esac
 done
