@@ -625,18 +625,20 @@ TEST_F(CompiledStepOnGpu, AnMlpWithBatchNorm1dMatchesTheCpu) {
   }
 }
 
+/// mlp9's shape at test size: three Linear(64, 64) with biases, drawn from `seed`.
+nn::Sequential mlpAtTestSize(uint64_t seed) {
+  Generator generator(seed);
+  nn::Sequential model;
+  for (int i = 0; i < 3; ++i)
+    model.push_back(nn::Linear(64, 64, true, {.generator = &generator}));
+  return model;
+}
+
 TEST_F(CompiledStepOnGpu, AnMseMlpsFp32BiasGradientsMatchTheCpuAtO1) {
   // mlp9's shape at test size: at O1 each hidden layer's bias gradient is
   // its f16 output gradient widened and summed over the batch, which CUDA
   // runs as one launch reading the f16 gradient (widenedReductionAt).
-  auto build = [] {
-    Generator generator(5);
-    nn::Sequential model;
-    for (int i = 0; i < 3; ++i)
-      model.push_back(nn::Linear(64, 64, true, {.generator = &generator}));
-    return model;
-  };
-  nn::Sequential cpuModel = build(), gpuModel = build();
+  nn::Sequential cpuModel = mlpAtTestSize(5), gpuModel = mlpAtTestSize(5);
   optim::SGD cpuOpt(cpuModel.parameters(), {.lr = 0.05}), gpuOpt(gpuModel.parameters(), {.lr = 0.05});
   amp::GradScaler cpuScaler, gpuScaler;
   auto mseStep = [](nn::Sequential& model, optim::SGD& opt, amp::GradScaler& scaler, const Tensor& x,
@@ -664,13 +666,6 @@ TEST_F(CompiledStepOnGpu, SpeculativeUpdatesGiveTheBitsOfTheDeferredStepAndSkipA
   // parameter element) running each update under the backward pass before
   // the scaler's check. Call 3 overflows. Every loss, the scaler's state
   // and every parameter agree bit for bit.
-  auto build = [] {
-    Generator generator(9);
-    nn::Sequential model;
-    for (int i = 0; i < 3; ++i)
-      model.push_back(nn::Linear(64, 64, true, {.generator = &generator}));
-    return model;
-  };
   struct Trainer {
     nn::Sequential model;
     optim::SGD optimizer;
@@ -682,7 +677,7 @@ TEST_F(CompiledStepOnGpu, SpeculativeUpdatesGiveTheBitsOfTheDeferredStepAndSkipA
                                  model, optimizer, scaler, x, y);
     }
   };
-  Trainer deferring(build()), speculating(build());
+  Trainer deferring(mlpAtTestSize(9)), speculating(mlpAtTestSize(9));
   TraceOptions options{.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cuda};
   options.defer_updates = DeferUpdates::on;
   auto deferredStep = trace([&](const Tensor& x, const Tensor& y) { return deferring.step(x, y); }, options);
