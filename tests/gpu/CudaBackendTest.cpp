@@ -1048,5 +1048,71 @@ TEST_F(GpuTest, SpeculativeUpdatesGiveTheInLineUpdatesBitsAndSkipWhatTheCheckSki
   EXPECT_GE(stats.speculativeStateBytes, int64_t(64 * 64 * (4 + 2 + 4 + 4)));
 }
 
+TEST_F(GpuTest, ATimelineOfASpeculativeRunShowsEachUpdateAfterItsGradientAndTheRestoreAfterBoth) {
+  // The third run, stamped: each update on the side stream, marked
+  // speculative, after the GEMM that wrote its gradient; one restore for
+  // both on the main stream after both; the state as in line.
+  test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
+  std::string path = ::testing::TempDir() + "speculative-timeline-" + std::to_string(getpid()) + ".jsonl";
+  std::filesystem::remove(path);
+  std::vector<std::string> lines;
+  {
+    Expected<std::unique_ptr<CudaBackend>> speculating = createCudaBackend({.speculativeUpdateMinimumElements = 1});
+    Expected<std::unique_ptr<CudaBackend>> inLine = createCudaBackend({.speculativeUpdateMinimumElements = 0});
+    ASSERT_TRUE(speculating.ok() && inLine.ok()) << speculating.message();
+    Expected<std::unique_ptr<Executable>> behind = (*inLine)->prepare(parts.plan);
+    // Only the speculative executable records (prepare reads the variables).
+    ScopedEnvironment timeline("AMPJIT_TIMELINE", path.c_str());
+    ScopedEnvironment run("AMPJIT_TIMELINE_RUN", "3");
+    Expected<std::unique_ptr<Executable>> ahead = (*speculating)->prepare(parts.plan);
+    ASSERT_TRUE(ahead.ok() && behind.ok()) << ahead.message() << behind.message();
+    std::vector<Tensor> aheadArguments, behindArguments;
+    for (const Tensor& argument : scaledTwoLayerArguments(parts, 0, false)) {
+      aheadArguments.push_back(*(*speculating)->toDevice(argument));
+      behindArguments.push_back(*(*inLine)->toDevice(argument));
+    }
+    for (int run = 0; run < 4; ++run) {
+      ASSERT_TRUE((*ahead)->run(aheadArguments).ok());
+      ASSERT_TRUE((*behind)->run(behindArguments).ok());
+    }
+    for (BufferId id : {parts.w0, parts.w0Copy, parts.w1, parts.momentum})
+      EXPECT_TRUE((*speculating)->toHost(aheadArguments[id])->bitwiseEqual(*(*inLine)->toHost(behindArguments[id])))
+          << "argument " << id;
+    EXPECT_EQ((*speculating)->stats(**ahead).timelineRuns, 1);
+    std::ifstream file(path);
+    for (std::string line; std::getline(file, line);)
+      lines.push_back(line);
+  }
+  std::filesystem::remove(path);
+  auto key = [](std::size_t step) { return std::to_string(step) + "," + std::to_string(step); };
+  std::map<std::string, std::pair<double, double>> mainLaunches, speculative;
+  for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
+    std::size_t steps = lines[i].find("\"steps\":[");
+    ASSERT_NE(steps, std::string::npos) << lines[i];
+    std::string launch = lines[i].substr(steps + 9, lines[i].find(']', steps) - steps - 9);
+    std::pair<double, double> when{jsonNumber(lines[i], "start_us"), jsonNumber(lines[i], "end_us")};
+    bool side = lines[i].find("\"stream\":\"side\"") != std::string::npos;
+    if (lines[i].find("\"speculative\":true") != std::string::npos) {
+      EXPECT_TRUE(side) << lines[i];
+      speculative[launch] = when;
+    } else if (!side) {
+      mainLaunches[launch] = when;
+    }
+  }
+  ASSERT_EQ(speculative.size(), 2u);
+  ASSERT_TRUE(speculative.count(key(parts.w0Update)) && speculative.count(key(parts.w1Update)));
+  ASSERT_TRUE(mainLaunches.count(key(parts.gw0Step)) && mainLaunches.count(key(parts.gw1Step)));
+  EXPECT_GE(speculative[key(parts.w1Update)].first, mainLaunches[key(parts.gw1Step)].second);
+  EXPECT_GE(speculative[key(parts.w0Update)].first, mainLaunches[key(parts.gw0Step)].second);
+  // The restore stands at w0's update, the first of the two.
+  ASSERT_TRUE(mainLaunches.count(key(parts.w0Update)));
+  EXPECT_EQ(mainLaunches.count(key(parts.w1Update)), 0u) << "one restore for both";
+  for (const auto& [launch, when] : speculative)
+    EXPECT_GE(mainLaunches[key(parts.w0Update)].first, when.second) << launch;
+  // inv_scale ran first: before the first GEMM.
+  ASSERT_TRUE(mainLaunches.count(key(parts.inverseStep)) && mainLaunches.count("0,0"));
+  EXPECT_LE(mainLaunches[key(parts.inverseStep)].second, mainLaunches["0,0"].first);
+}
+
 } // namespace
 } // namespace ampjit::runtime::gputest

@@ -818,6 +818,9 @@ private:
     bool speculate = overlap && speculating_ && begin == 0 && end == plan_.steps.size();
     if (speculate) {
       enqueuedSpeculatively_ = true;
+      // An enqueue that failed part way (a failed capture) left some marked.
+      for (SpeculativeLaunch& launch : speculativeLaunches_)
+        launch.forked = false;
       for (std::size_t index : speculation_->hoisted)
         AMPJIT_RETURN_IF_ERROR(enqueueStep(steps_[preparedAt_[index]], stream, workspace));
       AMPJIT_RETURN_IF_ERROR(forkSpeculativeUpdates(cuda::kReadyAtRunStart, stream));
@@ -1327,8 +1330,6 @@ private:
     return instantiated;
   }
 
-  /// Records every step into a graph for the current argument addresses;
-  /// updates the instantiated graph in place when its topology allows.
   /// Captures the whole plan for `key`'s state addresses into graphs_'s
   /// last entry: a new one while the cache has room, else the least
   /// recently used one, updated in place where the driver can.
