@@ -12,6 +12,7 @@
 
 #include "cuda/DeviceStep.h"
 #include "cuda/Nvrtc.h"
+#include "cuda/SpeculativeUpdates.h"
 
 #include "CompileExample.h"
 #include "CudaResNetStep.h"
@@ -33,6 +34,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <unistd.h>
 
@@ -645,4 +647,34 @@ TEST(CompileKernels, EachHiddenBiasGradientOfAnMlpIsOneLaunch) {
   EXPECT_EQ(widened, size_t(layers - 1)) << rt::printPlan(plan);
   EXPECT_EQ(reductionsAlone, 0u) << rt::printPlan(plan);
   EXPECT_EQ(heads, 1u) << rt::printPlan(plan);
+}
+
+TEST(CompileKernels, EveryUpdateOfATracedMlpStepMayStartUnderTheBackward) {
+  // The plan jit::trace compiles for CUDA at O1-f16 (not deferred): each
+  // weight's and bias's update is ready after a step of the backward, at
+  // least one per layer apart, and before the finiteness check.
+  const int layers = 4;
+  rt::Plan plan = cudaMlpStepPlan(layers);
+  std::string whyNot;
+  std::optional<cuda::SpeculationSchedule> schedule = cuda::scheduleSpeculativeUpdates(plan, 1, &whyNot);
+  ASSERT_TRUE(schedule.has_value()) << whyNot << "\n" << rt::printPlan(plan);
+  EXPECT_EQ(schedule->updates.size(), size_t(2 * layers)) << rt::printPlan(plan);
+  std::size_t check = 0;
+  while (check < plan.steps.size() && plan.steps[check].kind != rt::StepKind::AllFinite)
+    ++check;
+  ASSERT_LT(check, plan.steps.size());
+  std::set<std::size_t> readyAfter;
+  for (const cuda::SpeculativeUpdate& update : schedule->updates) {
+    EXPECT_NE(update.readyAfter, cuda::kReadyAtRunStart) << "its gradient comes from the backward";
+    EXPECT_LT(update.readyAfter, check) << rt::printStep(plan, update.step);
+    readyAfter.insert(update.readyAfter);
+  }
+  EXPECT_GE(readyAfter.size(), std::size_t(layers)) << "one ready point per layer at least";
+  // Whatever the updates read that the plan computes behind the check
+  // (inv_scale) runs first instead.
+  ASSERT_EQ(schedule->hoisted.size(), 1u);
+  const rt::Step& inverse = plan.steps[schedule->hoisted[0]];
+  EXPECT_GT(schedule->hoisted[0], check);
+  EXPECT_EQ(inverse.kind, rt::StepKind::Elementwise);
+  EXPECT_EQ(inverse.as<rt::ElementwiseParams>().op, rt::ElementwiseOp::Div) << rt::printStep(plan, schedule->hoisted[0]);
 }
