@@ -661,58 +661,68 @@ TEST_F(CompiledStepOnGpu, AnMseMlpsFp32BiasGradientsMatchTheCpuAtO1) {
 }
 
 TEST_F(CompiledStepOnGpu, SpeculativeUpdatesGiveTheBitsOfTheDeferredStepAndSkipAnOverflow) {
-  // mlp9's shape at test size, O1 f16: one step deferring its update into
-  // the next call, one (traced on a backend that speculates from the first
-  // parameter element) running each update under the backward pass before
-  // the scaler's check. Call 3 overflows. Every loss, the scaler's state
-  // and every parameter agree bit for bit.
+  // mlp9's shape at test size: one step deferring its update into the next
+  // call, one (traced on a backend that speculates from the first parameter
+  // element) running each update under the backward pass before the
+  // scaler's check. Call 3 overflows. Every loss, the scaler's state and
+  // every parameter agree bit for bit. O1 rewrites each weight's kept f16
+  // copy too, O2 its derived one; with momentum, the buffers alternate too.
   struct Trainer {
     nn::Sequential model;
     optim::SGD optimizer;
     amp::GradScaler scaler;
-    explicit Trainer(nn::Sequential built)
-        : model(std::move(built)), optimizer(model.parameters(), {.lr = 0.05}), scaler({.growth_interval = 2}) {}
+    Trainer(nn::Sequential built, double momentum)
+        : model(std::move(built)), optimizer(model.parameters(), {.lr = 0.05, .momentum = momentum}),
+          scaler({.growth_interval = 2}) {}
     Tensor step(const Tensor& x, const Tensor& y) {
       return scaledTrainStepWith([](const Tensor& out, const Tensor& target) { return mse_loss(out, target); },
                                  model, optimizer, scaler, x, y);
     }
   };
-  Trainer deferring(mlpAtTestSize(9)), speculating(mlpAtTestSize(9));
-  TraceOptions options{.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cuda};
-  options.defer_updates = DeferUpdates::on;
-  auto deferredStep = trace([&](const Tensor& x, const Tensor& y) { return deferring.step(x, y); }, options);
-  options.defer_updates = DeferUpdates::automatic;
-  detail::replaceSharedCudaBackend({.speculativeUpdateMinimumElements = 1}, "the speculative step's backend");
-  auto speculativeStep = trace([&](const Tensor& x, const Tensor& y) { return speculating.step(x, y); }, options);
-  for (int call = 0; call < 6; ++call) {
-    Generator generator(300 + uint64_t(call));
-    Tensor x = rand({32, 64}, f32, &generator), y = rand({32, 64}, f32, &generator);
-    if (call == 3) {
-      std::vector<double> values = x.to_vector();
-      values[7] = std::numeric_limits<double>::infinity();
-      x = tensor(values, x.shape());
+  struct Case {
+    amp::Level level;
+    DType dtype;
+    double momentum;
+  };
+  for (Case config : {Case{amp::O1, f16, 0.0}, Case{amp::O2, f16, 0.9}, Case{amp::O2, bf16, 0.0}}) {
+    SCOPED_TRACE(std::string(amp::level_name(config.level)) + " " + std::string(dtype_name(config.dtype)));
+    Trainer deferring(mlpAtTestSize(9), config.momentum), speculating(mlpAtTestSize(9), config.momentum);
+    TraceOptions options{.amp = {.level = config.level, .dtype = config.dtype}, .backend = Backend::cuda};
+    options.defer_updates = DeferUpdates::on;
+    auto deferredStep = trace([&](const Tensor& x, const Tensor& y) { return deferring.step(x, y); }, options);
+    options.defer_updates = DeferUpdates::automatic;
+    detail::replaceSharedCudaBackend({.speculativeUpdateMinimumElements = 1}, "the speculative step's backend");
+    auto speculativeStep = trace([&](const Tensor& x, const Tensor& y) { return speculating.step(x, y); }, options);
+    for (int call = 0; call < 6; ++call) {
+      Generator generator(300 + uint64_t(call));
+      Tensor x = rand({32, 64}, f32, &generator), y = rand({32, 64}, f32, &generator);
+      if (call == 3) {
+        std::vector<double> values = x.to_vector();
+        values[7] = std::numeric_limits<double>::infinity();
+        x = tensor(values, x.shape());
+      }
+      double speculated = speculativeStep(x, y).item(), deferred = deferredStep(x, y).item();
+      if (std::isnan(deferred))
+        EXPECT_TRUE(std::isnan(speculated)) << "loss of call " << call;
+      else
+        EXPECT_EQ(speculated, deferred) << "loss of call " << call;
     }
-    double speculated = speculativeStep(x, y).item(), deferred = deferredStep(x, y).item();
-    if (std::isnan(deferred))
-      EXPECT_TRUE(std::isnan(speculated)) << "loss of call " << call;
-    else
-      EXPECT_EQ(speculated, deferred) << "loss of call " << call;
+    detail::replaceSharedCudaBackend({}, "the default backend");
+    const TraceStats& stats = speculativeStep.stats();
+    EXPECT_EQ(stats.device_speculative_updates_per_step, 6u) << stats.device_speculation_declined;
+    EXPECT_EQ(stats.device_speculation_declined, "");
+    EXPECT_GT(stats.device_graph_replays, 0u);
+    EXPECT_EQ(stats.device_graph_disabled_reason, "");
+    EXPECT_EQ(speculativeStep.plan_text().find("deferred steps"), std::string::npos)
+        << "a backend that speculates is not given a deferred update";
+    EXPECT_EQ(deferredStep.stats().device_speculative_updates_per_step, 0u);
+    EXPECT_EQ(speculating.scaler.skipped_steps(), 1);
+    EXPECT_EQ(speculating.scaler.get_scale(), deferring.scaler.get_scale());
+    auto speculated = speculating.model.state_dict(), deferred = deferring.model.state_dict();
+    ASSERT_EQ(speculated.size(), deferred.size());
+    for (size_t k = 0; k < deferred.size(); ++k)
+      EXPECT_EQ(speculated[k].second.to_vector(), deferred[k].second.to_vector()) << deferred[k].first;
   }
-  detail::replaceSharedCudaBackend({}, "the default backend");
-  const TraceStats& stats = speculativeStep.stats();
-  EXPECT_EQ(stats.device_speculative_updates_per_step, 6u) << stats.device_speculation_declined;
-  EXPECT_EQ(stats.device_speculation_declined, "");
-  EXPECT_GT(stats.device_graph_replays, 0u);
-  EXPECT_EQ(stats.device_graph_disabled_reason, "");
-  EXPECT_EQ(speculativeStep.plan_text().find("deferred steps"), std::string::npos)
-      << "a backend that speculates is not given a deferred update";
-  EXPECT_EQ(deferredStep.stats().device_speculative_updates_per_step, 0u);
-  EXPECT_EQ(speculating.scaler.skipped_steps(), 1);
-  EXPECT_EQ(speculating.scaler.get_scale(), deferring.scaler.get_scale());
-  auto speculated = speculating.model.state_dict(), deferred = deferring.model.state_dict();
-  ASSERT_EQ(speculated.size(), deferred.size());
-  for (size_t k = 0; k < deferred.size(); ++k)
-    EXPECT_EQ(speculated[k].second.to_vector(), deferred[k].second.to_vector()) << deferred[k].first;
 }
 
 TEST_F(CompiledStepOnGpu, AGptBlockWithDropoutDrawsTheCpusMasksAtO2) {
