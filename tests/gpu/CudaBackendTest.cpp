@@ -991,6 +991,7 @@ TEST_F(GpuTest, SpeculativeUpdatesGiveTheInLineUpdatesBitsAndSkipWhatTheCheckSki
   CudaRunStats prepared = (*speculating)->stats(**ahead);
   EXPECT_EQ(prepared.speculativeUpdates, 2);
   EXPECT_EQ(prepared.speculationDeclined, "");
+  EXPECT_EQ(prepared.gradientsCheckedByTheirUpdate, 2) << "the check reads neither gradient again";
   EXPECT_EQ((*inLine)->stats(**behind).speculationDeclined, "not asked for (AMPJIT_CUDA_SPECULATIVE_UPDATE)");
 
   std::vector<Tensor> host = scaledTwoLayerArguments(parts, 0, false);
@@ -1046,6 +1047,84 @@ TEST_F(GpuTest, SpeculativeUpdatesGiveTheInLineUpdatesBitsAndSkipWhatTheCheckSki
   EXPECT_EQ(stats.graphReplays, 5);
   // w0 (f32) and its f16 copy, w1 and its momentum: second buffers of each.
   EXPECT_GE(stats.speculativeStateBytes, int64_t(64 * 64 * (4 + 2 + 4 + 4)));
+}
+
+TEST_F(GpuTest, ASpeculativeUpdateChecksItsGradientForASplitCheckWhichChecksTheRest) {
+  // A gradient large enough for a side-stream chunk, which its speculative
+  // update checks instead (the chunk is left out), and a small one no update
+  // reads, which the check still checks where it stands. Overflowing either
+  // skips the step, as in line.
+  const int64_t n = ampjit::runtime::cuda::kMinEarlyFiniteCheckElements;
+  PlanBuilder b("split_and_speculative");
+  BufferId x = b.argument(tt(DType::F16, {n}), BufferRole::Input, "x");
+  BufferId y = b.argument(tt(DType::F16, {64}), BufferRole::Input, "y");
+  BufferId w = b.argument(tt(DType::F32, {n}), BufferRole::Param, "w");
+  BufferId lr = b.argument(tt(DType::F32, {}), BufferRole::Hyper, "lr");
+  BufferId scale = b.argument(tt(DType::F32, {}), BufferRole::ScalerState, "scale");
+  BufferId good = b.argument(tt(DType::I64, {}), BufferRole::ScalerState, "good");
+  BufferId bad = b.argument(tt(DType::I64, {}), BufferRole::ScalerState, "bad");
+  BufferId skipped = b.argument(tt(DType::I64, {}), BufferRole::ScalerState, "skipped");
+  BufferId large = b.temporary(tt(DType::F16, {n})), small = b.temporary(tt(DType::F16, {64}));
+  b.op("jit.neg", {x}, {large});
+  b.op("jit.exp", {y}, {small});
+  BufferId ok = b.temporary(tt(DType::I1, {}));
+  b.op("amp.all_finite", {large, small}, {ok});
+  BufferId one = b.constant(tt(DType::F32, {}), std::vector<double>{1.0});
+  BufferId inverse = b.temporary(tt(DType::F32, {}));
+  b.op("jit.div", {one, scale}, {inverse});
+  b.op("jit.sgd_update", {w, large, kNoBuffer, kNoBuffer, lr, inverse, ok, kNoBuffer}, {w});
+  b.op("amp.update_scale", {scale, good, bad, skipped, ok}, {scale, good, bad, skipped});
+  b.result(w, 2);
+  b.result(scale, 4);
+  b.result(good, 5);
+  b.result(bad, 6);
+  b.result(skipped, 7);
+  Plan plan = b.finish();
+
+  Expected<std::unique_ptr<CudaBackend>> speculating = createCudaBackend({.speculativeUpdateMinimumElements = 1});
+  Expected<std::unique_ptr<CudaBackend>> inLine = createCudaBackend({.speculativeUpdateMinimumElements = 0});
+  ASSERT_TRUE(speculating.ok() && inLine.ok()) << speculating.message();
+  Expected<std::unique_ptr<Executable>> ahead = (*speculating)->prepare(plan);
+  Expected<std::unique_ptr<Executable>> behind = (*inLine)->prepare(plan);
+  ASSERT_TRUE(ahead.ok() && behind.ok()) << ahead.message() << behind.message();
+  CudaRunStats prepared = (*speculating)->stats(**ahead);
+  EXPECT_EQ(prepared.speculativeUpdates, 1);
+  EXPECT_EQ(prepared.sideStreamChunks, 1);
+  EXPECT_EQ(prepared.gradientsCheckedByTheirUpdate, 1);
+
+  std::vector<Tensor> host = randomArguments(plan, 90);
+  host[3] = *Tensor::fromDoubles(DType::F32, {}, std::vector<double>{0.01});
+  host[4] = *Tensor::fromDoubles(DType::F32, {}, std::vector<double>{1024.0});
+  for (std::size_t count = 5; count <= 7; ++count)
+    host[count] = *Tensor::fromDoubles(DType::I64, {}, std::vector<double>{0.0});
+  std::vector<Tensor> aheadArguments, behindArguments;
+  for (const Tensor& argument : host) {
+    aheadArguments.push_back(*(*speculating)->toDevice(argument));
+    behindArguments.push_back(*(*inLine)->toDevice(argument));
+  }
+  // Finite; x overflowing (the update's own gradient); finite; y
+  // overflowing (the gradient the check reads); finite.
+  std::vector<std::pair<BufferId, double>> pokes{{x, 0.5}, {x, std::numeric_limits<double>::infinity()}, {x, 0.25},
+                                                 {y, 12.0}, {y, 0.5}};
+  for (std::size_t run = 0; run < pokes.size(); ++run) {
+    std::vector<double> xs = host[x].toDoubles(), ys = host[y].toDoubles();
+    for (std::vector<double>* values : {&xs, &ys})
+      for (double& value : *values)
+        value = std::fmod(std::fabs(value), 1.0);
+    (pokes[run].first == x ? xs[n - 1] : ys[63]) = pokes[run].second;
+    Tensor batchX = *Tensor::fromDoubles(DType::F16, {n}, xs), batchY = *Tensor::fromDoubles(DType::F16, {64}, ys);
+    aheadArguments[x] = *(*speculating)->toDevice(batchX);
+    behindArguments[x] = *(*inLine)->toDevice(batchX);
+    aheadArguments[y] = *(*speculating)->toDevice(batchY);
+    behindArguments[y] = *(*inLine)->toDevice(batchY);
+    ASSERT_TRUE((*ahead)->run(aheadArguments).ok());
+    ASSERT_TRUE((*behind)->run(behindArguments).ok());
+    for (BufferId id : {w, skipped, scale})
+      EXPECT_TRUE((*speculating)->toHost(aheadArguments[id])->bitwiseEqual(*(*inLine)->toHost(behindArguments[id])))
+          << "argument " << id << " after run " << run;
+  }
+  EXPECT_EQ((*speculating)->toHost(aheadArguments[skipped])->at(0), 2.0) << "runs 1 and 3 skipped";
+  EXPECT_EQ((*speculating)->stats(**ahead).graphDisabledReason, "");
 }
 
 TEST_F(GpuTest, ATimelineOfASpeculativeRunShowsEachUpdateAfterItsGradientAndTheRestoreAfterBoth) {

@@ -711,12 +711,94 @@ private:
       lastStep = std::ptrdiff_t(update.step);
       lastPredicate = predicate;
     }
+    AMPJIT_RETURN_IF_ERROR(prepareFoldedChecks());
     for (std::size_t index : speculation_->hoisted) {
       BufferId out = plan_.steps[index].outputs[0];
       AMPJIT_RETURN_IF_ERROR(allocateFixed(hoistedOutputs_[out], plan_.buffers[out].type.byteSize(),
                                            "the output of hoisted " + describeStep(plan_, index)));
     }
     return Status::success();
+  }
+
+  /// Each speculative update whose predicate is an AllFinite step's output
+  /// and whose gradient that step checks checks it instead, as it reads it:
+  /// the check then reads only the rest. A check that is not split must be
+  /// a launch of its own (not one with inv_scale's division).
+  Status prepareFoldedChecks() {
+    for (std::size_t u = 0; u < speculation_->updates.size(); ++u) {
+      const Step& update = plan_.steps[speculation_->updates[u].step];
+      BufferId predicate = update.inputs[cuda::optimizerPredicateSlot(update)];
+      BufferId gradient = update.inputs[sgd_slot::kGrad];
+      static_assert(sgd_slot::kGrad == adam_slot::kGrad);
+      std::size_t check = speculation_->updates[u].step;
+      while (check > 0 && std::find(plan_.steps[check - 1].outputs.begin(), plan_.steps[check - 1].outputs.end(),
+                                    predicate) == plan_.steps[check - 1].outputs.end())
+        --check;
+      if (check == 0 || plan_.steps[--check].kind != StepKind::AllFinite)
+        continue;
+      const Step& allFinite = plan_.steps[check];
+      bool split = splitAtStep_.count(check) > 0;
+      bool alone = preparedAt_[check] != kNotPrepared && steps_[preparedAt_[check]].indices.size() == 1;
+      if ((!split && !alone) ||
+          std::find(allFinite.inputs.begin(), allFinite.inputs.end(), gradient) == allFinite.inputs.end())
+        continue;
+      FoldedCheck& fold = foldedChecks_[check];
+      if (fold.flag == nullptr) {
+        if (split) {
+          fold.flag = reinterpret_cast<uint8_t*>(splitChecks_[splitAtStep_[check]].flag->data());
+        } else {
+          AMPJIT_RETURN_IF_ERROR(allocateFixed(fold.ownFlag, 1, "the flag of " + describeStep(plan_, check)));
+          fold.flag = reinterpret_cast<uint8_t*>(fold.ownFlag->data());
+        }
+      }
+      fold.checkedByUpdates.insert(gradient);
+      fold.updates.push_back(u);
+      updateChecksInto_[u] = fold.flag;
+      ++stats_.gradientsCheckedByTheirUpdate;
+    }
+    return Status::success();
+  }
+
+  /// The buffers of `buffers` that no speculative update checks for the
+  /// AllFinite step `check` in this enqueue.
+  std::vector<BufferId> uncheckedByUpdates(std::size_t check, const std::vector<BufferId>& buffers) const {
+    auto fold = foldedChecks_.find(check);
+    if (!speculativeEnqueue_ || fold == foldedChecks_.end())
+      return buffers;
+    std::vector<BufferId> rest;
+    for (BufferId id : buffers)
+      if (!fold->second.checkedByUpdates.count(id))
+        rest.push_back(id);
+    return rest;
+  }
+
+  /// A folded check where it stands waits for the updates that check its
+  /// gradients, before it checks the rest into the same flag.
+  Status joinFoldedCheck(std::size_t check, cudaStream_t stream) {
+    const FoldedCheck& fold = foldedChecks_.at(check);
+    std::string where = describeStepOfPlan(plan_, check) + ": joining the updates that check its gradients";
+    for (std::size_t u : fold.updates)
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, speculativeLaunches_[u].done, 0), where);
+    return Status::success();
+  }
+
+  /// A check not split, whose gradients some speculative updates checked:
+  /// the rest, then the flag into the step's output.
+  Status finishFoldedCheck(std::size_t check, cudaStream_t stream) {
+    AMPJIT_RETURN_IF_ERROR(joinFoldedCheck(check, stream));
+    const FoldedCheck& fold = foldedChecks_.at(check);
+    std::string where = describeStepOfPlan(plan_, check);
+    std::vector<cuda::update::FiniteCheckTensor> tensors =
+        finiteCheckTensors(uncheckedByUpdates(check, plan_.steps[check].inputs));
+    if (timelineRecording_)
+      AMPJIT_RETURN_IF_ERROR(beginTimelineLaunch(stream, chunkFields(check, "the gradients no update checked")));
+    if (!tensors.empty())
+      AMPJIT_CUDA_RETURN_IF_ERROR(
+          cuda::update::launchFiniteCheck(tensors.data(), tensors.size(), fold.flag, evictFirst_, stream), where);
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pointers_[plan_.steps[check].outputs[0]], fold.flag, 1,
+                                                cudaMemcpyDeviceToDevice, stream),
+                                where + ": writing the flag");
+    return endTimelineLaunch(stream);
   }
 
   /// Forks to the side stream the speculative updates whose inputs are
@@ -746,7 +828,9 @@ private:
       PreparedStep& prepared = steps_[launch.prepared];
       if (timelineRecording_)
         AMPJIT_RETURN_IF_ERROR(beginTimelineLaunch(side, launchFields(prepared) + ",\"speculative\":true"));
-      Status status = prepared.step->enqueue(StepPointers{in, out, sideWorkspace}, side);
+      auto checks = updateChecksInto_.find(u);
+      Status status = prepared.step->enqueue(
+          StepPointers{in, out, sideWorkspace, checks == updateChecksInto_.end() ? nullptr : checks->second}, side);
       if (!status)
         return Status::error(where + ": " + status.message());
       AMPJIT_RETURN_IF_ERROR(endTimelineLaunch(side));
@@ -816,8 +900,14 @@ private:
       return Status::success();
     };
     bool speculate = overlap && speculating_ && begin == 0 && end == plan_.steps.size();
+    speculativeEnqueue_ = speculate;
     if (speculate) {
       enqueuedSpeculatively_ = true;
+      // Set before any update can clear them (a split check's first chunk
+      // would set it only when that chunk is forked).
+      for (const auto& [check, fold] : foldedChecks_)
+        AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(fold.flag, 1, 1, stream),
+                                    describeStepOfPlan(plan_, check) + ": resetting its flag");
       // An enqueue that failed part way (a failed capture) left some marked.
       for (SpeculativeLaunch& launch : speculativeLaunches_)
         launch.forked = false;
@@ -849,6 +939,13 @@ private:
         AMPJIT_RETURN_IF_ERROR(joinUpTo(prepared.deferredDue));
       if (speculate && hoistedSteps_.count(first))
         continue; // ran first
+      if (speculate && foldedChecks_.count(first) && !splitAtStep_.count(first)) {
+        AMPJIT_RETURN_IF_ERROR(joinSideSteps(prepared.indices.back()));
+        AMPJIT_RETURN_IF_ERROR(finishFoldedCheck(first, stream));
+        AMPJIT_RETURN_IF_ERROR(forkFiniteChecksAfter(prepared, stream));
+        AMPJIT_RETURN_IF_ERROR(forkSpeculativeUpdates(first, stream));
+        continue;
+      }
       if (speculate && speculativeAt_.count(first)) {
         AMPJIT_RETURN_IF_ERROR(joinSideSteps(prepared.indices.back()));
         AMPJIT_RETURN_IF_ERROR(restoreWhereSkipped(first, stream));
@@ -1262,9 +1359,13 @@ private:
     std::string where = describeStepOfPlan(plan_, split.stepIndex) + ": chunk " + std::to_string(chunk);
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(split.chunkReady[chunk], stream), where + ": forking");
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side, split.chunkReady[chunk], 0), where + ": forking");
-    if (chunk == 0) // the flag is reset inside the run (and the graph), before any chunk clears it
+    bool folded = speculativeEnqueue_ && foldedChecks_.count(split.stepIndex);
+    if (chunk == 0 && !folded) // the flag is reset inside the run (and the graph), before any chunk clears it
       AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag, 1, 1, side), where + ": resetting the flag");
-    std::vector<cuda::update::FiniteCheckTensor> tensors = finiteCheckTensors(split.schedule.early[chunk].buffers);
+    std::vector<cuda::update::FiniteCheckTensor> tensors =
+        finiteCheckTensors(uncheckedByUpdates(split.stepIndex, split.schedule.early[chunk].buffers));
+    if (tensors.empty())
+      return Status::success(); // its speculative updates check it all
     if (timelineRecording_)
       AMPJIT_RETURN_IF_ERROR(beginTimelineLaunch(side, chunkFields(split.stepIndex, "chunk " + std::to_string(chunk))));
     AMPJIT_CUDA_RETURN_IF_ERROR(cuda::update::launchFiniteCheck(tensors.data(), tensors.size(), flag, evictFirst_, side), where);
@@ -1279,7 +1380,10 @@ private:
     std::string where = describeStepOfPlan(plan_, split.stepIndex);
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(split.sideDone, runtime_->sideStream), where + ": joining");
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, split.sideDone, 0), where + ": joining");
-    std::vector<cuda::update::FiniteCheckTensor> tensors = finiteCheckTensors(split.schedule.atStep);
+    if (speculativeEnqueue_ && foldedChecks_.count(split.stepIndex))
+      AMPJIT_RETURN_IF_ERROR(joinFoldedCheck(split.stepIndex, stream));
+    std::vector<cuda::update::FiniteCheckTensor> tensors =
+        finiteCheckTensors(uncheckedByUpdates(split.stepIndex, split.schedule.atStep));
     if (timelineRecording_)
       AMPJIT_RETURN_IF_ERROR(beginTimelineLaunch(stream, chunkFields(split.stepIndex, "the rest")));
     AMPJIT_CUDA_RETURN_IF_ERROR(cuda::update::launchFiniteCheck(tensors.data(), tensors.size(), flag, evictFirst_, stream), where);
@@ -1479,10 +1583,22 @@ private:
   std::vector<std::size_t> preparedAt_; ///< plan step -> the PreparedStep it starts, or kNotPrepared
   std::map<BufferId, std::shared_ptr<Storage>> hoistedOutputs_;
   std::map<BufferId, std::shared_ptr<Storage>> secondBuffers_;
-  /// Whether the run being bound speculates (bindSecondBuffers), and
-  /// whether what it enqueued or launched did.
+  /// Whether the run being bound speculates (bindSecondBuffers), whether the
+  /// enqueue under way does, and whether what the run enqueued or launched did.
   bool speculating_ = false;
+  bool speculativeEnqueue_ = false;
   bool enqueuedSpeculatively_ = false;
+  /// A finiteness check whose gradients speculative updates check as they
+  /// read them (in speculative runs): which, by which updates, and the flag
+  /// they clear (a split check's own; else one of its own here).
+  struct FoldedCheck {
+    std::set<BufferId> checkedByUpdates;
+    std::vector<std::size_t> updates;
+    std::shared_ptr<Storage> ownFlag;
+    uint8_t* flag = nullptr;
+  };
+  std::map<std::size_t, FoldedCheck> foldedChecks_; ///< AllFinite step -> its fold
+  std::map<std::size_t, uint8_t*> updateChecksInto_; ///< update -> the flag it clears
   DeferredUpdateTracker deferred_;
   /// Per side-stream launch of the deferred update, in order: the event the
   /// side stream records after it.

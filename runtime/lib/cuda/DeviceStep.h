@@ -66,6 +66,10 @@ struct StepPointers {
   std::span<void* const> inputs;
   std::span<void* const> outputs;
   void* workspace = nullptr;
+  /// An optimizer step's flag byte, cleared where a gradient element it
+  /// reads is inf or NaN (update::OptimizerScalars::gradientsFinite); other
+  /// steps ignore it.
+  uint8_t* gradientsFinite = nullptr;
 };
 
 class DeviceStep {

@@ -320,14 +320,25 @@ __device__ float unscaledGradient(const OptimizerConfig& config, float read, boo
   return config.maximize ? -read : read;
 }
 
+/// OptimizerScalars::gradientsFinite: cleared where `read` is inf or NaN.
+template <typename T>
+__device__ void noteNonFinite(uint8_t* gradientsFinite, T read) {
+  if (gradientsFinite != nullptr && !isfinite(read))
+    *gradientsFinite = 0;
+}
+
 template <typename T>
 __device__ T readGradient(const OptimizerConfig& config, const OptimizerTensor& x, int64_t i, bool hasInvScale,
-                          float invScale) {
+                          float invScale, uint8_t* gradientsFinite) {
   if (x.gradType == ElementType::F64) {
-    T value = T(loadAs<double>(x.grad, x.gradType, i) * (hasInvScale ? double(invScale) : 1.0));
+    double read = loadAs<double>(x.grad, x.gradType, i);
+    noteNonFinite(gradientsFinite, read);
+    T value = T(read * (hasInvScale ? double(invScale) : 1.0));
     return config.maximize ? -value : value;
   }
-  return T(unscaledGradient(config, loadAs<float>(x.grad, x.gradType, i), hasInvScale, invScale));
+  float read = loadAs<float>(x.grad, x.gradType, i);
+  noteNonFinite(gradientsFinite, read);
+  return T(unscaledGradient(config, read, hasInvScale, invScale));
 }
 
 __device__ void copyElement(const void* from, void* to, int bytes, int64_t i) {
@@ -378,7 +389,7 @@ __device__ T sgdUpdated(const OptimizerConfig& c, T p, T g, T b, T lr, bool firs
 /// each element's read precedes its own write, and elements differ.
 template <typename T>
 __device__ void sgdElements(const OptimizerConfig& c, const OptimizerTensor& x, int64_t first, int64_t stride, T lr,
-                            bool firstStep, bool hasInvScale, float invScale) {
+                            bool firstStep, bool hasInvScale, float invScale, uint8_t* gradientsFinite) {
   bool readsBuffer = c.momentum != 0.0 && !firstStep;
   T p[kElementsPerThread], g[kElementsPerThread], b[kElementsPerThread];
   // Constant trip counts: nvcc unrolls both loops, so the loads come first.
@@ -387,7 +398,7 @@ __device__ void sgdElements(const OptimizerConfig& c, const OptimizerTensor& x, 
     if (i >= x.count)
       continue;
     p[k] = loadAs<T>(x.param, c.paramType, i);
-    g[k] = readGradient<T>(c, x, i, hasInvScale, invScale);
+    g[k] = readGradient<T>(c, x, i, hasInvScale, invScale, gradientsFinite);
     b[k] = readsBuffer ? loadAs<T>(x.state0, c.paramType, i) : T(0);
   }
   for (int k = 0; k < kElementsPerThread; ++k) {
@@ -411,11 +422,11 @@ struct AdamScalars {
 
 template <typename T>
 __device__ void adamElement(const OptimizerConfig& c, const OptimizerTensor& x, int64_t i, const AdamScalars<T>& s,
-                            bool hasInvScale, float invScale) {
+                            bool hasInvScale, float invScale, uint8_t* gradientsFinite) {
   T weightDecay = T(c.weightDecay), eps = T(c.eps);
   T beta2 = T(c.beta2), oneMinusBeta1 = T(1.0 - c.beta1), oneMinusBeta2 = T(1.0 - c.beta2);
   T p = loadAs<T>(x.param, c.paramType, i);
-  T g = readGradient<T>(c, x, i, hasInvScale, invScale);
+  T g = readGradient<T>(c, x, i, hasInvScale, invScale, gradientsFinite);
   if (c.weightDecay != 0.0) {
     if (c.decoupledWeightDecay)
       p = p * s.decay;
@@ -478,12 +489,12 @@ __device__ void optimizerChunk(const OptimizerArguments& args) {
     for (int k = 0; k < kElementsPerThread; ++k) {
       int64_t i = first + int64_t(k) * kThreads;
       if (i < x.count)
-        adamElement<T>(c, x, i, s, hasInvScale, invScale);
+        adamElement<T>(c, x, i, s, hasInvScale, invScale, scalars.gradientsFinite);
     }
     return;
   }
   bool firstStep = scalars.step != nullptr && *scalars.step == 0;
-  sgdElements<T>(c, x, first, kThreads, T(lrValue), firstStep, hasInvScale, invScale);
+  sgdElements<T>(c, x, first, kThreads, T(lrValue), firstStep, hasInvScale, invScale, scalars.gradientsFinite);
 }
 
 template <typename T>
@@ -549,7 +560,7 @@ __device__ void storeVector(void* data, int64_t i, const float (&values)[kSgdVec
 /// (only at the tensor's end) one by one.
 template <ElementType G, bool HasCopy, ElementType C>
 __device__ void sgdVectorChunk(const OptimizerConfig& c, const OptimizerTensor& x, int64_t begin, int64_t end,
-                               float lr, bool firstStep, bool hasInvScale, float invScale) {
+                               float lr, bool firstStep, bool hasInvScale, float invScale, uint8_t* gradientsFinite) {
   bool readsBuffer = c.momentum != 0.0 && !firstStep;
   float p[kSgdVectorRounds][kSgdVectorWidth], g[kSgdVectorRounds][kSgdVectorWidth],
       b[kSgdVectorRounds][kSgdVectorWidth];
@@ -559,6 +570,9 @@ __device__ void sgdVectorChunk(const OptimizerConfig& c, const OptimizerTensor& 
       continue;
     loadVector<ElementType::F32>(x.param, i, p[r], c.evictFirst);
     loadVector<G>(x.grad, i, g[r], c.evictFirst);
+    if (gradientsFinite != nullptr)
+      for (int k = 0; k < kSgdVectorWidth; ++k)
+        noteNonFinite(gradientsFinite, g[r][k]);
     if (readsBuffer)
       loadVector<ElementType::F32>(x.state0, i, b[r], c.evictFirst);
     else
@@ -584,18 +598,22 @@ __device__ void sgdVectorChunk(const OptimizerConfig& c, const OptimizerTensor& 
   }
   int64_t tail = begin + (end - begin) / kSgdVectorWidth * kSgdVectorWidth;
   if (tail < end)
-    sgdElements<float>(c, x, tail + threadIdx.x, kThreads, lr, firstStep, hasInvScale, invScale);
+    sgdElements<float>(c, x, tail + threadIdx.x, kThreads, lr, firstStep, hasInvScale, invScale, gradientsFinite);
 }
 
 template <ElementType G>
 __device__ void sgdVectorChunkOf(const OptimizerConfig& c, const OptimizerTensor& x, int64_t begin, int64_t end,
-                                 float lr, bool firstStep, bool hasInvScale, float invScale) {
+                                 float lr, bool firstStep, bool hasInvScale, float invScale,
+                                 uint8_t* gradientsFinite) {
   if (x.copy == nullptr)
-    sgdVectorChunk<G, false, ElementType::F16>(c, x, begin, end, lr, firstStep, hasInvScale, invScale);
+    sgdVectorChunk<G, false, ElementType::F16>(c, x, begin, end, lr, firstStep, hasInvScale, invScale,
+                                               gradientsFinite);
   else if (c.copyType == ElementType::F16)
-    sgdVectorChunk<G, true, ElementType::F16>(c, x, begin, end, lr, firstStep, hasInvScale, invScale);
+    sgdVectorChunk<G, true, ElementType::F16>(c, x, begin, end, lr, firstStep, hasInvScale, invScale,
+                                              gradientsFinite);
   else
-    sgdVectorChunk<G, true, ElementType::BF16>(c, x, begin, end, lr, firstStep, hasInvScale, invScale);
+    sgdVectorChunk<G, true, ElementType::BF16>(c, x, begin, end, lr, firstStep, hasInvScale, invScale,
+                                               gradientsFinite);
 }
 
 __global__ void sgdVectorKernel(OptimizerArguments args) {
@@ -620,12 +638,17 @@ __global__ void sgdVectorKernel(OptimizerArguments args) {
     bool firstStep = scalars.step != nullptr && *scalars.step == 0;
     switch (x.gradType) {
     case ElementType::F16:
-      sgdVectorChunkOf<ElementType::F16>(c, x, begin, end, lr, firstStep, hasInvScale, invScale);
+      sgdVectorChunkOf<ElementType::F16>(c, x, begin, end, lr, firstStep, hasInvScale, invScale,
+                                         scalars.gradientsFinite);
       break;
     case ElementType::BF16:
-      sgdVectorChunkOf<ElementType::BF16>(c, x, begin, end, lr, firstStep, hasInvScale, invScale);
+      sgdVectorChunkOf<ElementType::BF16>(c, x, begin, end, lr, firstStep, hasInvScale, invScale,
+                                          scalars.gradientsFinite);
       break;
-    default: sgdVectorChunkOf<ElementType::F32>(c, x, begin, end, lr, firstStep, hasInvScale, invScale); break;
+    default:
+      sgdVectorChunkOf<ElementType::F32>(c, x, begin, end, lr, firstStep, hasInvScale, invScale,
+                                         scalars.gradientsFinite);
+      break;
     }
   }
   if (args.updatesScale && blockIdx.x == 0 && threadIdx.x == 0)

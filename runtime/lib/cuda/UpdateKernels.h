@@ -140,6 +140,11 @@ struct OptimizerScalars {
   const float* lr;
   const float* invScale;
   const uint8_t* predicate;
+  /// Set to 0 where a gradient element, as read (before unscaling), is inf
+  /// or NaN, as launchFiniteCheck does; left alone otherwise. A speculative
+  /// update checks its own gradient this way, so the finiteness check need
+  /// not read it again (nullptr: no check).
+  uint8_t* gradientsFinite = nullptr;
 };
 
 /// One parameter's buffers. state0 is SGD's momentum buffer or Adam's

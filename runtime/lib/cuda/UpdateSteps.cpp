@@ -295,7 +295,8 @@ public:
       update::OptimizerScalars scalars{static_cast<const int64_t*>(in[slots_.step]),
                                        static_cast<const float*>(in[slots_.lr]),
                                        static_cast<const float*>(in[slots_.invScale]),
-                                       static_cast<const uint8_t*>(in[slots_.predicate])};
+                                       static_cast<const uint8_t*>(in[slots_.predicate]),
+                                       pointers.gradientsFinite};
       bool last = &launch == &launches_.back();
       AMPJIT_CUDA_RETURN_IF_ERROR(update::launchOptimizer(config_, scalars, tensors_.data(), launch.size(), stream,
                                                           last && scaleUpdate ? &*scaleUpdate : nullptr),

@@ -104,6 +104,9 @@ struct CudaRunStats {
   std::string speculationDeclined{};
   /// Device bytes of the second buffers of the state they rewrite.
   int64_t speculativeStateBytes = 0;
+  /// Gradients a speculative update checks for inf and NaN as it reads them,
+  /// which the finiteness check then leaves out (per run).
+  int64_t gradientsCheckedByTheirUpdate = 0;
   /// Kernel and library launches a run enqueues (steps sharing a launch
   /// counted once, a reshape that views its input not at all): the nodes a
   /// step's graph replays one after another.
