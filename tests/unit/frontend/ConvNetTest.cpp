@@ -408,13 +408,15 @@ TEST(ConvNet, ResNetStepWithItsGradientSumsInItsConvolutionsMatchesTheUnfusedSte
     for (size_t i = 0; i < run.firstLosses.size(); ++i) {
       double unfusedLoss = run.firstLosses[i], fusedLoss = run.secondLosses[i];
       ASSERT_TRUE(std::isfinite(unfusedLoss));
-      if (exact)
+      if (exact) {
         EXPECT_EQ(fusedLoss, unfusedLoss) << "step " << i;
-      else
+      } else {
         EXPECT_NEAR(fusedLoss, unfusedLoss, 1e-2 * std::fabs(unfusedLoss)) << "step " << i;
+      }
     }
-    if (exact)
+    if (exact) {
       EXPECT_EQ(run.secondState, run.firstState);
+    }
   }
 }
 
