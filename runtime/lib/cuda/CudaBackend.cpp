@@ -730,13 +730,10 @@ private:
       BufferId predicate = update.inputs[cuda::optimizerPredicateSlot(update)];
       BufferId gradient = update.inputs[sgd_slot::kGrad];
       static_assert(sgd_slot::kGrad == adam_slot::kGrad);
-      std::size_t check = speculation_->updates[u].step;
-      while (check > 0 && std::find(plan_.steps[check - 1].outputs.begin(), plan_.steps[check - 1].outputs.end(),
-                                    predicate) == plan_.steps[check - 1].outputs.end())
-        --check;
-      if (check == 0 || plan_.steps[--check].kind != StepKind::AllFinite)
-        continue;
+      std::size_t check = speculation_->updates[u].predicateWriter;
       const Step& allFinite = plan_.steps[check];
+      if (allFinite.kind != StepKind::AllFinite || allFinite.outputs[0] != predicate)
+        continue;
       bool split = splitAtStep_.count(check) > 0;
       bool alone = preparedAt_[check] != kNotPrepared && steps_[preparedAt_[check]].indices.size() == 1;
       if ((!split && !alone) ||

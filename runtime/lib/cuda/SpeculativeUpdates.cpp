@@ -56,6 +56,7 @@ public:
 
     SpeculativeUpdate update;
     update.step = index;
+    update.predicateWriter = predicateWriter;
     std::vector<std::size_t> inputSlots = rewrittenInputSlots(step);
     std::set<BufferId> rewrittenRoots;
     for (std::size_t slot = 0; slot < step.outputs.size(); ++slot) {

@@ -42,6 +42,8 @@ struct SpeculativeUpdate {
   /// The plan step after whose enqueue every input but the predicate holds
   /// its final value (its last writer), or kReadyAtRunStart.
   std::size_t readyAfter = kReadyAtRunStart;
+  /// The step that writes its predicate (the finiteness check).
+  std::size_t predicateWriter = 0;
   /// Per output slot, the state argument the step rewrites in place
   /// (kNoBuffer where the slot is absent): the buffers that get a second one.
   std::vector<BufferId> rewritten;

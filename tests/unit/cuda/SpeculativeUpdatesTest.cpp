@@ -29,9 +29,11 @@ TEST(SpeculativeUpdates, EachUpdateIsReadyAfterItsGradientAndInvScaleRunsFirst) 
   const cuda::SpeculativeUpdate &w0 = schedule->updates[0], &w1 = schedule->updates[1];
   EXPECT_EQ(w0.step, parts.w0Update);
   EXPECT_EQ(w0.readyAfter, parts.gw0Step);
+  EXPECT_EQ(w0.predicateWriter, parts.checkStep);
   EXPECT_EQ(w0.rewritten, (std::vector<BufferId>{parts.w0, kNoBuffer, parts.w0Copy}));
   EXPECT_EQ(w1.step, parts.w1Update);
   EXPECT_EQ(w1.readyAfter, parts.gw1Step) << "w1's gradient is final two GEMMs before the check";
+  EXPECT_EQ(w1.predicateWriter, parts.checkStep);
   EXPECT_EQ(w1.rewritten, (std::vector<BufferId>{parts.w1, parts.momentum, kNoBuffer}));
   // 1 / scale reads state no step writes before it: it runs first, so the
   // updates need not wait for the check it stands behind.
