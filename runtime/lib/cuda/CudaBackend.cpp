@@ -391,7 +391,9 @@ public:
       } else {
         // The most recently used last: a capture replaces the first.
         std::rotate(cached, cached + 1, graphs_.end());
-        enqueuedSpeculatively_ = graphs_.back().speculative;
+        // The key carries bindSecondBuffers' mark: a graph of this key was
+        // captured speculating exactly when this run speculates.
+        enqueuedSpeculatively_ = speculating_;
       }
       if (graphFailure_.empty()) {
         AMPJIT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graphs_.back().exec, stream),
@@ -1480,7 +1482,7 @@ private:
       enqueuedSpeculatively_ = false;
       return enqueueWholePlan(stream);
     }
-    graphs_.push_back({key, exec, enqueuedSpeculatively_});
+    graphs_.push_back({key, exec});
     ++stats_.captures;
     return Status::success();
   }
@@ -1615,12 +1617,12 @@ private:
   std::vector<void*> pointers_;
   std::vector<Rederivation> rederivations_;
   std::vector<PinnedInput> pinnedInputs_; ///< by buffer id, for host inputs (stageHostInput)
-  /// Captured graphs by the state addresses they read: state that
-  /// alternates between two buffers (speculative updates) replays two.
+  /// Captured graphs by the state addresses they read (and whether they
+  /// speculate): state that alternates between two buffers (speculative
+  /// updates) replays two.
   struct CachedGraph {
     std::vector<void*> key;
     cudaGraphExec_t exec = nullptr;
-    bool speculative = false;
   };
   static constexpr std::size_t kCachedGraphs = 2;
   std::vector<CachedGraph> graphs_; ///< the most recently used last
