@@ -244,8 +244,9 @@ cublasStatus_t checkProblem(const MatmulDescriptor& desc, const MatrixLayout& a,
                                                      " for a matrix of " + std::to_string(layout->rows) +
                                                      " rows: its columns would overlap");
   }
-  if (desc.pointerMode != CUBLASLT_POINTER_MODE_HOST)
-    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "the emulation models host alpha and beta only");
+  if (desc.pointerMode != CUBLASLT_POINTER_MODE_HOST && desc.pointerMode != CUBLASLT_POINTER_MODE_DEVICE)
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "the emulation models alpha and beta both on the host or both "
+                                               "on the device only");
   if (desc.smCountTarget < 0)
     return refuse(CUBLAS_STATUS_INVALID_VALUE,
                   "SM_COUNT_TARGET " + std::to_string(desc.smCountTarget) + ": a count of SMs, 0 for all");
@@ -596,14 +597,22 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "a null A, B or D");
 
   bool inDouble = computesInDouble(desc.computeType);
-  double alphaValue = inDouble ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
-  double betaValue = inDouble ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
-  if (betaValue != 0.0 && c == nullptr)
+  auto scalar = [inDouble](const void* at) {
+    return inDouble ? *static_cast<const double*>(at) : double(*static_cast<const float*>(at));
+  };
+  // Host scalars are read at the call; device ones when the product runs,
+  // since a kernel before it on the stream may write them.
+  bool onDevice = desc.pointerMode == CUBLASLT_POINTER_MODE_DEVICE;
+  if (onDevice && c == nullptr)
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, "a device beta without C (the emulation cannot tell it is zero)");
+  double hostAlpha = onDevice ? 0.0 : scalar(alpha), hostBeta = onDevice ? 0.0 : scalar(beta);
+  if (hostBeta != 0.0 && c == nullptr)
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "a nonzero beta without C");
-  // The product runs when the stream gets to it, with the descriptors and
-  // scalars as they are now: the library reads them at the call.
-  submitToStream(stream, [desc, la = la, lb = lb, lc = lc, ld = ld, problem, inDouble, alphaValue, betaValue, a, b, c,
-                          d] {
+  // The product runs when the stream gets to it, with the descriptors as
+  // they are now: the library reads them at the call.
+  submitToStream(stream, [desc, la = la, lb = lb, lc = lc, ld = ld, problem, inDouble, onDevice, scalar, alpha, beta,
+                          hostAlpha, hostBeta, a, b, c, d] {
+    double alphaValue = onDevice ? scalar(alpha) : hostAlpha, betaValue = onDevice ? scalar(beta) : hostBeta;
     bool aT = desc.transa == CUBLAS_OP_T, bT = desc.transb == CUBLAS_OP_T;
     auto round = [&](double value) { return inDouble ? value : double(float(value)); };
     const int64_t m = problem.m, n = problem.n, k = problem.k;

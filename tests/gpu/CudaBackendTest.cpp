@@ -10,6 +10,7 @@
 #include "GpuTestUtil.h"
 #include "cuda/DeviceStep.h"
 #include "cuda/FiniteCheckSchedule.h"
+#include "cuda/UpdateKernels.h"
 #include "RuntimeTestUtil.h"
 
 #include <chrono>
@@ -1047,6 +1048,154 @@ TEST_F(GpuTest, SpeculativeUpdatesGiveTheInLineUpdatesBitsAndSkipWhatTheCheckSki
   EXPECT_EQ(stats.graphReplays, 5);
   // w0 (f32) and its f16 copy, w1 and its momentum: second buffers of each.
   EXPECT_GE(stats.speculativeStateBytes, int64_t(64 * 64 * (4 + 2 + 4 + 4)));
+}
+
+TEST_F(GpuTest, TheCheckAfterAFoldedUpdateFindsEveryNonFiniteElementAndWritesTheRoundedCopy) {
+  // 43 elements: five vectors of 8, then a tail of 3. An inf or NaN in
+  // either part clears the flag; the copy is each element rounded once.
+  namespace update = ampjit::runtime::cuda::update;
+  auto stream = static_cast<cudaStream_t>(cuda->stream());
+  std::vector<double> values(43);
+  std::mt19937 generator(5);
+  std::uniform_real_distribution<double> uniform(-70000.0, 70000.0); // some round to f16's inf
+  for (double& value : values)
+    value = double(float(uniform(generator)));
+  double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType copyType : {DType::F16, DType::BF16})
+    for (std::ptrdiff_t bad : {std::ptrdiff_t(-1), std::ptrdiff_t(3), std::ptrdiff_t(41)})
+      for (double badValue : {inf, nan}) {
+        std::vector<double> param = values;
+        if (bad >= 0)
+          param[std::size_t(bad)] = badValue;
+        std::string when = std::string(dtypeName(copyType)) + " copy, bad element " + std::to_string(bad);
+        Tensor deviceParam = *cuda->toDevice(*Tensor::fromDoubles(DType::F32, {43}, param));
+        Tensor copy = *cuda->toDevice(*Tensor::fromDoubles(copyType, {43}, std::vector<double>(43, 0.0)));
+        Tensor flag = *cuda->toDevice(*Tensor::fromDoubles(DType::I1, {}, std::vector<double>{1.0}));
+        ASSERT_EQ(update::launchCheckFoldedUpdate(reinterpret_cast<const float*>(deviceParam.bytes()), copy.bytes(),
+                                                  update::ElementType(int32_t(copyType)), 43,
+                                                  reinterpret_cast<uint8_t*>(flag.bytes()), stream),
+                  cudaSuccess);
+        EXPECT_EQ(cuda->toHost(flag)->at(0), bad >= 0 ? 0.0 : 1.0) << when;
+        // (A NaN's payload may differ: the step it is in is skipped.)
+        std::vector<double> got = cuda->toHost(copy)->toDoubles(),
+                            want = Tensor::fromDoubles(copyType, {43}, param)->toDoubles();
+        for (std::size_t i = 0; i < 43; ++i)
+          EXPECT_TRUE(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i])))
+              << when << ": element " << i << " is " << got[i] << ", not " << want[i];
+      }
+  // Without a copy, only the check.
+  Tensor deviceParam = *cuda->toDevice(*Tensor::fromDoubles(DType::F32, {43}, values));
+  Tensor flag = *cuda->toDevice(*Tensor::fromDoubles(DType::I1, {}, std::vector<double>{1.0}));
+  ASSERT_EQ(update::launchCheckFoldedUpdate(reinterpret_cast<const float*>(deviceParam.bytes()), nullptr,
+                                            update::ElementType::F16, 43, reinterpret_cast<uint8_t*>(flag.bytes()),
+                                            stream),
+            cudaSuccess);
+  EXPECT_EQ(cuda->toHost(flag)->at(0), 1.0);
+}
+
+TEST_F(GpuTest, AFoldedUpdatesGemmScalesByMinusLrTimesInvScaleAndAddsTheParameterOnce) {
+  namespace update = ampjit::runtime::cuda::update;
+  auto stream = static_cast<cudaStream_t>(cuda->stream());
+  Tensor lr = *cuda->toDevice(*Tensor::fromDoubles(DType::F32, {}, std::vector<double>{0.01}));
+  Tensor invScale = *cuda->toDevice(*Tensor::fromDoubles(DType::F32, {}, std::vector<double>{1.0 / 3072}));
+  Tensor scaled = *cuda->toDevice(*Tensor::fromDoubles(DType::F32, {2}, std::vector<double>{7.0, 7.0}));
+  Tensor unscaled = *cuda->toDevice(*Tensor::fromDoubles(DType::F32, {2}, std::vector<double>{7.0, 7.0}));
+  auto* lrPointer = reinterpret_cast<const float*>(lr.bytes());
+  update::FoldedUpdateScalars folds[2] = {
+      {lrPointer, reinterpret_cast<const float*>(invScale.bytes()), false, reinterpret_cast<float*>(scaled.bytes())},
+      {lrPointer, nullptr, true, reinterpret_cast<float*>(unscaled.bytes())}};
+  ASSERT_EQ(update::launchFoldedUpdateScalars(folds, 2, stream), cudaSuccess);
+  // As the update in line: the gradient times inv_scale, then times lr, in f32.
+  float step = 0.01f * float(1.0 / 3072);
+  EXPECT_EQ(cuda->toHost(scaled)->toDoubles(), (std::vector<double>{-double(step), 1.0}));
+  EXPECT_EQ(cuda->toHost(unscaled)->toDoubles(), (std::vector<double>{double(0.01f), 1.0})) << "maximizing, no scaler";
+}
+
+TEST_F(GpuTest, AnSgdUpdateFoldedIntoItsGemmUpdatesFromTheUnroundedGradientAndSkipsWhatTheCheckSkips) {
+  // w0's plain SGD folds into its gradient's GEMM; w1's, with momentum, runs
+  // speculatively on its own. Each run starts the backend that updates in
+  // line from the folding backend's state, so the two differ only in that
+  // run's w0 update: the folded one adds -lr * inv_scale times the f32
+  // product, the one in line the product rounded to f16 first. Runs 1 and 4
+  // overflow and must leave every piece of state as it was.
+  test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
+  Expected<std::unique_ptr<CudaBackend>> folding =
+      createCudaBackend({.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 1});
+  Expected<std::unique_ptr<CudaBackend>> inLine =
+      createCudaBackend({.speculativeUpdateMinimumElements = 0, .foldUpdatesIntoGemms = 0});
+  ASSERT_TRUE(folding.ok() && inLine.ok()) << folding.message();
+  Expected<std::unique_ptr<Executable>> folded = (*folding)->prepare(parts.plan);
+  Expected<std::unique_ptr<Executable>> reference = (*inLine)->prepare(parts.plan);
+  ASSERT_TRUE(folded.ok() && reference.ok()) << folded.message() << reference.message();
+  CudaRunStats prepared = (*folding)->stats(**folded);
+  EXPECT_EQ(prepared.speculativeUpdates, 2);
+  EXPECT_EQ(prepared.updatesFoldedIntoGemms, 1);
+  EXPECT_EQ(prepared.gemmFoldDeclined, describeStep(parts.plan, parts.w1Update) +
+                                           " has momentum, which a GEMM's epilogue cannot keep");
+  EXPECT_EQ(prepared.gradientsCheckedByTheirUpdate, 2);
+
+  std::vector<Tensor> foldedArguments;
+  for (const Tensor& argument : scaledTwoLayerArguments(parts, 0, false))
+    foldedArguments.push_back(*(*folding)->toDevice(argument));
+  const std::vector<BufferId> state = {parts.w0, parts.w0Copy, parts.w1, parts.momentum, parts.scale, 8, 9, 10};
+  const double lr = 0.01;
+  int takenWithOtherBits = 0;
+  for (uint32_t run = 0; run < 6; ++run) {
+    std::string when = "run " + std::to_string(run);
+    bool overflow = run == 1 || run == 4;
+    std::vector<Tensor> batch = scaledTwoLayerArguments(parts, run, overflow);
+    for (BufferId input : {parts.x, parts.target})
+      foldedArguments[input] = *(*folding)->toDevice(batch[input]);
+    std::vector<Tensor> before, referenceArguments;
+    for (const Tensor& argument : foldedArguments) {
+      before.push_back(*(*folding)->toHost(argument));
+      referenceArguments.push_back(*(*inLine)->toDevice(before.back()));
+    }
+    double inverseScale = 1.0 / before[parts.scale].at(0);
+    Expected<std::vector<Tensor>> foldedResults = (*folded)->run(foldedArguments);
+    Expected<std::vector<Tensor>> referenceResults = (*reference)->run(referenceArguments);
+    ASSERT_TRUE(foldedResults.ok()) << foldedResults.message();
+    ASSERT_TRUE(referenceResults.ok()) << referenceResults.message();
+    EXPECT_TRUE((*folding)->toHost((*foldedResults)[0])->bitwiseEqual(*(*inLine)->toHost((*referenceResults)[0])))
+        << "the loss of " << when << " comes before any update";
+    std::vector<Tensor> got, want;
+    for (BufferId id : state) {
+      got.push_back(*(*folding)->toHost(foldedArguments[id]));
+      want.push_back(*(*inLine)->toHost(referenceArguments[id]));
+    }
+    // w1, its momentum and the scaler's state do not read w0's update.
+    for (std::size_t k = 2; k < state.size(); ++k)
+      EXPECT_TRUE(got[k].bitwiseEqual(want[k])) << "argument " << state[k] << " after " << when;
+    if (overflow) {
+      for (std::size_t k = 0; k < 2; ++k)
+        EXPECT_TRUE(got[k].bitwiseEqual(before[state[k]])) << "a skipped step keeps argument " << state[k];
+      continue;
+    }
+    // The folded step is the in-line one up to the f16 rounding of the
+    // scaled gradient (half an f16 ulp of it, 2^-11 relative) and the f32
+    // roundings of the product and the sum.
+    std::vector<double> w0 = got[0].toDoubles(), inLineW0 = want[0].toDoubles(), old = before[parts.w0].toDoubles();
+    std::vector<double> copy = got[1].toDoubles();
+    int differing = 0, outside = 0;
+    for (std::size_t i = 0; i < w0.size(); ++i) {
+      double step = std::abs(inLineW0[i] - old[i]);
+      double bound = step * std::ldexp(1.0, -10) + std::abs(old[i]) * std::ldexp(1.0, -22) + 1e-30;
+      if (std::abs(w0[i] - inLineW0[i]) > bound && ++outside <= 3)
+        ADD_FAILURE() << "w0[" << i << "] after " << when << ": folded " << w0[i] << ", in line " << inLineW0[i]
+                      << ", from " << old[i] << " (lr * inv_scale = " << lr * inverseScale << ")";
+      differing += w0[i] != inLineW0[i];
+      double narrowed = double(halfToFloat(floatToHalf(float(w0[i]))));
+      if (copy[i] != narrowed && ++outside <= 3)
+        ADD_FAILURE() << "w0's f16 copy [" << i << "] after " << when << " is " << copy[i]
+                      << ", not the new w0 rounded: " << narrowed;
+    }
+    takenWithOtherBits += differing > 0;
+  }
+  EXPECT_EQ(takenWithOtherBits, 4) << "every taken step's w0 comes from the unrounded product, not the update in line";
+  EXPECT_EQ((*folding)->toHost(foldedArguments[10])->at(0), 2.0) << "both overflows skipped";
+  CudaRunStats stats = (*folding)->stats(**folded);
+  EXPECT_EQ(stats.graphDisabledReason, "");
+  EXPECT_EQ(stats.graphReplays, 5);
 }
 
 TEST_F(GpuTest, ASpeculativeUpdateChecksItsGradientForASplitCheckWhichChecksTheRest) {

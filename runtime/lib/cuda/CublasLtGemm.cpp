@@ -112,6 +112,8 @@ public:
   std::size_t workspaceBytes() const override { return kGemmWorkspaceBytes; }
 
   Status enqueue(const StepPointers& pointers, cudaStream_t stream) override {
+    if (foldsUpdate_)
+      return enqueueFoldedUpdate(pointers, stream);
     size_t inputs = 2 + (extraInput_ != EpilogueBuffer::None), outputs = 1 + (extraOutput_ != EpilogueBuffer::None);
     if (pointers.inputs.size() != inputs || pointers.outputs.size() != outputs)
       return Status::error("gemm step: wrong number of buffers");
@@ -158,6 +160,22 @@ public:
            " reduction=" + config(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) + " waves=" + std::to_string(waves_);
   }
 
+  /// makeFoldedUpdateGemmStep's: inputs [A, B, state, scalars], outputs
+  /// [new state], alpha and beta the two floats at `scalars`.
+  Status enqueueFoldedUpdate(const StepPointers& pointers, cudaStream_t stream) {
+    if (pointers.inputs.size() != 4 || pointers.outputs.size() != 1 || calls_.size() != 1)
+      return Status::error("gemm step with a folded update: wrong number of buffers");
+    const auto* scalars = static_cast<const float*>(pointers.inputs[3]);
+    // cuBLASLt's first operand holds B's bytes and its second A's (see the file comment).
+    AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, descriptors_.matmul, scalars, pointers.inputs[1],
+                                                 descriptors_.first, pointers.inputs[0], descriptors_.second,
+                                                 scalars + 1, pointers.inputs[2], descriptors_.result,
+                                                 pointers.outputs[0], descriptors_.result, &algorithm_,
+                                                 pointers.workspace, kGemmWorkspaceBytes, stream),
+                                  "cublasLtMatmul with a folded update");
+    return Status::success();
+  }
+
   Status setEpiloguePointer(EpilogueBuffer buffer, const void* pointer) {
     cublasLtMatmulDescAttributes_t attribute =
         buffer == EpilogueBuffer::Bias ? CUBLASLT_MATMUL_DESC_BIAS_POINTER : CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER;
@@ -175,7 +193,7 @@ public:
   LtDescriptors descriptors_;
   cublasLtMatmulAlgo_t algorithm_{};
   std::vector<Call> calls_;
-  bool empty_ = false, zeroK_ = false, computeDouble_ = false;
+  bool empty_ = false, zeroK_ = false, computeDouble_ = false, foldsUpdate_ = false;
   EpilogueBuffer extraInput_ = EpilogueBuffer::None, extraOutput_ = EpilogueBuffer::None;
   std::size_t cBytesTotal_ = 0;
   float alphaFloat_ = 1.0f, betaFloat_ = 0.0f;
@@ -188,8 +206,11 @@ public:
 
 } // namespace
 
-Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const Plan& plan, const Step& step,
-                                                   int smCountTarget) {
+namespace {
+
+/// makeGemmStep, or with `foldsUpdate` makeFoldedUpdateGemmStep.
+Expected<std::unique_ptr<DeviceStep>> makeCublasLtStep(DeviceContext& context, const Plan& plan, const Step& step,
+                                                       int smCountTarget, bool foldsUpdate) {
   if (step.kind != StepKind::Gemm)
     return Status::error("makeGemmStep: not a gemm step");
   const GemmParams& params = step.as<GemmParams>();
@@ -205,6 +226,11 @@ Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const
 
   auto gemm = std::make_unique<GemmStep>();
   gemm->handle_ = context.cublasLt;
+  gemm->foldsUpdate_ = foldsUpdate;
+  if (foldsUpdate && (params.epilogue != GemmEpilogue::None || rank != 2 || step.computeType != DType::F32 ||
+                      cType.elementCount() == 0 || k == 0))
+    return Status::error("an update folds only into a non-empty f32-accumulated product of two matrices, "
+                         "without an epilogue");
   gemm->cBytesTotal_ = cType.byteSize();
   GemmEpilogue epilogue = params.epilogue;
   std::string epilogueName = "the " + std::string(gemmEpilogueName(epilogue)) + " epilogue";
@@ -239,8 +265,9 @@ Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const
     return std::unique_ptr<DeviceStep>(std::move(gemm));
   }
 
+  // A folded update's C and D are the f32 parameter, not the gradient.
   Expected<cudaDataType_t> aCuda = cudaTypeOf(aType.dtype), bCuda = cudaTypeOf(bType.dtype),
-                           cCuda = cudaTypeOf(cType.dtype);
+                           cCuda = cudaTypeOf(foldsUpdate ? DType::F32 : cType.dtype);
   if (!aCuda || !bCuda || !cCuda)
     return Status::error(!aCuda ? aCuda.message() : !bCuda ? bCuda.message() : cCuda.message());
   gemm->computeDouble_ = step.computeType == DType::F64;
@@ -292,6 +319,12 @@ Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const
   AMPJIT_CUBLAS_RETURN_IF_ERROR(
       cublasLtMatmulDescSetAttribute(d.matmul, CUBLASLT_MATMUL_DESC_TRANSB, &secondOp, sizeof secondOp),
       "setting transb");
+  if (foldsUpdate) {
+    cublasLtPointerMode_t mode = CUBLASLT_POINTER_MODE_DEVICE;
+    AMPJIT_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(d.matmul, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof mode),
+        "reading alpha and beta from the device");
+  }
   if (epilogue != GemmEpilogue::None) {
     cublasLtEpilogue_t cublasEpilogue = cublasEpilogueOf(epilogue);
     AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.matmul, CUBLASLT_MATMUL_DESC_EPILOGUE,
@@ -365,7 +398,7 @@ Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const
   // sums in C's type: for an f16 or bf16 C that rounds each partial sum, and
   // the product no longer accumulates in fp32 with one rounding. Partial
   // sums in the compute type (fp32) keep the contract.
-  if (cType.dtype == DType::F16 || cType.dtype == DType::BF16) {
+  if (!foldsUpdate && (cType.dtype == DType::F16 || cType.dtype == DType::BF16)) {
     uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(d.preference,
                                                                        CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
@@ -380,7 +413,8 @@ Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const
                                 "choosing a cuBLASLt algorithm");
   if (found == 0)
     return Status::error("cuBLASLt has no algorithm for a " + typeToString(aType) + " x " + typeToString(bType) +
-                         " -> " + typeToString(cType) + " product");
+                         " -> " + (foldsUpdate ? "f32 product added to an f32 matrix" : typeToString(cType) +
+                         " product"));
   gemm->algorithm_ = result.algo;
   gemm->waves_ = result.wavesCount;
   gemm->m_ = m;
@@ -388,8 +422,21 @@ Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const
   gemm->k_ = k;
   gemm->shape_ = std::string(params.transposeA ? "At" : "A") + (params.transposeB ? "Bt" : "B") + " align=" +
                  std::to_string(alignment) + " " + std::string(gemmEpilogueName(epilogue)) +
-                 (smCountTarget > 0 ? " sms=" + std::to_string(smCountTarget) : "");
+                 (smCountTarget > 0 ? " sms=" + std::to_string(smCountTarget) : "") +
+                 (foldsUpdate ? " folded-update" : "");
   return std::unique_ptr<DeviceStep>(std::move(gemm));
+}
+
+} // namespace
+
+Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const Plan& plan, const Step& step,
+                                                   int smCountTarget) {
+  return makeCublasLtStep(context, plan, step, smCountTarget, false);
+}
+
+Expected<std::unique_ptr<DeviceStep>> makeFoldedUpdateGemmStep(DeviceContext& context, const Plan& plan,
+                                                               const Step& step, int smCountTarget) {
+  return makeCublasLtStep(context, plan, step, smCountTarget, true);
 }
 
 } // namespace ampjit::runtime::cuda

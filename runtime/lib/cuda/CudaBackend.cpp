@@ -123,6 +123,8 @@ struct PreparedStep {
   /// After the deferred update: the latest of its side-stream launches (in
   /// their order) that must finish before this step, or -1.
   std::ptrdiff_t deferredDue = -1;
+  /// The SMs a GEMM's algorithm was chosen for (0: all).
+  int smCountTarget = 0;
 };
 
 /// An AllFinite step checked partly on the side stream.
@@ -212,10 +214,10 @@ std::string jsonString(const std::string& text) {
 class CudaExecutable final : public Executable {
 public:
   CudaExecutable(Plan plan, std::shared_ptr<DeviceRuntime> runtime, bool useGraphs, bool checkNumerics,
-                 int gemmSmReserve, int64_t speculativeMinimumElements)
+                 int gemmSmReserve, int64_t speculativeMinimumElements, bool foldUpdatesIntoGemms)
       : plan_(std::move(plan)), runtime_(std::move(runtime)), useGraphs_(useGraphs && !checkNumerics),
         checkNumerics_(checkNumerics), gemmSmReserve_(gemmSmReserve),
-        speculativeMinimumElements_(speculativeMinimumElements),
+        speculativeMinimumElements_(speculativeMinimumElements), foldUpdatesIntoGemms_(foldUpdatesIntoGemms),
         deferredUpdateInLine_(environmentFlag("AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE")),
         evictFirst_(cuda::evictFirstHints()), deferred_(plan_) {}
 
@@ -294,6 +296,7 @@ public:
       PreparedStep prepared;
       prepared.step = std::move(*step);
       prepared.deferredDue = joins[g];
+      prepared.smCountTarget = leavesSms ? gemmSmCountTarget : 0;
       for (std::size_t i = index; i < end; ++i)
         prepared.indices.push_back(i);
       workspaceBytes_ = std::max(workspaceBytes_, prepared.step->workspaceBytes());
@@ -647,6 +650,17 @@ private:
     for (std::size_t u = 0; u < speculation_->updates.size(); ++u)
       speculativeAt_[speculation_->updates[u].step] = u;
     hoistedSteps_.insert(speculation_->hoisted.begin(), speculation_->hoisted.end());
+    if (!foldUpdatesIntoGemms_) {
+      stats_.gemmFoldDeclined = "not asked for (AMPJIT_CUDA_GEMM_FOLDED_UPDATE)";
+      return;
+    }
+    for (std::size_t u = 0; u < speculation_->updates.size(); ++u) {
+      std::string why;
+      if (std::optional<cuda::GemmFold> fold = cuda::gemmFoldOf(plan_, speculation_->updates[u], why))
+        gemmFoldCandidates_[u] = *fold;
+      else if (stats_.gemmFoldDeclined.empty())
+        stats_.gemmFoldDeclined = describeStep(plan_, speculation_->updates[u].step) + " " + why;
+    }
   }
 
   /// Each speculative update and hoisted step in a launch of its own: they
@@ -714,6 +728,7 @@ private:
       lastPredicate = predicate;
     }
     AMPJIT_RETURN_IF_ERROR(prepareFoldedChecks());
+    AMPJIT_RETURN_IF_ERROR(prepareGemmFolds());
     for (std::size_t index : speculation_->hoisted) {
       BufferId out = plan_.steps[index].outputs[0];
       AMPJIT_RETURN_IF_ERROR(allocateFixed(hoistedOutputs_[out], plan_.buffers[out].type.byteSize(),
@@ -756,6 +771,81 @@ private:
       ++stats_.gradientsCheckedByTheirUpdate;
     }
     return Status::success();
+  }
+
+  /// Each candidate fold (gemmFoldOf) whose gradient's check it can take
+  /// over and whose GEMM cuBLASLt runs with the update added: its own GEMM
+  /// step and device scalars. One that cannot is declined, not an error:
+  /// its update then runs speculatively on its own.
+  Status prepareGemmFolds() {
+    for (const auto& [u, fold] : gemmFoldCandidates_) {
+      const cuda::SpeculativeUpdate& update = speculation_->updates[u];
+      std::string declined = describeStep(plan_, update.step) + " ";
+      if (!updateChecksInto_.count(u)) {
+        stats_.gemmFoldDeclined = declined + "has a finiteness check that must read its gradient itself";
+        continue;
+      }
+      std::size_t prepared = preparedAt_[fold.gemm];
+      if (prepared == kNotPrepared || steps_[prepared].indices.size() != 1) {
+        stats_.gemmFoldDeclined = declined + "has a GEMM that shares its launch";
+        continue;
+      }
+      Expected<std::unique_ptr<DeviceStep>> gemm = cuda::makeFoldedUpdateGemmStep(
+          runtime_->context, plan_, plan_.steps[fold.gemm], steps_[prepared].smCountTarget);
+      if (!gemm) {
+        stats_.gemmFoldDeclined = declined + "was not folded into its GEMM: " + gemm.message();
+        continue;
+      }
+      GemmFoldLaunch& launch = gemmFolds_[fold.gemm];
+      launch.update = u;
+      launch.gemm = std::move(*gemm);
+      AMPJIT_RETURN_IF_ERROR(allocateFixed(launch.alphaBeta, 2 * sizeof(float),
+                                           "the GEMM scalars of " + describeStep(plan_, update.step)));
+      gemmFoldOf_[u] = fold.gemm;
+    }
+    stats_.updatesFoldedIntoGemms = int64_t(gemmFolds_.size());
+    if (!gemmFolds_.empty() && gemmFolds_.size() == gemmFoldCandidates_.size() &&
+        gemmFoldCandidates_.size() == speculation_->updates.size())
+      stats_.gemmFoldDeclined.clear();
+    return Status::success();
+  }
+
+  /// A speculative run's GEMM-folded updates: their scalars (at the start,
+  /// after the hoisted inv_scale).
+  Status computeGemmFoldScalars(cudaStream_t stream) {
+    if (gemmFolds_.empty())
+      return Status::success();
+    std::vector<cuda::update::FoldedUpdateScalars> folds;
+    for (const auto& [gemm, launch] : gemmFolds_) {
+      const Step& step = plan_.steps[speculation_->updates[launch.update].step];
+      BufferId invScale = step.inputs[sgd_slot::kInvScale];
+      folds.push_back({static_cast<const float*>(pointers_[step.inputs[sgd_slot::kLr]]),
+                       invScale == kNoBuffer ? nullptr : static_cast<const float*>(pointers_[invScale]),
+                       step.as<OptimizerParams>().maximize, reinterpret_cast<float*>(launch.alphaBeta->data())});
+    }
+    std::string where = "plan @" + plan_.name + ": the scalars of the updates folded into GEMMs";
+    if (timelineRecording_)
+      AMPJIT_RETURN_IF_ERROR(beginTimelineLaunch(stream, "\"plan\":" + jsonString(plan_.name) +
+                                                             ",\"what\":" + jsonString(where)));
+    AMPJIT_CUDA_RETURN_IF_ERROR(cuda::update::launchFoldedUpdateScalars(folds.data(), folds.size(), stream), where);
+    return endTimelineLaunch(stream);
+  }
+
+  /// A folded update's GEMM: the product added to the current parameter,
+  /// into its second buffer.
+  Status enqueueFoldedGemm(const PreparedStep& prepared, cudaStream_t stream, void* workspace) {
+    const GemmFoldLaunch& launch = gemmFolds_.at(prepared.indices.front());
+    const Step& gemm = plan_.steps[prepared.indices.front()];
+    BufferId param = plan_.steps[speculation_->updates[launch.update].step].inputs[sgd_slot::kParam];
+    void* in[4] = {pointers_[gemm.inputs[0]], pointers_[gemm.inputs[1]], pointers_[param], launch.alphaBeta->data()};
+    void* out[1] = {secondBuffers_.at(param)->data()};
+    if (timelineRecording_)
+      AMPJIT_RETURN_IF_ERROR(beginTimelineLaunch(stream, launchFields(prepared) + ",\"folded_update\":true"));
+    Status status = launch.gemm->enqueue(StepPointers{in, out, workspace}, stream);
+    if (!status)
+      return Status::error(describeStepOfPlan(plan_, prepared.indices.front()) + ": with its update folded in: " +
+                           status.message());
+    return endTimelineLaunch(stream);
   }
 
   /// The buffers of `buffers` that no speculative update checks for the
@@ -825,11 +915,27 @@ private:
       AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(launch.fork, stream), where);
       AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side, launch.fork, 0), where);
       PreparedStep& prepared = steps_[launch.prepared];
+      bool folded = gemmFoldOf_.count(u) > 0;
       if (timelineRecording_)
-        AMPJIT_RETURN_IF_ERROR(beginTimelineLaunch(side, launchFields(prepared) + ",\"speculative\":true"));
+        AMPJIT_RETURN_IF_ERROR(beginTimelineLaunch(
+            side, launchFields(prepared) + ",\"speculative\":true" + (folded ? ",\"folded_update\":true" : "")));
       auto checks = updateChecksInto_.find(u);
-      Status status = prepared.step->enqueue(
-          StepPointers{in, out, sideWorkspace, checks == updateChecksInto_.end() ? nullptr : checks->second}, side);
+      Status status = Status::success();
+      if (folded) {
+        // The GEMM wrote the new parameter: check it, and write the copy.
+        BufferId copy = step.inputs[sgd_slot::kParamCopy];
+        BufferId param = step.inputs[sgd_slot::kParam];
+        AMPJIT_CUDA_RETURN_IF_ERROR(
+            cuda::update::launchCheckFoldedUpdate(
+                static_cast<const float*>(out[sgd_slot::kNewParam]), out[sgd_slot::kNewParamCopy],
+                copy == kNoBuffer ? cuda::update::ElementType::F16
+                                  : cuda::update::ElementType(int32_t(plan_.buffers[copy].type.dtype)),
+                plan_.buffers[param].type.elementCount(), checks->second, side),
+            where + ": checking the parameter its GEMM updated");
+      } else {
+        status = prepared.step->enqueue(
+            StepPointers{in, out, sideWorkspace, checks == updateChecksInto_.end() ? nullptr : checks->second}, side);
+      }
       if (!status)
         return Status::error(where + ": " + status.message());
       AMPJIT_RETURN_IF_ERROR(endTimelineLaunch(side));
@@ -912,6 +1018,7 @@ private:
         launch.forked = false;
       for (std::size_t index : speculation_->hoisted)
         AMPJIT_RETURN_IF_ERROR(enqueueStep(steps_[preparedAt_[index]], stream, workspace));
+      AMPJIT_RETURN_IF_ERROR(computeGemmFoldScalars(stream));
       AMPJIT_RETURN_IF_ERROR(forkSpeculativeUpdates(cuda::kReadyAtRunStart, stream));
     }
     if (onSide) {
@@ -998,6 +1105,9 @@ private:
   }
 
   Status enqueueStep(PreparedStep& prepared, cudaStream_t stream, void* workspace) {
+    if (speculativeEnqueue_)
+      if (gemmFolds_.count(prepared.indices.front()))
+        return enqueueFoldedGemm(prepared, stream, workspace);
     std::vector<void*> in, out;
     for (std::size_t index : prepared.indices) {
       const Step& step = plan_.steps[index];
@@ -1195,7 +1305,7 @@ private:
   Status timelineRun(cudaStream_t stream, std::size_t begin, Status& written) {
     std::string where = "plan @" + plan_.name + ": recording a timeline";
     TimelineRecording recording;
-    recording.capacity = steps_.size() + restoreBatches_.size();
+    recording.capacity = steps_.size() + restoreBatches_.size() + (gemmFolds_.empty() ? 0 : 1);
     for (const SplitFiniteCheck& split : splitChecks_)
       recording.capacity += split.schedule.early.size();
     AMPJIT_RETURN_IF_ERROR(allocateFixed(recording.stamps, 2 * recording.capacity * sizeof(unsigned long long),
@@ -1549,6 +1659,8 @@ private:
   int gemmSmReserve_; ///< CudaBackendOptions::gemmSmReserve, resolved
   /// CudaBackendOptions::speculativeUpdateMinimumElements, resolved (0: off).
   int64_t speculativeMinimumElements_;
+  /// CudaBackendOptions::foldUpdatesIntoGemms, resolved.
+  bool foldUpdatesIntoGemms_;
   /// AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=1: the deferred update runs first on
   /// the main stream, to measure what the overlap buys (on the H100, mlp9's
   /// GEMMs fill every SM, and its replayed step took 0.7 ms longer than its
@@ -1598,6 +1710,15 @@ private:
   };
   std::map<std::size_t, FoldedCheck> foldedChecks_; ///< AllFinite step -> its fold
   std::map<std::size_t, uint8_t*> updateChecksInto_; ///< update -> the flag it clears
+  /// The updates gemmFoldOf allows, and those folded (prepareGemmFolds).
+  std::map<std::size_t, cuda::GemmFold> gemmFoldCandidates_; ///< update -> its fold
+  struct GemmFoldLaunch {
+    std::size_t update = 0; ///< in speculation_->updates
+    std::unique_ptr<DeviceStep> gemm;
+    std::shared_ptr<Storage> alphaBeta;
+  };
+  std::map<std::size_t, GemmFoldLaunch> gemmFolds_; ///< Gemm step -> its folded update
+  std::map<std::size_t, std::size_t> gemmFoldOf_;   ///< update -> its Gemm step
   DeferredUpdateTracker deferred_;
   /// Per side-stream launch of the deferred update, in order: the event the
   /// side stream records after it.
@@ -1706,7 +1827,8 @@ public:
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(runtime_->device), "selecting the device");
     auto executable = std::make_unique<CudaExecutable>(std::move(plan), runtime_, options_.useGraphs,
                                                        options_.checkNumerics, options_.gemmSmReserve,
-                                                       options_.speculativeUpdateMinimumElements);
+                                                       options_.speculativeUpdateMinimumElements,
+                                                       options_.foldUpdatesIntoGemms > 0);
     AMPJIT_RETURN_IF_ERROR(executable->prepare());
     return std::unique_ptr<Executable>(std::move(executable));
   }
@@ -1872,6 +1994,8 @@ Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions opti
   if (options.speculativeUpdateMinimumElements < 0)
     options.speculativeUpdateMinimumElements =
         environmentFlag("AMPJIT_CUDA_SPECULATIVE_UPDATE") ? cuda::kMinSpeculativeUpdateElements : 0;
+  if (options.foldUpdatesIntoGemms < 0)
+    options.foldUpdatesIntoGemms = environmentFlag("AMPJIT_CUDA_GEMM_FOLDED_UPDATE") ? 1 : 0;
   return std::unique_ptr<CudaBackend>(new CudaBackendImpl(std::move(runtime), std::move(options)));
 }
 

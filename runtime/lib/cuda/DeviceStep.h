@@ -109,6 +109,13 @@ bool evictFirstHints();
 /// the rest are left to work beside it, CudaBackendOptions::gemmSmReserve).
 Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const Plan& plan, const Step& step,
                                                    int smCountTarget = 0);
+/// A Gemm step with an SGD update folded in (SpeculativeUpdates.h's
+/// GemmFold): D = alpha * op(A) op(B) + beta * C in f32, C and D f32
+/// matrices of the product's shape, alpha and beta read from the device when
+/// the GEMM runs. Its enqueue takes inputs [A, B, C, scalars] (scalars: the
+/// two floats alpha, beta) and outputs [D]; D may not be C.
+Expected<std::unique_ptr<DeviceStep>> makeFoldedUpdateGemmStep(DeviceContext& context, const Plan& plan,
+                                                               const Step& step, int smCountTarget = 0);
 /// Elementwise and FusedElementwise through NVRTC (GeneratedKernels.cpp):
 /// the step's kernel as emitElementwiseKernel made it, loaded (compiled
 /// first unless precompileGeneratedKernels did).

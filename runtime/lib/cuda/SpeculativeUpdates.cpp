@@ -217,4 +217,67 @@ std::optional<SpeculationSchedule> scheduleSpeculativeUpdates(const Plan& plan, 
   return schedule;
 }
 
+std::optional<GemmFold> gemmFoldOf(const Plan& plan, const SpeculativeUpdate& update, std::string& whyNot) {
+  auto refuse = [&](std::string why) -> std::optional<GemmFold> {
+    whyNot = std::move(why);
+    return std::nullopt;
+  };
+  const Step& step = plan.steps[update.step];
+  const OptimizerParams& optimizer = step.as<OptimizerParams>();
+  if (optimizer.optimizer != OptimizerKind::Sgd)
+    return refuse("is no SGD update");
+  if (optimizer.momentum != 0.0 || step.inputs[sgd_slot::kMomentumBuffer] != kNoBuffer)
+    return refuse("has momentum, which a GEMM's epilogue cannot keep");
+  if (optimizer.weightDecay != 0.0)
+    return refuse("has weight decay");
+  auto isF32Scalar = [&](BufferId id) {
+    return id != kNoBuffer && plan.buffers[id].type.dtype == DType::F32 && plan.buffers[id].type.elementCount() == 1;
+  };
+  BufferId invScale = step.inputs[sgd_slot::kInvScale];
+  if (!isF32Scalar(step.inputs[sgd_slot::kLr]) || (invScale != kNoBuffer && !isF32Scalar(invScale)))
+    return refuse("takes its lr or inv_scale other than as an f32 scalar");
+  const TensorType& param = plan.buffers[step.inputs[sgd_slot::kParam]].type;
+  if (param.dtype != DType::F32 || param.shape.size() != 2)
+    return refuse("updates " + describeBuffer(plan, step.inputs[sgd_slot::kParam]) + ", no f32 matrix");
+
+  BufferId gradient = step.inputs[sgd_slot::kGrad];
+  std::vector<BufferId> roots = memoryRoots(plan);
+  const BufferDesc& gradientBuffer = plan.buffers[gradient];
+  if (gradientBuffer.role != BufferRole::Temporary || roots[gradient] != gradient)
+    return refuse("reads " + describeBuffer(plan, gradient) + ", no temporary of its own");
+  for (BufferId id = 0; id < plan.buffers.size(); ++id)
+    if (id != gradient && roots[id] == gradient)
+      return refuse("reads " + describeBuffer(plan, gradient) + ", which " + describeBuffer(plan, id) + " views");
+  std::optional<std::size_t> gemm;
+  for (std::size_t s = 0; s < plan.steps.size(); ++s) {
+    const Step& other = plan.steps[s];
+    bool writes = std::find(other.outputs.begin(), other.outputs.end(), gradient) != other.outputs.end();
+    bool reads = std::find(other.inputs.begin(), other.inputs.end(), gradient) != other.inputs.end();
+    if (writes && gemm)
+      return refuse("reads " + describeBuffer(plan, gradient) + ", which more than one step writes");
+    if (writes)
+      gemm = s;
+    if (reads && s != update.step && s != update.predicateWriter)
+      return refuse("reads " + describeBuffer(plan, gradient) + ", which " + describeStep(plan, s) + " reads too");
+  }
+  if (!gemm || plan.steps[*gemm].kind != StepKind::Gemm)
+    return refuse("reads " + describeBuffer(plan, gradient) + ", which no Gemm step writes");
+  const Step& product = plan.steps[*gemm];
+  if (product.outputs[0] != gradient || product.as<GemmParams>().epilogue != GemmEpilogue::None ||
+      product.computeType != DType::F32)
+    return refuse("reads " + describeBuffer(plan, gradient) + ", which " + describeStep(plan, *gemm) +
+                  " writes other than as a plain f32-accumulated product");
+  if (gradientBuffer.type.shape != param.shape)
+    return refuse("reads " + describeBuffer(plan, gradient) + ", which is not its parameter's shape");
+  for (BufferId operand : {product.inputs[0], product.inputs[1]})
+    if (plan.buffers[operand].type.shape.size() != 2)
+      return refuse("reads " + describeBuffer(plan, gradient) + ", a batched product");
+  if (*gemm < plan.deferredSteps || update.readyAfter != *gemm)
+    return refuse("waits for " +
+                  (update.readyAfter == kReadyAtRunStart ? std::string("nothing")
+                                                         : describeStep(plan, update.readyAfter)) +
+                  ", not for the GEMM of its gradient");
+  return GemmFold{*gemm};
+}
+
 } // namespace ampjit::runtime::cuda

@@ -70,6 +70,32 @@ std::size_t optimizerPredicateSlot(const Step& step);
 std::optional<SpeculationSchedule> scheduleSpeculativeUpdates(const Plan& plan, int64_t minimumElements,
                                                               std::string* whyNot = nullptr);
 
+/// A speculative SGD update computed in its gradient's GEMM
+/// (AMPJIT_CUDA_GEMM_FOLDED_UPDATE). Without momentum or weight decay, SGD
+/// is new_param = param - lr * inv_scale * grad, and the weight gradient is
+/// the product dW = op(A) op(B): cuBLASLt's D = alpha * op(A) op(B) + beta * C
+/// with alpha = -lr * inv_scale (read from the device), beta = 1 and C the
+/// f32 parameter is the whole update, in the GEMM's epilogue, where its
+/// memory traffic overlaps the GEMM's arithmetic. D is the parameter's second
+/// buffer, so the step can still be skipped; a kernel after the GEMM checks
+/// the new parameter for inf and NaN (an inf or NaN gradient makes it so)
+/// and writes the low-precision copy. What differs from the update in line:
+/// the gradient is never rounded to its f16 or bf16 dtype, so a gradient
+/// that would overflow that dtype but not f32 updates the parameter instead
+/// of skipping the step, and the bits are not the in-line update's.
+struct GemmFold {
+  std::size_t gemm = 0; ///< the Gemm step that writes the gradient
+};
+
+/// The GEMM `update` (one of a schedule's) can be folded into, or why not:
+/// a plain SGD update (no momentum, no weight decay) of an f32 matrix whose
+/// f32 lr and inv_scale are scalars; its gradient a temporary of its own,
+/// written only by a Gemm step without an epilogue (one product, no batch)
+/// in f32 arithmetic, and read by nothing but the update and the finiteness
+/// check that writes its predicate; and that GEMM the last step its other
+/// inputs wait for.
+std::optional<GemmFold> gemmFoldOf(const Plan& plan, const SpeculativeUpdate& update, std::string& whyNot);
+
 } // namespace ampjit::runtime::cuda
 
 #endif // AMPJIT_RUNTIME_LIB_CUDA_SPECULATIVEUPDATES_H

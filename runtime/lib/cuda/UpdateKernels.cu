@@ -745,6 +745,80 @@ cudaError_t launchRestoreWhereSkipped(const uint8_t* predicate, const RestoreTen
   return launch();
 }
 
+namespace {
+
+constexpr int kFoldTableCapacity = 64;
+struct FoldTable {
+  FoldedUpdateScalars folds[kFoldTableCapacity];
+  int size;
+};
+static_assert(sizeof(FoldTable) < 4096, "kernel arguments must stay under 4 KB");
+
+__global__ void foldedUpdateScalarsKernel(FoldTable table) {
+  int t = int(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= table.size)
+    return;
+  const FoldedUpdateScalars& fold = table.folds[t];
+  // The in-line update multiplies the gradient by inv_scale, then by lr.
+  float step = *fold.lr * (fold.invScale != nullptr ? *fold.invScale : 1.0f);
+  fold.alphaBeta[0] = fold.maximize ? step : -step;
+  fold.alphaBeta[1] = 1.0f;
+}
+
+/// launchCheckFoldedUpdate's kernel: whole vectors of 8 elements, then the
+/// tail element by element, grid-stride.
+template <ElementType C>
+__global__ void checkFoldedUpdateKernel(const float* param, void* copy, int64_t count, uint8_t* flag) {
+  int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  int64_t vectors = count / kSgdVectorWidth;
+  bool finite = true;
+  for (int64_t v = thread; v < vectors; v += stride) {
+    float values[kSgdVectorWidth];
+    loadVector<ElementType::F32>(param, v * kSgdVectorWidth, values, false);
+    for (int k = 0; k < kSgdVectorWidth; ++k)
+      finite = finite && isfinite(values[k]);
+    if (copy != nullptr)
+      storeVector<C>(copy, v * kSgdVectorWidth, values, false);
+  }
+  for (int64_t i = vectors * kSgdVectorWidth + thread; i < count; i += stride) {
+    float value = param[i];
+    finite = finite && isfinite(value);
+    if (copy != nullptr)
+      storeAs(copy, C, i, value);
+  }
+  if (!finite)
+    *flag = 0;
+}
+
+} // namespace
+
+cudaError_t launchFoldedUpdateScalars(const FoldedUpdateScalars* folds, std::size_t count, cudaStream_t stream) {
+  for (std::size_t first = 0; first < count; first += kFoldTableCapacity) {
+    FoldTable table{};
+    for (std::size_t k = first; k < count && table.size < kFoldTableCapacity; ++k)
+      table.folds[table.size++] = folds[k];
+    foldedUpdateScalarsKernel<<<1, kFoldTableCapacity, 0, stream>>>(table);
+    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess)
+      return error;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t launchCheckFoldedUpdate(const float* param, void* copy, ElementType copyType, int64_t count,
+                                    uint8_t* flag, cudaStream_t stream) {
+  if (count <= 0)
+    return cudaSuccess;
+  if (copy != nullptr && copyType != ElementType::F16 && copyType != ElementType::BF16)
+    return cudaErrorInvalidValue;
+  unsigned blocks = blocksFor((count + kSgdVectorWidth - 1) / kSgdVectorWidth);
+  if (copyType == ElementType::BF16)
+    checkFoldedUpdateKernel<ElementType::BF16><<<blocks, kThreads, 0, stream>>>(param, copy, count, flag);
+  else
+    checkFoldedUpdateKernel<ElementType::F16><<<blocks, kThreads, 0, stream>>>(param, copy, count, flag);
+  return cudaGetLastError();
+}
+
 cudaError_t launchScaleLoss(const void* loss, void* scaled, ElementType type, const float* scale, bool computeF64,
                             cudaStream_t stream) {
   if (computeF64)

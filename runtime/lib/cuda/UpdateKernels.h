@@ -209,6 +209,27 @@ struct RestoreTensor {
 cudaError_t launchRestoreWhereSkipped(const uint8_t* predicate, const RestoreTensor* tensors,
                                       std::size_t tensorCount, cudaStream_t stream);
 
+/// One SGD update folded into its gradient's GEMM (SpeculativeUpdates.h's
+/// GemmFold): the GEMM's device scalars. alpha = -(lr * inv_scale), or
+/// lr * inv_scale when maximizing (inv_scale 1 when absent), beta = 1.
+struct FoldedUpdateScalars {
+  const float* lr;
+  const float* invScale; ///< nullptr: no loss scaler
+  bool maximize;
+  float* alphaBeta; ///< two floats
+};
+/// Every fold's scalars, one thread each, in as few launches as the
+/// kernel-argument limit allows.
+cudaError_t launchFoldedUpdateScalars(const FoldedUpdateScalars* folds, std::size_t count, cudaStream_t stream);
+
+/// After a GEMM-folded update wrote the new f32 parameter: flag = 0 where
+/// one of its `count` elements is inf or NaN (else unchanged), and with
+/// `copy`, each element rounded to nearest even into it (F16 or BF16), as
+/// the update in line writes its param_copy. `param` and `copy` 16-byte
+/// aligned.
+cudaError_t launchCheckFoldedUpdate(const float* param, void* copy, ElementType copyType, int64_t count,
+                                    uint8_t* flag, cudaStream_t stream);
+
 //===----------------------------------------------------------------------===//
 // Conversions
 //===----------------------------------------------------------------------===//

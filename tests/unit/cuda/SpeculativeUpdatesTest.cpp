@@ -118,5 +118,65 @@ TEST(SpeculativeUpdates, AnUpdateWhoseGradientIsWrittenAfterItsCheckGainsNothing
                         "'s output, written no earlier than its predicate: nothing to gain");
 }
 
+/// scaledTwoLayerStep's schedule, which speculates on both updates.
+cuda::SpeculationSchedule twoLayerSchedule(const Plan& plan) {
+  std::string whyNot;
+  std::optional<cuda::SpeculationSchedule> schedule = cuda::scheduleSpeculativeUpdates(plan, 1, &whyNot);
+  EXPECT_TRUE(schedule.has_value()) << whyNot;
+  EXPECT_EQ(schedule ? schedule->updates.size() : 0u, 2u);
+  return schedule ? *schedule : cuda::SpeculationSchedule{};
+}
+
+TEST(SpeculativeUpdates, APlainSgdUpdateFoldsIntoTheGemmOfItsGradientAndMomentumDoesNot) {
+  ScaledTwoLayerStep parts = scaledTwoLayerStep(8, 16);
+  cuda::SpeculationSchedule schedule = twoLayerSchedule(parts.plan);
+  ASSERT_EQ(schedule.updates.size(), 2u);
+  std::string whyNot;
+  std::optional<cuda::GemmFold> w0 = cuda::gemmFoldOf(parts.plan, schedule.updates[0], whyNot);
+  ASSERT_TRUE(w0.has_value()) << whyNot;
+  EXPECT_EQ(w0->gemm, parts.gw0Step);
+  EXPECT_FALSE(cuda::gemmFoldOf(parts.plan, schedule.updates[1], whyNot).has_value());
+  EXPECT_EQ(whyNot, "has momentum, which a GEMM's epilogue cannot keep");
+}
+
+TEST(SpeculativeUpdates, AGradientAnotherStepReadsOrWeightDecayKeepsItsUpdateOutOfTheGemm) {
+  ScaledTwoLayerStep parts = scaledTwoLayerStep(8, 16);
+  BufferId gw0 = parts.plan.steps[parts.w0Update].inputs[sgd_slot::kGrad];
+  std::string whyNot;
+  {
+    // A second reader of the gradient (here, a square of it into an output)
+    // would find no gradient: the folded GEMM writes the parameter instead.
+    Plan plan = parts.plan;
+    BufferDesc out;
+    out.type = plan.buffers[gw0].type;
+    out.role = BufferRole::Output;
+    plan.buffers.push_back(out);
+    BufferId squared = BufferId(plan.buffers.size() - 1);
+    Step square;
+    square.kind = StepKind::Elementwise;
+    square.params = ElementwiseParams{.op = ElementwiseOp::Mul};
+    square.computeType = DType::F32;
+    square.inputs = {gw0, gw0};
+    square.outputs = {squared};
+    square.origin = "jit.mul";
+    plan.steps.insert(plan.steps.begin() + std::ptrdiff_t(parts.checkStep), square);
+    plan.results.push_back(PlanResult{squared, -1});
+    ASSERT_TRUE(verifyPlan(plan).ok()) << verifyPlan(plan).message();
+    cuda::SpeculationSchedule schedule = twoLayerSchedule(plan);
+    ASSERT_EQ(schedule.updates.size(), 2u);
+    EXPECT_FALSE(cuda::gemmFoldOf(plan, schedule.updates[0], whyNot).has_value());
+    EXPECT_EQ(whyNot, "reads " + describeBuffer(plan, gw0) + ", which " + describeStep(plan, parts.checkStep) +
+                          " reads too");
+  }
+  {
+    Plan plan = parts.plan;
+    plan.steps[parts.w0Update].as<OptimizerParams>().weightDecay = 0.01;
+    cuda::SpeculationSchedule schedule = twoLayerSchedule(plan);
+    ASSERT_EQ(schedule.updates.size(), 2u);
+    EXPECT_FALSE(cuda::gemmFoldOf(plan, schedule.updates[0], whyNot).has_value());
+    EXPECT_EQ(whyNot, "has weight decay");
+  }
+}
+
 } // namespace
 } // namespace ampjit::runtime

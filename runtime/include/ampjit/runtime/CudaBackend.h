@@ -76,6 +76,17 @@ struct CudaBackendOptions {
   /// takes AMPJIT_CUDA_SPECULATIVE_UPDATE (a switch; on means 2^24). While it
   /// is on, jit::trace does not defer the update into the next run.
   int64_t speculativeUpdateMinimumElements = -1;
+  /// Where updates run speculatively, a plain SGD update whose gradient is
+  /// a GEMM's product alone is computed in that GEMM (cuBLASLt's D = alpha *
+  /// product + C into the parameter's second buffer, alpha = -lr * inv_scale
+  /// read from the device), and a kernel after it checks the new parameter
+  /// and writes its low-precision copy: the update's separate pass over the
+  /// gradient and the parameter disappears into the GEMM's epilogue. The
+  /// gradient is then never rounded to f16 or bf16, so the bits differ from
+  /// the update in line, and a gradient that would overflow f16 but not f32
+  /// updates instead of skipping the step (SpeculativeUpdates.h, GemmFold).
+  /// 1 on, 0 off, -1 takes AMPJIT_CUDA_GEMM_FOLDED_UPDATE (a switch).
+  int foldUpdatesIntoGemms = -1;
 };
 
 /// What an Executable of this backend has done; for tests and benchmarks.
@@ -107,6 +118,11 @@ struct CudaRunStats {
   /// Gradients a speculative update checks for inf and NaN as it reads them,
   /// which the finiteness check then leaves out (per run).
   int64_t gradientsCheckedByTheirUpdate = 0;
+  /// Speculative updates computed in their gradient's GEMM (per run,
+  /// CudaBackendOptions::foldUpdatesIntoGemms), and why an update was not
+  /// when some were not.
+  int64_t updatesFoldedIntoGemms = 0;
+  std::string gemmFoldDeclined{};
   /// Kernel and library launches a run enqueues (steps sharing a launch
   /// counted once, a reshape that views its input not at all): the nodes a
   /// step's graph replays one after another.
