@@ -725,6 +725,79 @@ TEST_F(CompiledStepOnGpu, SpeculativeUpdatesGiveTheBitsOfTheDeferredStepAndSkipA
   }
 }
 
+TEST_F(CompiledStepOnGpu, UpdatesFoldedIntoTheirGemmsTrackTheDeferredStepAndSkipTheSameOverflow) {
+  // mlp9's shape at test size, its three weights' plain SGD updates folded
+  // into their gradients' GEMMs (the biases run speculatively on their own:
+  // no matrices). The folded update adds the unrounded f32 product, the
+  // deferred one the product rounded to the low dtype: losses and weights
+  // agree within that dtype's tolerance, the overflow of call 3 is skipped
+  // by both, and the scaler's state is equal. At O2 in bf16 each weight
+  // gradient's GEMM also sums the bias gradient in its epilogue, which
+  // keeps the updates out of it.
+  struct Trainer {
+    nn::Sequential model = mlpAtTestSize(9);
+    optim::SGD optimizer{model.parameters(), {.lr = 0.05}};
+    amp::GradScaler scaler{{.growth_interval = 2}};
+    Tensor step(const Tensor& x, const Tensor& y) {
+      return scaledTrainStepWith([](const Tensor& out, const Tensor& target) { return mse_loss(out, target); },
+                                 model, optimizer, scaler, x, y);
+    }
+  };
+  struct Case {
+    amp::Level level;
+    DType dtype;
+    size_t folded;
+    std::string declined;
+  };
+  for (const auto& [level, dtype, expectedFolds, declined] :
+       {Case{amp::O1, f16, 3, "no f32 matrix"}, Case{amp::O2, f16, 3, "no f32 matrix"},
+        Case{amp::O2, bf16, 0, "writes other than as a plain f32-accumulated product"}}) {
+    std::string config = std::string(amp::level_name(level)) + " " + std::string(dtype_name(dtype));
+    SCOPED_TRACE(config);
+    Trainer deferring, folding;
+    TraceOptions options{.amp = {.level = level, .dtype = dtype}, .backend = Backend::cuda};
+    options.defer_updates = DeferUpdates::on;
+    auto deferredStep = trace([&](const Tensor& x, const Tensor& y) { return deferring.step(x, y); }, options);
+    options.defer_updates = DeferUpdates::automatic;
+    detail::replaceSharedCudaBackend({.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 1},
+                                     "the folding step's backend");
+    auto foldedStep = trace([&](const Tensor& x, const Tensor& y) { return folding.step(x, y); }, options);
+    Tolerance tolerance = ampjit::testing::scaled(toleranceFor(dtype == f16 ? ampjit::runtime::DType::F16
+                                                                            : ampjit::runtime::DType::BF16),
+                                                  4.0);
+    for (int call = 0; call < 6; ++call) {
+      Generator generator(300 + uint64_t(call));
+      Tensor x = rand({32, 64}, f32, &generator), y = rand({32, 64}, f32, &generator);
+      if (call == 3) {
+        std::vector<double> values = x.to_vector();
+        values[7] = std::numeric_limits<double>::infinity();
+        x = tensor(values, x.shape());
+      }
+      double folded = foldedStep(x, y).item(), deferred = deferredStep(x, y).item();
+      if (std::isnan(deferred))
+        EXPECT_TRUE(std::isnan(folded)) << "loss of call " << call;
+      else
+        expectClose({folded}, {deferred}, tolerance, "loss of call " + std::to_string(call));
+    }
+    detail::replaceSharedCudaBackend({}, "the default backend");
+    const TraceStats& stats = foldedStep.stats();
+    EXPECT_EQ(stats.device_speculative_updates_per_step, 6u) << stats.device_speculation_declined;
+    EXPECT_EQ(stats.device_updates_folded_into_gemms, expectedFolds) << stats.device_gemm_fold_declined;
+    EXPECT_NE(stats.device_gemm_fold_declined.find(declined), std::string::npos) << stats.device_gemm_fold_declined;
+    EXPECT_EQ(stats.device_graph_disabled_reason, "");
+    EXPECT_EQ(folding.scaler.skipped_steps(), 1);
+    EXPECT_EQ(folding.scaler.get_scale(), deferring.scaler.get_scale());
+    auto folded = folding.model.state_dict(), deferred = deferring.model.state_dict();
+    ASSERT_EQ(folded.size(), deferred.size());
+    bool someWeightDiffers = false;
+    for (size_t k = 0; k < deferred.size(); ++k) {
+      expectClose(folded[k].second.to_vector(), deferred[k].second.to_vector(), tolerance, deferred[k].first);
+      someWeightDiffers = someWeightDiffers || folded[k].second.to_vector() != deferred[k].second.to_vector();
+    }
+    EXPECT_EQ(someWeightDiffers, expectedFolds > 0) << "a folded update never rounds its gradient";
+  }
+}
+
 TEST_F(CompiledStepOnGpu, AGptBlockWithDropoutDrawsTheCpusMasksAtO2) {
   // Attention and residual dropout: the device draws the CPU's masks
   // (Philox), so the two trainings stay together, and both generators end

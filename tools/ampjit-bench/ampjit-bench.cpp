@@ -381,6 +381,8 @@ nlohmann::json measure(const std::string& model, jit::amp::Level level, jit::DTy
                  {"device_gemms_beside_update_per_step", step.stats().device_gemms_beside_update_per_step},
                  {"device_speculative_updates_per_step", step.stats().device_speculative_updates_per_step},
                  {"device_speculation_declined", step.stats().device_speculation_declined},
+                 {"device_updates_folded_into_gemms", step.stats().device_updates_folded_into_gemms},
+                 {"device_gemm_fold_declined", step.stats().device_gemm_fold_declined},
                  {"device_graph_replays", step.stats().device_graph_replays},
                  {"device_graph_disabled_reason", step.stats().device_graph_disabled_reason}});
   if (!work.peerWork.empty())

@@ -147,6 +147,12 @@ struct TraceStats {
   /// when none does, why; 0 and empty on the CPU.
   size_t device_speculative_updates_per_step = 0;
   std::string device_speculation_declined{};
+  /// On CUDA, how many of those speculative updates run in their gradient's
+  /// GEMM (CudaBackendOptions::foldUpdatesIntoGemms,
+  /// AMPJIT_CUDA_GEMM_FOLDED_UPDATE), and why one does not; 0 and empty on
+  /// the CPU.
+  size_t device_updates_folded_into_gemms = 0;
+  std::string device_gemm_fold_declined{};
   /// On CUDA, calls of the last compiled variant that replayed its captured
   /// graph, and why it runs step by step instead when a capture or an
   /// instantiation failed (empty while graphs work); 0 and empty on the CPU.

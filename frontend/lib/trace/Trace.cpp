@@ -58,6 +58,8 @@ struct Variant {
   size_t deviceGemmsBesideUpdate = 0;
   size_t deviceSpeculativeUpdates = 0;
   std::string deviceSpeculationDeclined;
+  size_t deviceUpdatesFoldedIntoGemms = 0;
+  std::string deviceGemmFoldDeclined;
 };
 
 /// At least this many parameter elements before DeferUpdates::automatic
@@ -291,6 +293,8 @@ private:
       variant->deviceGemmsBesideUpdate = size_t(stats.gemmsBesideDeferredUpdate);
       variant->deviceSpeculativeUpdates = size_t(stats.speculativeUpdates);
       variant->deviceSpeculationDeclined = stats.speculationDeclined;
+      variant->deviceUpdatesFoldedIntoGemms = size_t(stats.updatesFoldedIntoGemms);
+      variant->deviceGemmFoldDeclined = stats.gemmFoldDeclined;
     }
     if (plan.deferredSteps > 0) {
       variant->deferred = std::make_shared<DeferredUpdate>();
@@ -380,6 +384,8 @@ private:
     stats_.device_gemms_beside_update_per_step = variant.deviceGemmsBesideUpdate;
     stats_.device_speculative_updates_per_step = variant.deviceSpeculativeUpdates;
     stats_.device_speculation_declined = variant.deviceSpeculationDeclined;
+    stats_.device_updates_folded_into_gemms = variant.deviceUpdatesFoldedIntoGemms;
+    stats_.device_gemm_fold_declined = variant.deviceGemmFoldDeclined;
     if (cuda_) {
       rt::CudaRunStats run = cuda_->stats(*variant.executable);
       stats_.device_graph_replays = size_t(run.graphReplays);

@@ -604,7 +604,7 @@ namespace {
 /// mlp9's step at test size, as jit::trace compiles it for the CUDA backend
 /// at O1-f16: `layers` Linear(64) layers (no activation) with an MSE loss,
 /// SGD and a dynamic loss scaler.
-rt::Plan cudaMlpStepPlan(int layers) {
+rt::Plan cudaMlpStepPlan(int layers, const std::string& level = "O1") {
   jit::Generator generator(3);
   jit::nn::Sequential model;
   for (int i = 0; i < layers; ++i)
@@ -623,7 +623,8 @@ rt::Plan cudaMlpStepPlan(int layers) {
       {.backend = jit::Backend::cpu});
   step(jit::randn({48, 64}, jit::f32, &generator), jit::randn({48, 64}, jit::f32, &generator));
   return ampjit::testing::compileSource(step.traced_module(), "mlp",
-                                        "amp-pipeline{level=O1 dtype=f16 target=sm_90 keep-parameter-casts=true}",
+                                        "amp-pipeline{level=" + level +
+                                            " dtype=f16 target=sm_90 keep-parameter-casts=true}",
                                         {.fuseElementwise = true, .fuseGemmEpilogues = true})
       .plan;
 }
@@ -647,6 +648,34 @@ TEST(CompileKernels, EachHiddenBiasGradientOfAnMlpIsOneLaunch) {
   EXPECT_EQ(widened, size_t(layers - 1)) << rt::printPlan(plan);
   EXPECT_EQ(reductionsAlone, 0u) << rt::printPlan(plan);
   EXPECT_EQ(heads, 1u) << rt::printPlan(plan);
+}
+
+TEST(CompileKernels, EveryWeightUpdateOfATracedMlpStepFoldsIntoItsGradientsGemmAtO1AndO2) {
+  // mlp9's updates at f16 (AMPJIT_CUDA_GEMM_FOLDED_UPDATE): each weight's
+  // SGD goes into the GEMM that computes its gradient, the last step it
+  // waits for; each bias's, a vector, runs on its own.
+  const int layers = 3;
+  for (std::string level : {"O1", "O2"}) {
+    SCOPED_TRACE(level);
+    rt::Plan plan = cudaMlpStepPlan(layers, level);
+    std::string whyNot;
+    std::optional<cuda::SpeculationSchedule> schedule = cuda::scheduleSpeculativeUpdates(plan, 1, &whyNot);
+    ASSERT_TRUE(schedule.has_value()) << whyNot;
+    int folded = 0;
+    for (const cuda::SpeculativeUpdate& update : schedule->updates) {
+      std::optional<cuda::GemmFold> fold = cuda::gemmFoldOf(plan, update, whyNot);
+      bool matrix = plan.buffers[plan.steps[update.step].inputs[rt::sgd_slot::kParam]].type.shape.size() == 2;
+      EXPECT_EQ(fold.has_value(), matrix) << whyNot << "\n" << rt::printStep(plan, update.step);
+      if (!fold) {
+        EXPECT_NE(whyNot.find("no f32 matrix"), std::string::npos) << whyNot;
+        continue;
+      }
+      ++folded;
+      EXPECT_EQ(fold->gemm, update.readyAfter);
+      EXPECT_EQ(plan.steps[fold->gemm].kind, rt::StepKind::Gemm);
+    }
+    EXPECT_EQ(folded, layers) << rt::printPlan(plan);
+  }
 }
 
 TEST(CompileKernels, EveryUpdateOfATracedMlpStepMayStartUnderTheBackward) {
