@@ -49,12 +49,14 @@ cat > gpu-bundle/run.sh <<'RUN'
 #                   in line (AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=1), with the finiteness check in line
 #                   (AMPJIT_CUDA_FINITE_CHECK_IN_LINE=1), and with both, each with the evict-first
 #                   hints and without (AMPJIT_CUDA_CACHE_HINTS=0), no peers
-#   speculate-ab MODEL...  O1 and O2 f16 with the update deferred (as it is) and speculative
-#                   (AMPJIT_CUDA_SPECULATIVE_UPDATE=1) with 0, 16 and 32 SMs that GEMMs beside it leave
-#                   to it (AMPJIT_CUDA_GEMM_SM_RESERVE), no peers, one process each
+#   speculate-ab MODEL...  O1 and O2 f16 with the update deferred (as it is), folded into the
+#                   weight gradients' GEMMs (AMPJIT_CUDA_GEMM_FOLDED_UPDATE=1) with 0 and 16 SMs left
+#                   to the rest, and speculative (AMPJIT_CUDA_SPECULATIVE_UPDATE=1) with 0, 16 and 32
+#                   SMs that GEMMs beside it leave to it (AMPJIT_CUDA_GEMM_SM_RESERVE), no peers, one
+#                   process each, the likeliest winners first
 #   timeline MODEL...  O1 f16, one replayed step with each launch stamped on its stream
-#                   (AMPJIT_TIMELINE): as it is, with 16 SMs left to the deferred update, with the
-#                   update in line, and speculative with 0 and 16 SMs left to it, no peers;
+#                   (AMPJIT_TIMELINE): as it is, folded, speculative with 0 and 16 SMs left to it,
+#                   with 16 SMs left to the deferred update, and with the update in line, no peers;
 #                   timeline-MODEL-VARIANT.jsonl, summaries in summary.txt
 # Device time is short: each stage is bounded, and every result is appended as it comes, so a
 # command stopped at its limit still returns what finished. Logs, JSON and summary.txt go to $OUT.
@@ -226,12 +228,14 @@ run_overlap_ab() { # MODEL: the deferred update and the finiteness check on the 
   done
 }
 
-run_speculate_ab() { # MODEL: the update deferred, or speculative beside GEMMs leaving it 0, 16, 32 SMs
+run_speculate_ab() { # MODEL: the update deferred, folded into the GEMMs, or speculative beside GEMMs leaving it 0, 16, 32 SMs
   local model=$1 variant
-  for variant in deferred speculative-0 speculative-16 speculative-32; do
-    local speculate=1 reserve=${variant#speculative-}
+  for variant in deferred folded-0 speculative-16 speculative-0 folded-16 speculative-32; do
+    local speculate=1 fold=0 reserve=${variant##*-}
     [ "$variant" = deferred ] && speculate=0 reserve=0
-    AMPJIT_CUDA_SPECULATIVE_UPDATE=$speculate AMPJIT_CUDA_GEMM_SM_RESERVE=$reserve timeout 150 \
+    case "$variant" in folded*) fold=1 ;; esac
+    AMPJIT_CUDA_SPECULATIVE_UPDATE=$speculate AMPJIT_CUDA_GEMM_FOLDED_UPDATE=$fold \
+      AMPJIT_CUDA_GEMM_SM_RESERVE=$reserve timeout 150 \
       "$here/run/ampjit-bench" --model "$model" --backend cuda --levels O1,O2 --dtypes f16 --no-peer \
       --no-fresh-process >> "$out/speculate-ab.jsonl" 2>> "$out/bench.log"
     stamp "speculate-ab $model $variant: exit $?"
@@ -241,13 +245,14 @@ run_speculate_ab() { # MODEL: the update deferred, or speculative beside GEMMs l
 
 run_timeline() { # MODEL: when each launch of a replayed step ran, on which stream (AMPJIT_TIMELINE)
   local model=$1 variant
-  for variant in as-is reserve-16 update-in-line speculative speculative-reserve-16; do
-    local reserve=0 inline=0 speculate=0
+  for variant in as-is folded speculative speculative-reserve-16 reserve-16 update-in-line; do
+    local reserve=0 inline=0 speculate=0 fold=0
     case "$variant" in *reserve-16) reserve=16 ;; esac
-    case "$variant" in speculative*) speculate=1 ;; esac
+    case "$variant" in speculative*|folded) speculate=1 ;; esac
+    [ "$variant" = folded ] && fold=1
     [ "$variant" = update-in-line ] && inline=1
     AMPJIT_TIMELINE="$out/timeline-$model-$variant.jsonl" AMPJIT_CUDA_GEMM_SM_RESERVE=$reserve \
-      AMPJIT_CUDA_SPECULATIVE_UPDATE=$speculate \
+      AMPJIT_CUDA_SPECULATIVE_UPDATE=$speculate AMPJIT_CUDA_GEMM_FOLDED_UPDATE=$fold \
       AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=$inline timeout 120 "$here/run/ampjit-bench" --model "$model" \
       --backend cuda --levels O1 --dtypes f16 --no-peer --no-fresh-process --steps 10 --warmup 3 \
       >> "$out/timeline-runs.jsonl" 2>> "$out/bench.log"

@@ -1342,5 +1342,65 @@ TEST_F(GpuTest, ATimelineOfASpeculativeRunShowsEachUpdateAfterItsGradientAndTheR
   EXPECT_LE(mainLaunches[key(parts.inverseStep)].second, mainLaunches["0,0"].first);
 }
 
+TEST_F(GpuTest, ATimelineOfAFoldedRunShowsTheUpdateInItsGemmAndTheCheckAfterIt) {
+  // The third run, stamped: w0's gradient GEMM marked as carrying its
+  // update, on the main stream after the scalars' launch; the check of the
+  // new w0 on the side stream after that GEMM; one restore on the main
+  // stream after both speculative launches (w0's check, w1's update).
+  test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
+  std::string path = ::testing::TempDir() + "folded-timeline-" + std::to_string(getpid()) + ".jsonl";
+  std::filesystem::remove(path);
+  std::vector<std::string> lines;
+  {
+    Expected<std::unique_ptr<CudaBackend>> folding =
+        createCudaBackend({.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 1});
+    ASSERT_TRUE(folding.ok()) << folding.message();
+    ScopedEnvironment timeline("AMPJIT_TIMELINE", path.c_str());
+    ScopedEnvironment run("AMPJIT_TIMELINE_RUN", "3");
+    Expected<std::unique_ptr<Executable>> folded = (*folding)->prepare(parts.plan);
+    ASSERT_TRUE(folded.ok()) << folded.message();
+    std::vector<Tensor> arguments;
+    for (const Tensor& argument : scaledTwoLayerArguments(parts, 0, false))
+      arguments.push_back(*(*folding)->toDevice(argument));
+    for (int run = 0; run < 4; ++run)
+      ASSERT_TRUE((*folded)->run(arguments).ok());
+    EXPECT_EQ((*folding)->stats(**folded).timelineRuns, 1);
+    std::ifstream file(path);
+    for (std::string line; std::getline(file, line);)
+      lines.push_back(line);
+  }
+  std::filesystem::remove(path);
+  auto key = [](std::size_t step) { return std::to_string(step) + "," + std::to_string(step); };
+  std::map<std::string, std::pair<double, double>> mainLaunches, speculative;
+  std::pair<double, double> scalars{-1, -1}, foldedGemm{-1, -1};
+  for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
+    std::size_t steps = lines[i].find("\"steps\":[");
+    ASSERT_NE(steps, std::string::npos) << lines[i];
+    std::string launch = lines[i].substr(steps + 9, lines[i].find(']', steps) - steps - 9);
+    std::pair<double, double> when{jsonNumber(lines[i], "start_us"), jsonNumber(lines[i], "end_us")};
+    bool side = lines[i].find("\"stream\":\"side\"") != std::string::npos;
+    bool foldedUpdate = lines[i].find("\"folded_update\":true") != std::string::npos;
+    if (lines[i].find("alpha and beta") != std::string::npos)
+      scalars = when;
+    else if (foldedUpdate && !side) {
+      foldedGemm = when;
+      EXPECT_EQ(launch, key(parts.gw0Step)) << lines[i];
+    } else if (lines[i].find("\"speculative\":true") != std::string::npos) {
+      speculative[launch] = when;
+      EXPECT_TRUE(side) << lines[i];
+    } else if (!side)
+      mainLaunches[launch] = when;
+  }
+  ASSERT_GE(scalars.first, 0.0) << "the scalars' launch";
+  ASSERT_GE(foldedGemm.first, 0.0) << "w0's gradient GEMM with its update";
+  EXPECT_GE(foldedGemm.first, scalars.second);
+  ASSERT_EQ(speculative.size(), 2u);
+  ASSERT_TRUE(speculative.count(key(parts.w0Update)) && speculative.count(key(parts.w1Update)));
+  EXPECT_GE(speculative[key(parts.w0Update)].first, foldedGemm.second) << "the check reads what the GEMM wrote";
+  ASSERT_TRUE(mainLaunches.count(key(parts.w0Update)));
+  for (const auto& [launch, when] : speculative)
+    EXPECT_GE(mainLaunches[key(parts.w0Update)].first, when.second) << launch;
+}
+
 } // namespace
 } // namespace ampjit::runtime::gputest

@@ -825,8 +825,9 @@ private:
     }
     std::string where = "plan @" + plan_.name + ": the scalars of the updates folded into GEMMs";
     if (timelineRecording_)
-      AMPJIT_RETURN_IF_ERROR(beginTimelineLaunch(stream, "\"plan\":" + jsonString(plan_.name) +
-                                                             ",\"what\":" + jsonString(where)));
+      AMPJIT_RETURN_IF_ERROR(beginTimelineLaunch(
+          stream, chunkFields(speculation_->updates[gemmFolds_.begin()->second.update].step,
+                              "alpha and beta of every update folded into its GEMM")));
     AMPJIT_CUDA_RETURN_IF_ERROR(cuda::update::launchFoldedUpdateScalars(folds.data(), folds.size(), stream), where);
     return endTimelineLaunch(stream);
   }
