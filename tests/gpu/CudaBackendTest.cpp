@@ -1051,44 +1051,57 @@ TEST_F(GpuTest, SpeculativeUpdatesGiveTheInLineUpdatesBitsAndSkipWhatTheCheckSki
 }
 
 TEST_F(GpuTest, TheCheckAfterAFoldedUpdateFindsEveryNonFiniteElementAndWritesTheRoundedCopy) {
-  // 43 elements: five vectors of 8, then a tail of 3. An inf or NaN in
-  // either part clears the flag; the copy is each element rounded once.
+  // 6149 elements: 768 vectors of 8, which two blocks of threads take two
+  // at a time (a first and a second round), then a tail of 5. An inf or NaN
+  // in any part clears the flag; the copy is each element rounded once.
   namespace update = ampjit::runtime::cuda::update;
   auto stream = static_cast<cudaStream_t>(cuda->stream());
-  std::vector<double> values(43);
+  const int64_t count = 6149;
+  std::vector<double> values(count);
   std::mt19937 generator(5);
   std::uniform_real_distribution<double> uniform(-70000.0, 70000.0); // some round to f16's inf
   for (double& value : values)
     value = double(float(uniform(generator)));
   double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  struct Case {
+    DType copyType;
+    bool evictFirst;
+    int64_t bad;
+    double badValue;
+  };
+  std::vector<Case> cases;
   for (DType copyType : {DType::F16, DType::BF16})
-    for (std::ptrdiff_t bad : {std::ptrdiff_t(-1), std::ptrdiff_t(3), std::ptrdiff_t(41)})
-      for (double badValue : {inf, nan}) {
-        std::vector<double> param = values;
-        if (bad >= 0)
-          param[std::size_t(bad)] = badValue;
-        std::string when = std::string(dtypeName(copyType)) + " copy, bad element " + std::to_string(bad);
-        Tensor deviceParam = *cuda->toDevice(*Tensor::fromDoubles(DType::F32, {43}, param));
-        Tensor copy = *cuda->toDevice(*Tensor::fromDoubles(copyType, {43}, std::vector<double>(43, 0.0)));
-        Tensor flag = *cuda->toDevice(*Tensor::fromDoubles(DType::I1, {}, std::vector<double>{1.0}));
-        ASSERT_EQ(update::launchCheckFoldedUpdate(reinterpret_cast<const float*>(deviceParam.bytes()), copy.bytes(),
-                                                  update::ElementType(int32_t(copyType)), 43,
-                                                  reinterpret_cast<uint8_t*>(flag.bytes()), stream),
-                  cudaSuccess);
-        EXPECT_EQ(cuda->toHost(flag)->at(0), bad >= 0 ? 0.0 : 1.0) << when;
-        // (A NaN's payload may differ: the step it is in is skipped.)
-        std::vector<double> got = cuda->toHost(copy)->toDoubles(),
-                            want = Tensor::fromDoubles(copyType, {43}, param)->toDoubles();
-        for (std::size_t i = 0; i < 43; ++i)
-          EXPECT_TRUE(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i])))
-              << when << ": element " << i << " is " << got[i] << ", not " << want[i];
-      }
+    for (int64_t bad : {int64_t(-1), int64_t(3), int64_t(4500), int64_t(6147)})
+      for (double badValue : {inf, nan})
+        cases.push_back({copyType, bad == 3, bad, badValue});
+  for (const Case& c : cases) {
+    std::vector<double> param = values;
+    if (c.bad >= 0)
+      param[std::size_t(c.bad)] = c.badValue;
+    std::string when = std::string(dtypeName(c.copyType)) + " copy, bad element " + std::to_string(c.bad) + " (" +
+                       std::to_string(c.badValue) + ")" + (c.evictFirst ? ", evict-first" : "");
+    Tensor deviceParam = *cuda->toDevice(*Tensor::fromDoubles(DType::F32, {count}, param));
+    Tensor copy = *cuda->toDevice(*Tensor::fromDoubles(c.copyType, {count}, std::vector<double>(count, 0.0)));
+    Tensor flag = *cuda->toDevice(*Tensor::fromDoubles(DType::I1, {}, std::vector<double>{1.0}));
+    ASSERT_EQ(update::launchCheckFoldedUpdate(reinterpret_cast<const float*>(deviceParam.bytes()), copy.bytes(),
+                                              update::ElementType(int32_t(c.copyType)), count,
+                                              reinterpret_cast<uint8_t*>(flag.bytes()), c.evictFirst, stream),
+              cudaSuccess);
+    EXPECT_EQ(cuda->toHost(flag)->at(0), c.bad >= 0 ? 0.0 : 1.0) << when;
+    // (A NaN's payload may differ: the step it is in is skipped.)
+    std::vector<double> got = cuda->toHost(copy)->toDoubles(),
+                        want = Tensor::fromDoubles(c.copyType, {count}, param)->toDoubles();
+    int wrong = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (!(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i]))) && ++wrong <= 3)
+        ADD_FAILURE() << when << ": element " << i << " is " << got[i] << ", not " << want[i];
+  }
   // Without a copy, only the check.
-  Tensor deviceParam = *cuda->toDevice(*Tensor::fromDoubles(DType::F32, {43}, values));
+  Tensor deviceParam = *cuda->toDevice(*Tensor::fromDoubles(DType::F32, {count}, values));
   Tensor flag = *cuda->toDevice(*Tensor::fromDoubles(DType::I1, {}, std::vector<double>{1.0}));
   ASSERT_EQ(update::launchCheckFoldedUpdate(reinterpret_cast<const float*>(deviceParam.bytes()), nullptr,
-                                            update::ElementType::F16, 43, reinterpret_cast<uint8_t*>(flag.bytes()),
-                                            stream),
+                                            update::ElementType::F16, count,
+                                            reinterpret_cast<uint8_t*>(flag.bytes()), false, stream),
             cudaSuccess);
   EXPECT_EQ(cuda->toHost(flag)->at(0), 1.0);
 }

@@ -931,7 +931,7 @@ private:
                 static_cast<const float*>(out[sgd_slot::kNewParam]), out[sgd_slot::kNewParamCopy],
                 copy == kNoBuffer ? cuda::update::ElementType::F16
                                   : cuda::update::ElementType(int32_t(plan_.buffers[copy].type.dtype)),
-                plan_.buffers[param].type.elementCount(), checks->second, side),
+                plan_.buffers[param].type.elementCount(), checks->second, evictFirst_, side),
             where + ": checking the parameter its GEMM updated");
       } else {
         status = prepared.step->enqueue(

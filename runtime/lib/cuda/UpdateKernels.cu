@@ -765,21 +765,31 @@ __global__ void foldedUpdateScalarsKernel(FoldTable table) {
   fold.alphaBeta[1] = 1.0f;
 }
 
-/// launchCheckFoldedUpdate's kernel: whole vectors of 8 elements, then the
-/// tail element by element, grid-stride.
+/// launchCheckFoldedUpdate's kernel, grid-stride: whole vectors of 8
+/// elements, kSgdVectorRounds of them a thread at a time with every load
+/// issued before any store (as the SGD kernel), then the tail element by
+/// element.
 template <ElementType C>
-__global__ void checkFoldedUpdateKernel(const float* param, void* copy, int64_t count, uint8_t* flag) {
+__global__ void checkFoldedUpdateKernel(const float* param, void* copy, int64_t count, uint8_t* flag,
+                                        bool evictFirst) {
   int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t stride = int64_t(gridDim.x) * blockDim.x;
   int64_t vectors = count / kSgdVectorWidth;
   bool finite = true;
-  for (int64_t v = thread; v < vectors; v += stride) {
-    float values[kSgdVectorWidth];
-    loadVector<ElementType::F32>(param, v * kSgdVectorWidth, values, false);
-    for (int k = 0; k < kSgdVectorWidth; ++k)
-      finite = finite && isfinite(values[k]);
-    if (copy != nullptr)
-      storeVector<C>(copy, v * kSgdVectorWidth, values, false);
+  for (int64_t first = thread; first < vectors; first += stride * kSgdVectorRounds) {
+    float values[kSgdVectorRounds][kSgdVectorWidth];
+    for (int r = 0; r < kSgdVectorRounds; ++r)
+      if (int64_t v = first + r * stride; v < vectors)
+        loadVector<ElementType::F32>(param, v * kSgdVectorWidth, values[r], evictFirst);
+    for (int r = 0; r < kSgdVectorRounds; ++r) {
+      int64_t v = first + r * stride;
+      if (v >= vectors)
+        continue;
+      for (int k = 0; k < kSgdVectorWidth; ++k)
+        finite = finite && isfinite(values[r][k]);
+      if (copy != nullptr)
+        storeVector<C>(copy, v * kSgdVectorWidth, values[r], evictFirst);
+    }
   }
   for (int64_t i = vectors * kSgdVectorWidth + thread; i < count; i += stride) {
     float value = param[i];
@@ -806,16 +816,17 @@ cudaError_t launchFoldedUpdateScalars(const FoldedUpdateScalars* folds, std::siz
 }
 
 cudaError_t launchCheckFoldedUpdate(const float* param, void* copy, ElementType copyType, int64_t count,
-                                    uint8_t* flag, cudaStream_t stream) {
+                                    uint8_t* flag, bool evictFirst, cudaStream_t stream) {
   if (count <= 0)
     return cudaSuccess;
   if (copy != nullptr && copyType != ElementType::F16 && copyType != ElementType::BF16)
     return cudaErrorInvalidValue;
-  unsigned blocks = blocksFor((count + kSgdVectorWidth - 1) / kSgdVectorWidth);
+  int64_t rounds = (count / kSgdVectorWidth + kSgdVectorRounds - 1) / kSgdVectorRounds;
+  unsigned blocks = blocksFor(rounds > 0 ? rounds : 1);
   if (copyType == ElementType::BF16)
-    checkFoldedUpdateKernel<ElementType::BF16><<<blocks, kThreads, 0, stream>>>(param, copy, count, flag);
+    checkFoldedUpdateKernel<ElementType::BF16><<<blocks, kThreads, 0, stream>>>(param, copy, count, flag, evictFirst);
   else
-    checkFoldedUpdateKernel<ElementType::F16><<<blocks, kThreads, 0, stream>>>(param, copy, count, flag);
+    checkFoldedUpdateKernel<ElementType::F16><<<blocks, kThreads, 0, stream>>>(param, copy, count, flag, evictFirst);
   return cudaGetLastError();
 }
 

@@ -226,9 +226,10 @@ cudaError_t launchFoldedUpdateScalars(const FoldedUpdateScalars* folds, std::siz
 /// one of its `count` elements is inf or NaN (else unchanged), and with
 /// `copy`, each element rounded to nearest even into it (F16 or BF16), as
 /// the update in line writes its param_copy. `param` and `copy` 16-byte
-/// aligned.
+/// aligned. With `evictFirst`, the loads and stores carry the evict-first
+/// hint (nothing reads them before the next step).
 cudaError_t launchCheckFoldedUpdate(const float* param, void* copy, ElementType copyType, int64_t count,
-                                    uint8_t* flag, cudaStream_t stream);
+                                    uint8_t* flag, bool evictFirst, cudaStream_t stream);
 
 //===----------------------------------------------------------------------===//
 // Conversions
