@@ -634,6 +634,33 @@ nn::Sequential mlpAtTestSize(uint64_t seed) {
   return model;
 }
 
+/// mlpAtTestSize(9) trained with SGD (lr 0.05) under a scaler that grows
+/// every 2 steps: the update tests' model.
+struct MlpTrainer {
+  nn::Sequential model = mlpAtTestSize(9);
+  optim::SGD optimizer;
+  amp::GradScaler scaler{{.growth_interval = 2}};
+  explicit MlpTrainer(double momentum = 0.0)
+      : optimizer(model.parameters(), {.lr = 0.05, .momentum = momentum}) {}
+  Tensor step(const Tensor& x, const Tensor& y) {
+    return scaledTrainStepWith([](const Tensor& out, const Tensor& target) { return mse_loss(out, target); }, model,
+                               optimizer, scaler, x, y);
+  }
+};
+
+/// The batch of call `call` of the update tests; call 3's input holds an
+/// inf, so that step overflows.
+std::pair<Tensor, Tensor> mlpBatchOfCall(int call) {
+  Generator generator(300 + uint64_t(call));
+  Tensor x = rand({32, 64}, f32, &generator), y = rand({32, 64}, f32, &generator);
+  if (call == 3) {
+    std::vector<double> values = x.to_vector();
+    values[7] = std::numeric_limits<double>::infinity();
+    x = tensor(values, x.shape());
+  }
+  return {x, y};
+}
+
 TEST_F(CompiledStepOnGpu, AnMseMlpsFp32BiasGradientsMatchTheCpuAtO1) {
   // mlp9's shape at test size: at O1 each hidden layer's bias gradient is
   // its f16 output gradient widened and summed over the batch, which CUDA
@@ -667,18 +694,6 @@ TEST_F(CompiledStepOnGpu, SpeculativeUpdatesGiveTheBitsOfTheDeferredStepAndSkipA
   // scaler's check. Call 3 overflows. Every loss, the scaler's state and
   // every parameter agree bit for bit. O1 rewrites each weight's kept f16
   // copy too, O2 its derived one; with momentum, the buffers alternate too.
-  struct Trainer {
-    nn::Sequential model;
-    optim::SGD optimizer;
-    amp::GradScaler scaler;
-    Trainer(nn::Sequential built, double momentum)
-        : model(std::move(built)), optimizer(model.parameters(), {.lr = 0.05, .momentum = momentum}),
-          scaler({.growth_interval = 2}) {}
-    Tensor step(const Tensor& x, const Tensor& y) {
-      return scaledTrainStepWith([](const Tensor& out, const Tensor& target) { return mse_loss(out, target); },
-                                 model, optimizer, scaler, x, y);
-    }
-  };
   struct Case {
     amp::Level level;
     DType dtype;
@@ -686,7 +701,7 @@ TEST_F(CompiledStepOnGpu, SpeculativeUpdatesGiveTheBitsOfTheDeferredStepAndSkipA
   };
   for (Case config : {Case{amp::O1, f16, 0.0}, Case{amp::O2, f16, 0.9}, Case{amp::O2, bf16, 0.0}}) {
     SCOPED_TRACE(std::string(amp::level_name(config.level)) + " " + std::string(dtype_name(config.dtype)));
-    Trainer deferring(mlpAtTestSize(9), config.momentum), speculating(mlpAtTestSize(9), config.momentum);
+    MlpTrainer deferring(config.momentum), speculating(config.momentum);
     TraceOptions options{.amp = {.level = config.level, .dtype = config.dtype}, .backend = Backend::cuda};
     options.defer_updates = DeferUpdates::on;
     auto deferredStep = trace([&](const Tensor& x, const Tensor& y) { return deferring.step(x, y); }, options);
@@ -694,13 +709,7 @@ TEST_F(CompiledStepOnGpu, SpeculativeUpdatesGiveTheBitsOfTheDeferredStepAndSkipA
     detail::replaceSharedCudaBackend({.speculativeUpdateMinimumElements = 1}, "the speculative step's backend");
     auto speculativeStep = trace([&](const Tensor& x, const Tensor& y) { return speculating.step(x, y); }, options);
     for (int call = 0; call < 6; ++call) {
-      Generator generator(300 + uint64_t(call));
-      Tensor x = rand({32, 64}, f32, &generator), y = rand({32, 64}, f32, &generator);
-      if (call == 3) {
-        std::vector<double> values = x.to_vector();
-        values[7] = std::numeric_limits<double>::infinity();
-        x = tensor(values, x.shape());
-      }
+      auto [x, y] = mlpBatchOfCall(call);
       double speculated = speculativeStep(x, y).item(), deferred = deferredStep(x, y).item();
       if (std::isnan(deferred))
         EXPECT_TRUE(std::isnan(speculated)) << "loss of call " << call;
@@ -734,15 +743,6 @@ TEST_F(CompiledStepOnGpu, UpdatesFoldedIntoTheirGemmsTrackTheDeferredStepAndSkip
   // by both, and the scaler's state is equal. At O2 in bf16 each weight
   // gradient's GEMM also sums the bias gradient in its epilogue, which
   // keeps the updates out of it.
-  struct Trainer {
-    nn::Sequential model = mlpAtTestSize(9);
-    optim::SGD optimizer{model.parameters(), {.lr = 0.05}};
-    amp::GradScaler scaler{{.growth_interval = 2}};
-    Tensor step(const Tensor& x, const Tensor& y) {
-      return scaledTrainStepWith([](const Tensor& out, const Tensor& target) { return mse_loss(out, target); },
-                                 model, optimizer, scaler, x, y);
-    }
-  };
   struct Case {
     amp::Level level;
     DType dtype;
@@ -754,7 +754,7 @@ TEST_F(CompiledStepOnGpu, UpdatesFoldedIntoTheirGemmsTrackTheDeferredStepAndSkip
         Case{amp::O2, bf16, 0, "writes other than as a plain f32-accumulated product"}}) {
     std::string config = std::string(amp::level_name(level)) + " " + std::string(dtype_name(dtype));
     SCOPED_TRACE(config);
-    Trainer deferring, folding;
+    MlpTrainer deferring, folding;
     TraceOptions options{.amp = {.level = level, .dtype = dtype}, .backend = Backend::cuda};
     options.defer_updates = DeferUpdates::on;
     auto deferredStep = trace([&](const Tensor& x, const Tensor& y) { return deferring.step(x, y); }, options);
@@ -766,13 +766,7 @@ TEST_F(CompiledStepOnGpu, UpdatesFoldedIntoTheirGemmsTrackTheDeferredStepAndSkip
                                                                             : ampjit::runtime::DType::BF16),
                                                   4.0);
     for (int call = 0; call < 6; ++call) {
-      Generator generator(300 + uint64_t(call));
-      Tensor x = rand({32, 64}, f32, &generator), y = rand({32, 64}, f32, &generator);
-      if (call == 3) {
-        std::vector<double> values = x.to_vector();
-        values[7] = std::numeric_limits<double>::infinity();
-        x = tensor(values, x.shape());
-      }
+      auto [x, y] = mlpBatchOfCall(call);
       double folded = foldedStep(x, y).item(), deferred = deferredStep(x, y).item();
       if (std::isnan(deferred))
         EXPECT_TRUE(std::isnan(folded)) << "loss of call " << call;

@@ -1289,6 +1289,39 @@ TEST_F(GpuTest, ASpeculativeUpdateChecksItsGradientForASplitCheckWhichChecksTheR
   EXPECT_EQ((*speculating)->stats(**ahead).graphDisabledReason, "");
 }
 
+/// One launch of an AMPJIT_TIMELINE file: its plan steps ("first,last"),
+/// whether it ran on the side stream, when (us), and the line itself.
+struct StampedLaunch {
+  std::string steps;
+  bool side = false;
+  std::pair<double, double> when;
+  std::string line;
+};
+
+/// The launches of the timeline file at `path` (its last line, the
+/// summary, left out).
+std::vector<StampedLaunch> readStampedLaunches(const std::string& path) {
+  std::vector<std::string> lines;
+  std::ifstream file(path);
+  for (std::string line; std::getline(file, line);)
+    lines.push_back(line);
+  std::vector<StampedLaunch> launches;
+  for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
+    std::size_t steps = lines[i].find("\"steps\":[");
+    if (steps == std::string::npos) {
+      ADD_FAILURE() << "a timeline launch without steps: " << lines[i];
+      continue;
+    }
+    launches.push_back({lines[i].substr(steps + 9, lines[i].find(']', steps) - steps - 9),
+                        lines[i].find("\"stream\":\"side\"") != std::string::npos,
+                        {jsonNumber(lines[i], "start_us"), jsonNumber(lines[i], "end_us")}, lines[i]});
+  }
+  return launches;
+}
+
+/// A one-step launch's steps as stampedLaunches gives them.
+std::string stepsKey(std::size_t step) { return std::to_string(step) + "," + std::to_string(step); }
+
 TEST_F(GpuTest, ATimelineOfASpeculativeRunShowsEachUpdateAfterItsGradientAndTheRestoreAfterBoth) {
   // The third run, stamped: each update on the side stream, marked
   // speculative, after the GEMM that wrote its gradient; one restore for
@@ -1296,7 +1329,7 @@ TEST_F(GpuTest, ATimelineOfASpeculativeRunShowsEachUpdateAfterItsGradientAndTheR
   test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
   std::string path = ::testing::TempDir() + "speculative-timeline-" + std::to_string(getpid()) + ".jsonl";
   std::filesystem::remove(path);
-  std::vector<std::string> lines;
+  std::vector<StampedLaunch> launches;
   {
     Expected<std::unique_ptr<CudaBackend>> speculating = createCudaBackend({.speculativeUpdateMinimumElements = 1});
     Expected<std::unique_ptr<CudaBackend>> inLine = createCudaBackend({.speculativeUpdateMinimumElements = 0});
@@ -1320,24 +1353,17 @@ TEST_F(GpuTest, ATimelineOfASpeculativeRunShowsEachUpdateAfterItsGradientAndTheR
       EXPECT_TRUE((*speculating)->toHost(aheadArguments[id])->bitwiseEqual(*(*inLine)->toHost(behindArguments[id])))
           << "argument " << id;
     EXPECT_EQ((*speculating)->stats(**ahead).timelineRuns, 1);
-    std::ifstream file(path);
-    for (std::string line; std::getline(file, line);)
-      lines.push_back(line);
+    launches = readStampedLaunches(path);
   }
   std::filesystem::remove(path);
-  auto key = [](std::size_t step) { return std::to_string(step) + "," + std::to_string(step); };
+  auto key = stepsKey;
   std::map<std::string, std::pair<double, double>> mainLaunches, speculative;
-  for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
-    std::size_t steps = lines[i].find("\"steps\":[");
-    ASSERT_NE(steps, std::string::npos) << lines[i];
-    std::string launch = lines[i].substr(steps + 9, lines[i].find(']', steps) - steps - 9);
-    std::pair<double, double> when{jsonNumber(lines[i], "start_us"), jsonNumber(lines[i], "end_us")};
-    bool side = lines[i].find("\"stream\":\"side\"") != std::string::npos;
-    if (lines[i].find("\"speculative\":true") != std::string::npos) {
-      EXPECT_TRUE(side) << lines[i];
-      speculative[launch] = when;
-    } else if (!side) {
-      mainLaunches[launch] = when;
+  for (const StampedLaunch& launch : launches) {
+    if (launch.line.find("\"speculative\":true") != std::string::npos) {
+      EXPECT_TRUE(launch.side) << launch.line;
+      speculative[launch.steps] = launch.when;
+    } else if (!launch.side) {
+      mainLaunches[launch.steps] = launch.when;
     }
   }
   ASSERT_EQ(speculative.size(), 2u);
@@ -1363,7 +1389,7 @@ TEST_F(GpuTest, ATimelineOfAFoldedRunShowsTheUpdateInItsGemmAndTheCheckAfterIt) 
   test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
   std::string path = ::testing::TempDir() + "folded-timeline-" + std::to_string(getpid()) + ".jsonl";
   std::filesystem::remove(path);
-  std::vector<std::string> lines;
+  std::vector<StampedLaunch> launches;
   {
     Expected<std::unique_ptr<CudaBackend>> folding =
         createCudaBackend({.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 1});
@@ -1378,31 +1404,25 @@ TEST_F(GpuTest, ATimelineOfAFoldedRunShowsTheUpdateInItsGemmAndTheCheckAfterIt) 
     for (int run = 0; run < 4; ++run)
       ASSERT_TRUE((*folded)->run(arguments).ok());
     EXPECT_EQ((*folding)->stats(**folded).timelineRuns, 1);
-    std::ifstream file(path);
-    for (std::string line; std::getline(file, line);)
-      lines.push_back(line);
+    launches = readStampedLaunches(path);
   }
   std::filesystem::remove(path);
-  auto key = [](std::size_t step) { return std::to_string(step) + "," + std::to_string(step); };
+  auto key = stepsKey;
   std::map<std::string, std::pair<double, double>> mainLaunches, speculative;
   std::pair<double, double> scalars{-1, -1}, foldedGemm{-1, -1};
-  for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
-    std::size_t steps = lines[i].find("\"steps\":[");
-    ASSERT_NE(steps, std::string::npos) << lines[i];
-    std::string launch = lines[i].substr(steps + 9, lines[i].find(']', steps) - steps - 9);
-    std::pair<double, double> when{jsonNumber(lines[i], "start_us"), jsonNumber(lines[i], "end_us")};
-    bool side = lines[i].find("\"stream\":\"side\"") != std::string::npos;
-    bool foldedUpdate = lines[i].find("\"folded_update\":true") != std::string::npos;
-    if (lines[i].find("alpha and beta") != std::string::npos)
-      scalars = when;
-    else if (foldedUpdate && !side) {
-      foldedGemm = when;
-      EXPECT_EQ(launch, key(parts.gw0Step)) << lines[i];
-    } else if (lines[i].find("\"speculative\":true") != std::string::npos) {
-      speculative[launch] = when;
-      EXPECT_TRUE(side) << lines[i];
-    } else if (!side)
-      mainLaunches[launch] = when;
+  for (const StampedLaunch& launch : launches) {
+    bool foldedUpdate = launch.line.find("\"folded_update\":true") != std::string::npos;
+    if (launch.line.find("alpha and beta") != std::string::npos) {
+      scalars = launch.when;
+    } else if (foldedUpdate && !launch.side) {
+      foldedGemm = launch.when;
+      EXPECT_EQ(launch.steps, key(parts.gw0Step)) << launch.line;
+    } else if (launch.line.find("\"speculative\":true") != std::string::npos) {
+      speculative[launch.steps] = launch.when;
+      EXPECT_TRUE(launch.side) << launch.line;
+    } else if (!launch.side) {
+      mainLaunches[launch.steps] = launch.when;
+    }
   }
   ASSERT_GE(scalars.first, 0.0) << "the scalars' launch";
   ASSERT_GE(foldedGemm.first, 0.0) << "w0's gradient GEMM with its update";

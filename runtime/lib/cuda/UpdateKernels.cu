@@ -690,12 +690,15 @@ cudaError_t launchConvert(ElementType from, ElementType to, const ConvertTensor*
 
 namespace {
 
-constexpr int kRestoreTableCapacity = 64;
-struct RestoreTable {
-  RestoreTensor tensors[kRestoreTableCapacity];
+/// Up to 64 entries passed by value in a kernel's arguments.
+template <typename Entry> struct EntryTable {
+  static constexpr int kCapacity = 64;
+  Entry entries[kCapacity];
   int size;
 };
+using RestoreTable = EntryTable<RestoreTensor>;
 static_assert(sizeof(RestoreTable) < 4096, "kernel arguments must stay under 4 KB");
+constexpr int kRestoreTableCapacity = RestoreTable::kCapacity;
 
 __global__ void restoreWhereSkippedKernel(const uint8_t* predicate, RestoreTable table) {
   if (*predicate != 0)
@@ -703,7 +706,7 @@ __global__ void restoreWhereSkippedKernel(const uint8_t* predicate, RestoreTable
   int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int t = 0; t < table.size; ++t) {
-    const RestoreTensor& tensor = table.tensors[t];
+    const RestoreTensor& tensor = table.entries[t];
     // Plan buffers and pool allocations are 64-byte aligned: whole 16-byte
     // words first, then the tail byte by byte.
     int64_t words = tensor.bytes / 16;
@@ -739,7 +742,7 @@ cudaError_t launchRestoreWhereSkipped(const uint8_t* predicate, const RestoreTen
     if (table.size == kRestoreTableCapacity)
       if (cudaError_t error = launch(); error != cudaSuccess)
         return error;
-    table.tensors[table.size++] = tensors[k];
+    table.entries[table.size++] = tensors[k];
     largest = largest > tensors[k].bytes ? largest : tensors[k].bytes;
   }
   return launch();
@@ -747,18 +750,15 @@ cudaError_t launchRestoreWhereSkipped(const uint8_t* predicate, const RestoreTen
 
 namespace {
 
-constexpr int kFoldTableCapacity = 64;
-struct FoldTable {
-  FoldedUpdateScalars folds[kFoldTableCapacity];
-  int size;
-};
+using FoldTable = EntryTable<FoldedUpdateScalars>;
+constexpr int kFoldTableCapacity = FoldTable::kCapacity;
 static_assert(sizeof(FoldTable) < 4096, "kernel arguments must stay under 4 KB");
 
 __global__ void foldedUpdateScalarsKernel(FoldTable table) {
   int t = int(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= table.size)
     return;
-  const FoldedUpdateScalars& fold = table.folds[t];
+  const FoldedUpdateScalars& fold = table.entries[t];
   // The in-line update multiplies the gradient by inv_scale, then by lr.
   float step = *fold.lr * (fold.invScale != nullptr ? *fold.invScale : 1.0f);
   fold.alphaBeta[0] = fold.maximize ? step : -step;
@@ -807,7 +807,7 @@ cudaError_t launchFoldedUpdateScalars(const FoldedUpdateScalars* folds, std::siz
   for (std::size_t first = 0; first < count; first += kFoldTableCapacity) {
     FoldTable table{};
     for (std::size_t k = first; k < count && table.size < kFoldTableCapacity; ++k)
-      table.folds[table.size++] = folds[k];
+      table.entries[table.size++] = folds[k];
     foldedUpdateScalarsKernel<<<1, kFoldTableCapacity, 0, stream>>>(table);
     if (cudaError_t error = cudaGetLastError(); error != cudaSuccess)
       return error;
