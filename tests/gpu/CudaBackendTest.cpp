@@ -1211,6 +1211,46 @@ TEST_F(GpuTest, AnSgdUpdateFoldedIntoItsGemmUpdatesFromTheUnroundedGradientAndSk
   EXPECT_EQ(stats.graphReplays, 5);
 }
 
+TEST_F(GpuTest, AProfiledRunAfterFoldedOnesUpdatesInLine) {
+  // AMPJIT_PROFILE's run 3 goes launch by launch, every step as written,
+  // after two runs with w0's update folded into its GEMM: from the same
+  // state it gives the bits of a backend that updates in line, and hands no
+  // buffer over.
+  test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
+  std::string path = ::testing::TempDir() + "folded-profile-" + std::to_string(getpid()) + ".jsonl";
+  std::filesystem::remove(path);
+  {
+    Expected<std::unique_ptr<CudaBackend>> folding =
+        createCudaBackend({.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 1});
+    Expected<std::unique_ptr<CudaBackend>> inLine =
+        createCudaBackend({.speculativeUpdateMinimumElements = 0, .foldUpdatesIntoGemms = 0});
+    ASSERT_TRUE(folding.ok() && inLine.ok()) << folding.message();
+    Expected<std::unique_ptr<Executable>> reference = (*inLine)->prepare(parts.plan);
+    ScopedEnvironment profile("AMPJIT_PROFILE", path.c_str());
+    ScopedEnvironment run("AMPJIT_PROFILE_RUN", "3");
+    Expected<std::unique_ptr<Executable>> folded = (*folding)->prepare(parts.plan);
+    ASSERT_TRUE(folded.ok() && reference.ok()) << folded.message() << reference.message();
+    ASSERT_EQ((*folding)->stats(**folded).updatesFoldedIntoGemms, 1);
+    std::vector<Tensor> arguments;
+    for (const Tensor& argument : scaledTwoLayerArguments(parts, 0, false))
+      arguments.push_back(*(*folding)->toDevice(argument));
+    for (int run = 0; run < 2; ++run)
+      ASSERT_TRUE((*folded)->run(arguments).ok());
+    std::vector<Tensor> referenceArguments;
+    for (const Tensor& argument : arguments)
+      referenceArguments.push_back(*(*inLine)->toDevice(*(*folding)->toHost(argument)));
+    const std::byte* w0Bytes = arguments[parts.w0].bytes();
+    ASSERT_TRUE((*folded)->run(arguments).ok());
+    ASSERT_TRUE((*reference)->run(referenceArguments).ok());
+    EXPECT_EQ(arguments[parts.w0].bytes(), w0Bytes) << "an in-line run hands nothing over";
+    for (BufferId id : {parts.w0, parts.w0Copy, parts.w1, parts.momentum, parts.scale})
+      EXPECT_TRUE((*folding)->toHost(arguments[id])->bitwiseEqual(*(*inLine)->toHost(referenceArguments[id])))
+          << "argument " << id;
+  }
+  EXPECT_TRUE(std::filesystem::exists(path)) << "the run was profiled";
+  std::filesystem::remove(path);
+}
+
 TEST_F(GpuTest, ASpeculativeUpdateChecksItsGradientForASplitCheckWhichChecksTheRest) {
   // A gradient large enough for a side-stream chunk, which its speculative
   // update checks instead (the chunk is left out), and a small one no update

@@ -1166,6 +1166,9 @@ private:
     // About a microsecond a read of host memory: a second or two at most.
     constexpr long long kMaxHoldPolls = 2'000'000;
     void* workspace = workspaceBytes_ > 0 ? static_cast<void*>(workspace_->data()) : nullptr;
+    // Every step in line, as written: no GEMM with a folded update, whatever
+    // the run before did.
+    speculativeEnqueue_ = false;
     std::vector<PreparedStep*> launched;
     for (PreparedStep& prepared : steps_)
       if (prepared.indices.front() >= begin)
