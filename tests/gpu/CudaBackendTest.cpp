@@ -1050,6 +1050,11 @@ TEST_F(GpuTest, SpeculativeUpdatesGiveTheInLineUpdatesBitsAndSkipWhatTheCheckSki
   EXPECT_GE(stats.speculativeStateBytes, int64_t(64 * 64 * (4 + 2 + 4 + 4)));
 }
 
+/// A backend that folds every update it can into its gradient's GEMM, and
+/// one that updates in line, whatever the environment says.
+const CudaBackendOptions kFoldsUpdatesIntoGemms{.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 1};
+const CudaBackendOptions kUpdatesInLine{.speculativeUpdateMinimumElements = 0, .foldUpdatesIntoGemms = 0};
+
 TEST_F(GpuTest, TheCheckAfterAFoldedUpdateFindsEveryNonFiniteElementAndWritesTheRoundedCopy) {
   // 6149 elements: 768 vectors of 8, which two blocks of threads take two
   // at a time (a first and a second round), then a tail of 5. An inf or NaN
@@ -1132,10 +1137,8 @@ TEST_F(GpuTest, AnSgdUpdateFoldedIntoItsGemmUpdatesFromTheUnroundedGradientAndSk
   // product, the one in line the product rounded to f16 first. Runs 1 and 4
   // overflow and must leave every piece of state as it was.
   test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
-  Expected<std::unique_ptr<CudaBackend>> folding =
-      createCudaBackend({.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 1});
-  Expected<std::unique_ptr<CudaBackend>> inLine =
-      createCudaBackend({.speculativeUpdateMinimumElements = 0, .foldUpdatesIntoGemms = 0});
+  Expected<std::unique_ptr<CudaBackend>> folding = createCudaBackend(kFoldsUpdatesIntoGemms);
+  Expected<std::unique_ptr<CudaBackend>> inLine = createCudaBackend(kUpdatesInLine);
   ASSERT_TRUE(folding.ok() && inLine.ok()) << folding.message();
   Expected<std::unique_ptr<Executable>> folded = (*folding)->prepare(parts.plan);
   Expected<std::unique_ptr<Executable>> reference = (*inLine)->prepare(parts.plan);
@@ -1220,10 +1223,8 @@ TEST_F(GpuTest, AProfiledRunAfterFoldedOnesUpdatesInLine) {
   std::string path = ::testing::TempDir() + "folded-profile-" + std::to_string(getpid()) + ".jsonl";
   std::filesystem::remove(path);
   {
-    Expected<std::unique_ptr<CudaBackend>> folding =
-        createCudaBackend({.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 1});
-    Expected<std::unique_ptr<CudaBackend>> inLine =
-        createCudaBackend({.speculativeUpdateMinimumElements = 0, .foldUpdatesIntoGemms = 0});
+    Expected<std::unique_ptr<CudaBackend>> folding = createCudaBackend(kFoldsUpdatesIntoGemms);
+    Expected<std::unique_ptr<CudaBackend>> inLine = createCudaBackend(kUpdatesInLine);
     ASSERT_TRUE(folding.ok() && inLine.ok()) << folding.message();
     Expected<std::unique_ptr<Executable>> reference = (*inLine)->prepare(parts.plan);
     ScopedEnvironment profile("AMPJIT_PROFILE", path.c_str());
@@ -1431,8 +1432,7 @@ TEST_F(GpuTest, ATimelineOfAFoldedRunShowsTheUpdateInItsGemmAndTheCheckAfterIt) 
   std::filesystem::remove(path);
   std::vector<StampedLaunch> launches;
   {
-    Expected<std::unique_ptr<CudaBackend>> folding =
-        createCudaBackend({.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 1});
+    Expected<std::unique_ptr<CudaBackend>> folding = createCudaBackend(kFoldsUpdatesIntoGemms);
     ASSERT_TRUE(folding.ok()) << folding.message();
     ScopedEnvironment timeline("AMPJIT_TIMELINE", path.c_str());
     ScopedEnvironment run("AMPJIT_TIMELINE_RUN", "3");

@@ -801,7 +801,7 @@ private:
       launch.gemm = std::move(*gemm);
       AMPJIT_RETURN_IF_ERROR(allocateFixed(launch.alphaBeta, 2 * sizeof(float),
                                            "the GEMM scalars of " + describeStep(plan_, update.step)));
-      gemmFoldOf_[u] = fold.gemm;
+      speculativeLaunches_[u].foldedIntoGemm = true;
     }
     stats_.updatesFoldedIntoGemms = int64_t(gemmFolds_.size());
     if (!gemmFolds_.empty() && gemmFolds_.size() == gemmFoldCandidates_.size() &&
@@ -916,7 +916,7 @@ private:
       AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(launch.fork, stream), where);
       AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side, launch.fork, 0), where);
       PreparedStep& prepared = steps_[launch.prepared];
-      bool folded = gemmFoldOf_.count(u) > 0;
+      bool folded = launch.foldedIntoGemm;
       if (timelineRecording_)
         AMPJIT_RETURN_IF_ERROR(beginTimelineLaunch(
             side, launchFields(prepared) + ",\"speculative\":true" + (folded ? ",\"folded_update\":true" : "")));
@@ -1687,6 +1687,9 @@ private:
     std::size_t prepared = 0; ///< its PreparedStep
     cudaEvent_t fork = nullptr, done = nullptr;
     bool forked = false; ///< in the enqueue under way, not yet restored
+    /// Computed in its gradient's GEMM (gemmFolds_): what it launches is the
+    /// check of the new parameter.
+    bool foldedIntoGemm = false;
   };
   static constexpr std::size_t kNotPrepared = std::numeric_limits<std::size_t>::max();
   std::optional<cuda::SpeculationSchedule> speculation_;
@@ -1722,7 +1725,6 @@ private:
     std::shared_ptr<Storage> alphaBeta;
   };
   std::map<std::size_t, GemmFoldLaunch> gemmFolds_; ///< Gemm step -> its folded update
-  std::map<std::size_t, std::size_t> gemmFoldOf_;   ///< update -> its Gemm step
   DeferredUpdateTracker deferred_;
   /// Per side-stream launch of the deferred update, in order: the event the
   /// side stream records after it.
