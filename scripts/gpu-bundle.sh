@@ -51,9 +51,10 @@ cat > gpu-bundle/run.sh <<'RUN'
 #                   hints and without (AMPJIT_CUDA_CACHE_HINTS=0), no peers
 #   speculate-ab MODEL...  O1 and O2 f16 with the update deferred (as it is), folded into the
 #                   weight gradients' GEMMs (AMPJIT_CUDA_GEMM_FOLDED_UPDATE=1) with 0 and 16 SMs left
-#                   to the rest, and speculative (AMPJIT_CUDA_SPECULATIVE_UPDATE=1) with 0, 16 and 32
-#                   SMs that GEMMs beside it leave to it (AMPJIT_CUDA_GEMM_SM_RESERVE), no peers, one
-#                   process each, the likeliest winners first
+#                   to the rest, and speculative (AMPJIT_CUDA_SPECULATIVE_UPDATE=1) with 0 and 16
+#                   SMs that GEMMs beside it leave to it (AMPJIT_CUDA_GEMM_SM_RESERVE); folded and
+#                   deferred also with GEMM algorithms chosen by timing (AMPJIT_CUDA_GEMM_TUNING=1);
+#                   no peers, one process each, the likeliest winners first
 #   timeline MODEL...  O1 f16, one replayed step with each launch stamped on its stream
 #                   (AMPJIT_TIMELINE): as it is, folded, speculative with 0 and 16 SMs left to it,
 #                   with 16 SMs left to the deferred update, and with the update in line, no peers;
@@ -228,14 +229,17 @@ run_overlap_ab() { # MODEL: the deferred update and the finiteness check on the 
   done
 }
 
-run_speculate_ab() { # MODEL: the update deferred, folded into the GEMMs, or speculative beside GEMMs leaving it 0, 16, 32 SMs
+run_speculate_ab() { # MODEL: the update deferred, folded into the GEMMs, or speculative beside GEMMs leaving
+  # it 0 or 16 SMs; "-tuned": GEMM algorithms chosen by timing (AMPJIT_CUDA_GEMM_TUNING)
   local model=$1 variant
-  for variant in deferred folded-0 speculative-16 speculative-0 folded-16 speculative-32; do
-    local speculate=1 fold=0 reserve=${variant##*-}
-    [ "$variant" = deferred ] && speculate=0 reserve=0
-    case "$variant" in folded*) fold=1 ;; esac
+  for variant in deferred folded-0 folded-0-tuned deferred-tuned speculative-16 speculative-0 folded-16; do
+    local base=${variant%-tuned} speculate=1 fold=0 reserve tune=0
+    [ "$base" != "$variant" ] && tune=1
+    reserve=${base##*-}
+    [ "$base" = deferred ] && speculate=0 reserve=0
+    case "$base" in folded*) fold=1 ;; esac
     AMPJIT_CUDA_SPECULATIVE_UPDATE=$speculate AMPJIT_CUDA_GEMM_FOLDED_UPDATE=$fold \
-      AMPJIT_CUDA_GEMM_SM_RESERVE=$reserve timeout 150 \
+      AMPJIT_CUDA_GEMM_SM_RESERVE=$reserve AMPJIT_CUDA_GEMM_TUNING=$tune timeout 150 \
       "$here/run/ampjit-bench" --model "$model" --backend cuda --levels O1,O2 --dtypes f16 --no-peer \
       --no-fresh-process >> "$out/speculate-ab.jsonl" 2>> "$out/bench.log"
     stamp "speculate-ab $model $variant: exit $?"

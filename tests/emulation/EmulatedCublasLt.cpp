@@ -4,6 +4,7 @@
 
 #include "CudaEmulation.h"
 #include "EmulatedElements.h"
+#include "EmulatedStreams.h"
 
 #include "ampjit/runtime/LowPrecision.h"
 
@@ -25,6 +26,10 @@ namespace rt = ampjit::runtime;
 // reports here.
 thread_local std::string& refusal = *new std::string;
 std::atomic<int64_t> matmuls{0};
+/// setCublasLtAlgorithmTimes': one algorithm per entry (none set: one that
+/// takes no extra time); and the products each variant computed.
+std::vector<uint64_t>& algorithmTimes = *new std::vector<uint64_t>;
+std::vector<int64_t>& matmulsByVariant = *new std::vector<int64_t>(kModelledVariants, 0);
 
 cublasStatus_t refuse(cublasStatus_t status, std::string why) {
   refusal = std::move(why);
@@ -80,6 +85,7 @@ struct AlgorithmRecord {
   uint64_t problem;
   uint32_t alignment[6]; // A, B, C, D, bias, aux: what the algorithm may assume of each pointer
   uint64_t workspaceBytes;
+  uint32_t variant; // its place in the heuristic's list (setCublasLtAlgorithmTimes)
 };
 static_assert(sizeof(AlgorithmRecord) <= sizeof(cublasLtMatmulAlgo_t));
 constexpr uint64_t kAlgorithmMagic = 0x616d706a69744c74ull;
@@ -507,13 +513,17 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   record.workspaceBytes =
       problem.k >= 1024 && splitAllowed ? std::min<uint64_t>(pref.maxWorkspace, 4u << 20) : 0;
 
-  cublasLtMatmulHeuristicResult_t& result = results[0];
-  std::memset(&result, 0, sizeof result);
-  std::memcpy(&result.algo, &record, sizeof record);
-  result.workspaceSize = record.workspaceBytes;
-  result.state = CUBLAS_STATUS_SUCCESS;
-  result.wavesCount = 1.0f;
-  *returned = 1;
+  int offered = std::min<int>(requested, std::max<int>(1, int(algorithmTimes.size())));
+  for (int variant = 0; variant < offered; ++variant) {
+    record.variant = uint32_t(variant);
+    cublasLtMatmulHeuristicResult_t& result = results[variant];
+    std::memset(&result, 0, sizeof result);
+    std::memcpy(&result.algo, &record, sizeof record);
+    result.workspaceSize = record.workspaceBytes;
+    result.state = CUBLAS_STATUS_SUCCESS;
+    result.wavesCount = 1.0f;
+  }
+  *returned = offered;
   return succeed();
 }
 
@@ -529,7 +539,7 @@ cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t* 
   bool split = record.workspaceBytes > 0;
   int32_t value = 0;
   switch (attribute) {
-  case CUBLASLT_ALGO_CONFIG_ID: value = 0; break;
+  case CUBLASLT_ALGO_CONFIG_ID: value = int32_t(record.variant); break;
   case CUBLASLT_ALGO_CONFIG_TILE_ID: value = CUBLASLT_MATMUL_TILE_UNDEFINED; break;
   case CUBLASLT_ALGO_CONFIG_STAGES_ID: value = CUBLASLT_MATMUL_STAGES_UNDEFINED; break;
   case CUBLASLT_ALGO_CONFIG_SPLITK_NUM: value = split ? 2 : 1; break;
@@ -577,6 +587,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       return refuse(CUBLAS_STATUS_INVALID_VALUE,
                     "the algorithm was chosen for another problem (a descriptor or layout changed since)");
   }
+  uint64_t time = record.variant < algorithmTimes.size() ? algorithmTimes[record.variant] : 0;
+  if (time == kRefusedAlgorithm)
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "algorithm " + std::to_string(record.variant) +
+                                                   " does not run this problem (setCublasLtAlgorithmTimes)");
   if (record.workspaceBytes > 0 && (workspace == nullptr || workspaceBytes < record.workspaceBytes))
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "the algorithm needs " + std::to_string(record.workspaceBytes) +
                                                    " bytes of workspace, given " + std::to_string(workspaceBytes));
@@ -610,8 +624,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "a nonzero beta without C");
   // The product runs when the stream gets to it, with the descriptors as
   // they are now: the library reads them at the call.
+  uint32_t variant = record.variant;
   submitToStream(stream, [desc, la = la, lb = lb, lc = lc, ld = ld, problem, inDouble, onDevice, scalar, alpha, beta,
-                          hostAlpha, hostBeta, a, b, c, d] {
+                          hostAlpha, hostBeta, a, b, c, d, variant, time] {
+    chargeDeviceClock(time);
+    if (variant < matmulsByVariant.size())
+      ++matmulsByVariant[variant];
     double alphaValue = onDevice ? scalar(alpha) : hostAlpha, betaValue = onDevice ? scalar(beta) : hostBeta;
     bool aT = desc.transa == CUBLAS_OP_T, bT = desc.transb == CUBLAS_OP_T;
     auto round = [&](double value) { return inDouble ? value : double(float(value)); };
@@ -678,5 +696,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
 const std::string& lastCublasLtRefusal() { return refusal; }
 
 int64_t cublasLtMatmulCount() { return matmuls.load(); }
+
+void setCublasLtAlgorithmTimes(std::vector<uint64_t> microseconds) {
+  algorithmTimes = std::move(microseconds);
+  if (algorithmTimes.size() > kModelledVariants)
+    algorithmTimes.resize(kModelledVariants);
+}
+
+int64_t cublasLtMatmulsWithAlgorithm(int variant) {
+  return variant >= 0 && std::size_t(variant) < matmulsByVariant.size() ? matmulsByVariant[std::size_t(variant)] : 0;
+}
+
+size_t cublasLtGetVersion() { return kEmulatedCublasLtVersion; }
 
 } // namespace ampjit::emulation

@@ -35,7 +35,9 @@
 #include <cublasLt.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ampjit::emulation {
 
@@ -61,8 +63,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
                                               cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
                                               cublasLtMatmulPreference_t preference, int requested,
                                               cublasLtMatmulHeuristicResult_t results[], int* returned);
-/// The chosen algorithm's configuration as cuBLASLt reports it: this model's
-/// algorithm is ID 0, tile and stages undefined, and it splits K only where
+/// The chosen algorithm's configuration as cuBLASLt reports it: its ID is
+/// its place in the heuristic's list, tile and stages undefined, and it splits K only where
 /// the heuristic gave it workspace, reducing in the compute type.
 cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t* algorithm,
                                                     cublasLtMatmulAlgoConfigAttributes_t attribute, void* buffer,
@@ -80,6 +82,23 @@ const std::string& lastCublasLtRefusal();
 /// Products cublasLtMatmul computed since the process started (a batch
 /// counts once): what a test counts to show that a GEMM ran here.
 int64_t cublasLtMatmulCount();
+
+/// The algorithms the heuristic offers from now on, one per entry in its
+/// order (at most kModelledVariants; none, the default: one), each with the
+/// microseconds of the emulated device's clock its product takes
+/// (EmulatedStreams.h's event times), kRefusedAlgorithm for one that
+/// cublasLtMatmul refuses to run. They compute the same values: what GEMM
+/// tuning measures and chooses, not what it computes.
+inline constexpr uint64_t kRefusedAlgorithm = ~uint64_t(0);
+inline constexpr std::size_t kModelledVariants = 8;
+void setCublasLtAlgorithmTimes(std::vector<uint64_t> microseconds);
+/// Products computed with the heuristic's `variant`-th algorithm since the
+/// process started (cublasLtMatmulAlgoConfigGetAttribute's ALGO_CONFIG_ID).
+int64_t cublasLtMatmulsWithAlgorithm(int variant);
+
+/// cuBLASLt's version as this model reports it.
+inline constexpr size_t kEmulatedCublasLtVersion = 130000;
+size_t cublasLtGetVersion();
 
 } // namespace ampjit::emulation
 

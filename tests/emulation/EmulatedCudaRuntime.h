@@ -70,6 +70,7 @@
 #define cublasLtMatmulAlgoGetHeuristic ::ampjit::emulation::cublasLtMatmulAlgoGetHeuristic
 #define cublasLtMatmulAlgoConfigGetAttribute ::ampjit::emulation::cublasLtMatmulAlgoConfigGetAttribute
 #define cublasLtMatmul ::ampjit::emulation::cublasLtMatmul
+#define cublasLtGetVersion ::ampjit::emulation::cublasLtGetVersion
 
 #define cudnnCreate ::ampjit::emulation::cudnnCreate
 #define cudnnDestroy ::ampjit::emulation::cudnnDestroy

@@ -324,11 +324,15 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
   case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
   case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
   case cudaDevAttrMultiProcessorCount: *value = 132; return cudaSuccess;
+  case cudaDevAttrL2CacheSize: *value = 50 << 20; return cudaSuccess;
+  case cudaDevAttrGlobalMemoryBusWidth: *value = 5120; return cudaSuccess;
   default: return cudaErrorInvalidValue;
   }
 }
 
 cudaError_t cudaDeviceSynchronize() { return drainAll(); }
+
+void chargeDeviceClock(uint64_t microseconds) { model().clock += microseconds; }
 
 cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
   if (least != nullptr)

@@ -62,6 +62,10 @@ cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device);
 cudaError_t cudaDeviceSynchronize();
+/// Called by work as it runs (a library call's model): the device's clock,
+/// which event times read, moves on by `microseconds` more than the one
+/// every operation takes.
+void chargeDeviceClock(uint64_t microseconds);
 
 cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);

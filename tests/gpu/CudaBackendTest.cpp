@@ -1214,6 +1214,58 @@ TEST_F(GpuTest, AnSgdUpdateFoldedIntoItsGemmUpdatesFromTheUnroundedGradientAndSk
   EXPECT_EQ(stats.graphReplays, 5);
 }
 
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+TEST_F(GpuTest, TunedGemmsAndAFoldedUpdatesTunedGemmStepAsTheUntunedOnes) {
+  // Every GEMM of the two-layer step is tuned, the one w0's update folds
+  // into twice (as a plain product and with the update): each is timed on
+  // scratch operands, never on the step's buffers, and runs the second of
+  // two algorithms that compute the same bits here. So the tuned backend's
+  // state and losses, overflows included, are the untuned one's, bit for bit.
+  ModelledAlgorithms algorithms({40, 10});
+  test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
+  CacheDirectory cache;
+  CudaBackendOptions tunedOptions = kFoldsUpdatesIntoGemms;
+  tunedOptions.gemmTuningMinimumFlops = 1;
+  tunedOptions.kernelCacheDirectory = cache.path;
+  Expected<std::unique_ptr<CudaBackend>> tuning = createCudaBackend(tunedOptions);
+  Expected<std::unique_ptr<CudaBackend>> untuned = createCudaBackend(kFoldsUpdatesIntoGemms);
+  ASSERT_TRUE(tuning.ok() && untuned.ok()) << tuning.message();
+  Expected<std::unique_ptr<Executable>> tuned = (*tuning)->prepare(parts.plan);
+  Expected<std::unique_ptr<Executable>> reference = (*untuned)->prepare(parts.plan);
+  ASSERT_TRUE(tuned.ok() && reference.ok()) << tuned.message() << reference.message();
+  int64_t gemms = 0;
+  for (const Step& step : parts.plan.steps)
+    gemms += step.kind == StepKind::Gemm;
+  CudaRunStats stats = (*tuning)->stats(**tuned);
+  EXPECT_EQ(stats.updatesFoldedIntoGemms, 1);
+  EXPECT_EQ(stats.gemmsTuned, gemms + 1) << "each GEMM, and the one with w0's update folded in";
+  EXPECT_EQ(stats.gemmsOffHeuristic, gemms + 1);
+  EXPECT_EQ((*untuned)->stats(**reference).gemmsTuned, 0);
+
+  std::vector<Tensor> tunedArguments, referenceArguments;
+  for (const Tensor& argument : scaledTwoLayerArguments(parts, 0, false)) {
+    tunedArguments.push_back(*(*tuning)->toDevice(argument));
+    referenceArguments.push_back(*(*untuned)->toDevice(argument));
+  }
+  for (uint32_t run = 0; run < 4; ++run) {
+    std::string when = "run " + std::to_string(run);
+    std::vector<Tensor> batch = scaledTwoLayerArguments(parts, run, run == 1);
+    for (BufferId input : {parts.x, parts.target}) {
+      tunedArguments[input] = *(*tuning)->toDevice(batch[input]);
+      referenceArguments[input] = *(*untuned)->toDevice(batch[input]);
+    }
+    Expected<std::vector<Tensor>> got = (*tuned)->run(tunedArguments);
+    Expected<std::vector<Tensor>> want = (*reference)->run(referenceArguments);
+    ASSERT_TRUE(got.ok() && want.ok()) << got.message() << want.message();
+    EXPECT_TRUE((*tuning)->toHost((*got)[0])->bitwiseEqual(*(*untuned)->toHost((*want)[0]))) << "the loss, " << when;
+    for (std::size_t a = 0; a < tunedArguments.size(); ++a)
+      EXPECT_TRUE((*tuning)->toHost(tunedArguments[a])->bitwiseEqual(*(*untuned)->toHost(referenceArguments[a])))
+          << "argument " << a << " after " << when;
+  }
+  EXPECT_EQ((*tuning)->toHost(tunedArguments[10])->at(0), 1.0) << "the overflow skipped";
+}
+#endif
+
 TEST_F(GpuTest, AProfiledRunAfterFoldedOnesUpdatesInLine) {
   // AMPJIT_PROFILE's run 3 goes launch by launch, every step as written,
   // after two runs with w0's update folded into its GEMM: from the same

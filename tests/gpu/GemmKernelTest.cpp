@@ -12,7 +12,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 namespace ampjit::runtime::gputest {
@@ -199,6 +204,273 @@ TEST_F(GpuTest, TrueFp32GemmIsNotTf32) {
   }
   EXPECT_LT(worst, 1.0) << "the worst element's error, in units of the bound";
 }
+
+#ifndef AMPJIT_GPU_TESTS_ON_EMULATION
+//===----------------------------------------------------------------------===//
+// Tuning (CudaBackendOptions::gemmTuningMinimumFlops): the CUDA backend
+// itself, on a device or on the emulated runtime.
+//===----------------------------------------------------------------------===//
+
+/// A backend that tunes GEMMs of `minimumFlops` and more, caching in `directory`.
+std::unique_ptr<CudaBackend> tuningBackend(const std::filesystem::path& directory, int64_t minimumFlops = 1,
+                                           CudaBackendOptions options = {}) {
+  options.kernelCacheDirectory = directory;
+  options.gemmTuningMinimumFlops = minimumFlops;
+  Expected<std::unique_ptr<CudaBackend>> backend = createCudaBackend(options);
+  EXPECT_TRUE(backend.ok()) << backend.message();
+  return backend.ok() ? std::move(*backend) : nullptr;
+}
+
+/// What a backend made of a plan: its statistics after prepare and the
+/// results of `runs` runs (the last's, on the host).
+struct PreparedAndRun {
+  CudaRunStats stats;
+  std::vector<Tensor> results;
+};
+
+Expected<PreparedAndRun> prepareAndRun(CudaBackend& backend, const Plan& plan, const std::vector<Tensor>& arguments,
+                                       int runs = 1) {
+  Expected<std::unique_ptr<Executable>> executable = backend.prepare(plan);
+  if (!executable)
+    return executable.status();
+  PreparedAndRun done;
+  done.stats = backend.stats(**executable);
+  std::vector<Tensor> onDevice;
+  for (const Tensor& argument : arguments)
+    onDevice.push_back(*backend.toDevice(argument));
+  for (int run = 0; run < runs; ++run) {
+    Expected<std::vector<Tensor>> results = (*executable)->run(onDevice);
+    if (!results)
+      return results.status();
+    done.results.clear();
+    for (const Tensor& result : *results)
+      done.results.push_back(*backend.toHost(result));
+  }
+  return done;
+}
+
+std::vector<Tensor> cpuResults(Backend& cpu, const Plan& plan, std::vector<Tensor> arguments) {
+  return *(*cpu.prepare(plan))->run(arguments);
+}
+
+TEST_F(GpuTest, ATunedGemmMatchesTheCpuAndALaterBackendTakesItsChoiceFromTheDiskWithoutTiming) {
+  // 2 x 256 x 384 x 512 flops: a device's heuristic offers several algorithms.
+  const int64_t m = 256, k = 512, n = 384;
+  Plan plan = matmulPlan(DType::F16, {m, k}, {k, n}, {m, n}, false, false);
+  std::vector<Tensor> arguments = randomArguments(plan, 31);
+  std::vector<Tensor> expected = cpuResults(*cpu, plan, arguments);
+  CacheDirectory cache;
+  std::unique_ptr<CudaBackend> timing = tuningBackend(cache.path);
+  ASSERT_TRUE(timing);
+  Expected<PreparedAndRun> first = prepareAndRun(*timing, plan, arguments, 3);
+  ASSERT_TRUE(first.ok()) << first.message();
+  EXPECT_TRUE(allClose(expected[0], first->results[0], 1.0 + double(k) / 16.0));
+  EXPECT_EQ(first->stats.gemmProblemsTimed, first->stats.gemmsTuned);
+  EXPECT_EQ(first->stats.gemmTuningCacheHits, 0);
+  EXPECT_EQ(cache.gemmTuningEntries().size(), std::size_t(first->stats.gemmsTuned));
+#ifndef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+  EXPECT_EQ(first->stats.gemmsTuned, 1);
+  EXPECT_GT(first->stats.gemmTuningMilliseconds, 0.0);
+#endif
+
+  std::unique_ptr<CudaBackend> reading = tuningBackend(cache.path);
+  ASSERT_TRUE(reading);
+  Expected<PreparedAndRun> second = prepareAndRun(*reading, plan, arguments, 3);
+  ASSERT_TRUE(second.ok()) << second.message();
+  EXPECT_EQ(second->stats.gemmProblemsTimed, 0);
+  EXPECT_EQ(second->stats.gemmTuningCacheHits, first->stats.gemmsTuned);
+  EXPECT_EQ(second->stats.gemmsTuned, first->stats.gemmsTuned);
+  EXPECT_EQ(second->stats.gemmsOffHeuristic, first->stats.gemmsOffHeuristic);
+  EXPECT_TRUE(second->results[0].bitwiseEqual(first->results[0])) << "the same algorithm, the same bits";
+}
+
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+std::string fileText(const std::filesystem::path& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+/// Products each modelled algorithm computes while `run` runs.
+std::vector<int64_t> productsByAlgorithm(const std::function<void()>& run) {
+  std::vector<int64_t> before, after;
+  for (int variant = 0; variant < int(emulation::kModelledVariants); ++variant)
+    before.push_back(emulation::cublasLtMatmulsWithAlgorithm(variant));
+  run();
+  for (int variant = 0; variant < int(emulation::kModelledVariants); ++variant)
+    after.push_back(emulation::cublasLtMatmulsWithAlgorithm(variant) - before[std::size_t(variant)]);
+  return after;
+}
+
+const std::vector<int64_t> kOnlyAlgorithm0 = {3, 0, 0, 0, 0, 0, 0, 0};
+const std::vector<int64_t> kOnlyAlgorithm1 = {0, 3, 0, 0, 0, 0, 0, 0};
+const std::vector<int64_t> kOnlyAlgorithm2 = {0, 0, 3, 0, 0, 0, 0, 0};
+
+TEST_F(GpuTest, TuningRunsTheFastestOfTheHeuristicsAlgorithmsAndRemembersItInTheProcessAndOnDisk) {
+  // Four algorithms: the second is fastest, the third does not run.
+  ModelledAlgorithms algorithms({50, 20, emulation::kRefusedAlgorithm, 30});
+  Plan plan = matmulPlan(DType::F16, {64, 96}, {96, 80}, {64, 80}, false, false);
+  std::vector<Tensor> arguments = randomArguments(plan, 5);
+  std::vector<Tensor> expected = cpuResults(*cpu, plan, arguments);
+  CacheDirectory cache;
+  auto check = [&](CudaBackend& backend, const std::string& when) {
+    SCOPED_TRACE(when);
+    std::optional<Expected<PreparedAndRun>> prepared;
+    // Three runs: step by step, captured, replayed.
+    std::vector<int64_t> products =
+        productsByAlgorithm([&] { prepared.emplace(prepareAndRun(backend, plan, arguments, 3)); });
+    Expected<PreparedAndRun>& done = *prepared;
+    EXPECT_TRUE(done.ok()) << done.message();
+    if (!done.ok())
+      return CudaRunStats{};
+    EXPECT_TRUE(allClose(expected[0], done->results[0], 1.0 + 96.0 / 16.0));
+    EXPECT_EQ(done->stats.gemmsTuned, 1);
+    EXPECT_EQ(done->stats.gemmsOffHeuristic, 1);
+    if (done->stats.gemmProblemsTimed == 0)
+      EXPECT_EQ(products, kOnlyAlgorithm1) << "no timing, and every run on the fastest";
+    else
+      // Each candidate that runs is timed as often, but the first also runs
+      // once more to size the trials; the fastest then runs the three runs.
+      EXPECT_EQ(products[1] + 1, products[0] + 3) << "the runs on the fastest";
+    return done->stats;
+  };
+
+  std::unique_ptr<CudaBackend> timing = tuningBackend(cache.path);
+  ASSERT_TRUE(timing);
+  CudaRunStats timed = check(*timing, "timed");
+  EXPECT_EQ(timed.gemmProblemsTimed, 1);
+  EXPECT_EQ(timed.gemmTuningCacheHits, 0);
+  ASSERT_EQ(cache.gemmTuningEntries().size(), 1u);
+  std::string entry = fileText(cache.gemmTuningEntries()[0]);
+  EXPECT_NE(entry.find("\ncandidates 4\nchoice 1\n"), std::string::npos) << entry;
+  EXPECT_NE(entry.find(" refused "), std::string::npos) << entry;
+  CudaRunStats again = check(*timing, "prepared again in the same process");
+  EXPECT_EQ(again.gemmProblemsTimed, 0);
+  EXPECT_EQ(again.gemmTuningCacheHits, 0);
+
+  std::unique_ptr<CudaBackend> reading = tuningBackend(cache.path);
+  ASSERT_TRUE(reading);
+  CudaRunStats read = check(*reading, "read from the disk");
+  EXPECT_EQ(read.gemmProblemsTimed, 0);
+  EXPECT_EQ(read.gemmTuningCacheHits, 1);
+
+  // A damaged entry is never trusted: timed again and replaced.
+  std::ofstream(cache.gemmTuningEntries()[0]) << entry.substr(0, entry.size() / 2);
+  std::unique_ptr<CudaBackend> retiming = tuningBackend(cache.path);
+  ASSERT_TRUE(retiming);
+  CudaRunStats retimed = check(*retiming, "after the entry was damaged");
+  EXPECT_EQ(retimed.gemmTuningEntriesRejected, 1);
+  EXPECT_EQ(retimed.gemmProblemsTimed, 1);
+  EXPECT_EQ(fileText(cache.gemmTuningEntries()[0]), entry);
+}
+
+TEST_F(GpuTest, TuningKeepsTheHeuristicsFirstAlgorithmUnlessAnotherIsClearlyFasterOrItDoesNotRun) {
+  Plan plan = matmulPlan(DType::F32, {32, 48}, {48, 40}, {32, 40}, false, false);
+  const double flops = 2.0 * 32 * 40 * 48;
+  std::vector<Tensor> arguments = randomArguments(plan, 6);
+  std::vector<Tensor> expected = cpuResults(*cpu, plan, arguments);
+  struct Case {
+    std::vector<uint64_t> microseconds;
+    int64_t minimumFlops;
+    const std::vector<int64_t>& runsOn;
+    int64_t tuned;
+  };
+  const uint64_t refused = emulation::kRefusedAlgorithm;
+  for (const Case& c : {Case{{100, 99}, 1, kOnlyAlgorithm0, 1},         // 1% faster: within the margin
+                        Case{{100, 90, 95}, 1, kOnlyAlgorithm1, 1},     // 10% faster
+                        Case{{refused, 40, 30}, 1, kOnlyAlgorithm2, 1}, // the first does not run
+                        Case{{100, 10}, int64_t(flops) + 1, kOnlyAlgorithm0, 0}, // below the minimum
+                        Case{{100, 10}, 0, kOnlyAlgorithm0, 0}}) {               // tuning off
+    SCOPED_TRACE(::testing::PrintToString(c.microseconds) + " minimum " + std::to_string(c.minimumFlops));
+    ModelledAlgorithms algorithms(c.microseconds);
+    CacheDirectory cache;
+    std::unique_ptr<CudaBackend> backend = tuningBackend(cache.path, c.minimumFlops);
+    ASSERT_TRUE(backend);
+    // Timing runs the candidates before the three runs: count the runs alone.
+    Expected<std::unique_ptr<Executable>> executable = backend->prepare(plan);
+    ASSERT_TRUE(executable.ok()) << executable.message();
+    EXPECT_EQ(backend->stats(**executable).gemmsTuned, c.tuned);
+    std::vector<Tensor> onDevice;
+    for (const Tensor& argument : arguments)
+      onDevice.push_back(*backend->toDevice(argument));
+    std::optional<Expected<std::vector<Tensor>>> results;
+    std::vector<int64_t> products = productsByAlgorithm([&] {
+      for (int run = 0; run < 3; ++run)
+        results.emplace((*executable)->run(onDevice));
+      EXPECT_TRUE(backend->synchronize().ok());
+    });
+    ASSERT_TRUE(results->ok()) << results->message();
+    EXPECT_EQ(products, c.runsOn);
+    EXPECT_TRUE(allClose(expected[0], *backend->toHost((**results)[0]), 1.0 + 48.0 / 16.0));
+  }
+}
+
+TEST_F(GpuTest, TunedGemmsWithAnEpilogueBufferOrOneCallPerBatchEntryMatchTheCpu) {
+  // Timing enqueues them on scratch operands: the bias read, the GELU input
+  // written, every batch entry's call, all at the slots' sizes.
+  ModelledAlgorithms algorithms({30, 10});
+  for (GemmEpilogue epilogue : {GemmEpilogue::BiasRelu, GemmEpilogue::BiasGeluAux}) {
+    SCOPED_TRACE(std::string(gemmEpilogueName(epilogue)));
+    constexpr int64_t m = 24, k = 40, n = 32;
+    PlanBuilder builder("epilogue");
+    BufferId a = builder.argument(tt(DType::F16, {m, k}), BufferRole::Input, "a");
+    BufferId w = builder.argument(tt(DType::F16, {n, k}), BufferRole::Param, "w");
+    BufferId bias = builder.argument(tt(DType::F16, {n}), BufferRole::Param, "bias");
+    BufferId y = builder.output(tt(DType::F16, {m, n}));
+    builder.op("jit.matmul", {a, w}, {y}, {{"transpose_rhs", true}});
+    builder.result(y);
+    BufferId geluInput = kNoBuffer;
+    if (epilogue == GemmEpilogue::BiasGeluAux) {
+      geluInput = builder.output(tt(DType::F16, {m, n}));
+      builder.result(geluInput);
+    }
+    Plan plan = builder.finish();
+    plan.steps[0].as<GemmParams>().epilogue = epilogue;
+    plan.steps[0].inputs.push_back(bias);
+    if (geluInput != kNoBuffer)
+      plan.steps[0].outputs.push_back(geluInput);
+    ASSERT_TRUE(verifyPlan(plan).ok()) << verifyPlan(plan).message();
+    std::vector<Tensor> arguments = randomArguments(plan, 8);
+    std::vector<Tensor> expected = cpuResults(*cpu, plan, arguments);
+    CacheDirectory cache;
+    std::unique_ptr<CudaBackend> backend = tuningBackend(cache.path);
+    ASSERT_TRUE(backend);
+    Expected<PreparedAndRun> done = prepareAndRun(*backend, plan, arguments, 2);
+    ASSERT_TRUE(done.ok()) << done.message();
+    EXPECT_EQ(done->stats.gemmsOffHeuristic, 1);
+    ASSERT_EQ(done->results.size(), expected.size());
+    for (std::size_t r = 0; r < expected.size(); ++r)
+      EXPECT_TRUE(allClose(expected[r], done->results[r], 1.0 + double(k) / 16.0)) << "result " << r;
+  }
+  Plan batched = matmulPlan(DType::BF16, {3, 1, 16, 24}, {1, 2, 20, 24}, {3, 2, 16, 20}, false, true);
+  std::vector<Tensor> arguments = randomArguments(batched, 9);
+  std::vector<Tensor> expected = cpuResults(*cpu, batched, arguments);
+  CacheDirectory cache;
+  std::unique_ptr<CudaBackend> backend = tuningBackend(cache.path);
+  ASSERT_TRUE(backend);
+  Expected<PreparedAndRun> done = prepareAndRun(*backend, batched, arguments, 2);
+  ASSERT_TRUE(done.ok()) << done.message();
+  EXPECT_EQ(done->stats.gemmsOffHeuristic, 1);
+  EXPECT_TRUE(allClose(expected[0], done->results[0], 1.0 + 24.0 / 16.0)) << "one call per batch entry";
+}
+
+TEST_F(GpuTest, PrepareNamesTheGemmWhoseEveryAlgorithmCuBlasLtRefusesToRun) {
+  ModelledAlgorithms algorithms({emulation::kRefusedAlgorithm, emulation::kRefusedAlgorithm});
+  Plan plan = matmulPlan(DType::F16, {16, 32}, {32, 24}, {16, 24}, false, false);
+  CacheDirectory cache;
+  std::unique_ptr<CudaBackend> backend = tuningBackend(cache.path);
+  ASSERT_TRUE(backend);
+  Expected<std::unique_ptr<Executable>> executable = backend->prepare(plan);
+  ASSERT_FALSE(executable.ok());
+  EXPECT_NE(executable.message().find("jit.matmul"), std::string::npos) << executable.message();
+  EXPECT_NE(executable.message().find("cuBLASLt refused to run each of the 2 algorithms its heuristic offered"),
+            std::string::npos)
+      << executable.message();
+  EXPECT_TRUE(cache.gemmTuningEntries().empty()) << "nothing to remember";
+}
+#endif // AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+#endif // AMPJIT_GPU_TESTS_ON_EMULATION
 
 } // namespace
 } // namespace ampjit::runtime::gputest

@@ -20,6 +20,7 @@
 #include "EmulatedCudaPlan.h"
 #endif
 #ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+#include "EmulatedCublasLt.h"
 #include "EmulatedStreams.h"
 #endif
 #include "ampjit/runtime/Plan.h"
@@ -31,8 +32,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <random>
@@ -81,6 +85,40 @@ protected:
 
   std::unique_ptr<CudaBackend> cuda;
   std::unique_ptr<Backend> cpu;
+};
+#endif
+
+/// A directory of its own for one test's disk cache (kernels, GEMM
+/// tuning), removed after it.
+struct CacheDirectory {
+  std::filesystem::path path;
+  CacheDirectory() {
+    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+    path = std::filesystem::path(::testing::TempDir()) /
+           ("ampjit-cache-" + std::string(test->name()) + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(path);
+  }
+  ~CacheDirectory() { std::filesystem::remove_all(path); }
+
+  /// The GEMM tuning entries written so far.
+  std::vector<std::filesystem::path> gemmTuningEntries() const {
+    std::vector<std::filesystem::path> found;
+    if (std::filesystem::exists(path))
+      for (const auto& entry : std::filesystem::directory_iterator(path))
+        if (entry.path().extension() == ".gemm")
+          found.push_back(entry.path());
+    return found;
+  }
+};
+
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+/// The algorithms the emulated cuBLASLt heuristic offers during one test,
+/// with the microseconds each takes (EmulatedCublasLt.h).
+struct ModelledAlgorithms {
+  explicit ModelledAlgorithms(std::vector<uint64_t> microseconds) {
+    ::ampjit::emulation::setCublasLtAlgorithmTimes(std::move(microseconds));
+  }
+  ~ModelledAlgorithms() { ::ampjit::emulation::setCublasLtAlgorithmTimes({}); }
 };
 #endif
 

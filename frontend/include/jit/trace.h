@@ -153,6 +153,15 @@ struct TraceStats {
   /// the CPU.
   size_t device_updates_folded_into_gemms = 0;
   std::string device_gemm_fold_declined{};
+  /// On CUDA, how many GEMMs of the last compiled variant run the algorithm
+  /// tuning chose by timing cuBLASLt's candidates (CudaBackendOptions::
+  /// gemmTuningMinimumFlops, AMPJIT_CUDA_GEMM_TUNING), how many of those
+  /// run another than the heuristic's first, and the milliseconds its
+  /// compilation spent timing them (0 where every choice was known before);
+  /// 0 on the CPU.
+  size_t device_gemms_tuned = 0;
+  size_t device_gemms_off_heuristic = 0;
+  double device_gemm_tuning_ms = 0;
   /// On CUDA, calls of the last compiled variant that replayed its captured
   /// graph, and why it runs step by step instead when a capture or an
   /// instantiation failed (empty while graphs work); 0 and empty on the CPU.

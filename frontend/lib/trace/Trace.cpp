@@ -60,6 +60,9 @@ struct Variant {
   std::string deviceSpeculationDeclined;
   size_t deviceUpdatesFoldedIntoGemms = 0;
   std::string deviceGemmFoldDeclined;
+  size_t deviceGemmsTuned = 0;
+  size_t deviceGemmsOffHeuristic = 0;
+  double deviceGemmTuningMs = 0;
 };
 
 /// At least this many parameter elements before DeferUpdates::automatic
@@ -295,6 +298,9 @@ private:
       variant->deviceSpeculationDeclined = stats.speculationDeclined;
       variant->deviceUpdatesFoldedIntoGemms = size_t(stats.updatesFoldedIntoGemms);
       variant->deviceGemmFoldDeclined = stats.gemmFoldDeclined;
+      variant->deviceGemmsTuned = size_t(stats.gemmsTuned);
+      variant->deviceGemmsOffHeuristic = size_t(stats.gemmsOffHeuristic);
+      variant->deviceGemmTuningMs = stats.gemmTuningMilliseconds;
     }
     if (plan.deferredSteps > 0) {
       variant->deferred = std::make_shared<DeferredUpdate>();
@@ -386,6 +392,9 @@ private:
     stats_.device_speculation_declined = variant.deviceSpeculationDeclined;
     stats_.device_updates_folded_into_gemms = variant.deviceUpdatesFoldedIntoGemms;
     stats_.device_gemm_fold_declined = variant.deviceGemmFoldDeclined;
+    stats_.device_gemms_tuned = variant.deviceGemmsTuned;
+    stats_.device_gemms_off_heuristic = variant.deviceGemmsOffHeuristic;
+    stats_.device_gemm_tuning_ms = variant.deviceGemmTuningMs;
     if (cuda_) {
       rt::CudaRunStats run = cuda_->stats(*variant.executable);
       stats_.device_graph_replays = size_t(run.graphReplays);

@@ -19,12 +19,17 @@
 // since our A is its B.
 
 #include "DeviceStep.h"
+#include "GemmTuning.h"
+#include "Nvrtc.h"
 
 #include "ampjit/runtime/Shape.h"
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 namespace ampjit::runtime::cuda {
@@ -157,7 +162,8 @@ public:
            std::to_string(calls_.size()) + " " + shape_ + " algo=" + config(CUBLASLT_ALGO_CONFIG_ID) +
            " tile=" + config(CUBLASLT_ALGO_CONFIG_TILE_ID) + " stages=" + config(CUBLASLT_ALGO_CONFIG_STAGES_ID) +
            " splitk=" + config(CUBLASLT_ALGO_CONFIG_SPLITK_NUM) +
-           " reduction=" + config(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) + " waves=" + std::to_string(waves_);
+           " reduction=" + config(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) + " waves=" + std::to_string(waves_) +
+           tuning_;
   }
 
   /// makeFoldedUpdateGemmStep's: inputs [A, B, state, scalars], outputs
@@ -202,11 +208,171 @@ public:
   int64_t m_ = 0, n_ = 0, k_ = 0;
   std::string shape_;
   float waves_ = 0;
+  /// For profileNote: which of the heuristic's candidates tuning chose, and how.
+  std::string tuning_;
 };
 
 } // namespace
 
 namespace {
+
+//===----------------------------------------------------------------------===//
+// Tuning (GemmTuning.h)
+//===----------------------------------------------------------------------===//
+
+/// Timed runs of one candidate: each trial enqueues it several times
+/// between two events, long enough for the events' resolution and the
+/// launches' spacing not to matter; the median trial counts.
+constexpr int kTuningTrials = 3;
+constexpr double kTuningTrialMilliseconds = 0.5;
+constexpr int kMaxTuningRepetitions = 16;
+
+std::size_t roundedScratchBytes(std::size_t bytes) { return std::max<std::size_t>(256, (bytes + 255) / 256 * 256); }
+
+/// Scratch memory and events of one problem's timing, given back on every path.
+struct TuningScratch {
+  cudaStream_t stream = nullptr;
+  void* memory = nullptr;
+  std::vector<cudaEvent_t> events;
+  ~TuningScratch() {
+    for (cudaEvent_t event : events)
+      cudaEventDestroy(event);
+    if (memory)
+      cudaFreeAsync(memory, stream);
+  }
+};
+
+/// Each candidate's median milliseconds per enqueue of `gemm` on scratch
+/// operands of the slots' sizes (filled with one finite value: timing needs
+/// no meaningful numbers, but an inf or NaN could take a slower path), NaN
+/// where cuBLASLt refuses to run one. Leaves `gemm` with the last candidate.
+Expected<std::vector<double>> timeCandidates(GemmStep& gemm, std::span<const cublasLtMatmulHeuristicResult_t> candidates,
+                                             std::span<const std::size_t> inputBytes,
+                                             std::span<const std::size_t> outputBytes, GemmTuner& tuner) {
+  TuningScratch scratch;
+  scratch.stream = tuner.stream;
+  std::size_t total = roundedScratchBytes(gemm.workspaceBytes());
+  for (std::span<const std::size_t> slots : {inputBytes, outputBytes})
+    for (std::size_t bytes : slots)
+      total += roundedScratchBytes(bytes);
+  AMPJIT_CUDA_RETURN_IF_ERROR(cudaMallocFromPoolAsync(&scratch.memory, total, tuner.pool, tuner.stream),
+                              "allocating " + std::to_string(total) + " bytes of scratch operands to time its algorithms");
+  AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scratch.memory, 0x3c, total, tuner.stream), "filling the scratch operands");
+  auto* next = static_cast<std::byte*>(scratch.memory);
+  auto carve = [&](std::size_t bytes) {
+    void* at = next;
+    next += roundedScratchBytes(bytes);
+    return at;
+  };
+  std::vector<void*> inputs, outputs;
+  for (std::size_t bytes : inputBytes)
+    inputs.push_back(carve(bytes));
+  for (std::size_t bytes : outputBytes)
+    outputs.push_back(carve(bytes));
+  StepPointers pointers{inputs, outputs, carve(gemm.workspaceBytes())};
+  for (int e = 0; e <= kTuningTrials; ++e) {
+    cudaEvent_t event = nullptr;
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventCreate(&event), "creating a timing event");
+    scratch.events.push_back(event);
+  }
+  auto elapsed = [&](int from, int to, double& ms) -> Status {
+    float value = 0;
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(scratch.events[std::size_t(to)]), "timing an algorithm");
+    AMPJIT_CUDA_RETURN_IF_ERROR(
+        cudaEventElapsedTime(&value, scratch.events[std::size_t(from)], scratch.events[std::size_t(to)]),
+        "reading an algorithm's time");
+    ms = double(value);
+    return Status::success();
+  };
+
+  std::vector<double> milliseconds(candidates.size(), std::nan(""));
+  int repetitions = 0;
+  for (std::size_t c = 0; c < candidates.size(); ++c) {
+    gemm.algorithm_ = candidates[c].algo;
+    // The warm-up: a candidate cuBLASLt refuses is refused here, at the call.
+    if (!gemm.enqueue(pointers, tuner.stream))
+      continue;
+    if (repetitions == 0) {
+      double once = 0;
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(scratch.events[0], tuner.stream), "timing an algorithm");
+      AMPJIT_RETURN_IF_ERROR(gemm.enqueue(pointers, tuner.stream));
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(scratch.events[1], tuner.stream), "timing an algorithm");
+      AMPJIT_RETURN_IF_ERROR(elapsed(0, 1, once));
+      repetitions = once > 0 ? int(std::clamp(std::ceil(kTuningTrialMilliseconds / once), 1.0,
+                                              double(kMaxTuningRepetitions)))
+                             : kMaxTuningRepetitions;
+    }
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(scratch.events[0], tuner.stream), "timing an algorithm");
+    for (int trial = 1; trial <= kTuningTrials; ++trial) {
+      for (int r = 0; r < repetitions; ++r)
+        AMPJIT_RETURN_IF_ERROR(gemm.enqueue(pointers, tuner.stream));
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(scratch.events[std::size_t(trial)], tuner.stream),
+                                  "timing an algorithm");
+    }
+    std::vector<double> trials(kTuningTrials);
+    for (int trial = 0; trial < kTuningTrials; ++trial)
+      AMPJIT_RETURN_IF_ERROR(elapsed(trial, trial + 1, trials[std::size_t(trial)]));
+    std::nth_element(trials.begin(), trials.begin() + kTuningTrials / 2, trials.end());
+    milliseconds[c] = trials[kTuningTrials / 2] / repetitions;
+  }
+  return milliseconds;
+}
+
+/// Gives `gemm` the tuned one of the heuristic's `candidates` for `problem`:
+/// chosen earlier in this process, read from the disk cache, or timed now
+/// (and then written there).
+Status tuneAlgorithm(GemmStep& gemm, std::span<const cublasLtMatmulHeuristicResult_t> candidates,
+                     const std::string& problem, std::span<const std::size_t> inputBytes,
+                     std::span<const std::size_t> outputBytes, GemmTuner& tuner) {
+  std::string key = tuner.deviceKey + " | " + problem;
+  int count = int(candidates.size()), choice = -1;
+  std::string how;
+  if (auto known = tuner.chosen.find(key); known != tuner.chosen.end() && known->second < count) {
+    choice = known->second;
+    how = "chosen before";
+  }
+  std::filesystem::path entry = tuner.cacheDirectory.empty() ? std::filesystem::path()
+                                                             : gemmTuningEntryPath(tuner.cacheDirectory, key);
+  if (choice < 0 && !entry.empty()) {
+    std::string text;
+    if (readCacheFile(entry, text)) {
+      std::optional<GemmTuningRecord> record = decodeGemmTuning(text, key);
+      if (record && record->candidates == count) {
+        choice = record->choice;
+        how = "from the cache";
+        ++tuner.counts.cacheHits;
+      } else {
+        ++tuner.counts.cacheEntriesRejected;
+      }
+    }
+  }
+  if (choice < 0) {
+    auto start = std::chrono::steady_clock::now();
+    Expected<std::vector<double>> milliseconds = timeCandidates(gemm, candidates, inputBytes, outputBytes, tuner);
+    tuner.counts.timingMilliseconds +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (!milliseconds)
+      return Status::error("timing cuBLASLt's algorithms: " + milliseconds.message());
+    ++tuner.counts.problemsTimed;
+    choice = chooseGemmCandidate(*milliseconds);
+    if (choice < 0)
+      return Status::error("cuBLASLt refused to run each of the " + std::to_string(count) +
+                           " algorithms its heuristic offered");
+    char times[96];
+    std::snprintf(times, sizeof times, "timed: %.4f ms, the heuristic's first %.4f ms",
+                  (*milliseconds)[std::size_t(choice)], (*milliseconds)[0]);
+    how = times;
+    if (!entry.empty())
+      writeCacheFileAtomically(entry, encodeGemmTuning(key, GemmTuningRecord{count, choice, *milliseconds}));
+  }
+  tuner.chosen[key] = choice;
+  ++tuner.counts.stepsTuned;
+  tuner.counts.stepsOffHeuristic += choice != 0;
+  gemm.algorithm_ = candidates[std::size_t(choice)].algo;
+  gemm.waves_ = candidates[std::size_t(choice)].wavesCount;
+  gemm.tuning_ = " tuned=" + std::to_string(choice) + "/" + std::to_string(count) + " (" + how + ")";
+  return Status::success();
+}
 
 /// makeGemmStep, or with `foldsUpdate` makeFoldedUpdateGemmStep.
 Expected<std::unique_ptr<DeviceStep>> makeCublasLtStep(DeviceContext& context, const Plan& plan, const Step& step,
@@ -406,17 +572,23 @@ Expected<std::unique_ptr<DeviceStep>> makeCublasLtStep(DeviceContext& context, c
                                   "restricting split-K reductions to fp32");
   }
 
-  cublasLtMatmulHeuristicResult_t result{};
+  // Products: the batch entries of one strided call, or the calls.
+  double products = double(strided ? aOffsets.size() : gemm->calls_.size());
+  GemmTuner* tuner = context.gemmTuner;
+  bool tuned = tuner != nullptr && tuner->wants(2.0 * double(m) * double(n) * double(k) * products);
+  std::vector<cublasLtMatmulHeuristicResult_t> results(tuned ? kGemmTuningCandidates : 1);
   int found = 0;
   AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(context.cublasLt, d.matmul, d.first, d.second,
-                                                               d.result, d.result, d.preference, 1, &result, &found),
+                                                               d.result, d.result, d.preference, int(results.size()),
+                                                               results.data(), &found),
                                 "choosing a cuBLASLt algorithm");
   if (found == 0)
     return Status::error("cuBLASLt has no algorithm for a " + typeToString(aType) + " x " + typeToString(bType) +
                          " -> " + (foldsUpdate ? "f32 product added to an f32 matrix" : typeToString(cType) +
                          " product"));
-  gemm->algorithm_ = result.algo;
-  gemm->waves_ = result.wavesCount;
+  results.resize(std::size_t(found));
+  gemm->algorithm_ = results[0].algo;
+  gemm->waves_ = results[0].wavesCount;
   gemm->m_ = m;
   gemm->n_ = n;
   gemm->k_ = k;
@@ -424,6 +596,30 @@ Expected<std::unique_ptr<DeviceStep>> makeCublasLtStep(DeviceContext& context, c
                  std::to_string(alignment) + " " + std::string(gemmEpilogueName(epilogue)) +
                  (smCountTarget > 0 ? " sms=" + std::to_string(smCountTarget) : "") +
                  (foldsUpdate ? " folded-update" : "");
+  if (tuned && found > 1) {
+    // Every slot enqueue takes, at its size: a folded update's are
+    // [A, B, the f32 parameter, the two scalars] -> [its second buffer].
+    std::vector<std::size_t> inputBytes, outputBytes;
+    for (std::size_t i = 0; i < 2; ++i)
+      inputBytes.push_back(plan.buffers[step.inputs[i]].type.byteSize());
+    if (foldsUpdate) {
+      std::size_t parameterBytes = std::size_t(m * n) * sizeof(float);
+      inputBytes.insert(inputBytes.end(), {parameterBytes, 2 * sizeof(float)});
+      outputBytes.push_back(parameterBytes);
+    } else {
+      for (std::size_t i = 2; i < step.inputs.size(); ++i)
+        inputBytes.push_back(plan.buffers[step.inputs[i]].type.byteSize());
+      for (BufferId output : step.outputs)
+        outputBytes.push_back(plan.buffers[output].type.byteSize());
+    }
+    std::string problem = typeToString(aType) + " x " + typeToString(bType) + " -> " +
+                          (foldsUpdate ? std::string("f32 added to f32") : typeToString(cType)) +
+                          (gemm->computeDouble_ ? " in f64 " : " in f32 ") + gemm->shape_ + " m=" +
+                          std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                          (strided ? " strided" : " calls=" + std::to_string(gemm->calls_.size())) +
+                          " workspace=" + std::to_string(kGemmWorkspaceBytes);
+    AMPJIT_RETURN_IF_ERROR(tuneAlgorithm(*gemm, results, problem, inputBytes, outputBytes, *tuner));
+  }
   return std::unique_ptr<DeviceStep>(std::move(gemm));
 }
 

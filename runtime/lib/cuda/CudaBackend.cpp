@@ -6,6 +6,7 @@
 
 #include "DeviceStep.h"
 #include "FiniteCheckSchedule.h"
+#include "GemmTuning.h"
 #include "SpeculativeUpdates.h"
 #include "Nvrtc.h"
 #include "Timeline.h"
@@ -56,6 +57,8 @@ struct DeviceRuntime {
   bool streamPriorities = true;
   cudaMemPool_t pool = nullptr;
   cuda::KernelCompiler compiler;
+  /// In use (context.gemmTuner) where GEMMs are tuned.
+  cuda::GemmTuner gemmTuner;
   DeviceContext context;
 
   explicit DeviceRuntime(std::filesystem::path cacheDirectory) : compiler(std::move(cacheDirectory)) {}
@@ -258,6 +261,7 @@ public:
         return Status::error("plan @" + plan_.name + ": " + problem);
     DeviceContext& context = runtime_->context;
     int64_t compiledBefore = context.kernelsCompiled, hitsBefore = context.kernelCacheHits;
+    const cuda::GemmTuningCounts tunedBefore = runtime_->gemmTuner.counts;
     // Every generated kernel is emitted once, then all are compiled together;
     // steps that share a launch (conversions) need none.
     AMPJIT_RETURN_IF_ERROR(planRederivation());
@@ -332,6 +336,13 @@ public:
                                     "plan @" + plan_.name + ": uploading constant %" + std::to_string(id));
     }
     AMPJIT_RETURN_IF_ERROR(prepareRederivation());
+    cuda::GemmTuningCounts tuned = runtime_->gemmTuner.counts.since(tunedBefore);
+    stats_.gemmsTuned = tuned.stepsTuned;
+    stats_.gemmsOffHeuristic = tuned.stepsOffHeuristic;
+    stats_.gemmProblemsTimed = tuned.problemsTimed;
+    stats_.gemmTuningCacheHits = tuned.cacheHits;
+    stats_.gemmTuningEntriesRejected = tuned.cacheEntriesRejected;
+    stats_.gemmTuningMilliseconds = tuned.timingMilliseconds;
     // Prepare may wait: surface any failure of the uploads now, not in a run.
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(runtime_->stream), "plan @" + plan_.name + ": preparing");
     return Status::success();
@@ -2002,6 +2013,27 @@ Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions opti
         environmentFlag("AMPJIT_CUDA_SPECULATIVE_UPDATE") ? cuda::kMinSpeculativeUpdateElements : 0;
   if (options.foldUpdatesIntoGemms < 0)
     options.foldUpdatesIntoGemms = environmentFlag("AMPJIT_CUDA_GEMM_FOLDED_UPDATE") ? 1 : 0;
+  if (options.gemmTuningMinimumFlops < 0)
+    options.gemmTuningMinimumFlops =
+        environmentFlag("AMPJIT_CUDA_GEMM_TUNING") ? cuda::kDefaultGemmTuningMinimumFlops : 0;
+  if (options.gemmTuningMinimumFlops > 0) {
+    // The key's device part: what an algorithm's speed depends on that
+    // another device of the same architecture may not share.
+    int l2Bytes = 0, busBits = 0;
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&l2Bytes, cudaDevAttrL2CacheSize, options.device),
+                                "reading the L2 cache's size");
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&busBits, cudaDevAttrGlobalMemoryBusWidth, options.device),
+                                "reading the memory bus width");
+    cuda::GemmTuner& tuner = runtime->gemmTuner;
+    tuner.minimumFlops = options.gemmTuningMinimumFlops;
+    tuner.cacheDirectory = cache;
+    tuner.deviceKey = runtime->context.architecture + " sms=" + std::to_string(multiprocessors) +
+                      " l2=" + std::to_string(l2Bytes) + " bus=" + std::to_string(busBits) +
+                      " cublasLt=" + std::to_string(cublasLtGetVersion());
+    tuner.pool = runtime->pool;
+    tuner.stream = runtime->stream;
+    runtime->context.gemmTuner = &tuner;
+  }
   return std::unique_ptr<CudaBackend>(new CudaBackendImpl(std::move(runtime), std::move(options)));
 }
 

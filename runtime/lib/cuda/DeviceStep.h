@@ -33,6 +33,7 @@
 namespace ampjit::runtime::cuda {
 
 class KernelCompiler;
+struct GemmTuner;
 
 /// What prepare-time code may use: the device's properties and the
 /// libraries' handles, created once per backend.
@@ -46,6 +47,9 @@ struct DeviceContext {
   /// cudnnHandle() rather than reading this.
   cudnnHandle_t cudnn = nullptr;
   KernelCompiler* compiler = nullptr;
+  /// Null unless GEMMs are tuned (GemmTuning.h): then large ones time the
+  /// heuristic's candidates at prepare.
+  GemmTuner* gemmTuner = nullptr;
   /// NVRTC kernels loaded so far, by kernel name (one name, one source), so
   /// identical steps share one module; and the libraries to unload.
   std::map<std::string, cudaKernel_t> loadedKernels;
@@ -107,6 +111,9 @@ bool evictFirstHints();
 /// Gemm through cuBLASLt (CublasLtGemm.cpp); with `smCountTarget` > 0, its
 /// algorithm chosen for that many SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET:
 /// the rest are left to work beside it, CudaBackendOptions::gemmSmReserve).
+/// With the context's GemmTuner, a large enough product's algorithm is the
+/// fastest of the heuristic's candidates (GemmTuning.h): timed here on
+/// scratch memory from the tuner's pool, unless chosen before.
 Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const Plan& plan, const Step& step,
                                                    int smCountTarget = 0);
 /// A Gemm step with an SGD update folded in (SpeculativeUpdates.h's

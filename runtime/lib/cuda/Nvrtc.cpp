@@ -32,15 +32,6 @@ constexpr char kEntryMagic[8] = {'A', 'M', 'P', 'J', 'K', 'C', 'U', 'B'};
 constexpr uint32_t kEntryFormat = 1;
 constexpr size_t kEntryHeaderSize = 8 + 4 + 8 + 8 + 8 + 8;
 
-struct CacheKey {
-  uint64_t low = 0, high = 0;
-  std::string hex() const {
-    char text[33];
-    std::snprintf(text, sizeof text, "%016llx%016llx", (unsigned long long)high, (unsigned long long)low);
-    return text;
-  }
-};
-
 CacheKey cacheKey(std::string_view source, const std::vector<std::string>& options, std::string_view architecture) {
   // The options contain the architecture; it and the NVRTC version are
   // hashed again explicitly so the key's inputs are obvious.
@@ -51,9 +42,8 @@ CacheKey cacheKey(std::string_view source, const std::vector<std::string>& optio
     material += "option " + option + "\n";
   material += "source\n";
   material += source;
-  // Two independently seeded FNV-1a hashes: 128 bits, so distinct kernels do
-  // not collide in practice; the entry also stores the key to catch it anyway.
-  return CacheKey{fnv1a64(material), fnv1a64(material, 0x84222325cbf29ce4ull)};
+  // The entry also stores the key, to catch a collision anyway.
+  return CacheKey::of(material);
 }
 
 template <typename T> void append(std::string& bytes, T value) {
@@ -100,38 +90,6 @@ std::vector<uint8_t> decodeEntry(const std::string& bytes, const CacheKey& key) 
   return cubin;
 }
 
-bool readFile(const std::filesystem::path& path, std::string& bytes) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    return false;
-  bytes.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-  return !file.bad();
-}
-
-/// Best effort: a failure leaves the cache without this entry.
-void writeEntryAtomically(const std::filesystem::path& path, const std::string& bytes) {
-  std::error_code error;
-  std::filesystem::create_directories(path.parent_path(), error);
-  if (error)
-    return;
-  std::filesystem::path temporary = path;
-  temporary += ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    if (!file)
-      return;
-    file.write(bytes.data(), std::streamsize(bytes.size()));
-    if (!file.flush()) {
-      file.close();
-      std::filesystem::remove(temporary, error);
-      return;
-    }
-  }
-  std::filesystem::rename(temporary, path, error);
-  if (error)
-    std::filesystem::remove(temporary, error);
-}
-
 std::string environment(const char* name) {
   const char* value = std::getenv(name);
   return value ? std::string(value) : std::string();
@@ -155,6 +113,49 @@ std::string programLog(nvrtcProgram program) {
 }
 
 } // namespace
+
+CacheKey CacheKey::of(std::string_view material) {
+  // Two independently seeded FNV-1a hashes: 128 bits, so distinct entries do
+  // not collide in practice.
+  return CacheKey{fnv1a64(material), fnv1a64(material, 0x84222325cbf29ce4ull)};
+}
+
+std::string CacheKey::hex() const {
+  char text[33];
+  std::snprintf(text, sizeof text, "%016llx%016llx", (unsigned long long)high, (unsigned long long)low);
+  return text;
+}
+
+bool readCacheFile(const std::filesystem::path& path, std::string& bytes) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file)
+    return false;
+  bytes.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+  return !file.bad();
+}
+
+void writeCacheFileAtomically(const std::filesystem::path& path, const std::string& bytes) {
+  std::error_code error;
+  std::filesystem::create_directories(path.parent_path(), error);
+  if (error)
+    return;
+  std::filesystem::path temporary = path;
+  temporary += ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
+    if (!file)
+      return;
+    file.write(bytes.data(), std::streamsize(bytes.size()));
+    if (!file.flush()) {
+      file.close();
+      std::filesystem::remove(temporary, error);
+      return;
+    }
+  }
+  std::filesystem::rename(temporary, path, error);
+  if (error)
+    std::filesystem::remove(temporary, error);
+}
 
 std::string nvrtcVersion() {
   int major = 0, minor = 0;
@@ -226,7 +227,7 @@ Expected<CompiledKernel> KernelCompiler::compile(std::string_view source, std::s
   CacheKey key = cacheKey(source, nvrtcOptions(architecture), architecture);
   if (!entry.empty()) {
     std::string bytes;
-    if (readFile(entry, bytes)) {
+    if (readCacheFile(entry, bytes)) {
       std::vector<uint8_t> cubin = decodeEntry(bytes, key);
       if (!cubin.empty()) {
         ++cacheHits_;
@@ -240,7 +241,7 @@ Expected<CompiledKernel> KernelCompiler::compile(std::string_view source, std::s
     return compiled;
   ++compilations_;
   if (!entry.empty())
-    writeEntryAtomically(entry, encodeEntry(key, compiled->cubin));
+    writeCacheFileAtomically(entry, encodeEntry(key, compiled->cubin));
   return compiled;
 }
 

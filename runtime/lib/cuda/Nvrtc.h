@@ -26,6 +26,22 @@
 
 namespace ampjit::runtime::cuda {
 
+/// The name of a cache entry: two independently seeded FNV-1a hashes of
+/// everything the entry depends on (`material`), 128 bits.
+struct CacheKey {
+  uint64_t low = 0, high = 0;
+  static CacheKey of(std::string_view material);
+  /// 32 hex digits, the entry's file name without its extension.
+  std::string hex() const;
+};
+
+/// The whole file into `bytes`; false when it cannot be read.
+bool readCacheFile(const std::filesystem::path& path, std::string& bytes);
+/// Best effort, through a temporary file renamed into place, so concurrent
+/// processes never see half an entry: a failure (no directory, a full disk)
+/// leaves the cache without this entry.
+void writeCacheFileAtomically(const std::filesystem::path& path, const std::string& bytes);
+
 /// NVRTC's version, "13.0".
 std::string nvrtcVersion();
 

@@ -87,6 +87,20 @@ struct CudaBackendOptions {
   /// updates instead of skipping the step (SpeculativeUpdates.h, GemmFold).
   /// 1 on, 0 off, -1 takes AMPJIT_CUDA_GEMM_FOLDED_UPDATE (a switch).
   int foldUpdatesIntoGemms = -1;
+  /// GEMMs of at least this many floating-point operations (2 m n k per
+  /// product) choose their cuBLASLt algorithm by timing: at prepare, each
+  /// of up to 8 candidates the heuristic offers runs on scratch operands,
+  /// timed with CUDA events, and the fastest is kept where it beats the
+  /// heuristic's first choice by more than 2%. Choices are remembered in the
+  /// process and in the kernel cache directory (keyed by the device,
+  /// cuBLASLt's version and the problem), so later processes time nothing
+  /// and run the same algorithm. Prepare takes longer (tens of milliseconds
+  /// per distinct large GEMM) and the scratch operands come from the pool.
+  /// Another algorithm may sum in another order, so the bits can differ from
+  /// the heuristic's choice's (within the GEMM's tolerance). 0 never; -1
+  /// takes AMPJIT_CUDA_GEMM_TUNING (a switch; on means 2^34, GEMMs of about
+  /// 25 us and more on an H100).
+  int64_t gemmTuningMinimumFlops = -1;
 };
 
 /// What an Executable of this backend has done; for tests and benchmarks.
@@ -123,6 +137,19 @@ struct CudaRunStats {
   /// when some were not.
   int64_t updatesFoldedIntoGemms = 0;
   std::string gemmFoldDeclined{};
+  /// GEMM steps whose algorithm tuning chose (CudaBackendOptions::
+  /// gemmTuningMinimumFlops): timed at this prepare, chosen earlier in the
+  /// process, or read from the disk cache; and of those, the steps that run
+  /// another algorithm than the heuristic's first.
+  int64_t gemmsTuned = 0;
+  int64_t gemmsOffHeuristic = 0;
+  /// At this prepare: the distinct problems timed, the choices read from
+  /// disk, the entries there ignored as malformed or stale (and replaced),
+  /// and the host milliseconds the timing took.
+  int64_t gemmProblemsTimed = 0;
+  int64_t gemmTuningCacheHits = 0;
+  int64_t gemmTuningEntriesRejected = 0;
+  double gemmTuningMilliseconds = 0;
   /// Kernel and library launches a run enqueues (steps sharing a launch
   /// counted once, a reshape that views its input not at all): the nodes a
   /// step's graph replays one after another.
