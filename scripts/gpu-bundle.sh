@@ -6,8 +6,8 @@
 # to $OUT. With the device tool: carry ["gpu-bundle"], command
 # `bash gpu-bundle/run.sh` (then `bash gpu-bundle/run.sh bench mlp9`, `... bench resnet50`,
 # `... defer-ab mlp9`, `... priority-ab mlp9`, `... side-ab resnet50`, `... reserve-ab mlp9`, `... overlap-ab mlp9`,
-# `... speculate-ab mlp9`, `... timeline mlp9`:
-# one device command may run 600 s). Build first (scripts/run-tests.sh or ninja in build/).
+# `... speculate-ab mlp9 bench-best mlp9` (the fastest variant with the peers, in the same call),
+# `... timeline mlp9`: one device command may run 600 s). Build first (scripts/run-tests.sh or ninja in build/).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build="${1:-build}"
@@ -55,6 +55,9 @@ cat > gpu-bundle/run.sh <<'RUN'
 #                   SMs that GEMMs beside it leave to it (AMPJIT_CUDA_GEMM_SM_RESERVE); folded and
 #                   deferred also with GEMM algorithms chosen by timing (AMPJIT_CUDA_GEMM_TUNING=1);
 #                   no peers, one process each, the likeliest winners first
+#   bench-best MODEL...  bench (BENCH_ARGS, default "--levels O1,O2 --dtypes f16 --peer-compile")
+#                   under the switches of the variant speculate-ab found fastest for the model
+#                   (its fastest level), in the same call: no second machine start
 #   timeline MODEL...  O1 f16, one replayed step with each launch stamped on its stream
 #                   (AMPJIT_TIMELINE): as it is, folded, speculative with 0 and 16 SMs left to it,
 #                   with 16 SMs left to the deferred update, and with the update in line, no peers;
@@ -229,22 +232,48 @@ run_overlap_ab() { # MODEL: the deferred update and the finiteness check on the 
   done
 }
 
+# The switches of one speculate-ab variant, as NAME=VALUE words: deferred, folded-N or
+# speculative-N (N SMs left beside the GEMMs), each with "-tuned" for GEMM tuning.
+variant_switches() {
+  local variant=$1 base=${1%-tuned} speculate=1 fold=0 reserve tune=0
+  [ "$base" != "$variant" ] && tune=1
+  reserve=${base##*-}
+  [ "$base" = deferred ] && speculate=0 reserve=0
+  case "$base" in folded*) fold=1 ;; esac
+  echo "AMPJIT_CUDA_SPECULATIVE_UPDATE=$speculate AMPJIT_CUDA_GEMM_FOLDED_UPDATE=$fold" \
+    "AMPJIT_CUDA_GEMM_SM_RESERVE=$reserve AMPJIT_CUDA_GEMM_TUNING=$tune"
+}
+
 run_speculate_ab() { # MODEL: the update deferred, folded into the GEMMs, or speculative beside GEMMs leaving
   # it 0 or 16 SMs; "-tuned": GEMM algorithms chosen by timing (AMPJIT_CUDA_GEMM_TUNING)
-  local model=$1 variant
+  local model=$1 variant status
   for variant in deferred folded-0 folded-0-tuned deferred-tuned speculative-16 speculative-0 folded-16; do
-    local base=${variant%-tuned} speculate=1 fold=0 reserve tune=0
-    [ "$base" != "$variant" ] && tune=1
-    reserve=${base##*-}
-    [ "$base" = deferred ] && speculate=0 reserve=0
-    case "$base" in folded*) fold=1 ;; esac
-    AMPJIT_CUDA_SPECULATIVE_UPDATE=$speculate AMPJIT_CUDA_GEMM_FOLDED_UPDATE=$fold \
-      AMPJIT_CUDA_GEMM_SM_RESERVE=$reserve AMPJIT_CUDA_GEMM_TUNING=$tune timeout 150 \
+    local lines
+    lines=$(env $(variant_switches "$variant") timeout 150 \
       "$here/run/ampjit-bench" --model "$model" --backend cuda --levels O1,O2 --dtypes f16 --no-peer \
-      --no-fresh-process >> "$out/speculate-ab.jsonl" 2>> "$out/bench.log"
-    stamp "speculate-ab $model $variant: exit $?"
-    tail -n 2 "$out/speculate-ab.jsonl" >> "$out/summary.txt"
+      --no-fresh-process 2>> "$out/bench.log")
+    status=$?
+    printf '%s\n' "$lines" >> "$out/speculate-ab.jsonl"
+    stamp "speculate-ab $model $variant: exit $status"
+    printf '%s\n' "$lines" | tail -n 2 >> "$out/summary.txt"
+    # For bench-best: the variant and its levels' medians, where it finished.
+    [ $status -eq 0 ] && echo "$model $variant $(grep -o '"ms_per_step_median":[0-9.]*' <<< "$lines" |
+      cut -d: -f2 | tr '\n' ' ')" >> "$here/run/variants.txt"
   done
+}
+
+run_bench_best() { # MODEL: bench with the peers under the switches of speculate-ab's fastest variant
+  local model=$1 best
+  best=$(awk -v model="$model" '$1 == model && NF > 2 {
+           fastest = $3; for (i = 4; i <= NF; ++i) if ($i < fastest) fastest = $i
+           if (best == "" || fastest < bestMs) { best = $2; bestMs = fastest } }
+         END { print best }' "$here/run/variants.txt" 2>/dev/null)
+  [ -n "$best" ] || { stamp "bench-best $model: no speculate-ab result; the defaults"; best=deferred; }
+  stamp "bench-best $model: $best ($(variant_switches "$best"))"
+  (
+    export $(variant_switches "$best") BENCH_ARGS="${BENCH_ARGS:---levels O1,O2 --dtypes f16 --peer-compile}"
+    run_bench "$model"
+  )
 }
 
 run_timeline() { # MODEL: when each launch of a replayed step ran, on which stream (AMPJIT_TIMELINE)
@@ -294,7 +323,7 @@ run_crash() { # MODEL LEVELS: the benchmark alone; if it dies of a signal, again
   fi
 }
 
-is_stage() { [ "$1" = profile ] || [ "$1" = crash ] || [ "$1" = train ] || [ "$1" = probe ] || [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ] || [ "$1" = priority-ab ] || [ "$1" = side-ab ] || [ "$1" = reserve-ab ] || [ "$1" = overlap-ab ] || [ "$1" = speculate-ab ] || [ "$1" = timeline ]; }
+is_stage() { [ "$1" = profile ] || [ "$1" = crash ] || [ "$1" = train ] || [ "$1" = probe ] || [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ] || [ "$1" = priority-ab ] || [ "$1" = side-ab ] || [ "$1" = reserve-ab ] || [ "$1" = overlap-ab ] || [ "$1" = speculate-ab ] || [ "$1" = bench-best ] || [ "$1" = timeline ]; }
 
 [ $# -gt 0 ] || set -- tests bench classifier
 while [ $# -gt 0 ]; do
@@ -311,8 +340,9 @@ while [ $# -gt 0 ]; do
     reserve-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_reserve_ab "$1"; shift; done ;;
     overlap-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_overlap_ab "$1"; shift; done ;;
     speculate-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_speculate_ab "$1"; shift; done ;;
+    bench-best) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_bench_best "$1"; shift; done ;;
     timeline) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_timeline "$1"; shift; done ;;
-    *) echo "run.sh: unknown stage '$1' (probe, profile, crash, train, tests [JOBS], bench MODEL..., defer-ab MODEL..., priority-ab MODEL..., side-ab MODEL..., reserve-ab MODEL..., overlap-ab MODEL..., speculate-ab MODEL..., timeline MODEL...)" | tee -a "$out/summary.txt"
+    *) echo "run.sh: unknown stage '$1' (probe, profile, crash, train, tests [JOBS], bench MODEL..., defer-ab MODEL..., priority-ab MODEL..., side-ab MODEL..., reserve-ab MODEL..., overlap-ab MODEL..., speculate-ab MODEL..., bench-best MODEL..., timeline MODEL...)" | tee -a "$out/summary.txt"
        exit 2 ;;
   esac
 done
