@@ -59,7 +59,7 @@ cat > gpu-bundle/run.sh <<'RUN'
 #                   under the switches of the variant speculate-ab found fastest for the model
 #                   (its fastest level), in the same call: no second machine start
 #   timeline MODEL...  O1 f16, one replayed step with each launch stamped on its stream
-#                   (AMPJIT_TIMELINE): as it is, folded, speculative with 0 and 16 SMs left to it,
+#                   (AMPJIT_TIMELINE): as it is, folded (and with GEMM tuning), speculative with 0 and 16 SMs left to it,
 #                   with 16 SMs left to the deferred update, and with the update in line, no peers;
 #                   timeline-MODEL-VARIANT.jsonl, summaries in summary.txt
 # Device time is short: each stage is bounded, and every result is appended as it comes, so a
@@ -278,14 +278,15 @@ run_bench_best() { # MODEL: bench with the peers under the switches of speculate
 
 run_timeline() { # MODEL: when each launch of a replayed step ran, on which stream (AMPJIT_TIMELINE)
   local model=$1 variant
-  for variant in as-is folded speculative speculative-reserve-16 reserve-16 update-in-line; do
-    local reserve=0 inline=0 speculate=0 fold=0
+  for variant in as-is folded folded-tuned speculative speculative-reserve-16 reserve-16 update-in-line; do
+    local reserve=0 inline=0 speculate=0 fold=0 tune=0
     case "$variant" in *reserve-16) reserve=16 ;; esac
-    case "$variant" in speculative*|folded) speculate=1 ;; esac
-    [ "$variant" = folded ] && fold=1
+    case "$variant" in speculative*|folded*) speculate=1 ;; esac
+    case "$variant" in folded*) fold=1 ;; esac
+    [ "$variant" = folded-tuned ] && tune=1
     [ "$variant" = update-in-line ] && inline=1
     AMPJIT_TIMELINE="$out/timeline-$model-$variant.jsonl" AMPJIT_CUDA_GEMM_SM_RESERVE=$reserve \
-      AMPJIT_CUDA_SPECULATIVE_UPDATE=$speculate AMPJIT_CUDA_GEMM_FOLDED_UPDATE=$fold \
+      AMPJIT_CUDA_SPECULATIVE_UPDATE=$speculate AMPJIT_CUDA_GEMM_FOLDED_UPDATE=$fold AMPJIT_CUDA_GEMM_TUNING=$tune \
       AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=$inline timeout 120 "$here/run/ampjit-bench" --model "$model" \
       --backend cuda --levels O1 --dtypes f16 --no-peer --no-fresh-process --steps 10 --warmup 3 \
       >> "$out/timeline-runs.jsonl" 2>> "$out/bench.log"
