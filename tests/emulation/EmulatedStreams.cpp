@@ -102,6 +102,7 @@ struct Model {
   std::map<uintptr_t, Allocation> allocations;
   uint64_t clock = 0;
   int64_t poolUsed = 0, poolHigh = 0;
+  std::size_t largestPoolAllocation = 0; // 0: as large as the host allows
 };
 
 Model& model() {
@@ -648,14 +649,16 @@ cudaError_t cudaMallocFromPoolAsync(void** pointer, std::size_t bytes, cudaMemPo
     invalidate(s->capture, cudaErrorStreamCaptureUnsupported);
     return cudaErrorStreamCaptureUnsupported;
   }
-  *pointer = allocate(bytes, false);
+  Model& m = model();
+  *pointer = m.largestPoolAllocation == 0 || bytes <= m.largestPoolAllocation ? allocate(bytes, false) : nullptr;
   if (*pointer == nullptr)
     return cudaErrorMemoryAllocation;
-  Model& m = model();
   m.poolUsed += int64_t(bytes);
   m.poolHigh = std::max(m.poolHigh, m.poolUsed);
   return cudaSuccess;
 }
+
+void setLargestPoolAllocation(std::size_t bytes) { model().largestPoolAllocation = bytes; }
 
 cudaError_t cudaFreeAsync(void* pointer, cudaStream_t stream) {
   Stream* s = streamOf(stream);

@@ -100,6 +100,10 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attribut
 cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attribute, void* value);
 cudaError_t cudaMallocFromPoolAsync(void** pointer, std::size_t bytes, cudaMemPool_t pool, cudaStream_t stream);
 cudaError_t cudaFreeAsync(void* pointer, cudaStream_t stream);
+/// From now on the pool refuses (cudaErrorMemoryAllocation) any one
+/// allocation of more than `bytes`, as a device short of memory would; 0
+/// lifts the limit.
+void setLargestPoolAllocation(std::size_t bytes);
 cudaError_t cudaMalloc(void** pointer, std::size_t bytes);
 cudaError_t cudaFree(void* pointer);
 cudaError_t cudaMallocHost(void** pointer, std::size_t bytes);

@@ -455,6 +455,36 @@ TEST_F(GpuTest, TunedGemmsWithAnEpilogueBufferOrOneCallPerBatchEntryMatchTheCpu)
   EXPECT_TRUE(allClose(expected[0], done->results[0], 1.0 + 24.0 / 16.0)) << "one call per batch entry";
 }
 
+TEST_F(GpuTest, AGemmWhoseTimingScratchDoesNotFitInMemoryKeepsTheHeuristicsChoiceAndRuns) {
+  // The pool refuses more than 32 MiB at once: the plan's own workspace
+  // fits, the timing's scratch (that workspace and the operands) does not.
+  ModelledAlgorithms algorithms({50, 10});
+  struct PoolLimit {
+    PoolLimit() { emulation::setLargestPoolAllocation(32u << 20); }
+    ~PoolLimit() { emulation::setLargestPoolAllocation(0); }
+  } limit;
+  Plan plan = matmulPlan(DType::F16, {16, 32}, {32, 24}, {16, 24}, false, false);
+  std::vector<Tensor> arguments = randomArguments(plan, 10);
+  std::vector<Tensor> expected = cpuResults(*cpu, plan, arguments);
+  CacheDirectory cache;
+  std::unique_ptr<CudaBackend> backend = tuningBackend(cache.path);
+  ASSERT_TRUE(backend);
+  std::vector<int64_t> products = productsByAlgorithm([&] {
+    Expected<PreparedAndRun> run = prepareAndRun(*backend, plan, arguments, 3);
+    ASSERT_TRUE(run.ok()) << run.message();
+    EXPECT_TRUE(allClose(expected[0], run->results[0], 1.0 + 32.0 / 16.0));
+    EXPECT_EQ(run->stats.gemmsTuned, 0);
+    EXPECT_EQ(run->stats.gemmProblemsTimed, 0);
+    EXPECT_NE(run->stats.gemmTuningDeclined.find("keeps the heuristic's first algorithm: its "), std::string::npos)
+        << run->stats.gemmTuningDeclined;
+    EXPECT_NE(run->stats.gemmTuningDeclined.find(" bytes of scratch operands do not fit in device memory"),
+              std::string::npos)
+        << run->stats.gemmTuningDeclined;
+  });
+  EXPECT_EQ(products, kOnlyAlgorithm0);
+  EXPECT_TRUE(cache.gemmTuningEntries().empty()) << "nothing was chosen";
+}
+
 TEST_F(GpuTest, PrepareNamesTheGemmWhoseEveryAlgorithmCuBlasLtRefusesToRun) {
   ModelledAlgorithms algorithms({emulation::kRefusedAlgorithm, emulation::kRefusedAlgorithm});
   Plan plan = matmulPlan(DType::F16, {16, 32}, {32, 24}, {16, 24}, false, false);

@@ -386,6 +386,7 @@ nlohmann::json measure(const std::string& model, jit::amp::Level level, jit::DTy
                  {"device_gemms_tuned", step.stats().device_gemms_tuned},
                  {"device_gemms_off_heuristic", step.stats().device_gemms_off_heuristic},
                  {"device_gemm_tuning_ms", step.stats().device_gemm_tuning_ms},
+                 {"device_gemm_tuning_declined", step.stats().device_gemm_tuning_declined},
                  {"device_graph_replays", step.stats().device_graph_replays},
                  {"device_graph_disabled_reason", step.stats().device_graph_disabled_reason}});
   if (!work.peerWork.empty())

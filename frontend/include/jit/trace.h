@@ -162,6 +162,9 @@ struct TraceStats {
   size_t device_gemms_tuned = 0;
   size_t device_gemms_off_heuristic = 0;
   double device_gemm_tuning_ms = 0;
+  /// Why a GEMM that tuning wanted kept the heuristic's choice (its timing's
+  /// scratch did not fit in device memory); empty otherwise.
+  std::string device_gemm_tuning_declined{};
   /// On CUDA, calls of the last compiled variant that replayed its captured
   /// graph, and why it runs step by step instead when a capture or an
   /// instantiation failed (empty while graphs work); 0 and empty on the CPU.

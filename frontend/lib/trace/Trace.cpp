@@ -63,6 +63,7 @@ struct Variant {
   size_t deviceGemmsTuned = 0;
   size_t deviceGemmsOffHeuristic = 0;
   double deviceGemmTuningMs = 0;
+  std::string deviceGemmTuningDeclined;
 };
 
 /// At least this many parameter elements before DeferUpdates::automatic
@@ -301,6 +302,7 @@ private:
       variant->deviceGemmsTuned = size_t(stats.gemmsTuned);
       variant->deviceGemmsOffHeuristic = size_t(stats.gemmsOffHeuristic);
       variant->deviceGemmTuningMs = stats.gemmTuningMilliseconds;
+      variant->deviceGemmTuningDeclined = stats.gemmTuningDeclined;
     }
     if (plan.deferredSteps > 0) {
       variant->deferred = std::make_shared<DeferredUpdate>();
@@ -395,6 +397,7 @@ private:
     stats_.device_gemms_tuned = variant.deviceGemmsTuned;
     stats_.device_gemms_off_heuristic = variant.deviceGemmsOffHeuristic;
     stats_.device_gemm_tuning_ms = variant.deviceGemmTuningMs;
+    stats_.device_gemm_tuning_declined = variant.deviceGemmTuningDeclined;
     if (cuda_) {
       rt::CudaRunStats run = cuda_->stats(*variant.executable);
       stats_.device_graph_replays = size_t(run.graphReplays);

@@ -246,17 +246,27 @@ struct TuningScratch {
 /// operands of the slots' sizes (filled with one finite value: timing needs
 /// no meaningful numbers, but an inf or NaN could take a slower path), NaN
 /// where cuBLASLt refuses to run one. Leaves `gemm` with the last candidate.
+/// Nothing, and why in `untuned`, when the scratch does not fit in memory:
+/// tuning is an optimisation, never a reason for a plan not to run.
 Expected<std::vector<double>> timeCandidates(GemmStep& gemm, std::span<const cublasLtMatmulHeuristicResult_t> candidates,
                                              std::span<const std::size_t> inputBytes,
-                                             std::span<const std::size_t> outputBytes, GemmTuner& tuner) {
+                                             std::span<const std::size_t> outputBytes, GemmTuner& tuner,
+                                             std::string& untuned) {
   TuningScratch scratch;
   scratch.stream = tuner.stream;
   std::size_t total = roundedScratchBytes(gemm.workspaceBytes());
   for (std::span<const std::size_t> slots : {inputBytes, outputBytes})
     for (std::size_t bytes : slots)
       total += roundedScratchBytes(bytes);
-  AMPJIT_CUDA_RETURN_IF_ERROR(cudaMallocFromPoolAsync(&scratch.memory, total, tuner.pool, tuner.stream),
-                              "allocating " + std::to_string(total) + " bytes of scratch operands to time its algorithms");
+  if (cudaError_t error = cudaMallocFromPoolAsync(&scratch.memory, total, tuner.pool, tuner.stream);
+      error != cudaSuccess) {
+    scratch.memory = nullptr;
+    if (error != cudaErrorMemoryAllocation)
+      return cudaFailure(error, "allocating " + std::to_string(total) + " bytes of scratch operands");
+    cudaGetLastError(); // not sticky: clear it for whoever checks next
+    untuned = "its " + std::to_string(total) + " bytes of scratch operands do not fit in device memory";
+    return std::vector<double>{};
+  }
   AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scratch.memory, 0x3c, total, tuner.stream), "filling the scratch operands");
   auto* next = static_cast<std::byte*>(scratch.memory);
   auto carve = [&](std::size_t bytes) {
@@ -348,11 +358,20 @@ Status tuneAlgorithm(GemmStep& gemm, std::span<const cublasLtMatmulHeuristicResu
   }
   if (choice < 0) {
     auto start = std::chrono::steady_clock::now();
-    Expected<std::vector<double>> milliseconds = timeCandidates(gemm, candidates, inputBytes, outputBytes, tuner);
+    std::string untuned;
+    Expected<std::vector<double>> milliseconds =
+        timeCandidates(gemm, candidates, inputBytes, outputBytes, tuner, untuned);
     tuner.counts.timingMilliseconds +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!milliseconds)
       return Status::error("timing cuBLASLt's algorithms: " + milliseconds.message());
+    if (!untuned.empty()) {
+      ++tuner.counts.stepsUntuned;
+      tuner.untunedReason = "a " + problem + " GEMM keeps the heuristic's first algorithm: " + untuned;
+      gemm.algorithm_ = candidates[0].algo;
+      gemm.tuning_ = " untuned (" + untuned + ")";
+      return Status::success();
+    }
     ++tuner.counts.problemsTimed;
     choice = chooseGemmCandidate(*milliseconds);
     if (choice < 0)

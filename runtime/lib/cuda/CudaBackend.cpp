@@ -343,6 +343,8 @@ public:
     stats_.gemmTuningCacheHits = tuned.cacheHits;
     stats_.gemmTuningEntriesRejected = tuned.cacheEntriesRejected;
     stats_.gemmTuningMilliseconds = tuned.timingMilliseconds;
+    if (tuned.stepsUntuned > 0)
+      stats_.gemmTuningDeclined = runtime_->gemmTuner.untunedReason;
     // Prepare may wait: surface any failure of the uploads now, not in a run.
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(runtime_->stream), "plan @" + plan_.name + ": preparing");
     return Status::success();

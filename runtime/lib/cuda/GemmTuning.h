@@ -79,12 +79,13 @@ struct GemmTuningCounts {
   int64_t problemsTimed = 0;        ///< problems whose candidates ran here
   int64_t cacheHits = 0;            ///< choices read from disk
   int64_t cacheEntriesRejected = 0; ///< entries on disk ignored as malformed or stale
+  int64_t stepsUntuned = 0;         ///< GEMMs that wanted tuning but kept the heuristic's first (no memory)
   double timingMilliseconds = 0;    ///< host time spent timing candidates
 
   GemmTuningCounts since(const GemmTuningCounts& before) const {
     return {stepsTuned - before.stepsTuned,       stepsOffHeuristic - before.stepsOffHeuristic,
             problemsTimed - before.problemsTimed, cacheHits - before.cacheHits,
-            cacheEntriesRejected - before.cacheEntriesRejected,
+            cacheEntriesRejected - before.cacheEntriesRejected, stepsUntuned - before.stepsUntuned,
             timingMilliseconds - before.timingMilliseconds};
   }
 };
@@ -104,6 +105,8 @@ struct GemmTuner {
   /// Choices made in this process, by problem key.
   std::map<std::string, int> chosen;
   GemmTuningCounts counts;
+  /// Why the latest GEMM that wanted tuning went without (counts.stepsUntuned).
+  std::string untunedReason;
 
   bool wants(double flops) const { return minimumFlops > 0 && flops >= double(minimumFlops); }
 };

@@ -150,6 +150,9 @@ struct CudaRunStats {
   int64_t gemmTuningCacheHits = 0;
   int64_t gemmTuningEntriesRejected = 0;
   double gemmTuningMilliseconds = 0;
+  /// Why a GEMM that tuning wanted kept the heuristic's first algorithm
+  /// (its scratch operands did not fit in device memory); empty if none did.
+  std::string gemmTuningDeclined{};
   /// Kernel and library launches a run enqueues (steps sharing a launch
   /// counted once, a reshape that views its input not at all): the nodes a
   /// step's graph replays one after another.
