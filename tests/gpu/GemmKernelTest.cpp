@@ -410,6 +410,19 @@ TEST_F(GpuTest, TunedGemmsWithAnEpilogueBufferOrOneCallPerBatchEntryMatchTheCpu)
   // Timing enqueues them on scratch operands: the bias read, the GELU input
   // written, every batch entry's call, all at the slots' sizes.
   ModelledAlgorithms algorithms({30, 10});
+  auto expectTunedRunsMatchTheCpu = [&](const Plan& plan, uint32_t seed, double slack) {
+    std::vector<Tensor> arguments = randomArguments(plan, seed);
+    std::vector<Tensor> expected = cpuResults(*cpu, plan, arguments);
+    CacheDirectory cache;
+    std::unique_ptr<CudaBackend> backend = tuningBackend(cache.path);
+    ASSERT_TRUE(backend);
+    Expected<PreparedAndRun> done = prepareAndRun(*backend, plan, arguments, 2);
+    ASSERT_TRUE(done.ok()) << done.message();
+    EXPECT_EQ(done->stats.gemmsOffHeuristic, 1);
+    ASSERT_EQ(done->results.size(), expected.size());
+    for (std::size_t r = 0; r < expected.size(); ++r)
+      EXPECT_TRUE(allClose(expected[r], done->results[r], slack)) << "result " << r;
+  };
   for (GemmEpilogue epilogue : {GemmEpilogue::BiasRelu, GemmEpilogue::BiasGeluAux}) {
     SCOPED_TRACE(std::string(gemmEpilogueName(epilogue)));
     constexpr int64_t m = 24, k = 40, n = 32;
@@ -431,28 +444,11 @@ TEST_F(GpuTest, TunedGemmsWithAnEpilogueBufferOrOneCallPerBatchEntryMatchTheCpu)
     if (geluInput != kNoBuffer)
       plan.steps[0].outputs.push_back(geluInput);
     ASSERT_TRUE(verifyPlan(plan).ok()) << verifyPlan(plan).message();
-    std::vector<Tensor> arguments = randomArguments(plan, 8);
-    std::vector<Tensor> expected = cpuResults(*cpu, plan, arguments);
-    CacheDirectory cache;
-    std::unique_ptr<CudaBackend> backend = tuningBackend(cache.path);
-    ASSERT_TRUE(backend);
-    Expected<PreparedAndRun> done = prepareAndRun(*backend, plan, arguments, 2);
-    ASSERT_TRUE(done.ok()) << done.message();
-    EXPECT_EQ(done->stats.gemmsOffHeuristic, 1);
-    ASSERT_EQ(done->results.size(), expected.size());
-    for (std::size_t r = 0; r < expected.size(); ++r)
-      EXPECT_TRUE(allClose(expected[r], done->results[r], 1.0 + double(k) / 16.0)) << "result " << r;
+    expectTunedRunsMatchTheCpu(plan, 8, 1.0 + double(k) / 16.0);
   }
-  Plan batched = matmulPlan(DType::BF16, {3, 1, 16, 24}, {1, 2, 20, 24}, {3, 2, 16, 20}, false, true);
-  std::vector<Tensor> arguments = randomArguments(batched, 9);
-  std::vector<Tensor> expected = cpuResults(*cpu, batched, arguments);
-  CacheDirectory cache;
-  std::unique_ptr<CudaBackend> backend = tuningBackend(cache.path);
-  ASSERT_TRUE(backend);
-  Expected<PreparedAndRun> done = prepareAndRun(*backend, batched, arguments, 2);
-  ASSERT_TRUE(done.ok()) << done.message();
-  EXPECT_EQ(done->stats.gemmsOffHeuristic, 1);
-  EXPECT_TRUE(allClose(expected[0], done->results[0], 1.0 + 24.0 / 16.0)) << "one call per batch entry";
+  SCOPED_TRACE("one call per batch entry");
+  expectTunedRunsMatchTheCpu(matmulPlan(DType::BF16, {3, 1, 16, 24}, {1, 2, 20, 24}, {3, 2, 16, 20}, false, true), 9,
+                             1.0 + 24.0 / 16.0);
 }
 
 TEST_F(GpuTest, AGemmWhoseTimingScratchDoesNotFitInMemoryKeepsTheHeuristicsChoiceAndRuns) {
