@@ -594,8 +594,8 @@ Expected<std::unique_ptr<DeviceStep>> makeCublasLtStep(DeviceContext& context, c
   // Products: the batch entries of one strided call, or the calls.
   double products = double(strided ? aOffsets.size() : gemm->calls_.size());
   GemmTuner* tuner = context.gemmTuner;
-  bool tuned = tuner != nullptr && tuner->wants(2.0 * double(m) * double(n) * double(k) * products);
-  std::vector<cublasLtMatmulHeuristicResult_t> results(tuned ? kGemmTuningCandidates : 1);
+  bool wantsTuning = tuner != nullptr && tuner->wants(2.0 * double(m) * double(n) * double(k) * products);
+  std::vector<cublasLtMatmulHeuristicResult_t> results(wantsTuning ? kGemmTuningCandidates : 1);
   int found = 0;
   AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(context.cublasLt, d.matmul, d.first, d.second,
                                                                d.result, d.result, d.preference, int(results.size()),
@@ -615,7 +615,7 @@ Expected<std::unique_ptr<DeviceStep>> makeCublasLtStep(DeviceContext& context, c
                  std::to_string(alignment) + " " + std::string(gemmEpilogueName(epilogue)) +
                  (smCountTarget > 0 ? " sms=" + std::to_string(smCountTarget) : "") +
                  (foldsUpdate ? " folded-update" : "");
-  if (tuned && found > 1) {
+  if (wantsTuning && found > 1) {
     // Every slot enqueue takes, at its size: a folded update's are
     // [A, B, the f32 parameter, the two scalars] -> [its second buffer].
     std::vector<std::size_t> inputBytes, outputBytes;
