@@ -62,7 +62,7 @@ cat > gpu-bundle/run.sh <<'RUN'
 #                   (AMPJIT_TIMELINE): as it is, folded (and with GEMM tuning), speculative with 0 and 16 SMs left to it,
 #                   with 16 SMs left to the deferred update, and with the update in line, no peers;
 #                   timeline-MODEL-VARIANT.jsonl, summaries in summary.txt
-# Device time is short: each stage is bounded, and every result is appended as it comes, so a
+# Device time is short: each stage is bounded (speculate-ab and timeline by STAGE_BUDGET_S, 240 s each), and every result is appended as it comes, so a
 # command stopped at its limit still returns what finished. Logs, JSON and summary.txt go to $OUT.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -232,6 +232,16 @@ run_overlap_ab() { # MODEL: the deferred update and the finiteness check on the 
   done
 }
 
+# Seconds a variant of an A/B stage may still run: at most `cap`, and none once the stage's
+# budget (STAGE_BUDGET_S, 240 s from `start`) is spent, so one hung variant cannot take the
+# call's time from the stages after it.
+variant_seconds() {
+  local start=$1 cap=$2 left
+  left=$((start + ${STAGE_BUDGET_S:-240} - SECONDS))
+  [ $left -gt $cap ] && left=$cap
+  echo $((left > 0 ? left : 0))
+}
+
 # The switches of one speculate-ab variant, as NAME=VALUE words: deferred, folded-N or
 # speculative-N (N SMs left beside the GEMMs), each with "-tuned" for GEMM tuning.
 variant_switches() {
@@ -246,10 +256,12 @@ variant_switches() {
 
 run_speculate_ab() { # MODEL: the update deferred, folded into the GEMMs, or speculative beside GEMMs leaving
   # it 0 or 16 SMs; "-tuned": GEMM algorithms chosen by timing (AMPJIT_CUDA_GEMM_TUNING)
-  local model=$1 variant status
+  local model=$1 variant status start=$SECONDS seconds
   for variant in deferred folded-0 folded-0-tuned deferred-tuned speculative-16 speculative-0 folded-16; do
     local lines
-    lines=$(env $(variant_switches "$variant") timeout 150 \
+    seconds=$(variant_seconds $start 90)
+    [ "$seconds" -gt 0 ] || { stamp "speculate-ab $model: budget spent before $variant"; break; }
+    lines=$(env $(variant_switches "$variant") timeout "$seconds" \
       "$here/run/ampjit-bench" --model "$model" --backend cuda --levels O1,O2 --dtypes f16 --no-peer \
       --no-fresh-process 2>> "$out/bench.log")
     status=$?
@@ -277,9 +289,11 @@ run_bench_best() { # MODEL: bench with the peers under the switches of speculate
 }
 
 run_timeline() { # MODEL: when each launch of a replayed step ran, on which stream (AMPJIT_TIMELINE)
-  local model=$1 variant
+  local model=$1 variant start=$SECONDS seconds
   for variant in as-is folded folded-tuned speculative speculative-reserve-16 reserve-16 update-in-line; do
     local reserve=0 inline=0 speculate=0 fold=0 tune=0
+    seconds=$(variant_seconds $start 60)
+    [ "$seconds" -gt 0 ] || { stamp "timeline $model: budget spent before $variant"; break; }
     case "$variant" in *reserve-16) reserve=16 ;; esac
     case "$variant" in speculative*|folded*) speculate=1 ;; esac
     case "$variant" in folded*) fold=1 ;; esac
@@ -287,7 +301,7 @@ run_timeline() { # MODEL: when each launch of a replayed step ran, on which stre
     [ "$variant" = update-in-line ] && inline=1
     AMPJIT_TIMELINE="$out/timeline-$model-$variant.jsonl" AMPJIT_CUDA_GEMM_SM_RESERVE=$reserve \
       AMPJIT_CUDA_SPECULATIVE_UPDATE=$speculate AMPJIT_CUDA_GEMM_FOLDED_UPDATE=$fold AMPJIT_CUDA_GEMM_TUNING=$tune \
-      AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=$inline timeout 120 "$here/run/ampjit-bench" --model "$model" \
+      AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=$inline timeout "$seconds" "$here/run/ampjit-bench" --model "$model" \
       --backend cuda --levels O1 --dtypes f16 --no-peer --no-fresh-process --steps 10 --warmup 3 \
       >> "$out/timeline-runs.jsonl" 2>> "$out/bench.log"
     stamp "timeline $model $variant: exit $?"
