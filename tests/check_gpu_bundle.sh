@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The GPU bundle's run.sh (scripts/gpu-bundle.sh writes it) without a GPU: it
+# parses, each speculate-ab variant sets the switches its name says, a variant
+# that fails or runs past the stage's budget is left out, and bench-best runs
+# the benchmark under the switches of the variant whose fastest level was
+# fastest. A device session has minutes: a mistake here would cost one.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "check_gpu_bundle: $*" >&2; exit 1; }
+
+sed -n "/^cat > gpu-bundle\/run.sh <<'RUN'/,/^RUN$/p" "$here/scripts/gpu-bundle.sh" | sed '1d;$d' > "$work/run.sh"
+[ -s "$work/run.sh" ] || fail "no run.sh in scripts/gpu-bundle.sh"
+bash -n "$work/run.sh" || fail "run.sh does not parse"
+
+# A benchmark that prints each level's median from the switches it was given:
+# folding saves 1.5 ms, tuning 0.3 ms more, O2 is 0.05 ms slower; a reserve of
+# 16 SMs crashes; tuning without folding hangs.
+mkdir -p "$work/run" "$work/out"
+cat > "$work/run/ampjit-bench" <<'BENCH'
+#!/usr/bin/env bash
+[ "$AMPJIT_CUDA_GEMM_SM_RESERVE" = 16 ] && exit 139
+[ "$AMPJIT_CUDA_GEMM_TUNING" = 1 ] && [ "$AMPJIT_CUDA_GEMM_FOLDED_UPDATE" = 0 ] && sleep 30
+ms=$(awk -v fold="$AMPJIT_CUDA_GEMM_FOLDED_UPDATE" -v tune="$AMPJIT_CUDA_GEMM_TUNING" \
+  'BEGIN { printf "%.2f", 13.5 - 1.5 * fold - 0.3 * tune }')
+switches="$AMPJIT_CUDA_SPECULATIVE_UPDATE$AMPJIT_CUDA_GEMM_FOLDED_UPDATE$AMPJIT_CUDA_GEMM_SM_RESERVE$AMPJIT_CUDA_GEMM_TUNING"
+echo "{\"level\":\"O1\",\"ms_per_step_median\":$ms,\"switches\":\"$switches\",\"args\":\"$*\"}"
+echo "{\"level\":\"O2\",\"ms_per_step_median\":$(awk -v ms="$ms" 'BEGIN { printf "%.2f", ms + 0.05 }')}"
+BENCH
+chmod +x "$work/run/ampjit-bench"
+
+# The stages' functions alone, as run.sh defines them.
+functions=$(sed -n '/^variant_seconds() {/,/^}/p;/^variant_switches() {/,/^}/p;/^run_speculate_ab() {/,/^}/p;/^run_bench_best() {/,/^}/p;/^run_bench() {/,/^}/p' "$work/run.sh")
+here="$work" out="$work/out" STAGE_BUDGET_S=8 bash -c "
+  stamp() { echo \"\$*\" >> \"\$out/summary.txt\"; }
+  $functions
+  run_speculate_ab mlp9
+  run_bench_best mlp9" > /dev/null 2>&1 || fail "the stages failed"
+
+for variant in deferred folded-0 folded-0-tuned; do
+  grep -q "^mlp9 $variant " "$work/run/variants.txt" || fail "no medians recorded for $variant"
+done
+! grep -q "speculative-16\|folded-16" "$work/run/variants.txt" || fail "a crashed variant's medians were recorded"
+grep -q "budget spent before" "$work/out/summary.txt" || fail "the hung variant did not stop the stage at its budget"
+grep -q '"switches":"0000"' "$work/out/speculate-ab.jsonl" || fail "deferred: not every switch off"
+grep -q '"switches":"1100"' "$work/out/speculate-ab.jsonl" || fail "folded-0: not speculative and folded"
+grep -q '"switches":"1101"' "$work/out/speculate-ab.jsonl" || fail "folded-0-tuned: not folded and tuned"
+grep -q "bench-best mlp9: folded-0-tuned" "$work/out/summary.txt" || fail "bench-best did not pick folded-0-tuned: $(cat "$work/out/summary.txt")"
+grep -q '"switches":"1101".*--peer-compile' "$work/out/bench.jsonl" ||
+  fail "bench-best did not run the peers under folded-0-tuned's switches: $(cat "$work/out/bench.jsonl")"
+echo "check_gpu_bundle: run.sh parses; speculate-ab and bench-best pick and run the fastest variant"
