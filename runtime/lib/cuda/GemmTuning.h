@@ -19,7 +19,8 @@
 // the heuristic's list: the heuristic is deterministic for one problem, so a
 // later process asks it again and takes the same rank without timing
 // anything, and picks the same algorithm. An entry that does not parse,
-// names another problem or a rank the heuristic no longer offers is ignored
+// names another problem, or counts other candidates than the heuristic now
+// offers (its list changed, so the rank means another algorithm) is ignored
 // and replaced, never trusted.
 //
 // Built only with the CUDA backend (AMPJIT_CUDA_ENABLED).
