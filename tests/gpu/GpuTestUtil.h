@@ -28,11 +28,10 @@
 
 #include "RuntimeTestUtil.h"
 #include "ScopedEnvironment.h"
+#include "TemporaryDirectory.h"
 #include "Tolerance.h"
 
 #include <gtest/gtest.h>
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -88,19 +87,9 @@ protected:
 };
 #endif
 
-/// A directory of its own for one test's disk cache (kernels, GEMM
-/// tuning), removed after it.
-struct CacheDirectory {
-  std::filesystem::path path;
-  CacheDirectory() {
-    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    path = std::filesystem::path(::testing::TempDir()) /
-           ("ampjit-cache-" + std::string(test->name()) + "-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(path);
-  }
-  ~CacheDirectory() { std::filesystem::remove_all(path); }
-
-  /// The GEMM tuning entries written so far.
+/// A test's own kernel cache directory (TemporaryDirectory.h), and the GEMM
+/// tuning entries written there.
+struct CacheDirectory : ::ampjit::testing::TemporaryDirectory {
   std::vector<std::filesystem::path> gemmTuningEntries() const {
     std::vector<std::filesystem::path> found;
     if (std::filesystem::exists(path))

@@ -16,6 +16,7 @@
 
 #include "CompileExample.h"
 #include "CudaResNetStep.h"
+#include "TemporaryDirectory.h"
 #include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/cuda/KernelSource.h"
 #include "jit/amp.h"
@@ -145,24 +146,6 @@ std::string joinFailures(const std::vector<std::string>& failures) {
     text += failures[i] + "\n\n";
   return std::to_string(failures.size()) + " kernel(s) failed to compile; the first:\n" + text;
 }
-
-/// A fresh directory under the system's temporary directory, removed afterwards.
-class ScratchDirectory {
-public:
-  ScratchDirectory() {
-    path_ = std::filesystem::temp_directory_path() /
-            ("ampjit-kernel-cache-test-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(path_);
-  }
-  ~ScratchDirectory() {
-    std::error_code error;
-    std::filesystem::remove_all(path_, error);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
-private:
-  std::filesystem::path path_;
-};
 
 } // namespace
 
@@ -513,22 +496,22 @@ TEST(CompileKernels, InParallelEqualsOneByOne) {
 }
 
 TEST(CompileKernels, CacheHitsAndRewritesCorruptEntries) {
-  ScratchDirectory scratch;
+  ampjit::testing::TemporaryDirectory scratch;
   rt::Plan plan = oneStepPlan(rt::StepKind::Elementwise, rt::ElementwiseParams{rt::ElementwiseOp::GeluTanhGrad, 0.0},
                               {rt::DType::BF16, rt::DType::BF16}, {rt::DType::BF16});
   rt::Expected<cuda::ElementwiseKernel> kernel = cuda::emitElementwiseKernel(plan, plan.steps[0]);
   ASSERT_TRUE(kernel) << kernel.message();
 
-  cuda::KernelCompiler compiler(scratch.path());
+  cuda::KernelCompiler compiler(scratch.path);
   rt::Expected<cuda::CompiledKernel> first = compiler.compile(kernel->source, kernel->name, kArchitecture);
   ASSERT_TRUE(first) << first.message();
   EXPECT_FALSE(first->cacheHit);
   std::filesystem::path entry = compiler.cacheEntryPath(kernel->source, kArchitecture);
   ASSERT_TRUE(std::filesystem::exists(entry)) << entry;
-  EXPECT_EQ(entry.parent_path(), scratch.path());
+  EXPECT_EQ(entry.parent_path(), scratch.path);
 
   // A second compiler (another process, in effect) finds it.
-  cuda::KernelCompiler again(scratch.path());
+  cuda::KernelCompiler again(scratch.path);
   rt::Expected<cuda::CompiledKernel> second = again.compile(kernel->source, kernel->name, kArchitecture);
   ASSERT_TRUE(second) << second.message();
   EXPECT_TRUE(second->cacheHit);
