@@ -246,8 +246,9 @@ struct TuningScratch {
 /// operands of the slots' sizes (filled with one finite value: timing needs
 /// no meaningful numbers, but an inf or NaN could take a slower path), NaN
 /// where cuBLASLt refuses to run one. Leaves `gemm` with the last candidate.
-/// Nothing, and why in `untuned`, when the scratch does not fit in memory:
-/// tuning is an optimisation, never a reason for a plan not to run.
+/// Nothing, and why in `untuned`, when the scratch does not fit in memory (then before any
+/// candidate ran, so `gemm` keeps the heuristic's first): tuning is an optimisation, never a
+/// reason for a plan not to run.
 Expected<std::vector<double>> timeCandidates(GemmStep& gemm, std::span<const cublasLtMatmulHeuristicResult_t> candidates,
                                              std::span<const std::size_t> inputBytes,
                                              std::span<const std::size_t> outputBytes, GemmTuner& tuner,
@@ -368,7 +369,6 @@ Status tuneAlgorithm(GemmStep& gemm, std::span<const cublasLtMatmulHeuristicResu
     if (!untuned.empty()) {
       ++tuner.counts.stepsUntuned;
       tuner.untunedReason = "a " + problem + " GEMM keeps the heuristic's first algorithm: " + untuned;
-      gemm.algorithm_ = candidates[0].algo;
       gemm.tuning_ = " untuned (" + untuned + ")";
       return Status::success();
     }
