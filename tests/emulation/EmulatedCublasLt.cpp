@@ -30,6 +30,8 @@ std::atomic<int64_t> matmuls{0};
 /// takes no extra time); and the products each variant computed.
 std::vector<uint64_t>& algorithmTimes = *new std::vector<uint64_t>;
 std::vector<int64_t>& matmulsByVariant = *new std::vector<int64_t>(kModelledVariants, 0);
+/// setCublasLtOffersDeviceScalars'.
+std::atomic<bool> offersDeviceScalars{true};
 
 cublasStatus_t refuse(cublasStatus_t status, std::string why) {
   refusal = std::move(why);
@@ -498,6 +500,10 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
       status != CUBLAS_STATUS_SUCCESS)
     return status;
 
+  if (desc.pointerMode == CUBLASLT_POINTER_MODE_DEVICE && !offersDeviceScalars.load())
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "no algorithm reads alpha and beta from the device "
+                                               "(setCublasLtOffersDeviceScalars)");
+
   AlgorithmRecord record{};
   record.magic = kAlgorithmMagic;
   record.problem = problemKey(desc, layouts);
@@ -706,6 +712,8 @@ void setCublasLtAlgorithmTimes(std::vector<uint64_t> microseconds) {
 int64_t cublasLtMatmulsWithAlgorithm(int variant) {
   return variant >= 0 && std::size_t(variant) < matmulsByVariant.size() ? matmulsByVariant[std::size_t(variant)] : 0;
 }
+
+void setCublasLtOffersDeviceScalars(bool offered) { offersDeviceScalars.store(offered); }
 
 size_t cublasLtGetVersion() { return kEmulatedCublasLtVersion; }
 

@@ -96,6 +96,12 @@ void setCublasLtAlgorithmTimes(std::vector<uint64_t> microseconds);
 /// process started (cublasLtMatmulAlgoConfigGetAttribute's ALGO_CONFIG_ID).
 int64_t cublasLtMatmulsWithAlgorithm(int variant);
 
+/// Whether the heuristic offers algorithms whose alpha and beta are read
+/// from the device (CUBLASLT_POINTER_MODE_DEVICE) from now on: true by
+/// default; false models a cuBLASLt without them (NOT_SUPPORTED), as for a
+/// product an update would fold into.
+void setCublasLtOffersDeviceScalars(bool offered);
+
 /// cuBLASLt's version as this model reports it.
 inline constexpr size_t kEmulatedCublasLtVersion = 130000;
 size_t cublasLtGetVersion();

@@ -1215,12 +1215,47 @@ TEST_F(GpuTest, AnSgdUpdateFoldedIntoItsGemmUpdatesFromTheUnroundedGradientAndSk
 }
 
 #ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+/// The two-layer step on a backend that tunes every GEMM and on one that
+/// tunes none, both folding what they can: over 4 runs (the second
+/// overflows) the losses and every argument are the same bits. The
+/// emulation's algorithms compute the same bits, so a difference is timing
+/// that touched the step's buffers.
+void expectTunedStepsAsTheUntunedOnes(const test::ScaledTwoLayerStep& parts, CudaBackend& tuning,
+                                      Executable& tuned, CudaBackend& untuned, Executable& reference) {
+  std::vector<Tensor> tunedArguments, referenceArguments;
+  for (const Tensor& argument : scaledTwoLayerArguments(parts, 0, false)) {
+    tunedArguments.push_back(*tuning.toDevice(argument));
+    referenceArguments.push_back(*untuned.toDevice(argument));
+  }
+  for (uint32_t run = 0; run < 4; ++run) {
+    std::string when = "run " + std::to_string(run);
+    std::vector<Tensor> batch = scaledTwoLayerArguments(parts, run, run == 1);
+    for (BufferId input : {parts.x, parts.target}) {
+      tunedArguments[input] = *tuning.toDevice(batch[input]);
+      referenceArguments[input] = *untuned.toDevice(batch[input]);
+    }
+    Expected<std::vector<Tensor>> got = tuned.run(tunedArguments);
+    Expected<std::vector<Tensor>> want = reference.run(referenceArguments);
+    ASSERT_TRUE(got.ok() && want.ok()) << got.message() << want.message();
+    EXPECT_TRUE(tuning.toHost((*got)[0])->bitwiseEqual(*untuned.toHost((*want)[0]))) << "the loss, " << when;
+    for (std::size_t a = 0; a < tunedArguments.size(); ++a)
+      EXPECT_TRUE(tuning.toHost(tunedArguments[a])->bitwiseEqual(*untuned.toHost(referenceArguments[a])))
+          << "argument " << a << " after " << when;
+  }
+  EXPECT_EQ(tuning.toHost(tunedArguments[10])->at(0), 1.0) << "the overflow skipped";
+}
+
+int64_t gemmStepsOf(const Plan& plan) {
+  return std::count_if(plan.steps.begin(), plan.steps.end(),
+                       [](const Step& step) { return step.kind == StepKind::Gemm; });
+}
+
 TEST_F(GpuTest, TunedGemmsAndAFoldedUpdatesTunedGemmStepAsTheUntunedOnes) {
-  // Every GEMM of the two-layer step is tuned, the one w0's update folds
-  // into twice (as a plain product and with the update): each is timed on
+  // Every GEMM of the two-layer step is tuned but the plain product w0's
+  // update folds into, which only a run that does not fold (a profiled
+  // one) runs: the folded product is tuned in its place. Each is timed on
   // scratch operands, never on the step's buffers, and runs the second of
-  // two algorithms that compute the same bits here. So the tuned backend's
-  // state and losses, overflows included, are the untuned one's, bit for bit.
+  // two algorithms.
   ModelledAlgorithms algorithms({40, 10});
   test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
   CacheDirectory cache;
@@ -1233,36 +1268,45 @@ TEST_F(GpuTest, TunedGemmsAndAFoldedUpdatesTunedGemmStepAsTheUntunedOnes) {
   Expected<std::unique_ptr<Executable>> tuned = (*tuning)->prepare(parts.plan);
   Expected<std::unique_ptr<Executable>> reference = (*untuned)->prepare(parts.plan);
   ASSERT_TRUE(tuned.ok() && reference.ok()) << tuned.message() << reference.message();
-  int64_t gemms = 0;
-  for (const Step& step : parts.plan.steps)
-    gemms += step.kind == StepKind::Gemm;
   CudaRunStats stats = (*tuning)->stats(**tuned);
   EXPECT_EQ(stats.updatesFoldedIntoGemms, 1);
-  EXPECT_EQ(stats.gemmsTuned, gemms + 1) << "each GEMM, and the one with w0's update folded in";
-  EXPECT_EQ(stats.gemmsOffHeuristic, gemms + 1);
+  EXPECT_EQ(stats.gemmsTuned, gemmStepsOf(parts.plan)) << "each GEMM but w0's plain one, and w0's folded one";
+  EXPECT_EQ(stats.gemmsOffHeuristic, stats.gemmsTuned);
   EXPECT_EQ((*untuned)->stats(**reference).gemmsTuned, 0);
+  expectTunedStepsAsTheUntunedOnes(parts, **tuning, **tuned, **untuned, **reference);
+}
 
-  std::vector<Tensor> tunedArguments, referenceArguments;
-  for (const Tensor& argument : scaledTwoLayerArguments(parts, 0, false)) {
-    tunedArguments.push_back(*(*tuning)->toDevice(argument));
-    referenceArguments.push_back(*(*untuned)->toDevice(argument));
-  }
-  for (uint32_t run = 0; run < 4; ++run) {
-    std::string when = "run " + std::to_string(run);
-    std::vector<Tensor> batch = scaledTwoLayerArguments(parts, run, run == 1);
-    for (BufferId input : {parts.x, parts.target}) {
-      tunedArguments[input] = *(*tuning)->toDevice(batch[input]);
-      referenceArguments[input] = *(*untuned)->toDevice(batch[input]);
-    }
-    Expected<std::vector<Tensor>> got = (*tuned)->run(tunedArguments);
-    Expected<std::vector<Tensor>> want = (*reference)->run(referenceArguments);
-    ASSERT_TRUE(got.ok() && want.ok()) << got.message() << want.message();
-    EXPECT_TRUE((*tuning)->toHost((*got)[0])->bitwiseEqual(*(*untuned)->toHost((*want)[0]))) << "the loss, " << when;
-    for (std::size_t a = 0; a < tunedArguments.size(); ++a)
-      EXPECT_TRUE((*tuning)->toHost(tunedArguments[a])->bitwiseEqual(*(*untuned)->toHost(referenceArguments[a])))
-          << "argument " << a << " after " << when;
-  }
-  EXPECT_EQ((*tuning)->toHost(tunedArguments[10])->at(0), 1.0) << "the overflow skipped";
+TEST_F(GpuTest, AGemmNoUpdateFoldsIntoAfterAllIsTunedAsAnyOther) {
+  // A cuBLASLt without device scalars cannot fold w0's update into its
+  // gradient's GEMM, which was made untimed while the fold was undecided:
+  // it is then timed like every other, and the update runs on its own.
+  ModelledAlgorithms algorithms({40, 10});
+  CublasLtWithoutDeviceScalars noFolds;
+  test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
+  CacheDirectory cache;
+  CudaBackendOptions tunedOptions = kFoldsUpdatesIntoGemms;
+  tunedOptions.gemmTuningMinimumFlops = 1;
+  tunedOptions.kernelCacheDirectory = cache.path;
+  Expected<std::unique_ptr<CudaBackend>> tuning = createCudaBackend(tunedOptions);
+  Expected<std::unique_ptr<CudaBackend>> untuned = createCudaBackend(kFoldsUpdatesIntoGemms);
+  ASSERT_TRUE(tuning.ok() && untuned.ok()) << tuning.message();
+  Expected<std::unique_ptr<Executable>> tuned = (*tuning)->prepare(parts.plan);
+  Expected<std::unique_ptr<Executable>> reference = (*untuned)->prepare(parts.plan);
+  ASSERT_TRUE(tuned.ok() && reference.ok()) << tuned.message() << reference.message();
+  CudaRunStats stats = (*tuning)->stats(**tuned);
+  EXPECT_EQ(stats.updatesFoldedIntoGemms, 0);
+  EXPECT_EQ(stats.gemmFoldDeclined.rfind(describeStep(parts.plan, parts.w0Update) + " was not folded into its GEMM: ", 0),
+            0u)
+      << stats.gemmFoldDeclined;
+  EXPECT_EQ(stats.speculativeUpdates, 2) << "w0's update still runs beside the backward";
+  EXPECT_EQ(stats.gemmsTuned, gemmStepsOf(parts.plan)) << "every plain GEMM, w0's gradient's included";
+  EXPECT_EQ(stats.gemmsOffHeuristic, stats.gemmsTuned);
+  int64_t fastestBefore = emulation::cublasLtMatmulsWithAlgorithm(1);
+  int64_t firstBefore = emulation::cublasLtMatmulsWithAlgorithm(0);
+  expectTunedStepsAsTheUntunedOnes(parts, **tuning, **tuned, **untuned, **reference);
+  EXPECT_EQ(emulation::cublasLtMatmulsWithAlgorithm(1) - fastestBefore, 4 * gemmStepsOf(parts.plan))
+      << "every GEMM of the tuned backend's 4 runs, and none of the untuned one's";
+  EXPECT_EQ(emulation::cublasLtMatmulsWithAlgorithm(0) - firstBefore, 4 * gemmStepsOf(parts.plan));
 }
 #endif
 

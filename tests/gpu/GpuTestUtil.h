@@ -109,6 +109,13 @@ struct ModelledAlgorithms {
   }
   ~ModelledAlgorithms() { ::ampjit::emulation::setCublasLtAlgorithmTimes({}); }
 };
+
+/// During one test, an emulated cuBLASLt with no algorithm that reads alpha
+/// and beta from the device: no update folds into a GEMM.
+struct CublasLtWithoutDeviceScalars {
+  CublasLtWithoutDeviceScalars() { ::ampjit::emulation::setCublasLtOffersDeviceScalars(false); }
+  ~CublasLtWithoutDeviceScalars() { ::ampjit::emulation::setCublasLtOffersDeviceScalars(true); }
+};
 #endif
 
 /// Host tensors for every argument of `plan`: floating ones uniform in

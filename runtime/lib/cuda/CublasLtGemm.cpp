@@ -395,7 +395,8 @@ Status tuneAlgorithm(GemmStep& gemm, std::span<const cublasLtMatmulHeuristicResu
 
 /// makeGemmStep, or with `foldsUpdate` makeFoldedUpdateGemmStep.
 Expected<std::unique_ptr<DeviceStep>> makeCublasLtStep(DeviceContext& context, const Plan& plan, const Step& step,
-                                                       int smCountTarget, bool foldsUpdate) {
+                                                       int smCountTarget, bool foldsUpdate,
+                                                       GemmAlgorithmChoice choice) {
   if (step.kind != StepKind::Gemm)
     return Status::error("makeGemmStep: not a gemm step");
   const GemmParams& params = step.as<GemmParams>();
@@ -594,7 +595,7 @@ Expected<std::unique_ptr<DeviceStep>> makeCublasLtStep(DeviceContext& context, c
   // Products: the batch entries of one strided call, or the calls.
   double products = double(strided ? aOffsets.size() : gemm->calls_.size());
   GemmTuner* tuner = context.gemmTuner;
-  bool wantsTuning = tuner != nullptr && tuner->wants(2.0 * double(m) * double(n) * double(k) * products);
+  bool wantsTuning = choice == GemmAlgorithmChoice::TimedIfLarge && tuner != nullptr && tuner->wants(2.0 * double(m) * double(n) * double(k) * products);
   std::vector<cublasLtMatmulHeuristicResult_t> results(wantsTuning ? kGemmTuningCandidates : 1);
   int found = 0;
   AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(context.cublasLt, d.matmul, d.first, d.second,
@@ -645,13 +646,13 @@ Expected<std::unique_ptr<DeviceStep>> makeCublasLtStep(DeviceContext& context, c
 } // namespace
 
 Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const Plan& plan, const Step& step,
-                                                   int smCountTarget) {
-  return makeCublasLtStep(context, plan, step, smCountTarget, false);
+                                                   int smCountTarget, GemmAlgorithmChoice choice) {
+  return makeCublasLtStep(context, plan, step, smCountTarget, false, choice);
 }
 
 Expected<std::unique_ptr<DeviceStep>> makeFoldedUpdateGemmStep(DeviceContext& context, const Plan& plan,
                                                                const Step& step, int smCountTarget) {
-  return makeCublasLtStep(context, plan, step, smCountTarget, true);
+  return makeCublasLtStep(context, plan, step, smCountTarget, true, GemmAlgorithmChoice::TimedIfLarge);
 }
 
 } // namespace ampjit::runtime::cuda

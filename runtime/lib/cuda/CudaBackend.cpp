@@ -623,8 +623,15 @@ private:
         group.push_back(&plan_.steps[i]);
       return cuda::makeLaunchGroupStep(context, plan_, group);
     }
-    if (step.kind == StepKind::Gemm)
-      return cuda::makeGemmStep(context, plan_, step, gemmSmCountTarget);
+    if (step.kind == StepKind::Gemm) {
+      bool foldMayReplace = std::any_of(gemmFoldCandidates_.begin(), gemmFoldCandidates_.end(),
+                                        [&](const auto& candidate) { return candidate.second.gemm == index; });
+      if (foldMayReplace)
+        untimedUntilFoldDecided_.insert(index);
+      return cuda::makeGemmStep(context, plan_, step, gemmSmCountTarget,
+                                foldMayReplace ? cuda::GemmAlgorithmChoice::Heuristic
+                                               : cuda::GemmAlgorithmChoice::TimedIfLarge);
+    }
     if (cuda::runsThroughCudnn(step.kind))
       return cuda::makeCudnnStep(context, plan_, step, cudnnState_);
     if (cuda::runsAsHandwrittenKernel(step.kind))
@@ -793,20 +800,23 @@ private:
   Status prepareGemmFolds() {
     for (const auto& [u, fold] : gemmFoldCandidates_) {
       const cuda::SpeculativeUpdate& update = speculation_->updates[u];
-      std::string declined = describeStep(plan_, update.step) + " ";
+      std::size_t prepared = preparedAt_[fold.gemm];
+      auto decline = [&](const std::string& why) {
+        stats_.gemmFoldDeclined = describeStep(plan_, update.step) + " " + why;
+        return timeGemmNotFoldedInto(fold.gemm);
+      };
       if (!updateChecksInto_.count(u)) {
-        stats_.gemmFoldDeclined = declined + "has a finiteness check that must read its gradient itself";
+        AMPJIT_RETURN_IF_ERROR(decline("has a finiteness check that must read its gradient itself"));
         continue;
       }
-      std::size_t prepared = preparedAt_[fold.gemm];
       if (prepared == kNotPrepared || steps_[prepared].indices.size() != 1) {
-        stats_.gemmFoldDeclined = declined + "has a GEMM that shares its launch";
+        AMPJIT_RETURN_IF_ERROR(decline("has a GEMM that shares its launch"));
         continue;
       }
       Expected<std::unique_ptr<DeviceStep>> gemm = cuda::makeFoldedUpdateGemmStep(
           runtime_->context, plan_, plan_.steps[fold.gemm], steps_[prepared].smCountTarget);
       if (!gemm) {
-        stats_.gemmFoldDeclined = declined + "was not folded into its GEMM: " + gemm.message();
+        AMPJIT_RETURN_IF_ERROR(decline("was not folded into its GEMM: " + gemm.message()));
         continue;
       }
       GemmFoldLaunch& launch = gemmFolds_[fold.gemm];
@@ -820,6 +830,22 @@ private:
     if (!gemmFolds_.empty() && gemmFolds_.size() == gemmFoldCandidates_.size() &&
         gemmFoldCandidates_.size() == speculation_->updates.size())
       stats_.gemmFoldDeclined.clear();
+    return Status::success();
+  }
+
+  /// A GEMM made with the heuristic's algorithm because an update might
+  /// fold into it, now that none does: remade, its algorithm timed as every
+  /// other large GEMM's. Its scratch comes after the arena's, as the folded
+  /// GEMMs' does.
+  Status timeGemmNotFoldedInto(std::size_t gemm) {
+    if (!untimedUntilFoldDecided_.erase(gemm))
+      return Status::success();
+    PreparedStep& prepared = steps_[preparedAt_[gemm]];
+    Expected<std::unique_ptr<DeviceStep>> timed =
+        cuda::makeGemmStep(runtime_->context, plan_, plan_.steps[gemm], prepared.smCountTarget);
+    if (!timed)
+      return Status::error(describeStepOfPlan(plan_, gemm) + ": " + timed.message());
+    prepared.step = std::move(*timed);
     return Status::success();
   }
 
@@ -1732,6 +1758,9 @@ private:
   std::map<std::size_t, uint8_t*> updateChecksInto_; ///< update -> the flag it clears
   /// The updates gemmFoldOf allows, and those folded (prepareGemmFolds).
   std::map<std::size_t, cuda::GemmFold> gemmFoldCandidates_; ///< update -> its fold
+  /// The candidates' GEMM steps, made with the heuristic's algorithm until
+  /// prepareGemmFolds decides (timeGemmNotFoldedInto).
+  std::set<std::size_t> untimedUntilFoldDecided_;
   struct GemmFoldLaunch {
     std::size_t update = 0; ///< in speculation_->updates
     std::unique_ptr<DeviceStep> gemm;

@@ -113,9 +113,13 @@ bool evictFirstHints();
 /// the rest are left to work beside it, CudaBackendOptions::gemmSmReserve).
 /// With the context's GemmTuner, a large enough product's algorithm is the
 /// fastest of the heuristic's candidates (GemmTuning.h): timed here on
-/// scratch memory from the tuner's pool, unless chosen before.
+/// scratch memory from the tuner's pool, unless chosen before, or unless
+/// `choice` is Heuristic (a product an update may fold into: only a run
+/// that does not fold runs it as it is, so timing it would be wasted).
+enum class GemmAlgorithmChoice { TimedIfLarge, Heuristic };
 Expected<std::unique_ptr<DeviceStep>> makeGemmStep(DeviceContext& context, const Plan& plan, const Step& step,
-                                                   int smCountTarget = 0);
+                                                   int smCountTarget = 0,
+                                                   GemmAlgorithmChoice choice = GemmAlgorithmChoice::TimedIfLarge);
 /// A Gemm step with an SGD update folded in (SpeculativeUpdates.h's
 /// GemmFold): D = alpha * op(A) op(B) + beta * C in f32, C and D f32
 /// matrices of the product's shape, alpha and beta read from the device when
