@@ -15,6 +15,7 @@
 #include "FrontendTestUtil.h"
 #include "ResNetTrainer.h"
 #include "ScopedEnvironment.h"
+#include "TemporaryDirectory.h"
 #include "TinyGpt.h"
 #include "TokenClassifier.h"
 
@@ -33,7 +34,6 @@
 #include <cstdlib>
 #include <limits>
 
-#include <unistd.h>
 
 namespace jit::testing {
 namespace {
@@ -867,7 +867,8 @@ TEST_F(CompiledStepOnGpu, ACheckpointSavedFromTheDeviceResumesThereBitForBit) {
   // from call to call: a load must re-derive both.
   for (amp::Level level : {amp::O1, amp::O2}) {
     SCOPED_TRACE(std::string(amp::level_name(level)));
-    std::string path = ::testing::TempDir() + "/ampjit-cuda-checkpoint-" + std::to_string(::getpid()) + ".ampjit";
+    ::ampjit::testing::TemporaryDirectory scratch;
+    std::string path = scratch.file("checkpoint.ampjit");
     TraceOptions options{.amp = {.level = level, .dtype = f16},
                          .backend = Backend::cuda,
                          .defer_updates = DeferUpdates::on};
@@ -905,7 +906,6 @@ TEST_F(CompiledStepOnGpu, ACheckpointSavedFromTheDeviceResumesThereBitForBit) {
     auto resumedStep = trace([&](const Tensor& a, const Tensor& b) { return resumed.step(a, b); }, options);
     EXPECT_EQ(losses(resumedStep, 20), expected);
     EXPECT_EQ(stateOf(resumed), expectedState);
-    std::remove(path.c_str());
   }
 }
 

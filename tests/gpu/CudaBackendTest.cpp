@@ -16,7 +16,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -175,10 +174,8 @@ TEST_F(GpuTest, AProfiledRunTimesEveryLaunchAndStillComputesTheStep) {
   }
   b.result(value);
   Plan plan = b.finish();
-  std::string path = (std::filesystem::temp_directory_path() /
-                      ("ampjit-profile-" + std::to_string(::getpid()) + ".jsonl"))
-                         .string();
-  std::filesystem::remove(path);
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = scratch.file("profile.jsonl");
   std::vector<std::string> lines;
   {
     ScopedEnvironment profile("AMPJIT_PROFILE", path.c_str());
@@ -200,7 +197,6 @@ TEST_F(GpuTest, AProfiledRunTimesEveryLaunchAndStillComputesTheStep) {
     for (std::string line; std::getline(file, line);)
       lines.push_back(line);
   }
-  std::filesystem::remove(path);
   // One line per launch, then the total: one profiled run, not three.
   ASSERT_EQ(lines.size(), 71u);
   double sum = 0;
@@ -778,10 +774,8 @@ TEST_F(GpuTest, ATimelineRunStampsEachLaunchOnItsStreamAndStillComputesTheStep) 
   for (bool graphs : {true, false}) {
     SCOPED_TRACE(graphs ? "with graphs" : "step by step");
     CudaBackend& backend = graphs ? *cuda : **eager;
-    std::string path = (std::filesystem::temp_directory_path() /
-                        ("ampjit-timeline-" + std::to_string(::getpid()) + ".jsonl"))
-                           .string();
-    std::filesystem::remove(path);
+    ::ampjit::testing::TemporaryDirectory scratch;
+    std::string path = scratch.file("timeline.jsonl");
     std::vector<std::string> lines;
     CudaRunStats stats;
     {
@@ -807,7 +801,6 @@ TEST_F(GpuTest, ATimelineRunStampsEachLaunchOnItsStreamAndStillComputesTheStep) 
       for (std::string line; std::getline(file, line);)
         lines.push_back(line);
     }
-    std::filesystem::remove(path);
     EXPECT_EQ(stats.timelineRuns, 1);
     EXPECT_EQ(stats.graphReplays, graphs ? 2 : 0);
     EXPECT_EQ(stats.captures, graphs ? 1 : 0) << "the timeline's graph is its own, not the executable's";
@@ -1316,8 +1309,8 @@ TEST_F(GpuTest, AProfiledRunAfterFoldedOnesUpdatesInLine) {
   // state it gives the bits of a backend that updates in line, and hands no
   // buffer over.
   test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
-  std::string path = ::testing::TempDir() + "folded-profile-" + std::to_string(getpid()) + ".jsonl";
-  std::filesystem::remove(path);
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = scratch.file("folded-profile.jsonl");
   {
     Expected<std::unique_ptr<CudaBackend>> folding = createCudaBackend(kFoldsUpdatesIntoGemms);
     Expected<std::unique_ptr<CudaBackend>> inLine = createCudaBackend(kUpdatesInLine);
@@ -1345,7 +1338,6 @@ TEST_F(GpuTest, AProfiledRunAfterFoldedOnesUpdatesInLine) {
           << "argument " << id;
   }
   EXPECT_TRUE(std::filesystem::exists(path)) << "the run was profiled";
-  std::filesystem::remove(path);
 }
 
 TEST_F(GpuTest, ASpeculativeUpdateChecksItsGradientForASplitCheckWhichChecksTheRest) {
@@ -1464,8 +1456,8 @@ TEST_F(GpuTest, ATimelineOfASpeculativeRunShowsEachUpdateAfterItsGradientAndTheR
   // speculative, after the GEMM that wrote its gradient; one restore for
   // both on the main stream after both; the state as in line.
   test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
-  std::string path = ::testing::TempDir() + "speculative-timeline-" + std::to_string(getpid()) + ".jsonl";
-  std::filesystem::remove(path);
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = scratch.file("speculative-timeline.jsonl");
   std::vector<StampedLaunch> launches;
   {
     Expected<std::unique_ptr<CudaBackend>> speculating = createCudaBackend({.speculativeUpdateMinimumElements = 1});
@@ -1492,7 +1484,6 @@ TEST_F(GpuTest, ATimelineOfASpeculativeRunShowsEachUpdateAfterItsGradientAndTheR
     EXPECT_EQ((*speculating)->stats(**ahead).timelineRuns, 1);
     launches = readStampedLaunches(path);
   }
-  std::filesystem::remove(path);
   auto key = stepsKey;
   std::map<std::string, std::pair<double, double>> mainLaunches, speculative;
   for (const StampedLaunch& launch : launches) {
@@ -1524,8 +1515,8 @@ TEST_F(GpuTest, ATimelineOfAFoldedRunShowsTheUpdateInItsGemmAndTheCheckAfterIt) 
   // new w0 on the side stream after that GEMM; one restore on the main
   // stream after both speculative launches (w0's check, w1's update).
   test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
-  std::string path = ::testing::TempDir() + "folded-timeline-" + std::to_string(getpid()) + ".jsonl";
-  std::filesystem::remove(path);
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = scratch.file("folded-timeline.jsonl");
   std::vector<StampedLaunch> launches;
   {
     Expected<std::unique_ptr<CudaBackend>> folding = createCudaBackend(kFoldsUpdatesIntoGemms);
@@ -1542,7 +1533,6 @@ TEST_F(GpuTest, ATimelineOfAFoldedRunShowsTheUpdateInItsGemmAndTheCheckAfterIt) 
     EXPECT_EQ((*folding)->stats(**folded).timelineRuns, 1);
     launches = readStampedLaunches(path);
   }
-  std::filesystem::remove(path);
   auto key = stepsKey;
   std::map<std::string, std::pair<double, double>> mainLaunches, speculative;
   std::pair<double, double> scalars{-1, -1}, foldedGemm{-1, -1};

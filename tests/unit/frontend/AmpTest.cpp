@@ -1,6 +1,7 @@
 // GradScaler scenarios (PyTorch's) eagerly, against an fp32 control.
 
 #include "FrontendTestUtil.h"
+#include "TemporaryDirectory.h"
 
 #include "jit/amp.h"
 
@@ -91,7 +92,8 @@ TEST(AmpTest, TwoMicroBatchesAccumulateThenOneStep) {
 }
 
 TEST(AmpTest, StateSavedAndLoadedMidTraining) {
-  std::string path = ::testing::TempDir() + "/scaler.state";
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = scratch.file("scaler.state");
   amp::GradScaler scaler({.init_scale = 8.0, .growth_interval = 3});
   Tensor p = param();
   optim::SGD opt({p}, {.lr = 0.125});

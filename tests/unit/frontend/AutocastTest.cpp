@@ -2,6 +2,7 @@
 // by hand, and the AMP Policy's levels, overrides and pipeline options.
 
 #include "FrontendTestUtil.h"
+#include "TemporaryDirectory.h"
 
 #include "jit/amp.h"
 
@@ -24,10 +25,11 @@ void expectSameTensor(const Tensor& actual, const Tensor& expected, const std::s
     EXPECT_EQ(a[i], e[i]) << what << " element " << i;
 }
 
-std::string writeFile(const std::string& name, const std::string& text) {
-  std::filesystem::path path = std::filesystem::temp_directory_path() / name;
+std::string writeFile(const ::ampjit::testing::TemporaryDirectory& scratch, const std::string& name,
+                      const std::string& text) {
+  std::string path = scratch.file(name);
   std::ofstream(path) << text;
-  return path.string();
+  return path;
 }
 
 TEST(Autocast, MatmulRunsInTheLowTypeBitwiseAsHandCast) {
@@ -160,7 +162,8 @@ TEST(Autocast, PytorchPolicyKeepsSumFp32ForBf16) {
 }
 
 TEST(Autocast, UserPolicyMovesSoftmaxToAllow) {
-  std::string path = writeFile("ampjit-autocast-allow-softmax.yaml", "version: 1\nallow:\n  add: [jit.softmax]\n");
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = writeFile(scratch, "allow-softmax.yaml", "version: 1\nallow:\n  add: [jit.softmax]\n");
   Tensor x = tensor({0.5, -1.0, 2.0}, {1, 3});
   amp::autocast scope({.policy = path});
   Tensor y = softmax(x, 1);
@@ -170,7 +173,8 @@ TEST(Autocast, UserPolicyMovesSoftmaxToAllow) {
 }
 
 TEST(Autocast, BadPolicyFileIsAnErrorNamingFileAndLine) {
-  std::string path = writeFile("ampjit-autocast-bad.yaml", "version: 1\nallow:\n  add: [jit.softmx]\n");
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = writeFile(scratch, "bad.yaml", "version: 1\nallow:\n  add: [jit.softmx]\n");
   std::string message = errorOf([&] { amp::autocast scope({.policy = path}); });
   EXPECT_NE(message.find(path + ":3:"), std::string::npos) << message;
   EXPECT_NE(message.find("jit.softmax"), std::string::npos) << message; // the suggestion
@@ -220,7 +224,8 @@ TEST(AmpPolicy, NonsensicalOverridesSayWhy) {
   expectError({.level = amp::O1, .custom_allow = {"jit.exp"}, .custom_deny = {"jit.exp"}}, "both");
   expectError({.level = amp::O1, .custom_allow = {"jit.softmx"}}, "did you mean 'jit.softmax'");
   expectError({.level = amp::O1, .policy = "x.yaml", .custom_deny = {"jit.gelu"}}, "put the lists in that file");
-  std::string bad = writeFile("ampjit-policy-bad.yaml", "version: 1\ndeny:\n  add: [jit.nope]\n");
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string bad = writeFile(scratch, "policy-bad.yaml", "version: 1\ndeny:\n  add: [jit.nope]\n");
   expectError({.level = amp::O1, .policy = bad}, bad + ":3:");
 }
 

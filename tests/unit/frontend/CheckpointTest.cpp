@@ -8,6 +8,7 @@
 
 #include "ClassifierNet.h"
 #include "FrontendTestUtil.h"
+#include "TemporaryDirectory.h"
 
 #include "jit/jit.h"
 
@@ -15,7 +16,6 @@
 #include <fstream>
 #include <functional>
 
-#include <unistd.h>
 
 namespace jit::testing {
 namespace {
@@ -23,14 +23,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int64_t kIn = 12, kHidden = 16, kClasses = 5, kBatch = 8;
-
-fs::path scratchDir(const std::string& name) {
-  // pid-qualified: parallel ctest runs of one binary do not collide.
-  fs::path dir = fs::temp_directory_path() / ("ampjit-checkpoint-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 /// A mixed-precision run whose every piece of state matters for the next
 /// step: dropout's generator, Adam's moments and step counts, a GradScaler that starts far too
@@ -101,7 +93,8 @@ TracedFunction<StepFunction> tracedO2(TrainingRun& run) {
 }
 
 TEST(Checkpoint, AResumedEagerRunContinuesBitForBit) {
-  fs::path dir = scratchDir("eager");
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const fs::path& dir = scratch.path;
   std::string path = (dir / "run.ampjit").string();
   TrainingRun original(1);
   train(original, eagerF16(original), 5);
@@ -125,11 +118,11 @@ TEST(Checkpoint, AResumedEagerRunContinuesBitForBit) {
   justTheModel.add("model", modelOnly.model).add("steps", modelOnly.stepsDone);
   justTheModel.load(path);
   EXPECT_NE(train(modelOnly, eagerF16(modelOnly), 6), expected);
-  fs::remove_all(dir);
 }
 
 TEST(Checkpoint, AResumedTracedRunContinuesBitForBit) {
-  fs::path dir = scratchDir("traced");
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const fs::path& dir = scratch.path;
   std::string path = (dir / "run.ampjit").string();
   TrainingRun original(1);
   auto step = tracedO2(original);
@@ -156,13 +149,13 @@ TEST(Checkpoint, AResumedTracedRunContinuesBitForBit) {
   auto resumedStep = tracedO2(resumed);
   EXPECT_EQ(train(resumed, resumedStep, 6), expected);
   EXPECT_EQ(resumed.everything(), original.everything());
-  fs::remove_all(dir);
 }
 
 TEST(Checkpoint, AnAmsgradRunResumesTracedAtO2AndNeedsAnAmsgradOptimizer) {
   // AMSGrad's third buffer through O2's master weights and the deferred
   // update, into a file and back.
-  fs::path dir = scratchDir("amsgrad");
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const fs::path& dir = scratch.path;
   std::string path = (dir / "run.ampjit").string();
   const std::pair<double, double> betas = {0.9, 0.5};
   TrainingRun original(1, kHidden, betas, true);
@@ -193,12 +186,12 @@ TEST(Checkpoint, AnAmsgradRunResumesTracedAtO2AndNeedsAnAmsgradOptimizer) {
   plain.checkpoint.save(path);
   message = errorOf([&] { resumed.checkpoint.load(path); });
   EXPECT_NE(message.find("no setting 'amsgrad'"), std::string::npos) << message;
-  fs::remove_all(dir);
 }
 
 /// Every failed load below must leave all of this unchanged.
 TEST(Checkpoint, BadFilesAreClearErrorsThatChangeNothing) {
-  fs::path dir = scratchDir("bad");
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const fs::path& dir = scratch.path;
   TrainingRun source(1);
   train(source, eagerF16(source), 3);
   std::string good = (dir / "good.ampjit").string();
@@ -265,11 +258,11 @@ TEST(Checkpoint, BadFilesAreClearErrorsThatChangeNothing) {
 
   expectError(errorOf([&] { target.checkpoint.add("model", target.model); }), {"part 'model' is already added"});
   expectError(errorOf([] { Checkpoint().load("anything"); }), {"nothing to load into"});
-  fs::remove_all(dir);
 }
 
 TEST(Checkpoint, SavingOrLoadingInsideATracedStepIsAnError) {
-  fs::path dir = scratchDir("inside-trace");
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const fs::path& dir = scratch.path;
   std::string path = (dir / "run.ampjit").string();
   TrainingRun run(1);
   run.checkpoint.save(path);
@@ -290,11 +283,11 @@ TEST(Checkpoint, SavingOrLoadingInsideATracedStepIsAnError) {
               std::string::npos)
         << message;
   }
-  fs::remove_all(dir);
 }
 
 TEST(Checkpoint, AFailedSaveLeavesNoFileBehind) {
-  fs::path dir = scratchDir("failed-save");
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const fs::path& dir = scratch.path;
   TrainingRun run(1);
   std::string message = errorOf([&] { run.checkpoint.save((dir / "missing" / "run.ampjit").string()); });
   EXPECT_NE(message.find("missing/run.ampjit"), std::string::npos) << message;
@@ -305,11 +298,11 @@ TEST(Checkpoint, AFailedSaveLeavesNoFileBehind) {
   message = errorOf([&] { run.checkpoint.save((dir / "taken").string()); });
   EXPECT_NE(message.find("cannot replace"), std::string::npos) << message;
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1) << "a temporary file was left";
-  fs::remove_all(dir);
 }
 
 TEST(Checkpoint, AGeneratorResumesItsHostDrawsAndDropoutState) {
-  fs::path dir = scratchDir("generator");
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const fs::path& dir = scratch.path;
   std::string path = (dir / "rng.ampjit").string();
   Generator original(uint64_t(1) << 60); // a seed past 2^53: the file keeps all 64 bits
   for (int i = 0; i < 5; ++i)
@@ -334,11 +327,11 @@ TEST(Checkpoint, AGeneratorResumesItsHostDrawsAndDropoutState) {
   EXPECT_EQ(draws, expectedDraws);
   EXPECT_EQ(dropout(ones({4, 4}, f32), 0.5, true, &resumed).to_vector(), expectedMask);
   EXPECT_NE(masked.to_vector(), expectedMask) << "the second mask should differ from the first";
-  fs::remove_all(dir);
 }
 
 TEST(Checkpoint, EachObjectSavesAndLoadsAlone) {
-  fs::path dir = scratchDir("single");
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const fs::path& dir = scratch.path;
   Generator g1(1), g2(2);
   Tensor a = randn({3, 4}, f32, &g1).requires_grad_(true), b = randn({3, 4}, f32, &g2).requires_grad_(true);
   optim::SGD sgdA({a}, {.lr = 0.5, .momentum = 0.9}), sgdB({b}, {.lr = 0.5, .momentum = 0.9});
@@ -383,7 +376,6 @@ TEST(Checkpoint, EachObjectSavesAndLoadsAlone) {
   message = errorOf([&] { noMomentum.load(optimizerFile); });
   EXPECT_NE(message.find("setting 'momentum' is 0.9 in the file but 0 here"), std::string::npos)
       << message;
-  fs::remove_all(dir);
 }
 
 } // namespace
@@ -429,7 +421,8 @@ struct EmaRun {
 };
 
 TEST(Checkpoint, TensorsTheLoopKeepsResumeIntoATracedStepWithoutRetracing) {
-  fs::path dir = scratchDir("tensors");
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const fs::path& dir = scratch.path;
   std::string path = (dir / "run.ampjit").string();
   EmaRun unbroken(5), resumed(5);
   auto tracedStep = [](EmaRun& run) {
@@ -473,7 +466,6 @@ TEST(Checkpoint, TensorsTheLoopKeepsResumeIntoATracedStepWithoutRetracing) {
   EXPECT_NE(message.find("has shape [] but the tensor list's is [2]"), std::string::npos) << message;
   EXPECT_EQ(resumed.everything(), before);
   EXPECT_NE(errorOf([] { Checkpoint().add("nothing", Tensor()); }).find("undefined tensor"), std::string::npos);
-  fs::remove_all(dir);
 }
 
 } // namespace

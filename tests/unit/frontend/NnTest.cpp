@@ -3,6 +3,7 @@
 // import in PyTorch's layout, and a small MLP trained eagerly.
 
 #include "FrontendTestUtil.h"
+#include "TemporaryDirectory.h"
 
 #include "ampjit/runtime/LowPrecision.h"
 
@@ -11,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <unistd.h>
 
 using namespace jit;
 using jit::testing::errorOf;
@@ -20,15 +20,6 @@ namespace fs = std::filesystem;
 namespace {
 
 /// A fresh directory per test (pid-qualified, so parallel ctest runs do not collide).
-fs::path scratchDir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::temp_directory_path() /
-                 ("ampjit-nn-" + std::string(info->name()) + "-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
 std::vector<uint8_t> readBytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -361,7 +352,8 @@ TEST(Nn, DropoutIsTheIdentityInEvalMode) {
 }
 
 TEST(Nn, SaveThenLoadIsBitIdentical) {
-  fs::path dir = scratchDir();
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const fs::path& dir = scratch.path;
   Generator g1(1), g2(2);
   auto make = [](Generator* g) {
     return nn::Sequential(nn::Linear(5, 4, true, {.generator = g}), nn::GELU(),
@@ -401,11 +393,11 @@ TEST(Nn, SaveThenLoadIsBitIdentical) {
   user2.load(path);
   EXPECT_TRUE(bitIdentical(user1.scale, user2.scale));
   EXPECT_EQ(user2.named_buffers()[0].second.to_vector(), (std::vector<double>{123456789012345.0}));
-  fs::remove_all(dir);
 }
 
 TEST(Nn, CorruptStateFilesAreClearErrors) {
-  fs::path dir = scratchDir();
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const fs::path& dir = scratch.path;
   Generator generator(7);
   auto make = [&] { return nn::Sequential(nn::Linear(3, 2, true, {.generator = &generator})); };
   nn::Sequential model = make();
@@ -469,7 +461,6 @@ TEST(Nn, CorruptStateFilesAreClearErrors) {
 
   // No failed load changed the module.
   EXPECT_TRUE(bitIdentical(model.parameters()[0], before));
-  fs::remove_all(dir);
 }
 
 TEST(Nn, StateFilesOfFormatVersion1StillLoad) {
@@ -500,17 +491,18 @@ TEST(Nn, StateFilesOfFormatVersion1StillLoad) {
     hash = (hash ^ byte) * 0x100000001b3ull;
   put(hash);
 
-  fs::path dir = scratchDir();
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const fs::path& dir = scratch.path;
   writeBytes(dir / "v1.ampjit", bytes);
   nn::Sequential model(nn::Linear(2, 1));
   model.load((dir / "v1.ampjit").string());
   EXPECT_EQ(model.parameters()[0].to_vector(), (std::vector<double>{0.5, -1.5}));
   EXPECT_EQ(model.parameters()[1].to_vector(), (std::vector<double>{2.0}));
-  fs::remove_all(dir);
 }
 
 TEST(Nn, NpyWeightsInPyTorchLayout) {
-  fs::path dir = scratchDir();
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const fs::path& dir = scratch.path;
   // What np.save(f"{dir}/{name}.npy", p.detach().numpy()) writes for a
   // torch.nn.Sequential(nn.Linear(3, 2)): weight [out=2, in=3] (here f64), bias f32.
   const double w[2][3] = {{0.5, -1.25, 2}, {0.125, 3, -0.75}};
@@ -572,7 +564,6 @@ TEST(Nn, NpyWeightsInPyTorchLayout) {
   std::string missing = errorOf([&] { model.load_npy_dir(dir.string()); });
   expectHas(missing, "0.bias.npy");
   expectHas(missing, "entry '0.bias'");
-  fs::remove_all(dir);
 }
 
 TEST(Nn, Mlp784x32x10TrainsWithEagerSgd) {

@@ -1,6 +1,7 @@
 // jit::optim against PyTorch's update formulas, computed by hand in f64.
 
 #include "FrontendTestUtil.h"
+#include "TemporaryDirectory.h"
 
 #include "jit/checkpoint.h"
 #include "jit/optim.h"
@@ -10,7 +11,6 @@
 #include <memory>
 #include <numbers>
 
-#include <unistd.h>
 
 namespace jit {
 namespace {
@@ -334,8 +334,8 @@ TEST(OptimTest, RMSpropAndAdagradGroupsAndBadOptions) {
 }
 
 TEST(OptimTest, RMSpropAndAdagradResumeFromTheirFiles) {
-  fs::path dir = fs::temp_directory_path() / ("ampjit-elementwise-optimizers-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const fs::path& dir = scratch.path;
   std::string path = (dir / "optimizer.ampjit").string();
   const optim::RMSpropOptions rmsprop{.lr = 0.0625, .momentum = 0.5, .centered = true};
   const optim::AdagradOptions adagrad{.lr = 0.125, .lr_decay = 0.5, .initial_accumulator_value = 0.25};
@@ -362,7 +362,6 @@ TEST(OptimTest, RMSpropAndAdagradResumeFromTheirFiles) {
     std::string message = errorOf([&] { otherOpt->load(path); });
     EXPECT_NE(message.find(isAdagrad ? "Adagrad" : "RMSprop"), std::string::npos) << message;
   }
-  fs::remove_all(dir);
 }
 
 TEST(OptimTest, ParametersWithoutGradientsAreLeftAlone) {
@@ -617,8 +616,8 @@ TEST(OptimTest, SequentialLRWarmsUpThenDecaysAsPyTorchDoes) {
 }
 
 TEST(OptimTest, ASequentialLRResumesFromItsFileAndRefusesAnotherSequence) {
-  fs::path dir = fs::temp_directory_path() / ("ampjit-sequential-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const fs::path& dir = scratch.path;
   std::string path = (dir / "schedule.ampjit").string();
   Tensor p = param(f64).requires_grad_();
   optim::SGD opt({p}, {.lr = 1.0});
@@ -637,7 +636,6 @@ TEST(OptimTest, ASequentialLRResumesFromItsFileAndRefusesAnotherSequence) {
   optim::SequentialLR otherGamma = makeSchedule(0.9);
   std::string message = errorOf([&] { otherGamma.load(path); });
   EXPECT_NE(message.find("1.ExponentialLR.gamma"), std::string::npos) << message;
-  fs::remove_all(dir);
 }
 
 TEST(OptimTest, ReduceLROnPlateauFollowsPyTorch) {
@@ -693,8 +691,8 @@ TEST(OptimTest, ReduceLROnPlateauFollowsPyTorch) {
 }
 
 TEST(OptimTest, ReduceLROnPlateauResumesFromItsFile) {
-  fs::path dir = fs::temp_directory_path() / ("ampjit-plateau-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const fs::path& dir = scratch.path;
   std::string path = (dir / "plateau.ampjit").string();
   auto metricAt = [](int e) { return e < 3 ? 1.0 - 0.2 * e : 0.7; };
   Tensor a = param(f64).requires_grad_(), b = param(f64).requires_grad_();
@@ -732,7 +730,6 @@ TEST(OptimTest, ReduceLROnPlateauResumesFromItsFile) {
     other.load(path);
   });
   EXPECT_NE(message.find("patience"), std::string::npos) << message;
-  fs::remove_all(dir);
 }
 
 TEST(OptimTest, ExponentialMovingAverageFollowsItsFormulaAndSwapsForEvaluation) {
@@ -767,8 +764,8 @@ TEST(OptimTest, ExponentialMovingAverageFollowsItsFormulaAndSwapsForEvaluation) 
             std::string::npos);
 
   // Saved and loaded with its decay; another decay does not load.
-  fs::path dir = fs::temp_directory_path() / ("ampjit-ema-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const fs::path& dir = scratch.path;
   std::string path = (dir / "ema.ampjit").string();
   ema.save(path);
   Tensor w2 = tensor({0.0, 0.0, 0.0}, f32).requires_grad_(), b2 = tensor({0.0}, f64).requires_grad_();
@@ -777,7 +774,6 @@ TEST(OptimTest, ExponentialMovingAverageFollowsItsFormulaAndSwapsForEvaluation) 
   EXPECT_EQ(resumed.shadow_params()[0].to_vector(), shadowW);
   EXPECT_EQ(resumed.shadow_params()[1].to_vector(), shadowB);
   EXPECT_NE(errorOf([&] { otherDecay.load(path); }).find("decay"), std::string::npos);
-  fs::remove_all(dir);
 }
 
 } // namespace

@@ -3,6 +3,7 @@
 // to continue a counting sequence.
 
 #include "FrontendTestUtil.h"
+#include "TemporaryDirectory.h"
 #include "TinyGpt.h"
 
 #include "jit/jit.h"
@@ -11,7 +12,6 @@
 #include <filesystem>
 #include <optional>
 
-#include <unistd.h>
 
 namespace jit::testing {
 namespace {
@@ -157,8 +157,8 @@ TEST(TinyGpt, ALanguageModelLoopResumesFromACheckpointBitForBitAtO2) {
     return trace([&run](const Tensor& x, const Tensor& y) { return run.step(x, y); },
                  {.amp = policyAt(amp::O2), .backend = Backend::cpu, .defer_updates = DeferUpdates::on});
   };
-  std::string path = (std::filesystem::temp_directory_path() /
-                      ("ampjit-lm-" + std::to_string(::getpid()) + ".ampjit")).string();
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = scratch.file("lm.ampjit");
   LmRun original(7);
   auto step = traced(original);
   std::vector<double> first = train(original, step, 6);
@@ -175,7 +175,6 @@ TEST(TinyGpt, ALanguageModelLoopResumesFromACheckpointBitForBitAtO2) {
   expectSameState(resumed.model.state_dict(), original.model.state_dict());
   expectSameState(resumed.opt.state_dict(), original.opt.state_dict());
   EXPECT_EQ(resumed.schedule.get_last_lr(1), original.schedule.get_last_lr(1));
-  std::filesystem::remove(path);
 }
 
 } // namespace

@@ -3,6 +3,7 @@
 #include "ClassifierNet.h"
 #include "FrontendTestUtil.h"
 #include "ScopedEnvironment.h"
+#include "TemporaryDirectory.h"
 
 #include "jit/trace.h"
 
@@ -924,8 +925,9 @@ TEST(Trace, CheckNumericsNamesTheFirstOpAndLineThatMadeAnInf) {
 }
 
 TEST(Trace, AmpjitDumpWritesEveryStage) {
-  std::filesystem::path dir = std::filesystem::temp_directory_path() / "ampjit-trace-dump-test";
-  std::filesystem::remove_all(dir);
+  ::ampjit::testing::TemporaryDirectory scratch;
+  // A directory the dump makes itself.
+  std::filesystem::path dir = scratch.path / "dumps";
   {
     ampjit::testing::ScopedEnvironment dump("AMPJIT_DUMP", dir.c_str());
     Classifier net SMALL_NET();
@@ -942,7 +944,6 @@ TEST(Trace, AmpjitDumpWritesEveryStage) {
   std::ifstream passes(dir / "dumped.v1.1-passes.mlir");
   std::string text((std::istreambuf_iterator<char>(passes)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("IR Dump After AmpPipeline"), std::string::npos);
-  std::filesystem::remove_all(dir);
 }
 
 } // namespace

@@ -2,12 +2,12 @@
 // entries (policies/README.md), their errors, and reading them from disk.
 
 #include "PolicyTestSupport.h"
+#include "TemporaryDirectory.h"
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
-#include <unistd.h>
 
 using namespace ampjit::amp;
 using namespace ampjit::amp::testing;
@@ -267,20 +267,14 @@ TEST(UserPolicyErrors, ABrokenBaseIsReportedInTheBuiltin) {
 
 class UserPolicyFile : public ::testing::Test {
 protected:
-  void SetUp() override {
-    directory = std::filesystem::path(::testing::TempDir()) /
-                ("ampjit-policy-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(directory);
-  }
-  void TearDown() override { std::filesystem::remove_all(directory); }
-
   std::string write(const std::string &name, std::string_view text) {
-    std::string path = (directory / name).string();
+    std::string path = scratch.file(name);
     std::ofstream(path) << text;
     return path;
   }
 
-  std::filesystem::path directory;
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const std::filesystem::path &directory = scratch.path;
 };
 
 TEST_F(UserPolicyFile, LoadsAndNamesThePath) {

@@ -3,6 +3,7 @@
 // error for every malformed file.
 
 #include "ampjit/runtime/Npy.h"
+#include "TemporaryDirectory.h"
 
 #include <gtest/gtest.h>
 
@@ -41,20 +42,14 @@ std::string parseError(const std::vector<uint8_t>& bytes) {
   return tensor.ok() ? "" : tensor.message();
 }
 
-std::filesystem::path scratchDir() {
-  std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                              ("ampjit-npy-test-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
 std::vector<uint8_t> fileBytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 TEST(Npy, EveryDTypeRoundTripsBitForBit) {
-  std::filesystem::path dir = scratchDir();
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const std::filesystem::path& dir = scratch.path;
   const double quietNaN = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> values = {1.5, -0.0, 65504.0, 1e-7, quietNaN, -3.25};
   for (DType dtype : {DType::F16, DType::F32, DType::F64, DType::I64, DType::I1}) {
@@ -81,11 +76,11 @@ TEST(Npy, EveryDTypeRoundTripsBitForBit) {
     ASSERT_TRUE(read.ok()) << read.message();
     EXPECT_EQ(read->shape(), shape);
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Npy, BFloat16IsWrittenAsTheF32ItWidensTo) {
-  std::filesystem::path dir = scratchDir();
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const std::filesystem::path& dir = scratch.path;
   std::vector<double> values = {1.0 / 3.0, -1e30, 0.0078125};
   rt::Expected<rt::Tensor> original = rt::Tensor::fromDoubles(DType::BF16, {3}, values);
   ASSERT_TRUE(original.ok());
@@ -96,11 +91,11 @@ TEST(Npy, BFloat16IsWrittenAsTheF32ItWidensTo) {
   ASSERT_EQ(read->dtype(), DType::F32);
   for (int64_t i = 0; i < 3; ++i)
     EXPECT_EQ(read->at(i), original->at(i)) << i;
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Npy, WritesTheBytesNpSaveWrites) {
-  std::filesystem::path dir = scratchDir();
+  ::ampjit::testing::TemporaryDirectory scratch;
+  const std::filesystem::path& dir = scratch.path;
   float data[6] = {0, 1, 2, 3, 4, 5};
   std::vector<double> asDoubles(data, data + 6);
   rt::Expected<rt::Tensor> tensor = rt::Tensor::fromDoubles(DType::F32, {2, 3}, asDoubles);
@@ -115,7 +110,6 @@ TEST(Npy, WritesTheBytesNpSaveWrites) {
   int64_t longs[5] = {1, 2, 3, 4, 5};
   EXPECT_EQ(fileBytes(dir / "v.npy"),
             npyBytes("{'descr': '<i8', 'fortran_order': False, 'shape': (5,), }", longs, sizeof longs));
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Npy, ReadsHeadersAsEveryNumPyWritesThem) {

@@ -7,6 +7,7 @@
 #include "ampjit/runtime/StepBuilder.h"
 
 #include "RuntimeTestUtil.h"
+#include "TemporaryDirectory.h"
 
 #include <gtest/gtest.h>
 
@@ -97,11 +98,10 @@ TEST(PlanFile, RoundTripIsBitExact) {
 
 TEST(PlanFile, SaveAndLoadThroughAFile) {
   Plan plan = sampleTrainStep();
-  std::string path = (std::filesystem::temp_directory_path() /
-                      ("ampjit-plan-" + std::to_string(::getpid()) + ".bin")).string();
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = scratch.file("plan.bin");
   ASSERT_TRUE(savePlan(plan, path).ok());
   Expected<Plan> loaded = loadPlan(path);
-  std::remove(path.c_str());
   ASSERT_TRUE(loaded.ok()) << loaded.message();
   EXPECT_TRUE(*loaded == plan);
 }
