@@ -29,6 +29,7 @@
 
 #include "jit/Autograd.h"
 
+#include "ampjit/runtime/AtomicFile.h"
 #include "ampjit/runtime/LowPrecision.h"
 #include "ampjit/runtime/Shape.h"
 
@@ -36,11 +37,9 @@
 #include <bit>
 #include <charconv>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 
-#include <unistd.h>
 
 namespace jit::detail {
 namespace {
@@ -376,26 +375,11 @@ void writeStateFile(const std::string& path, const std::vector<StatePart>& parts
   }
   w.put<uint64_t>(fnv1a(w.bytes.data(), w.bytes.size()));
 
-  // Written beside the target and renamed over it: a save that fails (disk
-  // full, killed) leaves the previous file whole.
-  std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out)
-      throw Error(who + ": cannot open " + inQuotes(path) + " for writing (its folder is missing or not writable)");
-    out.write(reinterpret_cast<const char*>(w.bytes.data()), std::streamsize(w.bytes.size()));
-    out.close();
-    if (!out) {
-      std::filesystem::remove(temporary);
-      throw Error(who + ": writing " + inQuotes(path) + " failed (disk full?); the previous file is unchanged");
-    }
-  }
-  std::error_code renamed;
-  std::filesystem::rename(temporary, path, renamed);
-  if (renamed) {
-    std::filesystem::remove(temporary);
-    throw Error(who + ": cannot replace " + inQuotes(path) + ": " + renamed.message());
-  }
+  // A save that fails (disk full, killed) leaves the previous file whole.
+  ampjit::runtime::Status written = ampjit::runtime::writeFileAtomically(
+      path, std::string_view(reinterpret_cast<const char*>(w.bytes.data()), w.bytes.size()));
+  if (!written)
+    throw Error(who + ": " + written.message());
 }
 
 void readStateFile(const std::string& path, const std::vector<StatePart>& parts, const std::string& who) {

@@ -8,13 +8,16 @@
 #include "jit/amp.h"
 
 #include "ampjit/Dialect/Amp/Policy/Policy.h"
+#include "ampjit/runtime/AtomicFile.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -314,17 +317,21 @@ std::string Policy::pipelineOptions() const {
   if (std::optional<std::string> yaml = custom_policy_yaml()) {
     // The compiler takes a policy by name or path; lists become a file named
     // by its content's hash, so equal lists share one file and a cached
-    // compile keyed on the option string stays valid.
+    // compile keyed on the option string stays valid. Processes side by side
+    // may want the same file while another compiles from it: a whole one is
+    // left as it is, and any other is replaced whole.
     uint64_t hash = 1469598103934665603ull; // FNV-1a
     for (unsigned char c : *yaml)
       hash = (hash ^ c) * 1099511628211ull;
     char name[48];
     std::snprintf(name, sizeof name, "ampjit-policy-%016llx.yaml", static_cast<unsigned long long>(hash));
     std::filesystem::path path = std::filesystem::temp_directory_path() / name;
-    std::ofstream out(path, std::ios::trunc);
-    out << *yaml;
-    if (!out.flush())
-      throw Error("AMP policy: cannot write the custom policy file " + path.string());
+    std::optional<std::string> found;
+    if (std::ifstream existing(path, std::ios::binary); existing.is_open())
+      found.emplace(std::istreambuf_iterator<char>(existing), std::istreambuf_iterator<char>());
+    if (found != *yaml)
+      if (ampjit::runtime::Status written = ampjit::runtime::writeFileAtomically(path, *yaml); !written)
+        throw Error("AMP policy: cannot write the custom policy file: " + written.message());
     policyOption = path.string();
   }
   std::string options = "level=" + std::string(level_name(resolved.level));

@@ -2,6 +2,7 @@
 
 #include "Nvrtc.h"
 
+#include "ampjit/runtime/AtomicFile.h"
 #include "ampjit/runtime/cuda/KernelSource.h"
 
 #include <nvrtc.h>
@@ -16,7 +17,6 @@
 #include <optional>
 #include <system_error>
 #include <thread>
-#include <unistd.h>
 
 #ifndef AMPJIT_CUDA_INCLUDE_DIR
 #define AMPJIT_CUDA_INCLUDE_DIR "/usr/local/cuda/include"
@@ -137,24 +137,8 @@ bool readCacheFile(const std::filesystem::path& path, std::string& bytes) {
 void writeCacheFileAtomically(const std::filesystem::path& path, const std::string& bytes) {
   std::error_code error;
   std::filesystem::create_directories(path.parent_path(), error);
-  if (error)
-    return;
-  std::filesystem::path temporary = path;
-  temporary += ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    if (!file)
-      return;
-    file.write(bytes.data(), std::streamsize(bytes.size()));
-    if (!file.flush()) {
-      file.close();
-      std::filesystem::remove(temporary, error);
-      return;
-    }
-  }
-  std::filesystem::rename(temporary, path, error);
-  if (error)
-    std::filesystem::remove(temporary, error);
+  if (!error)
+    (void)writeFileAtomically(path, bytes);
 }
 
 std::string nvrtcVersion() {

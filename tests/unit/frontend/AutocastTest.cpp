@@ -6,9 +6,11 @@
 
 #include "jit/amp.h"
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 namespace jit {
 namespace {
@@ -252,6 +254,34 @@ TEST(AmpPolicy, PipelineOptions) {
   amp::autocast scope({.policy = file});
   EXPECT_EQ(softmax(x, 1).dtype(), f16);
   EXPECT_EQ(gelu(x.to(f16)).dtype(), f32);
+}
+
+TEST(AmpPolicy, ACustomListsFileIsLeftAloneWhenWholeAndReplacedWhenNot) {
+  // Processes side by side share the content-named file: one must not
+  // rewrite it under another that is compiling from it, and a file cut
+  // short (a writer killed before this one wrote whole files) is replaced.
+  amp::Policy custom{.level = amp::O2, .custom_deny = {"jit.exp", "jit.log"}};
+  std::string options = custom.pipelineOptions();
+  std::size_t begin = options.find("policy=") + 7;
+  std::filesystem::path file = options.substr(begin, options.find(' ', begin) - begin);
+  auto contents = [&] {
+    std::ifstream in(file, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  const std::string yaml = *custom.custom_policy_yaml();
+  ASSERT_EQ(contents(), yaml);
+
+  const auto longAgo = std::filesystem::file_time_type::clock::now() - std::chrono::hours(24);
+  std::filesystem::last_write_time(file, longAgo);
+  EXPECT_EQ(custom.pipelineOptions(), options);
+  EXPECT_EQ(std::filesystem::last_write_time(file), longAgo) << "a whole file is not rewritten";
+
+  std::filesystem::resize_file(file, yaml.size() / 2);
+  EXPECT_EQ(custom.pipelineOptions(), options);
+  EXPECT_EQ(contents(), yaml) << "a file cut short is written whole again";
+  for (const auto& entry : std::filesystem::directory_iterator(file.parent_path()))
+    EXPECT_EQ(entry.path().string().find(file.string() + ".tmp"), std::string::npos)
+        << entry.path() << " was left beside the policy";
 }
 
 } // namespace

@@ -1,0 +1,108 @@
+// writeFileAtomically: whole files, errors that name the path and keep the
+// previous file, and writers side by side that never show a reader half a
+// file.
+
+#include "ampjit/runtime/AtomicFile.h"
+
+#include "TemporaryDirectory.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using ampjit::runtime::Status;
+using ampjit::runtime::writeFileAtomically;
+namespace fs = std::filesystem;
+
+std::optional<std::string> contentsOf(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in.is_open())
+    return std::nullopt;
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::vector<fs::path> entriesOf(const fs::path& directory) {
+  std::vector<fs::path> entries;
+  for (const auto& entry : fs::directory_iterator(directory))
+    entries.push_back(entry.path().filename());
+  return entries;
+}
+
+TEST(AtomicFile, WritesAndReplacesWholeFilesAndLeavesNothingBeside) {
+  ampjit::testing::TemporaryDirectory scratch;
+  fs::path path = scratch.path / "entry.bin";
+  const std::string longer(100000, 'a'), shorter = std::string("b\0c", 3);
+  ASSERT_TRUE(writeFileAtomically(path, longer).ok());
+  EXPECT_EQ(contentsOf(path), longer);
+  ASSERT_TRUE(writeFileAtomically(path, shorter).ok());
+  EXPECT_EQ(contentsOf(path), shorter) << "replaced, not overwritten in place";
+  ASSERT_TRUE(writeFileAtomically(path, "").ok());
+  EXPECT_EQ(contentsOf(path), "");
+  EXPECT_EQ(entriesOf(scratch.path), std::vector<fs::path>{"entry.bin"});
+}
+
+TEST(AtomicFile, AFailureNamesThePathAndKeepsWhatWasThere) {
+  ampjit::testing::TemporaryDirectory scratch;
+  fs::path missing = scratch.path / "no-such-folder" / "entry.bin";
+  Status status = writeFileAtomically(missing, "x");
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.message(),
+            "cannot open '" + missing.string() + "' for writing (its folder is missing or not writable)");
+
+  // A directory in the way: the rename fails, the directory and its
+  // contents stay, and the temporary file goes.
+  fs::path occupied = scratch.path / "occupied";
+  fs::create_directories(occupied / "inside");
+  status = writeFileAtomically(occupied, "x");
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.message().rfind("cannot replace '" + occupied.string() + "': ", 0), 0u) << status.message();
+  EXPECT_TRUE(fs::is_directory(occupied / "inside"));
+  EXPECT_EQ(entriesOf(scratch.path), std::vector<fs::path>{"occupied"});
+}
+
+TEST(AtomicFile, ReadersBesideWritersOnlyEverSeeAWholeFile) {
+  // Threads of one process, as the kernel compiler's are, and each writer's
+  // own temporary file: a reader sees one version or another, whole.
+  ampjit::testing::TemporaryDirectory scratch;
+  fs::path path = scratch.path / "shared.bin";
+  std::vector<std::string> versions;
+  for (char c : {'p', 'q', 'r', 's'})
+    versions.push_back(std::string(std::size_t(1) << 16, c) + std::string(std::size_t(c), c));
+  ASSERT_TRUE(writeFileAtomically(path, versions[0]).ok());
+  std::atomic<bool> writing{true};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> writers;
+  for (const std::string& version : versions)
+    writers.emplace_back([&, version] {
+      for (int i = 0; i < 40; ++i)
+        failures += !writeFileAtomically(path, version).ok();
+    });
+  int reads = 0, torn = 0;
+  std::thread reader([&] {
+    while (writing.load()) {
+      std::optional<std::string> seen = contentsOf(path);
+      ++reads;
+      torn += !seen || std::find(versions.begin(), versions.end(), *seen) == versions.end();
+    }
+  });
+  for (std::thread& writer : writers)
+    writer.join();
+  writing = false;
+  reader.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(reads, 0);
+  EXPECT_EQ(torn, 0) << "of " << reads << " reads";
+  EXPECT_EQ(entriesOf(scratch.path), std::vector<fs::path>{"shared.bin"});
+}
+
+} // namespace
