@@ -1208,35 +1208,62 @@ TEST_F(GpuTest, AnSgdUpdateFoldedIntoItsGemmUpdatesFromTheUnroundedGradientAndSk
 }
 
 #ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
-/// The two-layer step on a backend that tunes every GEMM and on one that
-/// tunes none, both folding what they can: over 4 runs (the second
-/// overflows) the losses and every argument are the same bits. The
-/// emulation's algorithms compute the same bits, so a difference is timing
-/// that touched the step's buffers.
-void expectTunedStepsAsTheUntunedOnes(const test::ScaledTwoLayerStep& parts, CudaBackend& tuning,
-                                      Executable& tuned, CudaBackend& untuned, Executable& reference) {
-  std::vector<Tensor> tunedArguments, referenceArguments;
-  for (const Tensor& argument : scaledTwoLayerArguments(parts, 0, false)) {
-    tunedArguments.push_back(*tuning.toDevice(argument));
-    referenceArguments.push_back(*untuned.toDevice(argument));
+/// The two-layer step prepared on a backend that tunes every GEMM (its
+/// entries in a directory of the test's own) and on one that tunes none,
+/// both folding what they can.
+struct TunedBesideUntuned {
+  test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
+  CacheDirectory cache;
+  std::unique_ptr<CudaBackend> tuning, untuned;
+  std::unique_ptr<Executable> tuned, reference;
+
+  /// "" once both are prepared, else why not.
+  std::string prepare() {
+    CudaBackendOptions tunedOptions = kFoldsUpdatesIntoGemms;
+    tunedOptions.gemmTuningMinimumFlops = 1;
+    tunedOptions.kernelCacheDirectory = cache.path;
+    Expected<std::unique_ptr<CudaBackend>> madeTuning = createCudaBackend(tunedOptions);
+    Expected<std::unique_ptr<CudaBackend>> madeUntuned = createCudaBackend(kFoldsUpdatesIntoGemms);
+    if (!madeTuning.ok() || !madeUntuned.ok())
+      return madeTuning.message() + madeUntuned.message();
+    tuning = std::move(*madeTuning);
+    untuned = std::move(*madeUntuned);
+    Expected<std::unique_ptr<Executable>> preparedTuned = tuning->prepare(parts.plan);
+    Expected<std::unique_ptr<Executable>> preparedReference = untuned->prepare(parts.plan);
+    if (!preparedTuned.ok() || !preparedReference.ok())
+      return preparedTuned.message() + preparedReference.message();
+    tuned = std::move(*preparedTuned);
+    reference = std::move(*preparedReference);
+    return "";
   }
-  for (uint32_t run = 0; run < 4; ++run) {
-    std::string when = "run " + std::to_string(run);
-    std::vector<Tensor> batch = scaledTwoLayerArguments(parts, run, run == 1);
-    for (BufferId input : {parts.x, parts.target}) {
-      tunedArguments[input] = *tuning.toDevice(batch[input]);
-      referenceArguments[input] = *untuned.toDevice(batch[input]);
+
+  /// Over 4 runs (the second overflows) the losses and every argument are
+  /// the same bits. The emulation's algorithms compute the same bits, so a
+  /// difference is timing that touched the step's buffers.
+  void expectTheSameSteps() const {
+    std::vector<Tensor> tunedArguments, referenceArguments;
+    for (const Tensor& argument : scaledTwoLayerArguments(parts, 0, false)) {
+      tunedArguments.push_back(*tuning->toDevice(argument));
+      referenceArguments.push_back(*untuned->toDevice(argument));
     }
-    Expected<std::vector<Tensor>> got = tuned.run(tunedArguments);
-    Expected<std::vector<Tensor>> want = reference.run(referenceArguments);
-    ASSERT_TRUE(got.ok() && want.ok()) << got.message() << want.message();
-    EXPECT_TRUE(tuning.toHost((*got)[0])->bitwiseEqual(*untuned.toHost((*want)[0]))) << "the loss, " << when;
-    for (std::size_t a = 0; a < tunedArguments.size(); ++a)
-      EXPECT_TRUE(tuning.toHost(tunedArguments[a])->bitwiseEqual(*untuned.toHost(referenceArguments[a])))
-          << "argument " << a << " after " << when;
+    for (uint32_t run = 0; run < 4; ++run) {
+      std::string when = "run " + std::to_string(run);
+      std::vector<Tensor> batch = scaledTwoLayerArguments(parts, run, run == 1);
+      for (BufferId input : {parts.x, parts.target}) {
+        tunedArguments[input] = *tuning->toDevice(batch[input]);
+        referenceArguments[input] = *untuned->toDevice(batch[input]);
+      }
+      Expected<std::vector<Tensor>> got = tuned->run(tunedArguments);
+      Expected<std::vector<Tensor>> want = reference->run(referenceArguments);
+      ASSERT_TRUE(got.ok() && want.ok()) << got.message() << want.message();
+      EXPECT_TRUE(tuning->toHost((*got)[0])->bitwiseEqual(*untuned->toHost((*want)[0]))) << "the loss, " << when;
+      for (std::size_t a = 0; a < tunedArguments.size(); ++a)
+        EXPECT_TRUE(tuning->toHost(tunedArguments[a])->bitwiseEqual(*untuned->toHost(referenceArguments[a])))
+            << "argument " << a << " after " << when;
+    }
+    EXPECT_EQ(tuning->toHost(tunedArguments[10])->at(0), 1.0) << "the overflow skipped";
   }
-  EXPECT_EQ(tuning.toHost(tunedArguments[10])->at(0), 1.0) << "the overflow skipped";
-}
+};
 
 int64_t gemmStepsOf(const Plan& plan) {
   return std::count_if(plan.steps.begin(), plan.steps.end(),
@@ -1250,23 +1277,14 @@ TEST_F(GpuTest, TunedGemmsAndAFoldedUpdatesTunedGemmStepAsTheUntunedOnes) {
   // scratch operands, never on the step's buffers, and runs the second of
   // two algorithms.
   ModelledAlgorithms algorithms({40, 10});
-  test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
-  CacheDirectory cache;
-  CudaBackendOptions tunedOptions = kFoldsUpdatesIntoGemms;
-  tunedOptions.gemmTuningMinimumFlops = 1;
-  tunedOptions.kernelCacheDirectory = cache.path;
-  Expected<std::unique_ptr<CudaBackend>> tuning = createCudaBackend(tunedOptions);
-  Expected<std::unique_ptr<CudaBackend>> untuned = createCudaBackend(kFoldsUpdatesIntoGemms);
-  ASSERT_TRUE(tuning.ok() && untuned.ok()) << tuning.message();
-  Expected<std::unique_ptr<Executable>> tuned = (*tuning)->prepare(parts.plan);
-  Expected<std::unique_ptr<Executable>> reference = (*untuned)->prepare(parts.plan);
-  ASSERT_TRUE(tuned.ok() && reference.ok()) << tuned.message() << reference.message();
-  CudaRunStats stats = (*tuning)->stats(**tuned);
+  TunedBesideUntuned backends;
+  ASSERT_EQ(backends.prepare(), "");
+  CudaRunStats stats = backends.tuning->stats(*backends.tuned);
   EXPECT_EQ(stats.updatesFoldedIntoGemms, 1);
-  EXPECT_EQ(stats.gemmsTuned, gemmStepsOf(parts.plan)) << "each GEMM but w0's plain one, and w0's folded one";
+  EXPECT_EQ(stats.gemmsTuned, gemmStepsOf(backends.parts.plan)) << "each GEMM but w0's plain one, and w0's folded one";
   EXPECT_EQ(stats.gemmsOffHeuristic, stats.gemmsTuned);
-  EXPECT_EQ((*untuned)->stats(**reference).gemmsTuned, 0);
-  expectTunedStepsAsTheUntunedOnes(parts, **tuning, **tuned, **untuned, **reference);
+  EXPECT_EQ(backends.untuned->stats(*backends.reference).gemmsTuned, 0);
+  backends.expectTheSameSteps();
 }
 
 TEST_F(GpuTest, AGemmNoUpdateFoldsIntoAfterAllIsTunedAsAnyOther) {
@@ -1275,18 +1293,10 @@ TEST_F(GpuTest, AGemmNoUpdateFoldsIntoAfterAllIsTunedAsAnyOther) {
   // it is then timed like every other, and the update runs on its own.
   ModelledAlgorithms algorithms({40, 10});
   CublasLtWithoutDeviceScalars noFolds;
-  test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
-  CacheDirectory cache;
-  CudaBackendOptions tunedOptions = kFoldsUpdatesIntoGemms;
-  tunedOptions.gemmTuningMinimumFlops = 1;
-  tunedOptions.kernelCacheDirectory = cache.path;
-  Expected<std::unique_ptr<CudaBackend>> tuning = createCudaBackend(tunedOptions);
-  Expected<std::unique_ptr<CudaBackend>> untuned = createCudaBackend(kFoldsUpdatesIntoGemms);
-  ASSERT_TRUE(tuning.ok() && untuned.ok()) << tuning.message();
-  Expected<std::unique_ptr<Executable>> tuned = (*tuning)->prepare(parts.plan);
-  Expected<std::unique_ptr<Executable>> reference = (*untuned)->prepare(parts.plan);
-  ASSERT_TRUE(tuned.ok() && reference.ok()) << tuned.message() << reference.message();
-  CudaRunStats stats = (*tuning)->stats(**tuned);
+  TunedBesideUntuned backends;
+  ASSERT_EQ(backends.prepare(), "");
+  const test::ScaledTwoLayerStep& parts = backends.parts;
+  CudaRunStats stats = backends.tuning->stats(*backends.tuned);
   EXPECT_EQ(stats.updatesFoldedIntoGemms, 0);
   EXPECT_EQ(stats.gemmFoldDeclined.rfind(describeStep(parts.plan, parts.w0Update) + " was not folded into its GEMM: ", 0),
             0u)
@@ -1296,7 +1306,7 @@ TEST_F(GpuTest, AGemmNoUpdateFoldsIntoAfterAllIsTunedAsAnyOther) {
   EXPECT_EQ(stats.gemmsOffHeuristic, stats.gemmsTuned);
   int64_t fastestBefore = emulation::cublasLtMatmulsWithAlgorithm(1);
   int64_t firstBefore = emulation::cublasLtMatmulsWithAlgorithm(0);
-  expectTunedStepsAsTheUntunedOnes(parts, **tuning, **tuned, **untuned, **reference);
+  backends.expectTheSameSteps();
   EXPECT_EQ(emulation::cublasLtMatmulsWithAlgorithm(1) - fastestBefore, 4 * gemmStepsOf(parts.plan))
       << "every GEMM of the tuned backend's 4 runs, and none of the untuned one's";
   EXPECT_EQ(emulation::cublasLtMatmulsWithAlgorithm(0) - firstBefore, 4 * gemmStepsOf(parts.plan));
