@@ -40,7 +40,6 @@
 #include <fstream>
 #include <iterator>
 
-
 namespace jit::detail {
 namespace {
 

@@ -1298,9 +1298,8 @@ TEST_F(GpuTest, AGemmNoUpdateFoldsIntoAfterAllIsTunedAsAnyOther) {
   const test::ScaledTwoLayerStep& parts = backends.parts;
   CudaRunStats stats = backends.tuning->stats(*backends.tuned);
   EXPECT_EQ(stats.updatesFoldedIntoGemms, 0);
-  EXPECT_EQ(stats.gemmFoldDeclined.rfind(describeStep(parts.plan, parts.w0Update) + " was not folded into its GEMM: ", 0),
-            0u)
-      << stats.gemmFoldDeclined;
+  const std::string declined = describeStep(parts.plan, parts.w0Update) + " was not folded into its GEMM: ";
+  EXPECT_EQ(stats.gemmFoldDeclined.rfind(declined, 0), 0u) << stats.gemmFoldDeclined;
   EXPECT_EQ(stats.speculativeUpdates, 2) << "w0's update still runs beside the backward";
   EXPECT_EQ(stats.gemmsTuned, gemmStepsOf(parts.plan)) << "every plain GEMM, w0's gradient's included";
   EXPECT_EQ(stats.gemmsOffHeuristic, stats.gemmsTuned);

@@ -595,7 +595,8 @@ Expected<std::unique_ptr<DeviceStep>> makeCublasLtStep(DeviceContext& context, c
   // Products: the batch entries of one strided call, or the calls.
   double products = double(strided ? aOffsets.size() : gemm->calls_.size());
   GemmTuner* tuner = context.gemmTuner;
-  bool wantsTuning = choice == GemmAlgorithmChoice::TimedIfLarge && tuner != nullptr && tuner->wants(2.0 * double(m) * double(n) * double(k) * products);
+  bool wantsTuning = choice == GemmAlgorithmChoice::TimedIfLarge && tuner != nullptr &&
+                     tuner->wants(2.0 * double(m) * double(n) * double(k) * products);
   std::vector<cublasLtMatmulHeuristicResult_t> results(wantsTuning ? kGemmTuningCandidates : 1);
   int found = 0;
   AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(context.cublasLt, d.matmul, d.first, d.second,
