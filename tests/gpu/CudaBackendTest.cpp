@@ -142,6 +142,48 @@ TEST_F(GpuTest, GeneratedKernelsMatchTheCpuWhenEachThreadTakesSeveralElements) {
   EXPECT_TRUE(both->cudaArguments[2].bitwiseEqual(both->cpuArguments[2])) << "the state, updated in place twice";
 }
 
+TEST_F(GpuTest, GeneratedKernelsGiveTheCpusBitsInChunksAndOutOfThem) {
+  // Steps whose operands are contiguous or broadcast along the innermost
+  // dimension take chunks of consecutive elements in whole accesses: a row
+  // broadcast (a bias), a column broadcast (inner stride 0), a scalar, an
+  // i1 mask (8-byte chunks), an i64 conversion (64-byte chunks), an update
+  // in place, and a rank-1 tensor whose last chunk is partial. A row of
+  // 1001 elements cannot keep chunks in rows and takes the grid-stride loop.
+  PlanBuilder b("chunks");
+  const Shape shape = {300, 64}, ragged = {300, 1001};
+  BufferId x = b.argument(tt(DType::F16, shape), BufferRole::Input, "x");
+  BufferId bias = b.argument(tt(DType::F16, {64}), BufferRole::Input, "bias");
+  BufferId rowScale = b.argument(tt(DType::F32, {300, 1}), BufferRole::Input, "row_scale");
+  BufferId scalar = b.argument(tt(DType::F32, {}), BufferRole::Input, "scalar");
+  BufferId tail = b.argument(tt(DType::F32, {1003}), BufferRole::Input, "tail");
+  BufferId wide = b.argument(tt(DType::F16, ragged), BufferRole::Input, "wide");
+  BufferId wideBias = b.argument(tt(DType::F16, {1001}), BufferRole::Input, "wide_bias");
+  BufferId state = b.argument(tt(DType::F32, shape), BufferRole::Param, "state");
+  BufferId biased = b.output(tt(DType::F16, shape)), widened = b.temporary(tt(DType::F32, shape));
+  BufferId scaled = b.output(tt(DType::F32, shape)), timesScalar = b.output(tt(DType::F32, shape));
+  BufferId mask = b.output(tt(DType::I1, shape)), truncated = b.output(tt(DType::I64, shape));
+  BufferId halfTail = b.output(tt(DType::F16, {1003})), wideSum = b.output(tt(DType::F16, ragged));
+  b.op("jit.add", {x, bias}, {biased});
+  b.op("jit.convert", {biased}, {widened});
+  b.op("jit.mul", {widened, rowScale}, {scaled});
+  b.op("jit.mul", {widened, scalar}, {timesScalar});
+  b.op("jit.compare", {scaled, timesScalar}, {mask}, {{"predicate", std::string("gt")}});
+  b.op("jit.convert", {timesScalar}, {truncated});
+  b.op("jit.sub", {state, scaled}, {state});
+  b.op("jit.convert", {tail}, {halfTail});
+  b.op("jit.add", {wide, wideBias}, {wideSum});
+  for (BufferId result : {biased, scaled, timesScalar, mask, truncated, halfTail, wideSum})
+    b.result(result);
+  b.result(state, 7);
+  Plan plan = b.finish();
+  Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, randomArguments(plan, 31, -40.0, 40.0), 2);
+  ASSERT_TRUE(both.ok()) << both.message();
+  ASSERT_EQ(both->cpuResults.size(), both->cudaResults.size());
+  for (size_t i = 0; i < both->cpuResults.size(); ++i)
+    EXPECT_TRUE(both->cudaResults[i].bitwiseEqual(both->cpuResults[i])) << "result " << i;
+  EXPECT_TRUE(both->cudaArguments[7].bitwiseEqual(both->cpuArguments[7])) << "the state, updated in place twice";
+}
+
 /// p <- p - 0.5 * (x @ w), with p and w state: a plan with a GEMM, generated
 /// kernels and a tied result, enough to tell replays from re-runs.
 Plan statefulPlan() {

@@ -139,11 +139,65 @@ static __device__ __forceinline__ float ampjit_pow(float v, float e) { return po
 static __device__ __forceinline__ double ampjit_pow(double v, double e) { return pow(v, e); }
 
 )";
+  text += "#define AMPJIT_CHUNK " + std::to_string(kChunkElements) + "\n";
   text += "#define AMPJIT_SQRT_HALF " + doubleLiteral(std::numbers::sqrt2 / 2) + "\n";
   text += "#define AMPJIT_GELU_BETA " + doubleLiteral(std::numbers::sqrt2 * std::numbers::inv_sqrtpi) + "\n";
   text += "#define AMPJIT_GELU_KAPPA " + doubleLiteral(0.044715) + "\n";
   text += "#define AMPJIT_INV_SQRT_2PI " + doubleLiteral(std::numbers::inv_sqrtpi / std::numbers::sqrt2) + "\n";
   text += R"(
+// kChunkElements consecutive elements, aligned for one 16-byte access per
+// 16 bytes (one 8-byte access for 1-byte elements): the SGD kernels' lesson
+// on the H100, where element-wide accesses left half the bandwidth unused.
+template <typename T> struct alignas(sizeof(T) == 1 ? 8 : 16) AmpjitChunk {
+  T v[AMPJIT_CHUNK];
+};
+
+template <typename T> static __device__ __forceinline__ bool ampjit_chunk_aligned(const T* at) {
+  return reinterpret_cast<unsigned long long>(at) % alignof(AmpjitChunk<T>) == 0;
+}
+
+// The host build of this source (the tests' CUDA emulation) stops where the
+// device would fault on a misaligned access.
+template <typename T> static __device__ __forceinline__ void ampjit_check_chunk_aligned(const T* at) {
+#if !defined(__CUDA_ARCH__)
+  if (!ampjit_chunk_aligned(at))
+    __builtin_trap();
+#endif
+}
+
+template <typename T> static __device__ __forceinline__ AmpjitChunk<T> ampjit_load_chunk(const T* from) {
+  ampjit_check_chunk_aligned(from);
+  AmpjitChunk<T> chunk;
+  if constexpr (sizeof(chunk) == 8) {
+    *reinterpret_cast<uint2*>(&chunk) = *reinterpret_cast<const uint2*>(from);
+  } else {
+#pragma unroll
+    for (int q = 0; q < int(sizeof(chunk) / 16); ++q)
+      reinterpret_cast<uint4*>(&chunk)[q] = reinterpret_cast<const uint4*>(from)[q];
+  }
+  return chunk;
+}
+
+// A broadcast operand's one element, in every lane.
+template <typename T> static __device__ __forceinline__ AmpjitChunk<T> ampjit_splat_chunk(T value) {
+  AmpjitChunk<T> chunk;
+#pragma unroll
+  for (int lane = 0; lane < AMPJIT_CHUNK; ++lane)
+    chunk.v[lane] = value;
+  return chunk;
+}
+
+template <typename T> static __device__ __forceinline__ void ampjit_store_chunk(T* to, const AmpjitChunk<T>& chunk) {
+  ampjit_check_chunk_aligned(to);
+  if constexpr (sizeof(chunk) == 8) {
+    *reinterpret_cast<uint2*>(to) = *reinterpret_cast<const uint2*>(&chunk);
+  } else {
+#pragma unroll
+    for (int q = 0; q < int(sizeof(chunk) / 16); ++q)
+      reinterpret_cast<uint4*>(to)[q] = reinterpret_cast<const uint4*>(&chunk)[q];
+  }
+}
+
 template <typename T> static __device__ __forceinline__ T ampjit_gelu(T x) {
   return T(0.5) * x * (T(1) + ampjit_erf(x * T(AMPJIT_SQRT_HALF)));
 }
@@ -378,11 +432,118 @@ std::string loadedElement(const FusedInstruction& load) {
   return loadExpression(load.type, "in" + input + "[offset" + input + "]");
 }
 
+/// The statements storing the program's outputs for element `i`.
+std::string storeStatements(const std::vector<uint32_t>& outputs, const std::vector<DType>& outputTypes,
+                            const std::string& indent) {
+  std::string text;
+  for (size_t k = 0; k < outputs.size(); ++k)
+    text += indent + "out" + std::to_string(k) + "[i] = " + storeExpression(outputTypes[k], reg(outputs[k])) + ";\n";
+  return text;
+}
+
+/// Whether the kernel gets chunkedLoop: where its program has no
+/// transcendental function and no conversion through double. Those programs'
+/// kernels are bound by memory, and chunks raise the bandwidth they reach;
+/// the others' eight unrolled copies of the program took NVRTC four times as
+/// long to compile (the time to first step) for kernels that compute more
+/// than they move.
+bool takesChunks(const std::vector<FusedInstruction>& program) {
+  return std::none_of(program.begin(), program.end(), [](const FusedInstruction& instruction) {
+    switch (instruction.op) {
+    case ElementwiseOp::Tanh:
+    case ElementwiseOp::Sigmoid:
+    case ElementwiseOp::Exp:
+    case ElementwiseOp::Log:
+    case ElementwiseOp::Sqrt:
+    case ElementwiseOp::Rsqrt:
+    case ElementwiseOp::Gelu:
+    case ElementwiseOp::GeluTanh:
+    case ElementwiseOp::Pow:
+    case ElementwiseOp::GeluGrad:
+    case ElementwiseOp::GeluTanhGrad: return true;
+    default: return classOf(instruction.type) == RegisterClass::Double;
+    }
+  });
+}
+
+/// The kernel's first loop, taken where every input steps through the
+/// innermost dimension contiguously or not at all and no chunk of
+/// kChunkElements crosses a row: each thread takes chunks of consecutive
+/// elements, every input's chunk in whole accesses (one element, splat,
+/// where broadcast) before it computes any, then every output's. A chunk
+/// at the end of the elements or at a misaligned address goes element by
+/// element. The program runs once per element as in the other loop, so the
+/// bits are the same.
+std::string chunkedLoop(const std::vector<FusedInstruction>& program, const std::vector<uint32_t>& outputs,
+                        const std::vector<DType>& inputTypes, const std::vector<DType>& outputTypes) {
+  const std::string chunk = std::to_string(kChunkElements);
+  std::string text = "  const int inner = rank - 1;\n";
+  text += "  if (rank >= 1 && (rank == 1 || dims.v[inner] % " + chunk + " == 0)";
+  for (size_t k = 0; k < inputTypes.size(); ++k)
+    text += " && (stride" + std::to_string(k) + ".v[inner] == 0 || stride" + std::to_string(k) + ".v[inner] == 1)";
+  text += ") {\n";
+  text += "    for (long long chunk = (long long)blockIdx.x * blockDim.x + threadIdx.x; chunk * " + chunk +
+          " < count; chunk += step) {\n";
+  text += "      const long long base = chunk * " + chunk + ";\n";
+  text += "      if (base + " + chunk + " <= count) {\n";
+  text += "        const long long i = base;\n";
+  text += offsetStatements(inputTypes.size(), "        ");
+  std::string aligned = "true";
+  for (size_t k = 0; k < inputTypes.size(); ++k)
+    aligned += " && (stride" + std::to_string(k) + ".v[inner] == 0 || ampjit_chunk_aligned(in" + std::to_string(k) +
+               " + offset" + std::to_string(k) + "))";
+  for (size_t k = 0; k < outputTypes.size(); ++k)
+    aligned += " && ampjit_chunk_aligned(out" + std::to_string(k) + " + base)";
+  text += "        if (" + aligned + ") {\n";
+  for (uint32_t r = 0; r < program.size(); ++r) {
+    if (program[r].op != ElementwiseOp::Load)
+      continue;
+    std::string input = std::to_string(program[r].operands[0]);
+    std::string type = deviceElementTypeName(inputTypes[program[r].operands[0]]);
+    text += "          const AmpjitChunk<" + type + "> chunk" + std::to_string(r) + " = stride" + input +
+            ".v[inner] == 0 ? ampjit_splat_chunk(in" + input + "[offset" + input + "]) : ampjit_load_chunk(in" +
+            input + " + offset" + input + ");\n";
+  }
+  for (size_t k = 0; k < outputTypes.size(); ++k)
+    text += "          AmpjitChunk<" + std::string(deviceElementTypeName(outputTypes[k])) + "> stored" +
+            std::to_string(k) + ";\n";
+  text += "#pragma unroll\n";
+  text += "          for (int lane = 0; lane < " + chunk + "; ++lane) {\n";
+  text += programStatements(program, "            ", [&](uint32_t r) {
+    return loadExpression(program[r].type, "chunk" + std::to_string(r) + ".v[lane]");
+  });
+  for (size_t k = 0; k < outputs.size(); ++k)
+    text += "            stored" + std::to_string(k) + ".v[lane] = " +
+            storeExpression(outputTypes[k], reg(outputs[k])) + ";\n";
+  text += "          }\n";
+  for (size_t k = 0; k < outputTypes.size(); ++k)
+    text += "          ampjit_store_chunk(out" + std::to_string(k) + " + base, stored" + std::to_string(k) + ");\n";
+  text += "          continue;\n";
+  text += "        }\n";
+  text += "      }\n";
+  // Rolled: unrolled, its eight copies of the indexing and the program
+  // made NVRTC take twice as long over every kernel, for a path that only
+  // the last chunk and misaligned views take.
+  text += "#pragma unroll 1\n";
+  text += "      for (long long i = base; i < base + " + chunk + " && i < count; ++i) {\n";
+  text += offsetStatements(inputTypes.size(), "        ");
+  text += programStatements(program, "        ", [&](uint32_t r) { return loadedElement(program[r]); });
+  text += storeStatements(outputs, outputTypes, "        ");
+  text += "      }\n";
+  text += "    }\n";
+  text += "    return;\n";
+  text += "  }\n";
+  return text;
+}
+
 /// The kernel, with kNamePlaceholder for its name and no step comment: the
 /// text whose hash names it.
 std::string kernelBody(const std::vector<FusedInstruction>& program, const std::vector<uint32_t>& outputs,
                        const std::vector<DType>& inputTypes, const std::vector<DType>& outputTypes) {
   std::string text = prelude() + kernelSignature(inputTypes, outputTypes, /*columnSummed=*/false);
+  text += "  const long long step = (long long)gridDim.x * blockDim.x;\n";
+  if (takesChunks(program))
+    text += chunkedLoop(program, outputs, inputTypes, outputTypes);
   // Each pass of the grid-stride loop covers kSlotsPerPass elements a grid
   // apart, their loads issued before any arithmetic or store: one element
   // at a time kept a thread's one load in flight, and casts of 64 MB ran at
@@ -391,7 +552,6 @@ std::string kernelBody(const std::vector<FusedInstruction>& program, const std::
   // an earlier slot's store: an output shares bytes with an input only in
   // place, element for element.
   const std::string slots = std::to_string(kSlotsPerPass);
-  text += "  const long long step = (long long)gridDim.x * blockDim.x;\n";
   text += "  for (long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x; first < count; first += " +
           slots + " * step) {\n";
   for (uint32_t r = 0; r < program.size(); ++r)
@@ -410,8 +570,7 @@ std::string kernelBody(const std::vector<FusedInstruction>& program, const std::
   text += "      const long long i = first + slot * step;\n";
   text += "      if (i >= count) break;\n";
   text += programStatements(program, "      ", [](uint32_t r) { return "loaded" + std::to_string(r) + "[slot]"; });
-  for (size_t k = 0; k < outputs.size(); ++k)
-    text += "      out" + std::to_string(k) + "[i] = " + storeExpression(outputTypes[k], reg(outputs[k])) + ";\n";
+  text += storeStatements(outputs, outputTypes, "      ");
   text += "    }\n  }\n}\n";
   return text;
 }
@@ -429,17 +588,39 @@ std::string columnSummedKernelBody(const std::vector<FusedInstruction>& program,
   text += "  __shared__ float lane_sums[" + lanes + "][" + columns + "];\n";
   text += "  const long long columns = count / rows;\n";
   text += "  const int column = threadIdx.x % " + columns + ", lane = threadIdx.x / " + columns + ";\n";
+  // A lane's rows in passes of kSlotsPerPass, every load of a pass before
+  // its arithmetic: one row at a time kept one load in flight per thread,
+  // and a grid of one block per 32 columns fills a quarter of the H100's
+  // thread slots (mlp9's bias gradients ran at 1.3 TB/s). The additions stay
+  // in row order, so the bits are the same.
+  const std::string slots = std::to_string(kSlotsPerPass);
   text += "  for (long long tile = blockIdx.x; tile * " + columns + " < columns; tile += gridDim.x) {\n";
   text += "    const long long c = tile * " + columns + " + column;\n";
   text += "    float sum = 0.0f;\n";
   text += "    if (c < columns) {\n";
-  text += "      for (long long row = lane; row < rows; row += " + lanes + ") {\n";
-  text += "        const long long i = row * columns + c;\n";
-  text += offsetStatements(inputTypes.size(), "        ");
-  text += programStatements(program, "        ", [&](uint32_t r) { return loadedElement(program[r]); });
-  for (size_t k = 0; k < outputs.size(); ++k)
-    text += "        out" + std::to_string(k) + "[i] = " + storeExpression(outputTypes[k], reg(outputs[k])) + ";\n";
-  text += "        sum = sum + " + reg(summed) + ";\n";
+  text += "      for (long long first = lane; first < rows; first += " + slots + " * " + lanes + ") {\n";
+  for (uint32_t r = 0; r < program.size(); ++r)
+    if (program[r].op == ElementwiseOp::Load)
+      text += "        " + std::string(registerTypeName(classOf(program[r].type))) + " loaded" + std::to_string(r) +
+              "[" + slots + "];\n";
+  text += "        for (int slot = 0; slot < " + slots + "; ++slot) {\n";
+  text += "          const long long row = first + slot * " + lanes + ";\n";
+  text += "          if (row >= rows) break;\n";
+  text += "          const long long i = row * columns + c;\n";
+  text += offsetStatements(inputTypes.size(), "          ");
+  for (uint32_t r = 0; r < program.size(); ++r)
+    if (program[r].op == ElementwiseOp::Load)
+      text += "          loaded" + std::to_string(r) + "[slot] = " + loadedElement(program[r]) + ";\n";
+  text += "        }\n";
+  text += "        for (int slot = 0; slot < " + slots + "; ++slot) {\n";
+  text += "          const long long row = first + slot * " + lanes + ";\n";
+  text += "          if (row >= rows) break;\n";
+  if (!outputs.empty())
+    text += "          const long long i = row * columns + c;\n";
+  text += programStatements(program, "          ", [](uint32_t r) { return "loaded" + std::to_string(r) + "[slot]"; });
+  text += storeStatements(outputs, outputTypes, "          ");
+  text += "          sum = sum + " + reg(summed) + ";\n";
+  text += "        }\n";
   text += "      }\n    }\n";
   text += "    lane_sums[lane][column] = sum;\n";
   text += "    __syncthreads();\n";
@@ -672,7 +853,12 @@ Expected<ElementwiseKernel> emitElementwiseKernel(const Plan& plan, const Step& 
   program->launch.outputs = step.outputs;
   return namedKernel(kernelBody(program->instructions, program->outputs, program->inputTypes, program->outputTypes),
                      stepComment(plan, step),
-                     "a grid-stride loop, each pass loading " +
+                     std::string(takesChunks(program->instructions)
+                                     ? "chunks of " + std::to_string(kChunkElements) +
+                                           " consecutive elements in whole accesses where every operand is "
+                                           "contiguous or broadcast along the innermost dimension, else "
+                                     : "") +
+                         "a grid-stride loop, each pass loading " +
                          std::to_string(kSlotsPerPass) + " elements a grid apart before computing them; inputs " +
                          "broadcast by per-dimension strides (0 where broadcast).",
                      std::move(program->launch));

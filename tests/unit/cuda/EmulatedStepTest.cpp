@@ -21,6 +21,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -289,6 +291,52 @@ TEST(EmulatedStep, AResNetStepOnTheCudaPathMatchesTheCpu) {
   EXPECT_EQ(size_t(counts.gemmSteps), gemms);
   EXPECT_GT(counts.generatedLaunches, 0);
   EXPECT_GT(counts.handwrittenLaunches, int64_t(pools));
+}
+
+TEST(EmulatedStep, AGeneratedKernelTakesMisalignedOperandsElementByElementWithTheCpusBits) {
+  // Plans' buffers start aligned, so only a direct launch can give a
+  // generated kernel an operand one or three elements off: each chunk it
+  // touches must then go element by element (a chunk's whole access there
+  // faults on the device, and traps in the emulation's build of the kernel),
+  // with the bits an aligned launch gives.
+  rt::test::PlanBuilder b("misaligned");
+  const int64_t count = 67; // eight chunks and a partial one
+  rt::BufferId wide = b.argument(rt::test::tt(rt::DType::F32, {count}), rt::BufferRole::Input, "wide");
+  rt::BufferId narrow = b.output(rt::test::tt(rt::DType::F16, {count}));
+  b.op("jit.convert", {wide}, {narrow});
+  b.result(narrow);
+  rt::Plan plan = b.finish();
+  std::vector<double> values;
+  for (int64_t i = 0; i < count; ++i)
+    values.push_back(std::ldexp(double(i % 13) - 6.1, -int(i % 5)));
+  std::vector<rt::Tensor> arguments = {*rt::Tensor::fromDoubles(rt::DType::F32, {count}, values)};
+  rt::Expected<std::unique_ptr<rt::Executable>> reference = rt::createCpuBackend()->prepare(plan);
+  ASSERT_TRUE(reference.ok()) << reference.message();
+  rt::Expected<std::vector<rt::Tensor>> expected = (*reference)->run(arguments);
+  ASSERT_TRUE(expected.ok()) << expected.message();
+
+  rt::Expected<rt::cuda::ElementwiseKernel> kernel = rt::cuda::emitElementwiseKernel(plan, plan.steps[0]);
+  ASSERT_TRUE(kernel.ok()) << kernel.message();
+  ASSERT_NE(kernel->source.find("ampjit_load_chunk(in"), std::string::npos) << "a kernel that takes chunks";
+  rt::cuda::DeviceContext context;
+  context.multiprocessorCount = 132;
+  rt::Expected<std::unique_ptr<rt::cuda::DeviceStep>> step = rt::cuda::makeGeneratedElementwiseStep(context, *kernel);
+  ASSERT_TRUE(step.ok()) << step.message();
+
+  // Each operand in a 64-byte aligned block of its own, `shift` elements in.
+  for (auto [inShift, outShift] : std::vector<std::pair<std::size_t, std::size_t>>{{0, 0}, {1, 0}, {0, 1}, {3, 3}}) {
+    SCOPED_TRACE("elements in: input " + std::to_string(inShift) + ", output " + std::to_string(outShift));
+    std::unique_ptr<std::byte, decltype(&std::free)> inBlock(static_cast<std::byte*>(std::aligned_alloc(64, 512)),
+                                                             &std::free),
+        outBlock(static_cast<std::byte*>(std::aligned_alloc(64, 512)), &std::free);
+    std::byte* in = inBlock.get() + inShift * sizeof(float);
+    std::byte* out = outBlock.get() + outShift * sizeof(uint16_t);
+    std::memcpy(in, arguments[0].bytes(), arguments[0].byteSize());
+    void* inputs[1] = {in};
+    void* outputs[1] = {out};
+    ASSERT_TRUE((*step)->enqueue(rt::cuda::StepPointers{inputs, outputs}, nullptr).ok());
+    EXPECT_EQ(std::memcmp(out, (*expected)[0].bytes(), (*expected)[0].byteSize()), 0);
+  }
 }
 
 } // namespace

@@ -42,6 +42,11 @@ inline constexpr int kElementwiseBlockSize = 256;
 /// Elements a thread loads before it computes and stores any of them, a
 /// grid apart, in each pass of a generated kernel's grid-stride loop.
 inline constexpr int kSlotsPerPass = 4;
+/// Consecutive elements a thread of a generated kernel takes in one chunk
+/// where every operand is contiguous or broadcast along the innermost
+/// dimension: each input and output in 16-byte accesses (8-byte for 1-byte
+/// elements).
+inline constexpr int kChunkElements = 8;
 
 static_assert(kColumnTileColumns * kColumnTileLanes == kElementwiseBlockSize);
 
