@@ -432,6 +432,26 @@ std::string loadedElement(const FusedInstruction& load) {
   return loadExpression(load.type, "in" + input + "[offset" + input + "]");
 }
 
+/// A pass's loads (the grid-stride loop's, the column sums'): per Load
+/// instruction an array of kSlotsPerPass registers...
+std::string slotArrays(const std::vector<FusedInstruction>& program, const std::string& indent) {
+  std::string text;
+  for (uint32_t r = 0; r < program.size(); ++r)
+    if (program[r].op == ElementwiseOp::Load)
+      text += indent + registerTypeName(classOf(program[r].type)) + " loaded" + std::to_string(r) + "[" +
+              std::to_string(kSlotsPerPass) + "];\n";
+  return text;
+}
+
+/// ...and the statements filling its `slot` with element `i`.
+std::string slotLoads(const std::vector<FusedInstruction>& program, const std::string& indent) {
+  std::string text;
+  for (uint32_t r = 0; r < program.size(); ++r)
+    if (program[r].op == ElementwiseOp::Load)
+      text += indent + "loaded" + std::to_string(r) + "[slot] = " + loadedElement(program[r]) + ";\n";
+  return text;
+}
+
 /// The statements storing the program's outputs for element `i`.
 std::string storeStatements(const std::vector<uint32_t>& outputs, const std::vector<DType>& outputTypes,
                             const std::string& indent) {
@@ -554,17 +574,12 @@ std::string kernelBody(const std::vector<FusedInstruction>& program, const std::
   const std::string slots = std::to_string(kSlotsPerPass);
   text += "  for (long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x; first < count; first += " +
           slots + " * step) {\n";
-  for (uint32_t r = 0; r < program.size(); ++r)
-    if (program[r].op == ElementwiseOp::Load)
-      text += "    " + std::string(registerTypeName(classOf(program[r].type))) + " loaded" + std::to_string(r) + "[" +
-              slots + "];\n";
+  text += slotArrays(program, "    ");
   text += "    for (int slot = 0; slot < " + slots + "; ++slot) {\n";
   text += "      const long long i = first + slot * step;\n";
   text += "      if (i >= count) break;\n";
   text += offsetStatements(inputTypes.size(), "      ");
-  for (uint32_t r = 0; r < program.size(); ++r)
-    if (program[r].op == ElementwiseOp::Load)
-      text += "      loaded" + std::to_string(r) + "[slot] = " + loadedElement(program[r]) + ";\n";
+  text += slotLoads(program, "      ");
   text += "    }\n";
   text += "    for (int slot = 0; slot < " + slots + "; ++slot) {\n";
   text += "      const long long i = first + slot * step;\n";
@@ -599,18 +614,13 @@ std::string columnSummedKernelBody(const std::vector<FusedInstruction>& program,
   text += "    float sum = 0.0f;\n";
   text += "    if (c < columns) {\n";
   text += "      for (long long first = lane; first < rows; first += " + slots + " * " + lanes + ") {\n";
-  for (uint32_t r = 0; r < program.size(); ++r)
-    if (program[r].op == ElementwiseOp::Load)
-      text += "        " + std::string(registerTypeName(classOf(program[r].type))) + " loaded" + std::to_string(r) +
-              "[" + slots + "];\n";
+  text += slotArrays(program, "        ");
   text += "        for (int slot = 0; slot < " + slots + "; ++slot) {\n";
   text += "          const long long row = first + slot * " + lanes + ";\n";
   text += "          if (row >= rows) break;\n";
   text += "          const long long i = row * columns + c;\n";
   text += offsetStatements(inputTypes.size(), "          ");
-  for (uint32_t r = 0; r < program.size(); ++r)
-    if (program[r].op == ElementwiseOp::Load)
-      text += "          loaded" + std::to_string(r) + "[slot] = " + loadedElement(program[r]) + ";\n";
+  text += slotLoads(program, "          ");
   text += "        }\n";
   text += "        for (int slot = 0; slot < " + slots + "; ++slot) {\n";
   text += "          const long long row = first + slot * " + lanes + ";\n";
