@@ -146,9 +146,10 @@ TEST_F(GpuTest, GeneratedKernelsGiveTheCpusBitsInChunksAndOutOfThem) {
   // Steps whose operands are contiguous or broadcast along the innermost
   // dimension take chunks of consecutive elements in whole accesses: a row
   // broadcast (a bias), a column broadcast (inner stride 0), a scalar, an
-  // i1 mask (8-byte chunks), an i64 conversion (64-byte chunks), an update
-  // in place, and a rank-1 tensor whose last chunk is partial. A row of
-  // 1001 elements cannot keep chunks in rows and takes the grid-stride loop.
+  // i1 mask written and read (8-byte chunks), an i64 conversion (64-byte
+  // chunks), an update in place, and a rank-1 tensor whose last chunk is
+  // partial. A row of 1001 elements cannot keep chunks in rows and takes
+  // the grid-stride loop.
   PlanBuilder b("chunks");
   const Shape shape = {300, 64}, ragged = {300, 1001};
   BufferId x = b.argument(tt(DType::F16, shape), BufferRole::Input, "x");
@@ -163,16 +164,18 @@ TEST_F(GpuTest, GeneratedKernelsGiveTheCpusBitsInChunksAndOutOfThem) {
   BufferId scaled = b.output(tt(DType::F32, shape)), timesScalar = b.output(tt(DType::F32, shape));
   BufferId mask = b.output(tt(DType::I1, shape)), truncated = b.output(tt(DType::I64, shape));
   BufferId halfTail = b.output(tt(DType::F16, {1003})), wideSum = b.output(tt(DType::F16, ragged));
+  BufferId chosen = b.output(tt(DType::F32, shape));
   b.op("jit.add", {x, bias}, {biased});
   b.op("jit.convert", {biased}, {widened});
   b.op("jit.mul", {widened, rowScale}, {scaled});
   b.op("jit.mul", {widened, scalar}, {timesScalar});
   b.op("jit.compare", {scaled, timesScalar}, {mask}, {{"predicate", std::string("gt")}});
+  b.op("jit.select", {mask, scaled, timesScalar}, {chosen});
   b.op("jit.convert", {timesScalar}, {truncated});
   b.op("jit.sub", {state, scaled}, {state});
   b.op("jit.convert", {tail}, {halfTail});
   b.op("jit.add", {wide, wideBias}, {wideSum});
-  for (BufferId result : {biased, scaled, timesScalar, mask, truncated, halfTail, wideSum})
+  for (BufferId result : {biased, scaled, timesScalar, mask, truncated, halfTail, wideSum, chosen})
     b.result(result);
   b.result(state, 7);
   Plan plan = b.finish();
