@@ -18,6 +18,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <numbers>
 
@@ -165,16 +166,21 @@ template <typename T> static __device__ __forceinline__ void ampjit_check_chunk_
 #endif
 }
 
+// One chunk's bytes in whole accesses; both ends aligned as AmpjitChunk<T>.
+template <typename T> static __device__ __forceinline__ void ampjit_copy_chunk(void* to, const void* from) {
+  if constexpr (sizeof(AmpjitChunk<T>) == 8) {
+    *static_cast<uint2*>(to) = *static_cast<const uint2*>(from);
+  } else {
+#pragma unroll
+    for (int q = 0; q < int(sizeof(AmpjitChunk<T>) / 16); ++q)
+      static_cast<uint4*>(to)[q] = static_cast<const uint4*>(from)[q];
+  }
+}
+
 template <typename T> static __device__ __forceinline__ AmpjitChunk<T> ampjit_load_chunk(const T* from) {
   ampjit_check_chunk_aligned(from);
   AmpjitChunk<T> chunk;
-  if constexpr (sizeof(chunk) == 8) {
-    *reinterpret_cast<uint2*>(&chunk) = *reinterpret_cast<const uint2*>(from);
-  } else {
-#pragma unroll
-    for (int q = 0; q < int(sizeof(chunk) / 16); ++q)
-      reinterpret_cast<uint4*>(&chunk)[q] = reinterpret_cast<const uint4*>(from)[q];
-  }
+  ampjit_copy_chunk<T>(&chunk, from);
   return chunk;
 }
 
@@ -189,13 +195,7 @@ template <typename T> static __device__ __forceinline__ AmpjitChunk<T> ampjit_sp
 
 template <typename T> static __device__ __forceinline__ void ampjit_store_chunk(T* to, const AmpjitChunk<T>& chunk) {
   ampjit_check_chunk_aligned(to);
-  if constexpr (sizeof(chunk) == 8) {
-    *reinterpret_cast<uint2*>(to) = *reinterpret_cast<const uint2*>(&chunk);
-  } else {
-#pragma unroll
-    for (int q = 0; q < int(sizeof(chunk) / 16); ++q)
-      reinterpret_cast<uint4*>(to)[q] = reinterpret_cast<const uint4*>(&chunk)[q];
-  }
+  ampjit_copy_chunk<T>(to, &chunk);
 }
 
 template <typename T> static __device__ __forceinline__ T ampjit_gelu(T x) {
@@ -452,12 +452,15 @@ std::string slotLoads(const std::vector<FusedInstruction>& program, const std::s
   return text;
 }
 
-/// The statements storing the program's outputs for element `i`.
+/// The statements storing the program's outputs: output k into `out<k>[i]`,
+/// or, given `element`, into `<element(k)>`.
 std::string storeStatements(const std::vector<uint32_t>& outputs, const std::vector<DType>& outputTypes,
-                            const std::string& indent) {
+                            const std::string& indent,
+                            const std::function<std::string(size_t)>& element = nullptr) {
   std::string text;
   for (size_t k = 0; k < outputs.size(); ++k)
-    text += indent + "out" + std::to_string(k) + "[i] = " + storeExpression(outputTypes[k], reg(outputs[k])) + ";\n";
+    text += indent + (element ? element(k) : "out" + std::to_string(k) + "[i]") + " = " +
+            storeExpression(outputTypes[k], reg(outputs[k])) + ";\n";
   return text;
 }
 
@@ -532,9 +535,8 @@ std::string chunkedLoop(const std::vector<FusedInstruction>& program, const std:
   text += programStatements(program, "            ", [&](uint32_t r) {
     return loadExpression(program[r].type, "chunk" + std::to_string(r) + ".v[lane]");
   });
-  for (size_t k = 0; k < outputs.size(); ++k)
-    text += "            stored" + std::to_string(k) + ".v[lane] = " +
-            storeExpression(outputTypes[k], reg(outputs[k])) + ";\n";
+  text += storeStatements(outputs, outputTypes, "            ",
+                          [](size_t k) { return "stored" + std::to_string(k) + ".v[lane]"; });
   text += "          }\n";
   for (size_t k = 0; k < outputTypes.size(); ++k)
     text += "          ampjit_store_chunk(out" + std::to_string(k) + " + base, stored" + std::to_string(k) + ");\n";
