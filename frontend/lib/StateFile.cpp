@@ -29,7 +29,7 @@
 
 #include "jit/Autograd.h"
 
-#include "ampjit/runtime/AtomicFile.h"
+#include "ampjit/runtime/Files.h"
 #include "ampjit/runtime/LowPrecision.h"
 #include "ampjit/runtime/Shape.h"
 

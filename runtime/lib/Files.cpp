@@ -1,7 +1,8 @@
-#include "ampjit/runtime/AtomicFile.h"
+#include "ampjit/runtime/Files.h"
 
 #include <atomic>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <system_error>
 
@@ -35,6 +36,16 @@ Status writeFileAtomically(const std::filesystem::path& path, std::string_view b
     return Status::error("cannot replace " + quoted + ": " + why);
   }
   return Status::success();
+}
+
+std::optional<std::string> readWholeFile(const std::filesystem::path& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file)
+    return std::nullopt;
+  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (file.bad())
+    return std::nullopt;
+  return bytes;
 }
 
 } // namespace ampjit::runtime

@@ -8,14 +8,12 @@
 #include "jit/amp.h"
 
 #include "ampjit/Dialect/Amp/Policy/Policy.h"
-#include "ampjit/runtime/AtomicFile.h"
+#include "ampjit/runtime/Files.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -326,10 +324,7 @@ std::string Policy::pipelineOptions() const {
     char name[48];
     std::snprintf(name, sizeof name, "ampjit-policy-%016llx.yaml", static_cast<unsigned long long>(hash));
     std::filesystem::path path = std::filesystem::temp_directory_path() / name;
-    std::optional<std::string> found;
-    if (std::ifstream existing(path, std::ios::binary); existing.is_open())
-      found.emplace(std::istreambuf_iterator<char>(existing), std::istreambuf_iterator<char>());
-    if (found != *yaml)
+    if (ampjit::runtime::readWholeFile(path) != *yaml)
       if (ampjit::runtime::Status written = ampjit::runtime::writeFileAtomically(path, *yaml); !written)
         throw Error("AMP policy: cannot write the custom policy file: " + written.message());
     policyOption = path.string();

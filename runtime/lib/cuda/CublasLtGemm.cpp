@@ -22,6 +22,7 @@
 #include "GemmTuning.h"
 #include "Nvrtc.h"
 
+#include "ampjit/runtime/Files.h"
 #include "ampjit/runtime/Shape.h"
 
 #include <algorithm>
@@ -345,9 +346,8 @@ Status tuneAlgorithm(GemmStep& gemm, std::span<const cublasLtMatmulHeuristicResu
   std::filesystem::path entry = tuner.cacheDirectory.empty() ? std::filesystem::path()
                                                              : gemmTuningEntryPath(tuner.cacheDirectory, key);
   if (choice < 0 && !entry.empty()) {
-    std::string text;
-    if (readCacheFile(entry, text)) {
-      std::optional<GemmTuningRecord> record = decodeGemmTuning(text, key);
+    if (std::optional<std::string> text = readWholeFile(entry)) {
+      std::optional<GemmTuningRecord> record = decodeGemmTuning(*text, key);
       if (record && record->candidates == count) {
         choice = record->choice;
         how = "from the cache";

@@ -2,7 +2,7 @@
 
 #include "Nvrtc.h"
 
-#include "ampjit/runtime/AtomicFile.h"
+#include "ampjit/runtime/Files.h"
 #include "ampjit/runtime/cuda/KernelSource.h"
 
 #include <nvrtc.h>
@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <system_error>
@@ -126,14 +125,6 @@ std::string CacheKey::hex() const {
   return text;
 }
 
-bool readCacheFile(const std::filesystem::path& path, std::string& bytes) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    return false;
-  bytes.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-  return !file.bad();
-}
-
 void writeCacheFileAtomically(const std::filesystem::path& path, const std::string& bytes) {
   std::error_code error;
   std::filesystem::create_directories(path.parent_path(), error);
@@ -210,9 +201,8 @@ Expected<CompiledKernel> KernelCompiler::compile(std::string_view source, std::s
   std::filesystem::path entry = cacheEntryPath(source, architecture);
   CacheKey key = cacheKey(source, nvrtcOptions(architecture), architecture);
   if (!entry.empty()) {
-    std::string bytes;
-    if (readCacheFile(entry, bytes)) {
-      std::vector<uint8_t> cubin = decodeEntry(bytes, key);
+    if (std::optional<std::string> bytes = readWholeFile(entry)) {
+      std::vector<uint8_t> cubin = decodeEntry(*bytes, key);
       if (!cubin.empty()) {
         ++cacheHits_;
         return CompiledKernel{std::move(cubin), true, {}};

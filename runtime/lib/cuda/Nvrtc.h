@@ -35,8 +35,6 @@ struct CacheKey {
   std::string hex() const;
 };
 
-/// The whole file into `bytes`; false when it cannot be read.
-bool readCacheFile(const std::filesystem::path& path, std::string& bytes);
 /// Best effort, through a temporary file renamed into place, so concurrent
 /// processes never see half an entry: a failure (no directory, a full disk)
 /// leaves the cache without this entry.

@@ -1,8 +1,8 @@
-// writeFileAtomically: whole files, errors that name the path and keep the
-// previous file, and writers side by side that never show a reader half a
-// file.
+// Files.h: readWholeFile, and writeFileAtomically's whole files, errors that
+// name the path and keep the previous file, and writers side by side that
+// never show a reader half a file.
 
-#include "ampjit/runtime/AtomicFile.h"
+#include "ampjit/runtime/Files.h"
 
 #include "TemporaryDirectory.h"
 
@@ -12,7 +12,6 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <optional>
 #include <string>
 #include <thread>
@@ -20,16 +19,10 @@
 
 namespace {
 
+using ampjit::runtime::readWholeFile;
 using ampjit::runtime::Status;
 using ampjit::runtime::writeFileAtomically;
 namespace fs = std::filesystem;
-
-std::optional<std::string> contentsOf(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in.is_open())
-    return std::nullopt;
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 std::vector<fs::path> entriesOf(const fs::path& directory) {
   std::vector<fs::path> entries;
@@ -38,20 +31,28 @@ std::vector<fs::path> entriesOf(const fs::path& directory) {
   return entries;
 }
 
-TEST(AtomicFile, WritesAndReplacesWholeFilesAndLeavesNothingBeside) {
+TEST(Files, AFileIsReadWholeAndAMissingOneIsNothing) {
+  ampjit::testing::TemporaryDirectory scratch;
+  const std::string bytes = std::string("head\0\xff tail", 11);
+  std::ofstream(scratch.path / "some.bin", std::ios::binary) << bytes;
+  EXPECT_EQ(readWholeFile(scratch.path / "some.bin"), bytes);
+  EXPECT_EQ(readWholeFile(scratch.path / "absent.bin"), std::nullopt);
+}
+
+TEST(Files, WritesAndReplacesWholeFilesAndLeavesNothingBeside) {
   ampjit::testing::TemporaryDirectory scratch;
   fs::path path = scratch.path / "entry.bin";
   const std::string longer(100000, 'a'), shorter = std::string("b\0c", 3);
   ASSERT_TRUE(writeFileAtomically(path, longer).ok());
-  EXPECT_EQ(contentsOf(path), longer);
+  EXPECT_EQ(readWholeFile(path), longer);
   ASSERT_TRUE(writeFileAtomically(path, shorter).ok());
-  EXPECT_EQ(contentsOf(path), shorter) << "replaced, not overwritten in place";
+  EXPECT_EQ(readWholeFile(path), shorter) << "replaced, not overwritten in place";
   ASSERT_TRUE(writeFileAtomically(path, "").ok());
-  EXPECT_EQ(contentsOf(path), "");
+  EXPECT_EQ(readWholeFile(path), "");
   EXPECT_EQ(entriesOf(scratch.path), std::vector<fs::path>{"entry.bin"});
 }
 
-TEST(AtomicFile, AFailureNamesThePathAndKeepsWhatWasThere) {
+TEST(Files, AFailureNamesThePathAndKeepsWhatWasThere) {
   ampjit::testing::TemporaryDirectory scratch;
   fs::path missing = scratch.path / "no-such-folder" / "entry.bin";
   Status status = writeFileAtomically(missing, "x");
@@ -70,7 +71,7 @@ TEST(AtomicFile, AFailureNamesThePathAndKeepsWhatWasThere) {
   EXPECT_EQ(entriesOf(scratch.path), std::vector<fs::path>{"occupied"});
 }
 
-TEST(AtomicFile, ReadersBesideWritersOnlyEverSeeAWholeFile) {
+TEST(Files, ReadersBesideWritersOnlyEverSeeAWholeFile) {
   // Threads of one process, as the kernel compiler's are, and each writer's
   // own temporary file: a reader sees one version or another, whole.
   ampjit::testing::TemporaryDirectory scratch;
@@ -90,7 +91,7 @@ TEST(AtomicFile, ReadersBesideWritersOnlyEverSeeAWholeFile) {
   int reads = 0, torn = 0;
   std::thread reader([&] {
     while (writing.load()) {
-      std::optional<std::string> seen = contentsOf(path);
+      std::optional<std::string> seen = readWholeFile(path);
       ++reads;
       torn += !seen || std::find(versions.begin(), versions.end(), *seen) == versions.end();
     }

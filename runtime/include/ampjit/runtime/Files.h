@@ -1,7 +1,8 @@
-#ifndef AMPJIT_RUNTIME_ATOMICFILE_H
-#define AMPJIT_RUNTIME_ATOMICFILE_H
+#ifndef AMPJIT_RUNTIME_FILES_H
+#define AMPJIT_RUNTIME_FILES_H
 
-// The one way ampjit replaces a file that another process may read at the
+// Whole files: read at once, and replaced as one. writeFileAtomically is
+// the one way ampjit replaces a file that another process may read at the
 // same moment (a kernel cache entry, a GEMM tuning entry, a generated AMP
 // policy) or that must survive a failed save (a checkpoint): the bytes go to
 // a file of this writer's own beside the target, which is then renamed over
@@ -10,6 +11,8 @@
 #include "ampjit/runtime/Status.h"
 
 #include <filesystem>
+#include <optional>
+#include <string>
 #include <string_view>
 
 namespace ampjit::runtime {
@@ -20,6 +23,9 @@ namespace ampjit::runtime {
 /// beside it.
 Status writeFileAtomically(const std::filesystem::path& path, std::string_view bytes);
 
+/// The whole file's bytes; nothing when it cannot be opened or read.
+std::optional<std::string> readWholeFile(const std::filesystem::path& path);
+
 } // namespace ampjit::runtime
 
-#endif // AMPJIT_RUNTIME_ATOMICFILE_H
+#endif // AMPJIT_RUNTIME_FILES_H
