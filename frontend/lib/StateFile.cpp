@@ -37,8 +37,7 @@
 #include <bit>
 #include <charconv>
 #include <cstring>
-#include <fstream>
-#include <iterator>
+#include <span>
 
 namespace jit::detail {
 namespace {
@@ -121,18 +120,10 @@ template <typename T> T readUnaligned(const uint8_t* bytes) {
   return value;
 }
 
-/// The whole file; a missing or unreadable one is an error naming it.
-std::vector<uint8_t> readFileBytes(const std::string& path, const std::string& who) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw Error(who + ": cannot open " + inQuotes(path) + " (missing or unreadable)");
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 /// Bounds-checked reading; running out is a "truncated" error naming what was being read.
 class Reader {
 public:
-  Reader(const std::vector<uint8_t>& bytes, std::string where, size_t end)
+  Reader(std::span<const uint8_t> bytes, std::string where, size_t end)
       : bytes_(bytes), where_(std::move(where)), end_(end) {}
   const uint8_t* take(size_t size, const std::string& what) {
     if (size > end_ - pos_)
@@ -151,7 +142,7 @@ public:
   size_t pos() const { return pos_; }
 
 private:
-  const std::vector<uint8_t>& bytes_;
+  std::span<const uint8_t> bytes_;
   std::string where_;
   size_t end_;
   size_t pos_ = 0;
@@ -223,7 +214,7 @@ std::vector<FileEntry> readEntries(Reader& r, const std::string& where, const st
 }
 
 /// Parses and verifies the whole file; `bytes` must outlive the entries' data pointers.
-std::vector<FilePart> parse(const std::vector<uint8_t>& bytes, const std::string& where) {
+std::vector<FilePart> parse(std::span<const uint8_t> bytes, const std::string& where) {
   if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
     throw Error(where + " is not an ampjit state file (wrong magic)");
   // The last 8 bytes are the checksum; everything else is parsed from what precedes them.
@@ -385,9 +376,11 @@ void readStateFile(const std::string& path, const std::vector<StatePart>& parts,
   // Saving reads values and loading writes them: inside a step neither has
   // values to read, and a load would be compiled in as constants.
   refuseInsideTrace(who, "save and load between calls of the step, not in it");
-  std::vector<uint8_t> bytes = readFileBytes(path, who);
+  ampjit::runtime::Expected<std::string> bytes = ampjit::runtime::readWholeFile(path);
+  if (!bytes.ok())
+    throw Error(who + ": " + bytes.message());
   std::string where = who + ": " + inQuotes(path);
-  std::vector<FilePart> file = parse(bytes, where);
+  std::vector<FilePart> file = parse(ampjit::runtime::bytesOf(*bytes), where);
   std::vector<std::pair<Tensor, Tensor>> updates;
   for (const StatePart& wanted : parts) {
     const FilePart& part = findPart(file, wanted, where);

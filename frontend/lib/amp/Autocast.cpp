@@ -324,7 +324,8 @@ std::string Policy::pipelineOptions() const {
     char name[48];
     std::snprintf(name, sizeof name, "ampjit-policy-%016llx.yaml", static_cast<unsigned long long>(hash));
     std::filesystem::path path = std::filesystem::temp_directory_path() / name;
-    if (ampjit::runtime::readWholeFile(path) != *yaml)
+    if (ampjit::runtime::Expected<std::string> existing = ampjit::runtime::readWholeFile(path);
+        !existing.ok() || *existing != *yaml)
       if (ampjit::runtime::Status written = ampjit::runtime::writeFileAtomically(path, *yaml); !written)
         throw Error("AMP policy: cannot write the custom policy file: " + written.message());
     policyOption = path.string();

@@ -5,6 +5,7 @@
 #include "ampjit/Codegen/OpFromCall.h"
 #include "ampjit/Codegen/PlanBuilder.h"
 #include "ampjit/InitAmpjit.h"
+#include "ampjit/runtime/Files.h"
 #include "ampjit/runtime/Plan.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -18,10 +19,8 @@
 
 #include <atomic>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <unistd.h>
 
 namespace jit::detail {
@@ -46,18 +45,9 @@ std::string printed(Operation* op, bool withLocations) {
   return text + "\n";
 }
 
-void writeFile(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out)
-    throw Error("AMPJIT_DUMP: cannot write '" + path.string() + "'");
-}
-
-std::string readFile(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+void writeDumpFile(const std::filesystem::path& path, const std::string& text) {
+  if (rt::Status written = rt::writeFileAtomically(path, text); !written)
+    throw Error("AMPJIT_DUMP: " + written.message());
 }
 
 /// The module of the joint graph: one function, arguments with jit.role,
@@ -158,7 +148,7 @@ CompiledTrace compileTrace(const TraceGraph& graph, const CompileTraceOptions& o
   if (dumping) {
     std::error_code error;
     std::filesystem::create_directories(options.dumpDirectory, error);
-    writeFile(stem.string() + ".0-traced.mlir", compiled.tracedModule);
+    writeDumpFile(stem.string() + ".0-traced.mlir", compiled.tracedModule);
   }
 
   std::filesystem::path reportPath = dumping ? std::filesystem::path(stem.string() + ".amp-report.json")
@@ -181,7 +171,10 @@ CompiledTrace compileTrace(const TraceGraph& graph, const CompileTraceOptions& o
     if (failed(passManager.run(*module)))
       throw fail("the AMP pipeline failed");
   }
-  compiled.ampReport = readFile(reportPath);
+  rt::Expected<std::string> report = rt::readWholeFile(reportPath);
+  if (!report.ok())
+    throw fail("the AMP pipeline wrote no report: " + report.message());
+  compiled.ampReport = std::move(*report);
   if (!dumping)
     std::filesystem::remove(reportPath);
 
@@ -201,9 +194,9 @@ CompiledTrace compileTrace(const TraceGraph& graph, const CompileTraceOptions& o
     throw fail("code generation failed");
   compiled.plan = std::move(*plan);
   if (dumping) {
-    writeFile(stem.string() + ".1-passes.mlir", afterPasses);
-    writeFile(stem.string() + ".2-amp.mlir", printed(*module, /*withLocations=*/true));
-    writeFile(stem.string() + ".3-plan.txt", rt::printPlan(compiled.plan));
+    writeDumpFile(stem.string() + ".1-passes.mlir", afterPasses);
+    writeDumpFile(stem.string() + ".2-amp.mlir", printed(*module, /*withLocations=*/true));
+    writeDumpFile(stem.string() + ".3-plan.txt", rt::printPlan(compiled.plan));
   }
   return compiled;
 }

@@ -11,13 +11,12 @@
 #include "ampjit/runtime/CpuBackend.h"
 #include "ampjit/runtime/CudaBackend.h"
 #include "ampjit/runtime/Environment.h"
+#include "ampjit/runtime/Files.h"
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iostream>
-#include <sstream>
 
 namespace jit {
 
@@ -180,10 +179,9 @@ private:
     std::string key = "amp-key-v1 " + pipelineOptions_;
     const std::string& policy = options_.amp.policy;
     if (policySpecIsFile(policy)) {
-      std::ifstream in(policy);
-      std::stringstream text;
-      text << in.rdbuf();
-      key += " policy-hash=" + std::to_string(std::hash<std::string>{}(text.str()));
+      // An unreadable file keys on its error, which compiling will report.
+      rt::Expected<std::string> text = rt::readWholeFile(policy);
+      key += " policy-hash=" + std::to_string(std::hash<std::string>{}(text.ok() ? *text : text.message()));
     }
     return key;
   }

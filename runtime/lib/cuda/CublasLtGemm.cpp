@@ -346,7 +346,7 @@ Status tuneAlgorithm(GemmStep& gemm, std::span<const cublasLtMatmulHeuristicResu
   std::filesystem::path entry = tuner.cacheDirectory.empty() ? std::filesystem::path()
                                                              : gemmTuningEntryPath(tuner.cacheDirectory, key);
   if (choice < 0 && !entry.empty()) {
-    if (std::optional<std::string> text = readWholeFile(entry)) {
+    if (Expected<std::string> text = readWholeFile(entry); text.ok()) {
       std::optional<GemmTuningRecord> record = decodeGemmTuning(*text, key);
       if (record && record->candidates == count) {
         choice = record->choice;

@@ -201,7 +201,7 @@ Expected<CompiledKernel> KernelCompiler::compile(std::string_view source, std::s
   std::filesystem::path entry = cacheEntryPath(source, architecture);
   CacheKey key = cacheKey(source, nvrtcOptions(architecture), architecture);
   if (!entry.empty()) {
-    if (std::optional<std::string> bytes = readWholeFile(entry)) {
+    if (Expected<std::string> bytes = readWholeFile(entry); bytes.ok()) {
       std::vector<uint8_t> cubin = decodeEntry(*bytes, key);
       if (!cubin.empty()) {
         ++cacheHits_;

@@ -417,7 +417,7 @@ TEST(Nn, CorruptStateFilesAreClearErrors) {
   };
 
   expectError(errorOf([&] { model.load((dir / "absent.ampjit").string()); }),
-              {"absent.ampjit", "cannot open", "missing"});
+              {"absent.ampjit", "cannot open", "No such file or directory"});
 
   std::vector<uint8_t> magic = bytes;
   magic[0] = 'X';

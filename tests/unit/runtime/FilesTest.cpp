@@ -12,13 +12,13 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 namespace {
 
+using ampjit::runtime::Expected;
 using ampjit::runtime::readWholeFile;
 using ampjit::runtime::Status;
 using ampjit::runtime::writeFileAtomically;
@@ -31,12 +31,21 @@ std::vector<fs::path> entriesOf(const fs::path& directory) {
   return entries;
 }
 
-TEST(Files, AFileIsReadWholeAndAMissingOneIsNothing) {
+/// The file's bytes, or its error's message in their place (so that a
+/// failed read also fails a comparison with the expected bytes).
+std::string contentsOf(const fs::path& path) {
+  Expected<std::string> bytes = readWholeFile(path);
+  return bytes.ok() ? *bytes : "error: " + bytes.message();
+}
+
+TEST(Files, AFileIsReadWholeAndOneThatCannotBeIsAnErrorNamingItAndWhy) {
   ampjit::testing::TemporaryDirectory scratch;
-  const std::string bytes = std::string("head\0\xff tail", 11);
+  const std::string bytes = std::string("head\0\xff tail", 11) + std::string(200000, 'x');
   std::ofstream(scratch.path / "some.bin", std::ios::binary) << bytes;
-  EXPECT_EQ(readWholeFile(scratch.path / "some.bin"), bytes);
-  EXPECT_EQ(readWholeFile(scratch.path / "absent.bin"), std::nullopt);
+  EXPECT_EQ(contentsOf(scratch.path / "some.bin"), bytes) << "more than one read's worth";
+  EXPECT_EQ(contentsOf(scratch.path / "absent.bin"),
+            "error: cannot open '" + (scratch.path / "absent.bin").string() + "': No such file or directory");
+  EXPECT_EQ(contentsOf(scratch.path), "error: cannot read '" + scratch.path.string() + "': Is a directory");
 }
 
 TEST(Files, WritesAndReplacesWholeFilesAndLeavesNothingBeside) {
@@ -44,11 +53,11 @@ TEST(Files, WritesAndReplacesWholeFilesAndLeavesNothingBeside) {
   fs::path path = scratch.path / "entry.bin";
   const std::string longer(100000, 'a'), shorter = std::string("b\0c", 3);
   ASSERT_TRUE(writeFileAtomically(path, longer).ok());
-  EXPECT_EQ(readWholeFile(path), longer);
+  EXPECT_EQ(contentsOf(path), longer);
   ASSERT_TRUE(writeFileAtomically(path, shorter).ok());
-  EXPECT_EQ(readWholeFile(path), shorter) << "replaced, not overwritten in place";
+  EXPECT_EQ(contentsOf(path), shorter) << "replaced, not overwritten in place";
   ASSERT_TRUE(writeFileAtomically(path, "").ok());
-  EXPECT_EQ(readWholeFile(path), "");
+  EXPECT_EQ(contentsOf(path), "");
   EXPECT_EQ(entriesOf(scratch.path), std::vector<fs::path>{"entry.bin"});
 }
 
@@ -91,9 +100,9 @@ TEST(Files, ReadersBesideWritersOnlyEverSeeAWholeFile) {
   int reads = 0, torn = 0;
   std::thread reader([&] {
     while (writing.load()) {
-      std::optional<std::string> seen = readWholeFile(path);
+      std::string seen = contentsOf(path);
       ++reads;
-      torn += !seen || std::find(versions.begin(), versions.end(), *seen) == versions.end();
+      torn += std::find(versions.begin(), versions.end(), seen) == versions.end();
     }
   });
   for (std::thread& writer : writers)

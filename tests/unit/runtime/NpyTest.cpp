@@ -187,7 +187,25 @@ TEST(Npy, FileErrorsNameTheFile) {
   ASSERT_TRUE(tensor.ok());
   rt::Status unwritable = rt::writeNpy("/nonexistent/dir/x.npy", *tensor);
   ASSERT_FALSE(unwritable.ok());
-  EXPECT_NE(unwritable.message().find("cannot write '/nonexistent/dir/x.npy'"), std::string::npos);
+  EXPECT_NE(unwritable.message().find("cannot open '/nonexistent/dir/x.npy' for writing"), std::string::npos)
+      << unwritable.message();
+}
+
+// As a plan file: a reader holding the old array keeps it whole while
+// another is written, since writing replaces the file.
+TEST(Npy, WritingReplacesTheFileRatherThanRewritingIt) {
+  ::ampjit::testing::TemporaryDirectory scratch;
+  rt::Expected<rt::Tensor> first = rt::Tensor::fromDoubles(DType::F32, {2}, std::vector<double>{1.5, -2});
+  rt::Expected<rt::Tensor> second = rt::Tensor::fromDoubles(DType::F64, {3}, std::vector<double>{4, 5, 6});
+  ASSERT_TRUE(first.ok() && second.ok());
+  std::string path = scratch.file("x.npy"), opened = scratch.file("opened.npy");
+  ASSERT_TRUE(rt::writeNpy(path, *first).ok());
+  std::filesystem::create_hard_link(path, opened);
+  ASSERT_TRUE(rt::writeNpy(path, *second).ok());
+  rt::Expected<rt::Tensor> now = rt::readNpy(path), before = rt::readNpy(opened);
+  ASSERT_TRUE(now.ok() && before.ok()) << now.message() << before.message();
+  EXPECT_TRUE(now->bitwiseEqual(*second));
+  EXPECT_TRUE(before->bitwiseEqual(*first)) << "the written-over file was rewritten in place";
 }
 
 } // namespace

@@ -109,7 +109,30 @@ TEST(PlanFile, SaveAndLoadThroughAFile) {
 TEST(PlanFile, MissingFileIsAnError) {
   Expected<Plan> loaded = loadPlan("/nonexistent/dir/plan.bin");
   ASSERT_FALSE(loaded.ok());
-  EXPECT_NE(loaded.message().find("/nonexistent/dir/plan.bin: cannot open"), std::string::npos);
+  EXPECT_EQ(loaded.message(), "cannot open '/nonexistent/dir/plan.bin': No such file or directory");
+  Status unwritable = savePlan(sampleTrainStep(), "/nonexistent/dir/plan.bin");
+  ASSERT_FALSE(unwritable.ok());
+  EXPECT_NE(unwritable.message().find("cannot open '/nonexistent/dir/plan.bin' for writing"), std::string::npos)
+      << unwritable.message();
+}
+
+// A process that has the plan file open (here: a second name for it) keeps
+// reading the plan it opened while a new one is saved, and a save that
+// fails midway cannot have cut the old one short: the new bytes go to a file
+// of their own, renamed over the old name.
+TEST(PlanFile, ASaveReplacesThePlanFileRatherThanRewritingIt) {
+  ::ampjit::testing::TemporaryDirectory scratch;
+  Plan first = sampleTrainStep(), second = sampleTrainStep();
+  second.name = "another_step";
+  std::string path = scratch.file("plan.bin"), opened = scratch.file("opened.bin");
+  ASSERT_TRUE(savePlan(first, path).ok());
+  std::filesystem::create_hard_link(path, opened);
+  ASSERT_TRUE(savePlan(second, path).ok());
+  Expected<Plan> now = loadPlan(path), before = loadPlan(opened);
+  ASSERT_TRUE(now.ok() && before.ok()) << now.message() << before.message();
+  EXPECT_TRUE(*now == second);
+  EXPECT_TRUE(*before == first) << "the saved-over file was rewritten in place";
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(scratch.path), {}), 2) << "a temporary file left";
 }
 
 TEST(PlanFile, SaveRefusesAnInvalidPlan) {

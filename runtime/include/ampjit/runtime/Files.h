@@ -10,8 +10,9 @@
 
 #include "ampjit/runtime/Status.h"
 
+#include <cstdint>
 #include <filesystem>
-#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -22,9 +23,19 @@ namespace ampjit::runtime {
 /// rename), the previous file, if any, is unchanged and nothing is left
 /// beside it.
 Status writeFileAtomically(const std::filesystem::path& path, std::string_view bytes);
+inline Status writeFileAtomically(const std::filesystem::path& path, std::span<const uint8_t> bytes) {
+  return writeFileAtomically(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+}
 
-/// The whole file's bytes; nothing when it cannot be opened or read.
-std::optional<std::string> readWholeFile(const std::filesystem::path& path);
+/// The whole file's bytes, or an error that names `path` and says why
+/// ("cannot open 'p': No such file or directory", "cannot read 'p': Is a
+/// directory"); callers put who was reading it in front.
+Expected<std::string> readWholeFile(const std::filesystem::path& path);
+
+/// A file's bytes as the binary decoders (plans, .npy) take them.
+inline std::span<const uint8_t> bytesOf(const std::string& file) {
+  return {reinterpret_cast<const uint8_t*>(file.data()), file.size()};
+}
 
 } // namespace ampjit::runtime
 
