@@ -157,6 +157,20 @@ template <typename T> static __device__ __forceinline__ bool ampjit_chunk_aligne
   return reinterpret_cast<unsigned long long>(at) % alignof(AmpjitChunk<T>) == 0;
 }
 
+// Whether every chunk of an operand that steps through its innermost
+// dimension contiguously starts aligned: its first element does, and each
+// outer dimension steps a whole number of alignments (a plan's operands'
+// do; a direct launch's view may not).
+template <typename T>
+static __device__ __forceinline__ bool ampjit_chunks_aligned(const T* at, const AmpjitDims& stride, int rank) {
+  if (!ampjit_chunk_aligned(at))
+    return false;
+  for (int d = 0; d + 1 < rank; ++d)
+    if (stride.v[d] * (long long)sizeof(T) % (long long)alignof(AmpjitChunk<T>) != 0)
+      return false;
+  return true;
+}
+
 // The host build of this source (the tests' CUDA emulation) stops where the
 // device would fault on a misaligned access.
 template <typename T> static __device__ __forceinline__ void ampjit_check_chunk_aligned(const T* at) {
@@ -490,70 +504,57 @@ bool takesChunks(const std::vector<FusedInstruction>& program) {
 }
 
 /// The kernel's first loop, taken where every input steps through the
-/// innermost dimension contiguously or not at all and no chunk of
-/// kChunkElements crosses a row: each thread takes chunks of consecutive
-/// elements, every input's chunk in whole accesses (one element, splat,
-/// where broadcast) before it computes any, then every output's. A chunk
-/// at the end of the elements or at a misaligned address goes element by
-/// element. The program runs once per element as in the other loop, so the
-/// bits are the same.
+/// innermost dimension contiguously or not at all, no chunk of
+/// kChunkElements crosses a row, and every chunk of every operand starts
+/// aligned (decided once, from the pointers and strides): each thread takes
+/// whole chunks of consecutive elements, every input's chunk in whole
+/// accesses (one element, splat, where broadcast) before it computes any,
+/// then every output's. What is left (fewer than a chunk's elements, at the
+/// end of a vector) goes to the grid-stride loop from `start`, as does the
+/// whole of a kernel whose operands fail the test. The program runs once per
+/// element as in the other loop, so the bits are the same.
 std::string chunkedLoop(const std::vector<FusedInstruction>& program, const std::vector<uint32_t>& outputs,
                         const std::vector<DType>& inputTypes, const std::vector<DType>& outputTypes) {
   const std::string chunk = std::to_string(kChunkElements);
   std::string text = "  const int inner = rank - 1;\n";
   text += "  if (rank >= 1 && (rank == 1 || dims.v[inner] % " + chunk + " == 0)";
-  for (size_t k = 0; k < inputTypes.size(); ++k)
-    text += " && (stride" + std::to_string(k) + ".v[inner] == 0 || stride" + std::to_string(k) + ".v[inner] == 1)";
-  text += ") {\n";
-  text += "    for (long long chunk = (long long)blockIdx.x * blockDim.x + threadIdx.x; chunk * " + chunk +
-          " < count; chunk += step) {\n";
-  text += "      const long long base = chunk * " + chunk + ";\n";
-  text += "      if (base + " + chunk + " <= count) {\n";
-  text += "        const long long i = base;\n";
-  text += offsetStatements(inputTypes.size(), "        ");
-  std::string aligned = "true";
-  for (size_t k = 0; k < inputTypes.size(); ++k)
-    aligned += " && (stride" + std::to_string(k) + ".v[inner] == 0 || ampjit_chunk_aligned(in" + std::to_string(k) +
-               " + offset" + std::to_string(k) + "))";
+  for (size_t k = 0; k < inputTypes.size(); ++k) {
+    const std::string input = std::to_string(k);
+    text += "\n      && (stride" + input + ".v[inner] == 0 || (stride" + input +
+            ".v[inner] == 1 && ampjit_chunks_aligned(in" + input + ", stride" + input + ", rank)))";
+  }
   for (size_t k = 0; k < outputTypes.size(); ++k)
-    aligned += " && ampjit_chunk_aligned(out" + std::to_string(k) + " + base)";
-  text += "        if (" + aligned + ") {\n";
+    text += "\n      && ampjit_chunk_aligned(out" + std::to_string(k) + ")";
+  text += ") {\n";
+  text += "    const long long chunks = count / " + chunk + ";\n";
+  text += "    for (long long chunk = (long long)blockIdx.x * blockDim.x + threadIdx.x; chunk < chunks; "
+          "chunk += step) {\n";
+  text += "      const long long i = chunk * " + chunk + ";\n";
+  text += offsetStatements(inputTypes.size(), "      ");
   for (uint32_t r = 0; r < program.size(); ++r) {
     if (program[r].op != ElementwiseOp::Load)
       continue;
     std::string input = std::to_string(program[r].operands[0]);
     std::string type = deviceElementTypeName(inputTypes[program[r].operands[0]]);
-    text += "          const AmpjitChunk<" + type + "> chunk" + std::to_string(r) + " = stride" + input +
+    text += "      const AmpjitChunk<" + type + "> chunk" + std::to_string(r) + " = stride" + input +
             ".v[inner] == 0 ? ampjit_splat_chunk(in" + input + "[offset" + input + "]) : ampjit_load_chunk(in" +
             input + " + offset" + input + ");\n";
   }
   for (size_t k = 0; k < outputTypes.size(); ++k)
-    text += "          AmpjitChunk<" + std::string(deviceElementTypeName(outputTypes[k])) + "> stored" +
+    text += "      AmpjitChunk<" + std::string(deviceElementTypeName(outputTypes[k])) + "> stored" +
             std::to_string(k) + ";\n";
   text += "#pragma unroll\n";
-  text += "          for (int lane = 0; lane < " + chunk + "; ++lane) {\n";
-  text += programStatements(program, "            ", [&](uint32_t r) {
+  text += "      for (int lane = 0; lane < " + chunk + "; ++lane) {\n";
+  text += programStatements(program, "        ", [&](uint32_t r) {
     return loadExpression(program[r].type, "chunk" + std::to_string(r) + ".v[lane]");
   });
-  text += storeStatements(outputs, outputTypes, "            ",
+  text += storeStatements(outputs, outputTypes, "        ",
                           [](size_t k) { return "stored" + std::to_string(k) + ".v[lane]"; });
-  text += "          }\n";
+  text += "      }\n";
   for (size_t k = 0; k < outputTypes.size(); ++k)
-    text += "          ampjit_store_chunk(out" + std::to_string(k) + " + base, stored" + std::to_string(k) + ");\n";
-  text += "          continue;\n";
-  text += "        }\n";
-  text += "      }\n";
-  // Rolled: unrolled, its eight copies of the indexing and the program
-  // made NVRTC take twice as long over every kernel, for a path that only
-  // the last chunk and misaligned views take.
-  text += "#pragma unroll 1\n";
-  text += "      for (long long i = base; i < base + " + chunk + " && i < count; ++i) {\n";
-  text += offsetStatements(inputTypes.size(), "        ");
-  text += programStatements(program, "        ", [&](uint32_t r) { return loadedElement(program[r]); });
-  text += storeStatements(outputs, outputTypes, "        ");
-  text += "      }\n";
+    text += "      ampjit_store_chunk(out" + std::to_string(k) + " + i, stored" + std::to_string(k) + ");\n";
   text += "    }\n";
-  text += "    return;\n";
+  text += "    start = chunks * " + chunk + ";\n";
   text += "  }\n";
   return text;
 }
@@ -564,6 +565,8 @@ std::string kernelBody(const std::vector<FusedInstruction>& program, const std::
                        const std::vector<DType>& inputTypes, const std::vector<DType>& outputTypes) {
   std::string text = prelude() + kernelSignature(inputTypes, outputTypes, /*columnSummed=*/false);
   text += "  const long long step = (long long)gridDim.x * blockDim.x;\n";
+  // Where the grid-stride loop begins: past what the chunks covered.
+  text += "  long long start = 0;\n";
   if (takesChunks(program))
     text += chunkedLoop(program, outputs, inputTypes, outputTypes);
   // Each pass of the grid-stride loop covers kSlotsPerPass elements a grid
@@ -574,8 +577,8 @@ std::string kernelBody(const std::vector<FusedInstruction>& program, const std::
   // an earlier slot's store: an output shares bytes with an input only in
   // place, element for element.
   const std::string slots = std::to_string(kSlotsPerPass);
-  text += "  for (long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x; first < count; first += " +
-          slots + " * step) {\n";
+  text += "  for (long long first = start + (long long)blockIdx.x * blockDim.x + threadIdx.x; first < count; "
+          "first += " + slots + " * step) {\n";
   text += slotArrays(program, "    ");
   text += "    for (int slot = 0; slot < " + slots + "; ++slot) {\n";
   text += "      const long long i = first + slot * step;\n";

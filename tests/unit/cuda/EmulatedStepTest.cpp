@@ -295,10 +295,10 @@ TEST(EmulatedStep, AResNetStepOnTheCudaPathMatchesTheCpu) {
 
 TEST(EmulatedStep, AGeneratedKernelTakesMisalignedOperandsElementByElementWithTheCpusBits) {
   // Plans' buffers start aligned, so only a direct launch can give a
-  // generated kernel an operand one or three elements off: each chunk it
-  // touches must then go element by element (a chunk's whole access there
-  // faults on the device, and traps in the emulation's build of the kernel),
-  // with the bits an aligned launch gives.
+  // generated kernel an operand one or three elements off: the kernel must
+  // then go element by element (a chunk's whole access there faults on the
+  // device, and traps in the emulation's build of the kernel), with the bits
+  // an aligned launch gives.
   rt::test::PlanBuilder b("misaligned");
   const int64_t count = 67; // eight chunks and a partial one
   rt::BufferId wide = b.argument(rt::test::tt(rt::DType::F32, {count}), rt::BufferRole::Input, "wide");
@@ -336,6 +336,33 @@ TEST(EmulatedStep, AGeneratedKernelTakesMisalignedOperandsElementByElementWithTh
     void* outputs[1] = {out};
     ASSERT_TRUE((*step)->enqueue(rt::cuda::StepPointers{inputs, outputs}, nullptr).ok());
     EXPECT_EQ(std::memcmp(out, (*expected)[0].bytes(), (*expected)[0].byteSize()), 0);
+  }
+
+  // Rows of 8 floats inside rows of `pitch` (a view the launch's strides
+  // describe): at a pitch of 12 (48 bytes) every row starts aligned; at 10
+  // (40 bytes) every other row does not, and the kernel must not chunk.
+  for (int64_t pitch : {12, 10}) {
+    SCOPED_TRACE("rows " + std::to_string(pitch) + " floats apart");
+    const int64_t rows = 8, columns = 8;
+    rt::cuda::ElementwiseKernel strided = *kernel;
+    strided.launch.elementCount = rows * columns;
+    strided.launch.dims = {rows, columns};
+    strided.launch.inputStrides = {{pitch, 1}};
+    rt::Expected<std::unique_ptr<rt::cuda::DeviceStep>> stridedStep =
+        rt::cuda::makeGeneratedElementwiseStep(context, strided);
+    ASSERT_TRUE(stridedStep.ok()) << stridedStep.message();
+    std::vector<float> in(std::size_t(rows * pitch), std::nanf(""));
+    std::vector<double> gathered;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < columns; ++c)
+        gathered.push_back(in[std::size_t(r * pitch + c)] = float(values[std::size_t(r * columns + c)]));
+    rt::Tensor expectedRows = *rt::Tensor::fromDoubles(rt::DType::F16, {rows * columns}, gathered);
+    std::vector<uint16_t> out(std::size_t(rows * columns), 0xffff);
+    void* inputs[1] = {in.data()};
+    void* outputs[1] = {out.data()};
+    ASSERT_EQ(reinterpret_cast<std::uintptr_t>(in.data()) % 16, 0u);
+    ASSERT_TRUE((*stridedStep)->enqueue(rt::cuda::StepPointers{inputs, outputs}, nullptr).ok());
+    EXPECT_EQ(std::memcmp(out.data(), expectedRows.bytes(), expectedRows.byteSize()), 0);
   }
 }
 
