@@ -104,6 +104,20 @@ TEST_F(GpuTest, AGraphStillReplaysOnADriverWithoutNodePriorities) {
 }
 #endif
 
+/// Runs `plan` twice on each backend from the same random arguments (seed,
+/// in [low, high]) and expects the CPU's bits from the device: every result,
+/// and argument `state`, which both runs update in place.
+void expectTheCpusBitsOverTwoRuns(Backend& cpu, CudaBackend& cuda, const Plan& plan, uint32_t seed, double low,
+                                  double high, size_t state) {
+  Expected<BothRuns> both = runOnBoth(cpu, cuda, plan, randomArguments(plan, seed, low, high), 2);
+  ASSERT_TRUE(both.ok()) << both.message();
+  ASSERT_EQ(both->cpuResults.size(), both->cudaResults.size());
+  for (size_t i = 0; i < both->cpuResults.size(); ++i)
+    EXPECT_TRUE(both->cudaResults[i].bitwiseEqual(both->cpuResults[i])) << "result " << i;
+  EXPECT_TRUE(both->cudaArguments[state].bitwiseEqual(both->cpuArguments[state]))
+      << "the state, updated in place twice";
+}
+
 TEST_F(GpuTest, GeneratedElementwiseKernelsMatchCpu) {
   Plan plan = elementwiseChain();
   Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, randomArguments(plan, 11, -3.0, 3.0));
@@ -133,13 +147,7 @@ TEST_F(GpuTest, GeneratedKernelsMatchTheCpuWhenEachThreadTakesSeveralElements) {
   b.result(sum);
   b.result(widened);
   b.result(state, 2);
-  Plan plan = b.finish();
-  Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, randomArguments(plan, 21, -3.0, 3.0), 2);
-  ASSERT_TRUE(both.ok()) << both.message();
-  ASSERT_EQ(both->cpuResults.size(), both->cudaResults.size());
-  for (size_t i = 0; i < both->cpuResults.size(); ++i)
-    EXPECT_TRUE(both->cudaResults[i].bitwiseEqual(both->cpuResults[i])) << "result " << i;
-  EXPECT_TRUE(both->cudaArguments[2].bitwiseEqual(both->cpuArguments[2])) << "the state, updated in place twice";
+  expectTheCpusBitsOverTwoRuns(*cpu, *cuda, b.finish(), 21, -3.0, 3.0, /*state=*/2);
 }
 
 TEST_F(GpuTest, GeneratedKernelsGiveTheCpusBitsInChunksAndOutOfThem) {
@@ -178,13 +186,7 @@ TEST_F(GpuTest, GeneratedKernelsGiveTheCpusBitsInChunksAndOutOfThem) {
   for (BufferId result : {biased, scaled, timesScalar, mask, truncated, halfTail, wideSum, chosen})
     b.result(result);
   b.result(state, 7);
-  Plan plan = b.finish();
-  Expected<BothRuns> both = runOnBoth(*cpu, *cuda, plan, randomArguments(plan, 31, -40.0, 40.0), 2);
-  ASSERT_TRUE(both.ok()) << both.message();
-  ASSERT_EQ(both->cpuResults.size(), both->cudaResults.size());
-  for (size_t i = 0; i < both->cpuResults.size(); ++i)
-    EXPECT_TRUE(both->cudaResults[i].bitwiseEqual(both->cpuResults[i])) << "result " << i;
-  EXPECT_TRUE(both->cudaArguments[7].bitwiseEqual(both->cpuArguments[7])) << "the state, updated in place twice";
+  expectTheCpusBitsOverTwoRuns(*cpu, *cuda, b.finish(), 31, -40.0, 40.0, /*state=*/7);
 }
 
 /// p <- p - 0.5 * (x @ w), with p and w state: a plan with a GEMM, generated
