@@ -255,9 +255,10 @@ variant_switches() {
 }
 
 run_speculate_ab() { # MODEL: the update deferred, folded into the GEMMs, or speculative beside GEMMs leaving
-  # it 0 or 16 SMs; "-tuned": GEMM algorithms chosen by timing (AMPJIT_CUDA_GEMM_TUNING)
+  # it 0 or 16 SMs; "-tuned": GEMM algorithms chosen by timing (AMPJIT_CUDA_GEMM_TUNING);
+  # SPECULATE_VARIANTS replaces the list
   local model=$1 variant status start=$SECONDS seconds
-  for variant in deferred folded-0 folded-0-tuned deferred-tuned speculative-16 speculative-0 folded-16; do
+  for variant in ${SPECULATE_VARIANTS:-deferred folded-0 folded-0-tuned deferred-tuned speculative-16 speculative-0 folded-16}; do
     local lines
     seconds=$(variant_seconds $start 90)
     [ "$seconds" -gt 0 ] || { stamp "speculate-ab $model: budget spent before $variant"; break; }

@@ -1033,7 +1033,7 @@ TEST_F(GpuTest, SpeculativeUpdatesGiveTheInLineUpdatesBitsAndSkipWhatTheCheckSki
   EXPECT_EQ(prepared.speculativeUpdates, 2);
   EXPECT_EQ(prepared.speculationDeclined, "");
   EXPECT_EQ(prepared.gradientsCheckedByTheirUpdate, 2) << "the check reads neither gradient again";
-  EXPECT_EQ((*inLine)->stats(**behind).speculationDeclined, "not asked for (AMPJIT_CUDA_SPECULATIVE_UPDATE)");
+  EXPECT_EQ((*inLine)->stats(**behind).speculationDeclined, "switched off (AMPJIT_CUDA_SPECULATIVE_UPDATE=0)");
 
   std::vector<Tensor> host = scaledTwoLayerArguments(parts, 0, false);
   std::vector<Tensor> aheadArguments, behindArguments;

@@ -653,7 +653,7 @@ private:
 
   void planSpeculation() {
     if (speculativeMinimumElements_ <= 0) {
-      stats_.speculationDeclined = "not asked for (AMPJIT_CUDA_SPECULATIVE_UPDATE)";
+      stats_.speculationDeclined = "switched off (AMPJIT_CUDA_SPECULATIVE_UPDATE=0)";
       return;
     }
     if (checkNumerics_) {
@@ -2041,12 +2041,12 @@ Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions opti
   }
   if (options.speculativeUpdateMinimumElements < 0)
     options.speculativeUpdateMinimumElements =
-        environmentFlag("AMPJIT_CUDA_SPECULATIVE_UPDATE") ? cuda::kMinSpeculativeUpdateElements : 0;
+        environmentFlag("AMPJIT_CUDA_SPECULATIVE_UPDATE", true) ? cuda::kMinSpeculativeUpdateElements : 0;
   if (options.foldUpdatesIntoGemms < 0)
     options.foldUpdatesIntoGemms = environmentFlag("AMPJIT_CUDA_GEMM_FOLDED_UPDATE") ? 1 : 0;
   if (options.gemmTuningMinimumFlops < 0)
     options.gemmTuningMinimumFlops =
-        environmentFlag("AMPJIT_CUDA_GEMM_TUNING") ? cuda::kDefaultGemmTuningMinimumFlops : 0;
+        environmentFlag("AMPJIT_CUDA_GEMM_TUNING", true) ? cuda::kDefaultGemmTuningMinimumFlops : 0;
   if (options.gemmTuningMinimumFlops > 0) {
     // The key's device part: what an algorithm's speed depends on that
     // another device of the same architecture may not share.
