@@ -49,19 +49,20 @@ cat > gpu-bundle/run.sh <<'RUN'
 #                   in line (AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=1), with the finiteness check in line
 #                   (AMPJIT_CUDA_FINITE_CHECK_IN_LINE=1), and with both, each with the evict-first
 #                   hints and without (AMPJIT_CUDA_CACHE_HINTS=0), no peers
-#   speculate-ab MODEL...  O1 and O2 f16 with the update deferred (as it is), folded into the
+#   speculate-ab MODEL...  O1 and O2 f16 with the update deferred, folded into the
 #                   weight gradients' GEMMs (AMPJIT_CUDA_GEMM_FOLDED_UPDATE=1) with 0 and 16 SMs left
 #                   to the rest, and speculative (AMPJIT_CUDA_SPECULATIVE_UPDATE=1) with 0 and 16
 #                   SMs that GEMMs beside it leave to it (AMPJIT_CUDA_GEMM_SM_RESERVE); folded and
 #                   deferred also with GEMM algorithms chosen by timing (AMPJIT_CUDA_GEMM_TUNING=1);
-#                   no peers, one process each, the likeliest winners first
+#                   no peers, one process each; SPECULATE_VARIANTS replaces the list (folded-0-tuned
+#                   is the backend's default since 2026-11-27)
 #   bench-best MODEL...  bench (BENCH_ARGS, default "--levels O1,O2 --dtypes f16 --peer-compile")
 #                   under the switches of the variant speculate-ab found fastest for the model
 #                   (its fastest level), in the same call: no second machine start
 #   timeline MODEL...  O1 f16, one replayed step with each launch stamped on its stream
-#                   (AMPJIT_TIMELINE): as it is, folded (and with GEMM tuning), speculative with 0 and 16 SMs left to it,
+#                   (AMPJIT_TIMELINE): deferred, folded (and with GEMM tuning: the defaults), speculative with 0 and 16 SMs left to it,
 #                   with 16 SMs left to the deferred update, and with the update in line, no peers;
-#                   timeline-MODEL-VARIANT.jsonl, summaries in summary.txt
+#                   timeline-MODEL-VARIANT.jsonl in timelines-MODEL.tar.gz, summaries in summary.txt
 # Device time is short: each stage is bounded (speculate-ab and timeline by STAGE_BUDGET_S, 240 s each), and every result is appended as it comes, so a
 # command stopped at its limit still returns what finished. Logs, JSON and summary.txt go to $OUT.
 set -uo pipefail
@@ -291,7 +292,7 @@ run_bench_best() { # MODEL: bench with the peers under the switches of speculate
 
 run_timeline() { # MODEL: when each launch of a replayed step ran, on which stream (AMPJIT_TIMELINE)
   local model=$1 variant start=$SECONDS seconds
-  for variant in as-is folded folded-tuned speculative speculative-reserve-16 reserve-16 update-in-line; do
+  for variant in deferred folded folded-tuned speculative speculative-reserve-16 reserve-16 update-in-line; do
     local reserve=0 inline=0 speculate=0 fold=0 tune=0
     seconds=$(variant_seconds $start 60)
     [ "$seconds" -gt 0 ] || { stamp "timeline $model: budget spent before $variant"; break; }
@@ -308,6 +309,9 @@ run_timeline() { # MODEL: when each launch of a replayed step ran, on which stre
     stamp "timeline $model $variant: exit $?"
     grep timeline_launches "$out/timeline-$model-$variant.jsonl" | tail -n 1 >> "$out/summary.txt"
   done
+  # The device tool returns at most 8 files from $OUT: the variants' timelines travel as one.
+  (cd "$out" && tar -czf "timelines-$model.tar.gz" timeline-"$model"-*.jsonl timeline-runs.jsonl &&
+    rm -f timeline-"$model"-*.jsonl timeline-runs.jsonl)
 }
 
 run_train() { # the main job on the GPU, on synthetic digits (the machine has no dataset)

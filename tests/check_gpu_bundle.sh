@@ -21,6 +21,7 @@ mkdir -p "$work/run" "$work/out"
 cat > "$work/run/ampjit-bench" <<'BENCH'
 #!/usr/bin/env bash
 [ "$AMPJIT_CUDA_GEMM_SM_RESERVE" = 16 ] && exit 139
+[ -n "${AMPJIT_TIMELINE:-}" ] && echo '{"timeline_launches":3}' > "$AMPJIT_TIMELINE"
 [ "$AMPJIT_CUDA_GEMM_TUNING" = 1 ] && [ "$AMPJIT_CUDA_GEMM_FOLDED_UPDATE" = 0 ] && sleep 30
 ms=$(awk -v fold="$AMPJIT_CUDA_GEMM_FOLDED_UPDATE" -v tune="$AMPJIT_CUDA_GEMM_TUNING" \
   'BEGIN { printf "%.2f", 13.5 - 1.5 * fold - 0.3 * tune }')
@@ -31,7 +32,7 @@ BENCH
 chmod +x "$work/run/ampjit-bench"
 
 # The stages' functions alone, as run.sh defines them.
-functions=$(sed -n '/^variant_seconds() {/,/^}/p;/^variant_switches() {/,/^}/p;/^run_speculate_ab() {/,/^}/p;/^run_bench_best() {/,/^}/p;/^run_bench() {/,/^}/p' "$work/run.sh")
+functions=$(sed -n '/^variant_seconds() {/,/^}/p;/^variant_switches() {/,/^}/p;/^run_speculate_ab() {/,/^}/p;/^run_bench_best() {/,/^}/p;/^run_bench() {/,/^}/p;/^run_timeline() {/,/^}/p' "$work/run.sh")
 here="$work" out="$work/out" STAGE_BUDGET_S=8 bash -c "
   stamp() { echo \"\$*\" >> \"\$out/summary.txt\"; }
   $functions
@@ -49,4 +50,19 @@ grep -q '"switches":"1101"' "$work/out/speculate-ab.jsonl" || fail "folded-0-tun
 grep -q "bench-best mlp9: folded-0-tuned" "$work/out/summary.txt" || fail "bench-best did not pick folded-0-tuned: $(cat "$work/out/summary.txt")"
 grep -q '"switches":"1101".*--peer-compile' "$work/out/bench.jsonl" ||
   fail "bench-best did not run the peers under folded-0-tuned's switches: $(cat "$work/out/bench.jsonl")"
-echo "check_gpu_bundle: run.sh parses; speculate-ab and bench-best pick and run the fastest variant"
+# The timeline stage leaves its variants' timelines in one archive (the device
+# tool returns at most 8 files), the two whose reserve crashes left out.
+mkdir -p "$work/timeline-out"
+here="$work" out="$work/timeline-out" STAGE_BUDGET_S=8 bash -c "
+  stamp() { echo \"\$*\" >> \"\$out/summary.txt\"; }
+  $functions
+  run_timeline mlp9" > /dev/null 2>&1 || fail "the timeline stage failed"
+[ -z "$(ls "$work/timeline-out" | grep -v '^summary.txt$\|^timelines-mlp9.tar.gz$\|^bench.log$')" ] ||
+  fail "loose files beside the timelines' archive: $(ls "$work/timeline-out")"
+[ -f "$work/timeline-out/timelines-mlp9.tar.gz" ] || fail "no timelines-mlp9.tar.gz: $(ls "$work/timeline-out")"
+timelines=$(tar -tzf "$work/timeline-out/timelines-mlp9.tar.gz" | sort | tr '\n' ' ')
+[ "$timelines" = "timeline-mlp9-deferred.jsonl timeline-mlp9-folded-tuned.jsonl timeline-mlp9-folded.jsonl \
+timeline-mlp9-speculative.jsonl timeline-mlp9-update-in-line.jsonl timeline-runs.jsonl " ] ||
+  fail "the timelines' archive holds: $timelines"
+echo "check_gpu_bundle: run.sh parses; speculate-ab and bench-best pick and run the fastest variant;" \
+  "timeline archives its timelines"

@@ -706,7 +706,8 @@ TEST_F(CompiledStepOnGpu, SpeculativeUpdatesGiveTheBitsOfTheDeferredStepAndSkipA
     options.defer_updates = DeferUpdates::on;
     auto deferredStep = trace([&](const Tensor& x, const Tensor& y) { return deferring.step(x, y); }, options);
     options.defer_updates = DeferUpdates::automatic;
-    detail::replaceSharedCudaBackend({.speculativeUpdateMinimumElements = 1}, "the speculative step's backend");
+    detail::replaceSharedCudaBackend({.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 0},
+                                     "the speculative step's backend");
     auto speculativeStep = trace([&](const Tensor& x, const Tensor& y) { return speculating.step(x, y); }, options);
     for (int call = 0; call < 6; ++call) {
       auto [x, y] = mlpBatchOfCall(call);

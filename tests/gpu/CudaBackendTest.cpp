@@ -780,6 +780,40 @@ TEST_F(GpuTest, AGemmSmReserveOutsideTheDeviceIsAClearError) {
   EXPECT_TRUE(createCudaBackend().ok());
 }
 
+TEST_F(GpuTest, TheUpdateSwitchesAreOnUnlessSetToZeroAndOptionsOverrideThem) {
+  // Speculative updates, folded updates and GEMM tuning are the defaults since
+  // the H200 measured them on mlp9 (bench/results/2026-11-27-h200); each
+  // switch turns its own off, and an option the caller set is kept as given.
+  const char* switches[] = {"AMPJIT_CUDA_SPECULATIVE_UPDATE", "AMPJIT_CUDA_GEMM_FOLDED_UPDATE",
+                            "AMPJIT_CUDA_GEMM_TUNING"};
+  for (const char* value : {static_cast<const char*>(nullptr), "1", "0", ""}) {
+    std::string label = value ? "'" + std::string(value) + "'" : "unset";
+    bool on = value == nullptr || std::string(value) == "1";
+    for (const char* off : {static_cast<const char*>(nullptr), switches[0], switches[1], switches[2]}) {
+      std::vector<std::unique_ptr<ScopedEnvironment>> environment;
+      for (const char* name : switches)
+        environment.push_back(std::make_unique<ScopedEnvironment>(name, name == off ? "0" : value));
+      Expected<std::unique_ptr<CudaBackend>> backend = createCudaBackend();
+      ASSERT_TRUE(backend.ok()) << backend.message();
+      CudaBackendOptions resolved = (*backend)->resolvedOptions();
+      std::string where = label + (off ? std::string(", ") + off + "=0" : "");
+      EXPECT_EQ(resolved.speculativeUpdateMinimumElements, on && off != switches[0] ? int64_t(1) << 24 : 0)
+          << where;
+      EXPECT_EQ((*backend)->speculatesOptimizerUpdates(), on && off != switches[0]) << where;
+      EXPECT_EQ(resolved.foldUpdatesIntoGemms, on && off != switches[1] ? 1 : 0) << where;
+      EXPECT_EQ(resolved.gemmTuningMinimumFlops, on && off != switches[2] ? int64_t(1) << 34 : 0) << where;
+    }
+  }
+  ScopedEnvironment speculate("AMPJIT_CUDA_SPECULATIVE_UPDATE", "0");
+  ScopedEnvironment fold("AMPJIT_CUDA_GEMM_FOLDED_UPDATE", nullptr);
+  Expected<std::unique_ptr<CudaBackend>> given = createCudaBackend(
+      {.speculativeUpdateMinimumElements = 7, .foldUpdatesIntoGemms = 0, .gemmTuningMinimumFlops = 5});
+  ASSERT_TRUE(given.ok()) << given.message();
+  EXPECT_EQ((*given)->resolvedOptions().speculativeUpdateMinimumElements, 7);
+  EXPECT_EQ((*given)->resolvedOptions().foldUpdatesIntoGemms, 0);
+  EXPECT_EQ((*given)->resolvedOptions().gemmTuningMinimumFlops, 5);
+}
+
 TEST_F(GpuTest, ADeferredUpdateKeptInLineOnRequestGivesTheCpusState) {
   // AMPJIT_CUDA_DEFERRED_UPDATE_IN_LINE=1 (the bundle's overlap-ab stage):
   // the deferred update runs first on the main stream, so no GEMM is beside
@@ -1021,7 +1055,8 @@ TEST_F(GpuTest, SpeculativeUpdatesGiveTheInLineUpdatesBitsAndSkipWhatTheCheckSki
   // those of a backend that updates in line, and each state tensor holds
   // the other of its two buffers.
   test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
-  Expected<std::unique_ptr<CudaBackend>> speculating = createCudaBackend({.speculativeUpdateMinimumElements = 1});
+  Expected<std::unique_ptr<CudaBackend>> speculating =
+      createCudaBackend({.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 0});
   Expected<std::unique_ptr<CudaBackend>> inLine = createCudaBackend({.speculativeUpdateMinimumElements = 0});
   ASSERT_TRUE(speculating.ok() && inLine.ok()) << speculating.message();
   EXPECT_TRUE((*speculating)->speculatesOptimizerUpdates());
@@ -1428,7 +1463,8 @@ TEST_F(GpuTest, ASpeculativeUpdateChecksItsGradientForASplitCheckWhichChecksTheR
   b.result(skipped, 7);
   Plan plan = b.finish();
 
-  Expected<std::unique_ptr<CudaBackend>> speculating = createCudaBackend({.speculativeUpdateMinimumElements = 1});
+  Expected<std::unique_ptr<CudaBackend>> speculating =
+      createCudaBackend({.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 0});
   Expected<std::unique_ptr<CudaBackend>> inLine = createCudaBackend({.speculativeUpdateMinimumElements = 0});
   ASSERT_TRUE(speculating.ok() && inLine.ok()) << speculating.message();
   Expected<std::unique_ptr<Executable>> ahead = (*speculating)->prepare(plan);
@@ -1516,7 +1552,8 @@ TEST_F(GpuTest, ATimelineOfASpeculativeRunShowsEachUpdateAfterItsGradientAndTheR
   std::string path = scratch.file("speculative-timeline.jsonl");
   std::vector<StampedLaunch> launches;
   {
-    Expected<std::unique_ptr<CudaBackend>> speculating = createCudaBackend({.speculativeUpdateMinimumElements = 1});
+    Expected<std::unique_ptr<CudaBackend>> speculating =
+      createCudaBackend({.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 0});
     Expected<std::unique_ptr<CudaBackend>> inLine = createCudaBackend({.speculativeUpdateMinimumElements = 0});
     ASSERT_TRUE(speculating.ok() && inLine.ok()) << speculating.message();
     Expected<std::unique_ptr<Executable>> behind = (*inLine)->prepare(parts.plan);

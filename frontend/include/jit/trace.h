@@ -101,8 +101,10 @@ struct TraceOptions {
   /// using it, destroying the traced function) completes it first, so a
   /// program sees the same values as without. `automatic`: on the CUDA
   /// backend, for updates of at least 16M parameter elements (smaller ones
-  /// take less time than what deferring adds). `on`: always, on any backend.
-  /// Off under AMPJIT_CHECK_NUMERICS.
+  /// take less time than what deferring adds), where the backend does not
+  /// run them speculatively under the backward instead (it does unless
+  /// AMPJIT_CUDA_SPECULATIVE_UPDATE=0: faster on mlp9). `on`: always, on any
+  /// backend. Off under AMPJIT_CHECK_NUMERICS.
   DeferUpdates defer_updates = DeferUpdates::automatic;
   /// Keep each parameter's low-precision cast from call to call (O1-O3): the
   /// optimizer update writes it from the new fp32 parameter, as O2's master

@@ -671,7 +671,7 @@ private:
       speculativeAt_[speculation_->updates[u].step] = u;
     hoistedSteps_.insert(speculation_->hoisted.begin(), speculation_->hoisted.end());
     if (!foldUpdatesIntoGemms_) {
-      stats_.gemmFoldDeclined = "not asked for (AMPJIT_CUDA_GEMM_FOLDED_UPDATE)";
+      stats_.gemmFoldDeclined = "switched off (AMPJIT_CUDA_GEMM_FOLDED_UPDATE=0)";
       return;
     }
     for (std::size_t u = 0; u < speculation_->updates.size(); ++u) {
@@ -1968,6 +1968,7 @@ public:
   }
 
   bool speculatesOptimizerUpdates() const override { return options_.speculativeUpdateMinimumElements > 0; }
+  CudaBackendOptions resolvedOptions() const override { return options_; }
 
 private:
   std::shared_ptr<DeviceRuntime> runtime_;
@@ -2043,7 +2044,7 @@ Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions opti
     options.speculativeUpdateMinimumElements =
         environmentFlag("AMPJIT_CUDA_SPECULATIVE_UPDATE", true) ? cuda::kMinSpeculativeUpdateElements : 0;
   if (options.foldUpdatesIntoGemms < 0)
-    options.foldUpdatesIntoGemms = environmentFlag("AMPJIT_CUDA_GEMM_FOLDED_UPDATE") ? 1 : 0;
+    options.foldUpdatesIntoGemms = environmentFlag("AMPJIT_CUDA_GEMM_FOLDED_UPDATE", true) ? 1 : 0;
   if (options.gemmTuningMinimumFlops < 0)
     options.gemmTuningMinimumFlops =
         environmentFlag("AMPJIT_CUDA_GEMM_TUNING", true) ? cuda::kDefaultGemmTuningMinimumFlops : 0;

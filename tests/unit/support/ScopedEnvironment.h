@@ -1,10 +1,10 @@
 #ifndef AMPJIT_TESTS_UNIT_SUPPORT_SCOPEDENVIRONMENT_H
 #define AMPJIT_TESTS_UNIT_SUPPORT_SCOPEDENVIRONMENT_H
 
-// An environment variable set for a scope (the runtime's and the backend's
-// knobs, such as AMPJIT_CHECK_NUMERICS or AMPJIT_CUDA_FUSED_BN), restored at
-// its end, however the scope ends: a failed ASSERT leaves no setting behind
-// for the tests after it.
+// An environment variable set (or, given nullptr, unset) for a scope (the
+// runtime's and the backend's knobs, such as AMPJIT_CHECK_NUMERICS or
+// AMPJIT_CUDA_FUSED_BN), restored at its end, however the scope ends: a
+// failed ASSERT leaves no setting behind for the tests after it.
 
 #include <cstdlib>
 #include <optional>
@@ -17,7 +17,10 @@ public:
   ScopedEnvironment(const char* name, const char* value) : name_(name) {
     if (const char* before = std::getenv(name))
       before_ = before;
-    ::setenv(name, value, 1);
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
   }
   ~ScopedEnvironment() {
     if (before_)

@@ -73,8 +73,10 @@ struct CudaBackendOptions {
   /// the tensor's bytes alternate between two addresses, so memory read by
   /// address from outside ampjit does not follow). Plans whose qualifying
   /// updates cover at least this many parameter elements do so; 0 never; -1
-  /// takes AMPJIT_CUDA_SPECULATIVE_UPDATE (a switch; on means 2^24). While it
-  /// is on, jit::trace does not defer the update into the next run.
+  /// takes AMPJIT_CUDA_SPECULATIVE_UPDATE (a switch, on unless "0"; on means
+  /// 2^24: mlp9's step on the H200 took 12.58 ms against 12.93 ms with
+  /// the update deferred). While it is on, jit::trace does not defer the
+  /// update into the next run.
   int64_t speculativeUpdateMinimumElements = -1;
   /// Where updates run speculatively, a plain SGD update whose gradient is
   /// a GEMM's product alone is computed in that GEMM (cuBLASLt's D = alpha *
@@ -85,7 +87,9 @@ struct CudaBackendOptions {
   /// gradient is then never rounded to f16 or bf16, so the bits differ from
   /// the update in line, and a gradient that would overflow f16 but not f32
   /// updates instead of skipping the step (SpeculativeUpdates.h, GemmFold).
-  /// 1 on, 0 off, -1 takes AMPJIT_CUDA_GEMM_FOLDED_UPDATE (a switch).
+  /// 1 on, 0 off, -1 takes AMPJIT_CUDA_GEMM_FOLDED_UPDATE (a switch, on
+  /// unless "0": mlp9's step on the H200 took 12.13 ms folded against 12.58
+  /// ms speculative alone).
   int foldUpdatesIntoGemms = -1;
   /// GEMMs of at least this many floating-point operations (2 m n k per
   /// product) choose their cuBLASLt algorithm by timing: at prepare, each
@@ -98,8 +102,9 @@ struct CudaBackendOptions {
   /// per distinct large GEMM) and the scratch operands come from the pool.
   /// Another algorithm may sum in another order, so the bits can differ from
   /// the heuristic's choice's (within the GEMM's tolerance). 0 never; -1
-  /// takes AMPJIT_CUDA_GEMM_TUNING (a switch; on means 2^34, GEMMs of about
-  /// 25 us and more on an H100).
+  /// takes AMPJIT_CUDA_GEMM_TUNING (a switch, on unless "0"; on means 2^34,
+  /// GEMMs of about 25 us and more on an H100; it took mlp9's folded step on
+  /// the H200 from 13.01 to 12.49 ms).
   int64_t gemmTuningMinimumFlops = -1;
 };
 
@@ -204,6 +209,9 @@ public:
   /// Whether its plans' optimizer updates may run speculatively
   /// (CudaBackendOptions::speculativeUpdateMinimumElements, resolved).
   virtual bool speculatesOptimizerUpdates() const = 0;
+  /// The options it was created with, each -1 replaced by what the
+  /// environment switched on or off.
+  virtual CudaBackendOptions resolvedOptions() const = 0;
 };
 
 Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions options = {});
