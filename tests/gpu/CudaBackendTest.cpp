@@ -1553,7 +1553,7 @@ TEST_F(GpuTest, ATimelineOfASpeculativeRunShowsEachUpdateAfterItsGradientAndTheR
   std::vector<StampedLaunch> launches;
   {
     Expected<std::unique_ptr<CudaBackend>> speculating =
-      createCudaBackend({.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 0});
+        createCudaBackend({.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 0});
     Expected<std::unique_ptr<CudaBackend>> inLine = createCudaBackend({.speculativeUpdateMinimumElements = 0});
     ASSERT_TRUE(speculating.ok() && inLine.ok()) << speculating.message();
     Expected<std::unique_ptr<Executable>> behind = (*inLine)->prepare(parts.plan);
