@@ -104,15 +104,12 @@ DeferralResult deferOptimizerUpdates(rt::Plan &original, int64_t minimumElements
   if (plan.deferredSteps > 0)
     return {0, "the plan already defers its update"};
   size_t first = stepCount;
-  int64_t elements = 0;
-  for (size_t i = 0; i < stepCount; ++i) {
-    if (plan.steps[i].kind != rt::StepKind::OptimizerUpdate)
-      continue;
-    first = std::min(first, i);
-    elements += plan.buffers[plan.steps[i].inputs[0]].type.elementCount();
-  }
+  for (size_t i = 0; i < stepCount && first == stepCount; ++i)
+    if (plan.steps[i].kind == rt::StepKind::OptimizerUpdate)
+      first = i;
   if (first == stepCount)
     return {0, "the step has no optimizer update"};
+  int64_t elements = rt::optimizerUpdateElements(plan);
   if (elements < minimumElements)
     return {0, "its update covers " + std::to_string(elements) + " parameter elements, fewer than the " +
                    std::to_string(minimumElements) + " that make deferring pay"};

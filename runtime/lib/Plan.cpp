@@ -1601,6 +1601,14 @@ std::vector<bool> sideStepMask(const Plan& plan) {
   return mask;
 }
 
+int64_t optimizerUpdateElements(const Plan& plan) {
+  int64_t elements = 0;
+  for (const Step& step : plan.steps)
+    if (step.kind == StepKind::OptimizerUpdate && !step.inputs.empty() && step.inputs[0] < plan.buffers.size())
+      elements += plan.buffers[step.inputs[0]].type.elementCount();
+  return elements;
+}
+
 std::vector<int64_t> heldBySideSteps(const Plan& plan) {
   std::vector<int64_t> until(plan.buffers.size(), -1);
   for (const SideStep& side : plan.sideSteps) {

@@ -735,6 +735,46 @@ TEST_F(CompiledStepOnGpu, SpeculativeUpdatesGiveTheBitsOfTheDeferredStepAndSkipA
   }
 }
 
+TEST_F(CompiledStepOnGpu, ALargeUpdateTheBackendWouldNotSpeculateIsDeferredInstead) {
+  // One Linear(4096, 4096): 16.8M parameter elements, enough for automatic
+  // deferral. A backend that speculates gets the update undeferred, but one
+  // whose threshold this plan's updates do not reach (ResNet-50's case, its
+  // qualifying updates too few) gets it deferred, as a backend that never
+  // speculates does, rather than in line after the check.
+  struct Case {
+    const char* backend;
+    ampjit::runtime::CudaBackendOptions options;
+    bool deferred;
+    size_t speculative;
+  };
+  const Case cases[] = {
+      {"speculating from 1 element", {.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 0}, false, 2},
+      {"speculating from 2^40 elements", {.speculativeUpdateMinimumElements = int64_t(1) << 40}, true, 0},
+      {"never speculating", {.speculativeUpdateMinimumElements = 0}, true, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.backend);
+    detail::replaceSharedCudaBackend(c.options, c.backend);
+    Generator generator(11);
+    nn::Sequential model;
+    model.push_back(nn::Linear(4096, 4096, true, {.generator = &generator}));
+    optim::SGD optimizer(model.parameters(), {.lr = 0.05});
+    amp::GradScaler scaler;
+    auto step = trace(
+        [&](const Tensor& x, const Tensor& y) {
+          return scaledTrainStepWith([](const Tensor& out, const Tensor& target) { return mse_loss(out, target); },
+                                     model, optimizer, scaler, x, y);
+        },
+        {.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cuda});
+    Tensor x = rand({2, 4096}, f32, &generator), y = rand({2, 4096}, f32, &generator);
+    EXPECT_TRUE(std::isfinite(step(x, y).item()));
+    EXPECT_EQ(step.plan_text().find("deferred steps") != std::string::npos, c.deferred) << step.plan_text();
+    EXPECT_EQ(step.stats().device_speculative_updates_per_step, c.speculative)
+        << step.stats().device_speculation_declined;
+  }
+  detail::replaceSharedCudaBackend({}, "the default backend");
+}
+
 TEST_F(CompiledStepOnGpu, UpdatesFoldedIntoTheirGemmsTrackTheDeferredStepAndSkipTheSameOverflow) {
   // mlp9's shape at test size, its three weights' plain SGD updates folded
   // into their gradients' GEMMs (the biases run speculatively on their own:

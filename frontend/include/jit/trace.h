@@ -101,10 +101,11 @@ struct TraceOptions {
   /// using it, destroying the traced function) completes it first, so a
   /// program sees the same values as without. `automatic`: on the CUDA
   /// backend, for updates of at least 16M parameter elements (smaller ones
-  /// take less time than what deferring adds), where the backend does not
-  /// run them speculatively under the backward instead (it does unless
-  /// AMPJIT_CUDA_SPECULATIVE_UPDATE=0: faster on mlp9). `on`: always, on any
-  /// backend. Off under AMPJIT_CHECK_NUMERICS.
+  /// take less time than what deferring adds), unless the backend runs that
+  /// plan's updates speculatively under the backward instead (by default,
+  /// where the updates that qualify cover 2^24 elements: mlp9's, not
+  /// ResNet-50's; faster on mlp9). `on`: always, on any backend. Off under
+  /// AMPJIT_CHECK_NUMERICS.
   DeferUpdates defer_updates = DeferUpdates::automatic;
   /// Keep each parameter's low-precision cast from call to call (O1-O3): the
   /// optimizer update writes it from the new fp32 parameter, as O2's master

@@ -249,11 +249,11 @@ private:
     variant->ampKey = std::move(key);
     variant->bindings = std::move(bindings);
     bool checkNumerics = rt::environmentFlag("AMPJIT_CHECK_NUMERICS");
+    bool automaticDeferral = !checkNumerics && options_.defer_updates == DeferUpdates::automatic && cuda_ != nullptr;
     // A backend that runs the update speculatively starts it under the
     // backward pass; deferring it would keep it out of that run.
     bool defer = !checkNumerics && (options_.defer_updates == DeferUpdates::on ||
-                                    (options_.defer_updates == DeferUpdates::automatic && cuda_ != nullptr &&
-                                     !cuda_->speculatesOptimizerUpdates()));
+                                    (automaticDeferral && !cuda_->speculatesOptimizerUpdates()));
     const char* dumpDirectory = std::getenv("AMPJIT_DUMP");
     CompileTraceOptions compileOptions{
         .pipelineOptions = pipelineOptions_,
@@ -268,6 +268,14 @@ private:
         .dumpDirectory = dumpDirectory ? dumpDirectory : "",
         .dumpStem = options_.name + ".v" + std::to_string(variants_.size() + 1)};
     variant->compiled = compileTrace(graph, compileOptions);
+    // Where the backend would not speculate this plan's large update after
+    // all (too little of it qualifies: ResNet-50's), the update is deferred
+    // as it would be on a backend that never speculates, not left in line.
+    if (automaticDeferral && !defer && rt::optimizerUpdateElements(variant->compiled.plan) >= kDeferMinimumElements &&
+        !cuda_->speculatesOptimizerUpdatesOf(variant->compiled.plan)) {
+      compileOptions.deferOptimizerUpdates = true;
+      variant->compiled = compileTrace(graph, compileOptions);
+    }
 
     const rt::Plan& plan = variant->compiled.plan;
     size_t traced_arguments = graph.arguments.size();

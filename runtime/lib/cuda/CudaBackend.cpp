@@ -1968,6 +1968,11 @@ public:
   }
 
   bool speculatesOptimizerUpdates() const override { return options_.speculativeUpdateMinimumElements > 0; }
+  bool speculatesOptimizerUpdatesOf(const Plan& plan) const override {
+    // planSpeculation's conditions, which prepare applies to the same plan.
+    return speculatesOptimizerUpdates() && !options_.checkNumerics &&
+           cuda::scheduleSpeculativeUpdates(plan, options_.speculativeUpdateMinimumElements).has_value();
+  }
   CudaBackendOptions resolvedOptions() const override { return options_; }
 
 private:

@@ -209,6 +209,10 @@ public:
   /// Whether its plans' optimizer updates may run speculatively
   /// (CudaBackendOptions::speculativeUpdateMinimumElements, resolved).
   virtual bool speculatesOptimizerUpdates() const = 0;
+  /// Whether prepare(plan) would run `plan`'s optimizer updates
+  /// speculatively: they qualify and cover the minimum. jit::trace defers a
+  /// large update that this backend would not speculate.
+  virtual bool speculatesOptimizerUpdatesOf(const Plan& plan) const = 0;
   /// The options it was created with, each -1 replaced by what the
   /// environment switched on or off.
   virtual CudaBackendOptions resolvedOptions() const = 0;

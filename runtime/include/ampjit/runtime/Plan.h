@@ -679,6 +679,11 @@ std::string describeStepOfPlan(const Plan& plan, std::size_t index);
 /// words on every backend.
 Status nonFiniteOutputError(const Plan& plan, std::size_t index, std::size_t slot);
 
+/// The parameter elements the plan's optimizer updates rewrite: what
+/// deferring the update (codegen's deferOptimizerUpdates) and jit::trace's
+/// automatic deferral weigh.
+int64_t optimizerUpdateElements(const Plan& plan);
+
 /// For each step, whether it is one of Plan::sideSteps (those in range).
 std::vector<bool> sideStepMask(const Plan& plan);
 /// For each buffer, the last step through which a side step that reads or
