@@ -41,6 +41,22 @@ using cuda::DeviceContext;
 using cuda::DeviceStep;
 using cuda::StepPointers;
 
+/// The updates of `plan` that run speculatively on a backend with these
+/// options, or nothing with the reason: the one decision prepare makes and
+/// CudaBackend::speculatesOptimizerUpdatesOf (jit::trace's question) reports.
+std::optional<cuda::SpeculationSchedule> speculationOf(const Plan& plan, int64_t minimumElements,
+                                                       bool checkNumerics, std::string& whyNot) {
+  if (minimumElements <= 0) {
+    whyNot = "switched off (AMPJIT_CUDA_SPECULATIVE_UPDATE=0)";
+    return std::nullopt;
+  }
+  if (checkNumerics) {
+    whyNot = "AMPJIT_CHECK_NUMERICS runs every step in line";
+    return std::nullopt;
+  }
+  return cuda::scheduleSpeculativeUpdates(plan, minimumElements, &whyNot);
+}
+
 /// What outlives the backend object for as long as anything uses it: the
 /// stream, the library handles and the loaded kernels. The backend, each
 /// Executable and each device tensor hold it, so a tensor freed after its
@@ -652,16 +668,8 @@ private:
   //===--------------------------------------------------------------------===//
 
   void planSpeculation() {
-    if (speculativeMinimumElements_ <= 0) {
-      stats_.speculationDeclined = "switched off (AMPJIT_CUDA_SPECULATIVE_UPDATE=0)";
-      return;
-    }
-    if (checkNumerics_) {
-      stats_.speculationDeclined = "AMPJIT_CHECK_NUMERICS runs every step in line";
-      return;
-    }
     std::string whyNot;
-    speculation_ = cuda::scheduleSpeculativeUpdates(plan_, speculativeMinimumElements_, &whyNot);
+    speculation_ = speculationOf(plan_, speculativeMinimumElements_, checkNumerics_, whyNot);
     if (!speculation_) {
       stats_.speculationDeclined = whyNot;
       return;
@@ -1969,9 +1977,9 @@ public:
 
   bool speculatesOptimizerUpdates() const override { return options_.speculativeUpdateMinimumElements > 0; }
   bool speculatesOptimizerUpdatesOf(const Plan& plan) const override {
-    // planSpeculation's conditions, which prepare applies to the same plan.
-    return speculatesOptimizerUpdates() && !options_.checkNumerics &&
-           cuda::scheduleSpeculativeUpdates(plan, options_.speculativeUpdateMinimumElements).has_value();
+    std::string whyNot;
+    return speculationOf(plan, options_.speculativeUpdateMinimumElements, options_.checkNumerics, whyNot)
+        .has_value();
   }
   CudaBackendOptions resolvedOptions() const override { return options_; }
 
