@@ -456,6 +456,7 @@ TEST_F(GpuTest, AWidenedReductionInOneLaunchGivesTheBitsOfTheConversionAndTheRed
   const Case cases[] = {
       {{300, 7}, {7}, {0}},      // the column kernel
       {{2000, 40}, {40}, {0}},   // the column kernel in several parts
+      {{700, 130}, {130}, {0}},  // paired columns: three tiles, the last partial, two parts
       {{7, 300}, {7}, {1}},      // a block per output
       {{70001}, {}, {0}},        // split over blocks
       {{4, 5, 6}, {5}, {0, 2}}   // a thread per output

@@ -171,48 +171,96 @@ __global__ void reducePartialKernel(ReductionGeometry g, int64_t splits, int64_t
 // does and add in its order (ColumnTile.h).
 constexpr int kColumnOutputs = kColumnTileColumns, kColumnLanes = kColumnTileLanes;
 
-/// Rows a column lane loads before it adds any of them: with one load in
-/// flight per thread, mlp9's f16 bias gradients (2048 x 8192) were summed at
-/// 1.3 TB/s on the H100 (0.026 ms each). The additions keep their order.
-constexpr int kColumnRowsInFlight = 4;
+/// Rows a column lane loads before it adds any of them (the additions keep
+/// their order). mlp9's f16 bias gradients (2048 x 8192) were summed at
+/// 1.3 TB/s on the H100 (0.026 ms each) with one row of one column in flight
+/// per thread, 64 bytes a warp request, and at 0.9 TB/s on an H200 with four
+/// rows (another card: no A/B). Far from either card's bandwidth, so the
+/// kernel waits on memory latency: 16 rows of two columns (kColumnLoadBytes)
+/// give each thread 64 bytes in flight and each warp request a whole
+/// 128-byte line. Not yet measured on a GPU (2026-11-27).
+constexpr int kColumnRowsInFlight = 16;
+
+/// Bytes a thread loads from each row it adds: two f16/bf16 outputs' elements
+/// at once, so that a warp reads 128 consecutive bytes of the row, as one f32
+/// output each already does.
+constexpr int kColumnLoadBytes = 4;
+
+/// Consecutive outputs one thread of the column kernel sums.
+template <typename In> constexpr int columnsPerThread() {
+  return sizeof(In) >= kColumnLoadBytes ? 1 : int(kColumnLoadBytes / sizeof(In));
+}
+
+/// The elements of V consecutive outputs in one row: one aligned load.
+template <typename In, int V> struct alignas(sizeof(In) * V) ColumnVector {
+  In values[V];
+};
+
+/// One row's elements of V consecutive outputs, in one load. The host build
+/// (the tests' CUDA emulation) stops where the device would fault on a
+/// misaligned vector.
+template <int V, typename In> __device__ __forceinline__ ColumnVector<In, V> loadColumns(const In* at) {
+#if !defined(__CUDA_ARCH__)
+  if (reinterpret_cast<std::uintptr_t>(at) % alignof(ColumnVector<In, V>) != 0)
+    __builtin_trap();
+#endif
+  return *reinterpret_cast<const ColumnVector<In, V>*>(at);
+}
 
 /// Outputs whose innermost kept dimension is contiguous (a bias gradient's
-/// sum over rows): 32 consecutive outputs per block so loads coalesce, 8
-/// lanes striding over the block's part of the reduced range (blockIdx.y of
-/// gridDim.y parts of `chunk` elements), lanes combined in order. One part
+/// sum over rows): 32 threads per block, each summing V consecutive outputs
+/// (columnsLoadAsVectors says when V > 1 may load them as one vector), so
+/// loads coalesce; 8 lanes striding over the block's part of the reduced
+/// range (blockIdx.y of gridDim.y parts of `chunk` elements), lanes combined
+/// in order. Each output adds in the same order whatever V is. One part
 /// stores the finished outputs, several write partials[out * parts + part].
-template <typename In, typename S>
+template <int V, typename In, typename S>
 __global__ void reduceColumnsKernel(ReductionGeometry g, int64_t chunk, const In* x, S* y, Compute<S>* partials) {
   using T = Compute<S>;
-  __shared__ T lanes[kColumnLanes][kColumnOutputs];
+  using Vector = ColumnVector<In, V>;
+  constexpr int kTileOutputs = kColumnOutputs * V;
+  __shared__ T lanes[kColumnLanes][kTileOutputs];
   int64_t begin = int64_t(blockIdx.y) * chunk;
   int64_t end = begin + chunk < g.reducedCount ? begin + chunk : g.reducedCount;
-  for (int64_t tile = blockIdx.x; tile * kColumnOutputs < g.outputCount; tile += gridDim.x) {
-    int64_t out = tile * kColumnOutputs + threadIdx.x;
-    T acc = reduceIdentity<T>(g);
-    if (out < g.outputCount) {
-      int64_t base = keptOffset(g, out);
+  for (int64_t tile = blockIdx.x; tile * kTileOutputs < g.outputCount; tile += gridDim.x) {
+    int64_t first = tile * kTileOutputs + int64_t(threadIdx.x) * V;
+    T acc[V];
+    for (int j = 0; j < V; ++j)
+      acc[j] = reduceIdentity<T>(g);
+    if (first < g.outputCount) {
+      const In* columns = x + keptOffset(g, first);
       int64_t r = begin + threadIdx.y;
       for (; r + (kColumnRowsInFlight - 1) * kColumnLanes < end; r += kColumnRowsInFlight * kColumnLanes) {
-        In values[kColumnRowsInFlight];
+        // Unrolled, so that the rows stay in registers.
+        Vector rows[kColumnRowsInFlight];
+#pragma unroll
         for (int k = 0; k < kColumnRowsInFlight; ++k)
-          values[k] = x[base + reducedOffset(g, r + k * kColumnLanes)];
+          rows[k] = loadColumns<V>(columns + reducedOffset(g, r + k * kColumnLanes));
+#pragma unroll
         for (int k = 0; k < kColumnRowsInFlight; ++k)
-          acc = reduceCombine(g, acc, T(widen(values[k])));
+#pragma unroll
+          for (int j = 0; j < V; ++j)
+            acc[j] = reduceCombine(g, acc[j], T(widen(rows[k].values[j])));
       }
-      for (; r < end; r += kColumnLanes)
-        acc = reduceCombine(g, acc, T(widen(x[base + reducedOffset(g, r)])));
+      for (; r < end; r += kColumnLanes) {
+        Vector row = loadColumns<V>(columns + reducedOffset(g, r));
+        for (int j = 0; j < V; ++j)
+          acc[j] = reduceCombine(g, acc[j], T(widen(row.values[j])));
+      }
     }
-    lanes[threadIdx.y][threadIdx.x] = acc;
+    for (int j = 0; j < V; ++j)
+      lanes[threadIdx.y][threadIdx.x * V + j] = acc[j];
     __syncthreads();
-    if (threadIdx.y == 0 && out < g.outputCount) {
-      T total = lanes[0][threadIdx.x];
-      for (int lane = 1; lane < kColumnLanes; ++lane)
-        total = reduceCombine(g, total, lanes[lane][threadIdx.x]);
-      if (gridDim.y == 1)
-        store(y + out, reduceFinish(g, total));
-      else
-        partials[out * gridDim.y + blockIdx.y] = total;
+    if (threadIdx.y == 0 && first < g.outputCount) {
+      for (int j = 0; j < V; ++j) {
+        T total = lanes[0][threadIdx.x * V + j];
+        for (int lane = 1; lane < kColumnLanes; ++lane)
+          total = reduceCombine(g, total, lanes[lane][threadIdx.x * V + j]);
+        if (gridDim.y == 1)
+          store(y + first + j, reduceFinish(g, total));
+        else
+          partials[(first + j) * gridDim.y + blockIdx.y] = total;
+      }
     }
     __syncthreads();
   }
@@ -743,8 +791,12 @@ __global__ void classificationHeadKernel(LossGeometry g, const In* scores, const
 }
 
 /// Loads a regression head's pass keeps in flight per thread, rows
-/// kColumnLanes apart.
-constexpr int kMseHeadSlots = 4;
+/// kColumnLanes apart. With 4, mlp9's head (2048 x 8192 f16 scores and f32
+/// targets) moved its 128 MB at 1.5 TB/s on the H100 (0.087 ms), waiting on
+/// memory latency as the column reduction did; 16 keep four times the bytes
+/// in flight (not yet measured on a GPU, 2026-11-27). Every value adds in
+/// the same order whatever the count.
+constexpr int kMseHeadSlots = 16;
 
 /// launchMseHead's pass: tiles of kColumnOutputs columns, kColumnLanes lanes
 /// of rows (kMseHeadSlots rows loaded before any is computed), each lane
@@ -945,6 +997,25 @@ int64_t columnParts(const ReductionGeometry& geometry) {
   return std::max<int64_t>(1, std::min<int64_t>(wanted, geometry.reducedCount / 256));
 }
 
+/// Whether the column kernel may load `columns` consecutive outputs'
+/// elements of a row as one vector: every such group lies in one innermost
+/// kept row (its size a multiple of `columns`), and every group's address,
+/// in each row, is a multiple of the vector's size.
+template <typename In> bool columnsLoadAsVectors(const ReductionGeometry& geometry, const In* x, int columns) {
+  if (columns == 1)
+    return true;
+  if (reinterpret_cast<std::uintptr_t>(x) % (sizeof(In) * std::size_t(columns)) != 0 ||
+      geometry.keptSizes[geometry.keptRank - 1] % columns != 0)
+    return false;
+  for (int d = 0; d + 1 < geometry.keptRank; ++d)
+    if (geometry.keptStrides[d] % columns != 0)
+      return false;
+  for (int d = 0; d < geometry.reducedRank; ++d)
+    if (geometry.reducedStrides[d] % columns != 0)
+      return false;
+  return true;
+}
+
 /// Partial results (per output and part) a reduction keeps in the workspace.
 int64_t reductionPartials(const ReductionGeometry& geometry) {
   if (reducesColumns(geometry)) {
@@ -976,9 +1047,15 @@ cudaError_t launchReductionOf(const ReductionGeometry& geometry, const In* in, S
     int64_t parts = columnParts(geometry);
     int64_t chunk = (geometry.reducedCount + parts - 1) / parts;
     T* partials = static_cast<T*>(workspace);
+    constexpr int kVector = columnsPerThread<In>();
+    int columns = columnsLoadAsVectors(geometry, in, kVector) ? kVector : 1;
     dim3 threads(kColumnOutputs, kColumnLanes);
-    dim3 blocks(blocksFor((geometry.outputCount + kColumnOutputs - 1) / kColumnOutputs), unsigned(parts));
-    reduceColumnsKernel<In, S><<<blocks, threads, 0, stream>>>(geometry, chunk, in, out, partials);
+    dim3 blocks(blocksFor((geometry.outputCount + kColumnOutputs * columns - 1) / (kColumnOutputs * columns)),
+                unsigned(parts));
+    if (columns > 1)
+      reduceColumnsKernel<kVector, In, S><<<blocks, threads, 0, stream>>>(geometry, chunk, in, out, partials);
+    else
+      reduceColumnsKernel<1, In, S><<<blocks, threads, 0, stream>>>(geometry, chunk, in, out, partials);
     cudaError_t error = cudaGetLastError();
     if (error != cudaSuccess || parts == 1)
       return error;

@@ -366,5 +366,71 @@ TEST(EmulatedStep, AGeneratedKernelTakesMisalignedOperandsElementByElementWithTh
   }
 }
 
+TEST(EmulatedStep, AWidenedColumnSumOfAMisalignedInputLoadsElementByElementWithTheAlignedBits) {
+  // The column kernel loads two f16 columns of a row at once where every
+  // such pair is aligned; an input one element off must go column by column
+  // (the vector load would fault on the device, and traps in the
+  // emulation's build of the kernel), with the bits of the aligned launch
+  // and of the same sum over the f32 copy, which loads one column at a time.
+  const int64_t rows = 600, columns = 130; // three tiles of paired columns, the last partial; two parts
+  rt::test::PlanBuilder b("widened_column_sum");
+  rt::BufferId narrow = b.argument(rt::test::tt(rt::DType::F16, {rows, columns}), rt::BufferRole::Input, "narrow");
+  rt::BufferId wide = b.temporary(rt::test::tt(rt::DType::F32, {rows, columns}));
+  rt::BufferId sums = b.output(rt::test::tt(rt::DType::F32, {columns}));
+  b.op("amp.cast", {narrow}, {wide});
+  b.op("jit.sum", {wide}, {sums}, {{"axes", std::vector<int64_t>{0}}});
+  b.result(sums);
+  rt::Plan plan = b.finish();
+  ASSERT_TRUE(rt::cuda::widenedReductionAt(plan, 0)) << rt::printPlan(plan);
+
+  std::vector<double> values;
+  for (int64_t i = 0; i < rows * columns; ++i)
+    values.push_back(std::ldexp(double(i % 23) - 11.3, -int(i % 7)));
+  rt::Tensor narrowValues = *rt::Tensor::fromDoubles(rt::DType::F16, {rows, columns}, values);
+  rt::Tensor wideValues = *rt::Tensor::fromDoubles(rt::DType::F32, {rows, columns}, narrowValues.toDoubles());
+
+  rt::cuda::DeviceContext context;
+  context.multiprocessorCount = 132;
+  const rt::Step* group[2] = {&plan.steps[0], &plan.steps[1]};
+  rt::Expected<std::unique_ptr<rt::cuda::DeviceStep>> widened = rt::cuda::makeWidenedReductionStep(plan, group);
+  ASSERT_TRUE(widened.ok()) << widened.message();
+  rt::Expected<std::unique_ptr<rt::cuda::DeviceStep>> overF32 = rt::cuda::makeNumericStep(context, plan, plan.steps[1]);
+  ASSERT_TRUE(overF32.ok()) << overF32.message();
+  ASSERT_GT((*widened)->workspaceBytes(), 0u) << "two parts, combined from partials";
+
+  auto sumOf = [&](rt::cuda::DeviceStep& step, const rt::Tensor& input, std::size_t shift, bool isGroup) {
+    std::size_t bytes = std::size_t(input.byteSize());
+    std::unique_ptr<std::byte, decltype(&std::free)> block(
+        static_cast<std::byte*>(std::aligned_alloc(64, (bytes + 64 + 63) / 64 * 64)), &std::free);
+    std::byte* at = block.get() + shift * rt::dtypeSize(input.dtype());
+    std::memcpy(at, input.bytes(), bytes);
+    std::vector<float> out(std::size_t(columns), std::nanf(""));
+    std::vector<std::byte> workspace(step.workspaceBytes());
+    void* groupInputs[2] = {at, nullptr};
+    void* groupOutputs[2] = {nullptr, out.data()};
+    void* inputs[1] = {at};
+    void* outputs[1] = {out.data()};
+    rt::cuda::StepPointers pointers = isGroup ? rt::cuda::StepPointers{groupInputs, groupOutputs, workspace.data()}
+                                              : rt::cuda::StepPointers{inputs, outputs, workspace.data()};
+    EXPECT_TRUE(step.enqueue(pointers, nullptr).ok());
+    return out;
+  };
+  std::vector<float> reference = sumOf(**overF32, wideValues, 0, false);
+  for (std::size_t shift : {0, 1, 3}) {
+    SCOPED_TRACE("input " + std::to_string(shift) + " elements in");
+    std::vector<float> summed = sumOf(**widened, narrowValues, shift, true);
+    EXPECT_EQ(std::memcmp(summed.data(), reference.data(), reference.size() * sizeof(float)), 0);
+  }
+  // And against the CPU's sequential sums of the same values, within a sum's bound.
+  for (int64_t c = 0; c < columns; ++c) {
+    double exact = 0, magnitude = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      exact += narrowValues.at(r * columns + c);
+      magnitude += std::fabs(narrowValues.at(r * columns + c));
+    }
+    EXPECT_NEAR(reference[std::size_t(c)], exact, magnitude * double(rows) * 0x1p-24 + 1e-30) << "column " << c;
+  }
+}
+
 } // namespace
 } // namespace ampjit::emulation

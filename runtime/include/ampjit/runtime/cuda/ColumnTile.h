@@ -7,7 +7,11 @@
 
 namespace ampjit::runtime::cuda {
 
-/// Consecutive columns (outputs) one block sums, one thread each per lane.
+/// Threads of a block across consecutive columns (outputs), each summing one
+/// column per lane (NumericKernels.cu's column reduction: two adjacent f16 or
+/// bf16 columns, in the same order as one). A column's order depends only on
+/// the lanes and on the parts the reduction splits into, which the launcher
+/// derives from this tile.
 inline constexpr int kColumnTileColumns = 32;
 /// Lanes per column, each adding every kColumnTileLanes-th row; the lanes'
 /// sums are then added in lane order.
