@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ampjit-bench prints one JSON object per configuration and a summary: every
 # configuration ran compiled (one trace), has positive median and first-step
-# times (in process and in a fresh process) and names the AMPJIT_* variables
+# times (in process and in a fresh process, with its GEMM tuning's cost) and names the AMPJIT_* variables
 # it ran under, and the summary says why no peer ran on the CPU. Tiny sizes:
 # this checks the tool, it measures nothing.
 set -euo pipefail
@@ -20,6 +20,9 @@ for c in configs:
     assert 0 < c["ms_per_step_min"] <= c["ms_per_step_median"], c
     assert c["time_to_first_step_in_process_s"] > 0, c
     assert c["fresh_process"].get("time_to_first_step_s", 0) > 0, c
+    # What GEMM tuning cost the fresh process (nothing on the CPU).
+    assert c["fresh_process"].get("device_gemm_tuning_ms") == 0, c
+    assert c["fresh_process"].get("device_gemm_tuning_candidates_screened") == 0, c
     assert c["peak_host_rss_mb"] > 0, c
     # The AMPJIT_* variables it ran under, and no others.
     assert c["environment"].get("AMPJIT_CUDA_CACHE_HINTS") == "0", c["environment"]

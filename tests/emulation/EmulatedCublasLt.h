@@ -90,7 +90,7 @@ int64_t cublasLtMatmulCount();
 /// cublasLtMatmul refuses to run. They compute the same values: what GEMM
 /// tuning measures and chooses, not what it computes.
 inline constexpr uint64_t kRefusedAlgorithm = ~uint64_t(0);
-inline constexpr std::size_t kModelledVariants = 8;
+inline constexpr std::size_t kModelledVariants = 32;
 void setCublasLtAlgorithmTimes(std::vector<uint64_t> microseconds);
 /// Products computed with the heuristic's `variant`-th algorithm since the
 /// process started (cublasLtMatmulAlgoConfigGetAttribute's ALGO_CONFIG_ID).

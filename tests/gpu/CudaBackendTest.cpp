@@ -781,6 +781,28 @@ TEST_F(GpuTest, AGemmSmReserveOutsideTheDeviceIsAClearError) {
   EXPECT_TRUE(createCudaBackend().ok());
 }
 
+TEST_F(GpuTest, AGemmTuningCandidateCountOutsideOneToSixtyFourIsAClearError) {
+  for (int count : {0, 65, 1000}) { // any negative takes the variable
+    Expected<std::unique_ptr<CudaBackend>> backend = createCudaBackend({.gemmTuningCandidates = count});
+    ASSERT_FALSE(backend.ok()) << count;
+    EXPECT_NE(backend.message().find("gemmTuningCandidates " + std::to_string(count) + ": "), std::string::npos)
+        << backend.message();
+  }
+  for (std::string value : {"many", "0", "65", "8x"}) {
+    ScopedEnvironment candidates("AMPJIT_CUDA_GEMM_TUNING_CANDIDATES", value.c_str());
+    Expected<std::unique_ptr<CudaBackend>> backend = createCudaBackend();
+    ASSERT_FALSE(backend.ok()) << value;
+    EXPECT_NE(backend.message().find("AMPJIT_CUDA_GEMM_TUNING_CANDIDATES='" + value + "'"), std::string::npos)
+        << backend.message();
+  }
+  for (auto [value, resolved] : {std::pair<const char*, int>{nullptr, 8}, {"1", 1}, {"64", 64}}) {
+    ScopedEnvironment candidates("AMPJIT_CUDA_GEMM_TUNING_CANDIDATES", value);
+    Expected<std::unique_ptr<CudaBackend>> backend = createCudaBackend();
+    ASSERT_TRUE(backend.ok()) << backend.message();
+    EXPECT_EQ((*backend)->resolvedOptions().gemmTuningCandidates, resolved) << (value ? value : "unset");
+  }
+}
+
 TEST_F(GpuTest, TheUpdateSwitchesAreOnUnlessSetToZeroAndOptionsOverrideThem) {
   // Speculative updates, folded updates and GEMM tuning are the defaults since
   // the H200 measured them on mlp9 (bench/results/2026-11-27-h200); each

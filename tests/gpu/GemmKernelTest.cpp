@@ -303,9 +303,15 @@ std::vector<int64_t> productsByAlgorithm(const std::function<void()>& run) {
   return after;
 }
 
-const std::vector<int64_t> kOnlyAlgorithm0 = {3, 0, 0, 0, 0, 0, 0, 0};
-const std::vector<int64_t> kOnlyAlgorithm1 = {0, 3, 0, 0, 0, 0, 0, 0};
-const std::vector<int64_t> kOnlyAlgorithm2 = {0, 0, 3, 0, 0, 0, 0, 0};
+/// Three products on the `variant`-th algorithm, none on any other.
+std::vector<int64_t> threeRunsOn(std::size_t variant) {
+  std::vector<int64_t> products(emulation::kModelledVariants, 0);
+  products.at(variant) = 3;
+  return products;
+}
+const std::vector<int64_t> kOnlyAlgorithm0 = threeRunsOn(0);
+const std::vector<int64_t> kOnlyAlgorithm1 = threeRunsOn(1);
+const std::vector<int64_t> kOnlyAlgorithm2 = threeRunsOn(2);
 
 TEST_F(GpuTest, TuningRunsTheFastestOfTheHeuristicsAlgorithmsAndRemembersItInTheProcessAndOnDisk) {
   // Four algorithms: the second is fastest, the third does not run.
@@ -363,6 +369,79 @@ TEST_F(GpuTest, TuningRunsTheFastestOfTheHeuristicsAlgorithmsAndRemembersItInThe
   EXPECT_EQ(retimed.gemmTuningEntriesRejected, 1);
   EXPECT_EQ(retimed.gemmProblemsTimed, 1);
   EXPECT_EQ(fileText(cache.gemmTuningEntries()[0]), entry);
+}
+
+TEST_F(GpuTest, TuningScreensEveryCandidateItAskedForAndTrialsOnlyTheFirstAndTheFastestFour) {
+  // Twelve algorithms. Among the first eight, the fourth (90 us) is the
+  // fastest; the eleventh (40 us) beats it, but only a list of more than ten
+  // reaches it.
+  const std::vector<uint64_t> microseconds = {100, 97, 300, 90, 300, 300, 300, 95, 300, 300, 40, 92};
+  ModelledAlgorithms algorithms(microseconds);
+  Plan plan = matmulPlan(DType::F16, {64, 96}, {96, 80}, {64, 80}, false, false);
+  std::vector<Tensor> arguments = randomArguments(plan, 12);
+  std::vector<Tensor> expected = cpuResults(*cpu, plan, arguments);
+  CacheDirectory cache;
+  struct Case {
+    const char* how;
+    std::optional<int> option;       // CudaBackendOptions::gemmTuningCandidates
+    const char* environment;         // AMPJIT_CUDA_GEMM_TUNING_CANDIDATES
+    int offered;
+    std::vector<int> finalists;      // the first and the four fastest others of the screen
+    int chosen;
+  };
+  for (const Case& c : {Case{"the default", std::nullopt, nullptr, 8, {0, 1, 2, 3, 7}, 3},
+                        Case{"the option", 12, nullptr, 12, {0, 3, 7, 10, 11}, 10},
+                        Case{"the variable", std::nullopt, "16", 12, {0, 3, 7, 10, 11}, 10}}) {
+    SCOPED_TRACE(c.how);
+    ScopedEnvironment candidates("AMPJIT_CUDA_GEMM_TUNING_CANDIDATES", c.environment);
+    CudaBackendOptions options;
+    if (c.option)
+      options.gemmTuningCandidates = *c.option;
+    std::unique_ptr<CudaBackend> backend = tuningBackend(cache.path, 1, options);
+    ASSERT_TRUE(backend);
+    std::optional<Expected<PreparedAndRun>> prepared;
+    std::vector<int64_t> products =
+        productsByAlgorithm([&] { prepared.emplace(prepareAndRun(*backend, plan, arguments, 3)); });
+    ASSERT_TRUE(prepared->ok()) << prepared->message();
+    const PreparedAndRun& done = **prepared;
+    EXPECT_TRUE(allClose(expected[0], done.results[0], 1.0 + 96.0 / 16.0));
+    EXPECT_EQ(done.stats.gemmProblemsTimed, 1) << "each list length has an entry of its own";
+    EXPECT_EQ(done.stats.gemmTuningCandidatesScreened, c.offered);
+    EXPECT_EQ(done.stats.gemmTuningFinalistsTimed, int64_t(c.finalists.size()));
+    EXPECT_EQ(done.stats.gemmsOffHeuristic, 1);
+    // Every candidate offered ran its warm-up and screen alike; the finalists
+    // ran their trials as well, the first once more to size them, and the
+    // chosen one then ran the three runs.
+    std::vector<int64_t> screenedOnly, finalist;
+    for (int variant = 0; variant < int(microseconds.size()); ++variant) {
+      int64_t ran = products[std::size_t(variant)] - (variant == 0 ? 1 : 0) - (variant == c.chosen ? 3 : 0);
+      if (variant >= c.offered)
+        EXPECT_EQ(ran, 0) << "algorithm " << variant << " was not offered";
+      else if (std::find(c.finalists.begin(), c.finalists.end(), variant) != c.finalists.end())
+        finalist.push_back(ran);
+      else
+        screenedOnly.push_back(ran);
+    }
+    ASSERT_FALSE(finalist.empty());
+    EXPECT_EQ(std::count(finalist.begin(), finalist.end(), finalist[0]), std::ptrdiff_t(finalist.size()))
+        << ::testing::PrintToString(products);
+    if (!screenedOnly.empty()) {
+      EXPECT_GE(screenedOnly[0], 2) << "a warm-up and at least one timed run";
+      EXPECT_EQ(std::count(screenedOnly.begin(), screenedOnly.end(), screenedOnly[0]),
+                std::ptrdiff_t(screenedOnly.size()))
+          << ::testing::PrintToString(products);
+      EXPECT_GE(finalist[0], screenedOnly[0] + 3) << "three trials more than the screen";
+    }
+  }
+  EXPECT_EQ(cache.gemmTuningEntries().size(), 3u) << "8, 12 and 16 asked for: three entries";
+  std::vector<std::string> choices;
+  for (const std::filesystem::path& entry : cache.gemmTuningEntries()) {
+    std::string text = fileText(entry);
+    choices.push_back(text.substr(text.find("\ncandidates "), text.find("\nmilliseconds") - text.find("\ncandidates ")));
+  }
+  std::sort(choices.begin(), choices.end());
+  EXPECT_EQ(choices, (std::vector<std::string>{"\ncandidates 12\nchoice 10", "\ncandidates 12\nchoice 10",
+                                               "\ncandidates 8\nchoice 3"}));
 }
 
 TEST_F(GpuTest, TuningKeepsTheHeuristicsFirstAlgorithmUnlessAnotherIsClearlyFasterOrItDoesNotRun) {

@@ -165,6 +165,11 @@ struct TraceStats {
   size_t device_gemms_tuned = 0;
   size_t device_gemms_off_heuristic = 0;
   double device_gemm_tuning_ms = 0;
+  /// The candidates that timing ran at that compilation, over every
+  /// problem it timed (what cuBLASLt's heuristic offered, up to
+  /// AMPJIT_CUDA_GEMM_TUNING_CANDIDATES each, less what it refused); 0
+  /// where every choice was known before.
+  size_t device_gemm_tuning_candidates_screened = 0;
   /// Why a GEMM that tuning wanted kept the heuristic's choice (its timing's
   /// scratch did not fit in device memory); empty otherwise.
   std::string device_gemm_tuning_declined{};

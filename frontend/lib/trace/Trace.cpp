@@ -62,6 +62,7 @@ struct Variant {
   size_t deviceGemmsTuned = 0;
   size_t deviceGemmsOffHeuristic = 0;
   double deviceGemmTuningMs = 0;
+  size_t deviceGemmTuningCandidatesScreened = 0;
   std::string deviceGemmTuningDeclined;
 };
 
@@ -308,6 +309,7 @@ private:
       variant->deviceGemmsTuned = size_t(stats.gemmsTuned);
       variant->deviceGemmsOffHeuristic = size_t(stats.gemmsOffHeuristic);
       variant->deviceGemmTuningMs = stats.gemmTuningMilliseconds;
+      variant->deviceGemmTuningCandidatesScreened = size_t(stats.gemmTuningCandidatesScreened);
       variant->deviceGemmTuningDeclined = stats.gemmTuningDeclined;
     }
     if (plan.deferredSteps > 0) {
@@ -403,6 +405,7 @@ private:
     stats_.device_gemms_tuned = variant.deviceGemmsTuned;
     stats_.device_gemms_off_heuristic = variant.deviceGemmsOffHeuristic;
     stats_.device_gemm_tuning_ms = variant.deviceGemmTuningMs;
+    stats_.device_gemm_tuning_candidates_screened = variant.deviceGemmTuningCandidatesScreened;
     stats_.device_gemm_tuning_declined = variant.deviceGemmTuningDeclined;
     if (cuda_) {
       rt::CudaRunStats run = cuda_->stats(*variant.executable);

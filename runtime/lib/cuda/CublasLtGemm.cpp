@@ -221,12 +221,31 @@ namespace {
 // Tuning (GemmTuning.h)
 //===----------------------------------------------------------------------===//
 
-/// Timed runs of one candidate: each trial enqueues it several times
-/// between two events, long enough for the events' resolution and the
-/// launches' spacing not to matter; the median trial counts.
+/// Timed runs of one candidate. The screen is one run of a few enqueues
+/// between two events; a finalist's trials are three longer ones, long
+/// enough for the events' resolution and the launches' spacing not to
+/// matter, and their median counts. Both are sized from the first
+/// candidate's single enqueue.
+constexpr double kTuningScreenMilliseconds = 0.25;
 constexpr int kTuningTrials = 3;
 constexpr double kTuningTrialMilliseconds = 0.5;
 constexpr int kMaxTuningRepetitions = 16;
+
+/// What timing learned of each candidate, per enqueue in milliseconds.
+struct CandidateTimes {
+  std::vector<double> screened;  ///< the screening run (NaN: refused)
+  std::vector<double> trialled;  ///< the finalists' median trial (NaN: refused, or not a finalist)
+  std::size_t finalists = 0;
+
+  /// For the disk: a finalist's trial, the others' screen.
+  std::vector<double> best() const {
+    std::vector<double> times = screened;
+    for (std::size_t c = 0; c < times.size(); ++c)
+      if (!std::isnan(trialled[c]))
+        times[c] = trialled[c];
+    return times;
+  }
+};
 
 std::size_t roundedScratchBytes(std::size_t bytes) { return std::max<std::size_t>(256, (bytes + 255) / 256 * 256); }
 
@@ -243,14 +262,15 @@ struct TuningScratch {
   }
 };
 
-/// Each candidate's median milliseconds per enqueue of `gemm` on scratch
-/// operands of the slots' sizes (filled with one finite value: timing needs
-/// no meaningful numbers, but an inf or NaN could take a slower path), NaN
-/// where cuBLASLt refuses to run one. Leaves `gemm` with the last candidate.
-/// Nothing, and why in `untuned`, when the scratch does not fit in memory (then before any
-/// candidate ran, so `gemm` keeps the heuristic's first): tuning is an optimisation, never a
-/// reason for a plan not to run.
-Expected<std::vector<double>> timeCandidates(GemmStep& gemm, std::span<const cublasLtMatmulHeuristicResult_t> candidates,
+/// Each candidate's milliseconds per enqueue of `gemm` on scratch operands
+/// of the slots' sizes (filled with one finite value: timing needs no
+/// meaningful numbers, but an inf or NaN could take a slower path): every
+/// one that cuBLASLt runs is screened, the finalists (gemmTuningFinalists)
+/// are trialled. Leaves `gemm` with the last candidate it ran. Nothing, and
+/// why in `untuned`, when the scratch does not fit in memory (then before any
+/// candidate ran, so `gemm` keeps the heuristic's first): tuning is an
+/// optimisation, never a reason for a plan not to run.
+Expected<CandidateTimes> timeCandidates(GemmStep& gemm, std::span<const cublasLtMatmulHeuristicResult_t> candidates,
                                              std::span<const std::size_t> inputBytes,
                                              std::span<const std::size_t> outputBytes, GemmTuner& tuner,
                                              std::string& untuned) {
@@ -267,7 +287,7 @@ Expected<std::vector<double>> timeCandidates(GemmStep& gemm, std::span<const cub
       return cudaFailure(error, "allocating " + std::to_string(total) + " bytes of scratch operands");
     cudaGetLastError(); // not sticky: clear it for whoever checks next
     untuned = "its " + std::to_string(total) + " bytes of scratch operands do not fit in device memory";
-    return std::vector<double>{};
+    return CandidateTimes{};
   }
   AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scratch.memory, 0x3c, total, tuner.stream), "filling the scratch operands");
   auto* next = static_cast<std::byte*>(scratch.memory);
@@ -297,26 +317,48 @@ Expected<std::vector<double>> timeCandidates(GemmStep& gemm, std::span<const cub
     return Status::success();
   };
 
-  std::vector<double> milliseconds(candidates.size(), std::nan(""));
-  int repetitions = 0;
+  // Enqueues `repetitions` times between events `from` and `to`.
+  auto timedRun = [&](int repetitions, int from, int to) -> Status {
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(scratch.events[std::size_t(from)], tuner.stream),
+                                "timing an algorithm");
+    for (int r = 0; r < repetitions; ++r)
+      AMPJIT_RETURN_IF_ERROR(gemm.enqueue(pointers, tuner.stream));
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(scratch.events[std::size_t(to)], tuner.stream),
+                                "timing an algorithm");
+    return Status::success();
+  };
+  auto repetitionsFor = [](double milliseconds, double once) {
+    return once > 0 ? int(std::clamp(std::ceil(milliseconds / once), 1.0, double(kMaxTuningRepetitions)))
+                    : kMaxTuningRepetitions;
+  };
+
+  CandidateTimes times;
+  times.screened.assign(candidates.size(), std::nan(""));
+  times.trialled.assign(candidates.size(), std::nan(""));
+  int screenRepetitions = 0, trialRepetitions = 0;
   for (std::size_t c = 0; c < candidates.size(); ++c) {
     gemm.algorithm_ = candidates[c].algo;
-    // The warm-up: a candidate cuBLASLt refuses is refused here, at the call.
+    // The warm-up, which also loads the kernel: a candidate cuBLASLt
+    // refuses is refused here, at the call.
     if (!gemm.enqueue(pointers, tuner.stream))
       continue;
-    if (repetitions == 0) {
+    if (screenRepetitions == 0) {
       double once = 0;
-      AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(scratch.events[0], tuner.stream), "timing an algorithm");
-      AMPJIT_RETURN_IF_ERROR(gemm.enqueue(pointers, tuner.stream));
-      AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(scratch.events[1], tuner.stream), "timing an algorithm");
+      AMPJIT_RETURN_IF_ERROR(timedRun(1, 0, 1));
       AMPJIT_RETURN_IF_ERROR(elapsed(0, 1, once));
-      repetitions = once > 0 ? int(std::clamp(std::ceil(kTuningTrialMilliseconds / once), 1.0,
-                                              double(kMaxTuningRepetitions)))
-                             : kMaxTuningRepetitions;
+      screenRepetitions = repetitionsFor(kTuningScreenMilliseconds, once);
+      trialRepetitions = repetitionsFor(kTuningTrialMilliseconds, once);
     }
+    double screen = 0;
+    AMPJIT_RETURN_IF_ERROR(timedRun(screenRepetitions, 0, 1));
+    AMPJIT_RETURN_IF_ERROR(elapsed(0, 1, screen));
+    times.screened[c] = screen / screenRepetitions;
+  }
+  for (int c : gemmTuningFinalists(times.screened)) {
+    gemm.algorithm_ = candidates[std::size_t(c)].algo;
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(scratch.events[0], tuner.stream), "timing an algorithm");
     for (int trial = 1; trial <= kTuningTrials; ++trial) {
-      for (int r = 0; r < repetitions; ++r)
+      for (int r = 0; r < trialRepetitions; ++r)
         AMPJIT_RETURN_IF_ERROR(gemm.enqueue(pointers, tuner.stream));
       AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(scratch.events[std::size_t(trial)], tuner.stream),
                                   "timing an algorithm");
@@ -325,9 +367,10 @@ Expected<std::vector<double>> timeCandidates(GemmStep& gemm, std::span<const cub
     for (int trial = 0; trial < kTuningTrials; ++trial)
       AMPJIT_RETURN_IF_ERROR(elapsed(trial, trial + 1, trials[std::size_t(trial)]));
     std::nth_element(trials.begin(), trials.begin() + kTuningTrials / 2, trials.end());
-    milliseconds[c] = trials[kTuningTrials / 2] / repetitions;
+    times.trialled[std::size_t(c)] = trials[kTuningTrials / 2] / trialRepetitions;
+    ++times.finalists;
   }
-  return milliseconds;
+  return times;
 }
 
 /// Gives `gemm` the tuned one of the heuristic's `candidates` for `problem`:
@@ -336,7 +379,9 @@ Expected<std::vector<double>> timeCandidates(GemmStep& gemm, std::span<const cub
 Status tuneAlgorithm(GemmStep& gemm, std::span<const cublasLtMatmulHeuristicResult_t> candidates,
                      const std::string& problem, std::span<const std::size_t> inputBytes,
                      std::span<const std::size_t> outputBytes, GemmTuner& tuner) {
-  std::string key = tuner.deviceKey + " | " + problem;
+  // The list asked for is part of the key: a longer list may rank the same
+  // algorithms alike and offer more, and each length keeps its own entry.
+  std::string key = tuner.deviceKey + " | up to " + std::to_string(tuner.candidates) + " candidates | " + problem;
   int count = int(candidates.size()), choice = -1;
   std::string how;
   if (auto known = tuner.chosen.find(key); known != tuner.chosen.end() && known->second < count) {
@@ -360,12 +405,11 @@ Status tuneAlgorithm(GemmStep& gemm, std::span<const cublasLtMatmulHeuristicResu
   if (choice < 0) {
     auto start = std::chrono::steady_clock::now();
     std::string untuned;
-    Expected<std::vector<double>> milliseconds =
-        timeCandidates(gemm, candidates, inputBytes, outputBytes, tuner, untuned);
+    Expected<CandidateTimes> times = timeCandidates(gemm, candidates, inputBytes, outputBytes, tuner, untuned);
     tuner.counts.timingMilliseconds +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (!milliseconds)
-      return Status::error("timing cuBLASLt's algorithms: " + milliseconds.message());
+    if (!times)
+      return Status::error("timing cuBLASLt's algorithms: " + times.message());
     if (!untuned.empty()) {
       ++tuner.counts.stepsUntuned;
       tuner.untunedReason = "a " + problem + " GEMM keeps the heuristic's first algorithm: " + untuned;
@@ -373,16 +417,19 @@ Status tuneAlgorithm(GemmStep& gemm, std::span<const cublasLtMatmulHeuristicResu
       return Status::success();
     }
     ++tuner.counts.problemsTimed;
-    choice = chooseGemmCandidate(*milliseconds);
+    tuner.counts.candidatesScreened +=
+        std::count_if(times->screened.begin(), times->screened.end(), [](double ms) { return !std::isnan(ms); });
+    tuner.counts.finalistsTimed += int64_t(times->finalists);
+    choice = chooseGemmCandidate(times->trialled);
     if (choice < 0)
       return Status::error("cuBLASLt refused to run each of the " + std::to_string(count) +
                            " algorithms its heuristic offered");
-    char times[96];
-    std::snprintf(times, sizeof times, "timed: %.4f ms, the heuristic's first %.4f ms",
-                  (*milliseconds)[std::size_t(choice)], (*milliseconds)[0]);
-    how = times;
+    char timed[112];
+    std::snprintf(timed, sizeof timed, "timed: %.4f ms, the heuristic's first %.4f ms, %zu finalists",
+                  times->trialled[std::size_t(choice)], times->trialled[0], times->finalists);
+    how = timed;
     if (!entry.empty())
-      writeCacheFileAtomically(entry, encodeGemmTuning(key, GemmTuningRecord{count, choice, *milliseconds}));
+      writeCacheFileAtomically(entry, encodeGemmTuning(key, GemmTuningRecord{count, choice, times->best()}));
   }
   tuner.chosen[key] = choice;
   ++tuner.counts.stepsTuned;
@@ -597,7 +644,7 @@ Expected<std::unique_ptr<DeviceStep>> makeCublasLtStep(DeviceContext& context, c
   GemmTuner* tuner = context.gemmTuner;
   bool wantsTuning = choice == GemmAlgorithmChoice::TimedIfLarge && tuner != nullptr &&
                      tuner->wants(2.0 * double(m) * double(n) * double(k) * products);
-  std::vector<cublasLtMatmulHeuristicResult_t> results(wantsTuning ? kGemmTuningCandidates : 1);
+  std::vector<cublasLtMatmulHeuristicResult_t> results(wantsTuning ? std::size_t(tuner->candidates) : 1);
   int found = 0;
   AMPJIT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(context.cublasLt, d.matmul, d.first, d.second,
                                                                d.result, d.result, d.preference, int(results.size()),

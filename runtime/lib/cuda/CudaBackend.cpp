@@ -359,6 +359,8 @@ public:
     stats_.gemmTuningCacheHits = tuned.cacheHits;
     stats_.gemmTuningEntriesRejected = tuned.cacheEntriesRejected;
     stats_.gemmTuningMilliseconds = tuned.timingMilliseconds;
+    stats_.gemmTuningCandidatesScreened = tuned.candidatesScreened;
+    stats_.gemmTuningFinalistsTimed = tuned.finalistsTimed;
     if (tuned.stepsUntuned > 0)
       stats_.gemmTuningDeclined = runtime_->gemmTuner.untunedReason;
     // Prepare may wait: surface any failure of the uploads now, not in a run.
@@ -2061,6 +2063,20 @@ Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions opti
   if (options.gemmTuningMinimumFlops < 0)
     options.gemmTuningMinimumFlops =
         environmentFlag("AMPJIT_CUDA_GEMM_TUNING", true) ? cuda::kDefaultGemmTuningMinimumFlops : 0;
+  if (options.gemmTuningCandidates < 0) {
+    std::optional<long long> candidates =
+        environmentInteger("AMPJIT_CUDA_GEMM_TUNING_CANDIDATES", cuda::kDefaultGemmTuningCandidates);
+    if (!candidates || *candidates < 1 || *candidates > cuda::kMaxGemmTuningCandidates)
+      return Status::error("AMPJIT_CUDA_GEMM_TUNING_CANDIDATES='" +
+                           std::string(std::getenv("AMPJIT_CUDA_GEMM_TUNING_CANDIDATES")) +
+                           "': the algorithms a tuned GEMM asks cuBLASLt's heuristic for must be a whole number "
+                           "from 1 to " + std::to_string(cuda::kMaxGemmTuningCandidates));
+    options.gemmTuningCandidates = int(*candidates);
+  } else if (options.gemmTuningCandidates < 1 || options.gemmTuningCandidates > cuda::kMaxGemmTuningCandidates) {
+    return Status::error("CudaBackendOptions::gemmTuningCandidates " + std::to_string(options.gemmTuningCandidates) +
+                         ": a tuned GEMM asks cuBLASLt's heuristic for 1 to " +
+                         std::to_string(cuda::kMaxGemmTuningCandidates) + " algorithms");
+  }
   if (options.gemmTuningMinimumFlops > 0) {
     // The key's device part: what an algorithm's speed depends on that
     // another device of the same architecture may not share.
@@ -2071,6 +2087,7 @@ Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions opti
                                 "reading the memory bus width");
     cuda::GemmTuner& tuner = runtime->gemmTuner;
     tuner.minimumFlops = options.gemmTuningMinimumFlops;
+    tuner.candidates = options.gemmTuningCandidates;
     tuner.cacheDirectory = cache;
     tuner.deviceKey = runtime->context.architecture + " sms=" + std::to_string(multiprocessors) +
                       " l2=" + std::to_string(l2Bytes) + " bus=" + std::to_string(busBits) +

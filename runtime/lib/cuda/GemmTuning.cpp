@@ -7,6 +7,7 @@
 
 #include "ampjit/runtime/cuda/KernelSource.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -49,6 +50,22 @@ int chooseGemmCandidate(std::span<const double> milliseconds, double margin) {
   if (fastest <= 0 || std::isnan(milliseconds[0]))
     return fastest;
   return milliseconds[std::size_t(fastest)] < milliseconds[0] * (1.0 - margin) ? fastest : 0;
+}
+
+std::vector<int> gemmTuningFinalists(std::span<const double> screenMilliseconds, int finalists) {
+  std::vector<int> ran;
+  for (std::size_t i = 1; i < screenMilliseconds.size(); ++i)
+    if (!std::isnan(screenMilliseconds[i]))
+      ran.push_back(int(i));
+  // Stable: of two equal screens, the heuristic's earlier is kept.
+  std::stable_sort(ran.begin(), ran.end(), [&](int a, int b) {
+    return screenMilliseconds[std::size_t(a)] < screenMilliseconds[std::size_t(b)];
+  });
+  ran.resize(std::min(ran.size(), std::size_t(std::max(finalists, 0))));
+  if (!screenMilliseconds.empty() && !std::isnan(screenMilliseconds[0]))
+    ran.push_back(0);
+  std::sort(ran.begin(), ran.end());
+  return ran;
 }
 
 std::string encodeGemmTuning(std::string_view key, const GemmTuningRecord& record) {

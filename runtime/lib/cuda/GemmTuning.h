@@ -7,11 +7,15 @@
 // cuBLASLt's heuristic ranks algorithms by a model of the device; its first
 // choice is good but not always the fastest (a split that balances the last
 // wave, a tile that suits a short K). At prepare, a GEMM large enough to be
-// worth it asks the heuristic for up to kGemmTuningCandidates algorithms,
-// runs each on scratch operands of the GEMM's shapes, times them with CUDA
-// events, and keeps the fastest when it beats the heuristic's first by more
-// than kGemmTuningMargin (closer than that is noise, and the first choice is
-// the one cuBLASLt stands behind). CublasLtGemm.cpp does the timing.
+// worth it asks the heuristic for up to GemmTuner::candidates algorithms
+// (kDefaultGemmTuningCandidates, AMPJIT_CUDA_GEMM_TUNING_CANDIDATES), runs
+// each on scratch operands of the GEMM's shapes, and keeps the fastest when
+// it beats the heuristic's first by more than kGemmTuningMargin (closer than
+// that is noise, and the first choice is the one cuBLASLt stands behind).
+// Timing is in two rounds, so a longer list costs little: every candidate is
+// screened by one short timed run, and only the heuristic's first and the
+// kGemmTuningFinalists fastest of the screen get the full trials the choice
+// is made from (gemmTuningFinalists). CublasLtGemm.cpp does the timing.
 //
 // The choice is remembered per problem (the device, cuBLASLt's version and
 // everything the heuristic is given) in the process, and on disk beside the
@@ -38,8 +42,15 @@
 
 namespace ampjit::runtime::cuda {
 
-/// How many algorithms a tuned GEMM asks the heuristic for.
-inline constexpr int kGemmTuningCandidates = 8;
+/// How many algorithms a tuned GEMM asks the heuristic for, unless
+/// CudaBackendOptions::gemmTuningCandidates says otherwise; at most
+/// kMaxGemmTuningCandidates.
+inline constexpr int kDefaultGemmTuningCandidates = 8;
+inline constexpr int kMaxGemmTuningCandidates = 64;
+/// How many of the screened candidates, besides the heuristic's first, get
+/// full trials: the fastest of the screen. A single short run ranks them
+/// well enough to drop the clearly slower; the trials settle the close ones.
+inline constexpr int kGemmTuningFinalists = 4;
 /// What AMPJIT_CUDA_GEMM_TUNING=1 tunes: GEMMs of at least 2^34
 /// floating-point operations (2 m n k), about 25 us on an H100 at peak. A
 /// smaller product's time is close to its launch's, which the host's enqueue
@@ -55,12 +66,19 @@ inline constexpr double kGemmTuningMargin = 0.02;
 /// none ran.
 int chooseGemmCandidate(std::span<const double> milliseconds, double margin = kGemmTuningMargin);
 
+/// The candidates that get full trials, in the heuristic's order, given each
+/// one's screening time (NaN: refused): the heuristic's first, if it ran,
+/// and the `finalists` fastest others that ran (the earlier on a tie).
+std::vector<int> gemmTuningFinalists(std::span<const double> screenMilliseconds,
+                                     int finalists = kGemmTuningFinalists);
+
 /// What the disk remembers of one problem's tuning.
 struct GemmTuningRecord {
   /// How many candidates the heuristic offered, and which of them won.
   int candidates = 0;
   int choice = 0;
-  /// Each candidate's time, for whoever reads the entry (NaN: refused).
+  /// Each candidate's time, for whoever reads the entry (NaN: refused): a
+  /// finalist's median trial, the others' screening run.
   std::vector<double> milliseconds;
 };
 
@@ -81,12 +99,19 @@ struct GemmTuningCounts {
   int64_t cacheHits = 0;            ///< choices read from disk
   int64_t cacheEntriesRejected = 0; ///< entries on disk ignored as malformed or stale
   int64_t stepsUntuned = 0;         ///< GEMMs that wanted tuning but kept the heuristic's first (no memory)
+  int64_t candidatesScreened = 0;   ///< candidates of the problems timed that ran their screening run
+  int64_t finalistsTimed = 0;       ///< of those, the ones that ran the full trials
   double timingMilliseconds = 0;    ///< host time spent timing candidates
 
   GemmTuningCounts since(const GemmTuningCounts& before) const {
-    return {stepsTuned - before.stepsTuned,       stepsOffHeuristic - before.stepsOffHeuristic,
-            problemsTimed - before.problemsTimed, cacheHits - before.cacheHits,
-            cacheEntriesRejected - before.cacheEntriesRejected, stepsUntuned - before.stepsUntuned,
+    return {stepsTuned - before.stepsTuned,
+            stepsOffHeuristic - before.stepsOffHeuristic,
+            problemsTimed - before.problemsTimed,
+            cacheHits - before.cacheHits,
+            cacheEntriesRejected - before.cacheEntriesRejected,
+            stepsUntuned - before.stepsUntuned,
+            candidatesScreened - before.candidatesScreened,
+            finalistsTimed - before.finalistsTimed,
             timingMilliseconds - before.timingMilliseconds};
   }
 };
@@ -96,6 +121,8 @@ struct GemmTuningCounts {
 struct GemmTuner {
   /// GEMMs of fewer floating-point operations keep the heuristic's choice.
   int64_t minimumFlops = 0;
+  /// How many algorithms to ask the heuristic for (1 to kMaxGemmTuningCandidates).
+  int candidates = kDefaultGemmTuningCandidates;
   /// Empty: no disk cache, choices last as long as the process.
   std::filesystem::path cacheDirectory;
   /// The device and cuBLASLt's version, the start of every problem's key.

@@ -36,6 +36,23 @@ TEST(GemmTuning, TheFastestCandidateWinsOnlyWhereItBeatsTheHeuristicsFirstByTheM
   EXPECT_EQ(chooseGemmCandidate(std::vector<double>{}), -1);
 }
 
+TEST(GemmTuning, TheFinalistsAreTheHeuristicsFirstAndTheFastestOfTheScreen) {
+  using Finalists = std::vector<int>;
+  // The four fastest others, whatever their rank, and the first however slow.
+  EXPECT_EQ(gemmTuningFinalists(std::vector<double>{9.0, 5.0, 1.0, 7.0, 2.0, 8.0, 3.0, 6.0}),
+            (Finalists{0, 1, 2, 4, 6}));
+  EXPECT_EQ(gemmTuningFinalists(std::vector<double>{1.0, 2.0, 3.0}, 1), (Finalists{0, 1}));
+  EXPECT_EQ(gemmTuningFinalists(std::vector<double>{1.0, 2.0, 3.0}, 0), (Finalists{0}));
+  // Fewer than four that ran: all of them. A refused one never is a finalist,
+  // the first included.
+  EXPECT_EQ(gemmTuningFinalists(std::vector<double>{kRefused, 4.0, kRefused, 3.0}), (Finalists{1, 3}));
+  EXPECT_EQ(gemmTuningFinalists(std::vector<double>{kRefused, 0.5, 0.4, 0.3, 0.2, 0.1}, 2), (Finalists{4, 5}));
+  // Equal screens: the heuristic's earlier candidate goes first.
+  EXPECT_EQ(gemmTuningFinalists(std::vector<double>{1.0, 3.0, 2.0, 2.0, 2.0}, 2), (Finalists{0, 2, 3}));
+  EXPECT_EQ(gemmTuningFinalists(std::vector<double>{kRefused, kRefused}), Finalists{});
+  EXPECT_EQ(gemmTuningFinalists(std::vector<double>{}), Finalists{});
+}
+
 TEST(GemmTuning, AnEntryReadsBackOnlyForItsOwnProblemAndOnlyAsWritten) {
   const std::string key = "sm_90 sms=132 | f16[64x96] x f16[96x80] -> f16[64x80] in f32 AB align=64 none";
   GemmTuningRecord record{3, 2, {0.25, kRefused, 0.125}};

@@ -92,9 +92,9 @@ struct CudaBackendOptions {
   /// ms speculative alone).
   int foldUpdatesIntoGemms = -1;
   /// GEMMs of at least this many floating-point operations (2 m n k per
-  /// product) choose their cuBLASLt algorithm by timing: at prepare, each
-  /// of up to 8 candidates the heuristic offers runs on scratch operands,
-  /// timed with CUDA events, and the fastest is kept where it beats the
+  /// product) choose their cuBLASLt algorithm by timing: at prepare, the
+  /// candidates the heuristic offers (gemmTuningCandidates) run on scratch
+  /// operands, timed with CUDA events, and the fastest is kept where it beats the
   /// heuristic's first choice by more than 2%. Choices are remembered in the
   /// process and in the kernel cache directory (keyed by the device,
   /// cuBLASLt's version and the problem), so later processes time nothing
@@ -106,6 +106,12 @@ struct CudaBackendOptions {
   /// GEMMs of about 25 us and more on an H100; it took mlp9's folded step on
   /// the H200 from 13.01 to 12.49 ms).
   int64_t gemmTuningMinimumFlops = -1;
+  /// How many algorithms a tuned GEMM asks cuBLASLt's heuristic for (it may
+  /// offer fewer), 1 to 64. Each is screened by one short timed run and only
+  /// the heuristic's first and the 4 fastest of the screen get the full
+  /// trials, so a longer list costs about one run per candidate more. -1
+  /// takes AMPJIT_CUDA_GEMM_TUNING_CANDIDATES (default 8).
+  int gemmTuningCandidates = -1;
 };
 
 /// What an Executable of this backend has done; for tests and benchmarks.
@@ -155,6 +161,11 @@ struct CudaRunStats {
   int64_t gemmTuningCacheHits = 0;
   int64_t gemmTuningEntriesRejected = 0;
   double gemmTuningMilliseconds = 0;
+  /// Of the problems timed at this prepare: the candidates that ran their
+  /// screening run (what the heuristic offered, less what cuBLASLt
+  /// refused), and the finalists among them that ran the full trials.
+  int64_t gemmTuningCandidatesScreened = 0;
+  int64_t gemmTuningFinalistsTimed = 0;
   /// Why a GEMM that tuning wanted kept the heuristic's first algorithm
   /// (its scratch operands did not fit in device memory); empty if none did.
   std::string gemmTuningDeclined{};
