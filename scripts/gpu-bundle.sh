@@ -53,9 +53,11 @@ cat > gpu-bundle/run.sh <<'RUN'
 #                   weight gradients' GEMMs (AMPJIT_CUDA_GEMM_FOLDED_UPDATE=1) with 0 and 16 SMs left
 #                   to the rest, and speculative (AMPJIT_CUDA_SPECULATIVE_UPDATE=1) with 0 and 16
 #                   SMs that GEMMs beside it leave to it (AMPJIT_CUDA_GEMM_SM_RESERVE); folded and
-#                   deferred also with GEMM algorithms chosen by timing (AMPJIT_CUDA_GEMM_TUNING=1);
-#                   no peers, one process each; SPECULATE_VARIANTS replaces the list (folded-0-tuned
-#                   is the backend's default since 2026-11-27)
+#                   deferred also with GEMM algorithms chosen by timing (AMPJIT_CUDA_GEMM_TUNING=1),
+#                   folded-0-tuned32 with 32 candidates asked of the heuristic instead of 8
+#                   (AMPJIT_CUDA_GEMM_TUNING_CANDIDATES); no peers, one process each;
+#                   SPECULATE_VARIANTS replaces the list (folded-0-tuned is the backend's
+#                   default since 2026-11-27)
 #   bench-best MODEL...  bench (BENCH_ARGS, default "--levels O1,O2 --dtypes f16 --peer-compile")
 #                   under the switches of the variant speculate-ab found fastest for the model
 #                   (its fastest level), in the same call: no second machine start
@@ -168,6 +170,22 @@ run_tests() {
   [ -z "$alone" ] || stamp "  alone again: $(tr '\n' ' ' <<< "$alone")"
 }
 
+# Each GEMM tuning entry the kernel cache gained, as one summary line: the list length asked
+# for, the problem, the candidates offered, the choice and every candidate's milliseconds
+# (the finalists' trials, the others' screen). The device tool returns few files: these are
+# the per-algorithm times of mlp9's GEMMs, folded ones included.
+report_gemm_tuning() {
+  local entry
+  for entry in "$here"/run/kernel-cache/*.gemm; do
+    [ -f "$entry" ] || continue
+    grep -qxF "$entry" "$here/run/gemm-reported.txt" 2>/dev/null && continue
+    echo "$entry" >> "$here/run/gemm-reported.txt"
+    awk '/^key / { n = split(substr($0, 5), part, " [|] "); printf "gemm tuning: %s | %s |", part[n - 1], part[n] }
+         /^(candidates|choice) / { printf " %s", $0 }
+         /^milliseconds/ { print " " $0 }' "$entry" >> "$out/summary.txt"
+  done
+}
+
 run_bench() {
   local model=$1
   timeout "${BENCH_TIMEOUT_S:-560}" "$here/run/ampjit-bench" --model "$model" --backend cuda \
@@ -175,6 +193,7 @@ run_bench() {
     --peer-script "$here/bench/torch_peers.py" >> "$out/bench.jsonl" 2>> "$out/bench.log"
   stamp "bench $model: exit $?"
   tail -n 1 "$out/bench.jsonl" >> "$out/summary.txt"
+  report_gemm_tuning
 }
 
 run_defer_ab() {
@@ -244,22 +263,26 @@ variant_seconds() {
 }
 
 # The switches of one speculate-ab variant, as NAME=VALUE words: deferred, folded-N or
-# speculative-N (N SMs left beside the GEMMs), each with "-tuned" for GEMM tuning.
+# speculative-N (N SMs left beside the GEMMs), each with "-tuned" for GEMM tuning, or
+# "-tunedC" for tuning that asks cuBLASLt's heuristic for C candidates instead of 8.
 variant_switches() {
-  local variant=$1 base=${1%-tuned} speculate=1 fold=0 reserve tune=0
+  local variant=$1 base=${1%-tuned*} speculate=1 fold=0 reserve tune=0 candidates
   [ "$base" != "$variant" ] && tune=1
+  candidates=${variant#"$base"}
+  candidates=${candidates#-tuned}
   reserve=${base##*-}
   [ "$base" = deferred ] && speculate=0 reserve=0
   case "$base" in folded*) fold=1 ;; esac
   echo "AMPJIT_CUDA_SPECULATIVE_UPDATE=$speculate AMPJIT_CUDA_GEMM_FOLDED_UPDATE=$fold" \
-    "AMPJIT_CUDA_GEMM_SM_RESERVE=$reserve AMPJIT_CUDA_GEMM_TUNING=$tune"
+    "AMPJIT_CUDA_GEMM_SM_RESERVE=$reserve AMPJIT_CUDA_GEMM_TUNING=$tune" \
+    "AMPJIT_CUDA_GEMM_TUNING_CANDIDATES=${candidates:-8}"
 }
 
 run_speculate_ab() { # MODEL: the update deferred, folded into the GEMMs, or speculative beside GEMMs leaving
-  # it 0 or 16 SMs; "-tuned": GEMM algorithms chosen by timing (AMPJIT_CUDA_GEMM_TUNING);
-  # SPECULATE_VARIANTS replaces the list
+  # it 0 or 16 SMs; "-tuned": GEMM algorithms chosen by timing (AMPJIT_CUDA_GEMM_TUNING), "-tuned32"
+  # from 32 candidates; SPECULATE_VARIANTS replaces the list
   local model=$1 variant status start=$SECONDS seconds
-  for variant in ${SPECULATE_VARIANTS:-deferred folded-0 folded-0-tuned deferred-tuned speculative-16 speculative-0 folded-16}; do
+  for variant in ${SPECULATE_VARIANTS:-deferred folded-0 folded-0-tuned folded-0-tuned32 deferred-tuned speculative-16 speculative-0 folded-16}; do
     local lines
     seconds=$(variant_seconds $start 90)
     [ "$seconds" -gt 0 ] || { stamp "speculate-ab $model: budget spent before $variant"; break; }
@@ -273,6 +296,7 @@ run_speculate_ab() { # MODEL: the update deferred, folded into the GEMMs, or spe
     # For bench-best: the variant and its levels' medians, where it finished.
     [ $status -eq 0 ] && echo "$model $variant $(grep -o '"ms_per_step_median":[0-9.]*' <<< "$lines" |
       cut -d: -f2 | tr '\n' ' ')" >> "$here/run/variants.txt"
+    report_gemm_tuning
   done
 }
 

@@ -15,8 +15,8 @@ sed -n "/^cat > gpu-bundle\/run.sh <<'RUN'/,/^RUN$/p" "$here/scripts/gpu-bundle.
 bash -n "$work/run.sh" || fail "run.sh does not parse"
 
 # A benchmark that prints each level's median from the switches it was given:
-# folding saves 1.5 ms, tuning 0.3 ms more, O2 is 0.05 ms slower; a reserve of
-# 16 SMs crashes; tuning without folding hangs.
+# folding saves 1.5 ms, tuning 0.3 ms more, 32 candidates 0.1 ms more, O2 is
+# 0.05 ms slower; a reserve of 16 SMs crashes; tuning without folding hangs.
 mkdir -p "$work/run" "$work/out"
 cat > "$work/run/ampjit-bench" <<'BENCH'
 #!/usr/bin/env bash
@@ -24,32 +24,46 @@ cat > "$work/run/ampjit-bench" <<'BENCH'
 [ -n "${AMPJIT_TIMELINE:-}" ] && echo '{"timeline_launches":3}' > "$AMPJIT_TIMELINE"
 [ "$AMPJIT_CUDA_GEMM_TUNING" = 1 ] && [ "$AMPJIT_CUDA_GEMM_FOLDED_UPDATE" = 0 ] && sleep 30
 ms=$(awk -v fold="$AMPJIT_CUDA_GEMM_FOLDED_UPDATE" -v tune="$AMPJIT_CUDA_GEMM_TUNING" \
-  'BEGIN { printf "%.2f", 13.5 - 1.5 * fold - 0.3 * tune }')
-switches="$AMPJIT_CUDA_SPECULATIVE_UPDATE$AMPJIT_CUDA_GEMM_FOLDED_UPDATE$AMPJIT_CUDA_GEMM_SM_RESERVE$AMPJIT_CUDA_GEMM_TUNING"
+  -v wide="$([ "$AMPJIT_CUDA_GEMM_TUNING_CANDIDATES" = 32 ] && echo 1 || echo 0)" \
+  'BEGIN { printf "%.2f", 13.5 - 1.5 * fold - 0.3 * tune - 0.1 * wide }')
+switches="$AMPJIT_CUDA_SPECULATIVE_UPDATE$AMPJIT_CUDA_GEMM_FOLDED_UPDATE$AMPJIT_CUDA_GEMM_SM_RESERVE$AMPJIT_CUDA_GEMM_TUNING/$AMPJIT_CUDA_GEMM_TUNING_CANDIDATES"
 echo "{\"level\":\"O1\",\"ms_per_step_median\":$ms,\"switches\":\"$switches\",\"args\":\"$*\"}"
 echo "{\"level\":\"O2\",\"ms_per_step_median\":$(awk -v ms="$ms" 'BEGIN { printf "%.2f", ms + 0.05 }')}"
 BENCH
 chmod +x "$work/run/ampjit-bench"
 
+# Two tuning entries in the kernel cache, as GemmTuning.cpp writes them: each
+# becomes one summary line, once.
+mkdir -p "$work/run/kernel-cache"
+for k in 8 32; do
+  printf 'ampjit-gemm-tuning 1\nkey sm_90 sms=132 l2=52428800 bus=6144 cublasLt=130000 | up to %s candidates | f16[2048x8192] x f16[2048x8192] -> f32 added to f32 in f32 AtB align=64 none folded-update m=8192 n=8192 k=2048 calls=1 workspace=33554432\ncandidates %s\nchoice 3\nmilliseconds 0.57 0.6 refused 0.52\nchecksum 0123456789abcdef\n' \
+    "$k" "$k" > "$work/run/kernel-cache/entry$k.gemm"
+done
+
 # The stages' functions alone, as run.sh defines them.
-functions=$(sed -n '/^variant_seconds() {/,/^}/p;/^variant_switches() {/,/^}/p;/^run_speculate_ab() {/,/^}/p;/^run_bench_best() {/,/^}/p;/^run_bench() {/,/^}/p;/^run_timeline() {/,/^}/p' "$work/run.sh")
+functions=$(sed -n '/^report_gemm_tuning() {/,/^}/p;/^variant_seconds() {/,/^}/p;/^variant_switches() {/,/^}/p;/^run_speculate_ab() {/,/^}/p;/^run_bench_best() {/,/^}/p;/^run_bench() {/,/^}/p;/^run_timeline() {/,/^}/p' "$work/run.sh")
 here="$work" out="$work/out" STAGE_BUDGET_S=8 bash -c "
   stamp() { echo \"\$*\" >> \"\$out/summary.txt\"; }
   $functions
   run_speculate_ab mlp9
   run_bench_best mlp9" > /dev/null 2>&1 || fail "the stages failed"
 
-for variant in deferred folded-0 folded-0-tuned; do
+for variant in deferred folded-0 folded-0-tuned folded-0-tuned32; do
   grep -q "^mlp9 $variant " "$work/run/variants.txt" || fail "no medians recorded for $variant"
 done
 ! grep -q "speculative-16\|folded-16" "$work/run/variants.txt" || fail "a crashed variant's medians were recorded"
 grep -q "budget spent before" "$work/out/summary.txt" || fail "the hung variant did not stop the stage at its budget"
-grep -q '"switches":"0000"' "$work/out/speculate-ab.jsonl" || fail "deferred: not every switch off"
-grep -q '"switches":"1100"' "$work/out/speculate-ab.jsonl" || fail "folded-0: not speculative and folded"
-grep -q '"switches":"1101"' "$work/out/speculate-ab.jsonl" || fail "folded-0-tuned: not folded and tuned"
-grep -q "bench-best mlp9: folded-0-tuned" "$work/out/summary.txt" || fail "bench-best did not pick folded-0-tuned: $(cat "$work/out/summary.txt")"
-grep -q '"switches":"1101".*--peer-compile' "$work/out/bench.jsonl" ||
-  fail "bench-best did not run the peers under folded-0-tuned's switches: $(cat "$work/out/bench.jsonl")"
+[ "$(grep -c '^gemm tuning: ' "$work/out/summary.txt")" = 2 ] ||
+  fail "not one summary line per tuning entry: $(grep '^gemm tuning: ' "$work/out/summary.txt")"
+grep -qF 'gemm tuning: up to 32 candidates | f16[2048x8192] x f16[2048x8192] -> f32 added to f32 in f32 AtB align=64 none folded-update m=8192 n=8192 k=2048 calls=1 workspace=33554432 | candidates 32 choice 3 milliseconds 0.57 0.6 refused 0.52' \
+  "$work/out/summary.txt" || fail "a tuning entry's summary line: $(grep '^gemm tuning: ' "$work/out/summary.txt")"
+grep -q '"switches":"0000/8"' "$work/out/speculate-ab.jsonl" || fail "deferred: not every switch off"
+grep -q '"switches":"1100/8"' "$work/out/speculate-ab.jsonl" || fail "folded-0: not speculative and folded"
+grep -q '"switches":"1101/8"' "$work/out/speculate-ab.jsonl" || fail "folded-0-tuned: not folded and tuned"
+grep -q '"switches":"1101/32"' "$work/out/speculate-ab.jsonl" || fail "folded-0-tuned32: not tuned from 32 candidates"
+grep -q "bench-best mlp9: folded-0-tuned32 " "$work/out/summary.txt" || fail "bench-best did not pick folded-0-tuned32: $(cat "$work/out/summary.txt")"
+grep -q '"switches":"1101/32".*--peer-compile' "$work/out/bench.jsonl" ||
+  fail "bench-best did not run the peers under folded-0-tuned32's switches: $(cat "$work/out/bench.jsonl")"
 # The timeline stage leaves its variants' timelines in one archive (the device
 # tool returns at most 8 files), the two whose reserve crashes left out.
 mkdir -p "$work/timeline-out"
@@ -65,4 +79,4 @@ timelines=$(tar -tzf "$work/timeline-out/timelines-mlp9.tar.gz" | sort | tr '\n'
 timeline-mlp9-speculative.jsonl timeline-mlp9-update-in-line.jsonl timeline-runs.jsonl " ] ||
   fail "the timelines' archive holds: $timelines"
 echo "check_gpu_bundle: run.sh parses; speculate-ab and bench-best pick and run the fastest variant;" \
-  "timeline archives its timelines"
+  "tuning entries reach the summary once; timeline archives its timelines"
