@@ -235,7 +235,10 @@ constexpr int kMaxTuningRepetitions = 16;
 struct CandidateTimes {
   std::vector<double> screened;  ///< the screening run (NaN: refused)
   std::vector<double> trialled;  ///< the finalists' median trial (NaN: refused, or not a finalist)
-  std::size_t finalists = 0;
+
+  static std::size_t ran(const std::vector<double>& times) {
+    return std::size_t(std::count_if(times.begin(), times.end(), [](double ms) { return !std::isnan(ms); }));
+  }
 
   /// For the disk: a finalist's trial, the others' screen.
   std::vector<double> best() const {
@@ -368,7 +371,6 @@ Expected<CandidateTimes> timeCandidates(GemmStep& gemm, std::span<const cublasLt
       AMPJIT_RETURN_IF_ERROR(elapsed(trial, trial + 1, trials[std::size_t(trial)]));
     std::nth_element(trials.begin(), trials.begin() + kTuningTrials / 2, trials.end());
     times.trialled[std::size_t(c)] = trials[kTuningTrials / 2] / trialRepetitions;
-    ++times.finalists;
   }
   return times;
 }
@@ -417,16 +419,16 @@ Status tuneAlgorithm(GemmStep& gemm, std::span<const cublasLtMatmulHeuristicResu
       return Status::success();
     }
     ++tuner.counts.problemsTimed;
-    tuner.counts.candidatesScreened +=
-        std::count_if(times->screened.begin(), times->screened.end(), [](double ms) { return !std::isnan(ms); });
-    tuner.counts.finalistsTimed += int64_t(times->finalists);
+    std::size_t finalists = CandidateTimes::ran(times->trialled);
+    tuner.counts.candidatesScreened += int64_t(CandidateTimes::ran(times->screened));
+    tuner.counts.finalistsTimed += int64_t(finalists);
     choice = chooseGemmCandidate(times->trialled);
     if (choice < 0)
       return Status::error("cuBLASLt refused to run each of the " + std::to_string(count) +
                            " algorithms its heuristic offered");
     char timed[112];
     std::snprintf(timed, sizeof timed, "timed: %.4f ms, the heuristic's first %.4f ms, %zu finalists",
-                  times->trialled[std::size_t(choice)], times->trialled[0], times->finalists);
+                  times->trialled[std::size_t(choice)], times->trialled[0], finalists);
     how = timed;
     if (!entry.empty())
       writeCacheFileAtomically(entry, encodeGemmTuning(key, GemmTuningRecord{count, choice, times->best()}));
