@@ -181,15 +181,9 @@ CompiledTrace compileTrace(const TraceGraph& graph, const CompileTraceOptions& o
   FailureOr<func::FuncOp> entry = ampjit::codegen::findEntryFunction(*module, graph.name);
   if (failed(entry))
     throw fail("internal: the traced function is missing");
-  FailureOr<rt::Plan> plan =
-      ampjit::codegen::buildPlan(*entry, {.fuseElementwise = options.fuseElementwise,
-                                          .fuseGemmEpilogues = options.fuseGemmEpilogues,
-                                          .fuseBatchNormEpilogues = options.fuseBatchNormEpilogues,
-                                          .fuseGradientAccumulation = options.fuseGradientAccumulation,
-                                          .deferOptimizerUpdates = options.deferOptimizerUpdates,
-                                          .deferMinimumElements = options.deferMinimumElements,
-                                          .overlapWeightGradients = options.overlapWeightGradients,
-                                          .recordLocations = true});
+  ampjit::codegen::PlanOptions planOptions = options.plan;
+  planOptions.recordLocations = true;
+  FailureOr<rt::Plan> plan = ampjit::codegen::buildPlan(*entry, planOptions);
   if (failed(plan))
     throw fail("code generation failed");
   compiled.plan = std::move(*plan);

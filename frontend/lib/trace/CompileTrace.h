@@ -7,6 +7,7 @@
 
 #include "TraceSession.h"
 
+#include "ampjit/Codegen/PlanOptions.h"
 #include "ampjit/runtime/Plan.h"
 
 #include <string>
@@ -16,26 +17,12 @@ namespace jit::detail {
 struct CompileTraceOptions {
   /// `--amp-pipeline` options (amp::Policy::pipelineOptions() plus semantics).
   std::string pipelineOptions;
-  bool fuseElementwise = true;
   /// Run convolutional ops channels-last (jit-convert-layout{layout=nhwc}),
   /// the layout cuDNN's tensor-core kernels want; the CPU runs both alike.
   bool convertToNhwc = false;
-  /// Fold bias adds, activations and their gradients into GEMM epilogues
-  /// (cuBLASLt applies them; codegen::PlanOptions::fuseGemmEpilogues).
-  bool fuseGemmEpilogues = false;
-  /// Fold relus (and residual adds) into batch norms and their gradients
-  /// (cuDNN's fused batch-norm calls).
-  bool fuseBatchNormEpilogues = false;
-  /// Fold residual gradient sums into the convolutions' input gradients
-  /// (cuDNN's beta = 1; codegen::fuseGradientAccumulation).
-  bool fuseGradientAccumulation = false;
-  /// Defer the optimizer update into the next run when it covers at least
-  /// `deferMinimumElements` parameter elements (codegen::deferOptimizerUpdates).
-  bool deferOptimizerUpdates = false;
-  int64_t deferMinimumElements = 0;
-  /// Run convolutions' filter gradients beside the backward, as side steps
-  /// (codegen::overlapWeightGradients; the CUDA backend's second stream).
-  bool overlapWeightGradients = false;
+  /// The plan rewrites (fusions, deferred updates, side steps) for the
+  /// backend; compileTrace always records the user's source locations.
+  ampjit::codegen::PlanOptions plan;
   /// AMPJIT_DUMP: write every stage here as `<stem>.*`.
   std::string dumpDirectory;
   std::string dumpStem;

@@ -258,14 +258,14 @@ private:
     const char* dumpDirectory = std::getenv("AMPJIT_DUMP");
     CompileTraceOptions compileOptions{
         .pipelineOptions = pipelineOptions_,
-        .fuseElementwise = options_.fuse_elementwise && !checkNumerics,
         .convertToNhwc = cuda_ != nullptr,
-        .fuseGemmEpilogues = cuda_ != nullptr && !checkNumerics,
-        .fuseBatchNormEpilogues = cuda_ != nullptr && !checkNumerics,
-        .fuseGradientAccumulation = cuda_ != nullptr && !checkNumerics,
-        .deferOptimizerUpdates = defer,
-        .deferMinimumElements = options_.defer_updates == DeferUpdates::on ? 0 : kDeferMinimumElements,
-        .overlapWeightGradients = cuda_ != nullptr && !checkNumerics,
+        .plan = {.fuseElementwise = options_.fuse_elementwise && !checkNumerics,
+                 .fuseGemmEpilogues = cuda_ != nullptr && !checkNumerics,
+                 .fuseBatchNormEpilogues = cuda_ != nullptr && !checkNumerics,
+                 .fuseGradientAccumulation = cuda_ != nullptr && !checkNumerics,
+                 .deferOptimizerUpdates = defer,
+                 .deferMinimumElements = options_.defer_updates == DeferUpdates::on ? 0 : kDeferMinimumElements,
+                 .overlapWeightGradients = cuda_ != nullptr && !checkNumerics},
         .dumpDirectory = dumpDirectory ? dumpDirectory : "",
         .dumpStem = options_.name + ".v" + std::to_string(variants_.size() + 1)};
     variant->compiled = compileTrace(graph, compileOptions);
@@ -274,7 +274,7 @@ private:
     // as it would be on a backend that never speculates, not left in line.
     if (automaticDeferral && !defer && rt::optimizerUpdateElements(variant->compiled.plan) >= kDeferMinimumElements &&
         !cuda_->speculatesOptimizerUpdatesOf(variant->compiled.plan)) {
-      compileOptions.deferOptimizerUpdates = true;
+      compileOptions.plan.deferOptimizerUpdates = true;
       variant->compiled = compileTrace(graph, compileOptions);
     }
 

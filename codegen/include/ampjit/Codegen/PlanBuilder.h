@@ -11,46 +11,13 @@
 #ifndef AMPJIT_CODEGEN_PLANBUILDER_H
 #define AMPJIT_CODEGEN_PLANBUILDER_H
 
+#include "ampjit/Codegen/PlanOptions.h"
 #include "ampjit/runtime/Plan.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 
 namespace ampjit::codegen {
-
-struct PlanOptions {
-  /// Turn each run of consecutive elementwise steps (casts included) with one
-  /// output shape into one fused step that reads every input once and writes
-  /// only the values read after it (`--jit-fuse-elementwise`).
-  bool fuseElementwise = false;
-  /// Fold bias adds, relu/gelu-tanh activations, gelu-tanh gradients and
-  /// bias-gradient sums into the Gemm steps as their epilogues
-  /// (`--jit-fuse-gemm-epilogues`; on for the CUDA backend, whose cuBLASLt
-  /// applies them before the one rounding; runtime GemmEpilogue).
-  bool fuseGemmEpilogues = false;
-  /// Fold relu(batch_norm(x) [+ z]) into the batch norm and the relu's
-  /// gradient into its batch_norm_grad (`--jit-fuse-batch-norm-epilogues`;
-  /// on for the CUDA backend, whose cuDNN runs them as one call each).
-  bool fuseBatchNormEpilogues = false;
-  /// Fold the sum of a convolution's input gradient and another gradient
-  /// (a residual block's two branches) into the convolution, which adds to
-  /// the other in place (`--jit-fuse-gradient-accumulation`; on for the CUDA
-  /// backend, whose cuDNN blends with beta = 1): fuseGradientAccumulation.
-  bool fuseGradientAccumulation = false;
-  /// Move the optimizer update to the front of the next run
-  /// (`--jit-defer-optimizer-updates`, deferOptimizerUpdates below) when it
-  /// updates at least `deferMinimumElements` parameter elements.
-  bool deferOptimizerUpdates = false;
-  int64_t deferMinimumElements = 0;
-  /// Let weight gradients (convolutions' filter gradients, small GEMMs'
-  /// weight gradients) run beside the steps after them
-  /// (`--jit-overlap-weight-gradients`; on for the CUDA backend, which runs
-  /// such side steps on its second stream): overlapWeightGradients below.
-  bool overlapWeightGradients = false;
-  /// Append each op's `file:line` to its step's origin, so runtime messages
-  /// (AMPJIT_CHECK_NUMERICS) name the user's source line. jit::trace sets it.
-  bool recordLocations = false;
-};
 
 /// Lowers `function` to a verified plan, or reports a located error on the op
 /// (or argument) that cannot be lowered and fails.
