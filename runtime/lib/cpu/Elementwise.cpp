@@ -24,17 +24,6 @@ namespace {
 
 constexpr int64_t kChunk = 256;
 
-enum class RegisterClass { Single, Double, Integer };
-
-RegisterClass classOf(DType dtype) {
-  switch (dtype) {
-  case DType::F64: return RegisterClass::Double;
-  case DType::I64:
-  case DType::I1: return RegisterClass::Integer;
-  default: return RegisterClass::Single;
-  }
-}
-
 //===----------------------------------------------------------------------===//
 // The scalar operations
 //===----------------------------------------------------------------------===//
@@ -190,7 +179,7 @@ public:
     // One chunk of storage per register, in the array of its class.
     size_t singles = 0, doubles = 0, integers = 0;
     for (const FusedInstruction& instruction : program) {
-      switch (classOf(instruction.type)) {
+      switch (registerClassOf(instruction.type)) {
       case RegisterClass::Single: slot_.push_back(singles++); break;
       case RegisterClass::Double: slot_.push_back(doubles++); break;
       case RegisterClass::Integer: slot_.push_back(integers++); break;
@@ -221,7 +210,7 @@ private:
   void execute(size_t r, int64_t begin, int64_t n) {
     const FusedInstruction& instruction = program_[r];
     DType type = instruction.type;
-    RegisterClass cls = classOf(type);
+    RegisterClass cls = registerClassOf(type);
     const auto& ops = instruction.operands;
     switch (instruction.op) {
     case ElementwiseOp::Load: return load(r, io_.in[ops[0]], readers_[ops[0]], begin, n);
@@ -231,7 +220,7 @@ private:
     default: break;
     }
     if (instruction.op >= ElementwiseOp::CmpEq && instruction.op <= ElementwiseOp::CmpGe) {
-      switch (classOf(program_[ops[0]].type)) {
+      switch (registerClassOf(program_[ops[0]].type)) {
       case RegisterClass::Single: return compare(instruction.op, single(ops[0]), single(ops[1]), integer(r), n);
       case RegisterClass::Double: return compare(instruction.op, dbl(ops[0]), dbl(ops[1]), integer(r), n);
       case RegisterClass::Integer: return compare(instruction.op, integer(ops[0]), integer(ops[1]), integer(r), n);
@@ -253,7 +242,7 @@ private:
   }
 
   void load(size_t r, const BufferView& input, const BroadcastReader& reader, int64_t begin, int64_t n) {
-    RegisterClass cls = classOf(program_[r].type);
+    RegisterClass cls = registerClassOf(program_[r].type);
     if (reader.identity()) {
       switch (cls) {
       case RegisterClass::Single: return loadRange<float>(input, begin, n, single(r));
@@ -280,7 +269,7 @@ private:
 
   void constant(size_t r, double value, int64_t n) {
     DType type = program_[r].type;
-    switch (classOf(type)) {
+    switch (registerClassOf(type)) {
     case RegisterClass::Single: std::fill(single(r), single(r) + n, roundDoubleToSingle(value, type)); return;
     case RegisterClass::Double: std::fill(dbl(r), dbl(r) + n, value); return;
     case RegisterClass::Integer:
@@ -292,7 +281,7 @@ private:
   void convert(size_t r, size_t source, int64_t n) {
     DType to = program_[r].type;
     DType from = program_[source].type;
-    RegisterClass toClass = classOf(to), fromClass = classOf(from);
+    RegisterClass toClass = registerClassOf(to), fromClass = registerClassOf(from);
     for (int64_t i = 0; i < n; ++i) {
       switch (fromClass) {
       case RegisterClass::Single: {
@@ -333,7 +322,7 @@ private:
 
   void select(size_t r, const std::array<uint32_t, 3>& ops, int64_t n) {
     const int64_t* condition = integer(ops[0]);
-    switch (classOf(program_[r].type)) {
+    switch (registerClassOf(program_[r].type)) {
     case RegisterClass::Single:
       for (int64_t i = 0; i < n; ++i)
         single(r)[i] = condition[i] ? single(ops[1])[i] : single(ops[2])[i];
@@ -350,7 +339,7 @@ private:
   }
 
   void store(size_t r, const BufferView& output, int64_t begin, int64_t n) {
-    switch (classOf(program_[r].type)) {
+    switch (registerClassOf(program_[r].type)) {
     case RegisterClass::Single: return storeRange<float>(output, begin, n, single(r));
     case RegisterClass::Double: return storeRange<double>(output, begin, n, dbl(r));
     case RegisterClass::Integer: break;

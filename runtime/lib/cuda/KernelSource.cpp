@@ -26,20 +26,6 @@ namespace ampjit::runtime::cuda {
 
 namespace {
 
-enum class RegisterClass { Single, Double, Integer };
-
-RegisterClass classOf(DType dtype) {
-  switch (dtype) {
-  case DType::F64: return RegisterClass::Double;
-  case DType::I64:
-  case DType::I1: return RegisterClass::Integer;
-  case DType::F32:
-  case DType::F16:
-  case DType::BF16: return RegisterClass::Single;
-  }
-  return RegisterClass::Single;
-}
-
 const char* registerTypeName(RegisterClass cls) {
   switch (cls) {
   case RegisterClass::Single: return "float";
@@ -255,7 +241,7 @@ std::string reg(uint32_t index) {
 /// The right-hand side of an arithmetic instruction (unary, binary) before
 /// rounding to its dtype.
 std::string arithmetic(const FusedInstruction& instruction) {
-  bool isDouble = classOf(instruction.type) == RegisterClass::Double;
+  bool isDouble = registerClassOf(instruction.type) == RegisterClass::Double;
   std::string zero = isDouble ? "0.0" : "0.0f", one = isDouble ? "1.0" : "1.0f";
   std::string a = reg(instruction.operands[0]), b = reg(instruction.operands[1]);
   switch (instruction.op) {
@@ -301,7 +287,7 @@ const char* comparisonOperator(ElementwiseOp op) {
 /// the exact float, doubles and integers round once from double (an i64 to
 /// f32 goes through double, as the CPU's does), integers truncate.
 std::string conversion(DType to, DType from, const std::string& value) {
-  RegisterClass toClass = classOf(to), fromClass = classOf(from);
+  RegisterClass toClass = registerClassOf(to), fromClass = registerClassOf(from);
   if (toClass == RegisterClass::Integer) {
     if (to == DType::I1)
       return "(" + value + (fromClass == RegisterClass::Single    ? " != 0.0f"
@@ -427,14 +413,14 @@ std::string programStatements(const std::vector<FusedInstruction>& program, cons
     default:
       if (const char* comparison = comparisonOperator(instruction.op))
         value = "(" + reg(ops[0]) + " " + comparison + " " + reg(ops[1]) + " ? 1LL : 0LL)";
-      else if (classOf(instruction.type) == RegisterClass::Single)
+      else if (registerClassOf(instruction.type) == RegisterClass::Single)
         value = roundedTo(instruction.type, arithmetic(instruction));
       else
         value = arithmetic(instruction);
       break;
     }
     text += indent + instructionComment(instruction, r) + "\n";
-    text += indent + "const " + std::string(registerTypeName(classOf(instruction.type))) + " " + reg(r) + " = " +
+    text += indent + "const " + std::string(registerTypeName(registerClassOf(instruction.type))) + " " + reg(r) + " = " +
             value + ";\n";
   }
   return text;
@@ -452,7 +438,7 @@ std::string slotArrays(const std::vector<FusedInstruction>& program, const std::
   std::string text;
   for (uint32_t r = 0; r < program.size(); ++r)
     if (program[r].op == ElementwiseOp::Load)
-      text += indent + registerTypeName(classOf(program[r].type)) + " loaded" + std::to_string(r) + "[" +
+      text += indent + registerTypeName(registerClassOf(program[r].type)) + " loaded" + std::to_string(r) + "[" +
               std::to_string(kSlotsPerPass) + "];\n";
   return text;
 }
@@ -498,7 +484,7 @@ bool takesChunks(const std::vector<FusedInstruction>& program) {
     case ElementwiseOp::Pow:
     case ElementwiseOp::GeluGrad:
     case ElementwiseOp::GeluTanhGrad: return true;
-    default: return classOf(instruction.type) == RegisterClass::Double;
+    default: return registerClassOf(instruction.type) == RegisterClass::Double;
     }
   });
 }

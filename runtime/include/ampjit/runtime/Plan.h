@@ -277,6 +277,24 @@ struct FusedInstruction {
   friend bool operator==(const FusedInstruction&, const FusedInstruction&) = default;
 };
 
+/// What a register of a dtype computes in: f32, f16 and bf16 registers in
+/// float (f16/bf16 rounded back after every instruction), f64 in double, i64
+/// and i1 in 64-bit integers. The CPU evaluator and the generated CUDA
+/// kernels both keep registers this way, so they round at the same places.
+enum class RegisterClass : uint8_t { Single, Double, Integer };
+
+constexpr RegisterClass registerClassOf(DType dtype) {
+  switch (dtype) {
+  case DType::F64: return RegisterClass::Double;
+  case DType::I64:
+  case DType::I1: return RegisterClass::Integer;
+  case DType::F32:
+  case DType::F16:
+  case DType::BF16: return RegisterClass::Single;
+  }
+  return RegisterClass::Single;
+}
+
 /// Inputs broadcast to the outputs' common shape; output slot k stores
 /// register `outputs[k]`, whose dtype is that output's.
 struct FusedElementwiseParams {
