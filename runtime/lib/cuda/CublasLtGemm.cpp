@@ -320,14 +320,24 @@ Expected<CandidateTimes> timeCandidates(GemmStep& gemm, std::span<const cublasLt
     return Status::success();
   };
 
-  // Enqueues `repetitions` times between events `from` and `to`.
-  auto timedRun = [&](int repetitions, int from, int to) -> Status {
-    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(scratch.events[std::size_t(from)], tuner.stream),
+  auto record = [&](int event) -> Status {
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(scratch.events[std::size_t(event)], tuner.stream),
                                 "timing an algorithm");
+    return Status::success();
+  };
+  auto enqueueRepeatedly = [&](int repetitions) -> Status {
     for (int r = 0; r < repetitions; ++r)
       AMPJIT_RETURN_IF_ERROR(gemm.enqueue(pointers, tuner.stream));
-    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(scratch.events[std::size_t(to)], tuner.stream),
-                                "timing an algorithm");
+    return Status::success();
+  };
+  // One run between events 0 and 1: milliseconds per enqueue.
+  auto timedRun = [&](int repetitions, double& perEnqueue) -> Status {
+    double ms = 0;
+    AMPJIT_RETURN_IF_ERROR(record(0));
+    AMPJIT_RETURN_IF_ERROR(enqueueRepeatedly(repetitions));
+    AMPJIT_RETURN_IF_ERROR(record(1));
+    AMPJIT_RETURN_IF_ERROR(elapsed(0, 1, ms));
+    perEnqueue = ms / repetitions;
     return Status::success();
   };
   auto repetitionsFor = [](double milliseconds, double once) {
@@ -347,24 +357,19 @@ Expected<CandidateTimes> timeCandidates(GemmStep& gemm, std::span<const cublasLt
       continue;
     if (screenRepetitions == 0) {
       double once = 0;
-      AMPJIT_RETURN_IF_ERROR(timedRun(1, 0, 1));
-      AMPJIT_RETURN_IF_ERROR(elapsed(0, 1, once));
+      AMPJIT_RETURN_IF_ERROR(timedRun(1, once));
       screenRepetitions = repetitionsFor(kTuningScreenMilliseconds, once);
       trialRepetitions = repetitionsFor(kTuningTrialMilliseconds, once);
     }
-    double screen = 0;
-    AMPJIT_RETURN_IF_ERROR(timedRun(screenRepetitions, 0, 1));
-    AMPJIT_RETURN_IF_ERROR(elapsed(0, 1, screen));
-    times.screened[c] = screen / screenRepetitions;
+    AMPJIT_RETURN_IF_ERROR(timedRun(screenRepetitions, times.screened[c]));
   }
   for (int c : gemmTuningFinalists(times.screened)) {
     gemm.algorithm_ = candidates[std::size_t(c)].algo;
-    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(scratch.events[0], tuner.stream), "timing an algorithm");
+    // Back to back, each trial's end the next one's start.
+    AMPJIT_RETURN_IF_ERROR(record(0));
     for (int trial = 1; trial <= kTuningTrials; ++trial) {
-      for (int r = 0; r < trialRepetitions; ++r)
-        AMPJIT_RETURN_IF_ERROR(gemm.enqueue(pointers, tuner.stream));
-      AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(scratch.events[std::size_t(trial)], tuner.stream),
-                                  "timing an algorithm");
+      AMPJIT_RETURN_IF_ERROR(enqueueRepeatedly(trialRepetitions));
+      AMPJIT_RETURN_IF_ERROR(record(trial));
     }
     std::vector<double> trials(kTuningTrials);
     for (int trial = 0; trial < kTuningTrials; ++trial)
