@@ -17,7 +17,12 @@ got = {(c["model"], c["level"], c["dtype"]) for c in configs}
 assert got == expected, f"configurations {got}, expected {expected}"
 for c in configs:
     assert c["traces"] == 1, c
-    assert 0 < c["ms_per_step_min"] <= c["ms_per_step_median"], c
+    assert 0 < c["ms_per_step_min"] <= c["ms_per_step_median"] <= c["ms_per_step_max"], c
+    # Every timed step, in order, to the microsecond.
+    assert len(c["ms_per_step"]) == c["steps"] == 3, c
+    step_times = sorted(c["ms_per_step"])
+    assert all(abs(ms - exact) <= 0.0006 for ms, exact in
+               zip(step_times, (c["ms_per_step_min"], c["ms_per_step_median"], c["ms_per_step_max"]))), c
     assert c["time_to_first_step_in_process_s"] > 0, c
     assert c["fresh_process"].get("time_to_first_step_s", 0) > 0, c
     # What GEMM tuning cost the fresh process (nothing on the CPU).
