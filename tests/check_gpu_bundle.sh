@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU bundle's run.sh (scripts/gpu-bundle.sh writes it) without a GPU: it
-# parses, each speculate-ab variant sets the switches its name says, a variant
+# parses, each speculate-ab variant sets the switches its name says, each run's
+# odd and even steps are summarised apart, a variant
 # that fails or runs past the stage's budget is left out, and bench-best runs
 # the benchmark under the switches of the variant whose fastest level was
 # fastest. A device session has minutes: a mistake here would cost one.
@@ -27,7 +28,7 @@ ms=$(awk -v fold="$AMPJIT_CUDA_GEMM_FOLDED_UPDATE" -v tune="$AMPJIT_CUDA_GEMM_TU
   -v wide="$([ "$AMPJIT_CUDA_GEMM_TUNING_CANDIDATES" = 32 ] && echo 1 || echo 0)" \
   'BEGIN { printf "%.2f", 13.5 - 1.5 * fold - 0.3 * tune - 0.1 * wide }')
 switches="$AMPJIT_CUDA_SPECULATIVE_UPDATE$AMPJIT_CUDA_GEMM_FOLDED_UPDATE$AMPJIT_CUDA_GEMM_SM_RESERVE$AMPJIT_CUDA_GEMM_TUNING/$AMPJIT_CUDA_GEMM_TUNING_CANDIDATES"
-echo "{\"level\":\"O1\",\"ms_per_step_median\":$ms,\"switches\":\"$switches\",\"args\":\"$*\"}"
+echo "{\"level\":\"O1\",\"ms_per_step_median\":$ms,\"switches\":\"$switches\",\"args\":\"$*\",\"dtype\":\"f16\",\"ms_per_step\":[12.5,10.75,12.25,10.5,12.75]}"
 echo "{\"level\":\"O2\",\"ms_per_step_median\":$(awk -v ms="$ms" 'BEGIN { printf "%.2f", ms + 0.05 }')}"
 BENCH
 chmod +x "$work/run/ampjit-bench"
@@ -41,7 +42,7 @@ for k in 8 32; do
 done
 
 # The stages' functions alone, as run.sh defines them.
-functions=$(sed -n '/^report_gemm_tuning() {/,/^}/p;/^variant_seconds() {/,/^}/p;/^variant_switches() {/,/^}/p;/^run_speculate_ab() {/,/^}/p;/^run_bench_best() {/,/^}/p;/^run_bench() {/,/^}/p;/^run_timeline() {/,/^}/p' "$work/run.sh")
+functions=$(sed -n '/^report_gemm_tuning() {/,/^}/p;/^report_step_parity() {/,/^}/p;/^variant_seconds() {/,/^}/p;/^variant_switches() {/,/^}/p;/^run_speculate_ab() {/,/^}/p;/^run_bench_best() {/,/^}/p;/^run_bench() {/,/^}/p;/^run_timeline() {/,/^}/p' "$work/run.sh")
 here="$work" out="$work/out" STAGE_BUDGET_S=8 bash -c "
   stamp() { echo \"\$*\" >> \"\$out/summary.txt\"; }
   $functions
@@ -57,6 +58,13 @@ grep -q "budget spent before" "$work/out/summary.txt" || fail "the hung variant 
   fail "not one summary line per tuning entry: $(grep '^gemm tuning: ' "$work/out/summary.txt")"
 grep -qF 'gemm tuning: up to 32 candidates | f16[2048x8192] x f16[2048x8192] -> f32 added to f32 in f32 AtB align=64 none folded-update m=8192 n=8192 k=2048 calls=1 workspace=33554432 | candidates 32 choice 3 milliseconds 0.57 0.6 refused 0.52' \
   "$work/out/summary.txt" || fail "a tuning entry's summary line: $(grep '^gemm tuning: ' "$work/out/summary.txt")"
+# Each configuration's odd and even steps apart (a speculating backend's two graphs); O2 has no
+# step times, so no line.
+grep -qxF 'step parity: mlp9 folded-0-tuned O1 f16: odd steps 12.500 ms (3), even steps 10.625 ms (2)' \
+  "$work/out/summary.txt" || fail "no step parity line for folded-0-tuned: $(grep '^step parity' "$work/out/summary.txt")"
+grep -qxF 'step parity: mlp9 bench O1 f16: odd steps 12.500 ms (3), even steps 10.625 ms (2)' "$work/out/summary.txt" ||
+  fail "no step parity line for bench-best's run: $(grep '^step parity' "$work/out/summary.txt")"
+! grep -q '^step parity: .* O2 ' "$work/out/summary.txt" || fail "a step parity line without step times"
 grep -q '"switches":"0000/8"' "$work/out/speculate-ab.jsonl" || fail "deferred: not every switch off"
 grep -q '"switches":"1100/8"' "$work/out/speculate-ab.jsonl" || fail "folded-0: not speculative and folded"
 grep -q '"switches":"1101/8"' "$work/out/speculate-ab.jsonl" || fail "folded-0-tuned: not folded and tuned"
