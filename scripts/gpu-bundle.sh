@@ -192,10 +192,10 @@ report_gemm_tuning() {
 report_step_parity() { # LABEL LINES: per configuration, the median of its odd and of its even timed steps:
   # a speculating backend alternates two captured graphs, so a spread between them is one graph's
   printf '%s\n' "$2" | awk -v label="$1" '
-    function median(list, n,   i, j, swap) {
+    function median(list, n,   i, j, swap) { # as ampjit-bench takes it: the upper middle of an even count
       for (i = 2; i <= n; ++i)
         for (j = i; j > 1 && list[j - 1] > list[j]; --j) { swap = list[j]; list[j] = list[j - 1]; list[j - 1] = swap }
-      return n % 2 ? list[(n + 1) / 2] : (list[n / 2] + list[n / 2 + 1]) / 2
+      return list[int(n / 2) + 1]
     }
     function field(name,   found) {
       found = match($0, "\"" name "\":\"[^\"]*\"")
