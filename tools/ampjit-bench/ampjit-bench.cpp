@@ -9,15 +9,16 @@
 //
 // each at O0 and at O1/O2 with f16 and bf16, plain SGD as the peers run it,
 // dynamic loss scaling for f16. Per configuration it reports the median,
-// minimum and maximum step time after warm-up and every step's time in order, the time to the first step in a fresh
-// process (this binary re-run with --first-step-only: trace, compile, first
-// step), the peak resident memory, and where PyTorch with CUDA is importable,
-// the peers measured in the same run with our speedup over each: PyTorch
-// eager in the matching mode, torch.compile in it (--peer-compile), and for
-// O1-O3 the anchors' strongest launch-bound peer, the bf16 whole step in one
-// CUDA graph (torch_graph_peer.py; the issues' targets compare f16 runs with
-// it too). On the CPU backend there is no peer (the peer scripts need CUDA)
-// and the sizes default smaller; the JSON says what ran.
+// minimum and maximum step time after warm-up and every step's time in
+// order, the time to the first step in a fresh process (this binary re-run
+// with --first-step-only: trace, compile, first step), the peak resident
+// memory, and where PyTorch with CUDA is importable, the peers measured in
+// the same run with our speedup over each: PyTorch eager in the matching
+// mode, torch.compile in it (--peer-compile), and for O1-O3 the anchors'
+// strongest launch-bound peer, the bf16 whole step in one CUDA graph
+// (torch_graph_peer.py; the issues' targets compare f16 runs with it too).
+// On the CPU backend there is no peer (the peer scripts need CUDA) and the
+// sizes default smaller; the JSON says what ran.
 
 #include "jit/jit.h"
 #include "jit/trace.h"
