@@ -381,11 +381,18 @@ const std::string& lastFailure() { return tLastFailure; }
 
 void setStreamSubmitter(StreamSubmitter submitter) { gStreamSubmitter = submitter; }
 
-void submitToStream(cudaStream_t stream, std::function<void()> work) {
+void submitToStream(cudaStream_t stream, std::string what, std::function<void()> work) {
   if (stream != nullptr && gStreamSubmitter != nullptr)
-    gStreamSubmitter(stream, std::move(work));
+    gStreamSubmitter(stream, std::move(what), std::move(work));
   else
     work();
+}
+
+std::string describeLaunchConfiguration(dim3 grid, dim3 block, std::size_t sharedBytes) {
+  auto dims = [](dim3 d) {
+    return std::to_string(d.x) + "x" + std::to_string(d.y) + "x" + std::to_string(d.z);
+  };
+  return "<<<" + dims(grid) + ", " + dims(block) + ", " + std::to_string(sharedBytes) + ">>>";
 }
 
 void countEvictFirstBytes(std::size_t bytes) { gEvictFirstBytes += int64_t(bytes); }

@@ -86,10 +86,17 @@ bool checkLaunch(dim3 grid, dim3 block, std::size_t dynamicSharedBytes);
 
 /// Work enqueued on a stream: the stream model (EmulatedStreams.h) installs
 /// itself as the submitter; without one (a generated kernels' library), and
-/// on the null stream, work runs at once.
-using StreamSubmitter = void (*)(cudaStream_t, std::function<void()>);
+/// on the null stream, work runs at once. `what` says what the work is, with
+/// its launch configuration or problem but no addresses, so that a captured
+/// graph can be described (GraphInstantiation::nodes) and two captures of
+/// the same work on other buffers compare equal.
+using StreamSubmitter = void (*)(cudaStream_t, std::string what, std::function<void()>);
 void setStreamSubmitter(StreamSubmitter submitter);
-void submitToStream(cudaStream_t stream, std::function<void()> work);
+void submitToStream(cudaStream_t stream, std::string what, std::function<void()> work);
+
+/// "<<<grid, block, shared>>>": a launch's configuration as a description of
+/// it shows it.
+std::string describeLaunchConfiguration(dim3 grid, dim3 block, std::size_t sharedBytes);
 
 /// Launches and emulated threads since the process started (what a test
 /// counts to show that work ran where it says).
@@ -103,7 +110,7 @@ Counters counters();
 void countEvictFirstBytes(std::size_t bytes);
 
 /// `kernel<<<grid, block, shared, stream>>>(arguments...)` becomes
-/// `launch(grid, block, shared, stream).kernel([](auto... p) { kernel(p...); })(arguments...)`
+/// `launch(grid, block, shared, stream).kernel("kernel", [](auto... p) { kernel(p...); })(arguments...)`
 /// (RewriteLaunches.cmake): the arguments are copied once, decayed, and every
 /// thread calls the kernel with its own copies, so overload resolution and
 /// the conversions to the parameter types are those of the device launch.
@@ -111,21 +118,23 @@ void countEvictFirstBytes(std::size_t bytes);
 /// are; the kernel runs when its stream gets to it.
 template <typename Kernel> class BoundLaunch {
 public:
-  BoundLaunch(dim3 grid, dim3 block, std::size_t sharedBytes, cudaStream_t stream, Kernel kernel)
-      : grid_(grid), block_(block), sharedBytes_(sharedBytes), stream_(stream), kernel_(kernel) {}
+  BoundLaunch(dim3 grid, dim3 block, std::size_t sharedBytes, cudaStream_t stream, const char* name, Kernel kernel)
+      : grid_(grid), block_(block), sharedBytes_(sharedBytes), stream_(stream), name_(name), kernel_(kernel) {}
   template <typename... Arguments> void operator()(Arguments&&... arguments) const {
     if (!checkLaunch(grid_, block_, sharedBytes_))
       return;
     std::tuple<std::decay_t<Arguments>...> copies(std::forward<Arguments>(arguments)...);
-    submitToStream(stream_, [grid = grid_, block = block_, shared = sharedBytes_, kernel = kernel_, copies] {
-      runGrid(grid, block, shared, [&] { std::apply(kernel, copies); });
-    });
+    submitToStream(stream_, name_ + describeLaunchConfiguration(grid_, block_, sharedBytes_),
+                   [grid = grid_, block = block_, shared = sharedBytes_, kernel = kernel_, copies] {
+                     runGrid(grid, block, shared, [&] { std::apply(kernel, copies); });
+                   });
   }
 
 private:
   dim3 grid_, block_;
   std::size_t sharedBytes_;
   cudaStream_t stream_;
+  std::string name_;
   Kernel kernel_;
 };
 
@@ -133,8 +142,8 @@ class LaunchConfiguration {
 public:
   LaunchConfiguration(dim3 grid, dim3 block, std::size_t sharedBytes, cudaStream_t stream)
       : grid_(grid), block_(block), sharedBytes_(sharedBytes), stream_(stream) {}
-  template <typename Kernel> BoundLaunch<Kernel> kernel(Kernel kernel) const {
-    return BoundLaunch<Kernel>(grid_, block_, sharedBytes_, stream_, kernel);
+  template <typename Kernel> BoundLaunch<Kernel> kernel(const char* name, Kernel kernel) const {
+    return BoundLaunch<Kernel>(grid_, block_, sharedBytes_, stream_, name, kernel);
   }
 
 private:

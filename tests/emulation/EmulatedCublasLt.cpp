@@ -631,8 +631,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   // The product runs when the stream gets to it, with the descriptors as
   // they are now: the library reads them at the call.
   uint32_t variant = record.variant;
-  submitToStream(stream, [desc, la = la, lb = lb, lc = lc, ld = ld, problem, inDouble, onDevice, scalar, alpha, beta,
-                          hostAlpha, hostBeta, a, b, c, d, variant, time] {
+  std::string what = "cublasLtMatmul " + std::to_string(problem.m) + "x" + std::to_string(problem.n) + "x" +
+                     std::to_string(problem.k) + " batches " + std::to_string(problem.batches) + " transa " +
+                     std::to_string(int(desc.transa)) + " transb " + std::to_string(int(desc.transb)) +
+                     " epilogue " + std::to_string(desc.epilogue) + " algorithm " + std::to_string(variant) +
+                     " workspace " + std::to_string(record.workspaceBytes);
+  submitToStream(stream, std::move(what), [desc, la = la, lb = lb, lc = lc, ld = ld, problem, inDouble, onDevice,
+                                           scalar, alpha, beta, hostAlpha, hostBeta, a, b, c, d, variant, time] {
     chargeDeviceClock(time);
     if (variant < matmulsByVariant.size())
       ++matmulsByVariant[variant];

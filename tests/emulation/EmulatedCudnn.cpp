@@ -1067,7 +1067,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha, c
                                                 {{x, "x", bytesOf(p.x)}, {w, "w", bytesOf(p.w)}, {y, "y", bytesOf(p.y)}}));
   double a = 0, b = 0;
   AMPJIT_CUDNN_MODEL_CHECK(takeBlends(alpha, beta, p.x.type, a, b));
-  submitToStream(model->stream, [p, a, b, x, w, y, workspace, workspaceBytes] {
+  submitToStream(model->stream, "cudnnConvolutionForward", [p, a, b, x, w, y, workspace, workspaceBytes] {
     scribble(workspace, workspaceBytes);
     runForward(p, a, b, x, w, y);
     ++convolutions;
@@ -1088,7 +1088,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alp
                                                 {{w, "w", bytesOf(p.w)}, {dy, "dy", bytesOf(p.y)}, {dx, "dx", bytesOf(p.x)}}));
   double a = 0, b = 0;
   AMPJIT_CUDNN_MODEL_CHECK(takeBlends(alpha, beta, p.x.type, a, b));
-  submitToStream(model->stream, [p, a, b, w, dy, dx, workspace, workspaceBytes] {
+  submitToStream(model->stream, "cudnnConvolutionBackwardData", [p, a, b, w, dy, dx, workspace, workspaceBytes] {
     scribble(workspace, workspaceBytes);
     runBackwardData(p, a, b, w, dy, dx);
     ++convolutions;
@@ -1110,7 +1110,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
                                                 {{x, "x", bytesOf(p.x)}, {dy, "dy", bytesOf(p.y)}, {dw, "dw", bytesOf(p.w)}}));
   double a = 0, b = 0;
   AMPJIT_CUDNN_MODEL_CHECK(takeBlends(alpha, beta, p.x.type, a, b));
-  submitToStream(model->stream, [p, a, b, x, dy, dw, workspace, workspaceBytes] {
+  submitToStream(model->stream, "cudnnConvolutionBackwardFilter", [p, a, b, x, dy, dw, workspace, workspaceBytes] {
     scribble(workspace, workspaceBytes);
     runBackwardFilter(p, a, b, x, dy, dw);
     ++convolutions;
@@ -1136,7 +1136,7 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha, const cudn
   AMPJIT_CUDNN_MODEL_CHECK(checkDevice(a, "A", bytesOf(*at)));
   AMPJIT_CUDNN_MODEL_CHECK(checkDevice(c, "C", bytesOf(*ct)));
   TensorDesc ad = *at, cd = *ct;
-  submitToStream(model->stream, [ad, cd, alphaValue, betaValue, a, c] {
+  submitToStream(model->stream, "cudnnAddTensor", [ad, cd, alphaValue, betaValue, a, c] {
     Arithmetic arithmetic;
     arithmetic.compute = statisticsTypeOf(ad.type);
     ElementStorage storage = storageOf(ad.type);
@@ -1211,7 +1211,7 @@ cudnnStatus_t cudnnBatchNormalizationForwardTraining(cudnnHandle_t handle, cudnn
   AMPJIT_CUDNN_MODEL_CHECK(takeBlends(alpha, beta, f.x.type, f.alpha, f.beta));
   f.factor = factor, f.epsilon = epsilon;
   AMPJIT_CUDNN_MODEL_CHECK(checkForwardTraining(f));
-  submitToStream(model->stream, [f] {
+  submitToStream(model->stream, "cudnnBatchNormalizationForwardTraining", [f] {
     f.run(nullptr);
     ++batchNorms;
   });
@@ -1235,7 +1235,7 @@ cudnnStatus_t cudnnBatchNormalizationForwardInference(cudnnHandle_t handle, cudn
                                       {bias, "bnBias", bytesOf(st)}, {estimatedMean, "estimatedMean", bytesOf(st)},
                                       {estimatedVariance, "estimatedVariance", bytesOf(st)}})
     AMPJIT_CUDNN_MODEL_CHECK(checkDevice(pointer, what, bytes));
-  submitToStream(model->stream, [=] {
+  submitToStream(model->stream, "cudnnBatchNormalizationForwardInference", [=] {
     ElementStorage data = storageOf(xt.type), stats = storageOf(st.type);
     for (int64_t c = 0; c < xt.c; ++c) {
       double mean = loadElement(stats, estimatedMean, c);
@@ -1274,7 +1274,7 @@ cudnnStatus_t cudnnBatchNormalizationBackward(cudnnHandle_t handle, cudnnBatchNo
                                       b.betaParameters, "alphaParamDiff", "betaParamDiff"));
   b.epsilon = epsilon;
   AMPJIT_CUDNN_MODEL_CHECK(checkBackward(b));
-  submitToStream(model->stream, [b] {
+  submitToStream(model->stream, "cudnnBatchNormalizationBackward", [b] {
     b.run(nullptr);
     ++batchNorms;
   });
@@ -1366,7 +1366,8 @@ cudnnStatus_t cudnnBatchNormalizationForwardTrainingEx(
     AMPJIT_CUDNN_MODEL_CHECK(checkSpace(workspace, workspaceBytes, forwardExWorkspaceBytes(f.x), "the workspace"));
     AMPJIT_CUDNN_MODEL_CHECK(checkSpace(reserve, reserveBytes, reserveBytesFor(f.x), "the reserve space"));
   }
-  submitToStream(model->stream, [f, fused, reserve, workspace, workspaceBytes] {
+  submitToStream(model->stream, "cudnnBatchNormalizationForwardTrainingEx", [f, fused, reserve, workspace,
+                                                                             workspaceBytes] {
     if (!fused) {
       f.run(nullptr);
       ++batchNorms;
@@ -1421,7 +1422,7 @@ cudnnStatus_t cudnnBatchNormalizationBackwardEx(
     AMPJIT_CUDNN_MODEL_CHECK(checkSpace(workspace, workspaceBytes, backwardExWorkspaceBytes(b.x), "the workspace"));
     AMPJIT_CUDNN_MODEL_CHECK(checkSpace(reserve, reserveBytes, reserveBytesFor(b.x), "the reserve space"));
   }
-  submitToStream(model->stream, [b, fused, reserve, workspace, workspaceBytes] {
+  submitToStream(model->stream, "cudnnBatchNormalizationBackwardEx", [b, fused, reserve, workspace, workspaceBytes] {
     if (!fused) {
       b.run(nullptr);
       ++batchNorms;

@@ -76,7 +76,7 @@ constexpr const char* kEntryPrelude = R"(
 namespace ampjit_emulated_entry {
 template <typename... P, std::size_t... I>
 int launchWith(void (*kernel)(P...), unsigned grid, unsigned block, void** a, std::index_sequence<I...>) {
-  ::ampjit::emulation::launch(grid, block).kernel([kernel](auto... p) { kernel(p...); })(
+  ::ampjit::emulation::launch(grid, block).kernel("generated kernel", [kernel](auto... p) { kernel(p...); })(
       *static_cast<std::remove_cv_t<P>*>(a[I])...);
   return int(::ampjit::emulation::takeLastError());
 }
@@ -153,8 +153,8 @@ HostKernelLibrary::~HostKernelLibrary() {
 /// replays it with the pointers it was captured with).
 class EmulatedGeneratedStep final : public cuda::DeviceStep {
 public:
-  EmulatedGeneratedStep(HostEntry entry, const cuda::ElementwiseLaunch& launch, int multiprocessors)
-      : entry_(entry), arguments_(launch), grid_(launch.gridSizeOn(multiprocessors)) {}
+  EmulatedGeneratedStep(HostEntry entry, std::string name, const cuda::ElementwiseLaunch& launch, int multiprocessors)
+      : entry_(entry), name_(std::move(name)), arguments_(launch), grid_(launch.gridSizeOn(multiprocessors)) {}
 
   Status enqueue(const cuda::StepPointers& pointers, cudaStream_t stream) override {
     if (arguments_.elementCount() == 0)
@@ -170,7 +170,10 @@ public:
       return error == 0 ? Status::success()
                         : Status::error("emulated generated kernel: cudaError " + std::to_string(error));
     }
-    submitToStream(stream, [entry = entry_, arguments = arguments_, grid = grid_, inputs, outputs]() mutable {
+    std::string what =
+        name_ + describeLaunchConfiguration(dim3(unsigned(grid_)), dim3(unsigned(cuda::kElementwiseBlockSize)), 0);
+    submitToStream(stream, std::move(what), [entry = entry_, arguments = arguments_, grid = grid_, inputs,
+                                             outputs]() mutable {
       Expected<std::span<void*>> bound = arguments.bind(inputs, outputs);
       int error = entry(unsigned(grid), unsigned(cuda::kElementwiseBlockSize), bound->data());
       if (error != 0)
@@ -181,6 +184,7 @@ public:
 
 private:
   HostEntry entry_;
+  std::string name_;
   cuda::ElementwiseKernelArguments arguments_;
   int64_t grid_;
 };
@@ -244,7 +248,7 @@ Expected<std::unique_ptr<DeviceStep>> makeGeneratedElementwiseStep(DeviceContext
     entry = loaded.entries.at(kernel.name);
   }
   return std::unique_ptr<DeviceStep>(
-      new emulation::EmulatedGeneratedStep(entry, kernel.launch, context.multiprocessorCount));
+      new emulation::EmulatedGeneratedStep(entry, kernel.name, kernel.launch, context.multiprocessorCount));
 }
 
 } // namespace ampjit::runtime::cuda

@@ -29,6 +29,7 @@ enum class OperationKind { Work, Record, Wait };
 struct Operation {
   OperationKind kind = OperationKind::Work;
   std::function<void()> work;
+  std::string what; ///< Work: what it is (submitToStream's description)
   Event* event = nullptr;
   /// Record: which record of the event this is; Wait: the record to wait for.
   uint64_t generation = 0;
@@ -59,6 +60,7 @@ struct Node {
   int lane = 0;
   int priority = 0; ///< the capturing stream's
   std::function<void()> work;
+  std::string what;
   int event = -1;
   uint64_t generation = 0;
 };
@@ -203,6 +205,7 @@ void submit(Stream* stream, Operation operation) {
     node.lane = stream->lane;
     node.priority = stream->priority;
     node.work = std::move(operation.work);
+    node.what = std::move(operation.what);
     node.generation = operation.generation;
     node.event = operation.event == nullptr ? -1 : capture.eventNumbers.at(operation.event);
     capture.graph.nodes.push_back(std::move(node));
@@ -217,9 +220,10 @@ void submit(Stream* stream, Operation operation) {
   stream->queue.push_back(std::move(operation));
 }
 
-void submitWork(cudaStream_t stream, std::function<void()> work) {
+void submitWork(cudaStream_t stream, std::string what, std::function<void()> work) {
   Operation operation;
   operation.work = std::move(work);
+  operation.what = std::move(what);
   submit(streamOf(stream), std::move(operation));
 }
 
@@ -271,6 +275,18 @@ bool joined(const Graph& graph) {
       return false;
   }
   return true;
+}
+
+std::string describeNode(const Node& node) {
+  std::string lane = "lane " + std::to_string(node.lane) + ": ";
+  switch (node.kind) {
+  case OperationKind::Work: return lane + node.what;
+  case OperationKind::Record:
+    return lane + "record event " + std::to_string(node.event) + " (#" + std::to_string(node.generation) + ")";
+  case OperationKind::Wait:
+    return lane + "wait for event " + std::to_string(node.event) + " (#" + std::to_string(node.generation) + ")";
+  }
+  return lane + "?";
 }
 
 void* allocate(std::size_t bytes, bool pinned) {
@@ -533,9 +549,12 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* executable, cudaGraph_t graph,
   GraphInstantiation& instantiation = model().lastInstantiation;
   instantiation.flags = flags;
   instantiation.lanePriorities.assign(std::size_t(g->lanes), {});
-  for (const Node& node : g->nodes)
+  instantiation.nodes.clear();
+  for (const Node& node : g->nodes) {
     if (node.kind == OperationKind::Work)
       instantiation.lanePriorities[std::size_t(node.lane)].push_back(node.priority);
+    instantiation.nodes.push_back(describeNode(node));
+  }
   auto* made = new GraphExecutable{*g, {}, {}};
   for (int lane = 0; lane < g->lanes; ++lane) {
     cudaStream_t own = nullptr;
@@ -583,6 +602,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t executable, cudaStream_t stream) {
     Operation operation;
     operation.kind = node.kind;
     operation.work = node.work;
+    operation.what = node.what;
     if (node.event >= 0) {
       operation.event = exec->events[std::size_t(node.event)];
       operation.generation = base[std::size_t(node.event)] + node.generation;
@@ -671,7 +691,7 @@ cudaError_t cudaFreeAsync(void* pointer, cudaStream_t stream) {
     return cudaErrorStreamCaptureUnsupported;
   }
   std::size_t bytes = allocation->bytes;
-  submitWork(stream, [pointer, bytes] {
+  submitWork(stream, "free " + std::to_string(bytes) + " bytes", [pointer, bytes] {
     model().poolUsed -= int64_t(bytes);
     deallocate(pointer);
   });
@@ -737,10 +757,12 @@ cudaError_t cudaMemcpyAsync(void* destination, const void* source, std::size_t b
     // The runtime stages pageable bytes before it returns.
     auto staged = std::make_shared<std::vector<std::byte>>(static_cast<const std::byte*>(source),
                                                            static_cast<const std::byte*>(source) + bytes);
-    submitWork(stream, [destination, staged] { std::memcpy(destination, staged->data(), staged->size()); });
+    submitWork(stream, "copy " + std::to_string(bytes) + " staged bytes",
+               [destination, staged] { std::memcpy(destination, staged->data(), staged->size()); });
     return cudaSuccess;
   }
-  submitWork(stream, [destination, source, bytes] { std::memmove(destination, source, bytes); });
+  submitWork(stream, "copy " + std::to_string(bytes) + " bytes",
+             [destination, source, bytes] { std::memmove(destination, source, bytes); });
   // Into pageable memory the call returns once the bytes are there.
   return pageableDestination ? emulation::cudaStreamSynchronize(stream) : cudaSuccess;
 }
@@ -757,7 +779,8 @@ cudaError_t cudaMemsetAsync(void* destination, int value, std::size_t bytes, cud
     return cudaSuccess;
   if (stream != nullptr && !isDeviceMemory(destination))
     return cudaErrorInvalidValue;
-  submitWork(stream, [destination, value, bytes] { std::memset(destination, value, bytes); });
+  submitWork(stream, "fill " + std::to_string(bytes) + " bytes with " + std::to_string(value),
+             [destination, value, bytes] { std::memset(destination, value, bytes); });
   return cudaSuccess;
 }
 

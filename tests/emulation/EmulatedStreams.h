@@ -39,6 +39,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace ampjit::emulation {
@@ -122,10 +123,14 @@ void setUnknownGraphInstantiateFlags(unsigned long long flags);
 /// What the latest cudaGraphInstantiate was given: its flags and, per lane
 /// of the captured graph (0: the stream that began the capture), the
 /// priorities of the streams its work was captured from (the priorities a
-/// graph instantiated with cudaGraphInstantiateFlagUseNodePriority runs at).
+/// graph instantiated with cudaGraphInstantiateFlagUseNodePriority runs at);
+/// and every node in capture order, in words ("lane 1: name<<<grid, block,
+/// shared>>>", "lane 0: wait for event 2 (#1)"): what it does and where,
+/// but not on which addresses.
 struct GraphInstantiation {
   unsigned long long flags = 0;
   std::vector<std::vector<int>> lanePriorities;
+  std::vector<std::string> nodes;
 };
 GraphInstantiation lastGraphInstantiation();
 

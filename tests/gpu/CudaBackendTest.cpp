@@ -1148,6 +1148,66 @@ TEST_F(GpuTest, SpeculativeUpdatesGiveTheInLineUpdatesBitsAndSkipWhatTheCheckSki
   EXPECT_GE(stats.speculativeStateBytes, int64_t(64 * 64 * (4 + 2 + 4 + 4)));
 }
 
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+TEST_F(GpuTest, ASpeculatingStepsTwoGraphsDoTheSameWorkInTheSameOrder) {
+  // A speculating step replays two graphs in turn, one for each buffer of
+  // its state. If on the device one of them steps slower than the other
+  // (the bundle's `step parity:` lines), it must not be because the
+  // backend captured different work: the two graphs launch the same
+  // kernels with the same configurations, the same GEMM problems with the
+  // same algorithms and epilogues, on the same lanes, with the same forks
+  // and joins. Only the addresses differ. Folded and not; the two kinds of
+  // graph differ from each other, which shows the descriptions can tell.
+  std::vector<std::vector<std::string>> firstGraphOf;
+  for (int fold : {0, 1}) {
+    SCOPED_TRACE("foldUpdatesIntoGemms " + std::to_string(fold));
+    test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
+    Expected<std::unique_ptr<CudaBackend>> backend =
+        createCudaBackend({.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = fold});
+    ASSERT_TRUE(backend.ok()) << backend.message();
+    Expected<std::unique_ptr<Executable>> executable = (*backend)->prepare(parts.plan);
+    ASSERT_TRUE(executable.ok()) << executable.message();
+    EXPECT_EQ((*backend)->stats(**executable).speculativeUpdates, 2);
+    std::vector<Tensor> arguments;
+    for (const Tensor& argument : scaledTwoLayerArguments(parts, 0, false))
+      arguments.push_back(*(*backend)->toDevice(argument));
+    std::vector<std::vector<std::string>> graphs;
+    for (uint32_t run = 0; run < 5; ++run) {
+      std::vector<Tensor> batch = scaledTwoLayerArguments(parts, run, false);
+      for (BufferId input : {parts.x, parts.target})
+        arguments[input] = *(*backend)->toDevice(batch[input]);
+      int64_t capturesBefore = (*backend)->stats(**executable).captures;
+      Expected<std::vector<Tensor>> results = (*executable)->run(arguments);
+      ASSERT_TRUE(results.ok()) << results.message();
+      ASSERT_TRUE((*backend)->toHost((*results)[0]).ok()); // waits for the run
+      if ((*backend)->stats(**executable).captures > capturesBefore)
+        graphs.push_back(emulation::lastGraphInstantiation().nodes);
+    }
+    CudaRunStats stats = (*backend)->stats(**executable);
+    EXPECT_EQ(stats.graphDisabledReason, "");
+    EXPECT_EQ(stats.eagerRuns, 1);
+    EXPECT_EQ(stats.graphReplays, 4) << "runs 1 and 2 launch the graphs they capture, runs 3 and 4 launch them again";
+    ASSERT_EQ(graphs.size(), 2u) << "one graph for each buffer of the state";
+    const std::vector<std::string>& first = graphs[0];
+    const std::vector<std::string>& second = graphs[1];
+    for (std::size_t node = 0; node < std::min(first.size(), second.size()); ++node)
+      ASSERT_EQ(first[node], second[node]) << "node " << node << " of the two graphs";
+    EXPECT_EQ(first.size(), second.size());
+    // The graph is the step: its GEMMs, and updates forked to a lane of
+    // their own.
+    auto count = [&](const std::string& part) {
+      return std::count_if(first.begin(), first.end(),
+                           [&](const std::string& node) { return node.find(part) != std::string::npos; });
+    };
+    EXPECT_GE(count("cublasLtMatmul"), 4) << "two layers' forward, their weight gradients and x's gradient";
+    EXPECT_GT(count("lane 1: "), 0) << "the speculative updates run beside the step";
+    firstGraphOf.push_back(first);
+  }
+  ASSERT_EQ(firstGraphOf.size(), 2u);
+  EXPECT_NE(firstGraphOf[0], firstGraphOf[1]) << "a folded update changes what the graph launches";
+}
+#endif
+
 /// A backend that folds every update it can into its gradient's GEMM, and
 /// one that updates in line, whatever the environment says.
 const CudaBackendOptions kFoldsUpdatesIntoGemms{.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 1};

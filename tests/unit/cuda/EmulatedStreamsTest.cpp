@@ -7,7 +7,8 @@
 // nothing else does (the shuffled schedule runs a stream without one out of
 // order), capture records instead of running and refuses an unjoined fork
 // or a synchronisation, a graph replays what it captured on every launch,
-// and a copy from pageable memory takes the bytes at the call. Calls are
+// a graph describes its nodes (without addresses), and a copy from
+// pageable memory takes the bytes at the call. Calls are
 // qualified, as the runtime's own declarations would also match.
 //
 //===----------------------------------------------------------------------===//
@@ -19,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace ampjit::emulation {
@@ -44,7 +46,7 @@ struct TwoStreams {
 TEST(EmulatedStreams, WorkWaitsInItsStreamUntilTheHostWaits) {
   TwoStreams streams;
   int value = 0;
-  submitToStream(streams.main, [&] { value = 1; });
+  submitToStream(streams.main, "work", [&] { value = 1; });
   EXPECT_EQ(value, 0) << "enqueued work ran before anything waited for it";
   ASSERT_EQ(emulation::cudaStreamSynchronize(streams.main), cudaSuccess);
   EXPECT_EQ(value, 1);
@@ -58,12 +60,12 @@ TEST(EmulatedStreams, OnlyAnEventWaitOrdersTwoStreams) {
     for (bool wait : {true, false}) {
       TwoStreams streams(seed);
       int written = 0, seen = -1;
-      submitToStream(streams.main, [&] { written = 7; });
+      submitToStream(streams.main, "work", [&] { written = 7; });
       ASSERT_EQ(emulation::cudaEventRecord(streams.event, streams.main), cudaSuccess);
       if (wait) {
         ASSERT_EQ(emulation::cudaStreamWaitEvent(streams.side, streams.event, 0), cudaSuccess);
       }
-      submitToStream(streams.side, [&] { seen = written; });
+      submitToStream(streams.side, "work", [&] { seen = written; });
       ASSERT_EQ(emulation::cudaDeviceSynchronize(), cudaSuccess);
       if (wait) {
         EXPECT_EQ(seen, 7) << "seed " << seed;
@@ -81,11 +83,12 @@ TEST(EmulatedStreams, CaptureRecordsAndAGraphReplaysOnEveryLaunch) {
   cudaEvent_t joined = nullptr;
   ASSERT_EQ(emulation::cudaEventCreateWithFlags(&joined, cudaEventDisableTiming), cudaSuccess);
   ASSERT_EQ(emulation::cudaStreamBeginCapture(streams.main, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  submitToStream(streams.main, [&] { ++mainRuns; });
+  submitToStream(streams.main, "main work", [&] { ++mainRuns; });
   // Fork to the side stream and join it back, as the backend's update does.
   ASSERT_EQ(emulation::cudaEventRecord(streams.event, streams.main), cudaSuccess);
   ASSERT_EQ(emulation::cudaStreamWaitEvent(streams.side, streams.event, 0), cudaSuccess);
-  submitToStream(streams.side, [&] { sideRuns += mainRuns; }); // after the fork: sees this launch's main work
+  // After the fork: sees this launch's main work.
+  submitToStream(streams.side, "side work", [&] { sideRuns += mainRuns; });
   ASSERT_EQ(emulation::cudaEventRecord(joined, streams.side), cudaSuccess);
   ASSERT_EQ(emulation::cudaStreamWaitEvent(streams.main, joined, 0), cudaSuccess);
   cudaGraph_t graph = nullptr;
@@ -96,6 +99,15 @@ TEST(EmulatedStreams, CaptureRecordsAndAGraphReplaysOnEveryLaunch) {
   cudaGraphExec_t executable = nullptr;
   ASSERT_EQ(emulation::cudaGraphInstantiate(&executable, graph, 0), cudaSuccess);
   emulation::cudaGraphDestroy(graph);
+  // The graph in words, each node on its lane in capture order; the events
+  // by their number in the capture, the records by their count there.
+  std::vector<std::string> described = {"lane 0: main work",
+                                        "lane 0: record event 0 (#1)",
+                                        "lane 1: wait for event 0 (#1)",
+                                        "lane 1: side work",
+                                        "lane 1: record event 1 (#1)",
+                                        "lane 0: wait for event 1 (#1)"};
+  EXPECT_EQ(lastGraphInstantiation().nodes, described);
   for (int launch = 0; launch < 2; ++launch)
     ASSERT_EQ(emulation::cudaGraphLaunch(executable, streams.main), cudaSuccess);
   ASSERT_EQ(emulation::cudaStreamSynchronize(streams.main), cudaSuccess);
@@ -111,7 +123,7 @@ TEST(EmulatedStreams, CaptureRefusesAnUnjoinedForkAndASynchronisation) {
     ASSERT_EQ(emulation::cudaStreamBeginCapture(streams.main, cudaStreamCaptureModeThreadLocal), cudaSuccess);
     ASSERT_EQ(emulation::cudaEventRecord(streams.event, streams.main), cudaSuccess);
     ASSERT_EQ(emulation::cudaStreamWaitEvent(streams.side, streams.event, 0), cudaSuccess);
-    submitToStream(streams.side, [] {});
+    submitToStream(streams.side, "work", [] {});
     cudaGraph_t graph = nullptr;
     EXPECT_EQ(emulation::cudaStreamEndCapture(streams.main, &graph), cudaErrorStreamCaptureUnjoined);
     EXPECT_EQ(graph, nullptr);
@@ -152,10 +164,10 @@ TEST(EmulatedStreams, PrioritiesAreClampedAndCaptureCopiesThemIntoTheGraph) {
   ASSERT_EQ(emulation::cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), cudaSuccess);
   ASSERT_EQ(emulation::cudaEventCreateWithFlags(&join, cudaEventDisableTiming), cudaSuccess);
   ASSERT_EQ(emulation::cudaStreamBeginCapture(high, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  submitToStream(high, [] {});
+  submitToStream(high, "work", [] {});
   ASSERT_EQ(emulation::cudaEventRecord(fork, high), cudaSuccess);
   ASSERT_EQ(emulation::cudaStreamWaitEvent(low, fork, 0), cudaSuccess);
-  submitToStream(low, [] {});
+  submitToStream(low, "work", [] {});
   ASSERT_EQ(emulation::cudaEventRecord(join, low), cudaSuccess);
   ASSERT_EQ(emulation::cudaStreamWaitEvent(high, join, 0), cudaSuccess);
   cudaGraph_t graph = nullptr;
