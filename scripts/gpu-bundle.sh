@@ -66,8 +66,11 @@ cat > gpu-bundle/run.sh <<'RUN'
 #                   with 16 SMs left to the deferred update, and with the update in line, no peers;
 #                   timeline-MODEL-VARIANT.jsonl in timelines-MODEL.tar.gz, summaries in summary.txt
 # speculate-ab and bench also write a "step parity:" line per configuration to summary.txt: the
-# median of its odd and of its even timed steps. A speculating backend replays two graphs in turn.
-# On the H200 its steps spread by 1.3 ms (min against median), the deferred step's by 0.3 ms.
+# median of its odd and of its even timed steps. A speculating backend replays two graphs in turn
+# (the same work on the other buffers: EmulatedBackendTest.ASpeculatingStepsTwoGraphsDoTheSameWork...).
+# mlp9's fastest step lies up to 1.3 ms under its median on both cards, with one graph (deferred,
+# H100 2026-11-26) as with two (H200 2026-11-27); the step lists say whether that is a parity,
+# a trend (clocks) or a few odd steps.
 # Device time is short: each stage is bounded (speculate-ab and timeline by STAGE_BUDGET_S, 240 s each), and every result is appended as it comes, so a
 # command stopped at its limit still returns what finished. Logs, JSON and summary.txt go to $OUT.
 set -uo pipefail
@@ -190,7 +193,7 @@ report_gemm_tuning() {
 }
 
 report_step_parity() { # LABEL LINES: per configuration, the median of its odd and of its even timed steps:
-  # a speculating backend alternates two captured graphs, so a spread between them is one graph's
+  # a speculating backend alternates two captured graphs, so a gap between them is one graph's
   printf '%s\n' "$2" | awk -v label="$1" '
     function median(list, n,   i, j, swap) { # as ampjit-bench takes it: the upper middle of an even count
       for (i = 2; i <= n; ++i)
