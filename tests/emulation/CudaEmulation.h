@@ -134,7 +134,7 @@ private:
   dim3 grid_, block_;
   std::size_t sharedBytes_;
   cudaStream_t stream_;
-  std::string name_;
+  const char* name_; ///< a string literal (RewriteLaunches.cmake)
   Kernel kernel_;
 };
 

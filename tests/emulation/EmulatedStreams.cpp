@@ -29,7 +29,7 @@ enum class OperationKind { Work, Record, Wait };
 struct Operation {
   OperationKind kind = OperationKind::Work;
   std::function<void()> work;
-  std::string what; ///< Work: what it is (submitToStream's description)
+  std::string what; ///< Work submitted: what it is, for a capture's node (a replay leaves it empty)
   Event* event = nullptr;
   /// Record: which record of the event this is; Wait: the record to wait for.
   uint64_t generation = 0;
@@ -602,7 +602,6 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t executable, cudaStream_t stream) {
     Operation operation;
     operation.kind = node.kind;
     operation.work = node.work;
-    operation.what = node.what;
     if (node.event >= 0) {
       operation.event = exec->events[std::size_t(node.event)];
       operation.generation = base[std::size_t(node.event)] + node.generation;

@@ -369,9 +369,9 @@ nlohmann::json measure(const std::string& model, jit::amp::Level level, jit::DTy
     loss = last.item();
     result["peak_device_mb"] = double(jit::cuda::max_memory_allocated()) / (1024.0 * 1024.0);
   }
-  // In step order: a speculating CUDA backend alternates two captured graphs
-  // (their state buffers swap each step), and a spread that follows the
-  // parity of the step belongs to one graph, not to noise.
+  // In step order, so a spread can be told apart: one that follows the
+  // step's parity (a speculating CUDA backend alternates two captured
+  // graphs), a trend (clocks falling as the card heats), or a few odd steps.
   nlohmann::json timesInOrder = nlohmann::json::array();
   for (double ms : times)
     timesInOrder.push_back(std::round(ms * 1e3) / 1e3);
