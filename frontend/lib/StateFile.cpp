@@ -30,6 +30,7 @@
 #include "jit/Autograd.h"
 
 #include "ampjit/runtime/Files.h"
+#include "ampjit/runtime/Fnv1a.h"
 #include "ampjit/runtime/LowPrecision.h"
 #include "ampjit/runtime/Shape.h"
 
@@ -57,15 +58,6 @@ uint8_t dtypeCode(DType dtype) {
     if (kDTypeCodes[i] == dtype)
       return uint8_t(i);
   throw Error("state file: unknown dtype");
-}
-
-uint64_t fnv1a(const uint8_t* data, size_t size) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < size; ++i) {
-    hash ^= data[i];
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
 }
 
 std::string inQuotes(const std::string& text) { return "'" + text + "'"; }
@@ -248,7 +240,7 @@ std::vector<FilePart> parse(std::span<const uint8_t> bytes, const std::string& w
     throw Error(where + " is truncated: the checksum (8 bytes) is missing");
   if (r.pos() + 8 != bytes.size())
     throw Error(where + " has " + std::to_string(bytes.size() - r.pos() - 8) + " unexpected bytes after its state");
-  if (readUnaligned<uint64_t>(bytes.data() + r.pos()) != fnv1a(bytes.data(), r.pos()))
+  if (readUnaligned<uint64_t>(bytes.data() + r.pos()) != rt::fnv1a64(std::span(bytes.data(), r.pos())))
     throw Error(where + ": checksum mismatch (the file is corrupt)");
   return parts;
 }
@@ -363,7 +355,7 @@ void writeStateFile(const std::string& path, const std::vector<StatePart>& parts
       w.putBytes(data.data(), data.size());
     }
   }
-  w.put<uint64_t>(fnv1a(w.bytes.data(), w.bytes.size()));
+  w.put<uint64_t>(rt::fnv1a64(w.bytes));
 
   // A save that fails (disk full, killed) leaves the previous file whole.
   ampjit::runtime::Status written = ampjit::runtime::writeFileAtomically(

@@ -3,6 +3,7 @@
 #include "PlanEnums.h"
 
 #include "ampjit/runtime/Files.h"
+#include "ampjit/runtime/Fnv1a.h"
 
 #include <algorithm>
 #include <bit>
@@ -342,14 +343,7 @@ void decodeSteps(Reader& reader, Plan& plan) {
 
 } // namespace
 
-uint64_t planChecksum(std::span<const uint8_t> bytes) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (uint8_t byte : bytes) {
-    hash ^= byte;
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
-}
+uint64_t planChecksum(std::span<const uint8_t> bytes) { return fnv1a64(bytes); }
 
 std::vector<uint8_t> encodePlan(const Plan& plan) {
   Writer info, buffers, results, steps;

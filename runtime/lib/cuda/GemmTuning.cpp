@@ -5,6 +5,7 @@
 
 #include "Nvrtc.h"
 
+#include "ampjit/runtime/Fnv1a.h"
 #include "ampjit/runtime/cuda/KernelSource.h"
 
 #include <algorithm>

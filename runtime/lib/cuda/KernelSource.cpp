@@ -10,6 +10,7 @@
 
 #include "ampjit/runtime/cuda/KernelSource.h"
 
+#include "ampjit/runtime/Fnv1a.h"
 #include "ampjit/runtime/LowPrecision.h"
 #include "ampjit/runtime/Tensor.h"
 
@@ -667,15 +668,6 @@ const char* deviceElementTypeName(DType dtype) {
   case DType::I1: return "unsigned char";
   }
   return "float";
-}
-
-uint64_t fnv1a64(std::string_view bytes, uint64_t seed) {
-  uint64_t hash = seed;
-  for (unsigned char c : bytes) {
-    hash ^= c;
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
 }
 
 KernelDims ElementwiseLaunch::packedDims() const {

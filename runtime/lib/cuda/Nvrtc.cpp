@@ -3,6 +3,7 @@
 #include "Nvrtc.h"
 
 #include "ampjit/runtime/Files.h"
+#include "ampjit/runtime/Fnv1a.h"
 #include "ampjit/runtime/cuda/KernelSource.h"
 
 #include <nvrtc.h>
@@ -63,7 +64,7 @@ std::string encodeEntry(const CacheKey& key, const std::vector<uint8_t>& cubin) 
   append(bytes, key.low);
   append(bytes, key.high);
   append(bytes, uint64_t(cubin.size()));
-  append(bytes, fnv1a64(std::string_view(reinterpret_cast<const char*>(cubin.data()), cubin.size())));
+  append(bytes, fnv1a64(cubin));
   bytes.append(reinterpret_cast<const char*>(cubin.data()), cubin.size());
   return bytes;
 }

@@ -12,6 +12,7 @@
 #include "ampjit/Dialect/Amp/Policy/Policy.h"
 
 #include "EmbeddedPolicies.h"
+#include "ampjit/runtime/Fnv1a.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -871,13 +872,7 @@ uint64_t Policy::hash() const {
     }
     appendField(canonical, rule.alwaysFp32 ? "always_fp32" : "-");
   }
-  // FNV-1a (64-bit): defined by two constants, identical on every platform and run.
-  uint64_t value = 0xcbf29ce484222325ull;
-  for (unsigned char byte : canonical) {
-    value ^= byte;
-    value *= 0x100000001b3ull;
-  }
-  return value;
+  return runtime::fnv1a64(canonical);
 }
 
 } // namespace ampjit::amp

@@ -168,9 +168,6 @@ Expected<ElementwiseLaunch> describeElementwiseLaunch(const std::vector<Shape>& 
 /// T above: a buffer element of `dtype` in device code (i1 is one byte).
 const char* deviceElementTypeName(DType dtype);
 
-/// 64-bit FNV-1a, the hash behind kernel names and the NVRTC cache keys.
-uint64_t fnv1a64(std::string_view bytes, uint64_t seed = 0xcbf29ce484222325ull);
-
 } // namespace ampjit::runtime::cuda
 
 #endif // AMPJIT_RUNTIME_CUDA_KERNELSOURCE_H
