@@ -176,6 +176,20 @@ TEST(PolicyErrors, UnknownOpSuggestsTheClosestKnownName) {
                 "unknown op 'jit.conv2d'");
 }
 
+TEST(PolicyErrors, ATypoSuggestsTheNearSpellingNotAShorterNameItExtends) {
+  // The candidates come in name order, so "jit.log" is seen first, and the
+  // misspelt name starts with it.
+  std::vector<std::string> ops = {"jit.log", "jit.log_softmax", "jit.log_softmax_grad"};
+  PolicyError error = expectError(
+      Policy::parse("version: 1\nops:\n  jit.log_oftmax_grad: deny\n", "test.yaml", ops, false));
+  EXPECT_EQ(error.message, "unknown op 'jit.log_oftmax_grad'; did you mean 'jit.log_softmax_grad'?");
+  // Nothing is near "jit.log_softmax_grad_of_the_input": the longest name it extends is meant.
+  error = expectError(Policy::parse("version: 1\nops:\n  jit.log_softmax_grad_of_the_input: deny\n",
+                                    "test.yaml", ops, false));
+  EXPECT_EQ(error.message,
+            "unknown op 'jit.log_softmax_grad_of_the_input'; did you mean 'jit.log_softmax_grad'?");
+}
+
 TEST(PolicyErrors, AmpCastTakesNoEntry) {
   std::vector<std::string> ops = syntheticOps();
   ops.push_back("amp.cast");

@@ -225,28 +225,32 @@ size_t editDistance(std::string_view a, std::string_view b) {
   return previous[b.size()];
 }
 
-/// The candidate a typo most likely meant: the op whose name without its
-/// dialect is `name` ("matmul"), a candidate `name` extends ("inferred"), or
-/// the nearest within a third of the name's length in edits (at least one).
-/// Further than that, a suggestion ("fp8" -> "f16") misleads more than it helps.
+/// The candidate a typo most likely meant, in this order: the op whose name
+/// without its dialect is `name` ("matmul"); the nearest within a third of
+/// the name's length in edits (at least one); the longest candidate `name`
+/// extends ("inferred"). Edits come before extension because a short name is a
+/// prefix of many longer ones: "jit.log_oftmax_grad" means
+/// "jit.log_softmax_grad", one edit away, not "jit.log". Further than that, a
+/// suggestion ("fp8" -> "f16") misleads more than it helps.
 template <typename Range>
 std::optional<std::string> closestName(std::string_view name, const Range &candidates) {
-  std::optional<std::string> best;
-  size_t bestDistance = std::max<size_t>(1, name.size() / 3) + 1;
+  std::optional<std::string> nearest, extended;
+  size_t nearestDistance = std::max<size_t>(1, name.size() / 3) + 1;
   for (const auto &candidate : candidates) {
     std::string_view candidateView = candidate;
     size_t dot = candidateView.find('.');
     if (dot != std::string_view::npos && candidateView.substr(dot + 1) == name)
       return std::string(candidateView);
-    if (candidateView.size() >= 3 && name.starts_with(candidateView))
-      return std::string(candidateView);
+    if (candidateView.size() >= 3 && name.starts_with(candidateView) &&
+        (!extended || candidateView.size() > extended->size()))
+      extended = std::string(candidateView);
     size_t distance = editDistance(name, candidateView);
-    if (distance < bestDistance) {
-      bestDistance = distance;
-      best = std::string(candidateView);
+    if (distance < nearestDistance) {
+      nearestDistance = distance;
+      nearest = std::string(candidateView);
     }
   }
-  return best;
+  return nearest ? nearest : extended;
 }
 
 std::string joined(const std::vector<std::string> &names, std::string_view separator = ", ") {
