@@ -10,6 +10,7 @@
 #include <bit>
 #include <cstring>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 namespace ampjit::runtime {
@@ -151,6 +152,31 @@ constexpr FileElementType kReadable[] = {
     {"<i8", DType::I64, 8}, {"<i4", DType::I64, 4}, {"|b1", DType::I1, 1},
 };
 
+/// The header as an error message quotes it: on one line, without np.save's
+/// padding, bytes outside printable ASCII as \xNN, and at most kShownHeaderChars
+/// long. A corrupt length can make the "header" the file's binary data, which
+/// would otherwise go to the terminal whole.
+constexpr size_t kShownHeaderChars = 160;
+std::string shownHeader(std::string_view text) {
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\n'))
+    text.remove_suffix(1);
+  std::string shown;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (shown.size() >= kShownHeaderChars) {
+      shown += "... (" + std::to_string(text.size() - i) + " more bytes)";
+      break;
+    }
+    unsigned char c = text[i];
+    if (c >= 0x20 && c <= 0x7e) {
+      shown += char(c);
+    } else {
+      const char* hex = "0123456789abcdef";
+      shown += {'\\', 'x', hex[c >> 4], hex[c & 15]};
+    }
+  }
+  return shown;
+}
+
 uint32_t littleEndian(const uint8_t* bytes, size_t count) {
   uint32_t value = 0;
   for (size_t i = 0; i < count; ++i)
@@ -177,14 +203,14 @@ Expected<Tensor> parseNpy(std::span<const uint8_t> bytes, const std::string& sou
   std::string text(reinterpret_cast<const char*>(&bytes[headerStart]), headerLength);
   Expected<NpyHeader> header = HeaderParser(text).parse();
   if (!header)
-    return error("has a " + header.message() + " (header: " + text + ")");
+    return error("has a " + header.message() + " (header: " + shownHeader(text) + ")");
 
   const FileElementType* element = nullptr;
   for (const FileElementType& readable : kReadable)
     if (*header->descr == readable.descr)
       element = &readable;
   if (!element)
-    return error("has dtype '" + *header->descr +
+    return error("has dtype '" + shownHeader(*header->descr) +
                  "'; read are little-endian '<f2', '<f4', '<f8', '<i8', '<i4' and '|b1'");
   if (*header->fortranOrder)
     return error("is in Fortran order; save a C-order array (np.ascontiguousarray)");

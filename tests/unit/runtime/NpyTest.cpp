@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -177,6 +178,30 @@ TEST(Npy, EveryMalformedFileIsAnErrorThatSaysWhy) {
     std::string message = parseError(withHeader(header));
     EXPECT_NE(message.find(expected), std::string::npos) << header << " gave: " << message;
   }
+}
+
+TEST(Npy, AnErrorQuotesTheHeaderOnOneLineInPrintableTextAndNotWhole) {
+  float data[2] = {1, 2};
+  auto printableLine = [](const std::string& message) {
+    return std::all_of(message.begin(), message.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
+  };
+  // np.save's padding and newline are not quoted.
+  std::string padded = parseError(npyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), } x", data, sizeof data));
+  EXPECT_NE(padded.find("(header: {'descr': '<f4', 'fortran_order': False, 'shape': (2,), } x)"), std::string::npos)
+      << padded;
+  EXPECT_TRUE(printableLine(padded)) << padded;
+  // What a corrupt header length makes of binary data: escaped and cut short.
+  std::string binary = "{'descr': '<f4', \x01\xff";
+  binary.append(1000, '\x80');
+  std::string cut = parseError(npyBytes(binary, data, sizeof data));
+  EXPECT_TRUE(printableLine(cut)) << cut;
+  EXPECT_NE(cut.find("(header: {'descr': '<f4', \\x01\\xff\\x80"), std::string::npos) << cut;
+  EXPECT_NE(cut.find(" more bytes))"), std::string::npos) << cut;
+  EXPECT_LT(cut.size(), 400u) << cut;
+  std::string control =
+      parseError(npyBytes("{'descr': '<f\x1b', 'fortran_order': False, 'shape': (2,), }", data, sizeof data));
+  EXPECT_NE(control.find("has dtype '<f\\x1b'"), std::string::npos) << control;
+  EXPECT_TRUE(printableLine(control)) << control;
 }
 
 TEST(Npy, FileErrorsNameTheFile) {
