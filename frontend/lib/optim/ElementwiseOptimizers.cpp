@@ -13,6 +13,7 @@
 namespace jit::optim {
 
 using detail::groupLabel;
+using detail::requireFiniteNonNegative;
 using detail::lrsOf;
 using detail::parametersOf;
 
@@ -31,11 +32,6 @@ Tensor unscaledGradient(const Tensor& grad, const Tensor& param, const Tensor& i
   }
   g = inDtype(g, param.dtype());
   return maximize ? -g : g;
-}
-
-void requireNonNegative(const std::string& label, const char* name, double value) {
-  if (!(value >= 0.0))
-    throw Error(label + ": " + name + " must be >= 0, got " + std::to_string(value));
 }
 
 } // namespace
@@ -59,11 +55,11 @@ RMSprop::RMSprop(std::vector<RMSpropGroup> groups, RMSpropOptions defaults)
                            .centered = group.centered.value_or(defaults.centered),
                            .maximize = group.maximize.value_or(defaults.maximize)};
     std::string label = groupLabel("RMSprop", g, groups.size());
-    requireNonNegative(label, "lr", options.lr);
-    requireNonNegative(label, "alpha", options.alpha);
-    requireNonNegative(label, "eps", options.eps);
-    requireNonNegative(label, "weight_decay", options.weight_decay);
-    requireNonNegative(label, "momentum", options.momentum);
+    requireFiniteNonNegative(label, "lr", options.lr);
+    requireFiniteNonNegative(label, "alpha", options.alpha);
+    requireFiniteNonNegative(label, "eps", options.eps);
+    requireFiniteNonNegative(label, "weight_decay", options.weight_decay);
+    requireFiniteNonNegative(label, "momentum", options.momentum);
     groupOptions_.push_back(options);
   }
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -143,11 +139,11 @@ Adagrad::Adagrad(std::vector<AdagradGroup> groups, AdagradOptions defaults)
         .eps = group.eps.value_or(defaults.eps),
         .maximize = group.maximize.value_or(defaults.maximize)};
     std::string label = groupLabel("Adagrad", g, groups.size());
-    requireNonNegative(label, "lr", options.lr);
-    requireNonNegative(label, "lr_decay", options.lr_decay);
-    requireNonNegative(label, "weight_decay", options.weight_decay);
-    requireNonNegative(label, "initial_accumulator_value", options.initial_accumulator_value);
-    requireNonNegative(label, "eps", options.eps);
+    requireFiniteNonNegative(label, "lr", options.lr);
+    requireFiniteNonNegative(label, "lr_decay", options.lr_decay);
+    requireFiniteNonNegative(label, "weight_decay", options.weight_decay);
+    requireFiniteNonNegative(label, "initial_accumulator_value", options.initial_accumulator_value);
+    requireFiniteNonNegative(label, "eps", options.eps);
     groupOptions_.push_back(options);
   }
   for (size_t i = 0; i < params_.size(); ++i) {

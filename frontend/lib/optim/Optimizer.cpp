@@ -164,7 +164,13 @@ void Optimizer::set_lr(double lr) {
     set_lr(group, lr);
 }
 
-void Optimizer::set_lr(size_t group, double lr) { lrs_.at(group).copy_(scalar_tensor(lr, f32)); }
+void Optimizer::set_lr(size_t group, double lr) {
+  if (group >= lrs_.size())
+    throw Error(std::string(name()) + "::set_lr: no group " + std::to_string(group) + " (it has " +
+                std::to_string(lrs_.size()) + ")");
+  detail::requireFiniteNonNegative(detail::groupLabel(name(), group, lrs_.size()) + " set_lr", "lr", lr);
+  lrs_[group].copy_(scalar_tensor(lr, f32));
+}
 
 void Optimizer::assign(Tensor& state, const Tensor& value) { state.copy_(value); }
 
@@ -217,6 +223,7 @@ void Optimizer::step(const Tensor& inv_scale, const Tensor& predicate, std::sour
 }
 
 using detail::groupLabel;
+using detail::requireFiniteNonNegative;
 using detail::lrsOf;
 using detail::parametersOf;
 
@@ -235,8 +242,9 @@ SGD::SGD(std::vector<SGDGroup> groups, SGDOptions defaults)
     std::string label = groupLabel("SGD", g, groups.size());
     if (options.nesterov && (options.momentum <= 0.0 || options.dampening != 0.0))
       throw Error(label + ": nesterov needs momentum > 0 and dampening 0 (as in PyTorch)");
-    if (options.lr < 0.0 || options.momentum < 0.0 || options.weight_decay < 0.0)
-      throw Error(label + ": lr, momentum and weight_decay must be >= 0");
+    requireFiniteNonNegative(label, "lr", options.lr);
+    requireFiniteNonNegative(label, "momentum", options.momentum);
+    requireFiniteNonNegative(label, "weight_decay", options.weight_decay);
     groupOptions_.push_back(options);
   }
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -302,8 +310,9 @@ Adam::Adam(std::vector<AdamGroup> groups, const AdamOptions& defaults, bool deco
     std::string label = groupLabel(name(), g, groups.size());
     if (!inUnit(update.beta1) || !inUnit(update.beta2))
       throw Error(label + ": betas must be in [0, 1)");
-    if (initial_lr(g) < 0.0 || update.eps < 0.0 || update.weight_decay < 0.0)
-      throw Error(label + ": lr, eps and weight_decay must be >= 0");
+    requireFiniteNonNegative(label, "lr", initial_lr(g));
+    requireFiniteNonNegative(label, "eps", update.eps);
+    requireFiniteNonNegative(label, "weight_decay", update.weight_decay);
     groupUpdates_.push_back(update);
     groupAmsgrad_.push_back(group.amsgrad.value_or(defaults.amsgrad));
   }

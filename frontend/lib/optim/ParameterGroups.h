@@ -7,6 +7,8 @@
 
 #include "jit/Tensor.h"
 
+#include <charconv>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,17 @@ template <typename Group> std::vector<double> lrsOf(const std::vector<Group>& gr
 /// "Adam", or "Adam group 2" when there are several groups (error messages).
 inline std::string groupLabel(const char* optimizer, size_t group, size_t count) {
   return count == 1 ? std::string(optimizer) : std::string(optimizer) + " group " + std::to_string(group);
+}
+
+/// A rate, decay or epsilon must be a finite number >= 0. NaN and inf are
+/// refused too: either turns every parameter into NaN at the first step, after
+/// which the loss scaler skips every step and nothing says why.
+inline void requireFiniteNonNegative(const std::string& label, const char* name, double value) {
+  if (!(value >= 0.0 && value <= std::numeric_limits<double>::max())) {
+    char text[32];
+    char* end = std::to_chars(text, text + sizeof text, value).ptr; // shortest: -1, not -1.000000
+    throw Error(label + ": " + name + " must be finite and >= 0, got " + std::string(text, end));
+  }
 }
 
 } // namespace jit::detail

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <numbers>
 
@@ -326,11 +327,42 @@ TEST(OptimTest, RMSpropAndAdagradGroupsAndBadOptions) {
   expectNear(b.to_vector(), rmspropReference({.lr = 0.0625}, 3));
   Tensor p = param(f32).requires_grad_();
   std::string message = errorOf([&] { optim::RMSprop({p}, {.momentum = -0.5}); });
-  EXPECT_NE(message.find("RMSprop: momentum must be >= 0"), std::string::npos) << message;
+  EXPECT_NE(message.find("RMSprop: momentum must be finite and >= 0, got -0.5"), std::string::npos) << message;
   message = errorOf([&] { optim::Adagrad({{.params = {p}}, {.params = {a}, .lr_decay = -1.0}}, {}); });
-  EXPECT_NE(message.find("Adagrad group 1: lr_decay must be >= 0"), std::string::npos) << message;
+  EXPECT_NE(message.find("Adagrad group 1: lr_decay must be finite and >= 0"), std::string::npos) << message;
   message = errorOf([&] { optim::Adagrad({p}, {.initial_accumulator_value = -0.1}); });
   EXPECT_NE(message.find("initial_accumulator_value"), std::string::npos) << message;
+}
+
+TEST(OptimTest, ARateThatIsNaNInfOrNegativeIsRefusedAndChangesNothing) {
+  double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  Tensor p = param(f32).requires_grad_();
+  std::string message = errorOf([&] { optim::SGD({p}, {.lr = nan}); });
+  EXPECT_NE(message.find("SGD: lr must be finite and >= 0, got nan"), std::string::npos) << message;
+  message = errorOf([&] { optim::SGD({p}, {.lr = 0.1, .momentum = inf}); });
+  EXPECT_NE(message.find("SGD: momentum must be finite and >= 0, got inf"), std::string::npos) << message;
+  message = errorOf([&] { optim::SGD({p}, {.lr = 0.1, .weight_decay = -1.0}); });
+  EXPECT_NE(message.find("SGD: weight_decay must be finite and >= 0"), std::string::npos) << message;
+  message = errorOf([&] { optim::Adam({p}, {.lr = inf}); });
+  EXPECT_NE(message.find("Adam: lr must be finite and >= 0, got inf"), std::string::npos) << message;
+  message = errorOf([&] { optim::Adam({p}, {.eps = nan}); });
+  EXPECT_NE(message.find("Adam: eps must be finite and >= 0, got nan"), std::string::npos) << message;
+  message = errorOf([&] { optim::RMSprop({p}, {.lr = nan}); });
+  EXPECT_NE(message.find("RMSprop: lr must be finite and >= 0"), std::string::npos) << message;
+
+  // set_lr checks the same, and an error leaves the rate it had.
+  Tensor q = param(f32).requires_grad_();
+  optim::SGD two({{.params = {p}}, {.params = {q}, .lr = 0.5}}, {.lr = 0.25});
+  message = errorOf([&] { two.set_lr(1, nan); });
+  EXPECT_NE(message.find("SGD group 1 set_lr: lr must be finite and >= 0, got nan"), std::string::npos) << message;
+  message = errorOf([&] { two.set_lr(inf); });
+  EXPECT_NE(message.find("SGD group 0 set_lr: lr must be finite and >= 0, got inf"), std::string::npos) << message;
+  message = errorOf([&] { two.set_lr(2, 0.1); });
+  EXPECT_NE(message.find("SGD::set_lr: no group 2 (it has 2)"), std::string::npos) << message;
+  EXPECT_EQ(two.lr(0).to_vector(), std::vector<double>{0.25});
+  EXPECT_EQ(two.lr(1).to_vector(), std::vector<double>{0.5});
+  two.set_lr(1, 0.0);
+  EXPECT_EQ(two.lr(1).to_vector(), std::vector<double>{0.0});
 }
 
 TEST(OptimTest, RMSpropAndAdagradResumeFromTheirFiles) {
