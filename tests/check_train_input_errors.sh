@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# ampjit-train --data DIR: each way a digits folder can be wrong is an error
-# that names the file (and, for a bad value, the digit and pixel), before any
-# training. A grey level out of [0, 1] is one (1e39, inf as a float, among
-# them): it would otherwise train.
+# ampjit-train refuses what it cannot train with, before any step, with an
+# error that says what is wrong:
+# - --data DIR: each way a digits folder can be wrong names the file (and, for
+#   a bad value, the digit and pixel). A grey level out of [0, 1] is one (1e39,
+#   inf as a float, among them): it would otherwise train.
+# - flags: a rate that is NaN or inf (it would train to NaN and skip every step
+#   after), a count that is not a whole number, a negative seed, a batch larger
+#   than the training split (an epoch with no step), an unknown value.
 set -euo pipefail
 train=$1
 dir=$(mktemp -d)
@@ -50,8 +54,31 @@ expect_error no-data "3.json' has no \"data\" array"
 expect_error truncated "3.json' is not valid JSON"
 expect_error missing "3.json"
 
+expect_flag_error() {
+  local pattern=$1
+  shift
+  if message=$("$train" "$@" --data synthetic --backend cpu --max-steps 1 --no-progress 2>&1); then
+    echo "FAIL: $*: training went on"; exit 1
+  fi
+  grep -qF -- "$pattern" <<<"$message" || { echo "FAIL: $*: expected '$pattern' in: $message"; exit 1; }
+  echo "ok: $*: $(grep -m 1 -F -- "$pattern" <<<"$message")"
+}
+
+expect_flag_error "--lr: 'nan' is not a finite number" --lr nan
+expect_flag_error "--lr: 'inf' is not a finite number" --lr inf
+expect_flag_error "--momentum: '1e400' is not a finite number" --momentum 1e400
+expect_flag_error "SGD: lr must be finite and >= 0, got -1" --lr -1
+expect_flag_error "--epochs: '2.5' is not a whole number" --epochs 2.5
+expect_flag_error "--width: '1e3' is not a whole number" --model mlp9 --width 1e3
+expect_flag_error "--epochs, --batch-size, --width and --steps-per-epoch must be positive" --batch-size 0
+expect_flag_error "--seed must be >= 0" --seed -3
+expect_flag_error "--max-steps must be >= 0" --max-steps -2
+expect_flag_error "--batch-size 5000 is larger than the training split (1600 digits)" --batch-size 5000
+expect_flag_error "--amp must be O0, O1, O2 or O3" --amp O5
+expect_flag_error "unknown option '--learning-rate'" --learning-rate 0.1
+
 # The same folder unedited trains: the checks refuse only what is wrong.
 rm -rf "$dir/digits"
 make_digits none
-"$train" --data "$dir/digits" --backend cpu --epochs 1 --max-steps 1 --no-progress >/dev/null
+"$train" --data "$dir/digits" --backend cpu --epochs 1 --batch-size 4 --max-steps 1 --no-progress >/dev/null
 echo "ok: the unedited folder trains"

@@ -20,12 +20,14 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <random>
 #include <sstream>
@@ -97,11 +99,22 @@ Options parseOptions(int argc, char** argv) {
         usageError(flag + " needs a value");
       return argv[++i];
     };
+    // A rate must be finite: a NaN or inf one would train to NaN and skip
+    // every step after, with nothing to say why.
     auto number = [&](const std::string& text) {
       char* end = nullptr;
       double parsed = std::strtod(text.c_str(), &end);
-      if (text.empty() || *end)
-        usageError(flag + ": '" + text + "' is not a number");
+      if (text.empty() || *end || !std::isfinite(parsed))
+        usageError(flag + ": '" + text + "' is not a finite number");
+      return parsed;
+    };
+    // Counts and seeds are whole numbers: "2.5" epochs or a seed of -3 is a
+    // mistake to report, not to round or wrap.
+    auto whole = [&](const std::string& text) {
+      int64_t parsed = 0;
+      auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), parsed);
+      if (text.empty() || error != std::errc() || end != text.data() + text.size())
+        usageError(flag + ": '" + text + "' is not a whole number");
       return parsed;
     };
     if (flag == "--help" || flag == "-h") {
@@ -134,7 +147,8 @@ Options parseOptions(int argc, char** argv) {
       else
         usageError("--backend must be cpu, cuda or auto");
     } else if (flag == "--epochs") {
-      options.epochs = int(number(value()));
+      int64_t epochs = whole(value());
+      options.epochs = int(std::clamp<int64_t>(epochs, 0, std::numeric_limits<int>::max()));
     } else if (flag == "--lr") {
       options.lr = number(value());
       lrGiven = true;
@@ -142,17 +156,22 @@ Options parseOptions(int argc, char** argv) {
       options.momentum = number(value());
       momentumGiven = true;
     } else if (flag == "--batch-size") {
-      options.batchSize = int64_t(number(value()));
+      options.batchSize = whole(value());
     } else if (flag == "--data") {
       options.data = value();
     } else if (flag == "--seed") {
-      options.seed = uint64_t(number(value()));
+      int64_t seed = whole(value());
+      if (seed < 0)
+        usageError("--seed must be >= 0");
+      options.seed = uint64_t(seed);
     } else if (flag == "--max-steps") {
-      options.maxSteps = int64_t(number(value()));
+      options.maxSteps = whole(value());
+      if (options.maxSteps < 0)
+        usageError("--max-steps must be >= 0");
     } else if (flag == "--width") {
-      options.width = int64_t(number(value()));
+      options.width = whole(value());
     } else if (flag == "--steps-per-epoch") {
-      options.stepsPerEpoch = int64_t(number(value()));
+      options.stepsPerEpoch = whole(value());
     } else if (flag == "--checkpoint") {
       options.checkpoint = value();
     } else if (flag == "--resume") {
@@ -411,6 +430,9 @@ int trainClassifier(const Options& options) {
   jit::Checkpoint checkpoint = runCheckpoint(options, model, opt, scaler, epochsDone);
 
   int64_t batches = int64_t(train.size()) / options.batchSize;
+  if (batches == 0)
+    throw jit::Error("--batch-size " + std::to_string(options.batchSize) + " is larger than the training split (" +
+                     std::to_string(train.size()) + " digits): an epoch would have no step");
   int64_t stepsRun = 0;
   double accuracy = 0.0;
   for (int epoch = int(epochsDone) + 1; epoch <= options.epochs; ++epoch) {
