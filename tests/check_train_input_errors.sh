@@ -48,7 +48,7 @@ expect_error() {
 expect_error value-high "3.json', digit 1, pixel 5: 300 is not a grey level in [0, 1]"
 expect_error value-negative "3.json', digit 0, pixel 17: -0.5 is not a grey level in [0, 1]"
 expect_error value-huge "3.json', digit 0, pixel 0: 1e+39 is not a grey level in [0, 1]"
-expect_error string "3.json', digit 1, pixel 0: a string, not a number"
+expect_error string "3.json', digit 1, pixel 0: a JSON string, not a number"
 expect_error short "3.json' holds 1567 values, not a whole number of 28x28 digits"
 expect_error no-data "3.json' has no \"data\" array"
 expect_error truncated "3.json' is not valid JSON"

@@ -152,17 +152,17 @@ constexpr FileElementType kReadable[] = {
     {"<i8", DType::I64, 8}, {"<i4", DType::I64, 4}, {"|b1", DType::I1, 1},
 };
 
-/// The header as an error message quotes it: on one line, without np.save's
-/// padding, bytes outside printable ASCII as \xNN, and at most kShownHeaderChars
+/// Header text as an error message quotes it: on one line, without np.save's
+/// padding, bytes outside printable ASCII as \xNN, and at most kExcerptChars
 /// long. A corrupt length can make the "header" the file's binary data, which
 /// would otherwise go to the terminal whole.
-constexpr size_t kShownHeaderChars = 160;
-std::string shownHeader(std::string_view text) {
+constexpr size_t kExcerptChars = 160;
+std::string printableExcerpt(std::string_view text) {
   while (!text.empty() && (text.back() == ' ' || text.back() == '\n'))
     text.remove_suffix(1);
   std::string shown;
   for (size_t i = 0; i < text.size(); ++i) {
-    if (shown.size() >= kShownHeaderChars) {
+    if (shown.size() >= kExcerptChars) {
       shown += "... (" + std::to_string(text.size() - i) + " more bytes)";
       break;
     }
@@ -203,14 +203,14 @@ Expected<Tensor> parseNpy(std::span<const uint8_t> bytes, const std::string& sou
   std::string text(reinterpret_cast<const char*>(&bytes[headerStart]), headerLength);
   Expected<NpyHeader> header = HeaderParser(text).parse();
   if (!header)
-    return error("has a " + header.message() + " (header: " + shownHeader(text) + ")");
+    return error("has a " + header.message() + " (header: " + printableExcerpt(text) + ")");
 
   const FileElementType* element = nullptr;
   for (const FileElementType& readable : kReadable)
     if (*header->descr == readable.descr)
       element = &readable;
   if (!element)
-    return error("has dtype '" + shownHeader(*header->descr) +
+    return error("has dtype '" + printableExcerpt(*header->descr) +
                  "'; read are little-endian '<f2', '<f4', '<f8', '<i8', '<i4' and '|b1'");
   if (*header->fortranOrder)
     return error("is in Fortran order; save a C-order array (np.ascontiguousarray)");

@@ -240,7 +240,7 @@ Digits loadMnist(const std::string& dir) {
         return "'" + path.string() + "', digit " + std::to_string(i / 784) + ", pixel " + std::to_string(i % 784);
       };
       if (!data[i].is_number())
-        throw jit::Error(where() + ": a " + std::string(data[i].type_name()) + ", not a number");
+        throw jit::Error(where() + ": a JSON " + std::string(data[i].type_name()) + ", not a number");
       double grey = data[i].get<double>();
       if (!(grey >= 0 && grey <= 1))
         throw jit::Error(where() + ": " + data[i].dump() + " is not a grey level in [0, 1]");
