@@ -17,24 +17,26 @@ namespace ampjit::runtime {
 
 inline constexpr uint64_t kFnv1a64OffsetBasis = 0xcbf29ce484222325ull;
 
-/// `seed` other than the offset basis gives an independent second hash of the
-/// same bytes (the NVRTC cache's key is two).
-constexpr uint64_t fnv1a64(std::span<const uint8_t> bytes, uint64_t seed = kFnv1a64OffsetBasis) {
+namespace detail {
+/// The one loop, over bytes or chars; a char above 0x7f hashes as the byte it is.
+template <typename Byte> constexpr uint64_t fnv1a64Over(std::span<const Byte> bytes, uint64_t seed) {
   uint64_t hash = seed;
-  for (uint8_t byte : bytes) {
-    hash ^= byte;
+  for (Byte byte : bytes) {
+    hash ^= uint8_t(byte);
     hash *= 0x100000001b3ull;
   }
   return hash;
 }
+} // namespace detail
+
+/// `seed` other than the offset basis gives an independent second hash of the
+/// same bytes (the NVRTC cache's key is two).
+constexpr uint64_t fnv1a64(std::span<const uint8_t> bytes, uint64_t seed = kFnv1a64OffsetBasis) {
+  return detail::fnv1a64Over(bytes, seed);
+}
 
 constexpr uint64_t fnv1a64(std::string_view text, uint64_t seed = kFnv1a64OffsetBasis) {
-  uint64_t hash = seed;
-  for (char c : text) {
-    hash ^= uint8_t(c);
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
+  return detail::fnv1a64Over(std::span<const char>(text.data(), text.size()), seed);
 }
 
 } // namespace ampjit::runtime
