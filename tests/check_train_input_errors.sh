@@ -7,6 +7,7 @@
 # - flags: a rate that is NaN or inf (it would train to NaN and skip every step
 #   after), a count that is not a whole number, a negative seed, a batch larger
 #   than the training split (an epoch with no step), an unknown value.
+# - memory: a batch past the host memory limit (AMPJIT_HOST_MEMORY_LIMIT).
 set -euo pipefail
 train=$1
 dir=$(mktemp -d)
@@ -76,6 +77,15 @@ expect_flag_error "--max-steps must be >= 0" --max-steps -2
 expect_flag_error "--batch-size 5000 is larger than the training split (1600 digits)" --batch-size 5000
 expect_flag_error "--amp must be O0, O1, O2 or O3" --amp O5
 expect_flag_error "unknown option '--learning-rate'" --learning-rate 0.1
+
+# A batch the host cannot hold is refused naming the tensor and the limit (the
+# machine's memory and swap by default, set low here), not zero-filled until
+# the OOM killer ends the process.
+AMPJIT_HOST_MEMORY_LIMIT=8000000 expect_flag_error \
+  "jit::rand: cannot allocate a tensor of type f32[4096x256]: 4194304 bytes (4.0 MiB) more would pass the host memory limit" \
+  --model mlp9 --batch-size 4096
+AMPJIT_HOST_MEMORY_LIMIT=8G expect_flag_error \
+  "AMPJIT_HOST_MEMORY_LIMIT='8G' is not a count of bytes (a decimal integer of 0 or more)" --model mlp9
 
 # The same folder unedited trains: the checks refuse only what is wrong.
 rm -rf "$dir/digits"

@@ -1,5 +1,7 @@
 #include "ampjit/runtime/Tensor.h"
 
+#include "ampjit/runtime/HostMemory.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -44,12 +46,23 @@ Expected<std::shared_ptr<Storage>> Storage::allocate(std::size_t bytes) {
   std::size_t rounded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
   if (rounded == 0)
     rounded = kTensorAlignment;
+  // Counted before the memset below touches every page: past the machine's
+  // memory that would be the OOM killer's business, not an error.
+  if (Status reserved = reserveHostBytes(bytes); !reserved)
+    return reserved;
   void* memory = std::aligned_alloc(kTensorAlignment, rounded);
-  if (memory == nullptr)
-    return Status::error("out of memory allocating " + std::to_string(bytes) + " bytes");
+  if (memory == nullptr) {
+    releaseHostBytes(bytes);
+    return Status::error("out of memory: the system refused " + std::to_string(bytes) + " bytes");
+  }
   std::memset(memory, 0, rounded);
-  return std::shared_ptr<Storage>(new (std::nothrow)
-                                      Storage(static_cast<std::byte*>(memory), bytes, Device::Host, nullptr));
+  Storage* storage = new (std::nothrow) Storage(static_cast<std::byte*>(memory), bytes, Device::Host, nullptr);
+  if (storage == nullptr) {
+    std::free(memory);
+    releaseHostBytes(bytes);
+    return Status::error("out of memory: the system refused a tensor's bookkeeping");
+  }
+  return std::shared_ptr<Storage>(storage);
 }
 
 std::shared_ptr<Storage> Storage::adopt(std::byte* data, std::size_t size, Device device, Release release) {
@@ -57,10 +70,13 @@ std::shared_ptr<Storage> Storage::adopt(std::byte* data, std::size_t size, Devic
 }
 
 Storage::~Storage() {
-  if (release_)
+  // No release function: the bytes are Storage::allocate's, counted there.
+  if (release_) {
     release_(data_);
-  else
+  } else {
     std::free(data_);
+    releaseHostBytes(size_);
+  }
 }
 
 bool Storage::exchangeBytes(Storage& other) {
@@ -89,9 +105,9 @@ Expected<Tensor> Tensor::allocate(DType dtype, Shape shape) {
     return Status::error("cannot allocate a tensor of shape " + shapeToString(shape) +
                          ": dimensions must be non-negative and the element count at most 2^48");
   Expected<std::shared_ptr<Storage>> storage = Storage::allocate(std::size_t(count) * dtypeSize(dtype));
-  if (!storage || *storage == nullptr)
-    return Status::error("out of memory allocating a tensor of type " +
-                         typeToString(TensorType{dtype, shape}));
+  if (!storage)
+    return Status::error("cannot allocate a tensor of type " + typeToString(TensorType{dtype, shape}) + ": " +
+                         storage.message());
   return Tensor(TensorType{dtype, std::move(shape)}, count, std::move(*storage));
 }
 

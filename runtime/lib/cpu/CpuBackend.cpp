@@ -227,9 +227,9 @@ public:
     if (!valid)
       return Status::error("plan @" + plan.name + " is invalid: " + valid.message());
     Expected<std::shared_ptr<Storage>> arena = Storage::allocate(size_t(plan.arenaBytes));
-    if (!arena || *arena == nullptr)
+    if (!arena)
       return Status::error("plan @" + plan.name + ": cannot allocate its arena of " +
-                           std::to_string(plan.arenaBytes) + " bytes");
+                           std::to_string(plan.arenaBytes) + " bytes: " + arena.message());
     std::vector<std::shared_ptr<Storage>> carried(plan.buffers.size());
     for (BufferId id = 0; id < plan.buffers.size(); ++id) {
       if (plan.buffers[id].role != BufferRole::Carried)

@@ -84,10 +84,12 @@ void storeElementFromDouble(DType dtype, std::byte* data, int64_t index, double 
 /// 64-byte aligned bytes, freed when the last Tensor sharing them goes away.
 class Storage {
 public:
-  /// Host bytes, zero-filled. Fails (rather than aborting) when the allocation does.
+  /// Host bytes, zero-filled. Fails (rather than aborting) when the allocation
+  /// does, or when it would pass the host memory limit (HostMemory.h).
   static Expected<std::shared_ptr<Storage>> allocate(std::size_t bytes);
   /// Bytes a backend allocated elsewhere (device memory); `release` gives
-  /// them back when the last handle goes away.
+  /// them back when the last handle goes away (never null: a Storage without
+  /// one is Storage::allocate's, counted against the host memory limit).
   using Release = std::function<void(std::byte*)>;
   static std::shared_ptr<Storage> adopt(std::byte* data, std::size_t size, Device device, Release release);
   ~Storage();
