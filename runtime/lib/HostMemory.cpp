@@ -151,9 +151,11 @@ Status reserveHostBytes(std::size_t bytes) {
   heldBytes.fetch_sub(bytes, std::memory_order_relaxed);
   Expected<HostMemoryLimit> described = hostMemoryLimit();
   std::string source = described ? described->source : std::string("the limit");
+  // Only the machine's own limit can be set another way; the others were set on purpose.
+  bool machines = source != "AMPJIT_HOST_MEMORY_LIMIT" && source != "setHostMemoryLimit";
   return Status::error(describeBytes(bytes) + " more would pass the host memory limit: tensors hold " +
                        describeBytes(held) + " already, and " + source + " allows " + describeBytes(limit) +
-                       (source == "AMPJIT_HOST_MEMORY_LIMIT" ? "" : " (AMPJIT_HOST_MEMORY_LIMIT sets another)"));
+                       (machines ? " (AMPJIT_HOST_MEMORY_LIMIT sets another)" : ""));
 }
 
 void releaseHostBytes(std::size_t bytes) { heldBytes.fetch_sub(bytes, std::memory_order_relaxed); }

@@ -2,6 +2,7 @@
 
 #include "ampjit/runtime/HostMemory.h"
 
+#include <cassert>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -66,6 +67,9 @@ Expected<std::shared_ptr<Storage>> Storage::allocate(std::size_t bytes) {
 }
 
 std::shared_ptr<Storage> Storage::adopt(std::byte* data, std::size_t size, Device device, Release release) {
+  // A Storage without one is Storage::allocate's and gives its bytes back to
+  // the host memory count it never entered.
+  assert(release && "Storage::adopt needs a release function");
   return std::shared_ptr<Storage>(new Storage(data, size, device, std::move(release)));
 }
 

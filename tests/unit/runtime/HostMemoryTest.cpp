@@ -57,6 +57,8 @@ TEST(HostMemory, ARequestPastTheLimitIsRefusedNamingWhatIsHeldAndTheLimit) {
   EXPECT_NE(second.message().find("setHostMemoryLimit allows " + std::to_string(held + 1024 * kKiB) + " bytes"),
             std::string::npos)
       << second.message();
+  EXPECT_EQ(second.message().find("AMPJIT_HOST_MEMORY_LIMIT"), std::string::npos)
+      << "a limit set on purpose is not the environment's to change: " << second.message();
   EXPECT_EQ(hostBytesHeld(), held + 768 * kKiB) << "a refusal holds nothing";
 
   // Exactly up to the limit is allowed, and freeing makes room again.
