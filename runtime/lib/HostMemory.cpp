@@ -1,14 +1,17 @@
 #include "ampjit/runtime/HostMemory.h"
 
 #include "ampjit/runtime/Environment.h"
+#include "ampjit/runtime/Files.h"
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
+#include <sstream>
+#include <string_view>
 
 #if defined(__linux__)
 #include <sys/sysinfo.h>
@@ -26,13 +29,15 @@ std::atomic<std::size_t> overrideBytes{kNoLimit};
 
 /// A cgroup file's byte count; nullopt for "max", a missing file or anything else.
 std::optional<std::size_t> readByteCount(const std::string& path) {
-  std::ifstream in(path);
-  std::string text;
-  if (!(in >> text))
+  Expected<std::string> text = readWholeFile(path);
+  if (!text)
     return std::nullopt;
+  std::string_view digits = *text;
+  while (!digits.empty() && std::isspace(static_cast<unsigned char>(digits.back())))
+    digits.remove_suffix(1);
   std::size_t value = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size())
+  auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (digits.empty() || error != std::errc() || end != digits.data() + digits.size())
     return std::nullopt;
   return value;
 }
@@ -40,7 +45,10 @@ std::optional<std::size_t> readByteCount(const std::string& path) {
 /// The lowest memory limit of this process's cgroup and its ancestors (a
 /// parent's limit binds its children too), cgroup v2 or v1.
 std::optional<std::size_t> cgroupMemoryLimit() {
-  std::ifstream in("/proc/self/cgroup");
+  Expected<std::string> membership = readWholeFile("/proc/self/cgroup");
+  if (!membership)
+    return std::nullopt;
+  std::istringstream in(*membership);
   std::optional<std::size_t> lowest;
   std::string line;
   while (std::getline(in, line)) {
