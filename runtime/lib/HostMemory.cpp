@@ -27,6 +27,10 @@ std::atomic<std::size_t> heldBytes{0};
 /// kNoLimit: no override, the environment or the machine decides.
 std::atomic<std::size_t> overrideBytes{kNoLimit};
 
+/// The sources a person set on purpose; only the machine's limit is worth pointing past.
+constexpr std::string_view kOverrideSource = "setHostMemoryLimit";
+constexpr std::string_view kEnvironmentSource = "AMPJIT_HOST_MEMORY_LIMIT";
+
 /// A cgroup file's byte count; nullopt for "max", a missing file or anything else.
 std::optional<std::size_t> readByteCount(const std::string& path) {
   Expected<std::string> text = readWholeFile(path);
@@ -111,7 +115,7 @@ const Expected<HostMemoryLimit>& environmentOrMachineLimit() {
     if (!bytes || *bytes < 0)
       return Status::error(std::string("AMPJIT_HOST_MEMORY_LIMIT='") + text +
                            "' is not a count of bytes (a decimal integer of 0 or more)");
-    return HostMemoryLimit{std::size_t(*bytes), "AMPJIT_HOST_MEMORY_LIMIT"};
+    return HostMemoryLimit{std::size_t(*bytes), kEnvironmentSource};
   }();
   return limit;
 }
@@ -137,7 +141,7 @@ std::size_t hostBytesHeld() { return heldBytes.load(std::memory_order_relaxed); 
 Expected<HostMemoryLimit> hostMemoryLimit() {
   std::size_t bytes = overrideBytes.load(std::memory_order_relaxed);
   if (bytes != kNoLimit)
-    return HostMemoryLimit{bytes, "setHostMemoryLimit"};
+    return HostMemoryLimit{bytes, kOverrideSource};
   return environmentOrMachineLimit();
 }
 
@@ -146,24 +150,17 @@ void setHostMemoryLimit(std::optional<std::size_t> bytes) {
 }
 
 Status reserveHostBytes(std::size_t bytes) {
-  std::size_t limit = overrideBytes.load(std::memory_order_relaxed);
-  if (limit == kNoLimit) {
-    const Expected<HostMemoryLimit>& fromEnvironment = environmentOrMachineLimit();
-    if (!fromEnvironment)
-      return Status::error(fromEnvironment.message());
-    limit = fromEnvironment->bytes;
-  }
+  Expected<HostMemoryLimit> limit = hostMemoryLimit();
+  if (!limit)
+    return Status::error(limit.message());
   std::size_t held = heldBytes.fetch_add(bytes, std::memory_order_relaxed);
-  if (bytes <= limit && held <= limit - bytes)
+  if (bytes <= limit->bytes && held <= limit->bytes - bytes)
     return Status::success();
   heldBytes.fetch_sub(bytes, std::memory_order_relaxed);
-  Expected<HostMemoryLimit> described = hostMemoryLimit();
-  std::string source = described ? described->source : std::string("the limit");
-  // Only the machine's own limit can be set another way; the others were set on purpose.
-  bool machines = source != "AMPJIT_HOST_MEMORY_LIMIT" && source != "setHostMemoryLimit";
+  bool setOnPurpose = limit->source == kOverrideSource || limit->source == kEnvironmentSource;
   return Status::error(describeBytes(bytes) + " more would pass the host memory limit: tensors hold " +
-                       describeBytes(held) + " already, and " + source + " allows " + describeBytes(limit) +
-                       (machines ? " (AMPJIT_HOST_MEMORY_LIMIT sets another)" : ""));
+                       describeBytes(held) + " already, and " + std::string(limit->source) + " allows " +
+                       describeBytes(limit->bytes) + (setOnPurpose ? "" : " (AMPJIT_HOST_MEMORY_LIMIT sets another)"));
 }
 
 void releaseHostBytes(std::size_t bytes) { heldBytes.fetch_sub(bytes, std::memory_order_relaxed); }

@@ -11,7 +11,7 @@
 
 #include <cstddef>
 #include <optional>
-#include <string>
+#include <string_view>
 
 namespace ampjit::runtime {
 
@@ -19,7 +19,8 @@ namespace ampjit::runtime {
 struct HostMemoryLimit {
   std::size_t bytes;
   /// For a person: "AMPJIT_HOST_MEMORY_LIMIT", "this machine's memory and swap", ...
-  std::string source;
+  /// (a literal, so finding the limit on every allocation copies no text).
+  std::string_view source;
 };
 
 /// Bytes that host tensors hold now: each Storage::allocate until its last handle goes.
