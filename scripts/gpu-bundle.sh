@@ -53,7 +53,8 @@ cat > gpu-bundle/run.sh <<'RUN'
 #                   weight gradients' GEMMs (AMPJIT_CUDA_GEMM_FOLDED_UPDATE=1) with 0 and 16 SMs left
 #                   to the rest, and speculative (AMPJIT_CUDA_SPECULATIVE_UPDATE=1) with 0 and 16
 #                   SMs that GEMMs beside it leave to it (AMPJIT_CUDA_GEMM_SM_RESERVE); folded and
-#                   deferred also with GEMM algorithms chosen by timing (AMPJIT_CUDA_GEMM_TUNING=1),
+#                   deferred also with GEMM algorithms chosen by timing (AMPJIT_CUDA_GEMM_TUNING=1)
+#                   (folded-16-tuned: the check after each folded update held to the 16 SMs),
 #                   folded-0-tuned32 with 32 candidates asked of the heuristic instead of 8
 #                   (AMPJIT_CUDA_GEMM_TUNING_CANDIDATES); no peers, one process each;
 #                   SPECULATE_VARIANTS replaces the list (folded-0-tuned is the backend's
@@ -312,7 +313,7 @@ run_speculate_ab() { # MODEL: the update deferred, folded into the GEMMs, or spe
   # it 0 or 16 SMs; "-tuned": GEMM algorithms chosen by timing (AMPJIT_CUDA_GEMM_TUNING), "-tuned32"
   # from 32 candidates; SPECULATE_VARIANTS replaces the list
   local model=$1 variant status start=$SECONDS seconds
-  for variant in ${SPECULATE_VARIANTS:-deferred folded-0 folded-0-tuned folded-0-tuned32 deferred-tuned speculative-16 speculative-0 folded-16}; do
+  for variant in ${SPECULATE_VARIANTS:-deferred folded-0 folded-0-tuned folded-0-tuned32 deferred-tuned speculative-16 speculative-0 folded-16-tuned}; do
     local lines
     seconds=$(variant_seconds $start 90)
     [ "$seconds" -gt 0 ] || { stamp "speculate-ab $model: budget spent before $variant"; break; }

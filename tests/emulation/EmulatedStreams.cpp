@@ -341,6 +341,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
   case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
   case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
   case cudaDevAttrMultiProcessorCount: *value = 132; return cudaSuccess;
+  case cudaDevAttrMaxThreadsPerMultiProcessor: *value = 2048; return cudaSuccess;
   case cudaDevAttrL2CacheSize: *value = 50 << 20; return cudaSuccess;
   case cudaDevAttrGlobalMemoryBusWidth: *value = 5120; return cudaSuccess;
   default: return cudaErrorInvalidValue;

@@ -1206,6 +1206,53 @@ TEST_F(GpuTest, ASpeculatingStepsTwoGraphsDoTheSameWorkInTheSameOrder) {
   ASSERT_EQ(firstGraphOf.size(), 2u);
   EXPECT_NE(firstGraphOf[0], firstGraphOf[1]) << "a folded update changes what the graph launches";
 }
+
+TEST_F(GpuTest, TheCheckAfterAFoldedUpdateStaysWithinTheSmsTheGemmsBesideItLeave) {
+  // w0's update folded into its GEMM; the check of the new w0 runs on the
+  // side stream beside the GEMMs that follow. Planned to leave it one SM
+  // (gemmSmReserve 1), they would still share the rest with a check of
+  // w0's 65536 elements sized by its data (16 blocks); held to what one SM
+  // holds (2048 threads: 8 blocks), it stays out of their way. The result
+  // is the same either way (the emulation computes every GEMM algorithm
+  // one way, so here bit for bit).
+  std::vector<std::vector<double>> weights;
+  for (int reserve : {0, 1}) {
+    SCOPED_TRACE("gemmSmReserve " + std::to_string(reserve));
+    test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(16, 256);
+    Expected<std::unique_ptr<CudaBackend>> backend = createCudaBackend(
+        {.gemmSmReserve = reserve, .speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 1});
+    ASSERT_TRUE(backend.ok()) << backend.message();
+    Expected<std::unique_ptr<Executable>> executable = (*backend)->prepare(parts.plan);
+    ASSERT_TRUE(executable.ok()) << executable.message();
+    ASSERT_EQ((*backend)->stats(**executable).updatesFoldedIntoGemms, 1);
+    std::vector<Tensor> arguments;
+    for (const Tensor& argument : scaledTwoLayerArguments(parts, 0, false))
+      arguments.push_back(*(*backend)->toDevice(argument));
+    std::vector<std::string> checks;
+    for (uint32_t run = 0; run < 3; ++run) {
+      std::vector<Tensor> batch = scaledTwoLayerArguments(parts, run, false);
+      for (BufferId input : {parts.x, parts.target})
+        arguments[input] = *(*backend)->toDevice(batch[input]);
+      int64_t capturesBefore = (*backend)->stats(**executable).captures;
+      Expected<std::vector<Tensor>> results = (*executable)->run(arguments);
+      ASSERT_TRUE(results.ok()) << results.message();
+      ASSERT_TRUE((*backend)->toHost((*results)[0]).ok());
+      if ((*backend)->stats(**executable).captures > capturesBefore)
+        for (const std::string& node : emulation::lastGraphInstantiation().nodes)
+          if (node.find("checkFoldedUpdateKernel") != std::string::npos)
+            checks.push_back(node);
+    }
+    ASSERT_FALSE(checks.empty()) << "no captured graph checks the folded update";
+    for (const std::string& check : checks) {
+      EXPECT_NE(check.find("lane 1: "), std::string::npos) << check;
+      EXPECT_NE(check.find(reserve > 0 ? "<<<8x1x1, 256x1x1, 0>>>" : "<<<16x1x1, 256x1x1, 0>>>"), std::string::npos)
+          << check;
+    }
+    weights.push_back((*backend)->toHost(arguments[parts.w0])->toDoubles());
+  }
+  ASSERT_EQ(weights.size(), 2u);
+  EXPECT_EQ(weights[0], weights[1]);
+}
 #endif
 
 /// A backend that folds every update it can into its gradient's GEMM, and
@@ -1215,8 +1262,10 @@ const CudaBackendOptions kUpdatesInLine{.speculativeUpdateMinimumElements = 0, .
 
 TEST_F(GpuTest, TheCheckAfterAFoldedUpdateFindsEveryNonFiniteElementAndWritesTheRoundedCopy) {
   // 6149 elements: 768 vectors of 8, which two blocks of threads take two
-  // at a time (a first and a second round), then a tail of 5. An inf or NaN
-  // in any part clears the flag; the copy is each element rounded once.
+  // at a time (a first and a second round), then a tail of 5; or, held to
+  // one block (beside GEMMs that leave the check few SMs), which strides
+  // over the rest. An inf or NaN in any part clears the flag; the copy is
+  // each element rounded once.
   namespace update = ampjit::runtime::cuda::update;
   auto stream = static_cast<cudaStream_t>(cuda->stream());
   const int64_t count = 6149;
@@ -1231,24 +1280,28 @@ TEST_F(GpuTest, TheCheckAfterAFoldedUpdateFindsEveryNonFiniteElementAndWritesThe
     bool evictFirst;
     int64_t bad;
     double badValue;
+    int64_t maxBlocks;
   };
   std::vector<Case> cases;
   for (DType copyType : {DType::F16, DType::BF16})
     for (int64_t bad : {int64_t(-1), int64_t(3), int64_t(4500), int64_t(6147)})
       for (double badValue : {inf, nan})
-        cases.push_back({copyType, bad == 3, bad, badValue});
+        for (int64_t maxBlocks : {0, 1})
+          cases.push_back({copyType, bad == 3, bad, badValue, maxBlocks});
   for (const Case& c : cases) {
     std::vector<double> param = values;
     if (c.bad >= 0)
       param[std::size_t(c.bad)] = c.badValue;
     std::string when = std::string(dtypeName(c.copyType)) + " copy, bad element " + std::to_string(c.bad) + " (" +
-                       std::to_string(c.badValue) + ")" + (c.evictFirst ? ", evict-first" : "");
+                       std::to_string(c.badValue) + ")" + (c.evictFirst ? ", evict-first" : "") +
+                       (c.maxBlocks > 0 ? ", one block" : "");
     Tensor deviceParam = *cuda->toDevice(*Tensor::fromDoubles(DType::F32, {count}, param));
     Tensor copy = *cuda->toDevice(*Tensor::fromDoubles(c.copyType, {count}, std::vector<double>(count, 0.0)));
     Tensor flag = *cuda->toDevice(*Tensor::fromDoubles(DType::I1, {}, std::vector<double>{1.0}));
     ASSERT_EQ(update::launchCheckFoldedUpdate(reinterpret_cast<const float*>(deviceParam.bytes()), copy.bytes(),
                                               update::ElementType(int32_t(c.copyType)), count,
-                                              reinterpret_cast<uint8_t*>(flag.bytes()), c.evictFirst, stream),
+                                              reinterpret_cast<uint8_t*>(flag.bytes()), c.evictFirst, c.maxBlocks,
+                                              stream),
               cudaSuccess);
     EXPECT_EQ(cuda->toHost(flag)->at(0), c.bad >= 0 ? 0.0 : 1.0) << when;
     // (A NaN's payload may differ: the step it is in is skipped.)
@@ -1264,9 +1317,14 @@ TEST_F(GpuTest, TheCheckAfterAFoldedUpdateFindsEveryNonFiniteElementAndWritesThe
   Tensor flag = *cuda->toDevice(*Tensor::fromDoubles(DType::I1, {}, std::vector<double>{1.0}));
   ASSERT_EQ(update::launchCheckFoldedUpdate(reinterpret_cast<const float*>(deviceParam.bytes()), nullptr,
                                             update::ElementType::F16, count,
-                                            reinterpret_cast<uint8_t*>(flag.bytes()), false, stream),
+                                            reinterpret_cast<uint8_t*>(flag.bytes()), false, 0, stream),
             cudaSuccess);
   EXPECT_EQ(cuda->toHost(flag)->at(0), 1.0);
+  EXPECT_EQ(update::launchCheckFoldedUpdate(reinterpret_cast<const float*>(deviceParam.bytes()), nullptr,
+                                            update::ElementType::F16, count,
+                                            reinterpret_cast<uint8_t*>(flag.bytes()), false, -1, stream),
+            cudaErrorInvalidValue)
+      << "a negative block limit";
 }
 
 TEST_F(GpuTest, AFoldedUpdatesGemmScalesByMinusLrTimesInvScaleAndAddsTheParameterOnce) {

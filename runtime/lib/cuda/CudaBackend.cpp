@@ -940,6 +940,16 @@ private:
     return endTimelineLaunch(stream);
   }
 
+  /// The blocks of 256 threads that fill the SMs GEMMs beside the side
+  /// stream leave to it (gemmSmReserve_), for its grid-stride kernels; 0
+  /// (no limit) when they leave none.
+  int64_t reservedSmBlocks() const {
+    if (gemmSmReserve_ <= 0)
+      return 0;
+    int blocksPerSm = std::max(1, runtime_->context.maxThreadsPerMultiprocessor / cuda::update::kThreads);
+    return int64_t(gemmSmReserve_) * blocksPerSm;
+  }
+
   /// Forks to the side stream the speculative updates whose inputs are
   /// final once plan step `index` is enqueued (kReadyAtRunStart: at the
   /// start), each reading the current state and writing the second buffers,
@@ -980,7 +990,7 @@ private:
                 static_cast<const float*>(out[sgd_slot::kNewParam]), out[sgd_slot::kNewParamCopy],
                 copy == kNoBuffer ? cuda::update::ElementType::F16
                                   : cuda::update::ElementType(int32_t(plan_.buffers[copy].type.dtype)),
-                plan_.buffers[param].type.elementCount(), checks->second, evictFirst_, side),
+                plan_.buffers[param].type.elementCount(), checks->second, evictFirst_, reservedSmBlocks(), side),
             where + ": checking the parameter its GEMM updated");
       } else {
         status = prepared.step->enqueue(
@@ -2004,7 +2014,7 @@ Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions opti
   auto runtime = std::make_shared<DeviceRuntime>(cache);
   runtime->device = options.device;
   AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device), "selecting CUDA device " + std::to_string(options.device));
-  int major = 0, minor = 0, multiprocessors = 0;
+  int major = 0, minor = 0, multiprocessors = 0, threadsPerMultiprocessor = 0;
   AMPJIT_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options.device),
                               "reading the compute capability");
   AMPJIT_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, options.device),
@@ -2012,6 +2022,9 @@ Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions opti
   AMPJIT_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, options.device),
       "reading the multiprocessor count");
+  AMPJIT_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&threadsPerMultiprocessor,
+                                                     cudaDevAttrMaxThreadsPerMultiProcessor, options.device),
+                              "reading the threads an SM holds");
   // The step's own work at the device's greatest priority, the side
   // stream's (the deferred update, early finiteness checks) at its least:
   // the block scheduler then gives the GEMMs and convolutions the SMs first
@@ -2041,6 +2054,7 @@ Expected<std::unique_ptr<CudaBackend>> createCudaBackend(CudaBackendOptions opti
   runtime->context.device = options.device;
   runtime->context.architecture = "sm_" + std::to_string(major) + std::to_string(minor);
   runtime->context.multiprocessorCount = multiprocessors;
+  runtime->context.maxThreadsPerMultiprocessor = threadsPerMultiprocessor;
   runtime->context.compiler = &runtime->compiler;
   if (options.gemmSmReserve < 0) {
     std::optional<long long> reserve = environmentInteger("AMPJIT_CUDA_GEMM_SM_RESERVE", 0);

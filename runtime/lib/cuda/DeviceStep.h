@@ -42,6 +42,8 @@ struct DeviceContext {
   /// "sm_90"; NVRTC compiles generated kernels for it.
   std::string architecture;
   int multiprocessorCount = 0;
+  /// Threads resident on one SM at most (2048 on sm_90).
+  int maxThreadsPerMultiprocessor = 0;
   cublasLtHandle_t cublasLt = nullptr;
   /// Created on first use (cudnnCreate loads several libraries): call
   /// cudnnHandle() rather than reading this.

@@ -816,13 +816,15 @@ cudaError_t launchFoldedUpdateScalars(const FoldedUpdateScalars* folds, std::siz
 }
 
 cudaError_t launchCheckFoldedUpdate(const float* param, void* copy, ElementType copyType, int64_t count,
-                                    uint8_t* flag, bool evictFirst, cudaStream_t stream) {
+                                    uint8_t* flag, bool evictFirst, int64_t maxBlocks, cudaStream_t stream) {
   if (count <= 0)
     return cudaSuccess;
-  if (copy != nullptr && copyType != ElementType::F16 && copyType != ElementType::BF16)
+  if ((copy != nullptr && copyType != ElementType::F16 && copyType != ElementType::BF16) || maxBlocks < 0)
     return cudaErrorInvalidValue;
   int64_t rounds = (count / kSgdVectorWidth + kSgdVectorRounds - 1) / kSgdVectorRounds;
   unsigned blocks = blocksFor(rounds > 0 ? rounds : 1);
+  if (maxBlocks > 0 && blocks > maxBlocks)
+    blocks = unsigned(maxBlocks);
   if (copyType == ElementType::BF16)
     checkFoldedUpdateKernel<ElementType::BF16><<<blocks, kThreads, 0, stream>>>(param, copy, count, flag, evictFirst);
   else

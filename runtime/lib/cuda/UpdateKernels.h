@@ -227,9 +227,11 @@ cudaError_t launchFoldedUpdateScalars(const FoldedUpdateScalars* folds, std::siz
 /// `copy`, each element rounded to nearest even into it (F16 or BF16), as
 /// the update in line writes its param_copy. `param` and `copy` 16-byte
 /// aligned. With `evictFirst`, the loads and stores carry the evict-first
-/// hint (nothing reads them before the next step).
+/// hint (nothing reads them before the next step). At most `maxBlocks`
+/// blocks (0: as many as the data fills, up to kMaxBlocks), so that beside
+/// GEMMs planned to leave it some SMs it stays within them.
 cudaError_t launchCheckFoldedUpdate(const float* param, void* copy, ElementType copyType, int64_t count,
-                                    uint8_t* flag, bool evictFirst, cudaStream_t stream);
+                                    uint8_t* flag, bool evictFirst, int64_t maxBlocks, cudaStream_t stream);
 
 //===----------------------------------------------------------------------===//
 // Conversions
