@@ -1149,6 +1149,49 @@ TEST_F(GpuTest, SpeculativeUpdatesGiveTheInLineUpdatesBitsAndSkipWhatTheCheckSki
 }
 
 #ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+/// What scaledTwoLayerStep's plan did in `runs` runs on an emulated backend
+/// with `options`, from its first arguments, each run with its own batch:
+/// the nodes of each graph it captured, and the state the runs left.
+struct CapturedRuns {
+  std::vector<std::vector<std::string>> graphs;
+  std::vector<Tensor> arguments; ///< on the device
+  CudaRunStats stats;
+};
+
+CapturedRuns runCapturingGraphs(const test::ScaledTwoLayerStep& parts, const CudaBackendOptions& options,
+                                uint32_t runs) {
+  CapturedRuns captured;
+  Expected<std::unique_ptr<CudaBackend>> backend = createCudaBackend(options);
+  if (!backend.ok()) {
+    ADD_FAILURE() << backend.message();
+    return captured;
+  }
+  Expected<std::unique_ptr<Executable>> executable = (*backend)->prepare(parts.plan);
+  if (!executable.ok()) {
+    ADD_FAILURE() << executable.message();
+    return captured;
+  }
+  for (const Tensor& argument : scaledTwoLayerArguments(parts, 0, false))
+    captured.arguments.push_back(*(*backend)->toDevice(argument));
+  for (uint32_t run = 0; run < runs; ++run) {
+    std::vector<Tensor> batch = scaledTwoLayerArguments(parts, run, false);
+    for (BufferId input : {parts.x, parts.target})
+      captured.arguments[input] = *(*backend)->toDevice(batch[input]);
+    int64_t capturesBefore = (*backend)->stats(**executable).captures;
+    Expected<std::vector<Tensor>> results = (*executable)->run(captured.arguments);
+    if (!results.ok() || !(*backend)->toHost((*results)[0]).ok()) { // waits for the run
+      ADD_FAILURE() << "run " << run << ": " << results.message();
+      break;
+    }
+    if ((*backend)->stats(**executable).captures > capturesBefore)
+      captured.graphs.push_back(emulation::lastGraphInstantiation().nodes);
+  }
+  for (Tensor& argument : captured.arguments)
+    argument = *(*backend)->toHost(argument);
+  captured.stats = (*backend)->stats(**executable);
+  return captured;
+}
+
 TEST_F(GpuTest, ASpeculatingStepsTwoGraphsDoTheSameWorkInTheSameOrder) {
   // A speculating step replays two graphs in turn, one for each buffer of
   // its state. If on the device one of them steps slower than the other
@@ -1161,35 +1204,16 @@ TEST_F(GpuTest, ASpeculatingStepsTwoGraphsDoTheSameWorkInTheSameOrder) {
   std::vector<std::vector<std::string>> firstGraphOf;
   for (int fold : {0, 1}) {
     SCOPED_TRACE("foldUpdatesIntoGemms " + std::to_string(fold));
-    test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(32, 64);
-    Expected<std::unique_ptr<CudaBackend>> backend =
-        createCudaBackend({.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = fold});
-    ASSERT_TRUE(backend.ok()) << backend.message();
-    Expected<std::unique_ptr<Executable>> executable = (*backend)->prepare(parts.plan);
-    ASSERT_TRUE(executable.ok()) << executable.message();
-    EXPECT_EQ((*backend)->stats(**executable).speculativeUpdates, 2);
-    std::vector<Tensor> arguments;
-    for (const Tensor& argument : scaledTwoLayerArguments(parts, 0, false))
-      arguments.push_back(*(*backend)->toDevice(argument));
-    std::vector<std::vector<std::string>> graphs;
-    for (uint32_t run = 0; run < 5; ++run) {
-      std::vector<Tensor> batch = scaledTwoLayerArguments(parts, run, false);
-      for (BufferId input : {parts.x, parts.target})
-        arguments[input] = *(*backend)->toDevice(batch[input]);
-      int64_t capturesBefore = (*backend)->stats(**executable).captures;
-      Expected<std::vector<Tensor>> results = (*executable)->run(arguments);
-      ASSERT_TRUE(results.ok()) << results.message();
-      ASSERT_TRUE((*backend)->toHost((*results)[0]).ok()); // waits for the run
-      if ((*backend)->stats(**executable).captures > capturesBefore)
-        graphs.push_back(emulation::lastGraphInstantiation().nodes);
-    }
-    CudaRunStats stats = (*backend)->stats(**executable);
+    CapturedRuns captured = runCapturingGraphs(
+        test::scaledTwoLayerStep(32, 64), {.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = fold}, 5);
+    const CudaRunStats& stats = captured.stats;
+    EXPECT_EQ(stats.speculativeUpdates, 2);
     EXPECT_EQ(stats.graphDisabledReason, "");
     EXPECT_EQ(stats.eagerRuns, 1);
     EXPECT_EQ(stats.graphReplays, 4) << "runs 1 and 2 launch the graphs they capture, runs 3 and 4 launch them again";
-    ASSERT_EQ(graphs.size(), 2u) << "one graph for each buffer of the state";
-    const std::vector<std::string>& first = graphs[0];
-    const std::vector<std::string>& second = graphs[1];
+    ASSERT_EQ(captured.graphs.size(), 2u) << "one graph for each buffer of the state";
+    const std::vector<std::string>& first = captured.graphs[0];
+    const std::vector<std::string>& second = captured.graphs[1];
     for (std::size_t node = 0; node < std::min(first.size(), second.size()); ++node)
       ASSERT_EQ(first[node], second[node]) << "node " << node << " of the two graphs";
     EXPECT_EQ(first.size(), second.size());
@@ -1215,43 +1239,29 @@ TEST_F(GpuTest, TheCheckAfterAFoldedUpdateStaysWithinTheSmsTheGemmsBesideItLeave
   // holds (2048 threads: 8 blocks), it stays out of their way. The result
   // is the same either way (the emulation computes every GEMM algorithm
   // one way, so here bit for bit).
+  test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(16, 256);
   std::vector<std::vector<double>> weights;
   for (int reserve : {0, 1}) {
     SCOPED_TRACE("gemmSmReserve " + std::to_string(reserve));
-    test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(16, 256);
-    Expected<std::unique_ptr<CudaBackend>> backend = createCudaBackend(
-        {.gemmSmReserve = reserve, .speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 1});
-    ASSERT_TRUE(backend.ok()) << backend.message();
-    Expected<std::unique_ptr<Executable>> executable = (*backend)->prepare(parts.plan);
-    ASSERT_TRUE(executable.ok()) << executable.message();
-    ASSERT_EQ((*backend)->stats(**executable).updatesFoldedIntoGemms, 1);
-    std::vector<Tensor> arguments;
-    for (const Tensor& argument : scaledTwoLayerArguments(parts, 0, false))
-      arguments.push_back(*(*backend)->toDevice(argument));
+    CapturedRuns captured = runCapturingGraphs(
+        parts, {.gemmSmReserve = reserve, .speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 1}, 3);
+    ASSERT_EQ(captured.stats.updatesFoldedIntoGemms, 1);
     std::vector<std::string> checks;
-    for (uint32_t run = 0; run < 3; ++run) {
-      std::vector<Tensor> batch = scaledTwoLayerArguments(parts, run, false);
-      for (BufferId input : {parts.x, parts.target})
-        arguments[input] = *(*backend)->toDevice(batch[input]);
-      int64_t capturesBefore = (*backend)->stats(**executable).captures;
-      Expected<std::vector<Tensor>> results = (*executable)->run(arguments);
-      ASSERT_TRUE(results.ok()) << results.message();
-      ASSERT_TRUE((*backend)->toHost((*results)[0]).ok());
-      if ((*backend)->stats(**executable).captures > capturesBefore)
-        for (const std::string& node : emulation::lastGraphInstantiation().nodes)
-          if (node.find("checkFoldedUpdateKernel") != std::string::npos)
-            checks.push_back(node);
-    }
+    for (const std::vector<std::string>& graph : captured.graphs)
+      for (const std::string& node : graph)
+        if (node.find("checkFoldedUpdateKernel") != std::string::npos)
+          checks.push_back(node);
     ASSERT_FALSE(checks.empty()) << "no captured graph checks the folded update";
     for (const std::string& check : checks) {
       EXPECT_NE(check.find("lane 1: "), std::string::npos) << check;
       EXPECT_NE(check.find(reserve > 0 ? "<<<8x1x1, 256x1x1, 0>>>" : "<<<16x1x1, 256x1x1, 0>>>"), std::string::npos)
           << check;
     }
-    weights.push_back((*backend)->toHost(arguments[parts.w0])->toDoubles());
+    weights.push_back(captured.arguments[parts.w0].toDoubles());
   }
   ASSERT_EQ(weights.size(), 2u);
   EXPECT_EQ(weights[0], weights[1]);
+  EXPECT_NE(weights[0], scaledTwoLayerArguments(parts, 0, false)[parts.w0].toDoubles()) << "w0 was never updated";
 }
 #endif
 
