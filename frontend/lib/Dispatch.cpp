@@ -354,9 +354,10 @@ std::vector<Tensor> autograd::function(const std::string& name, const std::vecto
     if (!results[i].defined())
       throw Error("autograd::function '" + name + "': forward returned an undefined result " + std::to_string(i));
     // A fresh handle: a result that is an input itself must not take over
-    // the input's history.
+    // the input's history. The node keeps a handle of its own: holding the
+    // result, whose history is the node, it would keep both alive forever.
     results[i] = results[i].detach();
-    node->outputs.push_back(results[i]);
+    node->outputs.push_back(results[i].detach());
     detail::TensorImpl& impl = results[i].impl();
     if (!ampjit::runtime::isFloating(impl.type.dtype))
       continue;

@@ -245,6 +245,23 @@ TEST(Autograd, AFunctionRecordsOneNodeWithTheUsersBackward) {
   EXPECT_FALSE(plain.requires_grad());
 }
 
+TEST(Autograd, AFunctionsResultsAndHistoryGoWithTheLastHandle) {
+  // Its node keeps the results for backward: were those the results
+  // themselves, each result would hold the node that holds it, and neither
+  // (nor the inputs behind them) would ever be freed.
+  std::weak_ptr<detail::TensorImpl> input, result;
+  {
+    Tensor x = tensor({-2.0, -0.5, 0.25, 3.0}, {4}, f64).requires_grad_();
+    Tensor y = reverseGradient(x, 0.5);
+    sum(y).backward();
+    EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{-0.5, -0.5, -0.5, -0.5}));
+    input = x.impl_ptr();
+    result = y.impl_ptr();
+  }
+  EXPECT_TRUE(result.expired()) << "the function's result outlives its last handle";
+  EXPECT_TRUE(input.expired()) << "the function's input outlives its last handle";
+}
+
 TEST(Autograd, AFunctionsMistakesAreClearErrors) {
   Tensor x = tensor({1.0, 2.0}, {2}, f64).requires_grad_();
   auto identity = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0]}; };
