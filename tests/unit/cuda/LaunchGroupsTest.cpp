@@ -178,7 +178,8 @@ TEST(LaunchGroups, ALaunchAfterTheDeferredUpdateWaitsForWhatAnyOfItsStepsNeeds) 
   };
   std::vector<Step> updates;
   for (BufferId param : {casts.weight, casts.bias}) {
-    const TensorType& type = plan.buffers[param].type;
+    // A copy: adding buffers below may move plan.buffers.
+    const TensorType type = plan.buffers[param].type;
     BufferId lr = addBuffer({.type = tt(DType::F32, {}), .role = BufferRole::Carried});
     BufferId grad = addBuffer({.type = type, .role = BufferRole::Carried});
     std::vector<std::optional<TensorType>> operandTypes = {type,         type,         std::nullopt,
