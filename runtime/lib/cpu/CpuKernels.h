@@ -149,6 +149,10 @@ inline void storeAs(const BufferView& view, int64_t i, T value) {
 /// Elements [begin, begin + n) of `view` into `out`, widened to T.
 template <typename T>
 inline void loadRange(const BufferView& view, int64_t begin, int64_t n, T* out) {
+  // An empty buffer's data and `out` may be null, which memcpy may not take
+  // even for no bytes.
+  if (n <= 0)
+    return;
   if constexpr (std::is_same_v<T, float>) {
     if (view.dtype == DType::F32) {
       std::memcpy(out, view.as<const float>() + begin, size_t(n) * sizeof(float));
@@ -172,6 +176,8 @@ inline void loadRange(const BufferView& view, int64_t begin, int64_t n, T* out) 
 /// `in[0..n)` into elements [begin, begin + n) of `view`, rounded once.
 template <typename T>
 inline void storeRange(const BufferView& view, int64_t begin, int64_t n, const T* in) {
+  if (n <= 0) // as loadRange
+    return;
   if constexpr (std::is_same_v<T, float>) {
     if (view.dtype == DType::F32) {
       std::memmove(view.as<float>() + begin, in, size_t(n) * sizeof(float));
