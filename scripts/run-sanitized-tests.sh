@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds every target with AddressSanitizer and UndefinedBehaviorSanitizer
+# (AMPJIT_SANITIZE=address,undefined, RelWithDebInfo) in its own build folder
+# and runs every test there, stopping a test at the first report. Not part of
+# CI: on 2 cores the build takes about 25 minutes, the tests 12 more.
+#
+#   scripts/run-sanitized-tests.sh [ctest arguments, e.g. -R Emulated]
+#
+# AMPJIT_SANITIZED_BUILD_DIR chooses the folder (build-asan). Leaks count as
+# failures too: none is expected, so nothing is suppressed.
+set -euo pipefail
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_dir="${AMPJIT_SANITIZED_BUILD_DIR:-$repo_root/build-asan}"
+"$repo_root/scripts/setup.sh" --no-build
+cmake -S "$repo_root" -B "$build_dir" -G Ninja \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DAMPJIT_SANITIZE=address,undefined \
+  -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit
+cmake --build "$build_dir"
+export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:abort_on_error=0:strict_string_checks=1"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)" "$@"
