@@ -1231,37 +1231,50 @@ TEST_F(GpuTest, ASpeculatingStepsTwoGraphsDoTheSameWorkInTheSameOrder) {
   EXPECT_NE(firstGraphOf[0], firstGraphOf[1]) << "a folded update changes what the graph launches";
 }
 
-TEST_F(GpuTest, TheCheckAfterAFoldedUpdateStaysWithinTheSmsTheGemmsBesideItLeave) {
-  // w0's update folded into its GEMM; the check of the new w0 runs on the
-  // side stream beside the GEMMs that follow. Planned to leave it one SM
-  // (gemmSmReserve 1), they would still share the rest with a check of
-  // w0's 65536 elements sized by its data (16 blocks); held to what one SM
-  // holds (2048 threads: 8 blocks), it stays out of their way. The result
-  // is the same either way (the emulation computes every GEMM algorithm
+TEST_F(GpuTest, TheCheckAfterAFoldedUpdateStaysWithinTheSmsTheGemmsAfterItLeave) {
+  // Both weights' plain SGD folded into their GEMMs: w1's first, its check
+  // forked to the side stream beside the two GEMMs that follow (dh's and
+  // w0's), then w0's, last, with no GEMM after its check. Planned to leave
+  // the side stream one SM (gemmSmReserve 1), those GEMMs would still share
+  // the rest with a check of 65536 elements sized by its data (16 blocks);
+  // held to what one SM holds (2048 threads: 8 blocks), it stays out of
+  // their way. The last check has nothing to stay out of the way of, and a
+  // limit would only lengthen the step's tail: it keeps its 16. The results
+  // are the same either way (the emulation computes every GEMM algorithm
   // one way, so here bit for bit).
-  test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(16, 256);
+  test::ScaledTwoLayerStep parts = test::scaledTwoLayerStep(16, 256, /*w1Momentum=*/false);
   std::vector<std::vector<double>> weights;
   for (int reserve : {0, 1}) {
     SCOPED_TRACE("gemmSmReserve " + std::to_string(reserve));
     CapturedRuns captured = runCapturingGraphs(
         parts, {.gemmSmReserve = reserve, .speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 1}, 3);
-    ASSERT_EQ(captured.stats.updatesFoldedIntoGemms, 1);
-    std::vector<std::string> checks;
-    for (const std::vector<std::string>& graph : captured.graphs)
+    ASSERT_EQ(captured.stats.updatesFoldedIntoGemms, 2) << captured.stats.gemmFoldDeclined;
+    ASSERT_FALSE(captured.graphs.empty());
+    for (const std::vector<std::string>& graph : captured.graphs) {
+      std::vector<std::string> checks; // w1's, then w0's
       for (const std::string& node : graph)
         if (node.find("checkFoldedUpdateKernel") != std::string::npos)
           checks.push_back(node);
-    ASSERT_FALSE(checks.empty()) << "no captured graph checks the folded update";
-    for (const std::string& check : checks) {
-      EXPECT_NE(check.find("lane 1: "), std::string::npos) << check;
-      EXPECT_NE(check.find(reserve > 0 ? "<<<8x1x1, 256x1x1, 0>>>" : "<<<16x1x1, 256x1x1, 0>>>"), std::string::npos)
-          << check;
+      ASSERT_EQ(checks.size(), 2u);
+      for (const std::string& check : checks)
+        EXPECT_NE(check.find("lane 1: "), std::string::npos) << check;
+      EXPECT_NE(checks[0].find(reserve > 0 ? "<<<8x1x1, 256x1x1, 0>>>" : "<<<16x1x1, 256x1x1, 0>>>"),
+                std::string::npos)
+          << "w1's check: " << checks[0];
+      EXPECT_NE(checks[1].find("<<<16x1x1, 256x1x1, 0>>>"), std::string::npos) << "w0's check: " << checks[1];
     }
-    weights.push_back(captured.arguments[parts.w0].toDoubles());
+    std::vector<double> both = captured.arguments[parts.w0].toDoubles();
+    for (double w1 : captured.arguments[parts.w1].toDoubles())
+      both.push_back(w1);
+    weights.push_back(both);
   }
   ASSERT_EQ(weights.size(), 2u);
   EXPECT_EQ(weights[0], weights[1]);
-  EXPECT_NE(weights[0], scaledTwoLayerArguments(parts, 0, false)[parts.w0].toDoubles()) << "w0 was never updated";
+  std::vector<Tensor> initial = scaledTwoLayerArguments(parts, 0, false);
+  EXPECT_NE(std::vector<double>(weights[0].begin(), weights[0].begin() + 65536), initial[parts.w0].toDoubles())
+      << "w0 was never updated";
+  EXPECT_NE(std::vector<double>(weights[0].begin() + 65536, weights[0].end()), initial[parts.w1].toDoubles())
+      << "w1 was never updated";
 }
 #endif
 

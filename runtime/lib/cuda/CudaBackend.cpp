@@ -317,6 +317,8 @@ public:
       prepared.step = std::move(*step);
       prepared.deferredDue = joins[g];
       prepared.smCountTarget = leavesSms ? gemmSmCountTarget : 0;
+      if (leavesSms)
+        lastReservedGemm_ = index;
       for (std::size_t i = index; i < end; ++i)
         prepared.indices.push_back(i);
       workspaceBytes_ = std::max(workspaceBytes_, prepared.step->workspaceBytes());
@@ -940,11 +942,12 @@ private:
     return endTimelineLaunch(stream);
   }
 
-  /// The blocks of 256 threads that fill the SMs GEMMs beside the side
-  /// stream leave to it (gemmSmReserve_), for its grid-stride kernels; 0
-  /// (no limit) when they leave none.
-  int64_t reservedSmBlocks() const {
-    if (gemmSmReserve_ <= 0)
+  /// For a grid-stride kernel forked to the side stream after plan step
+  /// `index`: the blocks of 256 threads that fill the SMs the GEMMs after it
+  /// leave to it (gemmSmReserve_), or 0 (no limit) when none of them leaves
+  /// any: at the step's tail a limit would only slow it.
+  int64_t reservedSmBlocks(std::size_t index) const {
+    if (gemmSmReserve_ <= 0 || !lastReservedGemm_ || *lastReservedGemm_ <= index)
       return 0;
     int blocksPerSm = std::max(1, runtime_->context.maxThreadsPerMultiprocessor / cuda::update::kThreads);
     return int64_t(gemmSmReserve_) * blocksPerSm;
@@ -990,7 +993,7 @@ private:
                 static_cast<const float*>(out[sgd_slot::kNewParam]), out[sgd_slot::kNewParamCopy],
                 copy == kNoBuffer ? cuda::update::ElementType::F16
                                   : cuda::update::ElementType(int32_t(plan_.buffers[copy].type.dtype)),
-                plan_.buffers[param].type.elementCount(), checks->second, evictFirst_, reservedSmBlocks(), side),
+                plan_.buffers[param].type.elementCount(), checks->second, evictFirst_, reservedSmBlocks(index), side),
             where + ": checking the parameter its GEMM updated");
       } else {
         status = prepared.step->enqueue(
@@ -1720,6 +1723,8 @@ private:
   bool useGraphs_;
   bool checkNumerics_;
   int gemmSmReserve_; ///< CudaBackendOptions::gemmSmReserve, resolved
+  /// The plan step of the last GEMM planned to leave gemmSmReserve_ SMs.
+  std::optional<std::size_t> lastReservedGemm_;
   /// CudaBackendOptions::speculativeUpdateMinimumElements, resolved (0: off).
   int64_t speculativeMinimumElements_;
   /// CudaBackendOptions::foldUpdatesIntoGemms, resolved.

@@ -375,8 +375,10 @@ struct ScaledTwoLayerStep {
 /// w0Copy, O1's kept cast) and for w1 (momentum 0.9, cast each step), and the
 /// scale update. Arguments in order: x (input f16[rows, width]), target
 /// (input f32[rows, width]), w0, w0Copy, w1, momentum, lr, scale, good, bad,
-/// skipped.
-inline ScaledTwoLayerStep scaledTwoLayerStep(int64_t rows, int64_t width) {
+/// skipped. Without `w1Momentum`, w1's SGD is plain too (its momentum
+/// argument stays, unread and unchanged), so both updates may fold into
+/// their gradients' GEMMs on CUDA.
+inline ScaledTwoLayerStep scaledTwoLayerStep(int64_t rows, int64_t width, bool w1Momentum = true) {
   PlanBuilder b("scaled_two_layers");
   ScaledTwoLayerStep parts{};
   TensorType square = tt(DType::F32, {width, width}), square16 = tt(DType::F16, {width, width});
@@ -422,15 +424,20 @@ inline ScaledTwoLayerStep scaledTwoLayerStep(int64_t rows, int64_t width) {
   parts.inverseStep = op("jit.div", {one, parts.scale}, {inverse});
   parts.w0Update = op("jit.sgd_update", {parts.w0, gw0, kNoBuffer, kNoBuffer, parts.lr, inverse, ok, parts.w0Copy},
                       {parts.w0, parts.w0Copy});
-  parts.w1Update = op("jit.sgd_update", {parts.w1, gw1, parts.momentum, kNoBuffer, parts.lr, inverse, ok, kNoBuffer},
-                      {parts.w1, parts.momentum}, {{"momentum", 0.9}});
+  if (w1Momentum)
+    parts.w1Update = op("jit.sgd_update", {parts.w1, gw1, parts.momentum, kNoBuffer, parts.lr, inverse, ok, kNoBuffer},
+                        {parts.w1, parts.momentum}, {{"momentum", 0.9}});
+  else
+    parts.w1Update =
+        op("jit.sgd_update", {parts.w1, gw1, kNoBuffer, kNoBuffer, parts.lr, inverse, ok, kNoBuffer}, {parts.w1});
   op("amp.update_scale", {parts.scale, good, bad, skipped, ok}, {parts.scale, good, bad, skipped},
      {{"growth_interval", int64_t(2)}});
   b.result(parts.loss);
   b.result(parts.w0, 2);
   b.result(parts.w0Copy, 3);
   b.result(parts.w1, 4);
-  b.result(parts.momentum, 5);
+  if (w1Momentum)
+    b.result(parts.momentum, 5);
   b.result(parts.scale, 7);
   b.result(good, 8);
   b.result(bad, 9);
