@@ -17,6 +17,6 @@ cmake -S "$repo_root" -B "$build_dir" -G Ninja \
   -DAMPJIT_SANITIZE=address,undefined \
   -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit
 cmake --build "$build_dir"
-export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:abort_on_error=0:strict_string_checks=1"
+export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:strict_string_checks=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)" "$@"
