@@ -12,9 +12,14 @@
 
 #include "jit/jit.h"
 
+#include "ampjit/runtime/Fnv1a.h"
+
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <random>
 
 
 namespace jit::testing {
@@ -258,6 +263,58 @@ TEST(Checkpoint, BadFilesAreClearErrorsThatChangeNothing) {
 
   expectError(errorOf([&] { target.checkpoint.add("model", target.model); }), {"part 'model' is already added"});
   expectError(errorOf([] { Checkpoint().load("anything"); }), {"nothing to load into"});
+}
+
+bool sameBits(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const auto& x, const auto& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
+  });
+}
+
+/// Edits (overwrites, deletions, insertions) are resealed with the right
+/// checksum, so the parser and the checks against the objects are what must
+/// refuse them.
+TEST(Checkpoint, ARandomlyEditedFileLoadsOrIsAnErrorThatChangesNothing) {
+  ::ampjit::testing::TemporaryDirectory scratch;
+  TrainingRun source(1);
+  train(source, eagerF16(source), 3);
+  std::string good = (scratch.path / "good.ampjit").string(), edited = (scratch.path / "edited.ampjit").string();
+  source.checkpoint.save(good);
+  std::ifstream in(good, std::ios::binary);
+  const std::vector<uint8_t> original((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+
+  TrainingRun target(2);
+  std::mt19937_64 rng(11);
+  int rejected = 0, loaded = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<uint8_t> bytes(original.begin(), original.end() - 8);
+    int edits = 1 + int(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      size_t at = 8 + rng() % (bytes.size() - 8);
+      switch (rng() % 4) {
+      case 0: bytes.erase(bytes.begin() + std::ptrdiff_t(at)); break;
+      case 1: bytes.insert(bytes.begin() + std::ptrdiff_t(at), uint8_t(rng())); break;
+      default: bytes[at] = uint8_t(rng()); break;
+      }
+    }
+    uint64_t checksum = ::ampjit::runtime::fnv1a64(std::span<const uint8_t>(bytes));
+    for (int i = 0; i < 8; ++i)
+      bytes.push_back(uint8_t(checksum >> (8 * i)));
+    std::ofstream(edited, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    std::vector<std::vector<double>> before = target.everything();
+    std::string message = errorOf([&] { target.checkpoint.load(edited); });
+    if (message.empty()) {
+      ++loaded;
+      continue;
+    }
+    ++rejected;
+    EXPECT_NE(message.find("edited.ampjit"), std::string::npos) << message;
+    // Bitwise: an edited file that loaded may have left NaNs behind.
+    ASSERT_TRUE(sameBits(target.everything(), before)) << "trial " << trial << " changed state: " << message;
+  }
+  // Most edits break the structure; some only change a value and load.
+  EXPECT_GT(rejected, 1000);
+  EXPECT_GT(loaded, 100);
 }
 
 TEST(Checkpoint, SavingOrLoadingInsideATracedStepIsAnError) {
