@@ -495,9 +495,10 @@ bool isNhwc(const AttributeMap& attributes) { return attrKeyword(attributes, "la
 std::vector<int64_t> windowPair(const OpDef& op, const AttributeMap& attributes, std::string_view name,
                                 int64_t minimum) {
   std::vector<int64_t> values = attrList(attributes, name);
-  if (values.size() != 2 || values[0] < minimum || values[1] < minimum)
-    fail(op, std::string(name) + " must be two values [height, width], each at least " + std::to_string(minimum) +
-                 ", got " + rt::shapeToString(values));
+  auto inRange = [&](int64_t value) { return value >= minimum && value <= rt::kMaxWindowParameter; };
+  if (values.size() != 2 || !inRange(values[0]) || !inRange(values[1]))
+    fail(op, std::string(name) + " must be two values [height, width], each in [" + std::to_string(minimum) + ", " +
+                 std::to_string(rt::kMaxWindowParameter) + "], got " + rt::shapeToString(values));
   return values;
 }
 

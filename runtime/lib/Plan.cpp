@@ -1136,9 +1136,9 @@ Status checkPair(std::string_view name, const std::vector<int64_t>& values, int6
     return Status::error(std::string(name) + " must have 2 entries [height, width], got " +
                          std::to_string(values.size()));
   for (int64_t value : values)
-    if (value < minimum)
-      return Status::error(std::string(name) + " entries must be at least " + std::to_string(minimum) +
-                           ", got " + shapeToString(values));
+    if (value < minimum || value > kMaxWindowParameter)
+      return Status::error(std::string(name) + " entries must be in [" + std::to_string(minimum) + ", " +
+                           std::to_string(kMaxWindowParameter) + "], got " + shapeToString(values));
   return Status::success();
 }
 

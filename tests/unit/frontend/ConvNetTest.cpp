@@ -43,6 +43,17 @@ TEST(ConvNet, Conv2dModuleHasPyTorchShapesAndInitBounds) {
   EXPECT_THROW(conv(randn({6, 7, 9})), Error);
 }
 
+TEST(ConvNet, WindowParametersPastInt32AreAClearError) {
+  Generator generator(5);
+  Tensor x = randn({1, 2, 8, 8}, f32, &generator), w = randn({2, 2, 3, 3}, f32, &generator);
+  std::string message = errorOf([&] { conv2d(x, w, {}, {.dilation = {1, int64_t(1) << 62}}); });
+  EXPECT_NE(message.find("dilation must be two values [height, width], each in [1, 2147483647], got [1x4611686018427387904]"),
+            std::string::npos)
+      << message;
+  message = errorOf([&] { conv2d(x, w, {}, {.padding = {int64_t(1) << 62, 0}}); });
+  EXPECT_NE(message.find("padding must be two values"), std::string::npos) << message;
+}
+
 TEST(ConvNet, BatchNorm2dTrainsOnBatchStatisticsAndUpdatesRunningOnes) {
   nn::BatchNorm2d bn(3, 1e-5, 0.25);
   Generator generator(8);

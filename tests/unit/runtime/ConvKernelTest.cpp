@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 
 namespace {
@@ -177,6 +178,30 @@ ConvResults runConv(const ConvShape& c, const Tensor& x, const Tensor& w, const 
   if (y.empty() || dx.empty() || dw.empty())
     return {};
   return {fromLayout(y[0]), fromLayout(dx[0]), fromLayout(dw[0])};
+}
+
+TEST(WindowShape, OutputSizesFollowTheFormulaAndExtremesAreRefusedWithoutOverflow) {
+  EXPECT_EQ(windowOutputSize(8, 3, 1, 0, 1), 6);
+  EXPECT_EQ(windowOutputSize(8, 3, 2, 1, 1), 4);
+  EXPECT_EQ(windowOutputSize(8, 3, 2, 1, 2), 3);
+  EXPECT_EQ(windowOutputSize(4, 3, 1, 0, 2), -1); // dilated extent 5 > 4
+  // ceil mode: a last window that would start in the right padding is dropped.
+  EXPECT_EQ(windowOutputSize(5, 2, 2, 0, 1, /*ceilMode=*/true), 3);
+  EXPECT_EQ(windowOutputSize(6, 3, 3, 1, 1, /*ceilMode=*/true), 3);
+  EXPECT_EQ(windowOutputSize(6, 3, 3, 1, 1, /*ceilMode=*/false), 2);
+  // Parameters at the limit are exact; past it, refused (the dilated extent
+  // and twice the padding would overflow int64 long before they stop fitting).
+  const int64_t big = kMaxWindowParameter;
+  EXPECT_EQ(windowOutputSize(1, 1, 1, big, 1), 2 * big + 1);
+  EXPECT_EQ(windowOutputSize(int64_t(1) << 40, 2, big, 0, big), ((int64_t(1) << 40) - big - 1) / big + 1);
+  EXPECT_EQ(windowOutputSize(8, 3, 1, 1, int64_t(1) << 62), -1);
+  EXPECT_EQ(windowOutputSize(8, 3, 1, int64_t(1) << 62, 1), -1);
+  EXPECT_EQ(windowOutputSize(8, 3, big + 1, 0, 1), -1);
+  EXPECT_EQ(windowOutputSize(8, big + 1, 1, 0, 1), -1);
+  // A dimension near INT64_MAX with padding: exact, not wrapped.
+  EXPECT_EQ(windowOutputSize(INT64_MAX - 2, 1, 1, 1, 1), INT64_MAX);
+  EXPECT_EQ(windowOutputSize(INT64_MAX, 1, 1, 1, 1), -1); // INT64_MAX + 2 outputs
+  EXPECT_EQ(windowOutputSize(INT64_MAX, 3, 2, 1, 1, /*ceilMode=*/true), INT64_MAX / 2 + 1);
 }
 
 TEST(CpuConv2d, ForwardAndGradientsMatchTheReferenceInEveryDtype) {

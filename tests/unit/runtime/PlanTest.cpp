@@ -587,6 +587,12 @@ TEST(PlanVerifier, AConvolutionsInputGradientAddsToItsAccumulateInputInPlace) {
   wrongShape.steps[1].inputs[2] = small;
   EXPECT_EQ(verifyMessage(wrongShape), "step 1 (conv2d_grad_input from jit.conv2d_grad_input): input 'accumulate' "
                                        "(f16[1x3x2x2]) must be f16[1x3x4x4], the gradient it adds to");
+  // A plan file's window parameters are held to what cuDNN's int takes, so
+  // the size arithmetic cannot overflow.
+  Plan hugeDilation = plan;
+  hugeDilation.steps[1].as<Conv2dParams>().dilation = {1, int64_t(1) << 62};
+  EXPECT_EQ(verifyMessage(hugeDilation), "step 1 (conv2d_grad_input from jit.conv2d_grad_input): dilation entries "
+                                         "must be in [1, 2147483647], got [1x4611686018427387904]");
 }
 
 TEST(PlanVerifier, LiveTemporariesMustNotShareArenaBytes) {

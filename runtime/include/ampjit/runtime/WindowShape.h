@@ -12,8 +12,14 @@
 
 namespace ampjit::runtime {
 
+/// The largest kernel, stride, padding or dilation a window takes. cuDNN's
+/// descriptors hold them as int; and with them this small, the size
+/// arithmetic below and its users' (2 * padding) stay far from overflow.
+inline constexpr int64_t kMaxWindowParameter = INT32_MAX;
+
 /// Output size along one dimension, or -1 when the window does not fit (or a
-/// parameter is out of range: kernel, stride, dilation < 1 or padding < 0).
+/// parameter is out of range: kernel, stride, dilation < 1 or padding < 0, or
+/// any of them above kMaxWindowParameter).
 ///   floor((in + 2*padding - dilation*(kernel-1) - 1) / stride) + 1
 /// With ceilMode the division rounds up, but (as PyTorch) the last window
 /// must start inside the input or its left padding.
@@ -21,13 +27,18 @@ inline int64_t windowOutputSize(int64_t in, int64_t kernel, int64_t stride, int6
                                 int64_t dilation, bool ceilMode = false) {
   if (in < 1 || kernel < 1 || stride < 1 || padding < 0 || dilation < 1)
     return -1;
-  int64_t span = in + 2 * padding - dilation * (kernel - 1) - 1;
+  if (kernel > kMaxWindowParameter || stride > kMaxWindowParameter || padding > kMaxWindowParameter ||
+      dilation > kMaxWindowParameter)
+    return -1;
+  // In 128 bits: a dimension near INT64_MAX plus twice the padding must not wrap.
+  using Wide = __int128;
+  Wide span = Wide(in) + 2 * Wide(padding) - Wide(dilation) * (kernel - 1) - 1;
   if (span < 0)
     return -1;
-  int64_t out = (ceilMode ? (span + stride - 1) / stride : span / stride) + 1;
-  if (ceilMode && (out - 1) * stride >= in + padding)
+  Wide out = (ceilMode ? (span + stride - 1) / stride : span / stride) + 1;
+  if (ceilMode && (out - 1) * stride >= Wide(in) + padding)
     --out;
-  return out;
+  return out > INT64_MAX ? -1 : int64_t(out);
 }
 
 /// Positions of the batch, channel and two spatial dimensions of a rank-4

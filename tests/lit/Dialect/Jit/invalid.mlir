@@ -1227,6 +1227,26 @@ func.func @conv2d_window_attribute_arity(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1
 
 // -----
 
+// A window parameter past int32 is refused before any size arithmetic (the
+// dilated kernel's extent overflowed int64 here once).
+func.func @conv2d_grad_input_huge_dilation(%dy: tensor<1x2x4x4xf32>, %w: tensor<2x2x3x3xf32>) {
+  // expected-error @below {{'jit.conv2d_grad_input' attribute 'dilation' entries must be in [1, 2147483647], got [1, 4611686018427387904]}}
+  %dx = jit.conv2d_grad_input %dy, %w stride = [1, 1] padding = [1, 1] dilation = [1, 4611686018427387904]
+      : (tensor<1x2x4x4xf32>, tensor<2x2x3x3xf32>) -> tensor<1x2x4x4xf32>
+  return
+}
+
+// -----
+
+func.func @max_pool2d_huge_padding(%x: tensor<1x1x8x8xf32>) {
+  // expected-error @below {{'jit.max_pool2d' attribute 'padding' entries must be in [0, 2147483647], got [0, 4611686018427387904]}}
+  // expected-error @below {{failed to infer returned types}}
+  %y = jit.max_pool2d %x kernel_size = [3, 3] stride = [2, 2] padding = [0, 4611686018427387904] : tensor<1x1x8x8xf32> -> tensor<1x1x3x3xf32>
+  return
+}
+
+// -----
+
 func.func @conv2d_element_types(%x: tensor<1x1x4x4xf16>, %w: tensor<1x1x3x3xf32>) {
   // expected-error @below {{'jit.conv2d' operand 'weight' of type 'tensor<1x1x3x3xf32>' must have the element type of operand 'input', 'tensor<1x1x4x4xf16>'}}
   // expected-error @below {{failed to infer returned types}}

@@ -225,16 +225,16 @@ LogicalResult verifyParamCopy(std::optional<Location> loc, StringRef opName, Val
 // Convolution, batch norm and pooling shape rules
 //===----------------------------------------------------------------------===//
 
-/// The window attribute `name` has two entries [height, width], each at least `minimum`.
+/// The window attribute `name` has two entries [height, width], each in [`minimum`, kMaxWindowParameter].
 LogicalResult verifyWindowPair(std::optional<Location> loc, StringRef opName, StringRef name,
                                ArrayRef<int64_t> values, int64_t minimum) {
   if (values.size() != 2)
     return emitOptionalError(loc, "'", opName, "' attribute '", name,
                              "' must have 2 entries [height, width], got ", values.size());
   for (int64_t value : values)
-    if (value < minimum)
-      return emitOptionalError(loc, "'", opName, "' attribute '", name, "' entries must be at least ",
-                               minimum, ", got [", values[0], ", ", values[1], "]");
+    if (value < minimum || value > ampjit::runtime::kMaxWindowParameter)
+      return emitOptionalError(loc, "'", opName, "' attribute '", name, "' entries must be in [", minimum, ", ",
+                               ampjit::runtime::kMaxWindowParameter, "], got [", values[0], ", ", values[1], "]");
   return success();
 }
 
