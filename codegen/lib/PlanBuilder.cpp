@@ -32,9 +32,15 @@ namespace rt = ampjit::runtime;
 
 namespace ampjit::codegen {
 
+namespace {
+/// What toRuntimeType accepts, for the messages about what it refuses.
+constexpr const char *kRuntimeTypes =
+    " (it holds statically shaped tensors of at most 2^48 elements of f16, bf16, f32, f64, i64 or i1)";
+} // namespace
+
 std::optional<rt::TensorType> toRuntimeType(Type type) {
   auto tensorType = dyn_cast<RankedTensorType>(type);
-  if (!tensorType || !tensorType.hasStaticShape())
+  if (!tensorType || rt::checkedElementCount(tensorType.getShape()) < 0)
     return std::nullopt;
   Type element = tensorType.getElementType();
   std::optional<rt::DType> dtype;
@@ -203,7 +209,7 @@ private:
       std::optional<rt::TensorType> type = toRuntimeType(argument.getType());
       if (!type)
         return function.emitError() << "argument #" << index << " has type " << argument.getType()
-                                    << ", which the runtime has no buffer for";
+                                    << ", which the runtime has no buffer for" << kRuntimeTypes;
       rt::BufferDesc desc;
       desc.type = *type;
       desc.role = rt::BufferRole::Input;
@@ -302,7 +308,7 @@ private:
     std::optional<rt::TensorType> type = toRuntimeType(constant.getType());
     if (!type)
       return constant.emitOpError() << "has type " << constant.getType()
-                                    << ", which the runtime has no buffer for";
+                                    << ", which the runtime has no buffer for" << kRuntimeTypes;
     FailureOr<rt::DenseData> data = denseDataOf(constant.getValue(), *type, constant);
     if (failed(data))
       return failure();
@@ -359,7 +365,7 @@ private:
       std::optional<rt::TensorType> type = toRuntimeType(position->getType());
       if (!type)
         return op->emitOpError() << "reads a value of type " << position->getType()
-                                 << ", which the runtime has no buffer for";
+                                 << ", which the runtime has no buffer for" << kRuntimeTypes;
       operandTypes.push_back(type);
       operandBuffers.push_back(bufferOf.at(*position));
     }
@@ -369,7 +375,7 @@ private:
       std::optional<rt::TensorType> runtimeType = toRuntimeType(type);
       if (!runtimeType)
         return op->emitOpError() << "produces a value of type " << type
-                                 << ", which the runtime has no buffer for";
+                                 << ", which the runtime has no buffer for" << kRuntimeTypes;
       resultTypes.push_back(*runtimeType);
     }
 

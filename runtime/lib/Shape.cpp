@@ -4,21 +4,6 @@
 
 namespace ampjit::runtime {
 
-int64_t checkedElementCount(std::span<const int64_t> shape) {
-  int64_t count = 1;
-  for (int64_t dim : shape) {
-    if (dim < 0)
-      return -1;
-    if (dim == 0)
-      count = 0;
-    else if (count > kMaxElements / dim)
-      return -1;
-    else
-      count *= dim;
-  }
-  return count;
-}
-
 int64_t elementCount(std::span<const int64_t> shape) {
   int64_t count = 1;
   for (int64_t dim : shape)

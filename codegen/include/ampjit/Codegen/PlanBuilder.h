@@ -98,7 +98,8 @@ DeferralResult deferOptimizerUpdates(runtime::Plan &plan, int64_t minimumElement
 /// function with a body when `name` is empty.
 mlir::FailureOr<mlir::func::FuncOp> findEntryFunction(mlir::ModuleOp module, llvm::StringRef name);
 
-/// The runtime's view of an MLIR tensor type (nullopt for anything else).
+/// The runtime's view of an MLIR tensor type: nullopt for anything else, and
+/// for a shape of more than runtime::kMaxElements elements.
 std::optional<runtime::TensorType> toRuntimeType(mlir::Type type);
 
 } // namespace ampjit::codegen

@@ -5,6 +5,7 @@
 // StepBuilder and the kernels so that all three agree on what broadcasts.
 
 #include "ampjit/runtime/DType.h"
+#include "ampjit/runtime/ElementCount.h"
 #include "ampjit/runtime/Status.h"
 
 #include <cstdint>
@@ -16,14 +17,6 @@ namespace ampjit::runtime {
 
 /// Dimension sizes, outermost first. Rank 0 (empty) is a scalar.
 using Shape = std::vector<int64_t>;
-
-/// The largest element count a tensor may have. Keeps byte sizes (count times
-/// at most 8) and offsets far from int64 overflow, so that shape arithmetic on
-/// untrusted plan files cannot wrap.
-inline constexpr int64_t kMaxElements = int64_t(1) << 48;
-
-/// Element count, or -1 if a dimension is negative or the count exceeds kMaxElements.
-int64_t checkedElementCount(std::span<const int64_t> shape);
 
 /// Element count of a shape already known to be valid.
 int64_t elementCount(std::span<const int64_t> shape);

@@ -17,7 +17,7 @@ func.func @cast_shape(%w: tensor<4x8xf32>) -> tensor<32xf16> {
 
 // Integer conversions are the user's jit.convert, never an AMP cast.
 func.func @cast_to_integer(%w: tensor<4xf32>) -> tensor<4xi64> {
-  // expected-error @below {{'amp.cast' op result #0 must be statically shaped tensor of f16, bf16, f32 or f64 values, but got 'tensor<4xi64>'}}
+  // expected-error @below {{'amp.cast' op result #0 must be statically shaped tensor (at most 2^48 elements) of f16, bf16, f32 or f64 values, but got 'tensor<4xi64>'}}
   %0 = amp.cast %w : tensor<4xf32> to tensor<4xi64>
   return %0 : tensor<4xi64>
 }
@@ -25,7 +25,7 @@ func.func @cast_to_integer(%w: tensor<4xf32>) -> tensor<4xi64> {
 // -----
 
 func.func @cast_from_bool(%m: tensor<4xi1>) -> tensor<4xf16> {
-  // expected-error @below {{'amp.cast' op operand #0 must be statically shaped tensor of f16, bf16, f32 or f64 values, but got 'tensor<4xi1>'}}
+  // expected-error @below {{'amp.cast' op operand #0 must be statically shaped tensor (at most 2^48 elements) of f16, bf16, f32 or f64 values, but got 'tensor<4xi1>'}}
   %0 = amp.cast %m : tensor<4xi1> to tensor<4xf16>
   return %0 : tensor<4xf16>
 }
@@ -33,7 +33,7 @@ func.func @cast_from_bool(%m: tensor<4xi1>) -> tensor<4xf16> {
 // -----
 
 func.func @cast_dynamic_shape(%w: tensor<?xf32>) -> tensor<?xf16> {
-  // expected-error @below {{'amp.cast' op operand #0 must be statically shaped tensor of f16, bf16, f32 or f64 values, but got 'tensor<?xf32>'}}
+  // expected-error @below {{'amp.cast' op operand #0 must be statically shaped tensor (at most 2^48 elements) of f16, bf16, f32 or f64 values, but got 'tensor<?xf32>'}}
   %0 = amp.cast %w : tensor<?xf32> to tensor<?xf16>
   return %0 : tensor<?xf16>
 }
@@ -82,7 +82,7 @@ func.func @all_finite_no_gradients() -> tensor<i1> {
 // -----
 
 func.func @all_finite_integer_gradient(%g: tensor<4xi64>) -> tensor<i1> {
-  // expected-error @below {{'amp.all_finite' op operand #0 must be variadic of statically shaped tensor of f16, bf16, f32 or f64 values, but got 'tensor<4xi64>'}}
+  // expected-error @below {{'amp.all_finite' op operand #0 must be variadic of statically shaped tensor (at most 2^48 elements) of f16, bf16, f32 or f64 values, but got 'tensor<4xi64>'}}
   %0 = amp.all_finite %g : tensor<4xi64>
   return %0 : tensor<i1>
 }

@@ -11,7 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 func.func @unary_integer_operand(%x: tensor<4xi64>) -> tensor<4xi64> {
-  // expected-error @below {{'jit.relu' op operand #0 must be statically shaped tensor of f16, bf16, f32 or f64 values, but got 'tensor<4xi64>'}}
+  // expected-error @below {{'jit.relu' op operand #0 must be statically shaped tensor (at most 2^48 elements) of f16, bf16, f32 or f64 values, but got 'tensor<4xi64>'}}
   %0 = jit.relu %x : tensor<4xi64>
   return %0 : tensor<4xi64>
 }
@@ -19,7 +19,7 @@ func.func @unary_integer_operand(%x: tensor<4xi64>) -> tensor<4xi64> {
 // -----
 
 func.func @dynamic_shape(%x: tensor<?xf32>) -> tensor<?xf32> {
-  // expected-error @below {{'jit.exp' op operand #0 must be statically shaped tensor of f16, bf16, f32 or f64 values, but got 'tensor<?xf32>'}}
+  // expected-error @below {{'jit.exp' op operand #0 must be statically shaped tensor (at most 2^48 elements) of f16, bf16, f32 or f64 values, but got 'tensor<?xf32>'}}
   %0 = jit.exp %x : tensor<?xf32>
   return %0 : tensor<?xf32>
 }
@@ -35,7 +35,7 @@ func.func @matmul_transpose_flag_not_unit(%a: tensor<4x4xf32>, %b: tensor<4x4xf3
 // -----
 
 func.func @select_condition_not_i1(%c: tensor<4xf32>, %x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @below {{'jit.select' op operand #0 must be statically shaped tensor of 1-bit signless integer values, but got 'tensor<4xf32>'}}
+  // expected-error @below {{'jit.select' op operand #0 must be statically shaped tensor (at most 2^48 elements) of 1-bit signless integer values, but got 'tensor<4xf32>'}}
   %0 = jit.select %c, %x, %x : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
@@ -43,7 +43,7 @@ func.func @select_condition_not_i1(%c: tensor<4xf32>, %x: tensor<4xf32>) -> tens
 // -----
 
 func.func @cross_entropy_labels_i32(%logits: tensor<4x10xf32>, %labels: tensor<4xi32>) -> tensor<f32> {
-  // expected-error @below {{'jit.cross_entropy' op operand #1 must be statically shaped tensor of 64-bit signless integer values, but got 'tensor<4xi32>'}}
+  // expected-error @below {{'jit.cross_entropy' op operand #1 must be statically shaped tensor (at most 2^48 elements) of 64-bit signless integer values, but got 'tensor<4xi32>'}}
   %0 = jit.cross_entropy %logits, %labels reduction = mean : (tensor<4x10xf32>, tensor<4xi32>) -> tensor<f32>
   return %0 : tensor<f32>
 }
@@ -829,7 +829,7 @@ func.func @embedding_padding_outside(%ids: tensor<4xi64>, %table: tensor<10x3xf3
 // -----
 
 func.func @embedding_indices_float(%ids: tensor<4xf32>, %table: tensor<10x3xf32>) {
-  // expected-error @below {{operand #0 must be statically shaped tensor of 64-bit signless integer values}}
+  // expected-error @below {{operand #0 must be statically shaped tensor (at most 2^48 elements) of 64-bit signless integer values}}
   %e = jit.embedding %ids, %table : (tensor<4xf32>, tensor<10x3xf32>) -> tensor<4x3xf32>
   return
 }
@@ -1222,6 +1222,15 @@ func.func @conv2d_window_attribute_arity(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1
   // expected-error @below {{failed to infer returned types}}
   %y = jit.conv2d %x, %w stride = [1, 1, 1] padding = [0, 0] dilation = [1, 1]
       : (tensor<1x1x4x4xf32>, tensor<1x1x3x3xf32>) -> tensor<1x1x2x2xf32>
+  return
+}
+
+// -----
+
+// 2^62 x 4 elements would wrap to 0 in int64 and match the result's count.
+func.func @reshape_huge(%x: tensor<4611686018427387904x4xf32>) {
+  // expected-error @below {{'jit.reshape' op operand #0 must be statically shaped tensor (at most 2^48 elements) of f16, bf16, f32, f64, i64 or i1 values, but got 'tensor<4611686018427387904x4xf32>'}}
+  %y = jit.reshape %x : tensor<4611686018427387904x4xf32> -> tensor<0xf32>
   return
 }
 

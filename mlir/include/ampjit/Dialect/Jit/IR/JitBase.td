@@ -66,10 +66,19 @@ def Jit_FloatElement : AnyTypeOf<[F16, BF16, F32, F64], "f16, bf16, f32 or f64">
 def Jit_Element : AnyTypeOf<[F16, BF16, F32, F64, I64, I1],
                             "f16, bf16, f32, f64, i64 or i1">;
 
-def Jit_Tensor : StaticShapeTensorOf<[Jit_Element]>;
-def Jit_FloatTensor : StaticShapeTensorOf<[Jit_FloatElement]>;
-def Jit_IndexTensor : StaticShapeTensorOf<[I64]>;
-def Jit_BoolTensor : StaticShapeTensorOf<[I1]>;
+// A static shape of at most kMaxElements (2^48) elements
+// (ampjit/runtime/ElementCount.h, included by JitOps.h): what the runtime can
+// hold, and what keeps the verifiers' element counts from overflowing int64.
+def Jit_HoldableShapePred : CPred<
+    "::ampjit::runtime::checkedElementCount(::llvm::cast<::mlir::RankedTensorType>($_self).getShape()) >= 0">;
+class Jit_TensorOf<list<Type> allowed>
+    : RankedTensorOf<allowed, [HasStaticShapePred, Jit_HoldableShapePred],
+                     "statically shaped tensor (at most 2^48 elements)">;
+
+def Jit_Tensor : Jit_TensorOf<[Jit_Element]>;
+def Jit_FloatTensor : Jit_TensorOf<[Jit_FloatElement]>;
+def Jit_IndexTensor : Jit_TensorOf<[I64]>;
+def Jit_BoolTensor : Jit_TensorOf<[I1]>;
 
 // Scalars of the step's state (loss scale, counters, flags) are rank-0 tensors.
 def Jit_F32Scalar : 0DTensorOf<[F32]> {

@@ -10,6 +10,9 @@
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
+// The type constraints (JitBase.td) call checkedElementCount.
+#include "ampjit/runtime/ElementCount.h"
+
 #include "ampjit/Dialect/Jit/IR/JitDialect.h"
 #include "ampjit/Dialect/Jit/IR/JitEnums.h.inc"
 
