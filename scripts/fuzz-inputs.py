@@ -14,7 +14,8 @@ builds build-asan), where undefined behaviour becomes a report:
 
 - ir: the jit/amp MLIR of examples/ and tests/lit with types, dimensions,
   operands, attributes and roles changed, through amp-opt's AMP pipeline and,
-  where that accepts it, compiled and run by ampjit-run;
+  where that accepts it, compiled and run by ampjit-run (a quarter of the
+  inputs go through one of amp-opt's other passes alone instead);
 - policy: the built-in policy YAML files edited line by line, as amp-opt's
   policy= file;
 - plan: plans ampjit-run emits, with bytes edited and the checksum recomputed
@@ -135,9 +136,19 @@ def mutate_mlir(rng, text):
     return text
 
 
+# amp-opt's passes besides the whole pipeline, each alone on the edited IR.
+SINGLE_PASSES = ['--canonicalize', '--cse', '--jit-convert-layout', '--amp-auto-cast=level=O1',
+                 '--amp-auto-cast=level=O2', '--amp-auto-cast=level=O2 --amp-master-weights --amp-fuse-casts',
+                 '--amp-verify']
+
+
 def ir_case(rng, seeds, path, tools):
     open(path, 'w').write(mutate_mlir(rng, rng.choice(seeds)))
     pipeline = f'--amp-pipeline=level={rng.choice(["O0", "O1", "O2", "O3", "auto"])} dtype={rng.choice(["f16", "bf16"])}'
+    if rng.random() < 0.25:
+        command = [f'{tools}/amp-opt', path] + rng.choice(SINGLE_PASSES).split() + ['-o', os.devnull]
+        passed, _, output = run(command)
+        return passed, command, output
     command = [f'{tools}/amp-opt', path, pipeline, '-o', os.devnull]
     passed, rc, output = run(command)
     if not passed or rc != 0:
