@@ -2,7 +2,7 @@
 # Builds every target with AddressSanitizer and UndefinedBehaviorSanitizer
 # (AMPJIT_SANITIZE=address,undefined, RelWithDebInfo) in its own build folder
 # and runs every test there, stopping a test at the first report. Not part of
-# CI: on 2 cores the build takes about 25 minutes, the tests 12 more.
+# CI: on 2 cores the build takes about 25 minutes, the tests 12 to 21 more.
 #
 #   scripts/run-sanitized-tests.sh [ctest arguments, e.g. -R Emulated]
 #
