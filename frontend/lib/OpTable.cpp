@@ -495,8 +495,8 @@ bool isNhwc(const AttributeMap& attributes) { return attrKeyword(attributes, "la
 std::vector<int64_t> windowPair(const OpDef& op, const AttributeMap& attributes, std::string_view name,
                                 int64_t minimum) {
   std::vector<int64_t> values = attrList(attributes, name);
-  auto inRange = [&](int64_t value) { return value >= minimum && value <= rt::kMaxWindowParameter; };
-  if (values.size() != 2 || !inRange(values[0]) || !inRange(values[1]))
+  if (values.size() != 2 || !rt::windowParameterInRange(values[0], minimum) ||
+      !rt::windowParameterInRange(values[1], minimum))
     fail(op, std::string(name) + " must be two values [height, width], each in [" + std::to_string(minimum) + ", " +
                  std::to_string(rt::kMaxWindowParameter) + "], got " + rt::shapeToString(values));
   return values;

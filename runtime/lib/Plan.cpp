@@ -1136,7 +1136,7 @@ Status checkPair(std::string_view name, const std::vector<int64_t>& values, int6
     return Status::error(std::string(name) + " must have 2 entries [height, width], got " +
                          std::to_string(values.size()));
   for (int64_t value : values)
-    if (value < minimum || value > kMaxWindowParameter)
+    if (!windowParameterInRange(value, minimum))
       return Status::error(std::string(name) + " entries must be in [" + std::to_string(minimum) + ", " +
                            std::to_string(kMaxWindowParameter) + "], got " + shapeToString(values));
   return Status::success();

@@ -17,6 +17,12 @@ namespace ampjit::runtime {
 /// arithmetic below and its users' (2 * padding) stay far from overflow.
 inline constexpr int64_t kMaxWindowParameter = INT32_MAX;
 
+/// Whether a window parameter is in [minimum, kMaxWindowParameter]: minimum
+/// is 0 for padding and 1 for kernel, stride and dilation.
+inline constexpr bool windowParameterInRange(int64_t value, int64_t minimum) {
+  return value >= minimum && value <= kMaxWindowParameter;
+}
+
 /// Output size along one dimension, or -1 when the window does not fit (or a
 /// parameter is out of range: kernel, stride, dilation < 1 or padding < 0, or
 /// any of them above kMaxWindowParameter).
@@ -25,10 +31,8 @@ inline constexpr int64_t kMaxWindowParameter = INT32_MAX;
 /// must start inside the input or its left padding.
 inline int64_t windowOutputSize(int64_t in, int64_t kernel, int64_t stride, int64_t padding,
                                 int64_t dilation, bool ceilMode = false) {
-  if (in < 1 || kernel < 1 || stride < 1 || padding < 0 || dilation < 1)
-    return -1;
-  if (kernel > kMaxWindowParameter || stride > kMaxWindowParameter || padding > kMaxWindowParameter ||
-      dilation > kMaxWindowParameter)
+  if (in < 1 || !windowParameterInRange(kernel, 1) || !windowParameterInRange(stride, 1) ||
+      !windowParameterInRange(padding, 0) || !windowParameterInRange(dilation, 1))
     return -1;
   // In 128 bits: a dimension near INT64_MAX plus twice the padding must not wrap.
   using Wide = __int128;

@@ -232,7 +232,7 @@ LogicalResult verifyWindowPair(std::optional<Location> loc, StringRef opName, St
     return emitOptionalError(loc, "'", opName, "' attribute '", name,
                              "' must have 2 entries [height, width], got ", values.size());
   for (int64_t value : values)
-    if (value < minimum || value > ampjit::runtime::kMaxWindowParameter)
+    if (!ampjit::runtime::windowParameterInRange(value, minimum))
       return emitOptionalError(loc, "'", opName, "' attribute '", name, "' entries must be in [", minimum, ", ",
                                ampjit::runtime::kMaxWindowParameter, "], got [", values[0], ", ", values[1], "]");
   return success();
