@@ -12,6 +12,8 @@
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Transforms/Passes.h"
 
+#include <mutex>
+
 namespace ampjit {
 
 void registerAmpjitDialects(mlir::DialectRegistry &registry) {
@@ -20,10 +22,15 @@ void registerAmpjitDialects(mlir::DialectRegistry &registry) {
 }
 
 void registerAmpjitPasses() {
-  mlir::registerCanonicalizerPass();
-  mlir::registerCSEPass();
-  ir::amp::registerAmpPasses();
-  ir::registerJitPasses();
+  // The tools call this from main, the library from each compile: MLIR's
+  // registry refuses a pass registered twice.
+  static std::once_flag registered;
+  std::call_once(registered, [] {
+    mlir::registerCanonicalizerPass();
+    mlir::registerCSEPass();
+    ir::amp::registerAmpPasses();
+    ir::registerJitPasses();
+  });
 }
 
 } // namespace ampjit

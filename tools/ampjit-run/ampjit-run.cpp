@@ -17,7 +17,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ampjit/Codegen/PlanBuilder.h"
+#include "ampjit/Codegen/CompileModule.h"
 #include "ampjit/InitAmpjit.h"
 
 #include "ampjit/runtime/Backend.h"
@@ -25,16 +25,11 @@
 #include "ampjit/runtime/Npy.h"
 #include "ampjit/runtime/PlanFile.h"
 
-#include "mlir/IR/DialectRegistry.h"
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/Parser/Parser.h"
-#include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
@@ -161,40 +156,22 @@ int main(int argc, char **argv) {
       return fail(loaded.message());
     plan = std::move(*loaded);
   } else {
-    DialectRegistry registry;
-    ampjit::registerAmpjitDialects(registry);
-    MLIRContext context(registry);
-    context.loadAllAvailableDialects();
-    llvm::SourceMgr sourceMgr;
-    SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
     std::string errorMessage;
     std::unique_ptr<llvm::MemoryBuffer> input = openInputFile(inputFile, &errorMessage);
     if (!input)
       return fail(errorMessage);
-    sourceMgr.AddNewSourceBuffer(std::move(input), llvm::SMLoc());
-    OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
-    if (!module)
-      return 1;
-    if (!ampPipeline.empty()) {
-      PassManager passManager(&context, ModuleOp::getOperationName());
-      if (failed(parsePassPipeline("amp-pipeline{" + ampPipeline + "}", passManager,
-                                   llvm::errs())))
-        return fail("bad --amp-pipeline options '" + ampPipeline + "'");
-      if (failed(passManager.run(*module)))
-        return 1;
-    }
-    FailureOr<func::FuncOp> entry = ampjit::codegen::findEntryFunction(*module, functionName);
-    if (failed(entry))
-      return 1;
-    FailureOr<rt::Plan> built =
-        ampjit::codegen::buildPlan(*entry, {.fuseElementwise = fuseElementwise,
-                                            .fuseGemmEpilogues = fuseGemmEpilogues,
-                                            .fuseBatchNormEpilogues = fuseBatchNormEpilogues,
-                                            .fuseGradientAccumulation = fuseGradientAccumulation,
-                                            .deferOptimizerUpdates = deferOptimizerUpdates,
-                                            .overlapWeightGradients = overlapWeightGradients});
-    if (failed(built))
-      return 1;
+    rt::Expected<rt::Plan> built = ampjit::codegen::compileModule(
+        std::string_view(input->getBufferStart(), input->getBufferSize()), std::string(inputFile),
+        {.ampPipeline = ampPipeline,
+         .function = functionName,
+         .plan = {.fuseElementwise = fuseElementwise,
+                  .fuseGemmEpilogues = fuseGemmEpilogues,
+                  .fuseBatchNormEpilogues = fuseBatchNormEpilogues,
+                  .fuseGradientAccumulation = fuseGradientAccumulation,
+                  .deferOptimizerUpdates = deferOptimizerUpdates,
+                  .overlapWeightGradients = overlapWeightGradients}});
+    if (!built)
+      return fail(built.message());
     plan = std::move(*built);
   }
 

@@ -20,7 +20,6 @@
 #include <atomic>
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <unistd.h>
 
 namespace jit::detail {
@@ -116,8 +115,7 @@ std::filesystem::path temporaryReportPath() {
 } // namespace
 
 CompiledTrace compileTrace(const TraceGraph& graph, const CompileTraceOptions& options) {
-  static std::once_flag registered;
-  std::call_once(registered, [] { ampjit::registerAmpjitPasses(); });
+  ampjit::registerAmpjitPasses();
 
   DialectRegistry registry;
   ampjit::registerAmpjitDialects(registry);

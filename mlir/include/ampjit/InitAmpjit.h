@@ -18,7 +18,8 @@ namespace ampjit {
 void registerAmpjitDialects(mlir::DialectRegistry &registry);
 
 /// Every ampjit pass, plus the upstream cleanups our pipelines run
-/// (canonicalize, cse).
+/// (canonicalize, cse). Registers once however often and from however many
+/// threads it is called.
 void registerAmpjitPasses();
 
 } // namespace ampjit

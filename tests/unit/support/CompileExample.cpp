@@ -2,6 +2,8 @@
 
 #include "CompileExample.h"
 
+#include "ampjit/Codegen/CompileModule.h"
+
 #include "ampjit/InitAmpjit.h"
 
 #include "mlir/IR/DialectRegistry.h"
@@ -27,8 +29,7 @@ namespace rt = ampjit::runtime;
 
 CompiledModule compileSource(const std::string &source, const std::string &sourceName,
                              const std::string &pipeline, codegen::PlanOptions options) {
-  static bool registered = (ampjit::registerAmpjitPasses(), true);
-  (void)registered;
+  ampjit::registerAmpjitPasses();
   DialectRegistry registry;
   ampjit::registerAmpjitDialects(registry);
   MLIRContext context(registry);
@@ -63,8 +64,10 @@ runtime::Plan compileExample(const std::string &file, const std::string &ampOpti
   EXPECT_TRUE(stream) << path;
   std::stringstream source;
   source << stream.rdbuf();
-  std::string pipeline = ampOptions.empty() ? "" : "amp-pipeline{" + ampOptions + "}";
-  return compileSource(source.str(), path, pipeline, options).plan;
+  runtime::Expected<runtime::Plan> plan =
+      codegen::compileModule(source.str(), path, {.ampPipeline = ampOptions, .plan = options});
+  EXPECT_TRUE(plan.ok()) << plan.message();
+  return plan.ok() ? std::move(*plan) : runtime::Plan{};
 }
 
 std::vector<rt::Tensor> initialArguments(const rt::Plan &plan, StepData data) {
