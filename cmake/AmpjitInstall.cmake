@@ -11,9 +11,10 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 # Installed files keep the run paths of libraries outside the tree (the CUDA
-# toolkit's NVRTC, cuBLASLt and cuDNN), as the build tree's do.
-set(CMAKE_INSTALL_RPATH_USE_LINK_PATH ON)
-set_target_properties(ampjit PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+# toolkit's NVRTC, cuBLASLt and cuDNN), as the build tree's do. The targets
+# exist already, so the property is set on each, not through its CMAKE_ default.
+set(AMPJIT_INSTALLED_TOOLS amp-opt ampjit-run ampjit-train)
+set_target_properties(ampjit ${AMPJIT_INSTALLED_TOOLS} PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
 
 install(TARGETS ampjit EXPORT ampjitTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
@@ -26,7 +27,7 @@ install(DIRECTORY ${AMPJIT_SOURCE_DIR}/runtime/include/ampjit/runtime DESTINATIO
 install(FILES ${AMPJIT_SOURCE_DIR}/codegen/include/ampjit/Codegen/CompileModule.h
               ${AMPJIT_SOURCE_DIR}/codegen/include/ampjit/Codegen/PlanOptions.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ampjit/Codegen)
-install(TARGETS amp-opt ampjit-run ampjit-train RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS ${AMPJIT_INSTALLED_TOOLS} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 set(AMPJIT_CMAKE_PACKAGE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/ampjit)
 install(EXPORT ampjitTargets NAMESPACE ampjit:: DESTINATION ${AMPJIT_CMAKE_PACKAGE_DIR})

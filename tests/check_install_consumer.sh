@@ -24,8 +24,16 @@ cmake --install "$build" --prefix "$work/prefix" > "$work/install.log" 2>&1 ||
   { cat "$work/install.log" >&2; fail "cmake --install failed"; }
 lib="$(find "$work/prefix" -name 'libampjit.so' | head -n 1)"
 [ -n "$lib" ] || fail "no libampjit.so under the install prefix"
+# A binary's run path without empty entries (CMake pads the build tree's).
+runpath() {
+  readelf -d "$1" | sed -n 's/.*Library \(runpath\|rpath\): \[\(.*\)\]/\2/p' | tr ':' '\n' | grep -v '^$' | paste -sd:
+}
 for tool in amp-opt ampjit-run ampjit-train; do
   [ -x "$work/prefix/bin/$tool" ] || fail "$tool was not installed"
+  # The build's run path names only libraries outside the tree (CUDA's):
+  # the installed tool must still find them where ldconfig does not.
+  [ "$(runpath "$work/prefix/bin/$tool")" = "$(runpath "$build/bin/$tool")" ] ||
+    fail "installed $tool has run path '$(runpath "$work/prefix/bin/$tool")', the build's has '$(runpath "$build/bin/$tool")'"
 done
 [ -f "$work/prefix/include/jit/jit.h" ] || fail "jit/jit.h was not installed"
 
@@ -58,5 +66,7 @@ cmake -S "$source/examples/consumer" -B "$work/consumer" -G Ninja -DCMAKE_BUILD_
   { cat "$work/configure.log" >&2; fail "configuring examples/consumer against the installed package failed"; }
 cmake --build "$work/consumer" > "$work/build.log" 2>&1 ||
   { cat "$work/build.log" >&2; fail "building examples/consumer against the installed package failed"; }
+"$work/prefix/bin/ampjit-run" "$source/examples/mnist_train_step.mlir" --amp-pipeline="level=O1 dtype=f16" \
+  --steps=2 > "$work/run.log" 2>&1 || { cat "$work/run.log" >&2; fail "the installed ampjit-run failed"; }
 "$work/consumer/train_regression"
 "$work/consumer/embed_module" "$source/examples/mnist_train_step.mlir"
