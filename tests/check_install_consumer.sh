@@ -5,6 +5,8 @@
 #   - libampjit.so needs no libLLVM and exports only jit:: and ampjit::
 #     symbols (an exported LLVM or MLIR symbol could bind to a host program's
 #     own LLVM, another version, and break both);
+#   - the installed tools keep the build's run path (CUDA's libraries), and the
+#     installed ampjit-run compiles and runs the MNIST step;
 #   - the installed headers are all the API needs (the consumer sees no source tree);
 #   - the consumer runs: a traced O1-f16 step agrees with eager, trains,
 #     replays, and a mistake comes back as a jit::Error (train_regression.cpp);
