@@ -25,11 +25,11 @@ struct ModuleCompileOptions {
   /// The AMP pipeline's options, as amp-opt's `--amp-pipeline` takes them
   /// ("level=O1 dtype=f16 target=cpu"); empty: the module is lowered as
   /// written, with no AMP rewriting.
-  std::string ampPipeline;
+  std::string ampPipeline{};
   /// The function to compile; empty: the module's only function.
-  std::string function;
+  std::string function{};
   /// The plan's rewrites (fusions, deferred updates, side steps).
-  PlanOptions plan;
+  PlanOptions plan{};
 };
 
 /// Parses `text`, runs the AMP pipeline and lowers the function to a plan.
