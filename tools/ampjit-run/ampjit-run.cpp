@@ -18,14 +18,12 @@
 //===----------------------------------------------------------------------===//
 
 #include "ampjit/Codegen/CompileModule.h"
-#include "ampjit/InitAmpjit.h"
 
 #include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/CpuBackend.h"
 #include "ampjit/runtime/Npy.h"
 #include "ampjit/runtime/PlanFile.h"
 
-#include "mlir/Pass/PassRegistry.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
@@ -35,7 +33,6 @@
 #include <cmath>
 #include <random>
 
-using namespace mlir;
 namespace rt = ampjit::runtime;
 
 static llvm::cl::opt<std::string> inputFile(llvm::cl::Positional, llvm::cl::desc("<step.mlir>"),
@@ -146,7 +143,6 @@ std::string summarize(const rt::Tensor &tensor) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
-  ampjit::registerAmpjitPasses();
   llvm::cl::ParseCommandLineOptions(argc, argv, "ampjit-run: compile a jit/amp step and run it on the CPU\n");
 
   rt::Plan plan;
@@ -157,7 +153,7 @@ int main(int argc, char **argv) {
     plan = std::move(*loaded);
   } else {
     std::string errorMessage;
-    std::unique_ptr<llvm::MemoryBuffer> input = openInputFile(inputFile, &errorMessage);
+    std::unique_ptr<llvm::MemoryBuffer> input = mlir::openInputFile(inputFile, &errorMessage);
     if (!input)
       return fail(errorMessage);
     rt::Expected<rt::Plan> built = ampjit::codegen::compileModule(
