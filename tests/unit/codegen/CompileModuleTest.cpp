@@ -7,26 +7,17 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 namespace {
 
 namespace rt = ampjit::runtime;
 using ampjit::codegen::compileModule;
-
-std::string exampleText(const std::string& file) {
-  std::ifstream stream(std::string(AMPJIT_EXAMPLES_DIR) + "/" + file);
-  EXPECT_TRUE(stream) << file;
-  std::stringstream text;
-  text << stream.rdbuf();
-  return text.str();
-}
+using ampjit::testing::exampleText;
 
 TEST(CompileModule, GivesThePlanOfTheAmpPipelineRunOnTheParsedModule) {
   // The same module through the pass manager by hand (the tests' own path):
-  // the two plans must print alike, fused or not, at O0 and at O1.
+  // the two plans must print alike, fused or not, at O0, O1 and O2.
   std::string text = exampleText("mnist_train_step.mlir");
   for (std::string amp : {"level=O0", "level=O1 dtype=f16 target=cpu", "level=O2 dtype=bf16 target=cpu"}) {
     for (bool fuse : {false, true}) {

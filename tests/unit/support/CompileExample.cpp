@@ -57,15 +57,20 @@ CompiledModule compileSource(const std::string &source, const std::string &sourc
   return compiled;
 }
 
-runtime::Plan compileExample(const std::string &file, const std::string &ampOptions,
-                             codegen::PlanOptions options) {
-  std::string path = std::string(AMPJIT_EXAMPLES_DIR) + "/" + file;
-  std::ifstream stream(path);
-  EXPECT_TRUE(stream) << path;
+std::string examplePath(const std::string &file) { return std::string(AMPJIT_EXAMPLES_DIR) + "/" + file; }
+
+std::string exampleText(const std::string &file) {
+  std::ifstream stream(examplePath(file));
+  EXPECT_TRUE(stream) << examplePath(file);
   std::stringstream source;
   source << stream.rdbuf();
+  return source.str();
+}
+
+runtime::Plan compileExample(const std::string &file, const std::string &ampOptions,
+                             codegen::PlanOptions options) {
   runtime::Expected<runtime::Plan> plan =
-      codegen::compileModule(source.str(), path, {.ampPipeline = ampOptions, .plan = options});
+      codegen::compileModule(exampleText(file), examplePath(file), {.ampPipeline = ampOptions, .plan = options});
   EXPECT_TRUE(plan.ok()) << plan.message();
   return plan.ok() ? std::move(*plan) : runtime::Plan{};
 }

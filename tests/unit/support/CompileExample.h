@@ -28,6 +28,11 @@ struct CompiledModule {
 CompiledModule compileSource(const std::string &source, const std::string &sourceName,
                              const std::string &pipeline, codegen::PlanOptions options = {});
 
+/// The path of examples/<file>, and its text (a GoogleTest failure when it
+/// cannot be read).
+std::string examplePath(const std::string &file);
+std::string exampleText(const std::string &file);
+
 /// Parses examples/<file>, runs `--amp-pipeline` with `ampOptions` (none when
 /// empty) and lowers the only function. Failures are GoogleTest failures; the
 /// plan is then empty.
