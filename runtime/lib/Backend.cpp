@@ -12,8 +12,6 @@ Expected<std::vector<Tensor>> Backend::run(Plan plan, std::span<Tensor> argument
   return (*executable)->run(arguments);
 }
 
-namespace {
-
 std::string describeArgument(const Plan& plan, size_t index) {
   BufferId id = plan.argumentBuffer(index);
   const BufferDesc& buffer = plan.buffers[id];
@@ -22,8 +20,6 @@ std::string describeArgument(const Plan& plan, size_t index) {
     text += " '" + buffer.name + "'";
   return text + " (" + std::string(bufferRoleName(buffer.role)) + " " + typeToString(buffer.type) + ")";
 }
-
-} // namespace
 
 Expected<std::vector<Tensor>> hostRunResults(const Plan& plan, std::span<Tensor> arguments,
                                              std::span<const Tensor> outputs,

@@ -127,14 +127,6 @@ Expected<Tensor> allocateDeviceTensor(const std::shared_ptr<DeviceRuntime>& runt
   return Tensor::wrap(type, std::move(*storage));
 }
 
-std::string describeArgument(const Plan& plan, std::size_t index) {
-  const BufferDesc& buffer = plan.buffers[plan.argumentBuffer(index)];
-  std::string text = "argument " + std::to_string(index);
-  if (!buffer.name.empty())
-    text += " '" + buffer.name + "'";
-  return text + " (" + std::string(bufferRoleName(buffer.role)) + " " + typeToString(buffer.type) + ")";
-}
-
 /// A DeviceStep and the plan steps it runs (several for a multi-tensor group).
 struct PreparedStep {
   std::unique_ptr<DeviceStep> step;

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -69,6 +70,9 @@ public:
   /// prepare() and one run(), for one-off plans (eager ops).
   Expected<std::vector<Tensor>> run(Plan plan, std::span<Tensor> arguments);
 };
+
+/// How errors name a function argument: "argument 4 'labels' (input i64[64])".
+std::string describeArgument(const Plan& plan, std::size_t index);
 
 /// Checks arguments against a plan before a run: the count, that each is
 /// defined, its dtype and shape, and that no state argument updated in place

@@ -1,0 +1,492 @@
+//===- Ampjit.cpp - ampjit's C API over compileModule and the runtime -----===//
+//
+// Each entry point checks its handles and sizes before it touches anything,
+// so a failing call changes nothing, and turns every error (a Status, or an
+// exception such as bad_alloc thrown below it) into the thread's last error:
+// nothing may unwind into a C caller.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ampjit-c/Ampjit.h"
+
+#include "ampjit/Codegen/CompileModule.h"
+#include "ampjit/runtime/Backend.h"
+#include "ampjit/runtime/CpuBackend.h"
+#include "ampjit/runtime/CudaBackend.h"
+#include "ampjit/runtime/PlanFile.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+
+namespace rt = ampjit::runtime;
+
+struct ampjit_plan {
+  rt::Plan plan;
+};
+
+struct ampjit_session {
+  ampjit_plan plan;
+  std::unique_ptr<rt::Backend> backend;
+  rt::CudaBackend* cuda = nullptr; // backend, when it is the CUDA one
+  std::unique_ptr<rt::Executable> executable;
+  std::vector<rt::Tensor> arguments;
+  std::vector<rt::Tensor> results;
+  /// The arguments that derived state is rounded from, and the arguments a
+  /// pending deferred update reads or writes.
+  std::set<size_t> derivationSources, deferredArguments;
+  /// A source was written since the derived state was last re-derived.
+  bool derivedStale = false;
+  uint64_t steps = 0;
+};
+
+static_assert(AMPJIT_DTYPE_F32 == int(rt::DType::F32) && AMPJIT_DTYPE_F64 == int(rt::DType::F64) &&
+              AMPJIT_DTYPE_F16 == int(rt::DType::F16) && AMPJIT_DTYPE_BF16 == int(rt::DType::BF16) &&
+              AMPJIT_DTYPE_I64 == int(rt::DType::I64) && AMPJIT_DTYPE_I1 == int(rt::DType::I1) &&
+              rt::allDTypes.size() == 6, "ampjit_dtype numbers the runtime's DType");
+static_assert(AMPJIT_ROLE_INPUT == int(rt::BufferRole::Input) && AMPJIT_ROLE_PARAM == int(rt::BufferRole::Param) &&
+              AMPJIT_ROLE_GRAD == int(rt::BufferRole::Grad) && AMPJIT_ROLE_OPT_STATE == int(rt::BufferRole::OptState) &&
+              AMPJIT_ROLE_SCALER_STATE == int(rt::BufferRole::ScalerState) &&
+              AMPJIT_ROLE_HYPER == int(rt::BufferRole::Hyper) && AMPJIT_ROLE_OUTPUT == int(rt::BufferRole::Output),
+              "ampjit_role numbers the runtime's BufferRole");
+
+namespace {
+
+thread_local std::string lastError;
+
+/// Runs `body`, which returns a Status, as the entry point `function`.
+ampjit_status guarded(const char* function, const auto& body) {
+  try {
+    rt::Status status = body();
+    if (status.ok())
+      return AMPJIT_OK;
+    lastError = std::string(function) + ": " + status.message();
+  } catch (const std::exception& error) {
+    lastError = std::string(function) + ": " + error.what();
+  }
+  return AMPJIT_ERROR;
+}
+
+/// Runs `body`, which returns an Expected<T*>, as the entry point `function`.
+template <typename T, typename Body> T* guardedHandle(const char* function, const Body& body) {
+  try {
+    rt::Expected<T*> handle = body();
+    if (handle.ok())
+      return *handle;
+    lastError = std::string(function) + ": " + handle.message();
+  } catch (const std::exception& error) {
+    lastError = std::string(function) + ": " + error.what();
+  }
+  return nullptr;
+}
+
+rt::Status missing(const char* what) { return rt::Status::error(std::string(what) + " is NULL"); }
+
+/// The plan rewrites named in `words` (ampjit_compile_module's plan_options).
+rt::Expected<ampjit::codegen::ModuleCompileOptions> parsePlanOptions(std::string_view words) {
+  ampjit::codegen::ModuleCompileOptions options;
+  ampjit::codegen::PlanOptions& plan = options.plan;
+  const std::pair<std::string_view, bool*> switches[] = {
+      {"fuse-elementwise", &plan.fuseElementwise},
+      {"fuse-gemm-epilogues", &plan.fuseGemmEpilogues},
+      {"fuse-batch-norm-epilogues", &plan.fuseBatchNormEpilogues},
+      {"fuse-gradient-accumulation", &plan.fuseGradientAccumulation},
+      {"overlap-weight-gradients", &plan.overlapWeightGradients},
+      {"defer-optimizer-updates", &plan.deferOptimizerUpdates},
+  };
+  std::istringstream stream{std::string(words)};
+  std::string word;
+  while (stream >> word) {
+    bool known = false;
+    for (const auto& [name, flag] : switches) {
+      if (word == name) {
+        *flag = known = true;
+        break;
+      }
+    }
+    if (known)
+      continue;
+    if (word.starts_with("function=") && word.size() > 9) {
+      options.function = word.substr(9);
+      continue;
+    }
+    if (word.starts_with("defer-minimum-elements=")) {
+      std::string_view number = std::string_view(word).substr(23);
+      auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), plan.deferMinimumElements);
+      if (error == std::errc() && end == number.data() + number.size() && !number.empty() &&
+          plan.deferMinimumElements >= 0)
+        continue;
+      return rt::Status::error("plan option '" + word + "' needs a count of elements (0 or more)");
+    }
+    std::string known_words;
+    for (const auto& entry : switches)
+      known_words += std::string(entry.first) + ", ";
+    return rt::Status::error("unknown plan option '" + word + "' (known: " + known_words +
+                             "defer-minimum-elements=N, function=NAME)");
+  }
+  return options;
+}
+
+void describe(const rt::Plan& plan, rt::BufferId id, ampjit_value_info* info) {
+  const rt::BufferDesc& buffer = plan.buffers[id];
+  info->dtype = ampjit_dtype(int(buffer.type.dtype));
+  info->role = rt::isArgumentRole(buffer.role) ? ampjit_role(int(buffer.role)) : AMPJIT_ROLE_OUTPUT;
+  info->rank = buffer.type.shape.size();
+  info->shape = buffer.type.shape.data();
+  info->byte_size = size_t(buffer.type.byteSize());
+  info->name = buffer.name.c_str();
+  info->tied_argument = -1;
+  info->derived_from = buffer.derivedFrom;
+}
+
+rt::Status checkArgumentIndex(const rt::Plan& plan, size_t index) {
+  if (index < plan.argumentCount())
+    return rt::Status::success();
+  return rt::Status::error("argument " + std::to_string(index) + " does not exist: plan @" + plan.name + " has " +
+                           std::to_string(plan.argumentCount()) + " arguments");
+}
+
+rt::Status checkByteCount(const rt::Plan& plan, size_t index, size_t bytes, const void* data) {
+  if (data == nullptr)
+    return missing("data");
+  size_t expected = size_t(plan.buffers[plan.argumentBuffer(index)].type.byteSize());
+  if (bytes == expected)
+    return rt::Status::success();
+  return rt::Status::error(rt::describeArgument(plan, index) + " is " + std::to_string(expected) + " bytes, not " +
+                           std::to_string(bytes));
+}
+
+/// Does a pending deferred update first when it touches argument `index`,
+/// so that the host sees (or overwrites) the state after it.
+rt::Status completeDeferredFor(ampjit_session& session, size_t index) {
+  if (!session.executable->deferredPending() || !session.deferredArguments.contains(index))
+    return rt::Status::success();
+  return session.executable->completeDeferred(session.arguments);
+}
+
+rt::Status rederiveIfStale(ampjit_session& session) {
+  if (!session.derivedStale)
+    return rt::Status::success();
+  if (rt::Status rederived = session.executable->rederive(session.arguments); !rederived.ok())
+    return rederived;
+  session.derivedStale = false;
+  return rt::Status::success();
+}
+
+/// Puts `host` (argument `index`'s type, in host memory) into the session's
+/// memory for that argument.
+rt::Status store(ampjit_session& session, size_t index, const rt::Tensor& host) {
+  const rt::Plan& plan = session.plan.plan;
+  const rt::BufferDesc& buffer = plan.buffers[plan.argumentBuffer(index)];
+  if (buffer.derivedFrom >= 0)
+    return rt::Status::error(rt::describeArgument(plan, index) + " is derived from " +
+                             rt::describeArgument(plan, size_t(buffer.derivedFrom)) +
+                             ", and follows it: write that one");
+  if (host.dtype() == rt::DType::I1) {
+    for (int64_t i = 0; i < host.elementCount(); ++i) {
+      if (std::to_integer<int>(host.bytes()[i]) > 1)
+        return rt::Status::error(rt::describeArgument(plan, index) + " is i1, but byte " + std::to_string(i) +
+                                 " is " + std::to_string(std::to_integer<int>(host.bytes()[i])) + ", not 0 or 1");
+    }
+  }
+  if (rt::Status completed = completeDeferredFor(session, index); !completed.ok())
+    return completed;
+  rt::Tensor& argument = session.arguments[index];
+  if (argument.device() == rt::Device::Host) {
+    std::memcpy(argument.bytes(), host.bytes(), host.byteSize());
+  } else {
+    rt::Expected<rt::Tensor> device = session.cuda->toDevice(host);
+    if (!device)
+      return device.status();
+    argument = std::move(*device);
+  }
+  if (session.derivationSources.contains(index))
+    session.derivedStale = true;
+  return rt::Status::success();
+}
+
+/// Copies `tensor` (in the session's memory) into the caller's `data`.
+rt::Status load(ampjit_session& session, const rt::Tensor& tensor, void* data) {
+  if (tensor.device() == rt::Device::Host) {
+    std::memcpy(data, tensor.bytes(), tensor.byteSize());
+    return rt::Status::success();
+  }
+  rt::Expected<rt::Tensor> host = session.backend->toHost(tensor);
+  if (!host)
+    return host.status();
+  std::memcpy(data, host->bytes(), host->byteSize());
+  return rt::Status::success();
+}
+
+/// ampjit_session_read, for result reads too (a tied result is its argument).
+rt::Status readArgument(ampjit_session& session, size_t index, void* data, size_t bytes) {
+  const rt::Plan& plan = session.plan.plan;
+  if (rt::Status exists = checkArgumentIndex(plan, index); !exists.ok())
+    return exists;
+  if (rt::Status sized = checkByteCount(plan, index, bytes, data); !sized.ok())
+    return sized;
+  if (rt::Status completed = completeDeferredFor(session, index); !completed.ok())
+    return completed;
+  if (plan.buffers[plan.argumentBuffer(index)].derivedFrom >= 0) {
+    if (rt::Status rederived = rederiveIfStale(session); !rederived.ok())
+      return rederived;
+  }
+  return load(session, session.arguments[index], data);
+}
+
+rt::Expected<std::unique_ptr<rt::Backend>> createBackend(std::string_view name, rt::CudaBackend*& cuda) {
+  if (name == "cpu")
+    return rt::createCpuBackend();
+  if (name == "cuda" || name.starts_with("cuda:")) {
+    rt::CudaBackendOptions options;
+    if (name != "cuda") {
+      std::string_view number = name.substr(5);
+      auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), options.device);
+      if (error != std::errc() || end != number.data() + number.size() || number.empty() || options.device < 0)
+        return rt::Status::error("backend '" + std::string(name) + "': 'cuda:N' takes a device number N");
+    }
+    rt::Expected<std::unique_ptr<rt::CudaBackend>> backend = rt::createCudaBackend(options);
+    if (!backend)
+      return rt::Status::error("backend '" + std::string(name) + "': " + backend.message());
+    cuda = backend->get();
+    return std::unique_ptr<rt::Backend>(std::move(*backend));
+  }
+  return rt::Status::error("unknown backend '" + std::string(name) + "' (known: cpu, cuda, cuda:N)");
+}
+
+} // namespace
+
+extern "C" {
+
+const char* ampjit_version(void) { return AMPJIT_VERSION; }
+
+const char* ampjit_last_error(void) { return lastError.c_str(); }
+
+const char* ampjit_dtype_name(ampjit_dtype dtype) {
+  for (rt::DType known : rt::allDTypes)
+    if (int(known) == int(dtype))
+      return rt::dtypeName(known).data();
+  return "<invalid dtype>";
+}
+
+const char* ampjit_role_name(ampjit_role role) {
+  if (role < AMPJIT_ROLE_INPUT || (role > AMPJIT_ROLE_HYPER && role != AMPJIT_ROLE_OUTPUT))
+    return "<invalid role>";
+  return rt::bufferRoleName(rt::BufferRole(role)).data();
+}
+
+ampjit_plan* ampjit_compile_module(const char* text, size_t length, const char* source_name,
+                                   const char* amp_pipeline, const char* plan_options) {
+  return guardedHandle<ampjit_plan>("ampjit_compile_module", [&]() -> rt::Expected<ampjit_plan*> {
+    if (text == nullptr)
+      return missing("text");
+    std::string_view name = source_name != nullptr && *source_name != 0 ? source_name : "<module>";
+    rt::Expected<ampjit::codegen::ModuleCompileOptions> options =
+        parsePlanOptions(plan_options != nullptr ? plan_options : "");
+    if (!options)
+      return rt::Status::error(std::string(name) + ": " + options.message());
+    options->ampPipeline = amp_pipeline != nullptr ? amp_pipeline : "";
+    rt::Expected<rt::Plan> plan = ampjit::codegen::compileModule(std::string_view(text, length), name, *options);
+    if (!plan)
+      return plan.status();
+    return new ampjit_plan{std::move(*plan)};
+  });
+}
+
+ampjit_plan* ampjit_plan_load(const char* path) {
+  return guardedHandle<ampjit_plan>("ampjit_plan_load", [&]() -> rt::Expected<ampjit_plan*> {
+    if (path == nullptr)
+      return missing("path");
+    rt::Expected<rt::Plan> plan = rt::loadPlan(path);
+    if (!plan)
+      return plan.status();
+    return new ampjit_plan{std::move(*plan)};
+  });
+}
+
+ampjit_status ampjit_plan_save(const ampjit_plan* plan, const char* path) {
+  return guarded("ampjit_plan_save", [&]() -> rt::Status {
+    if (plan == nullptr)
+      return missing("plan");
+    if (path == nullptr)
+      return missing("path");
+    return rt::savePlan(plan->plan, path);
+  });
+}
+
+void ampjit_plan_destroy(ampjit_plan* plan) { delete plan; }
+
+size_t ampjit_plan_argument_count(const ampjit_plan* plan) { return plan ? plan->plan.argumentCount() : 0; }
+
+size_t ampjit_plan_result_count(const ampjit_plan* plan) { return plan ? plan->plan.results.size() : 0; }
+
+ampjit_status ampjit_plan_argument(const ampjit_plan* plan, size_t index, ampjit_value_info* info) {
+  return guarded("ampjit_plan_argument", [&]() -> rt::Status {
+    if (plan == nullptr)
+      return missing("plan");
+    if (info == nullptr)
+      return missing("info");
+    if (rt::Status exists = checkArgumentIndex(plan->plan, index); !exists.ok())
+      return exists;
+    describe(plan->plan, plan->plan.argumentBuffer(index), info);
+    return rt::Status::success();
+  });
+}
+
+ampjit_status ampjit_plan_result(const ampjit_plan* plan, size_t index, ampjit_value_info* info) {
+  return guarded("ampjit_plan_result", [&]() -> rt::Status {
+    if (plan == nullptr)
+      return missing("plan");
+    if (info == nullptr)
+      return missing("info");
+    if (index >= plan->plan.results.size())
+      return rt::Status::error("result " + std::to_string(index) + " does not exist: plan @" + plan->plan.name +
+                               " has " + std::to_string(plan->plan.results.size()) + " results");
+    const rt::PlanResult& result = plan->plan.results[index];
+    describe(plan->plan, result.buffer, info);
+    info->tied_argument = result.tiedArgument;
+    info->derived_from = -1;
+    return rt::Status::success();
+  });
+}
+
+char* ampjit_plan_to_text(const ampjit_plan* plan) {
+  return guardedHandle<char>("ampjit_plan_to_text", [&]() -> rt::Expected<char*> {
+    if (plan == nullptr)
+      return missing("plan");
+    std::string text = rt::printPlan(plan->plan);
+    char* copy = static_cast<char*>(std::malloc(text.size() + 1));
+    if (copy == nullptr)
+      return rt::Status::error("out of memory for " + std::to_string(text.size() + 1) + " bytes");
+    std::memcpy(copy, text.c_str(), text.size() + 1);
+    return copy;
+  });
+}
+
+void ampjit_free(void* memory) { std::free(memory); }
+
+ampjit_session* ampjit_session_create(const ampjit_plan* plan, const char* backend) {
+  return guardedHandle<ampjit_session>("ampjit_session_create", [&]() -> rt::Expected<ampjit_session*> {
+    if (plan == nullptr)
+      return missing("plan");
+    if (backend == nullptr)
+      return missing("backend");
+    auto session = std::make_unique<ampjit_session>();
+    session->plan.plan = plan->plan;
+    rt::Expected<std::unique_ptr<rt::Backend>> created = createBackend(backend, session->cuda);
+    if (!created)
+      return created.status();
+    session->backend = std::move(*created);
+    rt::Expected<std::unique_ptr<rt::Executable>> executable = session->backend->prepare(plan->plan);
+    if (!executable)
+      return executable.status();
+    session->executable = std::move(*executable);
+    const rt::Plan& prepared = session->plan.plan;
+    for (size_t index = 0; index < prepared.argumentCount(); ++index) {
+      const rt::BufferDesc& buffer = prepared.buffers[prepared.argumentBuffer(index)];
+      rt::Expected<rt::Tensor> storage = session->backend->allocate(buffer.type);
+      if (!storage)
+        return rt::Status::error(rt::describeArgument(prepared, index) + ": " + storage.message());
+      session->arguments.push_back(std::move(*storage));
+      if (buffer.derivedFrom >= 0)
+        session->derivationSources.insert(size_t(buffer.derivedFrom));
+    }
+    for (size_t index : rt::deferredArguments(prepared))
+      session->deferredArguments.insert(index);
+    return session.release();
+  });
+}
+
+void ampjit_session_destroy(ampjit_session* session) { delete session; }
+
+const ampjit_plan* ampjit_session_plan(const ampjit_session* session) {
+  return session ? &session->plan : nullptr;
+}
+
+ampjit_status ampjit_session_write(ampjit_session* session, size_t index, const void* data, size_t bytes) {
+  return guarded("ampjit_session_write", [&]() -> rt::Status {
+    if (session == nullptr)
+      return missing("session");
+    const rt::Plan& plan = session->plan.plan;
+    if (rt::Status exists = checkArgumentIndex(plan, index); !exists.ok())
+      return exists;
+    if (rt::Status sized = checkByteCount(plan, index, bytes, data); !sized.ok())
+      return sized;
+    rt::Expected<rt::Tensor> host = rt::Tensor::allocate(plan.buffers[plan.argumentBuffer(index)].type);
+    if (!host)
+      return host.status();
+    std::memcpy(host->bytes(), data, bytes);
+    return store(*session, index, *host);
+  });
+}
+
+ampjit_status ampjit_session_fill(ampjit_session* session, size_t index, double value) {
+  return guarded("ampjit_session_fill", [&]() -> rt::Status {
+    if (session == nullptr)
+      return missing("session");
+    const rt::Plan& plan = session->plan.plan;
+    if (rt::Status exists = checkArgumentIndex(plan, index); !exists.ok())
+      return exists;
+    rt::Expected<rt::Tensor> host = rt::Tensor::allocate(plan.buffers[plan.argumentBuffer(index)].type);
+    if (!host)
+      return host.status();
+    for (int64_t i = 0; i < host->elementCount(); ++i)
+      host->set(i, value);
+    return store(*session, index, *host);
+  });
+}
+
+ampjit_status ampjit_session_read(ampjit_session* session, size_t index, void* data, size_t bytes) {
+  return guarded("ampjit_session_read", [&]() -> rt::Status {
+    if (session == nullptr)
+      return missing("session");
+    return readArgument(*session, index, data, bytes);
+  });
+}
+
+ampjit_status ampjit_session_run(ampjit_session* session) {
+  return guarded("ampjit_session_run", [&]() -> rt::Status {
+    if (session == nullptr)
+      return missing("session");
+    if (rt::Status rederived = rederiveIfStale(*session); !rederived.ok())
+      return rederived;
+    rt::Expected<std::vector<rt::Tensor>> results = session->executable->run(session->arguments);
+    if (!results)
+      return results.status();
+    session->results = std::move(*results);
+    ++session->steps;
+    return rt::Status::success();
+  });
+}
+
+ampjit_status ampjit_session_read_result(ampjit_session* session, size_t index, void* data, size_t bytes) {
+  return guarded("ampjit_session_read_result", [&]() -> rt::Status {
+    if (session == nullptr)
+      return missing("session");
+    const rt::Plan& plan = session->plan.plan;
+    if (index >= plan.results.size())
+      return rt::Status::error("result " + std::to_string(index) + " does not exist: plan @" + plan.name + " has " +
+                               std::to_string(plan.results.size()) + " results");
+    if (session->results.empty())
+      return rt::Status::error("result " + std::to_string(index) + ": no step has run yet");
+    if (int32_t tied = plan.results[index].tiedArgument; tied >= 0)
+      return readArgument(*session, size_t(tied), data, bytes);
+    if (data == nullptr)
+      return missing("data");
+    const rt::Tensor& result = session->results[index];
+    if (bytes != result.byteSize())
+      return rt::Status::error("result " + std::to_string(index) + " (" + rt::typeToString(result.type()) + ") is " +
+                               std::to_string(result.byteSize()) + " bytes, not " + std::to_string(bytes));
+    return load(*session, result, data);
+  });
+}
+
+uint64_t ampjit_session_steps(const ampjit_session* session) { return session ? session->steps : 0; }
+
+} // extern "C"
