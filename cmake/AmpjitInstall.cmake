@@ -3,6 +3,7 @@
 #   P/lib/libampjit.so                the public API (frontend/CMakeLists.txt)
 #   P/include/jit/*.h                 the C++ API's headers
 #   P/include/ampjit/{runtime,Codegen}  the runtime's and codegen::compileModule's
+#   P/include/ampjit-c/Ampjit.h       the C API (capi/)
 #   P/lib/cmake/ampjit/               find_package(ampjit) -> ampjit::ampjit
 #   P/bin/amp-opt, ampjit-run, ampjit-train               the tools
 # tests/check_install_consumer.sh installs into a temporary prefix and builds
@@ -27,6 +28,9 @@ install(DIRECTORY ${AMPJIT_SOURCE_DIR}/runtime/include/ampjit/runtime DESTINATIO
 install(FILES ${AMPJIT_SOURCE_DIR}/codegen/include/ampjit/Codegen/CompileModule.h
               ${AMPJIT_SOURCE_DIR}/codegen/include/ampjit/Codegen/PlanOptions.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ampjit/Codegen)
+# The C API, for frameworks and languages that are not C++ (examples/consumer/embed_c.c,
+# embed_ctypes.py).
+install(FILES ${AMPJIT_SOURCE_DIR}/capi/include/ampjit-c/Ampjit.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ampjit-c)
 install(TARGETS ${AMPJIT_INSTALLED_TOOLS} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 set(AMPJIT_CMAKE_PACKAGE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/ampjit)

@@ -12,7 +12,10 @@
 #     replays, and a mistake comes back as a jit::Error (train_regression.cpp);
 #     a framework's step as MLIR text compiles at O1-f16, agrees with its fp32
 #     plan, trains on the runtime with the framework's tensors updated in
-#     place, and malformed IR is an error at its line (embed_module.cpp).
+#     place, and malformed IR is an error at its line (embed_module.cpp);
+#   - the C API's header is installed, its functions are the library's only C
+#     symbols, and it works from C (embed_c.c: an O2-f16 session, its derived
+#     copies, a skipped overflow) and from Python's ctypes (embed_ctypes.py).
 # Usage: check_install_consumer.sh BUILD_DIR SOURCE_DIR [SANITIZERS]
 set -euo pipefail
 build="$1"
@@ -43,16 +46,27 @@ if readelf -d "$lib" | grep NEEDED | grep -qi 'libLLVM\|libMLIR'; then
   fail "$lib needs a shared LLVM or MLIR: $(readelf -d "$lib" | grep NEEDED)"
 fi
 nm -D --defined-only "$lib" | awk '{ print $3 }' > "$work/exported.txt"
-# By mangled name: a C symbol would be OpenBLAS's or LLVM's C API, and a name
-# in namespace llvm, mlir or YAML (a function, its type information or vtable)
-# one of theirs.
-grep -v '^_Z' "$work/exported.txt" > "$work/foreign.txt" || true
+# The C symbols must be exactly the functions the C API's header declares:
+# another would be OpenBLAS's or LLVM's C API, and a declared one missing
+# would fail only when a program calls it.
+header="$work/prefix/include/ampjit-c/Ampjit.h"
+[ -f "$header" ] || fail "ampjit-c/Ampjit.h was not installed"
+grep -o '\bampjit_[a-z_]*(' "$header" | tr -d '(' | sort -u > "$work/declared.txt"
+grep -v '^_Z' "$work/exported.txt" | sort -u > "$work/c-symbols.txt" || true
+[ "$(wc -l < "$work/declared.txt")" -ge 20 ] || fail "found only $(wc -l < "$work/declared.txt") functions in $header"
+if ! diff "$work/declared.txt" "$work/c-symbols.txt" > "$work/c-api.diff"; then
+  fail "libampjit.so's C symbols are not the C API's functions (< declared only, > exported only): $(grep '^[<>]' "$work/c-api.diff" | head -n 5 | tr '\n' ';')"
+fi
+# By mangled name: a name in namespace llvm, mlir or YAML (a function, its
+# type information or vtable) is one of theirs.
+: > "$work/foreign.txt"
 grep -E '^_Z(T[ISVT])?N[KRO]*(4llvm|4mlir|4YAML)' "$work/exported.txt" >> "$work/foreign.txt" || true
 # Everything else must be in jit:: or ampjit:: (frontend/ampjit.map's prefixes):
 # functions and variables, type information, vtables, thunks, local statics,
 # thread-local wrappers.
-grep -v -E '^_Z(N[KRO]*|T[ISVT]N|Th[n0-9_]*N[K]?|Tv[n0-9_]*N[K]?|ZN[K]?|GVZN[K]?|T[HW]N)(3jit|6ampjit)' \
-  "$work/exported.txt" >> "$work/foreign.txt" || true
+grep '^_Z' "$work/exported.txt" |
+  grep -v -E '^_Z(N[KRO]*|T[ISVT]N|Th[n0-9_]*N[K]?|Tv[n0-9_]*N[K]?|ZN[K]?|GVZN[K]?|T[HW]N)(3jit|6ampjit)' \
+  >> "$work/foreign.txt" || true
 if [ -s "$work/foreign.txt" ]; then
   fail "libampjit.so exports $(sort -u "$work/foreign.txt" | wc -l) symbols outside jit:: and ampjit::, e.g. $(sort -u "$work/foreign.txt" | head -n 5 | c++filt | tr '\n' ';')"
 fi
@@ -61,7 +75,7 @@ grep -q '^jit::Tensor::item(' "$work/demangled.txt" || fail "libampjit.so does n
 
 flags=()
 if [ -n "$sanitize" ]; then
-  flags+=("-DCMAKE_CXX_FLAGS=-fsanitize=$sanitize -fno-sanitize=vptr")
+  flags+=("-DCMAKE_CXX_FLAGS=-fsanitize=$sanitize -fno-sanitize=vptr" "-DCMAKE_C_FLAGS=-fsanitize=$sanitize")
 fi
 cmake -S "$source/examples/consumer" -B "$work/consumer" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$work/prefix" "${flags[@]}" > "$work/configure.log" 2>&1 ||
@@ -72,3 +86,15 @@ cmake --build "$work/consumer" > "$work/build.log" 2>&1 ||
   --steps=2 > "$work/run.log" 2>&1 || { cat "$work/run.log" >&2; fail "the installed ampjit-run failed"; }
 "$work/consumer/train_regression"
 "$work/consumer/embed_module" "$source/examples/mnist_train_step.mlir"
+"$work/consumer/embed_c" "$source/examples/mnist_train_step.mlir"
+# Python loads the library with ctypes. A sanitized library needs its runtimes
+# loaded first, and Python's own allocations are not ours to count as leaks.
+preload=""
+if [ -n "$sanitize" ]; then
+  for runtime in libasan.so libubsan.so; do
+    path="$(${CC:-cc} -print-file-name=$runtime)"
+    [ -f "$path" ] && preload="$preload $path"
+  done
+fi
+LD_PRELOAD="$preload" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" \
+  python3 "$source/examples/consumer/embed_ctypes.py" "$lib" "$source/examples/mnist_train_step.mlir"

@@ -16,6 +16,8 @@
 #include "ampjit/runtime/PlanFile.h"
 
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -84,6 +86,12 @@ template <typename T, typename Body> T* guardedHandle(const char* function, cons
     lastError = std::string(function) + ": " + error.what();
   }
   return nullptr;
+}
+
+std::string formatValue(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
 }
 
 rt::Status missing(const char* what) { return rt::Status::error(std::string(what) + " is NULL"); }
@@ -433,7 +441,14 @@ ampjit_status ampjit_session_fill(ampjit_session* session, size_t index, double 
     const rt::Plan& plan = session->plan.plan;
     if (rt::Status exists = checkArgumentIndex(plan, index); !exists.ok())
       return exists;
-    rt::Expected<rt::Tensor> host = rt::Tensor::allocate(plan.buffers[plan.argumentBuffer(index)].type);
+    const rt::TensorType& type = plan.buffers[plan.argumentBuffer(index)].type;
+    // An integer argument takes an integer it can hold; converting anything
+    // else (NaN, 0.5, 2^63) to it would be undefined.
+    bool integral = std::isfinite(value) && value == std::trunc(value);
+    if ((type.dtype == rt::DType::I64 && !(integral && value >= -0x1p63 && value < 0x1p63)) ||
+        (type.dtype == rt::DType::I1 && value != 0.0 && value != 1.0))
+      return rt::Status::error(rt::describeArgument(plan, index) + " cannot hold " + formatValue(value));
+    rt::Expected<rt::Tensor> host = rt::Tensor::allocate(type);
     if (!host)
       return host.status();
     for (int64_t i = 0; i < host->elementCount(); ++i)

@@ -1,4 +1,4 @@
-/*===- ampjit-c/Ampjit.h - ampjit's C API ------------------------*- C -*-===*\
+/*===- ampjit-c/Ampjit.h - ampjit's C API -----------------------*- C -*-===*\
 |*                                                                          *|
 |* The way in for a framework or language that is not C++: a training step  *|
 |* as MLIR text in the jit dialect (state as `jit.role` arguments, each new *|
@@ -9,15 +9,16 @@
 |* any FFI can call it (examples/consumer/embed_ctypes.py).                 *|
 |*                                                                          *|
 |* Errors: a call that fails returns AMPJIT_ERROR (or NULL) and changes     *|
-|* nothing; ampjit_last_error() then says what failed and where, naming the *|
-|* call, the argument or the source line. No call aborts the process.      *|
+|* nothing (ampjit_session_run aside: see there); ampjit_last_error() then  *|
+|* says what failed and where, naming the call, the argument or the source  *|
+|* line. No call aborts the process.                                        *|
 |* Handles may be used from any thread, one call at a time per handle.      *|
 |*                                                                          *|
 |* Data crosses as little-endian bytes in row-major order: f32, f64 and i64 *|
 |* as themselves, f16 and bf16 as their 16-bit patterns, i1 as one byte (0  *|
 |* or 1) per element. ampjit_value_info.byte_size is the size of a value.   *|
 |*                                                                          *|
-\*===----------------------------------------------------------------------===*/
+\*===--------------------------------------------------------------------===*/
 
 #ifndef AMPJIT_C_AMPJIT_H
 #define AMPJIT_C_AMPJIT_H
@@ -119,6 +120,8 @@ void ampjit_free(void* memory);
 
 /* Prepares a copy of `plan` on a backend, "cpu", "cuda" or "cuda:N" (device
    N), and gives it every argument, zero-filled, in that backend's memory.
+   Each session has a backend of its own (on CUDA: its streams, memory pool
+   and graphs).
    Fails with the reason where the backend cannot run: a build without CUDA,
    no device, a plan it cannot prepare. Free with ampjit_session_destroy. */
 ampjit_session* ampjit_session_create(const ampjit_plan* plan, const char* backend);
@@ -131,14 +134,16 @@ const ampjit_plan* ampjit_session_plan(const ampjit_session* session);
    follows its source, re-derived before the next step reads it. */
 ampjit_status ampjit_session_write(ampjit_session* session, size_t index, const void* data, size_t bytes);
 /* Sets every element of argument `index` to `value`, rounded to its dtype
-   (a learning rate, the initial loss scale). */
+   (a learning rate, the initial loss scale). An integer argument takes only
+   a value it holds exactly (i1: 0 or 1). */
 ampjit_status ampjit_session_fill(ampjit_session* session, size_t index, double value);
 /* Copies argument `index`'s current value into `data` (`bytes` its
    byte_size). State holds what the last step left, its update included. */
 ampjit_status ampjit_session_read(ampjit_session* session, size_t index, void* data, size_t bytes);
 /* Runs one step. State arguments are updated in place; a step the loss
    scaler skips (an inf or NaN gradient) is a success that leaves the
-   parameters as they were. */
+   parameters as they were. A failure inside the backend (a device error, a
+   label out of range) may leave the state partly updated. */
 ampjit_status ampjit_session_run(ampjit_session* session);
 /* Copies result `index` of the last step into `data`. A result tied to an
    argument reads that argument. */

@@ -256,7 +256,7 @@ TEST(CApi, AnOverflowingStepIsSkippedNotAnError) {
   EXPECT_EQ(skippedSteps, 1);
 }
 
-TEST(CApi, FillRoundsToTheArgumentsDtype) {
+TEST(CApi, FillRoundsToTheArgumentsDtypeAndRefusesWhatAnIntegerCannotHold) {
   PlanHandle plan = compileMnist(kO1);
   ASSERT_TRUE(plan) << lastError();
   SessionHandle session(ampjit_session_create(plan.get(), "cpu"));
@@ -268,6 +268,11 @@ TEST(CApi, FillRoundsToTheArgumentsDtype) {
   int64_t last;
   std::memcpy(&last, labels.data() + labels.size() - sizeof last, sizeof last);
   EXPECT_EQ(last, 7);
+  for (double value : {double(NAN), 0.5, 1e19}) {
+    EXPECT_EQ(ampjit_session_fill(session.get(), mnist::kLabels, value), AMPJIT_ERROR);
+    EXPECT_NE(lastError().find("argument 1 'arg1' (input i64[64]) cannot hold "), std::string::npos) << lastError();
+  }
+  EXPECT_EQ(readArgument(session.get(), mnist::kLabels), labels) << "the refused fills changed nothing";
 }
 
 TEST(CApi, APlanSavedAndLoadedIsTheSamePlan) {
@@ -376,6 +381,8 @@ TEST(CApi, AnI1ArgumentTakesOnlyZeroAndOneBytes) {
   const uint8_t bad[3] = {1, 2, 0};
   EXPECT_EQ(ampjit_session_write(session.get(), 0, bad, 3), AMPJIT_ERROR);
   EXPECT_NE(lastError().find("is i1, but byte 1 is 2, not 0 or 1"), std::string::npos) << lastError();
+  EXPECT_EQ(ampjit_session_fill(session.get(), 0, 2.0), AMPJIT_ERROR);
+  EXPECT_NE(lastError().find("(input i1[3]) cannot hold 2"), std::string::npos) << lastError();
   const uint8_t mask[3] = {1, 0, 1};
   const float x[3] = {1, 2, 3}, y[3] = {-1, -2, -3};
   ASSERT_EQ(ampjit_session_write(session.get(), 0, mask, 3), AMPJIT_OK) << lastError();
