@@ -17,6 +17,7 @@
 #include "ampjit/runtime/Backend.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -57,7 +58,14 @@ CompiledModule compileSource(const std::string &source, const std::string &sourc
   return compiled;
 }
 
-std::string examplePath(const std::string &file) { return std::string(AMPJIT_EXAMPLES_DIR) + "/" + file; }
+std::string examplePath(const std::string &file) {
+  std::string configured = std::string(AMPJIT_EXAMPLES_DIR) + "/" + file;
+  // The GPU bundle's tests run from the root of a copy of the repository on
+  // another machine, where the source tree they were built from is absent.
+  if (!std::filesystem::exists(configured) && std::filesystem::exists("examples/" + file))
+    return "examples/" + file;
+  return configured;
+}
 
 std::string exampleText(const std::string &file) {
   std::ifstream stream(examplePath(file));
