@@ -4,6 +4,7 @@
 #   P/include/jit/*.h                 the C++ API's headers
 #   P/include/ampjit/{runtime,Codegen}  the runtime's and codegen::compileModule's
 #   P/include/ampjit-c/Ampjit.h       the C API (capi/)
+#   P/lib/python3/site-packages/ampjit  the Python package over the C API (python/)
 #   P/lib/cmake/ampjit/               find_package(ampjit) -> ampjit::ampjit
 #   P/bin/amp-opt, ampjit-run, ampjit-train               the tools
 # tests/check_install_consumer.sh installs into a temporary prefix and builds
@@ -29,8 +30,11 @@ install(FILES ${AMPJIT_SOURCE_DIR}/codegen/include/ampjit/Codegen/CompileModule.
               ${AMPJIT_SOURCE_DIR}/codegen/include/ampjit/Codegen/PlanOptions.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ampjit/Codegen)
 # The C API, for frameworks and languages that are not C++ (examples/consumer/embed_c.c,
-# embed_ctypes.py).
+# embed_python.py).
 install(FILES ${AMPJIT_SOURCE_DIR}/capi/include/ampjit-c/Ampjit.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ampjit-c)
+# The Python package over it, which loads the libampjit.so three directories up.
+install(DIRECTORY ${AMPJIT_SOURCE_DIR}/python/ampjit DESTINATION ${CMAKE_INSTALL_LIBDIR}/python3/site-packages
+        FILES_MATCHING PATTERN "*.py")
 install(TARGETS ${AMPJIT_INSTALLED_TOOLS} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 set(AMPJIT_CMAKE_PACKAGE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/ampjit)

@@ -15,7 +15,8 @@
 #     place, and malformed IR is an error at its line (embed_module.cpp);
 #   - the C API's header is installed, its functions are the library's only C
 #     symbols, and it works from C (embed_c.c: an O2-f16 session, its derived
-#     copies, a skipped overflow) and from Python's ctypes (embed_ctypes.py).
+#     copies, a skipped overflow) and from Python through the installed
+#     `ampjit` package, which finds the library by itself (embed_python.py).
 # Usage: check_install_consumer.sh BUILD_DIR SOURCE_DIR [SANITIZERS]
 set -euo pipefail
 build="$1"
@@ -89,12 +90,8 @@ cmake --build "$work/consumer" > "$work/build.log" 2>&1 ||
 "$work/consumer/embed_c" "$source/examples/mnist_train_step.mlir"
 # Python loads the library with ctypes. A sanitized library needs its runtimes
 # loaded first, and Python's own allocations are not ours to count as leaks.
-preload=""
-if [ -n "$sanitize" ]; then
-  for runtime in libasan.so libubsan.so; do
-    path="$(${CC:-cc} -print-file-name=$runtime)"
-    [ -f "$path" ] && preload="$preload $path"
-  done
-fi
-LD_PRELOAD="$preload" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" \
-  python3 "$source/examples/consumer/embed_ctypes.py" "$lib" "$source/examples/mnist_train_step.mlir"
+preload="$("$source/tests/sanitizer_preload.sh" "$sanitize")"
+site="$(dirname "$lib")/python3/site-packages"
+[ -f "$site/ampjit/__init__.py" ] || fail "the ampjit Python package was not installed beside libampjit.so"
+LD_PRELOAD="$preload" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" PYTHONPATH="$site" \
+  python3 "$source/examples/consumer/embed_python.py" "$source/examples/mnist_train_step.mlir"

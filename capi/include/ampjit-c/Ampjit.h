@@ -6,7 +6,7 @@
 |* examples/mnist_train_step.mlir) is compiled with AMP into a plan, and a  *|
 |* session runs the plan on a backend with state it holds from step to      *|
 |* step. Plain C with opaque handles and byte buffers, so ctypes, cffi or   *|
-|* any FFI can call it (examples/consumer/embed_ctypes.py).                 *|
+|* any FFI can call it (python/ampjit: the Python package over it).        *|
 |*                                                                          *|
 |* Errors: a call that fails returns AMPJIT_ERROR (or NULL) and changes     *|
 |* nothing (ampjit_session_run aside: see there); ampjit_last_error() then  *|

@@ -1,0 +1,260 @@
+"""ampjit from Python: compile a training step written in the jit dialect with
+automatic mixed precision, and run it in a session that keeps its state.
+
+A thin layer over the C API (<ampjit-c/Ampjit.h>) through ctypes: no build
+step, and nothing outside Python's standard library. Values cross as bytes in
+the argument's dtype (any contiguous object with the buffer protocol:
+array.array, bytes, bytearray, memoryview). Every failure raises ampjit.Error with the
+library's message, which names the call, the argument or the source line.
+
+    import ampjit
+    plan = ampjit.compile(open("step.mlir").read(), "step.mlir",
+                          amp="level=O1 dtype=f16", options="fuse-elementwise")
+    session = plan.session("cpu")          # or "cuda", "cuda:1"
+    session.write(2, array.array("f", w1)) # argument 2: plan.arguments[2]
+    session.fill(15, 65536.0)              # the loss scale
+    session.run()
+    print(session.result_value(0))         # the loss
+"""
+
+import ctypes
+import os
+import struct
+
+__all__ = ["Error", "Library", "Plan", "Session", "ValueInfo", "compile", "load_plan", "library"]
+
+
+class Error(RuntimeError):
+    """A call into ampjit failed; the message is the library's."""
+
+
+class ValueInfo:
+    """An argument or result of a plan (ampjit_value_info)."""
+
+    def __init__(self, index, name, role, dtype, shape, byte_size, tied_argument, derived_from):
+        self.index, self.name, self.role, self.dtype = index, name, role, dtype
+        self.shape, self.byte_size = shape, byte_size
+        self.tied_argument, self.derived_from = tied_argument, derived_from
+
+    def __repr__(self):
+        extra = ""
+        if self.tied_argument >= 0:
+            extra += ", updates argument %d" % self.tied_argument
+        if self.derived_from >= 0:
+            extra += ", derived from argument %d" % self.derived_from
+        return "ValueInfo(%d %s: %s %s%s%s)" % (self.index, self.name, self.role, self.dtype,
+                                                  list(self.shape), extra)
+
+
+class _CValueInfo(ctypes.Structure):
+    _fields_ = [
+        ("dtype", ctypes.c_int),
+        ("role", ctypes.c_int),
+        ("rank", ctypes.c_size_t),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_size", ctypes.c_size_t),
+        ("name", ctypes.c_char_p),
+        ("tied_argument", ctypes.c_int64),
+        ("derived_from", ctypes.c_int64),
+    ]
+
+
+# struct formats of the scalar dtypes result_value reads; f16 is struct's "e".
+_SCALAR_FORMATS = {"f32": "<f", "f64": "<d", "f16": "<e", "i64": "<q", "i1": "<?"}
+
+
+def _default_library_path():
+    # Installed as P/lib/python3/site-packages/ampjit beside P/lib/libampjit.so.
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.normpath(os.path.join(here, "..", "..", "..", "libampjit.so"))
+
+
+class Library:
+    """libampjit.so, loaded, with the C API's signatures declared."""
+
+    def __init__(self, path=None):
+        self.path = path or _default_library_path()
+        try:
+            lib = ctypes.CDLL(self.path)
+        except OSError as error:
+            raise Error("cannot load %s: %s" % (self.path, error)) from None
+        handle, status, size, text = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_char_p
+        info = ctypes.POINTER(_CValueInfo)
+        for name, result, arguments in [
+            ("ampjit_version", text, []),
+            ("ampjit_last_error", text, []),
+            ("ampjit_dtype_name", text, [ctypes.c_int]),
+            ("ampjit_role_name", text, [ctypes.c_int]),
+            ("ampjit_compile_module", handle, [ctypes.c_void_p, size, text, text, text]),
+            ("ampjit_plan_load", handle, [text]),
+            ("ampjit_plan_save", status, [handle, text]),
+            ("ampjit_plan_destroy", None, [handle]),
+            ("ampjit_plan_argument_count", size, [handle]),
+            ("ampjit_plan_result_count", size, [handle]),
+            ("ampjit_plan_argument", status, [handle, size, info]),
+            ("ampjit_plan_result", status, [handle, size, info]),
+            ("ampjit_plan_to_text", ctypes.c_void_p, [handle]),
+            ("ampjit_free", None, [ctypes.c_void_p]),
+            ("ampjit_session_create", handle, [handle, text]),
+            ("ampjit_session_destroy", None, [handle]),
+            ("ampjit_session_write", status, [handle, size, ctypes.c_void_p, size]),
+            ("ampjit_session_fill", status, [handle, size, ctypes.c_double]),
+            ("ampjit_session_read", status, [handle, size, ctypes.c_void_p, size]),
+            ("ampjit_session_run", status, [handle]),
+            ("ampjit_session_read_result", status, [handle, size, ctypes.c_void_p, size]),
+            ("ampjit_session_steps", ctypes.c_uint64, [handle]),
+        ]:
+            function = getattr(lib, name)
+            function.restype, function.argtypes = result, arguments
+        self.c = lib
+        self.version = lib.ampjit_version().decode()
+
+    def error(self):
+        return Error(self.c.ampjit_last_error().decode())
+
+    def check(self, status):
+        if status != 0:
+            raise self.error()
+
+    def compile(self, text, source_name="<module>", amp="", options=""):
+        """Compiles the module's function: `amp` is amp-opt's --amp-pipeline
+        options, `options` the plan rewrites (ampjit_compile_module)."""
+        data = text.encode() if isinstance(text, str) else bytes(text)
+        handle = self.c.ampjit_compile_module(data, len(data), source_name.encode(), amp.encode(),
+                                              options.encode())
+        if not handle:
+            raise self.error()
+        return Plan(self, handle)
+
+    def load_plan(self, path):
+        handle = self.c.ampjit_plan_load(os.fsencode(path))
+        if not handle:
+            raise self.error()
+        return Plan(self, handle)
+
+
+_library = None
+
+
+def library(path=None):
+    """The process's Library: loaded on first use, from `path` or from beside
+    this package. A later call with another path is an error."""
+    global _library
+    if _library is None:
+        _library = Library(path)
+    elif path is not None and os.path.abspath(path) != os.path.abspath(_library.path):
+        raise Error("ampjit is loaded from %s already, not %s" % (_library.path, path))
+    return _library
+
+
+def compile(text, source_name="<module>", amp="", options=""):
+    return library().compile(text, source_name, amp, options)
+
+
+def load_plan(path):
+    return library().load_plan(path)
+
+
+class Plan:
+    """A compiled step (ampjit_plan)."""
+
+    def __init__(self, lib, handle):
+        self._lib, self._handle = lib, handle
+        self.arguments = [self._describe(i, lib.c.ampjit_plan_argument)
+                          for i in range(lib.c.ampjit_plan_argument_count(handle))]
+        self.results = [self._describe(i, lib.c.ampjit_plan_result)
+                        for i in range(lib.c.ampjit_plan_result_count(handle))]
+
+    def _describe(self, index, function):
+        info = _CValueInfo()
+        self._lib.check(function(self._handle, index, ctypes.byref(info)))
+        return ValueInfo(index, info.name.decode(), self._lib.c.ampjit_role_name(info.role).decode(),
+                         self._lib.c.ampjit_dtype_name(info.dtype).decode(),
+                         tuple(info.shape[d] for d in range(info.rank)), info.byte_size, info.tied_argument,
+                         info.derived_from)
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            self._lib.c.ampjit_plan_destroy(self._handle)
+
+    def __str__(self):
+        text = self._lib.c.ampjit_plan_to_text(self._handle)
+        if not text:
+            raise self._lib.error()
+        try:
+            return ctypes.string_at(text).decode()
+        finally:
+            self._lib.c.ampjit_free(text)
+
+    def save(self, path):
+        self._lib.check(self._lib.c.ampjit_plan_save(self._handle, os.fsencode(path)))
+
+    def session(self, backend="cpu"):
+        """The plan prepared on `backend`, with every argument zero-filled."""
+        handle = self._lib.c.ampjit_session_create(self._handle, backend.encode())
+        if not handle:
+            raise self._lib.error()
+        return Session(self._lib, handle, self)
+
+
+def _buffer(data, writable=False):
+    view = memoryview(data).cast("B")
+    if writable and view.readonly:
+        raise Error("the buffer to read into is read-only")
+    if not view.contiguous:
+        raise Error("the buffer is not contiguous")
+    if view.readonly:
+        # ctypes takes the address of a writable buffer only.
+        copy = (ctypes.c_char * view.nbytes).from_buffer_copy(view)
+        return copy, view.nbytes
+    return (ctypes.c_char * view.nbytes).from_buffer(view), view.nbytes
+
+
+class Session:
+    """A plan prepared on a backend with its state (ampjit_session)."""
+
+    def __init__(self, lib, handle, plan):
+        self._lib, self._handle, self.plan = lib, handle, plan
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            self._lib.c.ampjit_session_destroy(self._handle)
+
+    @property
+    def steps(self):
+        return self._lib.c.ampjit_session_steps(self._handle)
+
+    def write(self, index, data):
+        """Sets argument `index` from a buffer of exactly its byte size."""
+        buffer, size = _buffer(data)
+        self._lib.check(self._lib.c.ampjit_session_write(self._handle, index, buffer, size))
+
+    def fill(self, index, value):
+        """Sets every element of argument `index` to `value`."""
+        self._lib.check(self._lib.c.ampjit_session_fill(self._handle, index, float(value)))
+
+    def read(self, index, into=None):
+        """Argument `index`'s bytes: into the writable buffer `into`, or new."""
+        target = into if into is not None else bytearray(self.plan.arguments[index].byte_size)
+        buffer, size = _buffer(target, writable=True)
+        self._lib.check(self._lib.c.ampjit_session_read(self._handle, index, buffer, size))
+        return target
+
+    def run(self):
+        """One step; state is updated inside the session."""
+        self._lib.check(self._lib.c.ampjit_session_run(self._handle))
+
+    def result(self, index, into=None):
+        """Result `index` of the last step, as bytes (or into `into`)."""
+        target = into if into is not None else bytearray(self.plan.results[index].byte_size)
+        buffer, size = _buffer(target, writable=True)
+        self._lib.check(self._lib.c.ampjit_session_read_result(self._handle, index, buffer, size))
+        return target
+
+    def result_value(self, index):
+        """A scalar result of the last step (the loss) as a Python number."""
+        info = self.plan.results[index]
+        if info.shape != () or info.dtype not in _SCALAR_FORMATS:
+            raise Error("result %d is %s%s, not a scalar result_value can read" % (index, info.dtype,
+                                                                                   list(info.shape)))
+        return struct.unpack(_SCALAR_FORMATS[info.dtype], bytes(self.result(index)))[0]

@@ -1,0 +1,100 @@
+"""ctest python-package: the `ampjit` Python package (python/ampjit) over the
+build's libampjit.so. The C API's behaviour is CApi.*'s to test; these check
+what the package adds: buffers of every kind in and out, scalar results as
+numbers, plan files, and its own errors raised as ampjit.Error.
+
+Usage: python3 test_ampjit_package.py LIBAMPJIT.so EXAMPLES_DIR
+(with python/ on PYTHONPATH)."""
+
+import array
+import os
+import struct
+import sys
+import tempfile
+import unittest
+
+import ampjit
+
+LIBRARY, EXAMPLES = sys.argv[1], sys.argv[2]
+del sys.argv[1:3]
+
+
+def mnist_text():
+    with open(os.path.join(EXAMPLES, "mnist_train_step.mlir")) as file:
+        return file.read()
+
+
+class PackageTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        ampjit.library(LIBRARY)
+        cls.plan = ampjit.compile(mnist_text(), "mnist_train_step.mlir", amp="level=O2 dtype=f16 target=cpu")
+
+    def test_the_plan_describes_its_values_as_the_c_api_does(self):
+        arguments, results = self.plan.arguments, self.plan.results
+        self.assertEqual(len(arguments), 25)  # 19 and O2's 6 f16 copies
+        self.assertEqual((arguments[2].role, arguments[2].dtype, arguments[2].shape, arguments[2].byte_size),
+                         ("param", "f32", (512, 784), 512 * 784 * 4))
+        copies = [a for a in arguments if a.derived_from >= 0]
+        self.assertEqual(sorted(a.derived_from for a in copies), [2, 3, 4, 5, 6, 7])
+        self.assertTrue(all(a.dtype == "f16" for a in copies))
+        self.assertEqual((results[0].role, results[0].shape, results[0].tied_argument), ("output", (), -1))
+        self.assertEqual(results[1].tied_argument, 2)
+        self.assertIn("derived from argument", repr(copies[0]))
+        self.assertTrue(str(self.plan).startswith("plan @train_step\n"))
+
+    def test_buffers_of_every_kind_go_in_and_come_out(self):
+        session = self.plan.session("cpu")
+        values = array.array("f", (i * 0.25 for i in range(10)))
+        for data in (values, values.tobytes(), memoryview(values.tobytes()), bytearray(values.tobytes())):
+            session.write(7, data)  # b3: f32[10]
+            self.assertEqual(bytes(session.read(7)), values.tobytes(), type(data).__name__)
+        into = array.array("f", [0.0] * 10)
+        self.assertIs(session.read(7, into=into), into)
+        self.assertEqual(into, values)
+        with self.assertRaisesRegex(ampjit.Error, "read-only"):
+            session.read(7, into=values.tobytes())
+        with self.assertRaisesRegex(ampjit.Error, r"argument 7 'arg7' \(param f32\[10\]\) is 40 bytes, not 12"):
+            session.write(7, array.array("f", [1.0, 2.0, 3.0]))
+
+    def test_scalar_results_come_back_as_numbers(self):
+        session = self.plan.session("cpu")
+        session.fill(14, 0.01)
+        session.fill(15, 1e30)  # every f16 gradient overflows: the step is skipped
+        session.run()
+        self.assertEqual(session.steps, 1)
+        loss = session.result_value(0)
+        self.assertIsInstance(loss, float)
+        skipped = [r for r in self.plan.results if r.tied_argument == 18][0]
+        self.assertEqual(session.result_value(skipped.index), 1)
+        self.assertIsInstance(session.result_value(skipped.index), int)
+        self.assertEqual(struct.unpack("<f", bytes(session.read(15)))[0], struct.unpack("<f", struct.pack("<f", 5e29))[0])
+        weight = [r for r in self.plan.results if r.tied_argument == 2][0]
+        with self.assertRaisesRegex(ampjit.Error, r"result 1 is f32\[512, 784\], not a scalar"):
+            session.result_value(weight.index)
+
+    def test_a_saved_plan_loads_as_itself(self):
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, "step.plan")
+            self.plan.save(path)
+            self.assertEqual(str(ampjit.load_plan(path)), str(self.plan))
+            with open(path, "wb") as file:
+                file.write(b"not a plan")
+            with self.assertRaisesRegex(ampjit.Error, "^ampjit_plan_load: .*step.plan"):
+                ampjit.load_plan(path)
+
+    def test_mistakes_raise_the_librarys_message(self):
+        with self.assertRaisesRegex(ampjit.Error, r"^ampjit_session_create: unknown backend 'tpu'"):
+            self.plan.session("tpu")
+        with self.assertRaisesRegex(ampjit.Error, "unknown plan option 'fuse-everything'"):
+            ampjit.compile(mnist_text(), "step.mlir", options="fuse-everything")
+        with self.assertRaisesRegex(ampjit.Error, "no step has run yet"):
+            self.plan.session("cpu").result(0)
+        with self.assertRaisesRegex(ampjit.Error, "is loaded from .* already, not /elsewhere/libampjit.so"):
+            ampjit.library("/elsewhere/libampjit.so")
+        with self.assertRaisesRegex(ampjit.Error, "cannot load /elsewhere/libampjit.so"):
+            ampjit.Library("/elsewhere/libampjit.so")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
