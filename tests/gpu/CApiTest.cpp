@@ -11,15 +11,13 @@
 
 #include "ampjit-c/Ampjit.h"
 
+#include "CApiTestUtil.h"
 #include "CompileExample.h"
+#include "GpuTestUtil.h"
 #include "Tolerance.h"
 
 #include "ampjit/Codegen/CompileModule.h"
 #include "ampjit/runtime/CudaBackend.h"
-
-#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
-#include "EmulatedStreams.h"
-#endif
 
 #include <gtest/gtest.h>
 
@@ -38,47 +36,19 @@ namespace mnist = ampjit::testing::mnist_step;
 // Reported apart from the device runs of the same tests.
 #define CApiOnGpu CApiOnEmulatedRuntime
 #endif
-class CApiOnGpu : public ::testing::Test {
-protected:
-  void SetUp() override {
-#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
-    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    ::ampjit::emulation::setStreamSchedule(::ampjit::emulation::StreamSchedule::Shuffled,
-                                           std::hash<std::string>()(test->name()));
-#else
-    if (rt::cudaDeviceCount() == 0)
-      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount reported none or failed)";
-#endif
-  }
-};
+// GpuTest's set-up: skipped without a device, streams shuffled on the emulation.
+class CApiOnGpu : public rt::gputest::GpuTest {};
 
-struct PlanDeleter {
-  void operator()(ampjit_plan* plan) const { ampjit_plan_destroy(plan); }
-};
-struct SessionDeleter {
-  void operator()(ampjit_session* session) const { ampjit_session_destroy(session); }
-};
-using PlanHandle = std::unique_ptr<ampjit_plan, PlanDeleter>;
-using SessionHandle = std::unique_ptr<ampjit_session, SessionDeleter>;
-
-std::vector<std::byte> readArgument(ampjit_session* session, size_t index) {
-  ampjit_value_info info;
-  EXPECT_EQ(ampjit_plan_argument(ampjit_session_plan(session), index, &info), AMPJIT_OK) << ampjit_last_error();
-  std::vector<std::byte> bytes(info.byte_size);
-  EXPECT_EQ(ampjit_session_read(session, index, bytes.data(), bytes.size()), AMPJIT_OK) << ampjit_last_error();
-  return bytes;
-}
+using ampjit::testing::PlanHandle;
+using ampjit::testing::readArgument;
+using ampjit::testing::readLoss;
+using ampjit::testing::SessionHandle;
+using ampjit::testing::writeState;
 
 std::vector<float> asFloats(const std::vector<std::byte>& bytes) {
   std::vector<float> values(bytes.size() / sizeof(float));
   std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
   return values;
-}
-
-float readLoss(ampjit_session* session) {
-  float loss = NAN;
-  EXPECT_EQ(ampjit_session_read_result(session, 0, &loss, sizeof loss), AMPJIT_OK) << ampjit_last_error();
-  return loss;
 }
 
 void expectClose(const std::vector<float>& actual, const std::vector<float>& expected,
@@ -114,14 +84,8 @@ TEST_F(CApiOnGpu, ASessionOnTheDeviceTracksTheCpuSessionOfThePlan) {
          .plan = {.fuseElementwise = true, .fuseGemmEpilogues = true, .overlapWeightGradients = true}});
     ASSERT_TRUE(reference.ok()) << reference.message();
     std::vector<rt::Tensor> state = ampjit::testing::initialArguments(*reference);
-    for (size_t i = 0; i < state.size(); ++i) {
-      if (reference->buffers[reference->argumentBuffer(i)].derivedFrom >= 0)
-        continue;
-      ASSERT_EQ(ampjit_session_write(device.get(), i, state[i].bytes(), state[i].byteSize()), AMPJIT_OK)
-          << ampjit_last_error();
-      ASSERT_EQ(ampjit_session_write(host.get(), i, state[i].bytes(), state[i].byteSize()), AMPJIT_OK)
-          << ampjit_last_error();
-    }
+    writeState(device.get(), *reference, state);
+    writeState(host.get(), *reference, state);
 
     ampjit::testing::Tolerance tolerance = ampjit::testing::toleranceFor(config.dtype);
     for (int step = 0; step < 4; ++step) {

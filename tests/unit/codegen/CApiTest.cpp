@@ -9,6 +9,7 @@
 #include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/CpuBackend.h"
 
+#include "CApiTestUtil.h"
 #include "CompileExample.h"
 #include "TemporaryDirectory.h"
 
@@ -27,14 +28,11 @@ namespace rt = ampjit::runtime;
 namespace mnist = ampjit::testing::mnist_step;
 using ampjit::testing::exampleText;
 
-struct PlanDeleter {
-  void operator()(ampjit_plan* plan) const { ampjit_plan_destroy(plan); }
-};
-struct SessionDeleter {
-  void operator()(ampjit_session* session) const { ampjit_session_destroy(session); }
-};
-using PlanHandle = std::unique_ptr<ampjit_plan, PlanDeleter>;
-using SessionHandle = std::unique_ptr<ampjit_session, SessionDeleter>;
+using ampjit::testing::PlanHandle;
+using ampjit::testing::readArgument;
+using ampjit::testing::readLoss;
+using ampjit::testing::SessionHandle;
+using ampjit::testing::writeState;
 
 constexpr const char* kO1 = "level=O1 dtype=f16 target=cpu";
 constexpr const char* kO2 = "level=O2 dtype=bf16 target=cpu";
@@ -54,30 +52,6 @@ rt::Plan referencePlan(const char* ampPipeline, ampjit::codegen::PlanOptions opt
 }
 
 std::string lastError() { return ampjit_last_error(); }
-
-/// Writes every argument a caller writes (derived ones follow their sources).
-void writeState(ampjit_session* session, const rt::Plan& plan, const std::vector<rt::Tensor>& arguments) {
-  for (size_t i = 0; i < arguments.size(); ++i) {
-    if (plan.buffers[plan.argumentBuffer(i)].derivedFrom >= 0)
-      continue;
-    ASSERT_EQ(ampjit_session_write(session, i, arguments[i].bytes(), arguments[i].byteSize()), AMPJIT_OK)
-        << lastError();
-  }
-}
-
-std::vector<std::byte> readArgument(ampjit_session* session, size_t index) {
-  ampjit_value_info info;
-  EXPECT_EQ(ampjit_plan_argument(ampjit_session_plan(session), index, &info), AMPJIT_OK) << lastError();
-  std::vector<std::byte> bytes(info.byte_size);
-  EXPECT_EQ(ampjit_session_read(session, index, bytes.data(), bytes.size()), AMPJIT_OK) << lastError();
-  return bytes;
-}
-
-float readLoss(ampjit_session* session) {
-  float loss = NAN;
-  EXPECT_EQ(ampjit_session_read_result(session, 0, &loss, sizeof loss), AMPJIT_OK) << lastError();
-  return loss;
-}
 
 float asFloat(const std::vector<std::byte>& bytes) {
   float value;
