@@ -218,7 +218,12 @@ private:
       desc.argument = int32_t(index);
       if (auto source = function.getArgAttrOfType<IntegerAttr>(index, "jit.derived_from"))
         desc.derivedFrom = int32_t(source.getInt());
-      desc.name = "arg" + std::to_string(index);
+      // A framework names its tensors with a location (`%w: tensor<...> loc("fc1.weight")`),
+      // which then names the argument in the plan and in every message about it.
+      if (auto name = dyn_cast<NameLoc>(argument.getLoc()))
+        desc.name = name.getName().str();
+      else
+        desc.name = "arg" + std::to_string(index);
       addBuffer(argument, std::move(desc));
     }
     return success();

@@ -36,8 +36,8 @@ def expect(ok, what):
 def initial_state(session, seed):
     """Learnable data (each label's images share a prototype), parameters
     uniform in +-1/sqrt(fan-in), lr 0.01, the scale 2^16; the rest zero.
-    Arguments are known by position, role and type: the plan names them
-    arg0, arg1, ... (MLIR's parser keeps no SSA names)."""
+    Arguments are known by position, role and type: this module gives them
+    no names (`loc("fc1.weight")` would), so the plan calls them arg0, ...."""
     generator = random.Random(seed)
     prototypes = [[generator.gauss(0, 1) for _ in range(784)] for _ in range(10)]
     session.write(0, array.array("f", (prototypes[(i // 784) % 10][i % 784] + 0.5 * generator.gauss(0, 1)

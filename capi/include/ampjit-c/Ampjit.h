@@ -68,7 +68,9 @@ typedef struct ampjit_value_info {
   size_t rank;
   const int64_t* shape;  /* rank extents */
   size_t byte_size;      /* what ampjit_session_read and _write move */
-  const char* name;      /* the IR's name for it, or "" */
+  const char* name;      /* an argument's name location in the IR
+                            (`loc("fc1.weight")`), else "argN"; a
+                            result's plan buffer name */
   int64_t tied_argument; /* a result: the argument it updates in place; else -1 */
   int64_t derived_from;  /* an argument a pass added (O2's f16 copy of a
                             parameter): its source argument; else -1 */

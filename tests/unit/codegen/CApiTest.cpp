@@ -370,6 +370,81 @@ TEST(CApi, AnI1ArgumentTakesOnlyZeroAndOneBytes) {
   EXPECT_EQ(r[2], 3.0f);
 }
 
+TEST(CApi, ArgumentsTakeTheNamesTheirLocationsGive) {
+  // How a framework names its tensors: a name location on the argument.
+  const char* text = "func.func @step(%x: tensor<2x3xf32> {jit.role = \"input\"} loc(\"batch\"), "
+                     "%w: tensor<4x3xf32> {jit.role = \"param\"} loc(\"fc1.weight\"), "
+                     "%b: tensor<4xf32> {jit.role = \"param\"}) -> tensor<2x4xf32> {\n"
+                     "  %y = jit.matmul %x, %w {transpose_rhs} : (tensor<2x3xf32>, tensor<4x3xf32>) -> tensor<2x4xf32>\n"
+                     "  return %y : tensor<2x4xf32>\n}\n";
+  PlanHandle plan(ampjit_compile_module(text, std::strlen(text), "named.mlir", nullptr, nullptr));
+  ASSERT_TRUE(plan) << lastError();
+  std::vector<std::string> names;
+  for (size_t i = 0; i < ampjit_plan_argument_count(plan.get()); ++i) {
+    ampjit_value_info info;
+    ASSERT_EQ(ampjit_plan_argument(plan.get(), i, &info), AMPJIT_OK) << lastError();
+    names.push_back(info.name);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"batch", "fc1.weight", "arg2"}));
+  SessionHandle session(ampjit_session_create(plan.get(), "cpu"));
+  ASSERT_TRUE(session) << lastError();
+  float tooFew[2] = {};
+  EXPECT_EQ(ampjit_session_write(session.get(), 1, tooFew, sizeof tooFew), AMPJIT_ERROR);
+  EXPECT_NE(lastError().find("argument 1 'fc1.weight' (param f32[4x3]) is 48 bytes, not 8"), std::string::npos)
+      << lastError();
+
+  // O2's low-precision copy of a named parameter is named after it.
+  PlanHandle mixed(ampjit_compile_module(text, std::strlen(text), "named.mlir", "level=O2 dtype=bf16", nullptr));
+  ASSERT_TRUE(mixed) << lastError();
+  ASSERT_EQ(ampjit_plan_argument_count(mixed.get()), 4u);
+  ampjit_value_info copy;
+  ASSERT_EQ(ampjit_plan_argument(mixed.get(), 3, &copy), AMPJIT_OK) << lastError();
+  EXPECT_EQ(copy.derived_from, 1);
+  EXPECT_EQ(std::string(copy.name), "fc1.weight.bf16");
+}
+
+TEST(CApi, SessionsOnSeveralThreadsShareOnePlanAndAgree) {
+  // One call at a time per handle: here four threads each compile, create a
+  // session from one shared plan and run it, while the others do the same.
+  PlanHandle shared = compileMnist(kO1);
+  ASSERT_TRUE(shared) << lastError();
+  rt::Plan expected = referencePlan(kO1);
+  std::vector<rt::Tensor> state = ampjit::testing::initialArguments(expected);
+  constexpr int kThreads = 4, kSteps = 3;
+  std::vector<std::vector<float>> losses(kThreads);
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      PlanHandle own = compileMnist(kO1);
+      SessionHandle session(ampjit_session_create(t % 2 == 0 ? shared.get() : own.get(), "cpu"));
+      if (!own || !session) {
+        errors[t] = ampjit_last_error();
+        return;
+      }
+      for (size_t i = 0; i < state.size(); ++i)
+        if (ampjit_session_write(session.get(), i, state[i].bytes(), state[i].byteSize()) != AMPJIT_OK)
+          errors[t] = ampjit_last_error();
+      for (int step = 0; step < kSteps && errors[t].empty(); ++step) {
+        float loss = NAN;
+        if (ampjit_session_run(session.get()) != AMPJIT_OK ||
+            ampjit_session_read_result(session.get(), 0, &loss, sizeof loss) != AMPJIT_OK)
+          errors[t] = ampjit_last_error();
+        losses[t].push_back(loss);
+      }
+    });
+  }
+  for (std::thread& thread : threads)
+    thread.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(errors[t], "") << "thread " << t;
+    ASSERT_EQ(losses[t].size(), size_t(kSteps)) << "thread " << t;
+    for (int step = 0; step < kSteps; ++step)
+      EXPECT_EQ(std::bit_cast<uint32_t>(losses[t][step]), std::bit_cast<uint32_t>(losses[0][step]))
+          << "thread " << t << ", step " << step;
+  }
+}
+
 TEST(CApi, TheLastErrorBelongsToItsThread) {
   EXPECT_EQ(ampjit_session_run(nullptr), AMPJIT_ERROR);
   std::string seenElsewhere = "unset";

@@ -46,6 +46,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/raw_ostream.h"
 
 namespace ampjit::ir::amp {
 
@@ -180,9 +181,16 @@ LogicalResult applyPlan(func::FuncOp function, func::ReturnOp ret, const CopyPla
   NamedAttrList copyAttrs;
   copyAttrs.append(JitDialect::kRoleAttrName, builder.getStringAttr("param"));
   copyAttrs.append(JitDialect::kDerivedFromAttrName, builder.getI64IntegerAttr(plan.master));
-  Location masterLoc = function.getArgument(plan.master).getLoc();
+  Location copyLoc = function.getArgument(plan.master).getLoc();
+  // A master a framework named (`loc("fc1.weight")`, which names plan buffers
+  // and messages) names its copy after itself and the copy's type.
+  if (auto name = dyn_cast<NameLoc>(copyLoc)) {
+    std::string copyName = name.getName().str() + ".";
+    llvm::raw_string_ostream(copyName) << cast<ShapedType>(plan.copyType).getElementType();
+    copyLoc = NameLoc::get(builder.getStringAttr(copyName), name.getChildLoc());
+  }
   if (failed(function.insertArgument(copyIndex, plan.copyType, copyAttrs.getDictionary(context),
-                                     masterLoc)))
+                                     copyLoc)))
     return function.emitError() << "amp-master-weights could not add the low-precision copy of "
                                    "argument #"
                                 << plan.master;
