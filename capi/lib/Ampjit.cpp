@@ -283,6 +283,10 @@ const char* ampjit_dtype_name(ampjit_dtype dtype) {
   return "<invalid dtype>";
 }
 
+int ampjit_cuda_backend_built(void) { return rt::cudaBackendBuilt() ? 1 : 0; }
+
+int ampjit_cuda_device_count(void) { return rt::cudaDeviceCount(); }
+
 const char* ampjit_role_name(ampjit_role role) {
   if (role < AMPJIT_ROLE_INPUT || (role > AMPJIT_ROLE_HYPER && role != AMPJIT_ROLE_OUTPUT))
     return "<invalid role>";

@@ -21,7 +21,8 @@ import ctypes
 import os
 import struct
 
-__all__ = ["Error", "Library", "Plan", "Session", "ValueInfo", "compile", "load_plan", "library"]
+__all__ = ["Error", "Library", "Plan", "Session", "ValueInfo", "compile", "cuda_device_count", "load_plan",
+           "library"]
 
 
 class Error(RuntimeError):
@@ -85,6 +86,8 @@ class Library:
             ("ampjit_last_error", text, []),
             ("ampjit_dtype_name", text, [ctypes.c_int]),
             ("ampjit_role_name", text, [ctypes.c_int]),
+            ("ampjit_cuda_backend_built", ctypes.c_int, []),
+            ("ampjit_cuda_device_count", ctypes.c_int, []),
             ("ampjit_compile_module", handle, [ctypes.c_void_p, size, text, text, text]),
             ("ampjit_plan_load", handle, [text]),
             ("ampjit_plan_save", status, [handle, text]),
@@ -108,6 +111,11 @@ class Library:
             function.restype, function.argtypes = result, arguments
         self.c = lib
         self.version = lib.ampjit_version().decode()
+        self.cuda_backend_built = bool(lib.ampjit_cuda_backend_built())
+
+    def cuda_device_count(self):
+        """The CUDA devices a "cuda:N" session may use (0 without a driver)."""
+        return self.c.ampjit_cuda_device_count()
 
     def error(self):
         return Error(self.c.ampjit_last_error().decode())
@@ -145,6 +153,10 @@ def library(path=None):
     elif path is not None and os.path.abspath(path) != os.path.abspath(_library.path):
         raise Error("ampjit is loaded from %s already, not %s" % (_library.path, path))
     return _library
+
+
+def cuda_device_count():
+    return library().cuda_device_count()
 
 
 def compile(text, source_name="<module>", amp="", options=""):

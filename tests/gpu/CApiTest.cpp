@@ -129,6 +129,12 @@ TEST_F(CApiOnGpu, ASessionOnTheDeviceTracksTheCpuSessionOfThePlan) {
   }
 }
 
+TEST_F(CApiOnGpu, ReportsTheBackendAndTheDevices) {
+  EXPECT_EQ(ampjit_cuda_backend_built(), 1);
+  EXPECT_EQ(ampjit_cuda_device_count(), rt::cudaDeviceCount());
+  EXPECT_GE(ampjit_cuda_device_count(), 1);
+}
+
 TEST_F(CApiOnGpu, ABadDeviceNumberIsAnErrorThatSaysSo) {
   std::string text = ampjit::testing::exampleText("mnist_train_step.mlir");
   PlanHandle plan(ampjit_compile_module(text.data(), text.size(), "step.mlir", nullptr, nullptr));

@@ -73,6 +73,16 @@ class PackageTest(unittest.TestCase):
         with self.assertRaisesRegex(ampjit.Error, r"result 1 is f32\[512, 784\], not a scalar"):
             session.result_value(weight.index)
 
+    def test_the_library_says_what_it_has(self):
+        lib = ampjit.library()
+        self.assertRegex(lib.version, r"^\d+\.\d+\.\d+$")
+        self.assertIsInstance(lib.cuda_backend_built, bool)
+        count = ampjit.cuda_device_count()
+        self.assertGreaterEqual(count, 0)
+        if count == 0:
+            with self.assertRaisesRegex(ampjit.Error, "^ampjit_session_create: backend 'cuda': "):
+                self.plan.session("cuda")
+
     def test_a_saved_plan_loads_as_itself(self):
         with tempfile.TemporaryDirectory() as directory:
             path = os.path.join(directory, "step.plan")

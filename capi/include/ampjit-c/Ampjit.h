@@ -84,6 +84,11 @@ const char* ampjit_last_error(void);
 /* "f16", "param", ...: the names the IR and the messages use. */
 const char* ampjit_dtype_name(ampjit_dtype dtype);
 const char* ampjit_role_name(ampjit_role role);
+/* 1 when this library has the CUDA backend built in, else 0. */
+int ampjit_cuda_backend_built(void);
+/* The CUDA devices the runtime reports: 0 without the backend, a driver or a
+   device. A session on "cuda:N" needs N below it. */
+int ampjit_cuda_device_count(void);
 
 /*--- Plans ----------------------------------------------------------------*/
 

@@ -8,6 +8,7 @@
 #include "ampjit/Codegen/CompileModule.h"
 #include "ampjit/runtime/Backend.h"
 #include "ampjit/runtime/CpuBackend.h"
+#include "ampjit/runtime/CudaBackend.h"
 
 #include "CApiTestUtil.h"
 #include "CompileExample.h"
@@ -453,8 +454,17 @@ TEST(CApi, TheLastErrorBelongsToItsThread) {
   EXPECT_EQ(lastError(), "ampjit_session_run: session is NULL");
 }
 
-TEST(CApi, VersionIsTheProjects) {
+TEST(CApi, SaysWhatTheBuildAndTheMachineHave) {
   EXPECT_STREQ(ampjit_version(), AMPJIT_PROJECT_VERSION);
+  EXPECT_EQ(ampjit_cuda_backend_built(), rt::cudaBackendBuilt() ? 1 : 0);
+  EXPECT_EQ(ampjit_cuda_device_count(), rt::cudaDeviceCount());
+  if (ampjit_cuda_device_count() == 0) {
+    // Then a CUDA session cannot be had, and the error says why.
+    PlanHandle plan = compileMnist(kO1);
+    ASSERT_TRUE(plan) << lastError();
+    EXPECT_EQ(ampjit_session_create(plan.get(), "cuda"), nullptr);
+    EXPECT_EQ(lastError().rfind("ampjit_session_create: backend 'cuda': ", 0), 0u) << lastError();
+  }
 }
 
 } // namespace
