@@ -132,10 +132,10 @@ rt::Expected<ampjit::codegen::ModuleCompileOptions> parsePlanOptions(std::string
         continue;
       return rt::Status::error("plan option '" + word + "' needs a count of elements (0 or more)");
     }
-    std::string known_words;
+    std::string knownWords;
     for (const auto& entry : switches)
-      known_words += std::string(entry.first) + ", ";
-    return rt::Status::error("unknown plan option '" + word + "' (known: " + known_words +
+      knownWords += std::string(entry.first) + ", ";
+    return rt::Status::error("unknown plan option '" + word + "' (known: " + knownWords +
                              "defer-minimum-elements=N, function=NAME)");
   }
   return options;
