@@ -3,8 +3,9 @@ automatic mixed precision, and run it in a session that keeps its state.
 
 A thin layer over the C API (<ampjit-c/Ampjit.h>) through ctypes: no build
 step, and nothing outside Python's standard library. Values cross as bytes in
-the argument's dtype (any contiguous object with the buffer protocol:
-array.array, bytes, bytearray, memoryview). Every failure raises ampjit.Error with the
+the argument's dtype (any C-contiguous object with the buffer protocol:
+array.array, bytes, bytearray, memoryview), whose elements must be the
+value's dtype or raw bytes. Every failure raises ampjit.Error with the
 library's message, which names the call, the argument or the source line.
 
     import ampjit
@@ -32,8 +33,8 @@ class Error(RuntimeError):
 class ValueInfo:
     """An argument or result of a plan (ampjit_value_info)."""
 
-    def __init__(self, index, name, role, dtype, shape, byte_size, tied_argument, derived_from):
-        self.index, self.name, self.role, self.dtype = index, name, role, dtype
+    def __init__(self, kind, index, name, role, dtype, shape, byte_size, tied_argument, derived_from):
+        self.kind, self.index, self.name, self.role, self.dtype = kind, index, name, role, dtype
         self.shape, self.byte_size = shape, byte_size
         self.tied_argument, self.derived_from = tied_argument, derived_from
 
@@ -43,8 +44,8 @@ class ValueInfo:
             extra += ", updates argument %d" % self.tied_argument
         if self.derived_from >= 0:
             extra += ", derived from argument %d" % self.derived_from
-        return "ValueInfo(%d %s: %s %s%s%s)" % (self.index, self.name, self.role, self.dtype,
-                                                  list(self.shape), extra)
+        return "ValueInfo(%s %d %s: %s %s%s%s)" % (self.kind, self.index, self.name, self.role, self.dtype,
+                                                     list(self.shape), extra)
 
 
 class _CValueInfo(ctypes.Structure):
@@ -172,15 +173,15 @@ class Plan:
 
     def __init__(self, lib, handle):
         self._lib, self._handle = lib, handle
-        self.arguments = [self._describe(i, lib.c.ampjit_plan_argument)
+        self.arguments = [self._describe("argument", i, lib.c.ampjit_plan_argument)
                           for i in range(lib.c.ampjit_plan_argument_count(handle))]
-        self.results = [self._describe(i, lib.c.ampjit_plan_result)
+        self.results = [self._describe("result", i, lib.c.ampjit_plan_result)
                         for i in range(lib.c.ampjit_plan_result_count(handle))]
 
-    def _describe(self, index, function):
+    def _describe(self, kind, index, function):
         info = _CValueInfo()
         self._lib.check(function(self._handle, index, ctypes.byref(info)))
-        return ValueInfo(index, info.name.decode(), self._lib.c.ampjit_role_name(info.role).decode(),
+        return ValueInfo(kind, index, info.name.decode(), self._lib.c.ampjit_role_name(info.role).decode(),
                          self._lib.c.ampjit_dtype_name(info.dtype).decode(),
                          tuple(info.shape[d] for d in range(info.rank)), info.byte_size, info.tied_argument,
                          info.derived_from)
@@ -209,12 +210,31 @@ class Plan:
         return Session(self._lib, handle, self)
 
 
-def _buffer(data, writable=False):
-    view = memoryview(data).cast("B")
+# The buffer element formats (struct's letters) that hold each dtype's
+# values, and their size: f16 and bf16 also as their 16-bit patterns. Raw
+# bytes ("B", "b", "c") go into any dtype.
+_ELEMENT_FORMATS = {"f32": ("f", 4), "f64": ("d", 8), "f16": ("ehH", 2), "bf16": ("hH", 2), "i64": ("qlQL", 8),
+                    "i1": ("?", 1)}
+_RAW_FORMATS = "Bbc"
+
+
+def _buffer(data, value, writable=False):
+    """A ctypes view of `data` for `value` (a ValueInfo): C-contiguous, and
+    of its dtype's elements or raw bytes, so that float64 data cannot pass
+    for float32 data of the same size."""
+    view = memoryview(data)
+    what = "%s %d (%s%s)" % (value.kind, value.index, value.dtype, list(value.shape))
+    if not view.c_contiguous:
+        raise Error("%s: the buffer is not C-contiguous" % what)
+    order, element = view.format[:-1], view.format[-1:]
+    letters, size = _ELEMENT_FORMATS[value.dtype]
+    if order not in ("", "@", "=", "<") or not (
+            element in _RAW_FORMATS or (element in letters and view.itemsize == size)):
+        raise Error("%s takes %s elements or raw bytes, not a buffer of '%s' (%d bytes each)"
+                    % (what, value.dtype, view.format, view.itemsize))
+    view = view.cast("B")
     if writable and view.readonly:
-        raise Error("the buffer to read into is read-only")
-    if not view.contiguous:
-        raise Error("the buffer is not contiguous")
+        raise Error("%s: the buffer to read into is read-only" % what)
     if view.readonly:
         # ctypes takes the address of a writable buffer only.
         copy = (ctypes.c_char * view.nbytes).from_buffer_copy(view)
@@ -238,8 +258,18 @@ class Session:
 
     def write(self, index, data):
         """Sets argument `index` from a buffer of exactly its byte size."""
-        buffer, size = _buffer(data)
+        buffer, size = _buffer(data, self._argument(index))
         self._lib.check(self._lib.c.ampjit_session_write(self._handle, index, buffer, size))
+
+    def _argument(self, index):
+        if not 0 <= index < len(self.plan.arguments):
+            raise Error("argument %d does not exist: the plan has %d arguments" % (index, len(self.plan.arguments)))
+        return self.plan.arguments[index]
+
+    def _result(self, index):
+        if not 0 <= index < len(self.plan.results):
+            raise Error("result %d does not exist: the plan has %d results" % (index, len(self.plan.results)))
+        return self.plan.results[index]
 
     def fill(self, index, value):
         """Sets every element of argument `index` to `value`."""
@@ -247,8 +277,8 @@ class Session:
 
     def read(self, index, into=None):
         """Argument `index`'s bytes: into the writable buffer `into`, or new."""
-        target = into if into is not None else bytearray(self.plan.arguments[index].byte_size)
-        buffer, size = _buffer(target, writable=True)
+        target = into if into is not None else bytearray(self._argument(index).byte_size)
+        buffer, size = _buffer(target, self._argument(index), writable=True)
         self._lib.check(self._lib.c.ampjit_session_read(self._handle, index, buffer, size))
         return target
 
@@ -258,14 +288,14 @@ class Session:
 
     def result(self, index, into=None):
         """Result `index` of the last step, as bytes (or into `into`)."""
-        target = into if into is not None else bytearray(self.plan.results[index].byte_size)
-        buffer, size = _buffer(target, writable=True)
+        target = into if into is not None else bytearray(self._result(index).byte_size)
+        buffer, size = _buffer(target, self._result(index), writable=True)
         self._lib.check(self._lib.c.ampjit_session_read_result(self._handle, index, buffer, size))
         return target
 
     def result_value(self, index):
         """A scalar result of the last step (the loss) as a Python number."""
-        info = self.plan.results[index]
+        info = self._result(index)
         if info.shape != () or info.dtype not in _SCALAR_FORMATS:
             raise Error("result %d is %s%s, not a scalar result_value can read" % (index, info.dtype,
                                                                                    list(info.shape)))

@@ -57,6 +57,30 @@ class PackageTest(unittest.TestCase):
         with self.assertRaisesRegex(ampjit.Error, r"argument 7 'arg7' \(param f32\[10\]\) is 40 bytes, not 12"):
             session.write(7, array.array("f", [1.0, 2.0, 3.0]))
 
+    def test_a_buffer_of_another_element_type_is_refused_even_at_the_right_size(self):
+        # Five doubles are as many bytes as ten floats: without the check
+        # they would be written as ten meaningless floats.
+        session = self.plan.session("cpu")
+        session.fill(7, 0.5)
+        with self.assertRaisesRegex(ampjit.Error, r"^argument 7 \(f32\[10\]\) takes f32 elements or raw bytes, "
+                                                  r"not a buffer of 'd' \(8 bytes each\)"):
+            session.write(7, array.array("d", [1.0] * 5))
+        with self.assertRaisesRegex(ampjit.Error, "not a buffer of 'd'"):
+            session.read(7, into=array.array("d", [0.0] * 5))
+        with self.assertRaisesRegex(ampjit.Error, "not C-contiguous"):
+            session.write(7, memoryview(array.array("f", [1.0] * 20))[::2])
+        self.assertEqual(array.array("f", bytes(session.read(7))), array.array("f", [0.5] * 10),
+                         "the refused writes changed nothing")
+        session.write(1, array.array("q", range(64)))  # i64 labels
+        session.write(1, array.array("l", range(64)))  # the same on LP64
+        f16_copy = [a for a in self.plan.arguments if a.derived_from == 7][0]
+        self.assertEqual(len(session.read(f16_copy.index, into=array.array("H", [0] * 10))), 10,
+                         "an f16 value reads into 16-bit patterns")
+        with self.assertRaisesRegex(ampjit.Error, r"^result 0 \(f32\[\]\) takes f32 elements"):
+            session.result(0, into=array.array("q", [0]))
+        with self.assertRaisesRegex(ampjit.Error, "argument 99 does not exist: the plan has 25 arguments"):
+            session.read(99)
+
     def test_scalar_results_come_back_as_numbers(self):
         session = self.plan.session("cpu")
         session.fill(14, 0.01)
