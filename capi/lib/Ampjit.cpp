@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -217,6 +218,31 @@ rt::Status store(ampjit_session& session, size_t index, const rt::Tensor& host) 
   if (session.derivationSources.contains(index))
     session.derivedStale = true;
   return rt::Status::success();
+}
+
+/// Sets argument `index` to `valueAt(i)` for each element i, rounded to its
+/// dtype as the runtime rounds (storeElementFromDouble). An integer argument
+/// takes only integers it can hold: converting NaN, 0.5 or 2^63 to it would
+/// be undefined.
+/// `nameElement`: a refusal names the element (values written one by one).
+rt::Status storeValues(ampjit_session& session, size_t index, const std::function<double(int64_t)>& valueAt,
+                       bool nameElement) {
+  const rt::Plan& plan = session.plan.plan;
+  if (rt::Status exists = checkArgumentIndex(plan, index); !exists.ok())
+    return exists;
+  rt::Expected<rt::Tensor> host = rt::Tensor::allocate(plan.buffers[plan.argumentBuffer(index)].type);
+  if (!host)
+    return host.status();
+  for (int64_t i = 0; i < host->elementCount(); ++i) {
+    double value = valueAt(i);
+    bool integral = std::isfinite(value) && value == std::trunc(value);
+    if ((host->dtype() == rt::DType::I64 && !(integral && value >= -0x1p63 && value < 0x1p63)) ||
+        (host->dtype() == rt::DType::I1 && value != 0.0 && value != 1.0))
+      return rt::Status::error(rt::describeArgument(plan, index) + " cannot hold " + formatValue(value) +
+                               (nameElement ? " (element " + std::to_string(i) + ")" : ""));
+    host->set(i, value);
+  }
+  return store(session, index, *host);
 }
 
 /// Copies `tensor` (in the session's memory) into the caller's `data`.
@@ -442,22 +468,49 @@ ampjit_status ampjit_session_fill(ampjit_session* session, size_t index, double 
   return guarded("ampjit_session_fill", [&]() -> rt::Status {
     if (session == nullptr)
       return missing("session");
+    return storeValues(*session, index, [&](int64_t) { return value; }, false);
+  });
+}
+
+ampjit_status ampjit_session_write_values(ampjit_session* session, size_t index, const double* values,
+                                          size_t count) {
+  return guarded("ampjit_session_write_values", [&]() -> rt::Status {
+    if (session == nullptr)
+      return missing("session");
     const rt::Plan& plan = session->plan.plan;
     if (rt::Status exists = checkArgumentIndex(plan, index); !exists.ok())
       return exists;
+    if (values == nullptr)
+      return missing("values");
+    int64_t elements = plan.buffers[plan.argumentBuffer(index)].type.elementCount();
+    if (count != size_t(elements))
+      return rt::Status::error(rt::describeArgument(plan, index) + " has " + std::to_string(elements) +
+                               " elements, not " + std::to_string(count));
+    return storeValues(*session, index, [&](int64_t i) { return values[i]; }, true);
+  });
+}
+
+ampjit_status ampjit_session_read_values(ampjit_session* session, size_t index, double* values, size_t count) {
+  return guarded("ampjit_session_read_values", [&]() -> rt::Status {
+    if (session == nullptr)
+      return missing("session");
+    const rt::Plan& plan = session->plan.plan;
+    if (rt::Status exists = checkArgumentIndex(plan, index); !exists.ok())
+      return exists;
+    if (values == nullptr)
+      return missing("values");
     const rt::TensorType& type = plan.buffers[plan.argumentBuffer(index)].type;
-    // An integer argument takes an integer it can hold; converting anything
-    // else (NaN, 0.5, 2^63) to it would be undefined.
-    bool integral = std::isfinite(value) && value == std::trunc(value);
-    if ((type.dtype == rt::DType::I64 && !(integral && value >= -0x1p63 && value < 0x1p63)) ||
-        (type.dtype == rt::DType::I1 && value != 0.0 && value != 1.0))
-      return rt::Status::error(rt::describeArgument(plan, index) + " cannot hold " + formatValue(value));
+    if (count != size_t(type.elementCount()))
+      return rt::Status::error(rt::describeArgument(plan, index) + " has " + std::to_string(type.elementCount()) +
+                               " elements, not " + std::to_string(count));
     rt::Expected<rt::Tensor> host = rt::Tensor::allocate(type);
     if (!host)
       return host.status();
+    if (rt::Status read = readArgument(*session, index, host->bytes(), host->byteSize()); !read.ok())
+      return read;
     for (int64_t i = 0; i < host->elementCount(); ++i)
-      host->set(i, value);
-    return store(*session, index, *host);
+      values[i] = host->at(i);
+    return rt::Status::success();
   });
 }
 

@@ -103,6 +103,8 @@ class Library:
             ("ampjit_session_destroy", None, [handle]),
             ("ampjit_session_write", status, [handle, size, ctypes.c_void_p, size]),
             ("ampjit_session_fill", status, [handle, size, ctypes.c_double]),
+            ("ampjit_session_write_values", status, [handle, size, ctypes.POINTER(ctypes.c_double), size]),
+            ("ampjit_session_read_values", status, [handle, size, ctypes.POINTER(ctypes.c_double), size]),
             ("ampjit_session_read", status, [handle, size, ctypes.c_void_p, size]),
             ("ampjit_session_run", status, [handle]),
             ("ampjit_session_read_result", status, [handle, size, ctypes.c_void_p, size]),
@@ -216,6 +218,7 @@ class Plan:
 _ELEMENT_FORMATS = {"f32": ("f", 4), "f64": ("d", 8), "f16": ("ehH", 2), "bf16": ("hH", 2), "i64": ("qlQL", 8),
                     "i1": ("?", 1)}
 _RAW_FORMATS = "Bbc"
+_DTYPE_SIZES = {dtype: size for dtype, (_, size) in _ELEMENT_FORMATS.items()}
 
 
 def _buffer(data, value, writable=False):
@@ -274,6 +277,20 @@ class Session:
     def fill(self, index, value):
         """Sets every element of argument `index` to `value`."""
         self._lib.check(self._lib.c.ampjit_session_fill(self._handle, index, float(value)))
+
+    def write_values(self, index, values):
+        """Sets argument `index` from Python numbers, one per element in
+        row-major order, each rounded to its dtype as the runtime rounds
+        (f16 and bf16 included)."""
+        values = (ctypes.c_double * len(values))(*values) if not isinstance(values, ctypes.Array) else values
+        self._lib.check(self._lib.c.ampjit_session_write_values(self._handle, index, values, len(values)))
+
+    def read_values(self, index):
+        """Argument `index`'s elements as Python floats, in row-major order."""
+        count = self._argument(index).byte_size // _DTYPE_SIZES[self._argument(index).dtype]
+        values = (ctypes.c_double * count)()
+        self._lib.check(self._lib.c.ampjit_session_read_values(self._handle, index, values, count))
+        return list(values)
 
     def read(self, index, into=None):
         """Argument `index`'s bytes: into the writable buffer `into`, or new."""

@@ -81,6 +81,21 @@ class PackageTest(unittest.TestCase):
         with self.assertRaisesRegex(ampjit.Error, "argument 99 does not exist: the plan has 25 arguments"):
             session.read(99)
 
+    def test_values_go_in_as_numbers_rounded_as_the_runtime_rounds(self):
+        session = self.plan.session("cpu")
+        values = [0.1 * (i + 1) for i in range(10)]
+        session.write_values(7, values)  # b3: f32[10], the master of an f16 copy
+        as_f32 = [struct.unpack("<f", struct.pack("<f", v))[0] for v in values]
+        self.assertEqual(session.read_values(7), as_f32)
+        copy = [a for a in self.plan.arguments if a.derived_from == 7][0]
+        self.assertEqual(session.read_values(copy.index),
+                         [struct.unpack("<e", struct.pack("<e", v))[0] for v in as_f32])
+        with self.assertRaisesRegex(ampjit.Error, r"\(param f32\[10\]\) has 10 elements, not 3"):
+            session.write_values(7, [1.0, 2.0, 3.0])
+        with self.assertRaisesRegex(ampjit.Error, r"cannot hold 0.5 \(element 1\)"):
+            session.write_values(1, [1, 0.5] + [0] * 62)  # labels: i64[64]
+        self.assertEqual(session.read_values(7), as_f32, "the refused writes changed nothing")
+
     def test_scalar_results_come_back_as_numbers(self):
         session = self.plan.session("cpu")
         session.fill(14, 0.01)

@@ -144,9 +144,18 @@ ampjit_status ampjit_session_write(ampjit_session* session, size_t index, const 
    (a learning rate, the initial loss scale). An integer argument takes only
    a value it holds exactly (i1: 0 or 1). */
 ampjit_status ampjit_session_fill(ampjit_session* session, size_t index, double value);
+/* Sets argument `index` from `count` doubles (its element count), each
+   rounded to its dtype to nearest even as the runtime rounds, so a caller
+   without f16 or bf16 types of its own can write them. An integer argument
+   takes only values it holds exactly. */
+ampjit_status ampjit_session_write_values(ampjit_session* session, size_t index, const double* values,
+                                          size_t count);
 /* Copies argument `index`'s current value into `data` (`bytes` its
    byte_size). State holds what the last step left, its update included. */
 ampjit_status ampjit_session_read(ampjit_session* session, size_t index, void* data, size_t bytes);
+/* The same as `count` doubles (its element count): exact for every dtype,
+   i64 up to 2^53. */
+ampjit_status ampjit_session_read_values(ampjit_session* session, size_t index, double* values, size_t count);
 /* Runs one step. State arguments are updated in place; a step the loss
    scaler skips (an inf or NaN gradient) is a success that leaves the
    parameters as they were. A failure inside the backend (a device error, a

@@ -250,6 +250,39 @@ TEST(CApi, FillRoundsToTheArgumentsDtypeAndRefusesWhatAnIntegerCannotHold) {
   EXPECT_EQ(readArgument(session.get(), mnist::kLabels), labels) << "the refused fills changed nothing";
 }
 
+TEST(CApi, ValuesGoInAsDoublesRoundedAsTheRuntimeRoundsAndComeBackExactly) {
+  const char* text = "func.func @half(%x: tensor<4xf16> {jit.role = \"input\"}, %n: tensor<2xi64> {jit.role = "
+                     "\"input\"}) -> tensor<4xf16> {\n"
+                     "  %y = jit.relu %x : tensor<4xf16>\n"
+                     "  return %y : tensor<4xf16>\n}\n";
+  PlanHandle plan(ampjit_compile_module(text, std::strlen(text), "half.mlir", nullptr, nullptr));
+  ASSERT_TRUE(plan) << lastError();
+  SessionHandle session(ampjit_session_create(plan.get(), "cpu"));
+  ASSERT_TRUE(session) << lastError();
+  const double values[4] = {1.0 / 3.0, 70000.0, -2.5, 1e-8};
+  ASSERT_EQ(ampjit_session_write_values(session.get(), 0, values, 4), AMPJIT_OK) << lastError();
+  rt::Tensor rounded = *rt::Tensor::fromDoubles(rt::DType::F16, {4}, values);
+  std::vector<std::byte> bits = readArgument(session.get(), 0);
+  EXPECT_EQ(bits, std::vector<std::byte>(rounded.bytes(), rounded.bytes() + rounded.byteSize()))
+      << "rounded to nearest even, past 65504 to inf, as the runtime rounds";
+  double back[4];
+  ASSERT_EQ(ampjit_session_read_values(session.get(), 0, back, 4), AMPJIT_OK) << lastError();
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(back[i], rounded.at(i)) << "element " << i;
+  EXPECT_TRUE(std::isinf(back[1]));
+
+  ASSERT_EQ(ampjit_session_run(session.get()), AMPJIT_OK) << lastError();
+  EXPECT_EQ(ampjit_session_write_values(session.get(), 0, values, 3), AMPJIT_ERROR);
+  EXPECT_NE(lastError().find("argument 0 'arg0' (input f16[4]) has 4 elements, not 3"), std::string::npos)
+      << lastError();
+  const double counts[2] = {3, 2.5};
+  EXPECT_EQ(ampjit_session_write_values(session.get(), 1, counts, 2), AMPJIT_ERROR);
+  EXPECT_NE(lastError().find("(input i64[2]) cannot hold 2.5 (element 1)"), std::string::npos) << lastError();
+  EXPECT_EQ(ampjit_session_read_values(session.get(), 0, nullptr, 4), AMPJIT_ERROR);
+  EXPECT_EQ(lastError(), "ampjit_session_read_values: values is NULL");
+  EXPECT_EQ(readArgument(session.get(), 0), bits) << "the refused calls changed nothing";
+}
+
 TEST(CApi, APlanSavedAndLoadedIsTheSamePlan) {
   ampjit::testing::TemporaryDirectory directory;
   PlanHandle plan = compileMnist(kO2);
