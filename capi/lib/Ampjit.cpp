@@ -171,6 +171,19 @@ rt::Status checkByteCount(const rt::Plan& plan, size_t index, size_t bytes, cons
                            std::to_string(bytes));
 }
 
+/// checkByteCount for ampjit_session_{write,read}_values: one double per element.
+rt::Status checkElementCount(const rt::Plan& plan, size_t index, size_t count, const double* values) {
+  if (rt::Status exists = checkArgumentIndex(plan, index); !exists.ok())
+    return exists;
+  if (values == nullptr)
+    return missing("values");
+  int64_t elements = plan.buffers[plan.argumentBuffer(index)].type.elementCount();
+  if (count == size_t(elements))
+    return rt::Status::success();
+  return rt::Status::error(rt::describeArgument(plan, index) + " has " + std::to_string(elements) +
+                           " elements, not " + std::to_string(count));
+}
+
 /// Does a pending deferred update first when it touches argument `index`,
 /// so that the host sees (or overwrites) the state after it.
 rt::Status completeDeferredFor(ampjit_session& session, size_t index) {
@@ -477,15 +490,8 @@ ampjit_status ampjit_session_write_values(ampjit_session* session, size_t index,
   return guarded("ampjit_session_write_values", [&]() -> rt::Status {
     if (session == nullptr)
       return missing("session");
-    const rt::Plan& plan = session->plan.plan;
-    if (rt::Status exists = checkArgumentIndex(plan, index); !exists.ok())
-      return exists;
-    if (values == nullptr)
-      return missing("values");
-    int64_t elements = plan.buffers[plan.argumentBuffer(index)].type.elementCount();
-    if (count != size_t(elements))
-      return rt::Status::error(rt::describeArgument(plan, index) + " has " + std::to_string(elements) +
-                               " elements, not " + std::to_string(count));
+    if (rt::Status counted = checkElementCount(session->plan.plan, index, count, values); !counted.ok())
+      return counted;
     return storeValues(*session, index, [&](int64_t i) { return values[i]; }, true);
   });
 }
@@ -495,15 +501,9 @@ ampjit_status ampjit_session_read_values(ampjit_session* session, size_t index, 
     if (session == nullptr)
       return missing("session");
     const rt::Plan& plan = session->plan.plan;
-    if (rt::Status exists = checkArgumentIndex(plan, index); !exists.ok())
-      return exists;
-    if (values == nullptr)
-      return missing("values");
-    const rt::TensorType& type = plan.buffers[plan.argumentBuffer(index)].type;
-    if (count != size_t(type.elementCount()))
-      return rt::Status::error(rt::describeArgument(plan, index) + " has " + std::to_string(type.elementCount()) +
-                               " elements, not " + std::to_string(count));
-    rt::Expected<rt::Tensor> host = rt::Tensor::allocate(type);
+    if (rt::Status counted = checkElementCount(plan, index, count, values); !counted.ok())
+      return counted;
+    rt::Expected<rt::Tensor> host = rt::Tensor::allocate(plan.buffers[plan.argumentBuffer(index)].type);
     if (!host)
       return host.status();
     if (rt::Status read = readArgument(*session, index, host->bytes(), host->byteSize()); !read.ok())

@@ -54,6 +54,15 @@ rt::Plan referencePlan(const char* ampPipeline, ampjit::codegen::PlanOptions opt
 
 std::string lastError() { return ampjit_last_error(); }
 
+/// A CPU session of the module `text` as written, its plan kept in `plan`.
+SessionHandle cpuSessionOf(const char* text, const char* sourceName, PlanHandle& plan) {
+  plan.reset(ampjit_compile_module(text, std::strlen(text), sourceName, nullptr, nullptr));
+  EXPECT_TRUE(plan) << lastError();
+  SessionHandle session(plan ? ampjit_session_create(plan.get(), "cpu") : nullptr);
+  EXPECT_TRUE(session) << lastError();
+  return session;
+}
+
 float asFloat(const std::vector<std::byte>& bytes) {
   float value;
   std::memcpy(&value, bytes.data(), sizeof value);
@@ -255,10 +264,9 @@ TEST(CApi, ValuesGoInAsDoublesRoundedAsTheRuntimeRoundsAndComeBackExactly) {
                      "\"input\"}) -> tensor<4xf16> {\n"
                      "  %y = jit.relu %x : tensor<4xf16>\n"
                      "  return %y : tensor<4xf16>\n}\n";
-  PlanHandle plan(ampjit_compile_module(text, std::strlen(text), "half.mlir", nullptr, nullptr));
-  ASSERT_TRUE(plan) << lastError();
-  SessionHandle session(ampjit_session_create(plan.get(), "cpu"));
-  ASSERT_TRUE(session) << lastError();
+  PlanHandle plan;
+  SessionHandle session = cpuSessionOf(text, "half.mlir", plan);
+  ASSERT_TRUE(session);
   const double values[4] = {1.0 / 3.0, 70000.0, -2.5, 1e-8};
   ASSERT_EQ(ampjit_session_write_values(session.get(), 0, values, 4), AMPJIT_OK) << lastError();
   rt::Tensor rounded = *rt::Tensor::fromDoubles(rt::DType::F16, {4}, values);
@@ -382,10 +390,9 @@ TEST(CApi, AnI1ArgumentTakesOnlyZeroAndOneBytes) {
                      "\"input\"}, %y: tensor<3xf32> {jit.role = \"input\"}) -> tensor<3xf32> {\n"
                      "  %r = jit.select %m, %x, %y : (tensor<3xi1>, tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>\n"
                      "  return %r : tensor<3xf32>\n}\n";
-  PlanHandle plan(ampjit_compile_module(text, std::strlen(text), "mask.mlir", nullptr, nullptr));
-  ASSERT_TRUE(plan) << lastError();
-  SessionHandle session(ampjit_session_create(plan.get(), "cpu"));
-  ASSERT_TRUE(session) << lastError();
+  PlanHandle plan;
+  SessionHandle session = cpuSessionOf(text, "mask.mlir", plan);
+  ASSERT_TRUE(session);
   const uint8_t bad[3] = {1, 2, 0};
   EXPECT_EQ(ampjit_session_write(session.get(), 0, bad, 3), AMPJIT_ERROR);
   EXPECT_NE(lastError().find("is i1, but byte 1 is 2, not 0 or 1"), std::string::npos) << lastError();
