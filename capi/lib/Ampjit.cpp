@@ -76,17 +76,18 @@ ampjit_status guarded(const char* function, const auto& body) {
   return AMPJIT_ERROR;
 }
 
-/// Runs `body`, which returns an Expected<T*>, as the entry point `function`.
+/// Runs `body`, which returns an Expected<T*>, as the entry point `function`:
+/// the handle, or null with guarded()'s error.
 template <typename T, typename Body> T* guardedHandle(const char* function, const Body& body) {
-  try {
-    rt::Expected<T*> handle = body();
-    if (handle.ok())
-      return *handle;
-    lastError = std::string(function) + ": " + handle.message();
-  } catch (const std::exception& error) {
-    lastError = std::string(function) + ": " + error.what();
-  }
-  return nullptr;
+  T* handle = nullptr;
+  guarded(function, [&]() -> rt::Status {
+    rt::Expected<T*> made = body();
+    if (!made)
+      return made.status();
+    handle = *made;
+    return rt::Status::success();
+  });
+  return handle;
 }
 
 std::string formatValue(double value) {
@@ -171,6 +172,13 @@ rt::Status checkByteCount(const rt::Plan& plan, size_t index, size_t bytes, cons
                            std::to_string(bytes));
 }
 
+rt::Status checkResultIndex(const rt::Plan& plan, size_t index) {
+  if (index < plan.results.size())
+    return rt::Status::success();
+  return rt::Status::error("result " + std::to_string(index) + " does not exist: plan @" + plan.name + " has " +
+                           std::to_string(plan.results.size()) + " results");
+}
+
 /// checkByteCount for ampjit_session_{write,read}_values: one double per element.
 rt::Status checkElementCount(const rt::Plan& plan, size_t index, size_t count, const double* values) {
   if (rt::Status exists = checkArgumentIndex(plan, index); !exists.ok())
@@ -201,29 +209,36 @@ rt::Status rederiveIfStale(ampjit_session& session) {
   return rt::Status::success();
 }
 
-/// Puts `host` (argument `index`'s type, in host memory) into the session's
-/// memory for that argument.
-rt::Status store(ampjit_session& session, size_t index, const rt::Tensor& host) {
+/// Puts `data` (argument `index`'s bytes, in host memory) into the session's
+/// memory for that argument: copied once, straight from the caller's bytes.
+rt::Status store(ampjit_session& session, size_t index, const std::byte* data) {
   const rt::Plan& plan = session.plan.plan;
   const rt::BufferDesc& buffer = plan.buffers[plan.argumentBuffer(index)];
   if (buffer.derivedFrom >= 0)
     return rt::Status::error(rt::describeArgument(plan, index) + " is derived from " +
                              rt::describeArgument(plan, size_t(buffer.derivedFrom)) +
                              ", and follows it: write that one");
-  if (host.dtype() == rt::DType::I1) {
-    for (int64_t i = 0; i < host.elementCount(); ++i) {
-      if (std::to_integer<int>(host.bytes()[i]) > 1)
+  size_t bytes = size_t(buffer.type.byteSize());
+  if (buffer.type.dtype == rt::DType::I1) {
+    for (size_t i = 0; i < bytes; ++i) {
+      if (std::to_integer<int>(data[i]) > 1)
         return rt::Status::error(rt::describeArgument(plan, index) + " is i1, but byte " + std::to_string(i) +
-                                 " is " + std::to_string(std::to_integer<int>(host.bytes()[i])) + ", not 0 or 1");
+                                 " is " + std::to_string(std::to_integer<int>(data[i])) + ", not 0 or 1");
     }
   }
   if (rt::Status completed = completeDeferredFor(session, index); !completed.ok())
     return completed;
   rt::Tensor& argument = session.arguments[index];
   if (argument.device() == rt::Device::Host) {
-    std::memcpy(argument.bytes(), host.bytes(), host.byteSize());
+    std::memcpy(argument.bytes(), data, bytes);
   } else {
-    rt::Expected<rt::Tensor> device = session.cuda->toDevice(host);
+    // A view of the caller's bytes, which toDevice only reads and has staged
+    // by the time it returns.
+    rt::Expected<rt::Tensor> host = rt::Tensor::wrap(
+        buffer.type, rt::Storage::adopt(const_cast<std::byte*>(data), bytes, rt::Device::Host, [](std::byte*) {}));
+    if (!host)
+      return host.status();
+    rt::Expected<rt::Tensor> device = session.cuda->toDevice(*host);
     if (!device)
       return device.status();
     argument = std::move(*device);
@@ -235,8 +250,9 @@ rt::Status store(ampjit_session& session, size_t index, const rt::Tensor& host) 
 
 /// Sets argument `index` to `valueAt(i)` for each element i, rounded to its
 /// dtype as the runtime rounds (storeElementFromDouble). An integer argument
-/// takes only integers it can hold: converting NaN, 0.5 or 2^63 to it would
-/// be undefined.
+/// takes only integers it can hold: the runtime's own rule would truncate 2.5
+/// to 2, saturate 2^63 and store NaN as 0 (truncateToInt64), silently turning
+/// a caller's mistake (a fractional label) into another value.
 /// `nameElement`: a refusal names the element (values written one by one).
 rt::Status storeValues(ampjit_session& session, size_t index, const std::function<double(int64_t)>& valueAt,
                        bool nameElement) {
@@ -255,7 +271,7 @@ rt::Status storeValues(ampjit_session& session, size_t index, const std::functio
                                (nameElement ? " (element " + std::to_string(i) + ")" : ""));
     host->set(i, value);
   }
-  return store(session, index, *host);
+  return store(session, index, host->bytes());
 }
 
 /// Copies `tensor` (in the session's memory) into the caller's `data`.
@@ -396,9 +412,8 @@ ampjit_status ampjit_plan_result(const ampjit_plan* plan, size_t index, ampjit_v
       return missing("plan");
     if (info == nullptr)
       return missing("info");
-    if (index >= plan->plan.results.size())
-      return rt::Status::error("result " + std::to_string(index) + " does not exist: plan @" + plan->plan.name +
-                               " has " + std::to_string(plan->plan.results.size()) + " results");
+    if (rt::Status exists = checkResultIndex(plan->plan, index); !exists.ok())
+      return exists;
     const rt::PlanResult& result = plan->plan.results[index];
     describe(plan->plan, result.buffer, info);
     info->tied_argument = result.tiedArgument;
@@ -469,11 +484,7 @@ ampjit_status ampjit_session_write(ampjit_session* session, size_t index, const 
       return exists;
     if (rt::Status sized = checkByteCount(plan, index, bytes, data); !sized.ok())
       return sized;
-    rt::Expected<rt::Tensor> host = rt::Tensor::allocate(plan.buffers[plan.argumentBuffer(index)].type);
-    if (!host)
-      return host.status();
-    std::memcpy(host->bytes(), data, bytes);
-    return store(*session, index, *host);
+    return store(*session, index, static_cast<const std::byte*>(data));
   });
 }
 
@@ -542,9 +553,8 @@ ampjit_status ampjit_session_read_result(ampjit_session* session, size_t index, 
     if (session == nullptr)
       return missing("session");
     const rt::Plan& plan = session->plan.plan;
-    if (index >= plan.results.size())
-      return rt::Status::error("result " + std::to_string(index) + " does not exist: plan @" + plan.name + " has " +
-                               std::to_string(plan.results.size()) + " results");
+    if (rt::Status exists = checkResultIndex(plan, index); !exists.ok())
+      return exists;
     if (session->results.empty())
       return rt::Status::error("result " + std::to_string(index) + ": no step has run yet");
     if (int32_t tied = plan.results[index].tiedArgument; tied >= 0)
