@@ -61,10 +61,6 @@ class _CValueInfo(ctypes.Structure):
     ]
 
 
-# struct formats of the scalar dtypes result_value reads; f16 is struct's "e".
-_SCALAR_FORMATS = {"f32": "<f", "f64": "<d", "f16": "<e", "i64": "<q", "i1": "<?"}
-
-
 def _default_library_path():
     # Installed as P/lib/python3/site-packages/ampjit beside P/lib/libampjit.so.
     here = os.path.dirname(os.path.abspath(__file__))
@@ -219,6 +215,9 @@ _ELEMENT_FORMATS = {"f32": ("f", 4), "f64": ("d", 8), "f16": ("ehH", 2), "bf16":
                     "i1": ("?", 1)}
 _RAW_FORMATS = "Bbc"
 _DTYPE_SIZES = {dtype: size for dtype, (_, size) in _ELEMENT_FORMATS.items()}
+# What result_value unpacks a scalar with: each dtype's first letter, which is
+# its value's own format. bf16 has none in struct (its letters are patterns).
+_SCALAR_FORMATS = {dtype: "<" + letters[0] for dtype, (letters, _) in _ELEMENT_FORMATS.items() if dtype != "bf16"}
 
 
 def _buffer(data, value, writable=False):
