@@ -31,6 +31,27 @@ std::string describe(const Tensor& tensor) {
   return tensor.defined() ? describe(tensor.impl().type) : std::string("<undefined>");
 }
 
+std::string stateName(const TensorImpl& impl) {
+  std::string name = impl.name.text;
+  const TensorImpl* part = &impl;
+  // A chain longer than a few links is a cycle built by hand: no name.
+  for (int depth = 0; depth < 8 && !name.empty(); ++depth) {
+    if (!part->name.isPart)
+      return name;
+    std::shared_ptr<const TensorImpl> whole = part->name.of.lock();
+    if (!whole || whole->name.text.empty())
+      return "";
+    name = whole->name.text + "." + name;
+    part = whole.get();
+  }
+  return "";
+}
+
+std::string describeState(const TensorImpl& impl) {
+  std::string name = stateName(impl);
+  return name.empty() ? describe(impl.type) : "'" + name + "' " + describe(impl.type);
+}
+
 Tensor makeTensor(rt::Tensor value) {
   auto impl = std::make_shared<TensorImpl>();
   impl->type = value.type();
@@ -245,6 +266,7 @@ void runBackward(const Tensor& root, const Tensor& seed) {
   TensorImpl& rootImpl = root.impl();
   if (!rootImpl.gradFn) {
     accumulateInto(rootImpl.grad, seed);
+    nameState(rootImpl.grad, "grad", root);
     return;
   }
 
@@ -302,6 +324,7 @@ void runBackward(const Tensor& root, const Tensor& seed) {
         if (gradient.defined()) {
           LeafGradientScope marking;
           accumulateInto(edge->grad, gradient);
+          nameState(edge->grad, "grad", Tensor(edge));
         }
         continue;
       }

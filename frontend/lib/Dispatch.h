@@ -67,6 +67,20 @@ struct DeferredUpdate {
   std::function<void()> complete;
 };
 
+struct TensorImpl;
+
+/// What a traced step calls a piece of state in its plan and in its messages:
+/// a module's dotted name ("fc1.weight"), or a part of another tensor
+/// ("momentum_buffer" of that parameter reads "fc1.weight.momentum_buffer").
+/// The link is weak and resolved when a trace finishes, so a part follows its
+/// parameter's name even when a parent module registered after the optimizer
+/// was built prefixes that name.
+struct StateName {
+  std::string text;
+  bool isPart = false;
+  std::weak_ptr<const TensorImpl> of;
+};
+
 struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   TensorType type;
   /// The data of an eager tensor.
@@ -85,6 +99,7 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   std::shared_ptr<TraceSession> session;
   int64_t traceValue = -1;
   StateRole stateRole = StateRole::Unmarked;
+  StateName name;
   /// Bumped by every in-place write (copy_ and friends), so a compiled step
   /// knows when state it derived (O2's low-precision copies) is stale.
   uint64_t version = 0;
@@ -111,6 +126,16 @@ inline void markState(const Tensor& tensor, StateRole role) {
   if (tensor.defined())
     tensor.impl().stateRole = role;
 }
+/// Names `tensor` for traced steps: `text` alone, or `text` as a part of `of`.
+inline void nameState(const Tensor& tensor, std::string text, const Tensor& of = Tensor()) {
+  if (tensor.defined())
+    tensor.impl().name = StateName{std::move(text), of.defined(), of.impl_ptr()};
+}
+/// The resolved StateName ("fc1.weight.exp_avg"), or "" where it, or what it
+/// is a part of, has none.
+std::string stateName(const TensorImpl& impl);
+/// "'fc1.weight' f32[32x784]", or the type alone for unnamed state.
+std::string describeState(const TensorImpl& impl);
 
 Tensor makeTensor(rt::Tensor value);
 /// A tensor of `shape` in `dtype` whose elements are draw()'s values in

@@ -192,6 +192,7 @@ const Tensor& Generator::rng_state() const {
     state->elements<int64_t>()[0] = int64_t(seed_);
     state->elements<int64_t>()[1] = 0;
     rngState_ = detail::makeTensor(std::move(*state));
+    detail::nameState(rngState_, "generator.rng_state");
   }
   return rngState_;
 }

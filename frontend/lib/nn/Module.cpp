@@ -15,6 +15,15 @@ namespace jit::nn {
 
 // --- Module -----------------------------------------------------------------------
 
+namespace {
+/// Names a newly registered entry for traced steps' plans and messages; a
+/// tensor registered in two places keeps its first name.
+void nameEntry(const std::string& name, const Tensor& tensor) {
+  if (tensor.impl().name.text.empty())
+    detail::nameState(tensor, name);
+}
+} // namespace
+
 void Module::checkNewName(const std::string& name) const {
   // '.' separates the levels of a dotted state name, so it cannot be part of one.
   if (name.empty() || name.find('.') != std::string::npos)
@@ -35,6 +44,7 @@ Tensor Module::register_parameter(std::string name, Tensor tensor, bool requires
     throw Error("nn::Module: parameter '" + name + "' is an undefined tensor");
   if (requires_grad)
     tensor.requires_grad_(true);
+  nameEntry(name, tensor);
   parameters_.emplace_back(std::move(name), tensor);
   return tensor;
 }
@@ -43,6 +53,7 @@ Tensor Module::register_buffer(std::string name, Tensor tensor) {
   checkNewName(name);
   if (!tensor.defined())
     throw Error("nn::Module: buffer '" + name + "' is an undefined tensor");
+  nameEntry(name, tensor);
   buffers_.emplace_back(std::move(name), tensor);
   return tensor;
 }
@@ -51,8 +62,18 @@ void Module::addChild(std::string name, std::shared_ptr<Module> child) {
   checkNewName(name);
   if (!child)
     throw Error("nn::Module: child module '" + name + "' is null");
+  // The child's entries take their dotted names from the top down as the tree
+  // is built from the bottom up. An entry whose name is not the one this child
+  // gives it already belongs to another module (a tied weight, a module
+  // registered twice): the first registration names it.
+  for (const auto& [entry, tensor] : child->state_dict()) {
+    detail::StateName& stateName = tensor.impl().name;
+    if (!stateName.isPart && stateName.text == entry)
+      stateName.text = name + "." + entry;
+  }
   children_.emplace_back(std::move(name), std::move(child));
 }
+
 
 void Module::collect(const std::string& prefix, bool parameters, bool buffers,
                      std::vector<NamedTensor>& out) const {

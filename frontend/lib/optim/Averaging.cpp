@@ -40,6 +40,7 @@ ExponentialMovingAverage::ExponentialMovingAverage(std::vector<Tensor> parameter
       throw Error("ExponentialMovingAverage: parameter " + std::to_string(i) + " is " +
                   std::string(dtype_name(parameters_[i].dtype())) + "; only floating-point tensors are averaged");
     shadows_.push_back(copyOf(parameters_[i]));
+    jit::detail::nameState(shadows_.back(), "ema", parameters_[i]);
   }
 }
 

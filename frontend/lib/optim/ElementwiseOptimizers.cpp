@@ -67,9 +67,12 @@ RMSprop::RMSprop(std::vector<RMSpropGroup> groups, RMSpropOptions defaults)
     squareAvg_.push_back(zeros_like(params_[i]));
     momentumBuffer_.push_back(options.momentum > 0.0 ? zeros_like(params_[i]) : Tensor());
     gradAvg_.push_back(options.centered ? zeros_like(params_[i]) : Tensor());
-    for (const Tensor* buffer : {&squareAvg_.back(), &momentumBuffer_.back(), &gradAvg_.back()})
-      if (buffer->defined())
-        jit::detail::markState(*buffer, jit::detail::StateRole::OptState);
+    for (auto [buffer, name] : {std::pair{&squareAvg_.back(), "square_avg"},
+                                std::pair{&momentumBuffer_.back(), "momentum_buffer"},
+                                std::pair{&gradAvg_.back(), "grad_avg"}}) {
+      jit::detail::markState(*buffer, jit::detail::StateRole::OptState);
+      jit::detail::nameState(*buffer, name, params_[i]);
+    }
   }
 }
 
@@ -150,6 +153,7 @@ Adagrad::Adagrad(std::vector<AdagradGroup> groups, AdagradOptions defaults)
     const Tensor& param = params_[i];
     stateSum_.push_back(full(param.shape(), groupOptions_[groupOf_[i]].initial_accumulator_value, param.dtype()));
     jit::detail::markState(stateSum_.back(), jit::detail::StateRole::OptState);
+    jit::detail::nameState(stateSum_.back(), "sum", param);
   }
 }
 

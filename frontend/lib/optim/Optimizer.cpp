@@ -147,9 +147,12 @@ Optimizer::Optimizer(std::vector<std::vector<Tensor>> groups, std::vector<double
       groupOf_.push_back(group);
       steps_.push_back(scalar_tensor(0.0, i64));
       detail::markState(steps_.back(), detail::StateRole::OptState);
+      detail::nameState(steps_.back(), "step", param);
     }
     lrs_.push_back(scalar_tensor(lrs.at(group), f32));
     detail::markState(lrs_.back(), detail::StateRole::Hyper);
+    // PyTorch's param_groups[g]["lr"].
+    detail::nameState(lrs_.back(), groups.size() == 1 ? "lr" : "param_groups." + std::to_string(group) + ".lr");
   }
 }
 
@@ -250,6 +253,7 @@ SGD::SGD(std::vector<SGDGroup> groups, SGDOptions defaults)
   for (size_t i = 0; i < params_.size(); ++i) {
     buffers_.push_back(options(groupOf_[i]).momentum != 0.0 ? zeros_like(params_[i]) : Tensor());
     detail::markState(buffers_.back(), detail::StateRole::OptState);
+    detail::nameState(buffers_.back(), "momentum_buffer", params_[i]);
   }
 }
 
@@ -322,10 +326,12 @@ Adam::Adam(std::vector<AdamGroup> groups, const AdamOptions& defaults, bool deco
     expAvgSq_.push_back(zeros_like(param));
     detail::markState(expAvg_.back(), detail::StateRole::OptState);
     detail::markState(expAvgSq_.back(), detail::StateRole::OptState);
+    detail::nameState(expAvg_.back(), "exp_avg", param);
+    detail::nameState(expAvgSq_.back(), "exp_avg_sq", param);
     // PyTorch keeps max_exp_avg_sq only in amsgrad groups.
     maxExpAvgSq_.push_back(groupAmsgrad_[groupOf_[i]] ? zeros_like(param) : Tensor());
-    if (maxExpAvgSq_.back().defined())
-      detail::markState(maxExpAvgSq_.back(), detail::StateRole::OptState);
+    detail::markState(maxExpAvgSq_.back(), detail::StateRole::OptState);
+    detail::nameState(maxExpAvgSq_.back(), "max_exp_avg_sq", param);
   }
 }
 

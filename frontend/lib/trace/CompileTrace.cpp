@@ -74,8 +74,13 @@ OwningOpRef<ModuleOp> emitModule(MLIRContext& context, const TraceGraph& graph) 
   Block* entry = function.addEntryBlock();
   builder.setInsertionPointToStart(entry);
   std::vector<Value> values(graph.valueTypes.size());
-  for (auto [index, argument] : llvm::enumerate(graph.arguments))
-    values[size_t(argument.value)] = entry->getArgument(unsigned(index));
+  for (auto [index, argument] : llvm::enumerate(graph.arguments)) {
+    BlockArgument blockArgument = entry->getArgument(unsigned(index));
+    // The plan names an argument after its location (PlanBuilder).
+    if (!argument.name.empty())
+      blockArgument.setLoc(NameLoc::get(builder.getStringAttr(argument.name), functionLocation));
+    values[size_t(argument.value)] = blockArgument;
+  }
 
   std::map<int64_t, int64_t> opIds;
   auto renumber = [&](int64_t id) { return opIds.try_emplace(id, int64_t(opIds.size())).first->second; };

@@ -199,15 +199,15 @@ private:
       return "the AMP options changed (traced with '" + variant.ampKey + "', now '" + key + "')";
     for (const auto& state : variant.bindings.gradientState)
       if (state.leaf->grad.impl_ptr() != state.grad)
-        return "the gradient of a parameter " + describe(state.leaf->type) +
+        return "the gradient of the parameter " + describeState(*state.leaf) +
                " is no longer the tensor the step accumulates into";
     for (const auto& leaf : variant.bindings.undefinedGradients)
       if (leaf->grad.defined())
-        return "a parameter " + describe(leaf->type) +
+        return "the parameter " + describeState(*leaf) +
                " now has a gradient to accumulate into (the step was traced without one)";
     for (size_t i = 0; i < variant.bindings.state.size(); ++i)
       if (variant.bindings.state[i]->requiresGrad != variant.bindings.stateRequiresGrad[i])
-        return "a tensor " + describe(variant.bindings.state[i]->type) + " the step reads " +
+        return "the tensor " + describeState(*variant.bindings.state[i]) + " the step reads " +
                (variant.bindings.stateRequiresGrad[i] ? "required grad, now does not (frozen)"
                                                       : "did not require grad, now does");
     for (const auto& mode : variant.bindings.trainingModes)
@@ -428,6 +428,7 @@ private:
     for (const auto& gradient : bindings.newGradients) {
       gradient.leaf->grad = wrapResult(std::move((*results)[gradient.result]));
       markState(gradient.leaf->grad, StateRole::Grad);
+      nameState(gradient.leaf->grad, "grad", Tensor(gradient.leaf));
     }
     for (const auto& write : bindings.inputWrites)
       assignValue(inputs[write.input].impl(), wrapResult(std::move((*results)[write.result])));

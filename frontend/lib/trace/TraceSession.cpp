@@ -84,7 +84,7 @@ const rt::Tensor& concreteValue(const TensorImpl& impl, std::string_view what, c
                 "': a traced step cannot depend on a tensor's value (compute on tensors, e.g. with jit::where, "
                 "or return the tensor from the step and read it after the call)");
   if (TraceSession* session = TraceSession::current(); session && session->active())
-    throw Error(std::string(what) + " at " + at + " reads the value of a tensor (" + describe(impl.type) +
+    throw Error(std::string(what) + " at " + at + " reads the value of a tensor (" + describeState(impl) +
                 ") while jit::trace records '" + session->name() +
                 "': a traced step cannot depend on a tensor's value");
   completeDeferredUpdate(impl);
@@ -270,8 +270,10 @@ std::string TraceSession::describeProducer(int64_t value) const {
     if (inputValues_[i] == value)
       return "the step's input #" + std::to_string(i);
   for (const Capture& capture : captures_)
-    if (capture.argumentValue == value)
-      return "captured " + std::string(roleName(capture.role)) + " state";
+    if (capture.argumentValue == value) {
+      std::string name = stateName(*capture.impl);
+      return "captured " + std::string(roleName(capture.role)) + (name.empty() ? " state" : " '" + name + "'");
+    }
   return "an unknown op";
 }
 
@@ -351,8 +353,8 @@ std::pair<TraceGraph, TraceBindings> TraceSession::finish(std::span<const Tensor
   TraceGraph graph;
   graph.name = name_;
   graph.location = location_;
-  for (int64_t value : inputValues_)
-    graph.arguments.push_back({value, ArgumentRole::Input});
+  for (size_t i = 0; i < inputValues_.size(); ++i)
+    graph.arguments.push_back({inputValues_[i], ArgumentRole::Input, "input" + std::to_string(i)});
   bindings.inputCount = inputValues_.size();
   std::vector<const Capture*> ordered;
   for (const Capture& capture : captures_)
@@ -360,8 +362,16 @@ std::pair<TraceGraph, TraceBindings> TraceSession::finish(std::span<const Tensor
   std::stable_sort(ordered.begin(), ordered.end(), [](const Capture* a, const Capture* b) {
     return roleOrder(a->role) < roleOrder(b->role);
   });
+  // Two models built alike (a GAN's, two Sequentials) name their entries alike.
+  std::map<std::string, int> nameUses;
+  for (const TraceGraph::Argument& input : graph.arguments)
+    ++nameUses[input.name];
   for (const Capture* capture : ordered) {
-    graph.arguments.push_back({capture->argumentValue, capture->role});
+    std::string name = stateName(*capture->impl);
+    if (!name.empty())
+      if (int uses = ++nameUses[name]; uses > 1)
+        name += "#" + std::to_string(uses);
+    graph.arguments.push_back({capture->argumentValue, capture->role, std::move(name)});
     bindings.state.push_back(capture->impl);
     bindings.stateRequiresGrad.push_back(capture->impl->requiresGrad);
   }

@@ -54,6 +54,10 @@ struct TraceGraph {
   struct Argument {
     int64_t value;
     ArgumentRole role;
+    /// What the plan and its messages call it: "input0", the state's name
+    /// ("fc1.weight", "fc1.weight.momentum_buffer", "scaler.scale"; a repeat
+    /// gets "#2"), or "" for state nothing named.
+    std::string name;
   };
   /// Explicit inputs first, then captured state grouped by role (param,
   /// grad, opt_state, hyper, scaler_state), each group in capture order.

@@ -396,7 +396,7 @@ TEST(Trace, FreezingOrUnfreezingAParameterRetraces) {
     EXPECT_EQ(traced.model.parameters()[i].to_vector(), eager.model.parameters()[i].to_vector()) << i;
   EXPECT_EQ(step.stats().traces, 2u);
   ASSERT_EQ(step.stats().retrace_reasons.size(), 1u);
-  EXPECT_EQ(step.stats().retrace_reasons[0], "a tensor f32[8x8] the step reads required grad, now does not (frozen)");
+  EXPECT_EQ(step.stats().retrace_reasons[0], "the tensor '0.weight' f32[8x8] the step reads required grad, now does not (frozen)");
 }
 
 TEST(Trace, UnscaleClipAndTwoOptimizersThroughOneScalerMatchEagerBitwise) {

@@ -123,7 +123,11 @@ void AmpReport::writeDot(ModuleOp module, llvm::raw_ostream &os) const {
         llvm::raw_string_ostream typeOs(typeText);
         element->print(typeOs);
       }
-      os << "    " << name << " [shape=ellipse, label=\"%arg" << argument.getArgNumber() << role
+      // A framework's (or jit::trace's) name for the tensor, below the number.
+      std::string tensorName;
+      if (auto nameLoc = dyn_cast<NameLoc>(argument.getLoc()))
+        tensorName = "\\n" + dotEscape(nameLoc.getName().getValue());
+      os << "    " << name << " [shape=ellipse, label=\"%arg" << argument.getArgNumber() << role << tensorName
          << "\", fillcolor=\"" << colorOf(typeText) << "\"];\n";
     }
     unsigned opIndex = 0;

@@ -6,7 +6,7 @@
 // RUN: FileCheck %s --check-prefix=USER-JSON < %t.user.json
 // RUN: not amp-opt %s --amp-auto-cast="report=%t.missing/dir/report.json" 2>&1 | FileCheck %s --check-prefix=UNWRITABLE
 
-func.func @step(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>, %b: tensor<8xf32>) -> tensor<4x8xf32> {
+func.func @step(%x: tensor<4x8xf32>, %w: tensor<8x8xf32> loc("fc1.weight"), %b: tensor<8xf32>) -> tensor<4x8xf32> {
   %m = jit.matmul %x, %w : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
   %a = jit.add %m, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
   %r = jit.relu %a : tensor<4x8xf32>
@@ -48,6 +48,9 @@ func.func @step(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>, %b: tensor<8xf32>) -> 
 // JSON-NEXT: "f32": 2
 
 // DOT: digraph amp {
+// An argument named by its location shows the name under its number.
+// DOT-DAG: f0_arg0 [shape=ellipse, label="%arg0", fillcolor="#8ecae6"];
+// DOT-DAG: f0_arg1 [shape=ellipse, label="%arg1\nfc1.weight", fillcolor="#8ecae6"];
 // DOT-DAG: [[MM:f0_op[0-9]+]] [label="jit.matmul\nf16", fillcolor="#f4a261"];
 // DOT-DAG: [[SM:f0_op[0-9]+]] [label="jit.softmax\nf32", fillcolor="#8ecae6"];
 // DOT-DAG: [label="amp.cast\nf32", fillcolor="#d9d9d9"];
