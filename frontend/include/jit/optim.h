@@ -162,6 +162,10 @@ protected:
   static Tensor predicated(const Tensor& predicate, const Tensor& updated, const Tensor& old);
   /// Parameter i's buffers, as state_dict() names them.
   virtual void collect_buffers(size_t i, std::vector<NamedTensor>& out) const = 0;
+  /// Names the state for traced steps' plans and messages after state_dict():
+  /// "3.exp_avg" becomes "<parameter 3's name>.exp_avg", "lr.1"
+  /// "param_groups.1.lr". Each optimizer calls it once its buffers exist.
+  void name_state_for_traces();
 
   std::vector<Tensor> params_;
   std::vector<size_t> groupOf_;

@@ -94,11 +94,9 @@ GradScaler::GradScaler(GradScalerOptions o) : enabled_(o.enabled), dynamic_(o.dy
   good_ = scalar_tensor(0.0, i64);
   bad_ = scalar_tensor(0.0, i64);
   skipped_ = scalar_tensor(0.0, i64);
-  // PyTorch's names (scale, growth tracker), Paddle's for the backoff count.
-  for (auto [state, name] : {std::pair{&scale_, "scaler.scale"}, std::pair{&good_, "scaler.growth_tracker"},
-                             std::pair{&bad_, "scaler.decr_count"}, std::pair{&skipped_, "scaler.skipped_steps"}}) {
-    detail::markState(*state, detail::StateRole::ScalerState);
-    detail::nameState(*state, name);
+  for (const auto& [name, state] : detail::savedStateOf(*this).tensors) {
+    detail::markState(state, detail::StateRole::ScalerState);
+    detail::nameState(state, "scaler." + name); // traced steps' names: the checkpoint's
   }
 }
 

@@ -67,13 +67,11 @@ RMSprop::RMSprop(std::vector<RMSpropGroup> groups, RMSpropOptions defaults)
     squareAvg_.push_back(zeros_like(params_[i]));
     momentumBuffer_.push_back(options.momentum > 0.0 ? zeros_like(params_[i]) : Tensor());
     gradAvg_.push_back(options.centered ? zeros_like(params_[i]) : Tensor());
-    for (auto [buffer, name] : {std::pair{&squareAvg_.back(), "square_avg"},
-                                std::pair{&momentumBuffer_.back(), "momentum_buffer"},
-                                std::pair{&gradAvg_.back(), "grad_avg"}}) {
-      jit::detail::markState(*buffer, jit::detail::StateRole::OptState);
-      jit::detail::nameState(*buffer, name, params_[i]);
-    }
+    for (const Tensor* buffer : {&squareAvg_.back(), &momentumBuffer_.back(), &gradAvg_.back()})
+      if (buffer->defined())
+        jit::detail::markState(*buffer, jit::detail::StateRole::OptState);
   }
+  name_state_for_traces();
 }
 
 std::vector<std::pair<std::string, double>> RMSprop::group_hyperparameters(size_t group) const {
@@ -153,8 +151,8 @@ Adagrad::Adagrad(std::vector<AdagradGroup> groups, AdagradOptions defaults)
     const Tensor& param = params_[i];
     stateSum_.push_back(full(param.shape(), groupOptions_[groupOf_[i]].initial_accumulator_value, param.dtype()));
     jit::detail::markState(stateSum_.back(), jit::detail::StateRole::OptState);
-    jit::detail::nameState(stateSum_.back(), "sum", param);
   }
+  name_state_for_traces();
 }
 
 bool Adagrad::counts_steps(size_t i) const { return groupOptions_[groupOf_[i]].lr_decay != 0.0; }

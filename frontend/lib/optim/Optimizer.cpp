@@ -147,12 +147,9 @@ Optimizer::Optimizer(std::vector<std::vector<Tensor>> groups, std::vector<double
       groupOf_.push_back(group);
       steps_.push_back(scalar_tensor(0.0, i64));
       detail::markState(steps_.back(), detail::StateRole::OptState);
-      detail::nameState(steps_.back(), "step", param);
     }
     lrs_.push_back(scalar_tensor(lrs.at(group), f32));
     detail::markState(lrs_.back(), detail::StateRole::Hyper);
-    // PyTorch's param_groups[g]["lr"].
-    detail::nameState(lrs_.back(), groups.size() == 1 ? "lr" : "param_groups." + std::to_string(group) + ".lr");
   }
 }
 
@@ -176,6 +173,17 @@ void Optimizer::set_lr(size_t group, double lr) {
 }
 
 void Optimizer::assign(Tensor& state, const Tensor& value) { state.copy_(value); }
+
+void Optimizer::name_state_for_traces() {
+  for (const auto& [key, tensor] : state_dict()) {
+    size_t dot = key.find('.');
+    std::string head = key.substr(0, dot), rest = dot == std::string::npos ? "" : key.substr(dot + 1);
+    if (head == "lr") // PyTorch's param_groups[g]["lr"]; state_dict's "lr" is group 0's
+      detail::nameState(tensor, lrs_.size() == 1 ? "lr" : "param_groups." + (rest.empty() ? "0" : rest) + ".lr");
+    else
+      detail::nameState(tensor, rest, params_.at(std::stoul(head)));
+  }
+}
 
 std::vector<NamedTensor> Optimizer::state_dict() const {
   std::vector<NamedTensor> out{{"lr", lrs_[0]}};
@@ -253,8 +261,8 @@ SGD::SGD(std::vector<SGDGroup> groups, SGDOptions defaults)
   for (size_t i = 0; i < params_.size(); ++i) {
     buffers_.push_back(options(groupOf_[i]).momentum != 0.0 ? zeros_like(params_[i]) : Tensor());
     detail::markState(buffers_.back(), detail::StateRole::OptState);
-    detail::nameState(buffers_.back(), "momentum_buffer", params_[i]);
   }
+  name_state_for_traces();
 }
 
 bool SGD::counts_steps(size_t i) const {
@@ -326,13 +334,12 @@ Adam::Adam(std::vector<AdamGroup> groups, const AdamOptions& defaults, bool deco
     expAvgSq_.push_back(zeros_like(param));
     detail::markState(expAvg_.back(), detail::StateRole::OptState);
     detail::markState(expAvgSq_.back(), detail::StateRole::OptState);
-    detail::nameState(expAvg_.back(), "exp_avg", param);
-    detail::nameState(expAvgSq_.back(), "exp_avg_sq", param);
     // PyTorch keeps max_exp_avg_sq only in amsgrad groups.
     maxExpAvgSq_.push_back(groupAmsgrad_[groupOf_[i]] ? zeros_like(param) : Tensor());
-    detail::markState(maxExpAvgSq_.back(), detail::StateRole::OptState);
-    detail::nameState(maxExpAvgSq_.back(), "max_exp_avg_sq", param);
+    if (maxExpAvgSq_.back().defined())
+      detail::markState(maxExpAvgSq_.back(), detail::StateRole::OptState);
   }
+  name_state_for_traces();
 }
 
 std::vector<std::pair<std::string, double>> Adam::group_hyperparameters(size_t group) const {
