@@ -430,9 +430,15 @@ private:
     step->origin = op->getName().getStringRef().str();
     if (auto id = op->getAttrOfType<IntegerAttr>("jit.op_id"))
       step->origin += " #" + std::to_string(id.getInt());
+    Location location = op->getLoc();
+    // An op made for a named argument (AMP's cast of a parameter) carries its name.
+    if (auto name = dyn_cast<NameLoc>(location)) {
+      step->origin += " of '" + name.getName().str() + "'";
+      location = name.getChildLoc();
+    }
     if (options.recordLocations)
-      if (auto location = dyn_cast<FileLineColLoc>(op->getLoc()))
-        step->origin += " at " + location.getFilename().str() + ":" + std::to_string(location.getLine());
+      if (auto fileLine = dyn_cast<FileLineColLoc>(location))
+        step->origin += " at " + fileLine.getFilename().str() + ":" + std::to_string(fileLine.getLine());
     plan.steps.push_back(std::move(*step));
     return success();
   }

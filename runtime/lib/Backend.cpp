@@ -21,6 +21,20 @@ std::string describeArgument(const Plan& plan, size_t index) {
   return text + " (" + std::string(bufferRoleName(buffer.role)) + " " + typeToString(buffer.type) + ")";
 }
 
+std::vector<std::size_t> numericsCheckedArguments(const Plan& plan) {
+  std::vector<std::size_t> checked;
+  for (const BufferDesc& buffer : plan.buffers)
+    if (buffer.argument >= 0 && isFloating(buffer.type.dtype) && buffer.derivedFrom < 0)
+      checked.push_back(std::size_t(buffer.argument));
+  std::sort(checked.begin(), checked.end());
+  return checked;
+}
+
+Status nonFiniteArgumentError(const Plan& plan, std::size_t index) {
+  return Status::error("AMPJIT_CHECK_NUMERICS: plan @" + plan.name + ": " + describeArgument(plan, index) +
+                       " holds an inf or NaN before the step runs");
+}
+
 Expected<std::vector<Tensor>> hostRunResults(const Plan& plan, std::span<Tensor> arguments,
                                              std::span<const Tensor> outputs,
                                              const std::function<const std::byte*(BufferId)>& bytesOf) {

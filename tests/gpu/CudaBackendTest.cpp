@@ -442,6 +442,32 @@ TEST_F(GpuTest, CheckNumericsNamesTheSameFirstStepAsTheCpu) {
   EXPECT_TRUE((*plain)->run(arguments).ok());
 }
 
+TEST_F(GpuTest, CheckNumericsBlamesAnArgumentHoldingANanInTheCpusWords) {
+  PlanBuilder builder("numerics");
+  BufferId x = builder.argument(tt(DType::F16, {4}), BufferRole::Input, "x");
+  BufferId y = builder.argument(tt(DType::F16, {4}), BufferRole::Input, "y");
+  BufferId sum = builder.output(tt(DType::F16, {4}));
+  builder.op("jit.add", {x, y}, {sum});
+  builder.result(sum);
+  Plan plan = builder.finish();
+  std::vector<Tensor> arguments = {test::filled(DType::F16, {4}, {1, 2, 3, 4}),
+                                   test::filled(DType::F16, {4}, {0, 0, std::nan(""), 0})};
+  Expected<std::vector<Tensor>> onCpu = createCpuBackend({.checkNumerics = true})->run(plan, arguments);
+  ASSERT_FALSE(onCpu.ok());
+  EXPECT_NE(onCpu.message().find("argument 1 'y' (input f16[4]) holds an inf or NaN"), std::string::npos)
+      << onCpu.message();
+  Expected<std::unique_ptr<CudaBackend>> checking = createCudaBackend({.checkNumerics = true});
+  ASSERT_TRUE(checking.ok()) << checking.message();
+  Expected<std::unique_ptr<Executable>> executable = (*checking)->prepare(plan);
+  ASSERT_TRUE(executable.ok()) << executable.message();
+  Expected<std::vector<Tensor>> onDevice = (*executable)->run(arguments);
+  ASSERT_FALSE(onDevice.ok());
+  EXPECT_EQ(onDevice.message(), onCpu.message());
+  // Once the batch is finite the same executable runs.
+  arguments[1] = test::filled(DType::F16, {4}, {0, 0, 1, 0});
+  EXPECT_TRUE((*executable)->run(arguments).ok());
+}
+
 TEST_F(GpuTest, AWidenedReductionInOneLaunchGivesTheBitsOfTheConversionAndTheReduction) {
   // AMP's fp32 bias gradient of an f16/bf16 gradient: the widening and the
   // sum as one launch that reads the narrow tensor, against the same plan

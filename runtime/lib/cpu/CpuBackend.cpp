@@ -111,6 +111,8 @@ public:
     std::vector<Tensor> outputs(plan_.buffers.size());
     std::vector<BufferView> views;
     AMPJIT_RETURN_IF_ERROR(bindBuffers(arguments, &outputs, views));
+    if (options_.checkNumerics)
+      AMPJIT_RETURN_IF_ERROR(checkArgumentNumerics(views));
     if (options_.poisonFreedTemporaries)
       std::memset(arena_->data(), kPoisonByte, arena_->size());
     AMPJIT_RETURN_IF_ERROR(runSteps(*firstStep, plan_.steps.size(), views));
@@ -191,6 +193,13 @@ private:
         for (BufferId id : deadAfter_[index])
           std::memset(views[id].data, kPoisonByte, size_t(plan_.buffers[id].type.byteSize()));
     }
+    return Status::success();
+  }
+
+  Status checkArgumentNumerics(const std::vector<BufferView>& views) const {
+    for (size_t index : numericsCheckedArguments(plan_))
+      if (!cpu::allFinite(views[plan_.argumentBuffer(index)]))
+        return nonFiniteArgumentError(plan_, index);
     return Status::success();
   }
 

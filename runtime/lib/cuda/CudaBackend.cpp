@@ -388,6 +388,8 @@ public:
     cudaStream_t stream = runtime_->stream;
     std::vector<void*> argumentKey;
     AMPJIT_RETURN_IF_ERROR(bindBuffers(arguments, /*stageInputs=*/true, argumentKey));
+    if (checkNumerics_)
+      AMPJIT_RETURN_IF_ERROR(checkArgumentNumerics(stream));
     enqueuedSpeculatively_ = false;
 
     // A graph holds the whole plan, deferred update included; a run without
@@ -1571,20 +1573,41 @@ private:
       BufferId id = step.outputs[slot];
       if (id == kNoBuffer || !isFloating(plan_.buffers[id].type.dtype))
         continue;
-      const TensorType& type = plan_.buffers[id].type;
-      cuda::update::FiniteCheckTensor tensor{pointers_[id], type.elementCount(),
-                                             cuda::update::ElementType(int(type.dtype))};
-      auto* flag = reinterpret_cast<uint8_t*>(finiteFlag_->data());
-      uint8_t finite = 0;
-      AMPJIT_CUDA_RETURN_IF_ERROR(cuda::update::launchAllFinite(&tensor, 1, flag, /*evictFirst=*/false, stream),
-                                  describeStepOfPlan(plan_, index) + ": checking its outputs");
-      AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&finite, flag, 1, cudaMemcpyDeviceToHost, stream),
-                                  describeStepOfPlan(plan_, index) + ": reading the numerics check");
-      AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), describeStepOfPlan(plan_, index));
-      if (finite == 0)
+      Expected<bool> finite = allFinite(id, stream, describeStepOfPlan(plan_, index) + ": checking its outputs");
+      if (!finite)
+        return finite.status();
+      if (!*finite)
         return nonFiniteOutputError(plan_, index, slot);
     }
     return Status::success();
+  }
+
+  /// AMPJIT_CHECK_NUMERICS before a run: the arguments the CPU backend checks.
+  Status checkArgumentNumerics(cudaStream_t stream) {
+    for (std::size_t index : numericsCheckedArguments(plan_)) {
+      Expected<bool> finite = allFinite(plan_.argumentBuffer(index), stream,
+                                        "plan @" + plan_.name + ": checking " + describeArgument(plan_, index));
+      if (!finite)
+        return finite.status();
+      if (!*finite)
+        return nonFiniteArgumentError(plan_, index);
+    }
+    return Status::success();
+  }
+
+  /// Whether every element of buffer `id` is finite, once the stream's work
+  /// before this call is done (it waits).
+  Expected<bool> allFinite(BufferId id, cudaStream_t stream, const std::string& what) {
+    const TensorType& type = plan_.buffers[id].type;
+    cuda::update::FiniteCheckTensor tensor{pointers_[id], type.elementCount(),
+                                           cuda::update::ElementType(int(type.dtype))};
+    auto* flag = reinterpret_cast<uint8_t*>(finiteFlag_->data());
+    uint8_t finite = 0;
+    AMPJIT_CUDA_RETURN_IF_ERROR(cuda::update::launchAllFinite(&tensor, 1, flag, /*evictFirst=*/false, stream), what);
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&finite, flag, 1, cudaMemcpyDeviceToHost, stream),
+                                what + ": reading the check");
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), what);
+    return finite != 0;
   }
 
   /// Instantiates a captured graph at its nodes' stream priorities where the

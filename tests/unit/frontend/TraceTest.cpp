@@ -904,24 +904,45 @@ TEST(Trace, CheckNumericsNamesTheFirstOpAndLineThatMadeAnInf) {
   Classifier net SMALL_NET();
   auto [x, y] = batch(kBatch, kIn, kClasses, 1);
   std::vector<double> values = x.to_vector();
-  values[0] = std::numeric_limits<double>::infinity();
-  Tensor poisoned = tensor(values, x.shape());
+  Tensor firstWeight = net.model.parameters()[0];
+  Tensor hugeWeight = full(firstWeight.shape(), 1e20, f32);
+  ampjit::testing::ScopedEnvironment numerics("AMPJIT_CHECK_NUMERICS", "1");
   int line = 0;
-  auto step = [&] {
-    ampjit::testing::ScopedEnvironment numerics("AMPJIT_CHECK_NUMERICS", "1");
-    return trace([&](const Tensor& a, const Tensor& b) {
-      net.opt.zero_grad();
-      line = __LINE__ + 1;
-      Tensor loss = cross_entropy(net.model(a), b);
-      loss.backward();
-      net.opt.step();
-      return loss;
-    });
-  }();
-  std::string message = errorOf([&] { step(poisoned, y); });
+  auto step = trace(
+      [&](const Tensor& a, const Tensor& b) {
+        net.opt.zero_grad();
+        line = __LINE__ + 1;
+        Tensor loss = cross_entropy(net.model(a), b);
+        loss.backward();
+        net.opt.step();
+        return loss;
+      },
+      {.amp = {.level = amp::O1, .dtype = f16}});
+
+  // O1's cast of the batch to f16 overflows (1e5 is finite in f32): the step
+  // is named after the argument it casts.
+  values[0] = 1e5;
+  std::string message = errorOf([&] { step(tensor(values, x.shape()), y); });
   EXPECT_NE(message.find("AMPJIT_CHECK_NUMERICS"), std::string::npos) << message;
+  EXPECT_NE(message.find("(elementwise from amp.cast of 'input0' at "), std::string::npos) << message;
+
+  // An op's own overflow names the op and the user's line: 1e20 * 1e20 is beyond f32.
+  step.set_amp({.level = amp::O0});
+  {
+    NoGradGuard noGrad;
+    firstWeight.copy_(hugeWeight);
+  }
+  values[0] = 1e20;
+  message = errorOf([&] { step(tensor(values, x.shape()), y); });
   EXPECT_NE(message.find("jit.matmul #0"), std::string::npos) << message;
   EXPECT_NE(message.find("TraceTest.cpp:" + std::to_string(line)), std::string::npos) << message;
+
+  // An inf that arrives with the batch is the batch's, not the first op's that reads it.
+  values[0] = std::numeric_limits<double>::infinity();
+  message = errorOf([&] { step(tensor(values, x.shape()), y); });
+  EXPECT_NE(message.find("argument 0 'input0' (input f32[16x32]) holds an inf or NaN before the step runs"),
+            std::string::npos)
+      << message;
 }
 
 TEST(Trace, AmpjitDumpWritesEveryStage) {

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 
 namespace {
@@ -300,6 +301,35 @@ TEST(CpuBackend, CheckNumericsNamesTheFirstStepProducingNan) {
                               "an inf or NaN in output 'out' (buffer %2)");
   // Without the option a NaN is data.
   EXPECT_TRUE(cpuBackend().run(plan, arguments).ok());
+}
+
+TEST(CpuBackend, CheckNumericsBlamesAnArgumentThatArrivesHoldingAnInf) {
+  // The first step reads the inf and passes it on; the message must name the
+  // argument it came in, not that step.
+  PlanBuilder b("numerics");
+  BufferId x = b.argument(tt(DType::F32, {4}), BufferRole::Input, "x");
+  BufferId w = b.argument(tt(DType::F32, {4}), BufferRole::Param, "fc1.weight");
+  BufferId labels = b.argument(tt(DType::I64, {4}), BufferRole::Input, "labels");
+  BufferId z = b.output(tt(DType::F32, {4}));
+  b.op("jit.add", {x, w}, {z});
+  b.result(z);
+  (void)labels;
+  Plan plan = b.finish();
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<Tensor> arguments = {filled(DType::F32, {4}, {1, 2, 3, 4}), filled(DType::F32, {4}, {0, inf, 0, 0}),
+                                   filled(DType::I64, {4}, {0, 1, 2, 3})};
+  std::unique_ptr<Backend> checking = createCpuBackend({.checkNumerics = true});
+  Expected<std::vector<Tensor>> result = checking->run(plan, arguments);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.message(), "AMPJIT_CHECK_NUMERICS: plan @numerics: argument 1 'fc1.weight' (param f32[4]) holds "
+                              "an inf or NaN before the step runs");
+  // A finite argument passes, and the step's own inf is still the step's.
+  arguments[1] = filled(DType::F32, {4}, {0, 3.0e38, 0, 0});
+  arguments[0] = filled(DType::F32, {4}, {1, 3.0e38, 3, 4});
+  result = checking->run(plan, arguments);
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.message().find("step 0 (elementwise from jit.add) produced an inf or NaN"), std::string::npos)
+      << result.message();
 }
 
 TEST(CpuBackend, CheckNumericsSwitchIsOnForAnyValueButEmptyOrZero) {

@@ -74,6 +74,14 @@ public:
 /// How errors name a function argument: "argument 4 'labels' (input i64[64])".
 std::string describeArgument(const Plan& plan, std::size_t index);
 
+/// AMPJIT_CHECK_NUMERICS checks these arguments before a run, so that an inf
+/// or NaN the step was given is blamed on where it came from, not on the
+/// first op that reads it: every floating-point argument but derived copies,
+/// which follow their master.
+std::vector<std::size_t> numericsCheckedArguments(const Plan& plan);
+/// Its error for argument `index`, the same words on every backend.
+Status nonFiniteArgumentError(const Plan& plan, std::size_t index);
+
 /// Checks arguments against a plan before a run: the count, that each is
 /// defined, its dtype and shape, and that no state argument updated in place
 /// shares storage with another argument. The message names the argument by
