@@ -411,12 +411,15 @@ private:
       return op->emitOpError() << "cannot be compiled: " << step.message();
 
     std::vector<rt::BufferId> resultBuffers;
+    std::string updates; // the state argument an update's first result is written into
     for (auto [index, result] : llvm::enumerate(op->getResults())) {
       if (auto argument = writesArgument.find(result); argument != writesArgument.end()) {
         rt::BufferId buffer = plan.argumentBuffer(size_t(argument->second));
         bufferOf[result] = buffer;
         resultBuffers.push_back(buffer);
         inPlaceWrites.push_back({argument->second, op});
+        if (index == 0)
+          updates = plan.buffers[buffer].name;
         continue;
       }
       rt::BufferDesc desc;
@@ -436,6 +439,10 @@ private:
       step->origin += " of '" + name.getName().str() + "'";
       location = name.getChildLoc();
     }
+    // Which parameter an optimizer update (any op whose main result is state)
+    // is for: a trace records every parameter's update at the one opt.step() line.
+    if (!updates.empty())
+      step->origin += " into '" + updates + "'";
     if (options.recordLocations)
       if (auto fileLine = dyn_cast<FileLineColLoc>(location))
         step->origin += " at " + fileLine.getFilename().str() + ":" + std::to_string(fileLine.getLine());

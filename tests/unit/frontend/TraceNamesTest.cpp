@@ -129,6 +129,11 @@ TEST(TraceNames, AnOptimizerBuiltBeforeItsModelWasRegisteredFollowsTheFinalNames
             (std::vector<std::string>{"body.0.weight.momentum_buffer", "body.0.bias.momentum_buffer",
                                       "body.2.weight.momentum_buffer", "body.2.bias.momentum_buffer"}));
   EXPECT_EQ(namesWithRole(arguments, "hyper"), std::vector<std::string>{"lr"});
+  // Every update is recorded at the one opt.step() line; each step names its parameter.
+  for (const char* name : {"body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias"})
+    EXPECT_NE(step.plan_text().find(std::string("// jit.sgd_update into '") + name + "' at "), std::string::npos)
+        << name << "\n"
+        << step.plan_text();
 }
 
 TEST(TraceNames, ModelsBuiltAlikeGetDistinctNamesAndATiedWeightKeepsItsFirstName) {
