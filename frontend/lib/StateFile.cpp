@@ -273,6 +273,10 @@ void checkSettings(const FilePart& part, const SavedState& state, const std::str
       if (setting.first == name)
         stored = &setting;
     if (!stored)
+      for (const auto& setting : state.settingsOlderFilesLack)
+        if (setting.first == name)
+          stored = &setting; // a file from before the setting existed
+    if (!stored)
       throw Error(at + "the file has no setting " + inQuotes(name) + " of the " + state.noun);
     if (stored->second != value)
       throw Error(at + state.noun + " setting " + inQuotes(name) + " is " + numberString(stored->second) +

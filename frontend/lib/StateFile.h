@@ -37,6 +37,9 @@ struct SavedState {
   /// traced step bakes them in, so a load does not change them: it requires
   /// the file's to be the same.
   std::vector<std::pair<std::string, double>> settings;
+  /// Settings added after files were first written, with the value a file
+  /// without them was saved under.
+  std::vector<std::pair<std::string, double>> settingsOlderFilesLack{};
   /// Runs after every tensor of every part is written: host-side state
   /// derived from the loaded tensors.
   std::function<void()> restore;

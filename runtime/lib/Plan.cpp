@@ -1124,6 +1124,8 @@ Status StepChecker::checkScaler() const {
       return Status::error("growth_interval and backoff_interval must be at least 1");
     if (!(params.minScale >= 0.0) || std::isinf(params.minScale))
       return Status::error("min_scale must be finite and non-negative");
+    if (!(params.maxScale > 0.0) || params.maxScale < params.minScale)
+      return Status::error("max_scale must be positive and at least min_scale");
     return Status::success();
   }
   default: return Status::error("internal: not a scaler step");

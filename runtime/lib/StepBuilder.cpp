@@ -345,6 +345,7 @@ void buildUpdateScale(OpContext& ctx, Step& step) {
   params.growthInterval = ctx.i64("growth_interval", 2000);
   params.backoffInterval = ctx.i64("backoff_interval", 1);
   params.minScale = ctx.f64("min_scale", 0.0);
+  params.maxScale = ctx.f64("max_scale", std::numeric_limits<double>::infinity());
 }
 
 bool readLayoutIsNhwc(OpContext& ctx) { return ctx.keyword("layout", "nchw", {"nchw", "nhwc"}) == 1; }

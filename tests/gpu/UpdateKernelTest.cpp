@@ -348,6 +348,18 @@ TEST_F(GpuTest, UpdateScaleSequencesMatchTheCpuBitForBit) {
                         params);
   }
   {
+    SCOPED_TRACE("apex: growth capped at max_loss_scale, backoff floored at min_loss_scale");
+    UpdateScaleParams params;
+    params.growthInterval = 1;
+    params.growthFactor = 3.0;
+    params.minScale = 2.0;
+    params.maxScale = 100.0;
+    checkScalerSequence(*cpu, *cuda, 5.0f, {true, true, true, false, true, false, false, false, false, true},
+                        {{"growth_interval", int64_t(1)}, {"growth_factor", 3.0}, {"min_scale", 2.0},
+                         {"max_scale", 100.0}},
+                        params);
+  }
+  {
     SCOPED_TRACE("a growth factor that is not a power of two rounds once");
     UpdateScaleParams params;
     params.growthInterval = 1;

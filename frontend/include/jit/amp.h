@@ -13,6 +13,7 @@
 #include "jit/optim.h"
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -43,6 +44,8 @@ struct UpdateScaleOptions {
   int64_t growth_interval = 2000;
   int64_t backoff_interval = 1;
   double min_scale = 0.0;
+  /// The scale never grows past it (apex's max_loss_scale); inf: no cap.
+  double max_scale = std::numeric_limits<double>::infinity();
 };
 /// amp.update_scale: {scale, good_steps, bad_steps, skipped_steps}.
 std::tuple<Tensor, Tensor, Tensor, Tensor> update_scale(const Tensor& scale, const Tensor& good_steps,
@@ -50,8 +53,14 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> update_scale(const Tensor& scale, con
                                                         const Tensor& all_finite, const UpdateScaleOptions& options);
 
 /// PyTorch's names, or Paddle's (init_loss_scaling, incr_ratio, decr_ratio,
-/// incr_every_n_steps, decr_every_n_nan_or_inf); giving a value under both
-/// names is an error. Any Paddle name also keeps the scale >= 1, as Paddle does.
+/// incr_every_n_steps, decr_every_n_nan_or_inf), or MindSpore's
+/// DynamicLossScaleManager's (init_loss_scale; scale_factor, which grows by
+/// the factor and backs off by its inverse; scale_window); giving one setting
+/// under two names is an error. A Paddle or MindSpore name also keeps the
+/// scale >= 1, as those frameworks do.
+/// apex's min_loss_scale and max_loss_scale bound the dynamic scale: a backoff
+/// never takes it below the first, a growth never past the second (apex's
+/// default cap is 2^24; PyTorch, Paddle and this scaler have none unless given).
 struct GradScalerOptions {
   bool enabled = true;
   /// false: static scaling (the scale never changes; overflowing steps are still skipped).
@@ -66,6 +75,11 @@ struct GradScalerOptions {
   std::optional<double> decr_ratio{};
   std::optional<int64_t> incr_every_n_steps{};
   std::optional<int64_t> decr_every_n_nan_or_inf{};
+  std::optional<double> init_loss_scale{};
+  std::optional<double> scale_factor{};
+  std::optional<int64_t> scale_window{};
+  std::optional<double> min_loss_scale{};
+  std::optional<double> max_loss_scale{};
 };
 
 class GradScaler {
@@ -95,7 +109,7 @@ public:
   /// update settings, in the state file format (jit::Checkpoint puts several
   /// objects in one file). A load writes them in place, so a traced step
   /// continues from the file; it requires the same settings (enabled,
-  /// dynamic, growth/backoff factors and intervals, min_scale: a traced step
+  /// dynamic, growth/backoff factors and intervals, min/max scale: a traced step
   /// compiles them in) and checks the whole file before changing anything.
   void save(const std::string& path) const;
   void load(const std::string& path);

@@ -41,6 +41,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> update_scale(const Tensor& scale, con
                                   {"growth_interval", options.growth_interval},
                                   {"backoff_interval", options.backoff_interval},
                                   {"min_scale", options.min_scale}};
+  // No cap is the op's default: traced modules only spell out a real one.
+  if (std::isfinite(options.max_scale))
+    attributes.emplace("max_scale", options.max_scale);
   std::vector<Tensor> r = detail::apply(detail::ops::update_scale,
                                         {scale, good_steps, bad_steps, skipped_steps, all_finite}, attributes);
   return {r[0], r[1], r[2], r[3]};
@@ -48,13 +51,18 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> update_scale(const Tensor& scale, con
 
 namespace {
 
+/// The one value given under a setting's names (PyTorch's first), or `fallback`.
 template <typename T>
-T pick(const char* pytorchName, const std::optional<T>& pytorch, const char* paddleName,
-       const std::optional<T>& paddle, T fallback) {
-  if (pytorch && paddle)
-    throw Error(std::string("GradScaler: both ") + pytorchName + " and its Paddle name " + paddleName +
-                " are given; use one");
-  return pytorch ? *pytorch : paddle ? *paddle : fallback;
+T pick(std::initializer_list<std::pair<const char*, std::optional<T>>> names, T fallback) {
+  const std::pair<const char*, std::optional<T>>* given = nullptr;
+  for (const auto& name : names)
+    if (name.second) {
+      if (given)
+        throw Error(std::string("GradScaler: ") + given->first + " and " + name.first +
+                    " name the same setting; give one");
+      given = &name;
+    }
+  return given ? *given->second : fallback;
 }
 
 std::vector<Tensor> gradsOf(const optim::Optimizer& optimizer) {
@@ -71,17 +79,38 @@ Tensor logicalAnd(const Tensor& a, const Tensor& b) { return where(a, b, a); }
 } // namespace
 
 GradScaler::GradScaler(GradScalerOptions o) : enabled_(o.enabled), dynamic_(o.dynamic) {
-  double init = pick("init_scale", o.init_scale, "init_loss_scaling", o.init_loss_scaling, 65536.0);
-  update_.growth_factor = pick("growth_factor", o.growth_factor, "incr_ratio", o.incr_ratio, 2.0);
-  update_.backoff_factor = pick("backoff_factor", o.backoff_factor, "decr_ratio", o.decr_ratio, 0.5);
-  update_.growth_interval =
-      pick<int64_t>("growth_interval", o.growth_interval, "incr_every_n_steps", o.incr_every_n_steps, 2000);
+  double init = pick<double>(
+      {{"init_scale", o.init_scale}, {"init_loss_scaling", o.init_loss_scaling}, {"init_loss_scale", o.init_loss_scale}},
+      65536.0);
+  // MindSpore's one scale_factor: multiply on growth, divide on backoff.
+  std::optional<double> mindsporeBackoff;
+  if (o.scale_factor)
+    mindsporeBackoff = 1.0 / *o.scale_factor;
+  update_.growth_factor = pick<double>(
+      {{"growth_factor", o.growth_factor}, {"incr_ratio", o.incr_ratio}, {"scale_factor", o.scale_factor}}, 2.0);
+  update_.backoff_factor = pick<double>(
+      {{"backoff_factor", o.backoff_factor}, {"decr_ratio", o.decr_ratio}, {"scale_factor", mindsporeBackoff}}, 0.5);
+  update_.growth_interval = pick<int64_t>({{"growth_interval", o.growth_interval},
+                                           {"incr_every_n_steps", o.incr_every_n_steps},
+                                           {"scale_window", o.scale_window}},
+                                          2000);
   update_.backoff_interval = o.decr_every_n_nan_or_inf.value_or(1);
   bool paddle = o.init_loss_scaling || o.incr_ratio || o.decr_ratio || o.incr_every_n_steps ||
                 o.decr_every_n_nan_or_inf;
-  update_.min_scale = paddle ? 1.0 : 0.0;
+  bool mindspore = o.init_loss_scale || o.scale_factor || o.scale_window;
+  update_.min_scale = o.min_loss_scale.value_or(paddle || mindspore ? 1.0 : 0.0);
+  update_.max_scale = o.max_loss_scale.value_or(std::numeric_limits<double>::infinity());
   if (!(init > 0.0) || !std::isfinite(init))
     throw Error("GradScaler: the initial scale must be positive and finite");
+  if (!(update_.min_scale >= 0.0) || !std::isfinite(update_.min_scale))
+    throw Error("GradScaler: min_loss_scale must be finite and non-negative");
+  if (!(update_.max_scale > 0.0) || update_.max_scale < update_.min_scale)
+    throw Error("GradScaler: max_loss_scale must be positive and at least min_loss_scale");
+  // Below the floor is allowed (Paddle starts anywhere; the floor binds backoffs),
+  // above the cap is not: the first growth would shrink the scale.
+  if (enabled_ && init > update_.max_scale)
+    throw Error("GradScaler: the initial scale " + ampjit::runtime::formatDouble(init) + " is above max_loss_scale " +
+                ampjit::runtime::formatDouble(update_.max_scale));
   if (!(update_.growth_factor > 1.0) || !(update_.backoff_factor > 0.0 && update_.backoff_factor < 1.0))
     throw Error("GradScaler: growth_factor must be > 1 and backoff_factor in (0, 1)");
   if (update_.growth_interval <= 0 || update_.backoff_interval <= 0)
@@ -208,7 +237,10 @@ SavedState savedStateOf(amp::GradScaler& scaler) {
                        {"backoff_factor", scaler.update_.backoff_factor},
                        {"growth_interval", double(scaler.update_.growth_interval)},
                        {"backoff_interval", double(scaler.update_.backoff_interval)},
-                       {"min_scale", scaler.update_.min_scale}},
+                       {"min_scale", scaler.update_.min_scale},
+                       {"max_scale", scaler.update_.max_scale}},
+          // Files from before max_scale had no cap.
+          .settingsOlderFilesLack = {{"max_scale", std::numeric_limits<double>::infinity()}},
           // The per-step bookkeeping belongs to the step in flight, not to the file.
           .restore = [&scaler] {
             scaler.perOptimizer_.clear();

@@ -267,7 +267,9 @@ __device__ void updateScale(const UpdateScaleConfig& config, const UpdateScalePo
     bad = 0;
     good += 1;
     if (good >= config.growthInterval) {
-      float grown = float(double(scale) * config.growthFactor);
+      double product = double(scale) * config.growthFactor;
+      // std::min(product, maxScale): keeps `product` unless maxScale compares below.
+      float grown = float(config.maxScale < product ? config.maxScale : product);
       if (isfinite(grown))
         scale = grown;
       good = 0;

@@ -91,6 +91,7 @@ struct UpdateScaleConfig {
   int64_t growthInterval;
   int64_t backoffInterval;
   double minScale;
+  double maxScale;
 };
 
 /// The loss-scaler state update (LossScaler.h's updateLossScale) in one

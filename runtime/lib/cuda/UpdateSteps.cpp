@@ -135,7 +135,7 @@ private:
 update::UpdateScaleConfig updateScaleConfig(const Step& step) {
   const UpdateScaleParams& params = step.as<UpdateScaleParams>();
   return {params.growthFactor, params.backoffFactor, params.growthInterval, params.backoffInterval,
-          params.minScale};
+          params.minScale, params.maxScale};
 }
 
 /// An UpdateScale step's buffers: inputs (scale, good, bad, skipped steps,

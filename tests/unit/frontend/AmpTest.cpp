@@ -3,8 +3,11 @@
 #include "FrontendTestUtil.h"
 #include "TemporaryDirectory.h"
 
+#include "StateFile.h"
+
 #include "jit/amp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -125,13 +128,83 @@ TEST(AmpTest, StateSavedAndLoadedMidTraining) {
   EXPECT_NE(errorOf([&] { restored.load(path + ".missing"); }).find("cannot open"), std::string::npos);
 }
 
+TEST(AmpTest, ApexLossScaleBoundsAreCheckedAndSavedWithTheScaler) {
+  amp::GradScaler apex({.min_loss_scale = 1.0, .max_loss_scale = 16777216.0});
+  EXPECT_EQ(apex.update_options().min_scale, 1.0);
+  EXPECT_EQ(apex.update_options().max_scale, 16777216.0);
+  EXPECT_EQ(amp::GradScaler().update_options().max_scale, kInf);
+  for (auto [options, expected] :
+       {std::pair{amp::GradScalerOptions{.max_loss_scale = 0.0}, "max_loss_scale must be positive"},
+        {amp::GradScalerOptions{.min_loss_scale = 8.0, .max_loss_scale = 4.0}, "at least min_loss_scale"},
+        {amp::GradScalerOptions{.min_loss_scale = -1.0}, "min_loss_scale must be finite and non-negative"},
+        {amp::GradScalerOptions{.max_loss_scale = 1024.0},
+         "the initial scale 65536 is above max_loss_scale 1024"}}) {
+    std::string message = errorOf([&] { amp::GradScaler scaler(options); });
+    EXPECT_NE(message.find(expected), std::string::npos) << message;
+  }
+
+  // A traced step compiles the cap in, so a load requires the file's.
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = scratch.file("scaler.state");
+  apex.save(path);
+  amp::GradScaler uncapped({.min_loss_scale = 1.0});
+  std::string message = errorOf([&] { uncapped.load(path); });
+  EXPECT_NE(message.find("setting 'max_scale' is 16777216 in the file but inf here"), std::string::npos)
+      << message;
+  amp::GradScaler same({.min_loss_scale = 1.0, .max_loss_scale = 16777216.0});
+  EXPECT_EQ(errorOf([&] { same.load(path); }), "");
+
+  // A file written before the setting existed had no cap.
+  detail::SavedState older = detail::savedStateOf(uncapped);
+  std::erase_if(older.settings, [](const auto& setting) { return setting.first == "max_scale"; });
+  std::string olderPath = scratch.file("older.state");
+  detail::writeStateFile(olderPath, {{"", older}}, "test");
+  amp::GradScaler fresh({.min_loss_scale = 1.0});
+  EXPECT_EQ(errorOf([&] { fresh.load(olderPath); }), "");
+  message = errorOf([&] { same.load(olderPath); });
+  EXPECT_NE(message.find("setting 'max_scale' is inf in the file but 16777216 here"), std::string::npos)
+      << message;
+}
+
+TEST(AmpTest, MindSporesDynamicLossScaleManagerNames) {
+  // DynamicLossScaleManager(init_loss_scale=8, scale_factor=4, scale_window=2):
+  // x4 after 2 clean steps, /4 on an overflow, never below 1.
+  Tensor p = param();
+  optim::SGD opt({p}, {.lr = 0.125});
+  amp::GradScaler scaler({.init_loss_scale = 8.0, .scale_factor = 4.0, .scale_window = 2});
+  EXPECT_EQ(scaler.update_options().growth_factor, 4.0);
+  EXPECT_EQ(scaler.update_options().backoff_factor, 0.25);
+  EXPECT_EQ(scaler.update_options().growth_interval, 2);
+  EXPECT_EQ(scaler.update_options().min_scale, 1.0);
+  std::vector<std::pair<double, double>> sequence = {{1.0, 8},  {1.0, 32}, {kInf, 8}, {kInf, 2},
+                                                     {kInf, 1}, {1.0, 1},  {1.0, 4}};
+  for (auto [factor, expected] : sequence) {
+    opt.zero_grad();
+    scaler.scale(lossOf(p, factor)).backward();
+    scaler.step(opt);
+    scaler.update();
+    EXPECT_EQ(scaler.get_scale(), expected);
+  }
+  EXPECT_EQ(scaler.skipped_steps(), 3);
+  for (auto [options, expected] :
+       {std::pair{amp::GradScalerOptions{.growth_factor = 3.0, .scale_factor = 4.0},
+                  "growth_factor and scale_factor name the same setting"},
+        {amp::GradScalerOptions{.decr_ratio = 0.5, .scale_factor = 4.0}, "decr_ratio and scale_factor"},
+        {amp::GradScalerOptions{.incr_every_n_steps = 5, .scale_window = 5}, "incr_every_n_steps and scale_window"},
+        {amp::GradScalerOptions{.scale_factor = 1.0}, "growth_factor must be > 1"}}) {
+    std::string message = errorOf([&] { amp::GradScaler bad(options); });
+    EXPECT_NE(message.find(expected), std::string::npos) << message;
+  }
+}
+
 TEST(AmpTest, PaddleNamesStaticAndDisabledModes) {
   amp::GradScaler paddle({.init_loss_scaling = 4.0, .incr_every_n_steps = 10, .decr_every_n_nan_or_inf = 2});
   EXPECT_EQ(paddle.get_scale(), 4.0);
   EXPECT_EQ(paddle.update_options().growth_interval, 10);
   EXPECT_EQ(paddle.update_options().backoff_interval, 2);
   EXPECT_EQ(paddle.update_options().min_scale, 1.0);
-  EXPECT_NE(errorOf([] { amp::GradScaler({.init_scale = 2.0, .init_loss_scaling = 4.0}); }).find("both"),
+  EXPECT_NE(errorOf([] { amp::GradScaler({.init_scale = 2.0, .init_loss_scaling = 4.0}); })
+                .find("init_scale and init_loss_scaling name the same setting; give one"),
             std::string::npos);
   amp::GradScaler disabled({.enabled = false});
   Tensor loss = scalar_tensor(3.0);

@@ -170,6 +170,32 @@ TEST(Trace, AnOverflowingStepIsSkippedOnTheCompiledStep) {
   EXPECT_EQ(step.stats().traces, 1u);
 }
 
+TEST(Trace, ApexLossScaleBoundsHoldOnTheCompiledStepAsEagerly) {
+  // apex: growth capped at max_loss_scale, backoff floored at min_loss_scale.
+  amp::GradScalerOptions bounded{.init_scale = 4.0, .growth_interval = 1, .min_loss_scale = 2.0, .max_loss_scale = 16.0};
+  Classifier eager SMALL_NET(bounded), traced SMALL_NET(bounded);
+  auto step = trace([&](const Tensor& a, const Tensor& b) { return traced.step(a, b); },
+                    {.amp = {.level = amp::O1, .dtype = f16}});
+  auto [x, y] = batch(kBatch, kIn, kClasses, 9);
+  std::vector<double> values = x.to_vector();
+  values[0] = std::numeric_limits<double>::infinity();
+  Tensor poisoned = tensor(values, x.shape());
+  std::vector<std::pair<bool, double>> sequence = {{true, 8},  {true, 16},  {true, 16}, {false, 8},
+                                                   {false, 4}, {false, 2}, {false, 2}, {true, 4}};
+  for (size_t i = 0; i < sequence.size(); ++i) {
+    const Tensor& input = sequence[i].first ? x : poisoned;
+    step(input, y);
+    {
+      amp::autocast scope({.dtype = f16});
+      eager.step(input, y);
+    }
+    EXPECT_EQ(traced.scaler.get_scale(), sequence[i].second) << "step " << i;
+    EXPECT_EQ(eager.scaler.get_scale(), sequence[i].second) << "step " << i;
+  }
+  EXPECT_EQ(traced.scaler.skipped_steps(), 4);
+  EXPECT_NE(step.traced_module().find("max_scale = 1.6"), std::string::npos) << step.traced_module();
+}
+
 TEST(Trace, ANewBatchSizeRetracesOnceAndIsReused) {
   Classifier net SMALL_NET();
   auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); }, {.log_retraces = false});

@@ -77,7 +77,7 @@ TEST(Plan, PrintsFusedProgramsOptimizerAndConstants) {
       << text;
   EXPECT_NE(text.find("= constant f32[3] = [0.5, 1.5, -2]"), std::string::npos) << text;
   EXPECT_NE(text.find("update_scale growth_factor=2 backoff_factor=0.5 growth_interval=1000 backoff_interval=1 "
-                      "min_scale=0"),
+                      "min_scale=0 max_scale=inf"),
             std::string::npos)
       << text;
 }
@@ -162,10 +162,10 @@ TEST(PlanFile, WrongMagicIsAClearError) {
 
 TEST(PlanFile, OtherVersionIsAClearError) {
   std::vector<uint8_t> bytes = encodePlan(sampleTrainStep());
-  bytes[8] = 6; // before side steps
+  bytes[8] = 7; // before update_scale's max_scale
   Expected<Plan> decoded = decodePlan(bytes, "old.bin");
   ASSERT_FALSE(decoded.ok());
-  EXPECT_EQ(decoded.message(), "old.bin: plan format version 6, but this runtime reads version 7; "
+  EXPECT_EQ(decoded.message(), "old.bin: plan format version 7, but this runtime reads version 8; "
                                "recompile the step with this version of ampjit");
 }
 

@@ -87,6 +87,37 @@ TEST(LossScaler, PaddleVariantBacksOffEveryNOverflowsAndKeepsTheScaleAtLeastOne)
   EXPECT_EQ(scaler.counter(scaler.skipped), 5);
 }
 
+TEST(LossScaler, ApexMaxLossScaleCapsTheGrowthAndMinLossScaleTheBackoff) {
+  // apex: scale = min(max_loss_scale, scale * 2) on growth, max(min_loss_scale, scale / 2) on backoff.
+  ScalerTensors scaler(3.0f);
+  AttributeMap attributes = {{"growth_interval", int64_t(1)}, {"min_scale", 2.0}, {"max_scale", 10.0}};
+  std::vector<std::pair<bool, float>> sequence = {{true, 6.0f},  {true, 10.0f}, {true, 10.0f}, {false, 5.0f},
+                                                  {false, 2.5f}, {false, 2.0f},  {true, 4.0f}};
+  for (auto [finite, expected] : sequence) {
+    scaler.update(finite, attributes);
+    EXPECT_EQ(scaler.value(), expected) << (finite ? "a finite step" : "an overflow");
+  }
+  // No cap unless given; a cap beyond float's range still never makes inf.
+  ScalerTensors uncapped(FLT_MAX / 1.5f);
+  uncapped.update(true, {{"growth_interval", int64_t(1)}, {"max_scale", 1e300}});
+  EXPECT_EQ(uncapped.value(), FLT_MAX / 1.5f);
+}
+
+TEST(LossScaler, AMaxScaleBelowTheMinOrNotPositiveIsRefused) {
+  ScalerTensors scaler(4.0f);
+  Tensor flag = filled(DType::I1, {}, {1.0});
+  for (double maxScale : {0.0, -1.0, 0.5, std::nan("")}) {
+    Expected<std::vector<Tensor>> out =
+        tryRunOp("amp.update_scale", {&scaler.scale, &scaler.good, &scaler.bad, &scaler.skipped, &flag},
+                 {scaler.scale.type(), scaler.good.type(), scaler.bad.type(), scaler.skipped.type()},
+                 {{"min_scale", 1.0}, {"max_scale", maxScale}});
+    ASSERT_FALSE(out.ok()) << maxScale;
+    EXPECT_NE(out.message().find("max_scale must be positive and at least min_scale"), std::string::npos)
+        << out.message();
+  }
+  EXPECT_EQ(scaler.value(), 4.0f);
+}
+
 /// PyTorch's _amp_update_scale_cpu_ as written there (with `==`), for a
 /// cross-check over long random sequences.
 void pytorchUpdate(float& scale, int64_t& tracker, bool foundInf, double growth, double backoff, int64_t interval) {

@@ -25,8 +25,8 @@ struct LossScalerState {
 /// One update from the step's all-finite flag.
 ///
 /// Finite: bad = 0, good + 1; when good reaches growth_interval it resets to
-/// 0 and the scale is multiplied by growth_factor, unless the product is not
-/// finite (the scale never grows to inf). Overflow: good = 0, bad + 1,
+/// 0 and the scale becomes min(scale * growth_factor, max_scale), unless that
+/// is not finite (the scale never grows to inf). Overflow: good = 0, bad + 1,
 /// skipped + 1; when bad reaches backoff_interval it resets to 0 and the
 /// scale becomes max(scale * backoff_factor, min_scale). Products are formed
 /// in double and rounded once to float, as PyTorch's kernel does with its
@@ -38,7 +38,7 @@ inline LossScalerState updateLossScale(LossScalerState state, bool allFinite, co
     state.badSteps = 0;
     int64_t good = state.goodSteps + 1;
     if (good >= params.growthInterval) {
-      float grown = float(double(state.scale) * params.growthFactor);
+      float grown = float(std::min(double(state.scale) * params.growthFactor, params.maxScale));
       if (std::isfinite(grown))
         state.scale = grown;
       good = 0;

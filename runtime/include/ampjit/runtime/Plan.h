@@ -21,6 +21,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -426,19 +427,22 @@ struct OptimizerParams {
 };
 
 /// amp.update_scale (AmpOps.td). PyTorch's GradScaler is the defaults;
-/// Paddle sets backoffInterval (decr_every_n_nan_or_inf) and minScale = 1.
+/// Paddle sets backoffInterval (decr_every_n_nan_or_inf) and minScale = 1;
+/// apex's min_loss_scale and max_loss_scale are minScale and maxScale.
 struct UpdateScaleParams {
   double growthFactor = 2.0;
   double backoffFactor = 0.5;
   int64_t growthInterval = 2000;
   int64_t backoffInterval = 1;
   double minScale = 0.0;
+  double maxScale = std::numeric_limits<double>::infinity();
   template <typename Visit> void forEachField(Visit&& visit) {
     visit("growth_factor", growthFactor);
     visit("backoff_factor", backoffFactor);
     visit("growth_interval", growthInterval);
     visit("backoff_interval", backoffInterval);
     visit("min_scale", minScale);
+    visit("max_scale", maxScale);
   }
   friend bool operator==(const UpdateScaleParams&, const UpdateScaleParams&) = default;
 };

@@ -27,7 +27,7 @@ namespace ampjit::runtime {
 // carried buffer role. 6: adam's max_exp_avg_sq slots (AMSGrad) move step,
 // lr, inv_scale, predicate and param_copy one input later. 7: Plan::sideSteps,
 // and conv2d_grad_input's optional 'accumulate' input (added to in place).
-inline constexpr uint32_t kPlanFormatVersion = 7;
+inline constexpr uint32_t kPlanFormatVersion = 8;
 
 /// The file's bytes. Does not verify the plan (tests encode broken plans on
 /// purpose; savePlan verifies first).

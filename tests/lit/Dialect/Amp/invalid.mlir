@@ -201,6 +201,22 @@ func.func @update_scale_infinite_min_scale(%s: tensor<f32>, %n: tensor<i64>, %ok
 
 // -----
 
+func.func @update_scale_max_below_min(%s: tensor<f32>, %n: tensor<i64>, %ok: tensor<i1>) {
+  // expected-error @below {{'amp.update_scale' op max_scale = 5.000000e-01 must be positive and at least min_scale (1.000000e+00)}}
+  %0:4 = amp.update_scale %s, %n, %n, %n, %ok {min_scale = 1.0, max_scale = 0.5}
+  return
+}
+
+// -----
+
+func.func @update_scale_nan_max_scale(%s: tensor<f32>, %n: tensor<i64>, %ok: tensor<i1>) {
+  // expected-error @below {{'amp.update_scale' op max_scale = nan must be positive and at least min_scale}}
+  %0:4 = amp.update_scale %s, %n, %n, %n, %ok {max_scale = 0x7FF8000000000000 : f64}
+  return
+}
+
+// -----
+
 func.func @update_scale_interval_type(%s: tensor<f32>, %n: tensor<i64>, %ok: tensor<i1>) {
   // expected-error @below {{'amp.update_scale' op attribute 'growth_interval' failed to satisfy constraint: 64-bit signless integer attribute}}
   %0:4 = amp.update_scale %s, %n, %n, %n, %ok {growth_interval = 2.0e+03}

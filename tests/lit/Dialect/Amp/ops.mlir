@@ -76,7 +76,7 @@ func.func @update_scale_defaults(%s: tensor<f32>, %g: tensor<i64>, %b: tensor<i6
   %s1, %g1, %b1, %k1 = amp.update_scale %s, %g, %b, %k, %ok
   %s2, %g2, %b2, %k2 = amp.update_scale %s, %g, %b, %k, %ok
       {growth_factor = 2.0, backoff_factor = 0.5, growth_interval = 2000 : i64, backoff_interval = 1 : i64,
-       min_scale = 0.0}
+       min_scale = 0.0, max_scale = 0x7FF0000000000000 : f64}
   return %s1, %g1, %b1, %k1, %s2 : tensor<f32>, tensor<i64>, tensor<i64>, tensor<i64>, tensor<f32>
 }
 
@@ -93,6 +93,15 @@ func.func @update_scale_paddle(%s: tensor<f32>, %g: tensor<i64>, %b: tensor<i64>
        min_scale = 1.0}
   %s2, %g2, %b2, %k2 = amp.update_scale %s, %g, %b, %k, %ok {growth_interval = 1 : i64}
   return %s1, %g1, %b1, %k1, %s2 : tensor<f32>, tensor<i64>, tensor<i64>, tensor<i64>, tensor<f32>
+}
+
+// apex's min_loss_scale and max_loss_scale bound the dynamic scale.
+// CHECK-LABEL: func.func @update_scale_apex_bounds(
+func.func @update_scale_apex_bounds(%s: tensor<f32>, %g: tensor<i64>, %b: tensor<i64>, %k: tensor<i64>, %ok: tensor<i1>)
+    -> (tensor<f32>, tensor<i64>, tensor<i64>, tensor<i64>) {
+  // CHECK-NEXT: amp.update_scale %arg0, %arg1, %arg2, %arg3, %arg4 {max_scale = 0x4170000000000000 : f64, min_scale = 1.000000e+00 : f64}{{$}}
+  %s1, %g1, %b1, %k1 = amp.update_scale %s, %g, %b, %k, %ok {min_scale = 1.0, max_scale = 16777216.0}
+  return %s1, %g1, %b1, %k1 : tensor<f32>, tensor<i64>, tensor<i64>, tensor<i64>
 }
 
 // The amp ops in a scaled step, with the jit state model around them.

@@ -161,6 +161,11 @@ LogicalResult UpdateScaleOp::verify() {
     return emitOpError() << "backoff_interval = " << backoffInterval << " must be at least 1";
   if (!(minScale >= 0.0) || std::isinf(minScale))
     return emitOpError() << "min_scale = " << minScale << " must be finite and non-negative";
+  // inf is no cap (the default); NaN would make every growth a no-op.
+  double maxScale = getMaxScale().convertToDouble();
+  if (!(maxScale > 0.0) || maxScale < minScale)
+    return emitOpError() << "max_scale = " << maxScale << " must be positive and at least min_scale (" << minScale
+                         << ")";
   return success();
 }
 

@@ -12,6 +12,8 @@
 
 #include "ampjit/Dialect/Amp/IR/AmpDialect.h"
 
+#include <limits> // update_scale's max_scale defaults to infinity
+
 #define GET_OP_CLASSES
 #include "ampjit/Dialect/Amp/IR/AmpOps.h.inc"
 

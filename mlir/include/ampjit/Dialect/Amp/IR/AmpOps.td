@@ -126,18 +126,20 @@ def Amp_UpdateScaleOp : Amp_Op<"update_scale", [Pure]> {
     Updates the scaler state from the step's all-finite flag:
 
     * finite step: `bad_steps = 0`, `good_steps += 1`; when `good_steps`
-      reaches `growth_interval` it resets to 0 and the scale is multiplied by
-      `growth_factor` unless that product is not finite (the scale never grows
-      to inf);
+      reaches `growth_interval` it resets to 0 and the scale becomes
+      `min(scale * growth_factor, max_scale)` unless that is not finite (the
+      scale never grows to inf);
     * overflowing step: `good_steps = 0`, `bad_steps += 1`, `skipped_steps += 1`;
       when `bad_steps` reaches `backoff_interval` it resets to 0 and the scale
       becomes `max(scale * backoff_factor, min_scale)`.
 
     PyTorch's GradScaler is the defaults (`growth_factor = 2`,
     `backoff_factor = 0.5`, `growth_interval = 2000`, `backoff_interval = 1`,
-    `min_scale = 0`). Paddle's GradScaler maps `incr_ratio`, `decr_ratio`,
-    `incr_every_n_steps` and `decr_every_n_nan_or_inf` to the first four and
-    keeps the scale at least 1 (`min_scale = 1`).
+    `min_scale = 0`, `max_scale = inf`). Paddle's GradScaler maps
+    `incr_ratio`, `decr_ratio`, `incr_every_n_steps` and
+    `decr_every_n_nan_or_inf` to the first four and keeps the scale at least 1
+    (`min_scale = 1`); apex's `min_loss_scale` and `max_loss_scale` are
+    `min_scale` and `max_scale`.
 
     ```mlir
     %s1, %g1, %b1, %k1 = amp.update_scale %s, %g, %b, %k, %ok {growth_interval = 1000 : i64}
@@ -150,7 +152,8 @@ def Amp_UpdateScaleOp : Amp_Op<"update_scale", [Pure]> {
                        DefaultValuedAttr<F64Attr, "0.5">:$backoff_factor,
                        DefaultValuedAttr<I64Attr, "2000">:$growth_interval,
                        DefaultValuedAttr<I64Attr, "1">:$backoff_interval,
-                       DefaultValuedAttr<F64Attr, "0.0">:$min_scale);
+                       DefaultValuedAttr<F64Attr, "0.0">:$min_scale,
+                       DefaultValuedAttr<F64Attr, "std::numeric_limits<double>::infinity()">:$max_scale);
   let results = (outs Jit_F32Scalar:$new_scale, Jit_I64Scalar:$new_good_steps,
                       Jit_I64Scalar:$new_bad_steps, Jit_I64Scalar:$new_skipped_steps);
   let assemblyFormat = [{
