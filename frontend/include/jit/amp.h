@@ -82,9 +82,19 @@ struct GradScalerOptions {
   std::optional<double> max_loss_scale{};
 };
 
+struct Policy;
+
 class GradScaler {
 public:
   explicit GradScaler(GradScalerOptions options = {});
+  /// The scaler apex's amp.initialize makes for `policy`'s loss_scale: dynamic
+  /// scaling with `options` (f16's default), a fixed scale (dynamic = false,
+  /// init_scale = the value), or none for 1.0 (bf16's and O0's default: bf16 has
+  /// f32's exponent range, its gradients do not underflow). Scaling that bf16
+  /// asks for explicitly is done, with a notice on stderr. An initial scale in
+  /// `options` beside a fixed loss_scale is an error.
+  GradScaler(const Policy& policy, GradScalerOptions options);
+  explicit GradScaler(const Policy& policy);
 
   /// loss * scale (the loss itself when disabled).
   Tensor scale(const Tensor& loss, std::source_location where = std::source_location::current()) const;

@@ -8,6 +8,7 @@
 #include "jit/amp.h"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 namespace jit::amp {
@@ -128,6 +129,31 @@ GradScaler::GradScaler(GradScalerOptions o) : enabled_(o.enabled), dynamic_(o.dy
     detail::nameState(state, "scaler." + name); // traced steps' names: the checkpoint's
   }
 }
+
+namespace {
+GradScalerOptions optionsFor(const Policy& policy, GradScalerOptions options) {
+  Policy::Resolved resolved = policy.resolve();
+  if (const double* fixed = std::get_if<double>(&resolved.loss_scale)) {
+    if (*fixed == 1.0) {
+      options.enabled = false;
+    } else {
+      if (options.init_scale || options.init_loss_scaling || options.init_loss_scale)
+        throw Error("GradScaler: the policy's loss_scale " + ampjit::runtime::formatDouble(*fixed) +
+                    " and the options' initial scale both set the scale; give one");
+      options.dynamic = false;
+      options.init_scale = *fixed;
+    }
+  }
+  if (resolved.dtype == bf16 && policy.loss_scale && resolved.loss_scale != LossScale(1.0))
+    std::fprintf(stderr, "ampjit: loss scaling under bf16, as the policy asks; bf16 has f32's exponent range, so "
+                         "its gradients do not underflow and its default is no scaling\n");
+  return options;
+}
+} // namespace
+
+GradScaler::GradScaler(const Policy& policy, GradScalerOptions options)
+    : GradScaler(optionsFor(policy, std::move(options))) {}
+GradScaler::GradScaler(const Policy& policy) : GradScaler(policy, GradScalerOptions{}) {}
 
 Tensor GradScaler::invScale() const { return scalar_tensor(1.0, f32) / scale_; }
 

@@ -197,6 +197,47 @@ TEST(AmpTest, MindSporesDynamicLossScaleManagerNames) {
   }
 }
 
+TEST(AmpTest, AScalerMadeForAPolicyFollowsItsLossScale) {
+  // apex's amp.initialize: the level's loss_scale decides the scaler.
+  amp::GradScaler f16Default(amp::Policy{.level = amp::O1, .dtype = f16});
+  EXPECT_TRUE(f16Default.is_enabled());
+  EXPECT_EQ(f16Default.get_scale(), 65536.0);
+  EXPECT_EQ(f16Default.update_options().growth_interval, 2000);
+  amp::GradScaler withOptions(amp::Policy{.level = amp::O1, .dtype = f16}, {.growth_interval = 7});
+  EXPECT_EQ(withOptions.update_options().growth_interval, 7);
+  for (amp::Policy none : {amp::Policy{.level = amp::O2, .dtype = bf16}, amp::Policy{.level = amp::O0}}) {
+    amp::GradScaler off(none);
+    EXPECT_FALSE(off.is_enabled()) << amp::level_name(none.level);
+    EXPECT_EQ(off.get_scale(), 1.0);
+  }
+
+  // A fixed scale: overflowing steps are still skipped, the scale stays.
+  Tensor p = param();
+  optim::SGD opt({p}, {.lr = 0.125});
+  amp::GradScaler fixed(amp::Policy{.level = amp::O2, .dtype = f16, .loss_scale = 128.0});
+  for (double factor : {1.0, kInf, 1.0}) {
+    opt.zero_grad();
+    fixed.scale(lossOf(p, factor)).backward();
+    fixed.step(opt);
+    fixed.update();
+    EXPECT_EQ(fixed.get_scale(), 128.0);
+  }
+  EXPECT_EQ(fixed.skipped_steps(), 1);
+  EXPECT_NE(errorOf([] { amp::GradScaler({.level = amp::O1, .loss_scale = 128.0}, {.init_scale = 64.0}); })
+                .find("the policy's loss_scale 128 and the options' initial scale both set the scale"),
+            std::string::npos);
+
+  // bf16 scales only when asked, and says that it needs none.
+  ::testing::internal::CaptureStderr();
+  amp::GradScaler asked(amp::Policy{.level = amp::O1, .dtype = bf16, .loss_scale = amp::dynamic});
+  std::string notice = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(asked.is_enabled());
+  EXPECT_NE(notice.find("loss scaling under bf16, as the policy asks"), std::string::npos) << notice;
+  ::testing::internal::CaptureStderr();
+  amp::GradScaler quiet(amp::Policy{.level = amp::O1, .dtype = bf16});
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+}
+
 TEST(AmpTest, PaddleNamesStaticAndDisabledModes) {
   amp::GradScaler paddle({.init_loss_scaling = 4.0, .incr_every_n_steps = 10, .decr_every_n_nan_or_inf = 2});
   EXPECT_EQ(paddle.get_scale(), 4.0);
