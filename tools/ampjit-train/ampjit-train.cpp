@@ -407,7 +407,8 @@ int trainClassifier(const Options& options) {
                             jit::nn::Linear(512, 512, true, {.generator = &init}), jit::nn::ReLU(),
                             jit::nn::Linear(512, 10, true, {.generator = &init}));
   jit::optim::SGD opt(model.parameters(), {.lr = options.lr, .momentum = options.momentum});
-  jit::amp::GradScaler scaler;
+  // apex's amp.initialize: dynamic scaling for f16, none for bf16 and O0.
+  jit::amp::GradScaler scaler(traceOptions(options, "").amp);
 
   auto step = jit::trace(
       [&](const Tensor& x, const Tensor& y) {
@@ -521,7 +522,8 @@ int trainMlp9(const Options& options) {
   for (int i = 0; i < 9; ++i)
     model.push_back(jit::nn::Linear(width, width, true, {.generator = &init}));
   jit::optim::SGD opt(model.parameters(), {.lr = options.lr, .momentum = options.momentum});
-  jit::amp::GradScaler scaler;
+  // apex's amp.initialize: dynamic scaling for f16, none for bf16 and O0.
+  jit::amp::GradScaler scaler(traceOptions(options, "").amp);
   auto step = jit::trace(
       [&](const Tensor& x, const Tensor& y) {
         opt.zero_grad();
