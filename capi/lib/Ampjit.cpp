@@ -406,6 +406,35 @@ ampjit_status ampjit_plan_argument(const ampjit_plan* plan, size_t index, ampjit
   });
 }
 
+ampjit_status ampjit_plan_find_argument(const ampjit_plan* plan, const char* name, size_t* index) {
+  return guarded("ampjit_plan_find_argument", [&]() -> rt::Status {
+    if (plan == nullptr)
+      return missing("plan");
+    if (name == nullptr)
+      return missing("name");
+    if (index == nullptr)
+      return missing("index");
+    std::vector<std::size_t> found;
+    std::string known;
+    for (std::size_t i = 0; i < plan->plan.argumentCount(); ++i) {
+      const std::string& argumentName = plan->plan.buffers[plan->plan.argumentBuffer(i)].name;
+      if (argumentName == name)
+        found.push_back(i);
+      known += (known.empty() ? "'" : ", '") + argumentName + "'";
+    }
+    if (found.size() == 1) {
+      *index = found.front();
+      return rt::Status::success();
+    }
+    if (found.empty())
+      return rt::Status::error("plan @" + plan->plan.name + " has no argument named '" + name +
+                               "'; its arguments are " + known);
+    return rt::Status::error("plan @" + plan->plan.name + " has " + std::to_string(found.size()) +
+                             " arguments named '" + name + "' (" + std::to_string(found[0]) + " and " +
+                             std::to_string(found[1]) + "); use an index");
+  });
+}
+
 ampjit_status ampjit_plan_result(const ampjit_plan* plan, size_t index, ampjit_value_info* info) {
   return guarded("ampjit_plan_result", [&]() -> rt::Status {
     if (plan == nullptr)

@@ -93,6 +93,7 @@ class Library:
             ("ampjit_plan_result_count", size, [handle]),
             ("ampjit_plan_argument", status, [handle, size, info]),
             ("ampjit_plan_result", status, [handle, size, info]),
+            ("ampjit_plan_find_argument", status, [handle, text, ctypes.POINTER(size)]),
             ("ampjit_plan_to_text", ctypes.c_void_p, [handle]),
             ("ampjit_free", None, [ctypes.c_void_p]),
             ("ampjit_session_create", handle, [handle, text]),
@@ -200,6 +201,14 @@ class Plan:
     def save(self, path):
         self._lib.check(self._lib.c.ampjit_plan_save(self._handle, os.fsencode(path)))
 
+    def argument_index(self, key):
+        """The index of argument `key`: an index, or a name ("fc1.weight")."""
+        if isinstance(key, str):
+            index = ctypes.c_size_t()
+            self._lib.check(self._lib.c.ampjit_plan_find_argument(self._handle, key.encode(), ctypes.byref(index)))
+            return index.value
+        return key
+
     def session(self, backend="cpu"):
         """The plan prepared on `backend`, with every argument zero-filled."""
         handle = self._lib.c.ampjit_session_create(self._handle, backend.encode())
@@ -245,7 +254,8 @@ def _buffer(data, value, writable=False):
 
 
 class Session:
-    """A plan prepared on a backend with its state (ampjit_session)."""
+    """A plan prepared on a backend with its state (ampjit_session). An
+    argument is given by its index or its name (Plan.argument_index)."""
 
     def __init__(self, lib, handle, plan):
         self._lib, self._handle, self.plan = lib, handle, plan
@@ -260,6 +270,7 @@ class Session:
 
     def write(self, index, data):
         """Sets argument `index` from a buffer of exactly its byte size."""
+        index = self.plan.argument_index(index)
         buffer, size = _buffer(data, self._argument(index))
         self._lib.check(self._lib.c.ampjit_session_write(self._handle, index, buffer, size))
 
@@ -275,17 +286,20 @@ class Session:
 
     def fill(self, index, value):
         """Sets every element of argument `index` to `value`."""
+        index = self.plan.argument_index(index)
         self._lib.check(self._lib.c.ampjit_session_fill(self._handle, index, float(value)))
 
     def write_values(self, index, values):
         """Sets argument `index` from Python numbers, one per element in
         row-major order, each rounded to its dtype as the runtime rounds
         (f16 and bf16 included)."""
+        index = self.plan.argument_index(index)
         values = (ctypes.c_double * len(values))(*values) if not isinstance(values, ctypes.Array) else values
         self._lib.check(self._lib.c.ampjit_session_write_values(self._handle, index, values, len(values)))
 
     def read_values(self, index):
         """Argument `index`'s elements as Python floats, in row-major order."""
+        index = self.plan.argument_index(index)
         count = self._argument(index).byte_size // _DTYPE_SIZES[self._argument(index).dtype]
         values = (ctypes.c_double * count)()
         self._lib.check(self._lib.c.ampjit_session_read_values(self._handle, index, values, count))
@@ -293,6 +307,7 @@ class Session:
 
     def read(self, index, into=None):
         """Argument `index`'s bytes: into the writable buffer `into`, or new."""
+        index = self.plan.argument_index(index)
         target = into if into is not None else bytearray(self._argument(index).byte_size)
         buffer, size = _buffer(target, self._argument(index), writable=True)
         self._lib.check(self._lib.c.ampjit_session_read(self._handle, index, buffer, size))

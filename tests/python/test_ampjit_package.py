@@ -132,6 +132,26 @@ class PackageTest(unittest.TestCase):
             with self.assertRaisesRegex(ampjit.Error, "^ampjit_plan_load: .*step.plan"):
                 ampjit.load_plan(path)
 
+    def test_arguments_are_addressed_by_name_or_index(self):
+        text = ('func.func @step(%x: tensor<2x3xf32> {jit.role = "input"} loc("batch"), '
+                '%w: tensor<4x3xf32> {jit.role = "param"} loc("fc1.weight")) -> tensor<2x4xf32> {\n'
+                '  %y = jit.matmul %x, %w {transpose_rhs} : (tensor<2x3xf32>, tensor<4x3xf32>) -> tensor<2x4xf32>\n'
+                '  return %y : tensor<2x4xf32>\n}\n')
+        plan = ampjit.compile(text, "named.mlir")
+        self.assertEqual((plan.argument_index("batch"), plan.argument_index("fc1.weight"), plan.argument_index(1)),
+                         (0, 1, 1))
+        session = plan.session("cpu")
+        session.write_values("batch", [1, 2, 3, 4, 5, 6])
+        session.write("fc1.weight", array.array("f", [1.0] * 12))
+        session.fill("fc1.weight", 0.5)
+        self.assertEqual(session.read_values(1), [0.5] * 12)
+        self.assertEqual(bytes(session.read("batch")), array.array("f", [1, 2, 3, 4, 5, 6]).tobytes())
+        session.run()
+        self.assertEqual(array.array("f", bytes(session.result(0))).tolist(), [3.0] * 4 + [7.5] * 4)
+        with self.assertRaisesRegex(ampjit.Error,
+                                    "no argument named 'fc2.weight'; its arguments are 'batch', 'fc1.weight'"):
+            session.fill("fc2.weight", 1.0)
+
     def test_mistakes_raise_the_librarys_message(self):
         with self.assertRaisesRegex(ampjit.Error, r"^ampjit_session_create: unknown backend 'tpu'"):
             self.plan.session("tpu")

@@ -119,6 +119,10 @@ size_t ampjit_plan_argument_count(const ampjit_plan* plan);
 size_t ampjit_plan_result_count(const ampjit_plan* plan);
 ampjit_status ampjit_plan_argument(const ampjit_plan* plan, size_t index, ampjit_value_info* info);
 ampjit_status ampjit_plan_result(const ampjit_plan* plan, size_t index, ampjit_value_info* info);
+/* The index of the argument named `name` (its location name, "fc1.weight";
+   an unnamed argument is "argN"). An error when no argument, or more than
+   one, has that name; the message lists the names there are. */
+ampjit_status ampjit_plan_find_argument(const ampjit_plan* plan, const char* name, size_t* index);
 /* The plan as `ampjit-run --print-plan` prints it; free with ampjit_free. */
 char* ampjit_plan_to_text(const ampjit_plan* plan);
 void ampjit_free(void* memory);

@@ -444,6 +444,33 @@ TEST(CApi, ArgumentsTakeTheNamesTheirLocationsGive) {
   EXPECT_EQ(std::string(copy.name), "fc1.weight.bf16");
 }
 
+TEST(CApi, AnArgumentIsFoundByItsName) {
+  const char* text = "func.func @step(%x: tensor<2x3xf32> {jit.role = \"input\"} loc(\"batch\"), "
+                     "%w: tensor<4x3xf32> {jit.role = \"param\"} loc(\"fc1.weight\"), "
+                     "%v: tensor<4x3xf32> {jit.role = \"param\"} loc(\"shared\"), "
+                     "%u: tensor<4x3xf32> {jit.role = \"param\"} loc(\"shared\"), "
+                     "%b: tensor<4xf32> {jit.role = \"param\"}) -> tensor<2x4xf32> {\n"
+                     "  %y = jit.matmul %x, %w {transpose_rhs} : (tensor<2x3xf32>, tensor<4x3xf32>) -> tensor<2x4xf32>\n"
+                     "  return %y : tensor<2x4xf32>\n}\n";
+  PlanHandle plan(ampjit_compile_module(text, std::strlen(text), "named.mlir", nullptr, nullptr));
+  ASSERT_TRUE(plan) << lastError();
+  for (auto [name, expected] : {std::pair{"batch", size_t(0)}, {"fc1.weight", size_t(1)}, {"arg4", size_t(4)}}) {
+    size_t index = 99;
+    ASSERT_EQ(ampjit_plan_find_argument(plan.get(), name, &index), AMPJIT_OK) << lastError();
+    EXPECT_EQ(index, expected) << name;
+  }
+  size_t index = 99;
+  EXPECT_EQ(ampjit_plan_find_argument(plan.get(), "fc2.weight", &index), AMPJIT_ERROR);
+  EXPECT_EQ(lastError(), "ampjit_plan_find_argument: plan @step has no argument named 'fc2.weight'; its arguments "
+                         "are 'batch', 'fc1.weight', 'shared', 'shared', 'arg4'");
+  EXPECT_EQ(ampjit_plan_find_argument(plan.get(), "shared", &index), AMPJIT_ERROR);
+  EXPECT_NE(lastError().find("has 2 arguments named 'shared' (2 and 3); use an index"), std::string::npos)
+      << lastError();
+  EXPECT_EQ(index, 99u); // a failed lookup writes nothing
+  EXPECT_EQ(ampjit_plan_find_argument(plan.get(), nullptr, &index), AMPJIT_ERROR);
+  EXPECT_EQ(ampjit_plan_find_argument(plan.get(), "batch", nullptr), AMPJIT_ERROR);
+}
+
 TEST(CApi, SessionsOnSeveralThreadsShareOnePlanAndAgree) {
   // One call at a time per handle: here four threads each compile, create a
   // session from one shared plan and run it, while the others do the same.
