@@ -74,7 +74,6 @@ void Module::addChild(std::string name, std::shared_ptr<Module> child) {
   children_.emplace_back(std::move(name), std::move(child));
 }
 
-
 void Module::collect(const std::string& prefix, bool parameters, bool buffers,
                      std::vector<NamedTensor>& out) const {
   if (parameters)
