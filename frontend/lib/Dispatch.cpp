@@ -31,13 +31,27 @@ std::string describe(const Tensor& tensor) {
   return tensor.defined() ? describe(tensor.impl().type) : std::string("<undefined>");
 }
 
+namespace {
+/// "layer1.0." for a module registered as "0" in one registered as "layer1".
+std::string modulePrefix(const std::weak_ptr<const ModulePlace>& module) {
+  std::string prefix;
+  std::shared_ptr<const ModulePlace> place = module.lock();
+  // A module registered inside its own descendant would loop: stop.
+  for (int depth = 0; place && place->registered && depth < 256; ++depth) {
+    prefix = place->name + "." + prefix;
+    place = place->parent.lock();
+  }
+  return prefix;
+}
+} // namespace
+
 std::string stateName(const TensorImpl& impl) {
   std::string name = impl.name.text;
   const TensorImpl* part = &impl;
   // A chain longer than a few links is a cycle built by hand: no name.
   for (int depth = 0; depth < 8 && !name.empty(); ++depth) {
     if (!part->name.isPart)
-      return name;
+      return modulePrefix(part->name.module) + name;
     std::shared_ptr<const TensorImpl> whole = part->name.of.lock();
     if (!whole || whole->name.text.empty())
       return "";

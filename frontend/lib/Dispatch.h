@@ -69,16 +69,29 @@ struct DeferredUpdate {
 
 struct TensorImpl;
 
+/// Where a module sits in the tree that holds it: its name in the module that
+/// registered it first, and that module's place. A module no other registered
+/// is a root.
+struct ModulePlace {
+  std::string name{};
+  bool registered = false;
+  std::weak_ptr<const ModulePlace> parent{};
+};
+
 /// What a traced step calls a piece of state in its plan and in its messages:
-/// a module's dotted name ("fc1.weight"), or a part of another tensor
+/// a module entry's name under its module's place ("fc1" + "weight" reads
+/// "fc1.weight"), a plain name ("scaler.scale"), or a part of another tensor
 /// ("momentum_buffer" of that parameter reads "fc1.weight.momentum_buffer").
-/// The link is weak and resolved when a trace finishes, so a part follows its
-/// parameter's name even when a parent module registered after the optimizer
-/// was built prefixes that name.
+/// The links are weak and resolved when a trace finishes, so a name follows
+/// the tree as it is then: a module registered in a parent after its
+/// parameters (or the optimizer's buffers) were made, a layer appended to a
+/// Sequential that is already someone's child.
 struct StateName {
-  std::string text;
+  // `{}` on each so designated initialisers may leave any out (-Wextra).
+  std::string text{};
   bool isPart = false;
-  std::weak_ptr<const TensorImpl> of;
+  std::weak_ptr<const TensorImpl> of{};
+  std::weak_ptr<const ModulePlace> module{};
 };
 
 struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
@@ -129,7 +142,7 @@ inline void markState(const Tensor& tensor, StateRole role) {
 /// Names `tensor` for traced steps: `text` alone, or `text` as a part of `of`.
 inline void nameState(const Tensor& tensor, std::string text, const Tensor& of = Tensor()) {
   if (tensor.defined())
-    tensor.impl().name = StateName{std::move(text), of.defined(), of.impl_ptr()};
+    tensor.impl().name = StateName{.text = std::move(text), .isPart = of.defined(), .of = of.impl_ptr()};
 }
 /// The resolved StateName ("fc1.weight.exp_avg"), or "" where it, or what it
 /// is a part of, has none.

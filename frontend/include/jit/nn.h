@@ -47,6 +47,7 @@ namespace nn {
 class Module;
 }
 namespace detail {
+struct ModulePlace; // where a module sits in the tree that holds it (Dispatch.h)
 /// Inside jit::trace, records that the step's behaviour depends on this
 /// module's training flag (a guard); nothing outside a trace.
 void noteTrainingModeRead(const std::shared_ptr<const bool>& flag, const nn::Module& module);
@@ -57,7 +58,7 @@ namespace jit::nn {
 
 class Module {
 public:
-  Module() = default;
+  Module();
   virtual ~Module() = default;
   // Copying shares the state (parameters, buffers, children, the training
   // flag), as a Python reference would. There is no separate move: a
@@ -157,6 +158,9 @@ private:
   /// Shared, like the rest of a module's state, so a traced step's guard can
   /// hold it beyond the module's lifetime.
   std::shared_ptr<bool> training_ = std::make_shared<bool>(true);
+  /// Its name in the module that registered it, for traced steps' state names;
+  /// shared like the rest of the state.
+  std::shared_ptr<detail::ModulePlace> place_;
 };
 
 /// How a module makes its parameters.

@@ -16,13 +16,16 @@ namespace jit::nn {
 // --- Module -----------------------------------------------------------------------
 
 namespace {
-/// Names a newly registered entry for traced steps' plans and messages; a
-/// tensor registered in two places keeps its first name.
-void nameEntry(const std::string& name, const Tensor& tensor) {
-  if (tensor.impl().name.text.empty())
-    detail::nameState(tensor, name);
+/// Names a newly registered entry for traced steps' plans and messages, under
+/// its module's place; a tensor registered in two places keeps its first name.
+void nameEntry(const std::string& name, const Tensor& tensor, const std::shared_ptr<detail::ModulePlace>& place) {
+  detail::StateName& stateName = tensor.impl().name;
+  if (stateName.text.empty())
+    stateName = detail::StateName{.text = name, .module = place};
 }
 } // namespace
+
+Module::Module() : place_(std::make_shared<detail::ModulePlace>()) {}
 
 void Module::checkNewName(const std::string& name) const {
   // '.' separates the levels of a dotted state name, so it cannot be part of one.
@@ -44,7 +47,7 @@ Tensor Module::register_parameter(std::string name, Tensor tensor, bool requires
     throw Error("nn::Module: parameter '" + name + "' is an undefined tensor");
   if (requires_grad)
     tensor.requires_grad_(true);
-  nameEntry(name, tensor);
+  nameEntry(name, tensor, place_);
   parameters_.emplace_back(std::move(name), tensor);
   return tensor;
 }
@@ -53,7 +56,7 @@ Tensor Module::register_buffer(std::string name, Tensor tensor) {
   checkNewName(name);
   if (!tensor.defined())
     throw Error("nn::Module: buffer '" + name + "' is an undefined tensor");
-  nameEntry(name, tensor);
+  nameEntry(name, tensor, place_);
   buffers_.emplace_back(std::move(name), tensor);
   return tensor;
 }
@@ -62,15 +65,9 @@ void Module::addChild(std::string name, std::shared_ptr<Module> child) {
   checkNewName(name);
   if (!child)
     throw Error("nn::Module: child module '" + name + "' is null");
-  // The child's entries take their dotted names from the top down as the tree
-  // is built from the bottom up. An entry whose name is not the one this child
-  // gives it already belongs to another module (a tied weight, a module
-  // registered twice): the first registration names it.
-  for (const auto& [entry, tensor] : child->state_dict()) {
-    detail::StateName& stateName = tensor.impl().name;
-    if (!stateName.isPart && stateName.text == entry)
-      stateName.text = name + "." + entry;
-  }
+  // A module registered twice (shared between two parents) keeps its first place.
+  if (!child->place_->registered)
+    *child->place_ = detail::ModulePlace{.name = name, .registered = true, .parent = place_};
   children_.emplace_back(std::move(name), std::move(child));
 }
 

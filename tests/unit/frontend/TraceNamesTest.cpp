@@ -106,9 +106,10 @@ TEST(TraceNames, AnO2PlanNamesStateAfterTheModelTheOptimizerAndTheScaler) {
   EXPECT_NE(step.traced_module().find("loc(\"encoder.layers.2.bias\""), std::string::npos) << step.traced_module();
 }
 
-TEST(TraceNames, AnOptimizerBuiltBeforeItsModelWasRegisteredFollowsTheFinalNames) {
-  // The optimizer's buffers name themselves after their parameter when the
-  // step is traced, not when they are made.
+TEST(TraceNames, NamesFollowTheModuleTreeAsItStandsWhenTheStepIsTraced) {
+  // Names are read off the module tree when the step is traced, not when the
+  // tensors are made: the optimizer's buffers exist before Outer registers the
+  // Sequential, and a layer is appended after it did.
   Generator generator(2);
   auto inner = std::make_shared<nn::Sequential>(nn::Linear(4, 4, true, {.generator = &generator}), nn::ReLU(),
                                                 nn::Linear(4, 2, true, {.generator = &generator}));
@@ -118,13 +119,15 @@ TEST(TraceNames, AnOptimizerBuiltBeforeItsModelWasRegisteredFollowsTheFinalNames
     Tensor forward(const Tensor& x) override { return (*body)(x); }
     std::shared_ptr<nn::Sequential> body;
   } outer(inner);
+  // A layer appended once the Sequential is already Outer's child is named under it too.
+  inner->push_back(nn::Linear(2, 2, false, {.generator = &generator}));
   auto step = trace([&](const Tensor& x, const Tensor& y) { return plainTrainStep(outer, opt, x, y); },
                     {.backend = Backend::cpu});
   auto [x, y] = batch(4, 4, 2, 3);
   step(x, y);
   std::vector<PlanArgument> arguments = planArguments(step.plan_text());
-  EXPECT_EQ(namesWithRole(arguments, "param"),
-            (std::vector<std::string>{"body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias"}));
+  EXPECT_EQ(namesWithRole(arguments, "param"), (std::vector<std::string>{"body.0.weight", "body.0.bias",
+                                                                         "body.2.weight", "body.2.bias", "body.3.weight"}));
   EXPECT_EQ(namesWithRole(arguments, "opt_state"),
             (std::vector<std::string>{"body.0.weight.momentum_buffer", "body.0.bias.momentum_buffer",
                                       "body.2.weight.momentum_buffer", "body.2.bias.momentum_buffer"}));
