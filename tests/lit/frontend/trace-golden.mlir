@@ -1,10 +1,12 @@
 // jit::trace's dump of the MNIST classifier's step (ampjit-train, one step on
 // synthetic digits) is the golden joint graph: after the AMP pipeline it
 // matches tests/lit/examples/mnist-amp-golden.mlir line by line at O1 (f16
-// and bf16), O2 and O3, the same checks the hand-written step passes.
+// and bf16), O2 and O3, the same checks the hand-written step passes. It is
+// traced at O1 f16, whose policy gives the step its dynamic loss scaler (the
+// dump is the graph before any AMP pass).
 //
 // RUN: rm -rf %t && mkdir -p %t
-// RUN: env AMPJIT_DUMP=%t ampjit-train --data synthetic --epochs 1 --max-steps 1 --amp O0 --json --no-progress > %t/log.json
+// RUN: env AMPJIT_DUMP=%t ampjit-train --data synthetic --epochs 1 --max-steps 1 --amp O1 --dtype f16 --json --no-progress > %t/log.json
 // RUN: amp-opt %t/train_step.v1.0-traced.mlir --amp-pipeline="level=O1 dtype=f16" | FileCheck %S/../examples/mnist-amp-golden.mlir --check-prefix=O1
 // RUN: amp-opt %t/train_step.v1.0-traced.mlir --amp-pipeline="level=O1 dtype=bf16" | FileCheck %S/../examples/mnist-amp-golden.mlir --check-prefix=BF16
 // RUN: amp-opt %t/train_step.v1.0-traced.mlir --amp-pipeline="level=O2 dtype=f16" | FileCheck %S/../examples/mnist-amp-golden.mlir --check-prefix=O2
