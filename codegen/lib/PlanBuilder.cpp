@@ -192,6 +192,13 @@ public:
   }
 
 private:
+  /// A tied result that is another argument, unchanged: copied last.
+  struct ArgumentCopy {
+    int64_t target;
+    int64_t source;
+    size_t result;
+  };
+
   rt::BufferId addBuffer(Value value, rt::BufferDesc desc) {
     rt::BufferId id = rt::BufferId(plan.buffers.size());
     plan.buffers.push_back(std::move(desc));
@@ -238,13 +245,11 @@ private:
       if (!tied)
         continue;
       int64_t argument = tied.getInt();
-      if (isa<BlockArgument>(value)) {
-        if (cast<BlockArgument>(value).getArgNumber() != argument)
-          return returnOp.emitOpError()
-                 << "result #" << index << " is tied to argument #" << argument
-                 << " but returns argument #" << cast<BlockArgument>(value).getArgNumber()
-                 << " unchanged: the runtime updates state in place and cannot copy one "
-                    "argument into another";
+      if (auto source = dyn_cast<BlockArgument>(value)) {
+        // State set to another argument's value (`scale.copy_(new_scale)`):
+        // a copy written last, when every reader of the old value has run.
+        if (int64_t(source.getArgNumber()) != argument)
+          argumentCopies.push_back({argument, int64_t(source.getArgNumber()), index});
         continue;
       }
       // State reset to a constant (zero_grad(false), a counter reset): the
@@ -259,6 +264,19 @@ private:
         return returnOp.emitOpError() << "one value is returned tied to arguments #" << it->second
                                       << " and #" << argument
                                       << ": each state argument needs its own value";
+    }
+    // A copy runs last, so it must read its source's old value then: a source
+    // the step also updates (a swap of two arguments) would give the new one.
+    for (const ArgumentCopy &copy : argumentCopies) {
+      bool sourceWritten = llvm::any_of(writesArgument, [&](const auto &write) { return write.second == copy.source; }) ||
+                           llvm::any_of(constantWrites, [&](const auto &write) { return write.first == copy.source; }) ||
+                           llvm::any_of(argumentCopies, [&](const ArgumentCopy &other) { return other.target == copy.source; });
+      if (sourceWritten)
+        return returnOp.emitOpError() << "result #" << copy.result << " is tied to argument #" << copy.target
+                                      << " and returns argument #" << copy.source
+                                      << " unchanged, which the step also updates: the runtime writes state in "
+                                         "place, so one step cannot both update an argument and copy its old "
+                                         "value into another";
     }
     return success();
   }
@@ -275,6 +293,9 @@ private:
     }
     for (auto [argument, constant] : constantWrites)
       if (failed(addConstantWrite(argument, constant)))
+        return failure();
+    for (const ArgumentCopy &copy : argumentCopies)
+      if (failed(addArgumentCopy(copy)))
         return failure();
     auto returnOp = cast<func::ReturnOp>(function.getBody().front().getTerminator());
     for (auto [index, value] : llvm::enumerate(returnOp.getOperands())) {
@@ -305,6 +326,27 @@ private:
     if (rt::Status status = rt::bindStep(*step, {}, std::vector<rt::BufferId>{target}); !status.ok())
       return constant.emitOpError() << "cannot be written into argument #" << argument << ": " << status.message();
     step->origin = "jit.constant written into argument #" + std::to_string(argument);
+    plan.steps.push_back(std::move(*step));
+    return success();
+  }
+
+  /// The last steps of the plan: argument `source` copied into state argument `target`.
+  LogicalResult addArgumentCopy(const ArgumentCopy &copy) {
+    rt::BufferId source = plan.argumentBuffer(size_t(copy.source));
+    rt::BufferId target = plan.argumentBuffer(size_t(copy.target));
+    const rt::TensorType &type = plan.buffers[target].type;
+    rt::Expected<rt::Step> step = rt::buildStep("jit.reshape", std::vector<std::optional<rt::TensorType>>{type},
+                                                std::vector<rt::TensorType>{type}, {});
+    auto refuse = [&](const std::string &why) {
+      return function.emitError() << "argument #" << copy.source << " cannot be copied into argument #"
+                                  << copy.target << ": " << why;
+    };
+    if (!step)
+      return refuse(step.message());
+    if (rt::Status bound = rt::bindStep(*step, std::vector<rt::BufferId>{source}, std::vector<rt::BufferId>{target});
+        !bound.ok())
+      return refuse(bound.message());
+    step->origin = "argument '" + plan.buffers[source].name + "' copied into '" + plan.buffers[target].name + "'";
     plan.steps.push_back(std::move(*step));
     return success();
   }
@@ -579,6 +621,7 @@ private:
   llvm::DenseMap<Value, int64_t> writesArgument;
   /// Tied results that are constants: (argument, constant), written last.
   std::vector<std::pair<int64_t, ir::ConstantOp>> constantWrites;
+  std::vector<ArgumentCopy> argumentCopies;
   std::vector<std::pair<int64_t, Operation *>> inPlaceWrites;
 };
 

@@ -54,11 +54,11 @@ TEST(CompileModule, MalformedIrIsAnErrorAtItsSourceLine) {
 }
 
 TEST(CompileModule, AVerifierRuleBrokenIsAnErrorThatNamesTheRuleAndLine) {
-  // A result tied to argument #0 that returns argument #1 unchanged.
+  // Two arguments swapped through their tied results.
   rt::Expected<rt::Plan> plan =
       compileModule("func.func @step(%a: tensor<4xf32> {jit.role = \"param\"}, %b: tensor<4xf32> {jit.role = "
-                    "\"param\"}) -> (tensor<4xf32> {jit.tied = 0 : i64}) {\n"
-                    "  return %b : tensor<4xf32>\n}\n",
+                    "\"param\"}) -> (tensor<4xf32> {jit.tied = 0 : i64}, tensor<4xf32> {jit.tied = 1 : i64}) {\n"
+                    "  return %b, %a : tensor<4xf32>, tensor<4xf32>\n}\n",
                     "tied.mlir");
   ASSERT_FALSE(plan.ok());
   EXPECT_NE(plan.message().find("tied.mlir:2:"), std::string::npos) << plan.message();
