@@ -105,6 +105,12 @@ public:
   void step(optim::Optimizer& optimizer, std::source_location where = std::source_location::current());
   /// The scale update from every stepped optimizer's finite flag.
   void update(std::source_location where = std::source_location::current());
+  /// PyTorch's update(new_scale): the scale becomes `new_scale` (a positive
+  /// finite number, or a one-element floating tensor, which a traced step reads
+  /// each call) instead of growing or backing off; the growth and backoff
+  /// counters are left as they are, and a skipped step is still counted.
+  void update(double new_scale, std::source_location where = std::source_location::current());
+  void update(const Tensor& new_scale, std::source_location where = std::source_location::current());
 
   bool is_enabled() const { return enabled_; }
   double get_scale() const;
@@ -133,6 +139,10 @@ private:
     Tensor allFinite;
   };
   Tensor invScale() const;
+  /// Whether every optimizer stepped since the last update saw finite gradients.
+  Tensor stepsFinite() const;
+  /// Ends an update: the optimizers are ready for the next step.
+  void finishUpdate(const Tensor& finite);
 
   bool enabled_;
   bool dynamic_;

@@ -198,27 +198,63 @@ void GradScaler::step(optim::Optimizer& optimizer, std::source_location where) {
   state.stage = Stage::Stepped;
 }
 
-void GradScaler::update(std::source_location where) {
-  detail::UserFrame frame(where);
-  if (!enabled_)
-    return;
-  NoGradGuard noGrad;
+Tensor GradScaler::stepsFinite() const {
   Tensor finite;
-  for (auto& [optimizer, state] : perOptimizer_) {
+  for (const auto& [optimizer, state] : perOptimizer_) {
     if (state.stage == Stage::Ready || !state.allFinite.defined())
       continue;
     finite = finite.defined() ? logicalAnd(finite, state.allFinite) : state.allFinite;
   }
   if (!finite.defined())
     throw Error("GradScaler: update() without a step() or unscale_() since the last update()");
+  return finite;
+}
+
+void GradScaler::finishUpdate(const Tensor& finite) {
+  lastAllFinite_ = finite;
+  for (auto& entry : perOptimizer_)
+    entry.second.stage = Stage::Ready;
+}
+
+void GradScaler::update(std::source_location where) {
+  detail::UserFrame frame(where);
+  if (!enabled_)
+    return;
+  NoGradGuard noGrad;
+  Tensor finite = stepsFinite();
   auto [scale, good, bad, skipped] = update_scale(scale_, good_, bad_, skipped_, finite, update_);
   scale_.copy_(scale);
   good_.copy_(good);
   bad_.copy_(bad);
   skipped_.copy_(skipped);
-  lastAllFinite_ = finite;
-  for (auto& entry : perOptimizer_)
-    entry.second.stage = Stage::Ready;
+  finishUpdate(finite);
+}
+
+void GradScaler::update(double new_scale, std::source_location where) {
+  if (!(new_scale > 0.0) || !std::isfinite(new_scale))
+    throw Error("GradScaler: update(new_scale): the scale must be positive and finite, got " +
+                ampjit::runtime::formatDouble(new_scale));
+  update(scalar_tensor(new_scale, f32), where);
+}
+
+void GradScaler::update(const Tensor& new_scale, std::source_location where) {
+  detail::UserFrame frame(where);
+  if (!new_scale.defined() || new_scale.numel() != 1 || !is_floating_point(new_scale.dtype()))
+    throw Error("GradScaler: update(new_scale) takes one floating-point element, not " +
+                detail::describe(new_scale));
+  if (!enabled_)
+    return;
+  NoGradGuard noGrad;
+  Tensor finite = stepsFinite();
+  // PyTorch leaves its growth tracker alone here, and so do we; the skipped-step
+  // count is ampjit's own and counts this step as any other (the op's other
+  // results are dropped).
+  Tensor skipped = std::get<3>(update_scale(scale_, good_, bad_, skipped_, finite, update_));
+  skipped_.copy_(skipped);
+  // Not detached: a traced step must capture the caller's tensor itself, to
+  // read it on every call (the guard above keeps autograd out).
+  scale_.copy_(reshape(new_scale, {})); // copy_ converts to f32
+  finishUpdate(finite);
 }
 
 double GradScaler::get_scale() const { return enabled_ ? scale_.item() : 1.0; }

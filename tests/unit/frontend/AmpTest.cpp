@@ -238,6 +238,44 @@ TEST(AmpTest, AScalerMadeForAPolicyFollowsItsLossScale) {
   EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
 }
 
+TEST(AmpTest, UpdateWithANewScaleSetsItAsPyTorchDoes) {
+  Tensor p = param();
+  optim::SGD opt({p}, {.lr = 0.125});
+  amp::GradScaler scaler({.growth_interval = 3});
+  auto stepWith = [&](double factor) {
+    opt.zero_grad();
+    scaler.scale(lossOf(p, factor)).backward();
+    scaler.step(opt);
+  };
+  stepWith(1.0);
+  scaler.update();
+  EXPECT_EQ(scaler.growth_tracker(), 1);
+  stepWith(1.0);
+  scaler.update(1024.0);
+  EXPECT_EQ(scaler.get_scale(), 1024.0);
+  EXPECT_EQ(scaler.growth_tracker(), 1); // left as it was
+  std::vector<double> before = p.to_vector();
+  stepWith(kInf);
+  scaler.update(scalar_tensor(512.0, f64));
+  EXPECT_EQ(scaler.get_scale(), 512.0);
+  EXPECT_EQ(scaler.skipped_steps(), 1);
+  EXPECT_EQ(p.to_vector(), before);
+  stepWith(1.0);
+  scaler.update();
+  EXPECT_EQ(scaler.growth_tracker(), 2);
+  EXPECT_EQ(scaler.get_scale(), 512.0);
+
+  stepWith(1.0);
+  for (double bad : {0.0, -2.0, kInf, std::nan("")})
+    EXPECT_NE(errorOf([&] { scaler.update(bad); }).find("the scale must be positive and finite"), std::string::npos)
+        << bad;
+  EXPECT_NE(errorOf([&] { scaler.update(tensor({1.0, 2.0}, {2}, f32)); }).find("takes one floating-point element"),
+            std::string::npos);
+  EXPECT_EQ(scaler.get_scale(), 512.0); // the refused updates changed nothing
+  scaler.update(256.0);
+  EXPECT_NE(errorOf([&] { scaler.update(128.0); }).find("update() without a step()"), std::string::npos);
+}
+
 TEST(AmpTest, PaddleNamesStaticAndDisabledModes) {
   amp::GradScaler paddle({.init_loss_scaling = 4.0, .incr_every_n_steps = 10, .decr_every_n_nan_or_inf = 2});
   EXPECT_EQ(paddle.get_scale(), 4.0);
