@@ -322,6 +322,31 @@ TEST_F(CompiledStepOnGpu, AnInjectedInfSkipsTheStepOnTheDevice) {
   EXPECT_NE(stateOf(net)[0], before[0]) << "a clean step updates again";
 }
 
+TEST_F(CompiledStepOnGpu, AScaleSetFromTheCallersTensorIsCopiedOnTheDevice) {
+  // scaler.update(new_scale) makes the scale state a copy of another argument,
+  // a copy step at the end of the plan; each call reads the tensor's new value,
+  // and a graph replay does too.
+  Classifier net(kIn, kHidden, kClasses, 3);
+  Tensor newScale = scalar_tensor(1024.0, f32);
+  auto step = trace(
+      [&](const Tensor& a, const Tensor& b) {
+        net.opt.zero_grad();
+        Tensor loss = cross_entropy(net.model(a), b);
+        net.scaler.scale(loss).backward();
+        net.scaler.step(net.opt);
+        net.scaler.update(newScale);
+        return loss;
+      },
+      {.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cuda});
+  auto [x, y] = batch(kBatch, kIn, kClasses, 8);
+  for (int call = 0; call < 4; ++call) {
+    step(x, y);
+    EXPECT_EQ(net.scaler.get_scale(), 1024.0 * double(1 << call)) << "call " << call;
+    newScale.copy_(newScale * 2.0);
+  }
+  EXPECT_NE(step.plan_text().find("copied into 'scaler.scale'"), std::string::npos) << step.plan_text();
+}
+
 TEST_F(CompiledStepOnGpu, AHostWriteBetweenStepsReachesTheDevice) {
   Classifier net(kIn, kHidden, kClasses, 3);
   auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); },
