@@ -5,7 +5,7 @@
 //              [--jit-fuse-gradient-accumulation] [--jit-defer-optimizer-updates]
 //              [--jit-overlap-weight-gradients]
 //              [--emit-plan=plan.bin] [--steps=N] [--seed=S] [--arg=3=w.npy]
-//              [--arg=14=0.01] [--print-results] [--save-results=DIR]
+//              [--arg=fc1.weight=w.npy] [--arg=14=0.01] [--print-results] [--save-results=DIR]
 //
 // Parses and verifies the module, optionally runs the AMP pipeline, lowers the
 // entry function to a plan, and runs it on the CPU backend N times, feeding
@@ -77,7 +77,8 @@ static llvm::cl::opt<int64_t> labelRange("label-range",
                                          llvm::cl::desc("Integer inputs are drawn from [0, N)"),
                                          llvm::cl::init(10));
 static llvm::cl::list<std::string> argumentValues(
-    "arg", llvm::cl::desc("INDEX=FILE.npy or INDEX=NUMBER: argument INDEX from a file or filled"));
+    "arg", llvm::cl::desc("INDEX=FILE.npy or INDEX=NUMBER: argument INDEX from a file or filled; "
+                          "NAME=... names the argument as the plan does (fc1.weight, arg3)"));
 static llvm::cl::opt<std::string> saveResults(
     "save-results", llvm::cl::desc("Write result K of the last step to DIR/result_K.npy"));
 static llvm::cl::opt<bool> printResults("print-results",
@@ -185,9 +186,27 @@ int main(int argc, char **argv) {
     size_t equals = spec.find('=');
     char *end = nullptr;
     unsigned long index = std::strtoul(spec.c_str(), &end, 10);
-    if (equals == std::string::npos || end != spec.c_str() + equals || index >= arguments.size())
+    bool numbered = equals != std::string::npos && equals > 0 && end == spec.c_str() + equals;
+    if (equals != std::string::npos && equals > 0 && !numbered) {
+      // A name, as the plan prints it: a location name or argN.
+      std::string name = spec.substr(0, equals), names;
+      std::vector<size_t> found;
+      for (size_t i = 0; i < arguments.size(); ++i) {
+        const std::string &argumentName = plan.buffers[plan.argumentBuffer(i)].name;
+        if (argumentName == name)
+          found.push_back(i);
+        names += (names.empty() ? "" : ", ") + argumentName;
+      }
+      if (found.size() != 1)
+        return fail("--arg=" + spec + ": " +
+                    (found.empty() ? "no argument is named '" + name + "' (they are: " + names + ")"
+                                   : std::to_string(found.size()) + " arguments are named '" + name +
+                                         "'; give an index"));
+      index = found.front();
+    } else if (!numbered || index >= arguments.size()) {
       return fail("--arg=" + spec + ": expected INDEX=FILE.npy or INDEX=NUMBER with INDEX < " +
-                  std::to_string(arguments.size()));
+                  std::to_string(arguments.size()) + ", or NAME=... with an argument's name");
+    }
     std::string value = spec.substr(equals + 1);
     const rt::BufferDesc &buffer = plan.buffers[plan.argumentBuffer(index)];
     char *numberEnd = nullptr;

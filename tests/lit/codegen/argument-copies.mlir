@@ -2,6 +2,12 @@
 // EMA swapped into the weights) is a copy, written last, after every reader
 // of the old value. A swap of two arguments is refused (errors.mlir).
 // RUN: ampjit-run %s --print-plan --steps=1 --arg=0=1 --arg=1=2 --print-results | FileCheck %s
+// An argument is also given by its name:
+// RUN: ampjit-run %s --steps=1 --arg=scale=1 --arg=new_scale=2 --print-results | FileCheck %s --check-prefix=NAMED
+// RUN: not ampjit-run %s --steps=1 --arg=scales=1 2>&1 | FileCheck %s --check-prefix=UNKNOWN
+// NAMED: result 0: f32[4] [-1, -1, -1, -1]
+// NAMED: result 1: f32[4] [2, 2, 2, 2]
+// UNKNOWN: error: --arg=scales=1: no argument is named 'scales' (they are: scale, new_scale)
 
 // CHECK: step 0: elementwise neg
 // CHECK-NEXT: step 1: reshape {{.*}} // argument 'new_scale' copied into 'scale'
