@@ -198,9 +198,8 @@ TEST(Trace, ApexLossScaleBoundsHoldOnTheCompiledStepAsEagerly) {
 
 TEST(Trace, AScaleSetByUpdateFromATensorIsReadOnEveryCall) {
   // PyTorch's scaler.update(new_scale) with a tensor the loop changes: the
-  // traced step reads it each call, as eagerly.
-  Classifier eager SMALL_NET(), traced SMALL_NET();
-  Tensor eagerScale = scalar_tensor(1024.0, f32), tracedScale = scalar_tensor(1024.0, f32);
+  // traced step reads it each call, as eagerly, and so does a step whose
+  // update (the scale's copy among it) is deferred into the next call.
   auto run = [](Classifier& net, const Tensor& scale, const Tensor& x, const Tensor& y) {
     net.opt.zero_grad();
     Tensor loss = cross_entropy(net.model(x), y);
@@ -209,17 +208,25 @@ TEST(Trace, AScaleSetByUpdateFromATensorIsReadOnEveryCall) {
     net.scaler.update(scale);
     return loss;
   };
-  auto step = trace([&](const Tensor& a, const Tensor& b) { return run(traced, tracedScale, a, b); });
-  for (uint64_t i = 0; i < 3; ++i) {
-    auto [x, y] = batch(kBatch, kIn, kClasses, 40 + i);
-    EXPECT_EQ(step(x, y).item(), run(eager, eagerScale, x, y).item()) << "call " << i;
-    EXPECT_EQ(traced.scaler.get_scale(), 1024.0 * double(1 << i)) << "call " << i;
-    EXPECT_EQ(eager.scaler.get_scale(), traced.scaler.get_scale());
-    for (Tensor* scale : {&eagerScale, &tracedScale})
-      scale->copy_(*scale * 2.0);
+  for (DeferUpdates defer : {DeferUpdates::off, DeferUpdates::on}) {
+    SCOPED_TRACE(defer == DeferUpdates::on ? "deferred" : "in line");
+    Classifier eager SMALL_NET(), traced SMALL_NET();
+    Tensor eagerScale = scalar_tensor(1024.0, f32), tracedScale = scalar_tensor(1024.0, f32);
+    auto step = trace([&](const Tensor& a, const Tensor& b) { return run(traced, tracedScale, a, b); },
+                      {.backend = Backend::cpu, .defer_updates = defer});
+    for (uint64_t i = 0; i < 3; ++i) {
+      auto [x, y] = batch(kBatch, kIn, kClasses, 40 + i);
+      EXPECT_EQ(step(x, y).item(), run(eager, eagerScale, x, y).item()) << "call " << i;
+      EXPECT_EQ(traced.scaler.get_scale(), 1024.0 * double(1 << i)) << "call " << i;
+      EXPECT_EQ(eager.scaler.get_scale(), traced.scaler.get_scale());
+      for (Tensor* scale : {&eagerScale, &tracedScale})
+        scale->copy_(*scale * 2.0);
+    }
+    EXPECT_EQ(stateOf(traced), stateOf(eager));
+    EXPECT_EQ(step.stats().traces, 1u);
+    EXPECT_EQ(step.plan_text().find("deferred steps 0..") != std::string::npos, defer == DeferUpdates::on)
+        << step.plan_text();
   }
-  EXPECT_EQ(stateOf(traced), stateOf(eager));
-  EXPECT_EQ(step.stats().traces, 1u);
 }
 
 TEST(Trace, ANewBatchSizeRetracesOnceAndIsReused) {
