@@ -230,14 +230,14 @@ Tensor labels(int64_t batch, int64_t classes, jit::Generator& generator) {
   return jit::tensor(values, {batch});
 }
 
-Workload makeWorkload(const std::string& name, const Options& options, jit::DType dtype, bool lowPrecision) {
+Workload makeWorkload(const std::string& name, const Options& options, const jit::amp::Policy& policy) {
   Workload work;
   work.name = name;
   jit::Generator generator(0);
   bool cpu = runsOnCpu(options);
-  // bf16's range needs no loss scaling; PyTorch's peer enables its scaler for f16 only.
-  work.scaler = std::make_unique<jit::amp::GradScaler>(
-      jit::amp::GradScalerOptions{.enabled = lowPrecision && dtype == jit::f16});
+  // The policy's loss scaling: dynamic for f16, none for bf16 (its range needs
+  // none) and O0, as PyTorch's peer enables its scaler for f16 only.
+  work.scaler = std::make_unique<jit::amp::GradScaler>(policy);
   double lr = 1e-2;
   if (name == "classifier") {
     int64_t batch = options.batchSize > 0 ? options.batchSize : 64;
@@ -324,9 +324,9 @@ nlohmann::json ampjitEnvironment() {
 nlohmann::json measure(const std::string& model, jit::amp::Level level, jit::DType dtype, const Options& options,
                        bool firstStepOnly) {
   bool lowPrecision = level != jit::amp::O0;
-  Workload work = makeWorkload(model, options, dtype, lowPrecision);
-  auto step = jit::trace([&](const Tensor& x, const Tensor& y) { return work.step(x, y); },
-                         traceOptions(options, level, dtype));
+  jit::TraceOptions trace = traceOptions(options, level, dtype);
+  Workload work = makeWorkload(model, options, trace.amp);
+  auto step = jit::trace([&](const Tensor& x, const Tensor& y) { return work.step(x, y); }, trace);
   Clock::time_point start = Clock::now();
   double loss = step(work.x, work.y).item();
   double firstStep = secondsSince(start);
