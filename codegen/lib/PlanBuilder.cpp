@@ -268,9 +268,12 @@ private:
     // A copy runs last, so it must read its source's old value then: a source
     // the step also updates (a swap of two arguments) would give the new one.
     for (const ArgumentCopy &copy : argumentCopies) {
-      bool sourceWritten = llvm::any_of(writesArgument, [&](const auto &write) { return write.second == copy.source; }) ||
-                           llvm::any_of(constantWrites, [&](const auto &write) { return write.first == copy.source; }) ||
-                           llvm::any_of(argumentCopies, [&](const ArgumentCopy &other) { return other.target == copy.source; });
+      auto writes = [&](int64_t argument) {
+        return llvm::any_of(writesArgument, [&](const auto &write) { return write.second == argument; }) ||
+               llvm::any_of(constantWrites, [&](const auto &write) { return write.first == argument; }) ||
+               llvm::any_of(argumentCopies, [&](const ArgumentCopy &other) { return other.target == argument; });
+      };
+      bool sourceWritten = writes(copy.source);
       if (sourceWritten)
         return returnOp.emitOpError() << "result #" << copy.result << " is tied to argument #" << copy.target
                                       << " and returns argument #" << copy.source

@@ -328,16 +328,8 @@ TEST_F(CompiledStepOnGpu, AScaleSetFromTheCallersTensorIsCopiedOnTheDevice) {
   // and a graph replay does too.
   Classifier net(kIn, kHidden, kClasses, 3);
   Tensor newScale = scalar_tensor(1024.0, f32);
-  auto step = trace(
-      [&](const Tensor& a, const Tensor& b) {
-        net.opt.zero_grad();
-        Tensor loss = cross_entropy(net.model(a), b);
-        net.scaler.scale(loss).backward();
-        net.scaler.step(net.opt);
-        net.scaler.update(newScale);
-        return loss;
-      },
-      {.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cuda});
+  auto step = trace([&](const Tensor& a, const Tensor& b) { return stepSettingTheScale(net, newScale, a, b); },
+                    {.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cuda});
   auto [x, y] = batch(kBatch, kIn, kClasses, 8);
   for (int call = 0; call < 4; ++call) {
     step(x, y);

@@ -81,7 +81,9 @@ Tensor logicalAnd(const Tensor& a, const Tensor& b) { return where(a, b, a); }
 
 GradScaler::GradScaler(GradScalerOptions o) : enabled_(o.enabled), dynamic_(o.dynamic) {
   double init = pick<double>(
-      {{"init_scale", o.init_scale}, {"init_loss_scaling", o.init_loss_scaling}, {"init_loss_scale", o.init_loss_scale}},
+      {{"init_scale", o.init_scale},
+       {"init_loss_scaling", o.init_loss_scaling},
+       {"init_loss_scale", o.init_loss_scale}},
       65536.0);
   // MindSpore's one scale_factor: multiply on growth, divide on backoff.
   std::optional<double> mindsporeBackoff;

@@ -89,6 +89,17 @@ inline std::pair<Tensor, Tensor> batch(int64_t size, int64_t in, int64_t classes
   return {x, tensor(labels, {size})};
 }
 
+/// The classifier's step with PyTorch's scaler.update(new_scale): the scale
+/// becomes `newScale` instead of growing or backing off.
+inline Tensor stepSettingTheScale(Classifier& net, const Tensor& newScale, const Tensor& x, const Tensor& y) {
+  net.opt.zero_grad();
+  Tensor loss = cross_entropy(net.model(x), y);
+  net.scaler.scale(loss).backward();
+  net.scaler.step(net.opt);
+  net.scaler.update(newScale);
+  return loss;
+}
+
 /// Gradient accumulation as two functions: a micro-batch's scaled backward
 /// into the gradients, and the scaler's step, update and zeroing.
 inline Tensor accumulateGradients(Classifier& net, const Tensor& x, const Tensor& y) {

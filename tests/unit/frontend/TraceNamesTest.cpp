@@ -126,8 +126,9 @@ TEST(TraceNames, NamesFollowTheModuleTreeAsItStandsWhenTheStepIsTraced) {
   auto [x, y] = batch(4, 4, 2, 3);
   step(x, y);
   std::vector<PlanArgument> arguments = planArguments(step.plan_text());
-  EXPECT_EQ(namesWithRole(arguments, "param"), (std::vector<std::string>{"body.0.weight", "body.0.bias",
-                                                                         "body.2.weight", "body.2.bias", "body.3.weight"}));
+  EXPECT_EQ(namesWithRole(arguments, "param"),
+            (std::vector<std::string>{"body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias",
+                                      "body.3.weight"}));
   EXPECT_EQ(namesWithRole(arguments, "opt_state"),
             (std::vector<std::string>{"body.0.weight.momentum_buffer", "body.0.bias.momentum_buffer",
                                       "body.2.weight.momentum_buffer", "body.2.bias.momentum_buffer"}));

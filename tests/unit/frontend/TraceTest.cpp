@@ -172,7 +172,8 @@ TEST(Trace, AnOverflowingStepIsSkippedOnTheCompiledStep) {
 
 TEST(Trace, ApexLossScaleBoundsHoldOnTheCompiledStepAsEagerly) {
   // apex: growth capped at max_loss_scale, backoff floored at min_loss_scale.
-  amp::GradScalerOptions bounded{.init_scale = 4.0, .growth_interval = 1, .min_loss_scale = 2.0, .max_loss_scale = 16.0};
+  amp::GradScalerOptions bounded{
+      .init_scale = 4.0, .growth_interval = 1, .min_loss_scale = 2.0, .max_loss_scale = 16.0};
   Classifier eager SMALL_NET(bounded), traced SMALL_NET(bounded);
   auto step = trace([&](const Tensor& a, const Tensor& b) { return traced.step(a, b); },
                     {.amp = {.level = amp::O1, .dtype = f16}});
@@ -200,23 +201,16 @@ TEST(Trace, AScaleSetByUpdateFromATensorIsReadOnEveryCall) {
   // PyTorch's scaler.update(new_scale) with a tensor the loop changes: the
   // traced step reads it each call, as eagerly, and so does a step whose
   // update (the scale's copy among it) is deferred into the next call.
-  auto run = [](Classifier& net, const Tensor& scale, const Tensor& x, const Tensor& y) {
-    net.opt.zero_grad();
-    Tensor loss = cross_entropy(net.model(x), y);
-    net.scaler.scale(loss).backward();
-    net.scaler.step(net.opt);
-    net.scaler.update(scale);
-    return loss;
-  };
   for (DeferUpdates defer : {DeferUpdates::off, DeferUpdates::on}) {
     SCOPED_TRACE(defer == DeferUpdates::on ? "deferred" : "in line");
     Classifier eager SMALL_NET(), traced SMALL_NET();
     Tensor eagerScale = scalar_tensor(1024.0, f32), tracedScale = scalar_tensor(1024.0, f32);
-    auto step = trace([&](const Tensor& a, const Tensor& b) { return run(traced, tracedScale, a, b); },
-                      {.backend = Backend::cpu, .defer_updates = defer});
+    auto step =
+        trace([&](const Tensor& a, const Tensor& b) { return stepSettingTheScale(traced, tracedScale, a, b); },
+              {.backend = Backend::cpu, .defer_updates = defer});
     for (uint64_t i = 0; i < 3; ++i) {
       auto [x, y] = batch(kBatch, kIn, kClasses, 40 + i);
-      EXPECT_EQ(step(x, y).item(), run(eager, eagerScale, x, y).item()) << "call " << i;
+      EXPECT_EQ(step(x, y).item(), stepSettingTheScale(eager, eagerScale, x, y).item()) << "call " << i;
       EXPECT_EQ(traced.scaler.get_scale(), 1024.0 * double(1 << i)) << "call " << i;
       EXPECT_EQ(eager.scaler.get_scale(), traced.scaler.get_scale());
       for (Tensor* scale : {&eagerScale, &tracedScale})
