@@ -414,24 +414,11 @@ ampjit_status ampjit_plan_find_argument(const ampjit_plan* plan, const char* nam
       return missing("name");
     if (index == nullptr)
       return missing("index");
-    std::vector<std::size_t> found;
-    std::string known;
-    for (std::size_t i = 0; i < plan->plan.argumentCount(); ++i) {
-      const std::string& argumentName = plan->plan.buffers[plan->plan.argumentBuffer(i)].name;
-      if (argumentName == name)
-        found.push_back(i);
-      known += (known.empty() ? "'" : ", '") + argumentName + "'";
-    }
-    if (found.size() == 1) {
-      *index = found.front();
-      return rt::Status::success();
-    }
-    if (found.empty())
-      return rt::Status::error("plan @" + plan->plan.name + " has no argument named '" + name +
-                               "'; its arguments are " + known);
-    return rt::Status::error("plan @" + plan->plan.name + " has " + std::to_string(found.size()) +
-                             " arguments named '" + name + "' (" + std::to_string(found[0]) + " and " +
-                             std::to_string(found[1]) + "); use an index");
+    rt::Expected<std::size_t> found = rt::findArgument(plan->plan, name);
+    if (!found)
+      return found.status();
+    *index = *found;
+    return rt::Status::success();
   });
 }
 

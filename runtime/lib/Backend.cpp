@@ -21,6 +21,25 @@ std::string describeArgument(const Plan& plan, size_t index) {
   return text + " (" + std::string(bufferRoleName(buffer.role)) + " " + typeToString(buffer.type) + ")";
 }
 
+Expected<std::size_t> findArgument(const Plan& plan, std::string_view name) {
+  std::vector<std::size_t> found;
+  std::string known;
+  for (std::size_t i = 0; i < plan.argumentCount(); ++i) {
+    const std::string& argumentName = plan.buffers[plan.argumentBuffer(i)].name;
+    if (argumentName == name)
+      found.push_back(i);
+    known += (known.empty() ? "'" : ", '") + argumentName + "'";
+  }
+  if (found.size() == 1)
+    return found.front();
+  if (found.empty())
+    return Status::error("plan @" + plan.name + " has no argument named '" + std::string(name) +
+                         "'; its arguments are " + known);
+  return Status::error("plan @" + plan.name + " has " + std::to_string(found.size()) + " arguments named '" +
+                       std::string(name) + "' (" + std::to_string(found[0]) + " and " + std::to_string(found[1]) +
+                       "); use an index");
+}
+
 std::vector<std::size_t> numericsCheckedArguments(const Plan& plan) {
   std::vector<std::size_t> checked;
   for (const BufferDesc& buffer : plan.buffers)

@@ -189,20 +189,10 @@ int main(int argc, char **argv) {
     bool numbered = equals != std::string::npos && equals > 0 && end == spec.c_str() + equals;
     if (equals != std::string::npos && equals > 0 && !numbered) {
       // A name, as the plan prints it: a location name or argN.
-      std::string name = spec.substr(0, equals), names;
-      std::vector<size_t> found;
-      for (size_t i = 0; i < arguments.size(); ++i) {
-        const std::string &argumentName = plan.buffers[plan.argumentBuffer(i)].name;
-        if (argumentName == name)
-          found.push_back(i);
-        names += (names.empty() ? "" : ", ") + argumentName;
-      }
-      if (found.size() != 1)
-        return fail("--arg=" + spec + ": " +
-                    (found.empty() ? "no argument is named '" + name + "' (they are: " + names + ")"
-                                   : std::to_string(found.size()) + " arguments are named '" + name +
-                                         "'; give an index"));
-      index = found.front();
+      rt::Expected<size_t> found = rt::findArgument(plan, std::string_view(spec).substr(0, equals));
+      if (!found)
+        return fail("--arg=" + spec + ": " + found.message());
+      index = *found;
     } else if (!numbered || index >= arguments.size()) {
       return fail("--arg=" + spec + ": expected INDEX=FILE.npy or INDEX=NUMBER with INDEX < " +
                   std::to_string(arguments.size()) + ", or NAME=... with an argument's name");

@@ -7,7 +7,7 @@
 // RUN: not ampjit-run %s --steps=1 --arg=scales=1 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // NAMED: result 0: f32[4] [-1, -1, -1, -1]
 // NAMED: result 1: f32[4] [2, 2, 2, 2]
-// UNKNOWN: error: --arg=scales=1: no argument is named 'scales' (they are: scale, new_scale)
+// UNKNOWN: error: --arg=scales=1: plan @set has no argument named 'scales'; its arguments are 'scale', 'new_scale'
 
 // CHECK: step 0: elementwise neg
 // CHECK-NEXT: step 1: reshape {{.*}} // argument 'new_scale' copied into 'scale'

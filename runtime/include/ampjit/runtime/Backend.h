@@ -73,6 +73,10 @@ public:
 
 /// How errors name a function argument: "argument 4 'labels' (input i64[64])".
 std::string describeArgument(const Plan& plan, std::size_t index);
+/// The index of the one argument named `name` (a location name, or argN); an
+/// error that lists the names when none has it, or asks for an index when
+/// several do.
+Expected<std::size_t> findArgument(const Plan& plan, std::string_view name);
 
 /// AMPJIT_CHECK_NUMERICS checks these arguments before a run, so that an inf
 /// or NaN the step was given is blamed on where it came from, not on the
