@@ -209,9 +209,26 @@ rt::Status rederiveIfStale(ampjit_session& session) {
   return rt::Status::success();
 }
 
-/// Puts `data` (argument `index`'s bytes, in host memory) into the session's
-/// memory for that argument: copied once, straight from the caller's bytes.
-rt::Status store(ampjit_session& session, size_t index, const std::byte* data) {
+/// Where a caller's bytes are: host memory, or device memory of a "cuda"
+/// session's device ordered by the caller's stream (the _device calls).
+struct CallerMemory {
+  bool onDevice = false;
+  void* stream = nullptr; ///< a cudaStream_t; nullptr: the legacy default stream
+};
+
+/// A "cuda" session, for the _device calls: the others have no device memory.
+rt::Status checkDeviceSession(const ampjit_session& session) {
+  if (session.cuda != nullptr)
+    return rt::Status::success();
+  return rt::Status::error("device memory needs a session on \"cuda\"; this one runs on \"" +
+                           std::string(session.backend->name()) + "\" (use the calls without _device)");
+}
+
+/// Puts `data` (argument `index`'s bytes, in the caller's `memory`) into the
+/// session's memory for that argument: copied once, straight from the
+/// caller's bytes, into the argument's own memory (on a device, graphs
+/// captured on its address stay valid).
+rt::Status store(ampjit_session& session, size_t index, const std::byte* data, CallerMemory memory = {}) {
   const rt::Plan& plan = session.plan.plan;
   const rt::BufferDesc& buffer = plan.buffers[plan.argumentBuffer(index)];
   if (buffer.derivedFrom >= 0)
@@ -220,6 +237,12 @@ rt::Status store(ampjit_session& session, size_t index, const std::byte* data) {
                              ", and follows it: write that one");
   size_t bytes = size_t(buffer.type.byteSize());
   if (buffer.type.dtype == rt::DType::I1) {
+    // Each byte is checked on the host; device bytes would need a device
+    // check and a wait for it.
+    if (memory.onDevice)
+      return rt::Status::error(rt::describeArgument(plan, index) +
+                               " is i1, whose bytes are checked to be 0 or 1 on the host: write it with "
+                               "ampjit_session_write");
     for (size_t i = 0; i < bytes; ++i) {
       if (std::to_integer<int>(data[i]) > 1)
         return rt::Status::error(rt::describeArgument(plan, index) + " is i1, but byte " + std::to_string(i) +
@@ -231,17 +254,9 @@ rt::Status store(ampjit_session& session, size_t index, const std::byte* data) {
   rt::Tensor& argument = session.arguments[index];
   if (argument.device() == rt::Device::Host) {
     std::memcpy(argument.bytes(), data, bytes);
-  } else {
-    // A view of the caller's bytes, which toDevice only reads and has staged
-    // by the time it returns.
-    rt::Expected<rt::Tensor> host = rt::Tensor::wrap(
-        buffer.type, rt::Storage::adopt(const_cast<std::byte*>(data), bytes, rt::Device::Host, [](std::byte*) {}));
-    if (!host)
-      return host.status();
-    rt::Expected<rt::Tensor> device = session.cuda->toDevice(*host);
-    if (!device)
-      return device.status();
-    argument = std::move(*device);
+  } else if (rt::Status copied = session.cuda->copyIntoTensor(argument, data, memory.onDevice, memory.stream);
+             !copied.ok()) {
+    return rt::Status::error(rt::describeArgument(plan, index) + ": " + copied.message());
   }
   if (session.derivationSources.contains(index))
     session.derivedStale = true;
@@ -275,7 +290,9 @@ rt::Status storeValues(ampjit_session& session, size_t index, const std::functio
 }
 
 /// Copies `tensor` (in the session's memory) into the caller's `data`.
-rt::Status load(ampjit_session& session, const rt::Tensor& tensor, void* data) {
+rt::Status load(ampjit_session& session, const rt::Tensor& tensor, void* data, CallerMemory memory = {}) {
+  if (memory.onDevice)
+    return session.cuda->copyTensorToDeviceMemory(tensor, data, memory.stream);
   if (tensor.device() == rt::Device::Host) {
     std::memcpy(data, tensor.bytes(), tensor.byteSize());
     return rt::Status::success();
@@ -288,7 +305,7 @@ rt::Status load(ampjit_session& session, const rt::Tensor& tensor, void* data) {
 }
 
 /// ampjit_session_read, for result reads too (a tied result is its argument).
-rt::Status readArgument(ampjit_session& session, size_t index, void* data, size_t bytes) {
+rt::Status readArgument(ampjit_session& session, size_t index, void* data, size_t bytes, CallerMemory memory = {}) {
   const rt::Plan& plan = session.plan.plan;
   if (rt::Status exists = checkArgumentIndex(plan, index); !exists.ok())
     return exists;
@@ -300,7 +317,30 @@ rt::Status readArgument(ampjit_session& session, size_t index, void* data, size_
     if (rt::Status rederived = rederiveIfStale(session); !rederived.ok())
       return rederived;
   }
-  return load(session, session.arguments[index], data);
+  if (rt::Status loaded = load(session, session.arguments[index], data, memory); !loaded.ok())
+    return rt::Status::error(rt::describeArgument(plan, index) + ": " + loaded.message());
+  return rt::Status::success();
+}
+
+/// ampjit_session_read_result and its _device twin.
+rt::Status readResult(ampjit_session& session, size_t index, void* data, size_t bytes, CallerMemory memory) {
+  const rt::Plan& plan = session.plan.plan;
+  if (rt::Status exists = checkResultIndex(plan, index); !exists.ok())
+    return exists;
+  if (session.results.empty())
+    return rt::Status::error("result " + std::to_string(index) + ": no step has run yet");
+  if (int32_t tied = plan.results[index].tiedArgument; tied >= 0)
+    return readArgument(session, size_t(tied), data, bytes, memory);
+  if (data == nullptr)
+    return missing("data");
+  const rt::Tensor& result = session.results[index];
+  std::string what = "result " + std::to_string(index) + " (" + rt::typeToString(result.type()) + ")";
+  if (bytes != result.byteSize())
+    return rt::Status::error(what + " is " + std::to_string(result.byteSize()) + " bytes, not " +
+                             std::to_string(bytes));
+  if (rt::Status loaded = load(session, result, data, memory); !loaded.ok())
+    return rt::Status::error(what + ": " + loaded.message());
+  return rt::Status::success();
 }
 
 rt::Expected<std::unique_ptr<rt::Backend>> createBackend(std::string_view name, rt::CudaBackend*& cuda) {
@@ -568,20 +608,52 @@ ampjit_status ampjit_session_read_result(ampjit_session* session, size_t index, 
   return guarded("ampjit_session_read_result", [&]() -> rt::Status {
     if (session == nullptr)
       return missing("session");
+    return readResult(*session, index, data, bytes, {});
+  });
+}
+
+ampjit_status ampjit_session_write_device(ampjit_session* session, size_t index, const void* device_data,
+                                          size_t bytes, void* stream) {
+  return guarded("ampjit_session_write_device", [&]() -> rt::Status {
+    if (session == nullptr)
+      return missing("session");
+    AMPJIT_RETURN_IF_ERROR(checkDeviceSession(*session));
     const rt::Plan& plan = session->plan.plan;
-    if (rt::Status exists = checkResultIndex(plan, index); !exists.ok())
-      return exists;
-    if (session->results.empty())
-      return rt::Status::error("result " + std::to_string(index) + ": no step has run yet");
-    if (int32_t tied = plan.results[index].tiedArgument; tied >= 0)
-      return readArgument(*session, size_t(tied), data, bytes);
-    if (data == nullptr)
-      return missing("data");
-    const rt::Tensor& result = session->results[index];
-    if (bytes != result.byteSize())
-      return rt::Status::error("result " + std::to_string(index) + " (" + rt::typeToString(result.type()) + ") is " +
-                               std::to_string(result.byteSize()) + " bytes, not " + std::to_string(bytes));
-    return load(*session, result, data);
+    AMPJIT_RETURN_IF_ERROR(checkArgumentIndex(plan, index));
+    AMPJIT_RETURN_IF_ERROR(checkByteCount(plan, index, bytes, device_data));
+    return store(*session, index, static_cast<const std::byte*>(device_data), {.onDevice = true, .stream = stream});
+  });
+}
+
+ampjit_status ampjit_session_read_device(ampjit_session* session, size_t index, void* device_data, size_t bytes,
+                                         void* stream) {
+  return guarded("ampjit_session_read_device", [&]() -> rt::Status {
+    if (session == nullptr)
+      return missing("session");
+    AMPJIT_RETURN_IF_ERROR(checkDeviceSession(*session));
+    return readArgument(*session, index, device_data, bytes, {.onDevice = true, .stream = stream});
+  });
+}
+
+ampjit_status ampjit_session_read_result_device(ampjit_session* session, size_t index, void* device_data,
+                                                size_t bytes, void* stream) {
+  return guarded("ampjit_session_read_result_device", [&]() -> rt::Status {
+    if (session == nullptr)
+      return missing("session");
+    AMPJIT_RETURN_IF_ERROR(checkDeviceSession(*session));
+    return readResult(*session, index, device_data, bytes, {.onDevice = true, .stream = stream});
+  });
+}
+
+void* ampjit_session_stream(const ampjit_session* session) {
+  return session != nullptr && session->cuda != nullptr ? session->cuda->stream() : nullptr;
+}
+
+ampjit_status ampjit_session_synchronize(ampjit_session* session) {
+  return guarded("ampjit_session_synchronize", [&]() -> rt::Status {
+    if (session == nullptr)
+      return missing("session");
+    return session->cuda != nullptr ? session->cuda->synchronize() : rt::Status::success();
   });
 }
 

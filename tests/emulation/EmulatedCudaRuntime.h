@@ -51,6 +51,7 @@
 #define cudaFreeAsync ::ampjit::emulation::cudaFreeAsync
 #define cudaFree ::ampjit::emulation::cudaFree
 #define cudaFreeHost ::ampjit::emulation::cudaFreeHost
+#define cudaPointerGetAttributes ::ampjit::emulation::cudaPointerGetAttributes
 #define cudaMemcpyAsync ::ampjit::emulation::cudaMemcpyAsync
 #define cudaMemcpy ::ampjit::emulation::cudaMemcpy
 #define cudaMemsetAsync ::ampjit::emulation::cudaMemsetAsync

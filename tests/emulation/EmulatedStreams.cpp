@@ -728,6 +728,21 @@ cudaError_t cudaFreeHost(void* pointer) {
   return cudaSuccess;
 }
 
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* pointer) {
+  if (attributes == nullptr)
+    return cudaErrorInvalidValue;
+  *attributes = cudaPointerAttributes{};
+  // The one emulated device, 0; host memory it did not allocate is
+  // unregistered, with no device, as the runtime reports it.
+  attributes->type = isDeviceMemory(pointer) ? cudaMemoryTypeDevice
+                     : isPinned(pointer)     ? cudaMemoryTypeHost
+                                             : cudaMemoryTypeUnregistered;
+  attributes->device = attributes->type == cudaMemoryTypeUnregistered ? -2 : 0;
+  attributes->devicePointer = attributes->type == cudaMemoryTypeDevice ? const_cast<void*>(pointer) : nullptr;
+  attributes->hostPointer = attributes->type != cudaMemoryTypeDevice ? const_cast<void*>(pointer) : nullptr;
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemcpyAsync(void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream) {
   Stream* s = streamOf(stream);

@@ -110,6 +110,9 @@ cudaError_t cudaFree(void* pointer);
 cudaError_t cudaMallocHost(void** pointer, std::size_t bytes);
 cudaError_t cudaFreeHost(void* pointer);
 
+/// What the model knows of `pointer`: device memory it allocated (device 0),
+/// pinned host memory, or else unregistered host memory.
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* pointer);
 cudaError_t cudaMemcpyAsync(void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream);
 cudaError_t cudaMemcpy(void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind);

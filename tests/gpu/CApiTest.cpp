@@ -19,12 +19,14 @@
 #include "ampjit/Codegen/CompileModule.h"
 #include "ampjit/runtime/CudaBackend.h"
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -127,6 +129,198 @@ TEST_F(CApiOnGpu, ASessionOnTheDeviceTracksTheCpuSessionOfThePlan) {
       EXPECT_EQ(skipped, 1);
     }
   }
+}
+
+/// Pinned host memory, as a framework's staging buffers are, from the CUDA
+/// runtime the session runs on (the emulated one in CI).
+class PinnedBytes {
+public:
+  explicit PinnedBytes(size_t size) : size_(size) {
+    EXPECT_EQ(cudaApi::cudaMallocHost(&data_, size), cudaSuccess);
+  }
+  ~PinnedBytes() { cudaApi::cudaFreeHost(data_); }
+  PinnedBytes(const PinnedBytes&) = delete;
+  PinnedBytes& operator=(const PinnedBytes&) = delete;
+  std::byte* data() const { return static_cast<std::byte*>(data_); }
+  size_t size() const { return size_; }
+
+private:
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+  struct cudaApi {
+    static cudaError_t cudaMallocHost(void** pointer, size_t bytes) {
+      return ::ampjit::emulation::cudaMallocHost(pointer, bytes);
+    }
+    static cudaError_t cudaFreeHost(void* pointer) { return ::ampjit::emulation::cudaFreeHost(pointer); }
+  };
+#else
+  struct cudaApi {
+    static cudaError_t cudaMallocHost(void** pointer, size_t bytes) { return ::cudaMallocHost(pointer, bytes); }
+    static cudaError_t cudaFreeHost(void* pointer) { return ::cudaFreeHost(pointer); }
+  };
+#endif
+  void* data_ = nullptr;
+  size_t size_;
+};
+
+/// `tensor` with every element times `factor` (f32), or plus `offset` modulo
+/// `modulus` (i64 labels).
+rt::Tensor changed(const rt::Tensor& tensor, double factor, int64_t offset, int64_t modulus) {
+  std::vector<double> values = tensor.toDoubles();
+  for (double& value : values)
+    value = tensor.dtype() == rt::DType::I64 ? double((int64_t(value) + offset) % modulus) : value * factor;
+  return *rt::Tensor::fromDoubles(tensor.dtype(), tensor.shape(), values);
+}
+
+TEST_F(CApiOnGpu, DeviceMemoryGoesInAndOutInTheCallersStreamOrderWithoutTheHost) {
+  // The fixture's own backend plays the framework: its device tensors are
+  // the caller's memory, its stream the caller's stream. Each step's batch
+  // reaches the session from there, the framework overwrites its buffers
+  // straight after in its own stream order, and the loss comes back into
+  // its memory; the host waits only when the framework reads its loss. On
+  // the emulation the streams run in a shuffled order, so a missing wait
+  // in either direction reads the wrong bytes.
+  std::string text = ampjit::testing::exampleText("mnist_train_step.mlir");
+  const char* amp = "level=O2 dtype=f16";
+  PlanHandle plan(ampjit_compile_module(text.data(), text.size(), "mnist_train_step.mlir", amp,
+                                        "fuse-elementwise fuse-gemm-epilogues overlap-weight-gradients"));
+  ASSERT_TRUE(plan) << ampjit_last_error();
+  SessionHandle device(ampjit_session_create(plan.get(), "cuda"));
+  ASSERT_TRUE(device) << ampjit_last_error();
+  SessionHandle host(ampjit_session_create(plan.get(), "cpu"));
+  ASSERT_TRUE(host) << ampjit_last_error();
+  rt::Expected<rt::Plan> reference = ampjit::codegen::compileModule(
+      text, "mnist_train_step.mlir",
+      {.ampPipeline = amp,
+       .plan = {.fuseElementwise = true, .fuseGemmEpilogues = true, .overlapWeightGradients = true}});
+  ASSERT_TRUE(reference.ok()) << reference.message();
+  std::vector<rt::Tensor> state = ampjit::testing::initialArguments(*reference);
+  writeState(device.get(), *reference, state);
+  writeState(host.get(), *reference, state);
+
+  void* callerStream = cuda->stream();
+  ASSERT_NE(ampjit_session_stream(device.get()), nullptr);
+  EXPECT_NE(ampjit_session_stream(device.get()), callerStream) << "each session has a stream of its own";
+  rt::Tensor loss = *cuda->allocate(rt::TensorType{rt::DType::F32, {}});
+  ampjit::testing::Tolerance tolerance = ampjit::testing::toleranceFor(rt::DType::F16);
+  for (int step = 0; step < 4; ++step) {
+    rt::Tensor images = changed(state[mnist::kImages], 1.0 + 0.25 * step, 0, 1);
+    rt::Tensor labels = changed(state[mnist::kLabels], 1.0, step, 10);
+    rt::Tensor callerImages = *cuda->toDevice(images), callerLabels = *cuda->toDevice(labels);
+    ASSERT_EQ(ampjit_session_write_device(device.get(), mnist::kImages, callerImages.bytes(),
+                                          callerImages.byteSize(), callerStream),
+              AMPJIT_OK)
+        << ampjit_last_error();
+    ASSERT_EQ(ampjit_session_write_device(device.get(), mnist::kLabels, callerLabels.bytes(),
+                                          callerLabels.byteSize(), callerStream),
+              AMPJIT_OK)
+        << ampjit_last_error();
+    rt::Tensor garbage = changed(images, -1e4, 0, 1);
+    ASSERT_TRUE(cuda->copyIntoTensor(callerImages, garbage.bytes(), false, nullptr).ok());
+    for (auto [index, tensor] : {std::pair{mnist::kImages, &images}, std::pair{mnist::kLabels, &labels}})
+      ASSERT_EQ(ampjit_session_write(host.get(), index, tensor->bytes(), tensor->byteSize()), AMPJIT_OK)
+          << ampjit_last_error();
+    ASSERT_EQ(ampjit_session_run(device.get()), AMPJIT_OK) << ampjit_last_error();
+    ASSERT_EQ(ampjit_session_run(host.get()), AMPJIT_OK) << ampjit_last_error();
+    ASSERT_EQ(ampjit_session_read_result_device(device.get(), 0, loss.bytes(), loss.byteSize(), callerStream),
+              AMPJIT_OK)
+        << ampjit_last_error();
+    expectClose({float(cuda->toHost(loss)->at(0))}, {readLoss(host.get())},
+                ampjit::testing::scaled(tolerance, 8.0 * (step + 1)), "loss of step " + std::to_string(step));
+  }
+
+  // State read into the caller's memory is the state the host reads.
+  rt::Tensor weight = *cuda->allocate(state[mnist::kFirstParam].type());
+  ASSERT_EQ(ampjit_session_read_device(device.get(), mnist::kFirstParam, weight.bytes(), weight.byteSize(),
+                                       callerStream),
+            AMPJIT_OK)
+      << ampjit_last_error();
+  std::vector<std::byte> weightBytes(weight.byteSize());
+  std::memcpy(weightBytes.data(), cuda->toHost(weight)->bytes(), weightBytes.size());
+  EXPECT_EQ(weightBytes, readArgument(device.get(), mnist::kFirstParam));
+
+  // A parameter written from the caller's memory reaches its derived copy,
+  // rounded as the host rounds it.
+  rt::Tensor written = changed(state[mnist::kFirstParam], 0.5, 0, 1);
+  rt::Tensor callerWritten = *cuda->toDevice(written);
+  ASSERT_EQ(ampjit_session_write_device(device.get(), mnist::kFirstParam, callerWritten.bytes(),
+                                        callerWritten.byteSize(), callerStream),
+            AMPJIT_OK)
+      << ampjit_last_error();
+  ASSERT_EQ(ampjit_session_write(host.get(), mnist::kFirstParam, written.bytes(), written.byteSize()), AMPJIT_OK)
+      << ampjit_last_error();
+  int derived = 0;
+  for (size_t i = 0; i < ampjit_plan_argument_count(plan.get()); ++i) {
+    ampjit_value_info info;
+    ASSERT_EQ(ampjit_plan_argument(plan.get(), i, &info), AMPJIT_OK);
+    if (info.derived_from == int64_t(mnist::kFirstParam)) {
+      ++derived;
+      EXPECT_EQ(readArgument(device.get(), i), readArgument(host.get(), i)) << "derived argument " << i;
+    }
+  }
+  EXPECT_EQ(derived, 1) << "O2 keeps an f16 copy of the first weight";
+  EXPECT_EQ(ampjit_session_synchronize(device.get()), AMPJIT_OK) << ampjit_last_error();
+}
+
+TEST_F(CApiOnGpu, PinnedHostBytesMayChangeAsSoonAsTheWriteReturns) {
+  // A copy from pinned memory runs when the stream gets to it, not when it
+  // is enqueued: the session stages the bytes first, as the runtime does for
+  // pageable ones.
+  std::string text = ampjit::testing::exampleText("mnist_train_step.mlir");
+  PlanHandle plan(ampjit_compile_module(text.data(), text.size(), "step.mlir", nullptr, nullptr));
+  ASSERT_TRUE(plan) << ampjit_last_error();
+  SessionHandle device(ampjit_session_create(plan.get(), "cuda"));
+  ASSERT_TRUE(device) << ampjit_last_error();
+  ampjit_value_info info;
+  ASSERT_EQ(ampjit_plan_argument(plan.get(), mnist::kFirstParam, &info), AMPJIT_OK);
+  PinnedBytes pinned(info.byte_size);
+  std::vector<float> values(info.byte_size / sizeof(float));
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = float(i % 97) * 0.125f;
+  std::memcpy(pinned.data(), values.data(), pinned.size());
+  ASSERT_EQ(ampjit_session_write(device.get(), mnist::kFirstParam, pinned.data(), pinned.size()), AMPJIT_OK)
+      << ampjit_last_error();
+  std::memset(pinned.data(), 0xff, pinned.size());
+  EXPECT_EQ(asFloats(readArgument(device.get(), mnist::kFirstParam)), values);
+}
+
+TEST_F(CApiOnGpu, MemoryOnTheWrongSideIsAnErrorThatNamesTheArgumentAndThePointer) {
+  std::string text = ampjit::testing::exampleText("mnist_train_step.mlir");
+  PlanHandle plan(ampjit_compile_module(text.data(), text.size(), "step.mlir", nullptr, nullptr));
+  ASSERT_TRUE(plan) << ampjit_last_error();
+  SessionHandle device(ampjit_session_create(plan.get(), "cuda"));
+  ASSERT_TRUE(device) << ampjit_last_error();
+  ampjit_value_info info;
+  ASSERT_EQ(ampjit_plan_argument(plan.get(), mnist::kFirstParam, &info), AMPJIT_OK);
+  ASSERT_EQ(ampjit_session_fill(device.get(), mnist::kFirstParam, 0.25), AMPJIT_OK) << ampjit_last_error();
+  std::vector<std::byte> before = readArgument(device.get(), mnist::kFirstParam);
+  std::string argument = "argument 2 '" + std::string(info.name) + "' (param f32[";
+
+  std::vector<std::byte> hostBytes(info.byte_size, std::byte{0x3c});
+  EXPECT_EQ(ampjit_session_write_device(device.get(), mnist::kFirstParam, hostBytes.data(), hostBytes.size(),
+                                        cuda->stream()),
+            AMPJIT_ERROR);
+  std::string message = ampjit_last_error();
+  EXPECT_EQ(message.rfind("ampjit_session_write_device: " + argument, 0), 0u) << message;
+  EXPECT_NE(message.find("]): the source 0x"), std::string::npos) << message;
+  EXPECT_NE(message.find(" is host memory, not memory of CUDA device 0"), std::string::npos) << message;
+  EXPECT_EQ(ampjit_session_read_device(device.get(), mnist::kFirstParam, hostBytes.data(), hostBytes.size(),
+                                       cuda->stream()),
+            AMPJIT_ERROR);
+  message = ampjit_last_error();
+  EXPECT_NE(message.find("the destination 0x"), std::string::npos) << message;
+  EXPECT_NE(message.find(" is host memory, not memory of CUDA device 0"), std::string::npos) << message;
+
+  rt::Tensor callerMemory = *cuda->allocate(rt::TensorType{rt::DType::F32, rt::Shape(info.shape, info.shape + info.rank)});
+  EXPECT_EQ(ampjit_session_write(device.get(), mnist::kFirstParam, callerMemory.bytes(), callerMemory.byteSize()),
+            AMPJIT_ERROR);
+  message = ampjit_last_error();
+  EXPECT_EQ(message.rfind("ampjit_session_write: " + argument, 0), 0u) << message;
+  EXPECT_NE(message.find(" is device memory, given as host memory"), std::string::npos) << message;
+  EXPECT_EQ(ampjit_session_write_device(device.get(), mnist::kFirstParam, callerMemory.bytes(), 12,
+                                        cuda->stream()),
+            AMPJIT_ERROR);
+  EXPECT_NE(std::string(ampjit_last_error()).find(" bytes, not 12"), std::string::npos) << ampjit_last_error();
+  EXPECT_EQ(readArgument(device.get(), mnist::kFirstParam), before) << "the refused writes changed nothing";
 }
 
 TEST_F(CApiOnGpu, ReportsTheBackendAndTheDevices) {

@@ -171,6 +171,33 @@ ampjit_status ampjit_session_read_result(ampjit_session* session, size_t index, 
 /* Steps run so far. */
 uint64_t ampjit_session_steps(const ampjit_session* session);
 
+/*--- Device memory: sessions on "cuda" ------------------------------------*/
+
+/* For a framework whose tensors live on the GPU: the calls above, from and
+   into device memory of the session's device (or managed memory), with no
+   trip through the host. `stream` is the caller's cudaStream_t, NULL for the
+   legacy default stream: the copy runs after the work enqueued there so far
+   and after the session's own (the step before), and the caller's later
+   work there waits for it, so it may reuse or free its memory in its own
+   stream order. No call here waits on the host, and ampjit_session_run only
+   enqueues, so a loop of write_device, run and read_result_device never
+   synchronises. ampjit_session_run itself does not wait for the caller's
+   stream: write the inputs through write_device (or synchronise) first.
+   Errors: a session on "cpu"; a pointer that is host memory or another
+   device's, named in the message; an i1 argument, whose bytes only the host
+   path checks (use ampjit_session_write); what the host calls refuse. */
+ampjit_status ampjit_session_write_device(ampjit_session* session, size_t index, const void* device_data,
+                                          size_t bytes, void* stream);
+ampjit_status ampjit_session_read_device(ampjit_session* session, size_t index, void* device_data, size_t bytes,
+                                         void* stream);
+ampjit_status ampjit_session_read_result_device(ampjit_session* session, size_t index, void* device_data,
+                                                size_t bytes, void* stream);
+/* The stream every step of the session runs on (a cudaStream_t), for a
+   caller that orders or times its own work against it; NULL on "cpu". */
+void* ampjit_session_stream(const ampjit_session* session);
+/* Waits until everything the session enqueued has run (on "cpu": at once). */
+ampjit_status ampjit_session_synchronize(ampjit_session* session);
+
 #ifdef __cplusplus
 }
 #endif

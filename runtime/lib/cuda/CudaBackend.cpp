@@ -16,9 +16,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -72,6 +74,11 @@ struct DeviceRuntime {
   /// AMPJIT_CUDA_EQUAL_STREAM_PRIORITIES=1, to measure what they buy.
   bool streamPriorities = true;
   cudaMemPool_t pool = nullptr;
+  /// For copies between a caller's stream and `stream`
+  /// (CudaBackend::copyIntoTensor): the caller's work so far, and the copy.
+  /// Made at the first such copy; re-recorded by each, which a wait already
+  /// enqueued does not see.
+  cudaEvent_t callerWorkDone = nullptr, callerCopyDone = nullptr;
   cuda::KernelCompiler compiler;
   /// In use (context.gemmTuner) where GEMMs are tuned.
   cuda::GemmTuner gemmTuner;
@@ -86,6 +93,9 @@ struct DeviceRuntime {
       cudaStreamSynchronize(sideStream);
       cudaStreamDestroy(sideStream);
     }
+    for (cudaEvent_t event : {callerWorkDone, callerCopyDone})
+      if (event)
+        cudaEventDestroy(event);
     if (context.cudnn)
       cudnnDestroy(context.cudnn);
     if (context.cublasLt)
@@ -1951,6 +1961,57 @@ public:
     return device;
   }
 
+  Status copyIntoTensor(Tensor& tensor, const void* source, bool sourceOnDevice, void* callerStream) override {
+    if (tensor.device() != Device::Cuda)
+      return Status::error("copyIntoTensor: the " + typeToString(tensor.type()) + " tensor is not on the device");
+    if (source == nullptr)
+      return Status::error("copyIntoTensor: the source is NULL");
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(runtime_->device), "selecting the device");
+    std::string what = "copying " + std::to_string(tensor.byteSize()) + " bytes into a " +
+                       typeToString(tensor.type()) + " tensor";
+    if (sourceOnDevice) {
+      AMPJIT_RETURN_IF_ERROR(checkCallerDeviceMemory(source, "the source"));
+      return betweenCallerWork(callerStream, what, [&](cudaStream_t stream) {
+        return cudaMemcpyAsync(tensor.bytes(), source, tensor.byteSize(), cudaMemcpyDeviceToDevice, stream);
+      });
+    }
+    Expected<cudaPointerAttributes> attributes = pointerAttributes(source, "the source");
+    if (!attributes)
+      return attributes.status();
+    if (attributes->type == cudaMemoryTypeDevice || attributes->type == cudaMemoryTypeManaged)
+      return Status::error("copyIntoTensor: the source " + describeAddress(source) +
+                           " is device memory, given as host memory");
+    // A copy from pinned memory returns before it has read the bytes, so
+    // they are staged in pageable memory first, as the runtime stages
+    // pageable bytes itself before its copy returns.
+    std::vector<std::byte> staged;
+    if (attributes->type == cudaMemoryTypeHost) {
+      staged.assign(static_cast<const std::byte*>(source), static_cast<const std::byte*>(source) + tensor.byteSize());
+      source = staged.data();
+    }
+    if (tensor.byteSize() > 0)
+      AMPJIT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tensor.bytes(), source, tensor.byteSize(), cudaMemcpyHostToDevice,
+                                                  runtime_->stream),
+                                  what);
+    return Status::success();
+  }
+
+  Status copyTensorToDeviceMemory(const Tensor& tensor, void* destination, void* callerStream) override {
+    if (tensor.device() != Device::Cuda)
+      return Status::error("copyTensorToDeviceMemory: the " + typeToString(tensor.type()) +
+                           " tensor is not on the device");
+    if (destination == nullptr)
+      return Status::error("copyTensorToDeviceMemory: the destination is NULL");
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(runtime_->device), "selecting the device");
+    AMPJIT_RETURN_IF_ERROR(checkCallerDeviceMemory(destination, "the destination"));
+    return betweenCallerWork(callerStream,
+                             "copying a " + typeToString(tensor.type()) + " tensor into the caller's device memory",
+                             [&](cudaStream_t stream) {
+                               return cudaMemcpyAsync(destination, tensor.bytes(), tensor.byteSize(),
+                                                      cudaMemcpyDeviceToDevice, stream);
+                             });
+  }
+
   Expected<std::unique_ptr<AsyncHostCopy>> copyToHostAsync(const Tensor& tensor) override {
     if (tensor.device() != Device::Cuda)
       return Status::error("copyToHostAsync: the tensor is not on the device");
@@ -2016,6 +2077,66 @@ public:
   CudaBackendOptions resolvedOptions() const override { return options_; }
 
 private:
+  static std::string describeAddress(const void* pointer) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%p", pointer);
+    return text;
+  }
+
+  Expected<cudaPointerAttributes> pointerAttributes(const void* pointer, const std::string& what) {
+    cudaPointerAttributes attributes{};
+    cudaError_t error = cudaPointerGetAttributes(&attributes, pointer);
+    if (error != cudaSuccess) {
+      cudaGetLastError(); // not sticky: leave no error for the next call to find
+      return cuda::cudaFailure(error, "asking the CUDA runtime what " + what + " " + describeAddress(pointer) + " is");
+    }
+    return attributes;
+  }
+
+  /// Whether a caller's pointer is memory this backend's stream can copy to
+  /// and from on the device: the device's own memory, or managed memory. A
+  /// host pointer would fail inside the copy with no word of which one.
+  Status checkCallerDeviceMemory(const void* pointer, const std::string& what) {
+    Expected<cudaPointerAttributes> attributes = pointerAttributes(pointer, what);
+    if (!attributes)
+      return attributes.status();
+    std::string device = "CUDA device " + std::to_string(runtime_->device);
+    switch (attributes->type) {
+    case cudaMemoryTypeManaged:
+      return Status::success();
+    case cudaMemoryTypeDevice:
+      if (attributes->device == runtime_->device)
+        return Status::success();
+      return Status::error(what + " " + describeAddress(pointer) + " is memory of CUDA device " +
+                           std::to_string(attributes->device) + ", not of " + device + ", where the session runs");
+    case cudaMemoryTypeHost:
+      return Status::error(what + " " + describeAddress(pointer) + " is pinned host memory, not memory of " + device);
+    default:
+      return Status::error(what + " " + describeAddress(pointer) + " is host memory, not memory of " + device);
+    }
+  }
+
+  /// Enqueues `copy` on the backend's stream between the caller's work on
+  /// `callerStream`: after what is enqueued there so far, and before what
+  /// comes later. Two events and two waits; the host waits for nothing.
+  Status betweenCallerWork(void* callerStream, const std::string& what,
+                           const std::function<cudaError_t(cudaStream_t)>& copy) {
+    auto caller = static_cast<cudaStream_t>(callerStream);
+    for (cudaEvent_t* event : {&runtime_->callerWorkDone, &runtime_->callerCopyDone})
+      if (*event == nullptr)
+        AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(event, cudaEventDisableTiming),
+                                    "creating an event for " + what);
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(runtime_->callerWorkDone, caller),
+                                what + ": recording the caller's stream");
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(runtime_->stream, runtime_->callerWorkDone, 0),
+                                what + ": waiting for the caller's stream");
+    AMPJIT_CUDA_RETURN_IF_ERROR(copy(runtime_->stream), what);
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventRecord(runtime_->callerCopyDone, runtime_->stream), what);
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(caller, runtime_->callerCopyDone, 0),
+                                what + ": making the caller's stream wait for it");
+    return Status::success();
+  }
+
   std::shared_ptr<DeviceRuntime> runtime_;
   CudaBackendOptions options_;
 };

@@ -385,6 +385,36 @@ TEST(CApi, SessionMistakesAreErrorsThatChangeNothing) {
   EXPECT_EQ(ampjit_session_steps(nullptr), 0u);
 }
 
+TEST(CApi, DeviceMemoryCallsNeedACudaSessionAndSaySo) {
+  PlanHandle plan = compileMnist(kO1);
+  ASSERT_TRUE(plan) << lastError();
+  SessionHandle session(ampjit_session_create(plan.get(), "cpu"));
+  ASSERT_TRUE(session) << lastError();
+  ASSERT_EQ(ampjit_session_fill(session.get(), mnist::kFirstParam, 0.25), AMPJIT_OK) << lastError();
+  std::vector<std::byte> before = readArgument(session.get(), mnist::kFirstParam);
+  std::vector<std::byte> bytes(before.size());
+  const std::string why = ": device memory needs a session on \"cuda\"; this one runs on \"cpu\" (use the calls "
+                          "without _device)";
+  EXPECT_EQ(ampjit_session_write_device(session.get(), mnist::kFirstParam, bytes.data(), bytes.size(), nullptr),
+            AMPJIT_ERROR);
+  EXPECT_EQ(lastError(), "ampjit_session_write_device" + why);
+  EXPECT_EQ(readArgument(session.get(), mnist::kFirstParam), before) << "the refused write changed nothing";
+  EXPECT_EQ(ampjit_session_read_device(session.get(), mnist::kFirstParam, bytes.data(), bytes.size(), nullptr),
+            AMPJIT_ERROR);
+  EXPECT_EQ(lastError(), "ampjit_session_read_device" + why);
+  ASSERT_EQ(ampjit_session_run(session.get()), AMPJIT_OK) << lastError();
+  float loss = 0;
+  EXPECT_EQ(ampjit_session_read_result_device(session.get(), 0, &loss, sizeof loss, nullptr), AMPJIT_ERROR);
+  EXPECT_EQ(lastError(), "ampjit_session_read_result_device" + why);
+  EXPECT_EQ(ampjit_session_write_device(nullptr, 0, bytes.data(), bytes.size(), nullptr), AMPJIT_ERROR);
+  EXPECT_EQ(lastError(), "ampjit_session_write_device: session is NULL");
+  // A CPU session has no stream, and nothing to wait for.
+  EXPECT_EQ(ampjit_session_stream(session.get()), nullptr);
+  EXPECT_EQ(ampjit_session_stream(nullptr), nullptr);
+  EXPECT_EQ(ampjit_session_synchronize(session.get()), AMPJIT_OK) << lastError();
+  EXPECT_EQ(ampjit_session_synchronize(nullptr), AMPJIT_ERROR);
+}
+
 TEST(CApi, AnI1ArgumentTakesOnlyZeroAndOneBytes) {
   const char* text = "func.func @mask(%m: tensor<3xi1> {jit.role = \"input\"}, %x: tensor<3xf32> {jit.role = "
                      "\"input\"}, %y: tensor<3xf32> {jit.role = \"input\"}) -> tensor<3xf32> {\n"

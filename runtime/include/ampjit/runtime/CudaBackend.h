@@ -206,6 +206,23 @@ public:
   virtual Expected<std::unique_ptr<AsyncHostCopy>> copyToHostAsync(const Tensor& tensor) = 0;
   /// A device tensor with `host`'s bytes (`host` may already be on the device).
   virtual Expected<Tensor> toDevice(const Tensor& host) = 0;
+  /// Copies the caller's bytes (`tensor`'s byte size of them) at `source`
+  /// into `tensor`, a device tensor of this backend, which keeps its address:
+  /// graphs captured on it stay valid. Ordered after the work enqueued so far.
+  ///   * `source` in host memory (`callerStream` unused): the call returns
+  ///     once the bytes are staged, so the caller may change them at once.
+  ///   * `source` in device memory (`sourceOnDevice`): memory of this
+  ///     backend's device, or managed memory; anything else is an error that
+  ///     says what it is. The copy also follows the work enqueued so far on
+  ///     `callerStream` (a cudaStream_t; nullptr: the legacy default stream),
+  ///     and the caller's later work there waits for it, so the caller may
+  ///     reuse `source` in its own stream order. The host waits for nothing.
+  virtual Status copyIntoTensor(Tensor& tensor, const void* source, bool sourceOnDevice, void* callerStream) = 0;
+  /// `tensor`'s bytes into the caller's device memory at `destination`
+  /// (checked as copyIntoTensor checks a device source), ordered after the
+  /// work enqueued so far here and on `callerStream`, and before the
+  /// caller's later work there. The host waits for nothing.
+  virtual Status copyTensorToDeviceMemory(const Tensor& tensor, void* destination, void* callerStream) = 0;
   /// Waits for everything enqueued so far.
   virtual Status synchronize() = 0;
   /// Device bytes the pool has handed out at most since the backend began.
