@@ -5,8 +5,11 @@ A thin layer over the C API (<ampjit-c/Ampjit.h>) through ctypes: no build
 step, and nothing outside Python's standard library. Values cross as bytes in
 the argument's dtype (any C-contiguous object with the buffer protocol:
 array.array, bytes, bytearray, memoryview), whose elements must be the
-value's dtype or raw bytes. Every failure raises ampjit.Error with the
-library's message, which names the call, the argument or the source line.
+value's dtype or raw bytes. On a "cuda" session they may also be device
+arrays with __cuda_array_interface__ (CuPy, Numba, PyTorch CUDA tensors),
+copied on the device in the order of the array's stream, never through the
+host. Every failure raises ampjit.Error with the library's message, which
+names the call, the argument or the source line.
 
     import ampjit
     plan = ampjit.compile(open("step.mlir").read(), "step.mlir",
@@ -106,6 +109,11 @@ class Library:
             ("ampjit_session_run", status, [handle]),
             ("ampjit_session_read_result", status, [handle, size, ctypes.c_void_p, size]),
             ("ampjit_session_steps", ctypes.c_uint64, [handle]),
+            ("ampjit_session_write_device", status, [handle, size, ctypes.c_void_p, size, ctypes.c_void_p]),
+            ("ampjit_session_read_device", status, [handle, size, ctypes.c_void_p, size, ctypes.c_void_p]),
+            ("ampjit_session_read_result_device", status, [handle, size, ctypes.c_void_p, size, ctypes.c_void_p]),
+            ("ampjit_session_stream", ctypes.c_void_p, [handle]),
+            ("ampjit_session_synchronize", status, [handle]),
         ]:
             function = getattr(lib, name)
             function.restype, function.argtypes = result, arguments
@@ -253,6 +261,46 @@ def _buffer(data, value, writable=False):
     return (ctypes.c_char * view.nbytes).from_buffer(view), view.nbytes
 
 
+# __cuda_array_interface__'s typestr for each dtype's elements; bf16, which
+# no such typestr names, as 2-byte raw values.
+_DEVICE_TYPESTRS = {"f32": ("<f4",), "f64": ("<f8",), "f16": ("<f2",), "bf16": ("<V2", "|V2"), "i64": ("<i8",),
+                    "i1": ("|b1",)}
+
+
+def _on_device(data):
+    return data is not None and hasattr(data, "__cuda_array_interface__")
+
+
+def _device_array(data, value, writable=False):
+    """The device pointer and stream of `data`, an object with
+    __cuda_array_interface__ (version 2 or 3) holding `value`'s elements:
+    its shape, its dtype, C-contiguous. The stream (version 3's, or the
+    legacy default stream) is the one the copy is ordered after."""
+    interface = data.__cuda_array_interface__
+    what = "%s %d (%s%s)" % (value.kind, value.index, value.dtype, list(value.shape))
+    shape, typestr = tuple(interface["shape"]), interface["typestr"]
+    if shape != tuple(value.shape) or typestr not in _DEVICE_TYPESTRS[value.dtype]:
+        raise Error("%s takes a device array of shape %s and typestr %s, not %s %s"
+                    % (what, list(value.shape), " or ".join(_DEVICE_TYPESTRS[value.dtype]), list(shape), typestr))
+    strides = interface.get("strides")
+    if strides is not None:
+        contiguous, step = [], _DTYPE_SIZES[value.dtype]
+        for extent in reversed(shape):
+            contiguous.insert(0, step)
+            step *= extent
+        if tuple(strides) != tuple(contiguous) and any(extent > 1 for extent in shape):
+            raise Error("%s: the device array is not C-contiguous (strides %s)" % (what, list(strides)))
+    pointer, readonly = interface["data"]
+    if writable and readonly:
+        raise Error("%s: the device array to read into is read-only" % what)
+    if not pointer and value.byte_size:
+        raise Error("%s: the device array's pointer is null" % what)
+    # Version 3's stream: None (nothing to wait for), 1 (the legacy default
+    # stream, also what None is given as) or 2 (per-thread) or a cudaStream_t.
+    stream = interface.get("stream") if interface.get("version", 0) >= 3 else None
+    return ctypes.c_void_p(pointer), value.byte_size, ctypes.c_void_p(stream or None)
+
+
 class Session:
     """A plan prepared on a backend with its state (ampjit_session). An
     argument is given by its index or its name (Plan.argument_index)."""
@@ -268,9 +316,23 @@ class Session:
     def steps(self):
         return self._lib.c.ampjit_session_steps(self._handle)
 
+    @property
+    def stream(self):
+        """The cudaStream_t every step runs on, as an int (None on "cpu")."""
+        return self._lib.c.ampjit_session_stream(self._handle)
+
+    def synchronize(self):
+        """Waits until everything the session enqueued has run."""
+        self._lib.check(self._lib.c.ampjit_session_synchronize(self._handle))
+
     def write(self, index, data):
-        """Sets argument `index` from a buffer of exactly its byte size."""
+        """Sets argument `index` from a buffer of exactly its byte size, or
+        from a device array of its shape and dtype."""
         index = self.plan.argument_index(index)
+        if _on_device(data):
+            pointer, size, stream = _device_array(data, self._argument(index))
+            self._lib.check(self._lib.c.ampjit_session_write_device(self._handle, index, pointer, size, stream))
+            return
         buffer, size = _buffer(data, self._argument(index))
         self._lib.check(self._lib.c.ampjit_session_write(self._handle, index, buffer, size))
 
@@ -306,8 +368,13 @@ class Session:
         return list(values)
 
     def read(self, index, into=None):
-        """Argument `index`'s bytes: into the writable buffer `into`, or new."""
+        """Argument `index`'s bytes: into the writable buffer or device array
+        `into`, or new."""
         index = self.plan.argument_index(index)
+        if _on_device(into):
+            pointer, size, stream = _device_array(into, self._argument(index), writable=True)
+            self._lib.check(self._lib.c.ampjit_session_read_device(self._handle, index, pointer, size, stream))
+            return into
         target = into if into is not None else bytearray(self._argument(index).byte_size)
         buffer, size = _buffer(target, self._argument(index), writable=True)
         self._lib.check(self._lib.c.ampjit_session_read(self._handle, index, buffer, size))
@@ -318,7 +385,12 @@ class Session:
         self._lib.check(self._lib.c.ampjit_session_run(self._handle))
 
     def result(self, index, into=None):
-        """Result `index` of the last step, as bytes (or into `into`)."""
+        """Result `index` of the last step, as bytes (or into `into`, a
+        buffer or a device array)."""
+        if _on_device(into):
+            pointer, size, stream = _device_array(into, self._result(index), writable=True)
+            self._lib.check(self._lib.c.ampjit_session_read_result_device(self._handle, index, pointer, size, stream))
+            return into
         target = into if into is not None else bytearray(self._result(index).byte_size)
         buffer, size = _buffer(target, self._result(index), writable=True)
         self._lib.check(self._lib.c.ampjit_session_read_result(self._handle, index, buffer, size))

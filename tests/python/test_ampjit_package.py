@@ -152,6 +152,38 @@ class PackageTest(unittest.TestCase):
                                     "no argument named 'fc2.weight'; its arguments are 'batch', 'fc1.weight'"):
             session.fill("fc2.weight", 1.0)
 
+    def test_device_arrays_are_checked_here_and_need_a_cuda_session(self):
+        class DeviceArray:
+            """What CuPy, Numba or a PyTorch CUDA tensor offers."""
+            def __init__(self, shape, typestr, strides=None, readonly=False, stream=None):
+                self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "strides": strides,
+                                                 "data": (0x7f0000001000, readonly), "version": 3,
+                                                 "stream": stream}
+
+        session = self.plan.session("cpu")
+        self.assertIsNone(session.stream)
+        session.synchronize()
+        before = bytes(session.read(7))
+        # The package's own checks, before the library is asked.
+        with self.assertRaisesRegex(ampjit.Error, r"argument 7 \(f32\[10\]\) takes a device array of shape \[10\] "
+                                                  r"and typestr <f4, not \[10\] <f8"):
+            session.write(7, DeviceArray((10,), "<f8"))
+        with self.assertRaisesRegex(ampjit.Error, r"not \[2, 5\] <f4"):
+            session.write(7, DeviceArray((2, 5), "<f4"))
+        with self.assertRaisesRegex(ampjit.Error, r"not C-contiguous \(strides \[8\]\)"):
+            session.write(7, DeviceArray((10,), "<f4", strides=(8,)))
+        with self.assertRaisesRegex(ampjit.Error, "the device array to read into is read-only"):
+            session.read(7, into=DeviceArray((10,), "<f4", readonly=True))
+        # Well-formed ones reach the library, which refuses a cpu session.
+        for call in (lambda: session.write(7, DeviceArray((10,), "<f4", strides=(4,), stream=2)),
+                     lambda: session.read("arg7", into=DeviceArray((10,), "<f4"))):
+            with self.assertRaisesRegex(ampjit.Error, r'^ampjit_session_(write|read)_device: device memory needs a '
+                                                      r'session on "cuda"; this one runs on "cpu"'):
+                call()
+        self.assertEqual(bytes(session.read(7)), before)
+        with self.assertRaisesRegex(ampjit.Error, "takes a device array of shape \\[\\] and typestr <f4"):
+            session.result(0, into=DeviceArray((1,), "<f4"))
+
     def test_mistakes_raise_the_librarys_message(self):
         with self.assertRaisesRegex(ampjit.Error, r"^ampjit_session_create: unknown backend 'tpu'"):
             self.plan.session("tpu")
