@@ -343,26 +343,6 @@ rt::Status readResult(ampjit_session& session, size_t index, void* data, size_t 
   return rt::Status::success();
 }
 
-rt::Expected<std::unique_ptr<rt::Backend>> createBackend(std::string_view name, rt::CudaBackend*& cuda) {
-  if (name == "cpu")
-    return rt::createCpuBackend();
-  if (name == "cuda" || name.starts_with("cuda:")) {
-    rt::CudaBackendOptions options;
-    if (name != "cuda") {
-      std::string_view number = name.substr(5);
-      auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), options.device);
-      if (error != std::errc() || end != number.data() + number.size() || number.empty() || options.device < 0)
-        return rt::Status::error("backend '" + std::string(name) + "': 'cuda:N' takes a device number N");
-    }
-    rt::Expected<std::unique_ptr<rt::CudaBackend>> backend = rt::createCudaBackend(options);
-    if (!backend)
-      return rt::Status::error("backend '" + std::string(name) + "': " + backend.message());
-    cuda = backend->get();
-    return std::unique_ptr<rt::Backend>(std::move(*backend));
-  }
-  return rt::Status::error("unknown backend '" + std::string(name) + "' (known: cpu, cuda, cuda:N)");
-}
-
 } // namespace
 
 extern "C" {
@@ -501,10 +481,11 @@ ampjit_session* ampjit_session_create(const ampjit_plan* plan, const char* backe
       return missing("backend");
     auto session = std::make_unique<ampjit_session>();
     session->plan.plan = plan->plan;
-    rt::Expected<std::unique_ptr<rt::Backend>> created = createBackend(backend, session->cuda);
+    rt::Expected<std::unique_ptr<rt::Backend>> created = rt::createBackendByName(backend);
     if (!created)
       return created.status();
     session->backend = std::move(*created);
+    session->cuda = dynamic_cast<rt::CudaBackend*>(session->backend.get());
     rt::Expected<std::unique_ptr<rt::Executable>> executable = session->backend->prepare(plan->plan);
     if (!executable)
       return executable.status();

@@ -15,3 +15,8 @@ path = os.pathsep.join([config.ampjit_tools_dir, config.llvm_tools_dir,
                         config.environment.get("PATH", os.environ.get("PATH", ""))])
 config.environment["PATH"] = path
 config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "Inputs")))
+
+# ampjit-run built on the emulated CUDA runtime (tests/unit/cuda), where the
+# build has the CUDA backend: tests of --backend=cuda run on it in CI.
+if os.path.exists(os.path.join(config.ampjit_tools_dir, "ampjit-run-on-emulated-runtime")):
+    config.available_features.add("emulated-cuda")

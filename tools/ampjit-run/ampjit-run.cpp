@@ -6,10 +6,12 @@
 //              [--jit-overlap-weight-gradients]
 //              [--emit-plan=plan.bin] [--steps=N] [--seed=S] [--arg=3=w.npy]
 //              [--arg=fc1.weight=w.npy] [--arg=14=0.01] [--print-results] [--save-results=DIR]
+//              [--backend=cpu|cuda|cuda:N]
 //
 // Parses and verifies the module, optionally runs the AMP pipeline, lowers the
-// entry function to a plan, and runs it on the CPU backend N times, feeding
-// each step's tied results back as state (they are updated in place). Arguments
+// entry function to a plan, and runs it N times on a backend (the CPU unless
+// --backend says otherwise), feeding each step's tied results back as state
+// (they are updated in place). Arguments
 // come from .npy files, a number (every element), or a seeded generator chosen
 // by role: inputs and parameters uniform in [-1, 1) scaled by 1/sqrt(fan-in)
 // for parameters, integer inputs uniform in [0, --label-range), optimizer
@@ -20,7 +22,7 @@
 #include "ampjit/Codegen/CompileModule.h"
 
 #include "ampjit/runtime/Backend.h"
-#include "ampjit/runtime/CpuBackend.h"
+#include "ampjit/runtime/CudaBackend.h"
 #include "ampjit/runtime/Npy.h"
 #include "ampjit/runtime/PlanFile.h"
 
@@ -83,6 +85,11 @@ static llvm::cl::opt<std::string> saveResults(
     "save-results", llvm::cl::desc("Write result K of the last step to DIR/result_K.npy"));
 static llvm::cl::opt<bool> printResults("print-results",
                                         llvm::cl::desc("Print every result after the last step"));
+static llvm::cl::opt<std::string> backendName(
+    "backend",
+    llvm::cl::desc("Where the steps run: cpu, cuda (device 0) or cuda:N. For CUDA, compile with its rewrites "
+                   "(--jit-fuse-gemm-epilogues, ...) and the AMP pipeline's target=sm_NN"),
+    llvm::cl::init("cpu"));
 
 namespace {
 
@@ -144,7 +151,12 @@ std::string summarize(const rt::Tensor &tensor) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
-  llvm::cl::ParseCommandLineOptions(argc, argv, "ampjit-run: compile a jit/amp step and run it on the CPU\n");
+  llvm::cl::ParseCommandLineOptions(argc, argv, "ampjit-run: compile a jit/amp step and run it\n");
+  // Named first, so a backend that cannot run says so before any compiling.
+  rt::Expected<std::unique_ptr<rt::Backend>> backend = rt::createBackendByName(backendName);
+  if (!backend)
+    return fail("--backend=" + backendName + ": " + backend.message());
+  auto *cuda = dynamic_cast<rt::CudaBackend *>(backend->get());
 
   rt::Plan plan;
   if (!loadPlanFile.empty()) {
@@ -220,12 +232,21 @@ int main(int argc, char **argv) {
       arguments[index] = std::move(*generated);
   }
 
-  std::unique_ptr<rt::Backend> backend = rt::createCpuBackend();
-  if (rt::Status status = rt::rederiveArguments(plan, arguments); !status.ok())
-    return fail(status.message());
-  rt::Expected<std::unique_ptr<rt::Executable>> executable = backend->prepare(plan);
+  if (cuda != nullptr) {
+    for (size_t index = 0; index < arguments.size(); ++index) {
+      rt::Expected<rt::Tensor> onDevice = cuda->toDevice(arguments[index]);
+      if (!onDevice)
+        return fail(rt::describeArgument(plan, index) + ": " + onDevice.message());
+      arguments[index] = std::move(*onDevice);
+    }
+  }
+  rt::Expected<std::unique_ptr<rt::Executable>> executable = (*backend)->prepare(plan);
   if (!executable)
     return fail(executable.message());
+  if (rt::Status status = (*executable)->rederive(arguments); !status.ok())
+    return fail(status.message());
+  // What the host prints and saves: a device backend's results copied back.
+  auto onHost = [&](const rt::Tensor &tensor) { return (*backend)->toHost(tensor); };
   std::vector<rt::Tensor> results;
   for (unsigned step = 0; step < steps; ++step) {
     rt::Expected<std::vector<rt::Tensor>> ran = (*executable)->run(arguments);
@@ -234,23 +255,29 @@ int main(int argc, char **argv) {
     results = std::move(*ran);
     // The first result of a train step is its loss: show how it moves.
     if (!results.empty() && results.front().type().elementCount() == 1 &&
-        rt::isFloating(results.front().type().dtype))
+        rt::isFloating(results.front().type().dtype)) {
+      rt::Expected<rt::Tensor> loss = onHost(results.front());
+      if (!loss)
+        return fail("step " + std::to_string(step) + ": " + loss.message());
       llvm::outs() << "step " << step << ": result 0 = "
-                   << rt::formatDouble(rt::loadElementAsDouble(results.front().type().dtype,
-                                                               results.front().bytes(), 0))
-                   << "\n";
+                   << rt::formatDouble(rt::loadElementAsDouble(loss->type().dtype, loss->bytes(), 0)) << "\n";
+    }
   }
   // State results are only final once the last run's deferred update is done.
   if (rt::Status status = (*executable)->completeDeferred(arguments); !status.ok())
     return fail(status.message());
-  if (printResults)
-    for (size_t index = 0; index < results.size(); ++index)
-      llvm::outs() << "result " << index << ": " << summarize(results[index]) << "\n";
-  if (!saveResults.empty())
-    for (size_t index = 0; index < results.size(); ++index)
-      if (rt::Status status = rt::writeNpy(saveResults + "/result_" + std::to_string(index) + ".npy",
-                                       results[index]);
-          !status.ok())
-        return fail(status.message());
+  if (printResults || !saveResults.empty()) {
+    for (size_t index = 0; index < results.size(); ++index) {
+      rt::Expected<rt::Tensor> result = onHost(results[index]);
+      if (!result)
+        return fail("result " + std::to_string(index) + ": " + result.message());
+      if (printResults)
+        llvm::outs() << "result " << index << ": " << summarize(*result) << "\n";
+      if (!saveResults.empty())
+        if (rt::Status status = rt::writeNpy(saveResults + "/result_" + std::to_string(index) + ".npy", *result);
+            !status.ok())
+          return fail(status.message());
+    }
+  }
   return 0;
 }

@@ -71,6 +71,13 @@ public:
   Expected<std::vector<Tensor>> run(Plan plan, std::span<Tensor> arguments);
 };
 
+/// The backends a user names (the C API's sessions, `ampjit-run --backend`).
+inline constexpr std::string_view kBackendNames = "cpu, cuda, cuda:N";
+/// The backend named "cpu", "cuda" (device 0) or "cuda:N" (device N), or an
+/// error that names it: unknown, a bad device number, or why CUDA cannot run
+/// (a build without it, no device).
+Expected<std::unique_ptr<Backend>> createBackendByName(std::string_view name);
+
 /// How errors name a function argument: "argument 4 'labels' (input i64[64])".
 std::string describeArgument(const Plan& plan, std::size_t index);
 /// The index of the one argument named `name` (a location name, or argN); an
