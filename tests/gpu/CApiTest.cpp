@@ -62,32 +62,47 @@ void expectClose(const std::vector<float>& actual, const std::vector<float>& exp
   EXPECT_EQ(off, 0u) << what << ": elements outside the tolerance";
 }
 
-TEST_F(CApiOnGpu, ASessionOnTheDeviceTracksTheCpuSessionOfThePlan) {
+/// The MNIST step compiled with `amp` and the CUDA backend's rewrites
+/// (cuBLASLt epilogues, weight gradients beside), in a "cuda" and a "cpu"
+/// session written with the same initial state.
+struct TwinSessions {
+  PlanHandle plan;
+  SessionHandle device, host;
+  std::vector<rt::Tensor> state;
+};
+
+void openTwinSessions(const char* amp, TwinSessions& twins) {
   std::string text = ampjit::testing::exampleText("mnist_train_step.mlir");
+  twins.plan.reset(ampjit_compile_module(text.data(), text.size(), "mnist_train_step.mlir", amp,
+                                         "fuse-elementwise fuse-gemm-epilogues overlap-weight-gradients"));
+  ASSERT_TRUE(twins.plan) << ampjit_last_error();
+  twins.device.reset(ampjit_session_create(twins.plan.get(), "cuda"));
+  ASSERT_TRUE(twins.device) << ampjit_last_error();
+  twins.host.reset(ampjit_session_create(twins.plan.get(), "cpu"));
+  ASSERT_TRUE(twins.host) << ampjit_last_error();
+  // The runtime's plan of the same compilation, for initialArguments.
+  rt::Expected<rt::Plan> reference = ampjit::codegen::compileModule(
+      text, "mnist_train_step.mlir",
+      {.ampPipeline = amp,
+       .plan = {.fuseElementwise = true, .fuseGemmEpilogues = true, .overlapWeightGradients = true}});
+  ASSERT_TRUE(reference.ok()) << reference.message();
+  twins.state = ampjit::testing::initialArguments(*reference);
+  writeState(twins.device.get(), *reference, twins.state);
+  writeState(twins.host.get(), *reference, twins.state);
+}
+
+TEST_F(CApiOnGpu, ASessionOnTheDeviceTracksTheCpuSessionOfThePlan) {
   struct Config {
     const char* amp;
     rt::DType dtype;
   };
   for (Config config : {Config{"level=O1 dtype=f16", rt::DType::F16}, Config{"level=O2 dtype=bf16", rt::DType::BF16}}) {
     SCOPED_TRACE(config.amp);
-    // The CUDA backend's rewrites: cuBLASLt epilogues, weight gradients beside.
-    PlanHandle plan(ampjit_compile_module(text.data(), text.size(), "mnist_train_step.mlir", config.amp,
-                                          "fuse-elementwise fuse-gemm-epilogues overlap-weight-gradients"));
-    ASSERT_TRUE(plan) << ampjit_last_error();
-    SessionHandle device(ampjit_session_create(plan.get(), "cuda"));
-    ASSERT_TRUE(device) << ampjit_last_error();
-    SessionHandle host(ampjit_session_create(plan.get(), "cpu"));
-    ASSERT_TRUE(host) << ampjit_last_error();
-
-    // The runtime's plan of the same compilation, for initialArguments.
-    rt::Expected<rt::Plan> reference = ampjit::codegen::compileModule(
-        text, "mnist_train_step.mlir",
-        {.ampPipeline = config.amp,
-         .plan = {.fuseElementwise = true, .fuseGemmEpilogues = true, .overlapWeightGradients = true}});
-    ASSERT_TRUE(reference.ok()) << reference.message();
-    std::vector<rt::Tensor> state = ampjit::testing::initialArguments(*reference);
-    writeState(device.get(), *reference, state);
-    writeState(host.get(), *reference, state);
+    TwinSessions twins;
+    ASSERT_NO_FATAL_FAILURE(openTwinSessions(config.amp, twins));
+    PlanHandle& plan = twins.plan;
+    SessionHandle &device = twins.device, &host = twins.host;
+    const std::vector<rt::Tensor>& state = twins.state;
 
     ampjit::testing::Tolerance tolerance = ampjit::testing::toleranceFor(config.dtype);
     for (int step = 0; step < 4; ++step) {
@@ -179,23 +194,11 @@ TEST_F(CApiOnGpu, DeviceMemoryGoesInAndOutInTheCallersStreamOrderWithoutTheHost)
   // its memory; the host waits only when the framework reads its loss. On
   // the emulation the streams run in a shuffled order, so a missing wait
   // in either direction reads the wrong bytes.
-  std::string text = ampjit::testing::exampleText("mnist_train_step.mlir");
-  const char* amp = "level=O2 dtype=f16";
-  PlanHandle plan(ampjit_compile_module(text.data(), text.size(), "mnist_train_step.mlir", amp,
-                                        "fuse-elementwise fuse-gemm-epilogues overlap-weight-gradients"));
-  ASSERT_TRUE(plan) << ampjit_last_error();
-  SessionHandle device(ampjit_session_create(plan.get(), "cuda"));
-  ASSERT_TRUE(device) << ampjit_last_error();
-  SessionHandle host(ampjit_session_create(plan.get(), "cpu"));
-  ASSERT_TRUE(host) << ampjit_last_error();
-  rt::Expected<rt::Plan> reference = ampjit::codegen::compileModule(
-      text, "mnist_train_step.mlir",
-      {.ampPipeline = amp,
-       .plan = {.fuseElementwise = true, .fuseGemmEpilogues = true, .overlapWeightGradients = true}});
-  ASSERT_TRUE(reference.ok()) << reference.message();
-  std::vector<rt::Tensor> state = ampjit::testing::initialArguments(*reference);
-  writeState(device.get(), *reference, state);
-  writeState(host.get(), *reference, state);
+  TwinSessions twins;
+  ASSERT_NO_FATAL_FAILURE(openTwinSessions("level=O2 dtype=f16", twins));
+  PlanHandle& plan = twins.plan;
+  SessionHandle &device = twins.device, &host = twins.host;
+  const std::vector<rt::Tensor>& state = twins.state;
 
   void* callerStream = cuda->stream();
   ASSERT_NE(ampjit_session_stream(device.get()), nullptr);
@@ -261,49 +264,59 @@ TEST_F(CApiOnGpu, DeviceMemoryGoesInAndOutInTheCallersStreamOrderWithoutTheHost)
   EXPECT_EQ(ampjit_session_synchronize(device.get()), AMPJIT_OK) << ampjit_last_error();
 }
 
+/// The MNIST step without AMP in a "cuda" session, and its first weight.
+struct PlainCudaSession {
+  PlanHandle plan;
+  SessionHandle session;
+  ampjit_value_info firstParam{};
+};
+
+void openPlainCudaSession(PlainCudaSession& opened) {
+  std::string text = ampjit::testing::exampleText("mnist_train_step.mlir");
+  opened.plan.reset(ampjit_compile_module(text.data(), text.size(), "step.mlir", nullptr, nullptr));
+  ASSERT_TRUE(opened.plan) << ampjit_last_error();
+  opened.session.reset(ampjit_session_create(opened.plan.get(), "cuda"));
+  ASSERT_TRUE(opened.session) << ampjit_last_error();
+  ASSERT_EQ(ampjit_plan_argument(opened.plan.get(), mnist::kFirstParam, &opened.firstParam), AMPJIT_OK);
+}
+
 TEST_F(CApiOnGpu, PinnedHostBytesMayChangeAsSoonAsTheWriteReturns) {
   // A copy from pinned memory runs when the stream gets to it, not when it
   // is enqueued: the session stages the bytes first, as the runtime does for
   // pageable ones.
-  std::string text = ampjit::testing::exampleText("mnist_train_step.mlir");
-  PlanHandle plan(ampjit_compile_module(text.data(), text.size(), "step.mlir", nullptr, nullptr));
-  ASSERT_TRUE(plan) << ampjit_last_error();
-  SessionHandle device(ampjit_session_create(plan.get(), "cuda"));
-  ASSERT_TRUE(device) << ampjit_last_error();
-  ampjit_value_info info;
-  ASSERT_EQ(ampjit_plan_argument(plan.get(), mnist::kFirstParam, &info), AMPJIT_OK);
+  PlainCudaSession opened;
+  ASSERT_NO_FATAL_FAILURE(openPlainCudaSession(opened));
+  ampjit_session* device = opened.session.get();
+  const ampjit_value_info& info = opened.firstParam;
   PinnedBytes pinned(info.byte_size);
   std::vector<float> values(info.byte_size / sizeof(float));
   for (size_t i = 0; i < values.size(); ++i)
     values[i] = float(i % 97) * 0.125f;
   std::memcpy(pinned.data(), values.data(), pinned.size());
-  ASSERT_EQ(ampjit_session_write(device.get(), mnist::kFirstParam, pinned.data(), pinned.size()), AMPJIT_OK)
+  ASSERT_EQ(ampjit_session_write(device, mnist::kFirstParam, pinned.data(), pinned.size()), AMPJIT_OK)
       << ampjit_last_error();
   std::memset(pinned.data(), 0xff, pinned.size());
-  EXPECT_EQ(asFloats(readArgument(device.get(), mnist::kFirstParam)), values);
+  EXPECT_EQ(asFloats(readArgument(device, mnist::kFirstParam)), values);
 }
 
 TEST_F(CApiOnGpu, MemoryOnTheWrongSideIsAnErrorThatNamesTheArgumentAndThePointer) {
-  std::string text = ampjit::testing::exampleText("mnist_train_step.mlir");
-  PlanHandle plan(ampjit_compile_module(text.data(), text.size(), "step.mlir", nullptr, nullptr));
-  ASSERT_TRUE(plan) << ampjit_last_error();
-  SessionHandle device(ampjit_session_create(plan.get(), "cuda"));
-  ASSERT_TRUE(device) << ampjit_last_error();
-  ampjit_value_info info;
-  ASSERT_EQ(ampjit_plan_argument(plan.get(), mnist::kFirstParam, &info), AMPJIT_OK);
-  ASSERT_EQ(ampjit_session_fill(device.get(), mnist::kFirstParam, 0.25), AMPJIT_OK) << ampjit_last_error();
-  std::vector<std::byte> before = readArgument(device.get(), mnist::kFirstParam);
+  PlainCudaSession opened;
+  ASSERT_NO_FATAL_FAILURE(openPlainCudaSession(opened));
+  ampjit_session* device = opened.session.get();
+  const ampjit_value_info& info = opened.firstParam;
+  ASSERT_EQ(ampjit_session_fill(device, mnist::kFirstParam, 0.25), AMPJIT_OK) << ampjit_last_error();
+  std::vector<std::byte> before = readArgument(device, mnist::kFirstParam);
   std::string argument = "argument 2 '" + std::string(info.name) + "' (param f32[";
 
   std::vector<std::byte> hostBytes(info.byte_size, std::byte{0x3c});
-  EXPECT_EQ(ampjit_session_write_device(device.get(), mnist::kFirstParam, hostBytes.data(), hostBytes.size(),
+  EXPECT_EQ(ampjit_session_write_device(device, mnist::kFirstParam, hostBytes.data(), hostBytes.size(),
                                         cuda->stream()),
             AMPJIT_ERROR);
   std::string message = ampjit_last_error();
   EXPECT_EQ(message.rfind("ampjit_session_write_device: " + argument, 0), 0u) << message;
   EXPECT_NE(message.find("]): the source 0x"), std::string::npos) << message;
   EXPECT_NE(message.find(" is host memory, not memory of CUDA device 0"), std::string::npos) << message;
-  EXPECT_EQ(ampjit_session_read_device(device.get(), mnist::kFirstParam, hostBytes.data(), hostBytes.size(),
+  EXPECT_EQ(ampjit_session_read_device(device, mnist::kFirstParam, hostBytes.data(), hostBytes.size(),
                                        cuda->stream()),
             AMPJIT_ERROR);
   message = ampjit_last_error();
@@ -311,16 +324,16 @@ TEST_F(CApiOnGpu, MemoryOnTheWrongSideIsAnErrorThatNamesTheArgumentAndThePointer
   EXPECT_NE(message.find(" is host memory, not memory of CUDA device 0"), std::string::npos) << message;
 
   rt::Tensor callerMemory = *cuda->allocate(rt::TensorType{rt::DType::F32, rt::Shape(info.shape, info.shape + info.rank)});
-  EXPECT_EQ(ampjit_session_write(device.get(), mnist::kFirstParam, callerMemory.bytes(), callerMemory.byteSize()),
+  EXPECT_EQ(ampjit_session_write(device, mnist::kFirstParam, callerMemory.bytes(), callerMemory.byteSize()),
             AMPJIT_ERROR);
   message = ampjit_last_error();
   EXPECT_EQ(message.rfind("ampjit_session_write: " + argument, 0), 0u) << message;
   EXPECT_NE(message.find(" is device memory, given as host memory"), std::string::npos) << message;
-  EXPECT_EQ(ampjit_session_write_device(device.get(), mnist::kFirstParam, callerMemory.bytes(), 12,
+  EXPECT_EQ(ampjit_session_write_device(device, mnist::kFirstParam, callerMemory.bytes(), 12,
                                         cuda->stream()),
             AMPJIT_ERROR);
   EXPECT_NE(std::string(ampjit_last_error()).find(" bytes, not 12"), std::string::npos) << ampjit_last_error();
-  EXPECT_EQ(readArgument(device.get(), mnist::kFirstParam), before) << "the refused writes changed nothing";
+  EXPECT_EQ(readArgument(device, mnist::kFirstParam), before) << "the refused writes changed nothing";
 }
 
 TEST_F(CApiOnGpu, ReportsTheBackendAndTheDevices) {
