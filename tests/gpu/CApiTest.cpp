@@ -336,6 +336,37 @@ TEST_F(CApiOnGpu, MemoryOnTheWrongSideIsAnErrorThatNamesTheArgumentAndThePointer
   EXPECT_EQ(readArgument(device, mnist::kFirstParam), before) << "the refused writes changed nothing";
 }
 
+TEST_F(CApiOnGpu, AnI1ArgumentIsWrittenFromTheHostOnlyWhereItsBytesAreChecked) {
+  const std::string text =
+      "func.func @mask(%m: tensor<3xi1> {jit.role = \"input\"}, %x: tensor<3xf32> {jit.role = \"input\"}, "
+      "%y: tensor<3xf32> {jit.role = \"input\"}) -> tensor<3xf32> {\n"
+      "  %r = jit.select %m, %x, %y : (tensor<3xi1>, tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>\n"
+      "  return %r : tensor<3xf32>\n}\n";
+  PlanHandle plan(ampjit_compile_module(text.data(), text.size(), "mask.mlir", nullptr, nullptr));
+  ASSERT_TRUE(plan) << ampjit_last_error();
+  SessionHandle device(ampjit_session_create(plan.get(), "cuda"));
+  ASSERT_TRUE(device) << ampjit_last_error();
+  rt::Tensor mask = *cuda->toDevice(*rt::Tensor::fromDoubles(rt::DType::I1, {3}, std::vector<double>{1, 0, 1}));
+  EXPECT_EQ(ampjit_session_write_device(device.get(), 0, mask.bytes(), 3, cuda->stream()), AMPJIT_ERROR);
+  EXPECT_NE(std::string(ampjit_last_error()).find("(input i1[3]) is i1, whose bytes are checked to be 0 or 1 on "
+                                                  "the host: write it with ampjit_session_write"),
+            std::string::npos)
+      << ampjit_last_error();
+  // The others come from the device, and the step reads them.
+  const uint8_t hostMask[3] = {1, 0, 1};
+  ASSERT_EQ(ampjit_session_write(device.get(), 0, hostMask, 3), AMPJIT_OK) << ampjit_last_error();
+  rt::Tensor x = *cuda->toDevice(*rt::Tensor::fromDoubles(rt::DType::F32, {3}, std::vector<double>{1, 2, 3}));
+  rt::Tensor y = *cuda->toDevice(*rt::Tensor::fromDoubles(rt::DType::F32, {3}, std::vector<double>{-1, -2, -3}));
+  ASSERT_EQ(ampjit_session_write_device(device.get(), 1, x.bytes(), x.byteSize(), cuda->stream()), AMPJIT_OK)
+      << ampjit_last_error();
+  ASSERT_EQ(ampjit_session_write_device(device.get(), 2, y.bytes(), y.byteSize(), cuda->stream()), AMPJIT_OK)
+      << ampjit_last_error();
+  ASSERT_EQ(ampjit_session_run(device.get()), AMPJIT_OK) << ampjit_last_error();
+  float r[3] = {0, 0, 0};
+  ASSERT_EQ(ampjit_session_read_result(device.get(), 0, r, sizeof r), AMPJIT_OK) << ampjit_last_error();
+  EXPECT_EQ(std::vector<float>(r, r + 3), (std::vector<float>{1, -2, 3}));
+}
+
 TEST_F(CApiOnGpu, ReportsTheBackendAndTheDevices) {
   EXPECT_EQ(ampjit_cuda_backend_built(), 1);
   EXPECT_EQ(ampjit_cuda_device_count(), rt::cudaDeviceCount());
