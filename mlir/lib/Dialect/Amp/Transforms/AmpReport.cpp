@@ -2,6 +2,7 @@
 
 #include "ampjit/Dialect/Amp/IR/AmpOps.h"
 #include "ampjit/Dialect/Amp/Transforms/AmpRewrites.h"
+#include "ampjit/Dialect/Jit/IR/JitDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
@@ -32,6 +33,35 @@ StringRef stringifyDecisionReason(DecisionReason reason) {
   llvm_unreachable("unknown decision reason");
 }
 
+/// An argument's name as plans give it: its location name, else "argN".
+static std::string argumentName(BlockArgument argument) {
+  if (auto nameLoc = dyn_cast<NameLoc>(argument.getLoc()))
+    return nameLoc.getName().str();
+  return llvm::formatv("arg{0}", argument.getArgNumber()).str();
+}
+
+void AmpReport::recordMasterWeightCopies(ModuleOp module) {
+  masterWeightCopies.clear();
+  for (auto function : module.getOps<func::FuncOp>()) {
+    if (function.isDeclaration())
+      continue;
+    for (BlockArgument copy : function.getArguments()) {
+      auto master = function.getArgAttrOfType<IntegerAttr>(copy.getArgNumber(),
+                                                           ir::JitDialect::kDerivedFromAttrName);
+      if (!master || master.getInt() < 0 || master.getInt() >= int64_t(function.getNumArguments()))
+        continue;
+      MasterWeightCopy entry;
+      entry.function = function.getSymName().str();
+      entry.master = unsigned(master.getInt());
+      entry.copy = copy.getArgNumber();
+      entry.masterName = argumentName(function.getArgument(entry.master));
+      entry.copyName = argumentName(copy);
+      llvm::raw_string_ostream(entry.copyType) << copy.getType();
+      masterWeightCopies.push_back(std::move(entry));
+    }
+  }
+}
+
 void AmpReport::writeJson(llvm::raw_ostream &os) const {
   std::map<std::string, int64_t> opsPerType;
   for (const OpDecision &decision : decisions)
@@ -58,6 +88,18 @@ void AmpReport::writeJson(llvm::raw_ostream &os) const {
     ops.push_back(std::move(entry));
   }
 
+  // What O2 keeps in low precision, named: which parameters the step reads
+  // through a copy, and which it keeps in f32 alone (batch norm's, say).
+  llvm::json::Array copies;
+  for (const MasterWeightCopy &copy : masterWeightCopies)
+    copies.push_back(llvm::json::Object{
+        {"function", copy.function},
+        {"master", llvm::json::Object{{"argument", int64_t(copy.master)}, {"name", copy.masterName}}},
+        {"copy", llvm::json::Object{{"argument", int64_t(copy.copy)},
+                                    {"name", copy.copyName},
+                                    {"type", copy.copyType}}},
+    });
+
   char hash[17];
   snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(policyHash));
   llvm::json::Object root{
@@ -70,8 +112,9 @@ void AmpReport::writeJson(llvm::raw_ostream &os) const {
       {"summary", llvm::json::Object{{"ops_per_compute_type", std::move(perType)},
                                      {"casts_inserted", int64_t(castsInserted)},
                                      {"casts_removed", int64_t(castsRemoved)},
-                                     {"master_weight_copies", int64_t(masterCopies)}}},
+                                     {"master_weight_copies", int64_t(masterWeightCopies.size())}}},
       {"ops", std::move(ops)},
+      {"master_weights", std::move(copies)},
   };
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
 }

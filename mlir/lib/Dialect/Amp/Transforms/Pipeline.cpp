@@ -95,12 +95,8 @@ struct AmpPipelinePass : impl::AmpPipelineBase<AmpPipelinePass> {
     // Fusion first as well, so that a parameter read through a cast chain
     // (cast of a transpose) is seen as read only through casts.
     fuseCasts(module, *config->policy, foldRoundTrips);
-    if (withMasterWeights) {
-      FailureOr<unsigned> copies = addMasterWeights(module);
-      if (failed(copies))
-        return signalPassFailure();
-      report.masterCopies = *copies;
-    }
+    if (withMasterWeights && failed(addMasterWeights(module)))
+      return signalPassFailure();
     fuseCasts(module, *config->policy, foldRoundTrips);
     removeIdentityConversions(module);
 
@@ -110,6 +106,7 @@ struct AmpPipelinePass : impl::AmpPipelineBase<AmpPipelinePass> {
     if (failed(runPipeline(cleanup, module)))
       return signalPassFailure();
 
+    report.recordMasterWeightCopies(module);
     unsigned castsAtEnd = countCasts(module);
     report.castsRemoved = castsAfterAutoCast > castsAtEnd ? castsAfterAutoCast - castsAtEnd : 0;
     if (failed(verifyAmp(module, config->level, *config->policy)))

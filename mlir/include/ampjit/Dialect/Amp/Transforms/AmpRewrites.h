@@ -45,6 +45,16 @@ struct OpDecision {
   std::string source;           // the op this one was inferred from: "jit.matmul at file:line:col"
 };
 
+/// A low-precision copy of a parameter that amp-master-weights added (O2),
+/// each argument by number and by name (its location name, else "argN", as
+/// plans name it).
+struct MasterWeightCopy {
+  std::string function;
+  unsigned master = 0, copy = 0;
+  std::string masterName, copyName;
+  std::string copyType; ///< "tensor<8x8xf16>"
+};
+
 /// What the AMP passes did to a module: per-op decisions and cast counts.
 struct AmpReport {
   std::string level, dtype, semantics, target, policyName;
@@ -52,10 +62,13 @@ struct AmpReport {
   std::vector<OpDecision> decisions;
   unsigned castsInserted = 0;
   unsigned castsRemoved = 0;
-  unsigned masterCopies = 0;
+  std::vector<MasterWeightCopy> masterWeightCopies;
 
+  /// Fills masterWeightCopies from the `jit.derived_from` arguments of
+  /// `module`'s functions.
+  void recordMasterWeightCopies(mlir::ModuleOp module);
   /// JSON: the options, a summary (ops per compute type, casts inserted and
-  /// removed) and one entry per op.
+  /// removed, master weight copies), one entry per op and one per copy.
   void writeJson(llvm::raw_ostream &os) const;
   /// Graphviz: one node per op, colored by compute type, SSA edges.
   void writeDot(mlir::ModuleOp module, llvm::raw_ostream &os) const;
