@@ -47,6 +47,59 @@ struct Event::Impl {
   std::unique_ptr<rt::DeviceEvent> event;
 };
 
+struct HostCopy::Impl {
+  /// The copy in flight, until wait() takes its value.
+  std::unique_ptr<rt::AsyncHostCopy> inFlight;
+  Tensor arrived;
+};
+
+bool HostCopy::ready() const {
+  if (!impl_)
+    throw Error("jit::cuda::HostCopy::ready: a copy that was never started");
+  return impl_->arrived.defined() || impl_->inFlight->ready();
+}
+
+Tensor HostCopy::wait() const {
+  if (!impl_)
+    throw Error("jit::cuda::HostCopy::wait: a copy that was never started");
+  if (!impl_->arrived.defined()) {
+    rt::Expected<rt::Tensor> host = impl_->inFlight->wait();
+    if (!host)
+      throw Error("jit::cuda::HostCopy::wait: " + host.message());
+    impl_->arrived = detail::makeTensor(std::move(*host));
+    impl_->inFlight.reset();
+  }
+  return impl_->arrived;
+}
+
+double HostCopy::item() const { return wait().item(); }
+
+HostCopy copy_to_host_async(const Tensor& tensor, std::source_location where) {
+  const char* what = "jit::cuda::copy_to_host_async";
+  if (!tensor.defined())
+    throw Error(std::string(what) + ": an undefined tensor");
+  const detail::TensorImpl& impl = tensor.impl();
+  detail::checkHostReadOutsideTrace(impl, what, where);
+  detail::completeDeferredUpdate(impl);
+  HostCopy copy;
+  copy.impl_ = std::make_shared<HostCopy::Impl>();
+  if (impl.deviceCopy && impl.deviceCopy->hostStale) {
+    // Enqueued on the stream of the backend that wrote the value, after it.
+    rt::Expected<std::unique_ptr<rt::AsyncHostCopy>> started =
+        impl.deviceCopy->backend->copyToHostAsync(impl.deviceCopy->device);
+    if (!started)
+      throw Error(std::string(what) + ": " + started.message());
+    copy.impl_->inFlight = std::move(*started);
+  } else {
+    // On the host already: a snapshot, so a later write does not reach it.
+    rt::Expected<rt::Tensor> snapshot = detail::concreteValue(impl, what, where).clone();
+    if (!snapshot)
+      throw Error(std::string(what) + ": " + snapshot.message());
+    copy.impl_->arrived = detail::makeTensor(std::move(*snapshot));
+  }
+  return copy;
+}
+
 bool is_available() { return rt::cudaDeviceCount() > 0; }
 
 void synchronize() {
@@ -72,8 +125,7 @@ Tensor to_device(const Tensor& tensor, std::source_location where) {
       backend->toDevice(detail::concreteValue(impl, "jit::cuda::to_device", where));
   if (!uploaded)
     throw Error("jit::cuda::to_device: " + uploaded.message());
-  return detail::makeDeviceTensor(std::move(*uploaded),
-                                  [backend](const rt::Tensor& device) { return backend->toHost(device); });
+  return detail::makeDeviceTensor(std::move(*uploaded), std::move(backend));
 }
 
 Event Event::record() {

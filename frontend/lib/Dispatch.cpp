@@ -73,13 +73,13 @@ Tensor makeTensor(rt::Tensor value) {
   return Tensor(std::move(impl));
 }
 
-Tensor makeDeviceTensor(rt::Tensor device, std::function<rt::Expected<rt::Tensor>(const rt::Tensor&)> download) {
+Tensor makeDeviceTensor(rt::Tensor device, std::shared_ptr<rt::CudaBackend> backend) {
   auto impl = std::make_shared<TensorImpl>();
   impl->type = device.type();
   impl->deviceCopy = std::make_shared<DeviceCopy>();
   impl->deviceCopy->device = std::move(device);
   impl->deviceCopy->hostStale = true;
-  impl->deviceCopy->download = std::move(download);
+  impl->deviceCopy->backend = std::move(backend);
   return Tensor(std::move(impl));
 }
 
@@ -91,7 +91,7 @@ void completeDeferredUpdate(const TensorImpl& impl) {
 void syncFromDevice(const TensorImpl& impl, std::string_view what) {
   if (!impl.deviceCopy || !impl.deviceCopy->hostStale)
     return;
-  rt::Expected<rt::Tensor> host = impl.deviceCopy->download(impl.deviceCopy->device);
+  rt::Expected<rt::Tensor> host = impl.deviceCopy->backend->toHost(impl.deviceCopy->device);
   if (!host)
     throw Error(std::string(what) + ": reading a " + describe(impl.type) + " back from the GPU: " + host.message());
   // Refreshing the cache of a value is not a write: the version stays.

@@ -15,6 +15,7 @@
 #include "jit/Ops.h"
 #include "jit/Tensor.h"
 
+#include "ampjit/runtime/CudaBackend.h"
 #include "ampjit/runtime/Shape.h"
 #include "ampjit/runtime/StepBuilder.h"
 #include "ampjit/runtime/Tensor.h"
@@ -46,14 +47,16 @@ enum class StateRole : uint8_t { Unmarked, Param, Grad, OptState, ScalerState, H
 /// it updates in place, and its outputs. While `hostStale`, the device holds
 /// the newer value and the host `value` (if any) is older; concreteValue
 /// downloads it before any host read, so steps never wait for the GPU unless
-/// the program reads a value.
+/// the program reads a value (or asks for it without waiting:
+/// jit::cuda::copy_to_host_async).
 struct DeviceCopy {
   rt::Tensor device;
   bool hostStale = false;
   /// The TensorImpl::version whose value `device` holds; a host write
   /// (a newer version) makes the next step upload again.
   uint64_t version = 0;
-  std::function<rt::Expected<rt::Tensor>(const rt::Tensor&)> download;
+  /// The backend whose stream wrote `device`: reads are ordered there.
+  std::shared_ptr<rt::CudaBackend> backend;
 };
 
 /// A traced step's optimizer update left for its next call
@@ -128,6 +131,10 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
 /// reading one left over from a finished trace.
 const rt::Tensor& concreteValue(const TensorImpl& impl, std::string_view what,
                                 const std::source_location& where = std::source_location::current());
+/// concreteValue's refusals, for a read that will not wait for the value
+/// (jit::cuda::copy_to_host_async): while jit::trace records, a tensor's
+/// value cannot be read.
+void checkHostReadOutsideTrace(const TensorImpl& impl, std::string_view what, const std::source_location& where);
 
 /// Writes `value` into `target` in place (Tensor::copy_ after its checks and
 /// conversions): rebinding the data eagerly, recording a state update under
@@ -155,9 +162,9 @@ Tensor makeTensor(rt::Tensor value);
 /// order, each rounded once as jit::tensor rounds a double (random
 /// initialisation). `what` names the caller in errors.
 Tensor drawnTensor(Shape shape, DType dtype, const std::function<double()>& draw, const char* what);
-/// A tensor whose value is on the device (a CUDA step's output), brought to
-/// the host by `download` when first read.
-Tensor makeDeviceTensor(rt::Tensor device, std::function<rt::Expected<rt::Tensor>(const rt::Tensor&)> download);
+/// A tensor whose value is on the device (a CUDA step's output on
+/// `backend`), brought to the host when first read.
+Tensor makeDeviceTensor(rt::Tensor device, std::shared_ptr<rt::CudaBackend> backend);
 /// Whether the GPU holds `impl`'s current value: a CUDA step's output not
 /// read back yet, or state or a to_device copy no host write has overtaken.
 inline bool deviceValueIsCurrent(const TensorImpl& impl) {

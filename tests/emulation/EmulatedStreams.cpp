@@ -103,6 +103,7 @@ struct Model {
   std::vector<Stream*> streams; // creation order
   std::map<uintptr_t, Allocation> allocations;
   uint64_t clock = 0;
+  uint64_t operationsRun = 0, pinnedAllocations = 0;
   int64_t poolUsed = 0, poolHigh = 0;
   std::size_t largestPoolAllocation = 0; // 0: as large as the host allows
 };
@@ -136,6 +137,7 @@ void complain(const std::string& what) { std::fprintf(stderr, "[cuda emulation] 
 void execute(Operation& operation) {
   Model& m = model();
   ++m.clock;
+  ++m.operationsRun;
   switch (operation.kind) {
   case OperationKind::Work:
     operation.work();
@@ -309,6 +311,9 @@ void setStreamSchedule(StreamSchedule schedule, uint64_t seed) {
   model().schedule = schedule;
   model().random.seed(seed);
 }
+
+uint64_t operationsRun() { return model().operationsRun; }
+uint64_t pinnedAllocations() { return model().pinnedAllocations; }
 
 bool isDeviceMemory(const void* pointer) {
   const Allocation* allocation = findAllocation(pointer);
@@ -716,6 +721,7 @@ cudaError_t cudaFree(void* pointer) {
 }
 
 cudaError_t cudaMallocHost(void** pointer, std::size_t bytes) {
+  ++model().pinnedAllocations;
   *pointer = allocate(bytes, true);
   return *pointer != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }

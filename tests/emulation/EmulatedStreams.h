@@ -53,6 +53,13 @@ enum class StreamSchedule {
 };
 void setStreamSchedule(StreamSchedule schedule, uint64_t seed = 1);
 
+/// Operations (launches, copies, event records and waits) the model has run
+/// so far: under the shuffled schedule they run only while the host waits,
+/// so a stretch of calls that leaves this unchanged waited for nothing.
+uint64_t operationsRun();
+/// cudaMallocHost calls so far.
+uint64_t pinnedAllocations();
+
 /// Whether `pointer` lies in memory the emulated device allocated.
 bool isDeviceMemory(const void* pointer);
 /// How many bytes of that allocation lie from `pointer` on (0 if it is not

@@ -25,6 +25,7 @@
 
 #ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
 #include "EmulatedCudnn.h"
+#include "EmulatedStreams.h"
 #endif
 
 #include <gtest/gtest.h>
@@ -457,6 +458,65 @@ TEST_F(CompiledStepOnGpu, HostBatchesEnqueuedBackToBackEachReachTheirOwnStep) {
   for (size_t i = 0; i < hostLosses.size(); ++i)
     EXPECT_EQ(hostLosses[i].item(), deviceLosses[i].item()) << "call " << i;
   EXPECT_EQ(stateOf(fromHost), stateOf(fromDevice));
+}
+
+TEST_F(CompiledStepOnGpu, LossesAndWeightsComeBackWithoutTheStepsWaitingForThem) {
+  // Each call's loss, and the first weight after it, are asked for at once
+  // with copy_to_host_async and read after the last call. They equal what
+  // item() and to_vector() read from a twin after each call (the same
+  // weights, batches and plan, so the same bits). On the emulated runtime,
+  // where queued work runs only while the host waits, neither the calls nor
+  // the asking ran any: nothing waited for the GPU. And a second round of
+  // copies pins no host memory: the first round's buffers are reused.
+  Classifier asked(kIn, kHidden, kClasses, 3), read(kIn, kHidden, kClasses, 3);
+  TraceOptions options{.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cuda};
+  auto askedStep = trace([&](const Tensor& x, const Tensor& y) { return asked.step(x, y); }, options);
+  auto readStep = trace([&](const Tensor& x, const Tensor& y) { return read.step(x, y); }, options);
+  std::vector<std::pair<Tensor, Tensor>> batches;
+  for (uint64_t i = 0; i < 10; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 140 + i);
+    batches.emplace_back(cuda::to_device(x), cuda::to_device(y));
+  }
+  std::vector<double> expectedLosses;
+  std::vector<std::vector<double>> expectedWeights;
+  for (const auto& [x, y] : batches) {
+    expectedLosses.push_back(readStep(x, y).item());
+    expectedWeights.push_back(read.model.parameters()[0].to_vector());
+  }
+
+  // Two calls first: the graph is captured on the second.
+  askedStep(batches[0].first, batches[0].second);
+  askedStep(batches[1].first, batches[1].second);
+  cuda::synchronize();
+  for (size_t round = 0, call = 2; round < 2; ++round) {
+    std::vector<cuda::HostCopy> losses, weights;
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+    uint64_t ranBefore = ampjit::emulation::operationsRun(), pinnedBefore = ampjit::emulation::pinnedAllocations();
+#endif
+    for (size_t end = call + 4; call < end; ++call) {
+      losses.push_back(cuda::copy_to_host_async(askedStep(batches[call].first, batches[call].second)));
+      weights.push_back(cuda::copy_to_host_async(asked.model.parameters()[0]));
+    }
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+    EXPECT_EQ(ampjit::emulation::operationsRun(), ranBefore) << "round " << round << ": something waited for the GPU";
+    if (round == 1) {
+      EXPECT_EQ(ampjit::emulation::pinnedAllocations(), pinnedBefore) << "the first round's buffers were not reused";
+    }
+#endif
+    for (size_t i = 0; i < losses.size(); ++i) {
+      size_t at = call - losses.size() + i;
+      EXPECT_EQ(losses[i].item(), expectedLosses[at]) << "call " << at;
+      EXPECT_TRUE(losses[i].ready());
+      EXPECT_EQ(weights[i].wait().to_vector(), expectedWeights[at]) << "the weight after call " << at;
+    }
+  }
+
+  // A value on the host arrives at once, as it was when asked for.
+  Tensor onHost = tensor({1.0, 2.0}, {2});
+  cuda::HostCopy early = cuda::copy_to_host_async(onHost);
+  onHost.copy_(tensor({5.0, 6.0}, {2}));
+  EXPECT_TRUE(early.ready());
+  EXPECT_EQ(early.wait().to_vector(), (std::vector<double>{1.0, 2.0}));
 }
 
 TEST_F(CompiledStepOnGpu, AnInputOnTheDeviceWrittenInPlaceByTheStepReadsBackTheWrite) {

@@ -31,6 +31,32 @@ int64_t max_memory_allocated();
 /// Called on a traced tensor, it is an error naming the caller's line.
 Tensor to_device(const Tensor& tensor, std::source_location where = std::source_location::current());
 
+/// A tensor's value on its way to the host (copy_to_host_async).
+class HostCopy {
+public:
+  /// Whether the value has arrived; never waits.
+  bool ready() const;
+  /// The value as a host tensor, waiting for it if it has not arrived.
+  Tensor wait() const;
+  /// wait() of a one-element value, as a double.
+  double item() const;
+
+  struct Impl;
+
+private:
+  std::shared_ptr<Impl> impl_;
+  friend HostCopy copy_to_host_async(const Tensor& tensor, std::source_location where);
+};
+
+/// Starts copying `tensor`'s value to the host after the work enqueued so
+/// far, and returns without waiting for it (PyTorch's
+/// `.to("cpu", non_blocking=True)` with an event): a loss or the loss scale
+/// read every step while the steps after it are already enqueued, where
+/// item() would make the GPU run dry each step. A value on the host already
+/// (a CPU step's, or one read before) arrives at once. Called while
+/// jit::trace records, it is an error naming the caller's line, as item() is.
+HostCopy copy_to_host_async(const Tensor& tensor, std::source_location where = std::source_location::current());
+
 /// A CUDA event on the stream traced steps run on.
 class Event {
 public:

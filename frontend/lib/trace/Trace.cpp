@@ -476,12 +476,7 @@ private:
   Tensor wrapResult(rt::Tensor result) {
     if (result.device() != rt::Device::Cuda)
       return makeTensor(std::move(result));
-    return makeDeviceTensor(std::move(result), downloader());
-  }
-
-  std::function<rt::Expected<rt::Tensor>(const rt::Tensor&)> downloader() {
-    std::shared_ptr<rt::CudaBackend> backend = cuda_;
-    return [backend](const rt::Tensor& device) { return backend->toHost(device); };
+    return makeDeviceTensor(std::move(result), cuda_);
   }
 
   /// The device copy of a state tensor, uploaded when the host holds a newer
@@ -495,7 +490,7 @@ private:
       throw Error("jit::trace '" + options_.name + "': " + uploaded.message());
     if (!copy) {
       copy = std::make_shared<DeviceCopy>();
-      copy->download = downloader();
+      copy->backend = cuda_;
     }
     copy->device = std::move(*uploaded);
     copy->version = state.version;

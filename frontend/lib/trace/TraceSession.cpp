@@ -75,7 +75,7 @@ const std::optional<UserLocation>& currentUserFrame() { return gUserFrame; }
 // Host reads and in-place writes (declared in Dispatch.h)
 //===----------------------------------------------------------------------===//
 
-const rt::Tensor& concreteValue(const TensorImpl& impl, std::string_view what, const std::source_location& where) {
+void checkHostReadOutsideTrace(const TensorImpl& impl, std::string_view what, const std::source_location& where) {
   std::string at = std::string(where.file_name()) + ":" + std::to_string(where.line());
   if (impl.session && impl.session->active())
     throw Error(std::string(what) + " at " + at + " reads the value of " + describe(impl.type) + ", made by " +
@@ -87,6 +87,11 @@ const rt::Tensor& concreteValue(const TensorImpl& impl, std::string_view what, c
     throw Error(std::string(what) + " at " + at + " reads the value of a tensor (" + describeState(impl) +
                 ") while jit::trace records '" + session->name() +
                 "': a traced step cannot depend on a tensor's value");
+}
+
+const rt::Tensor& concreteValue(const TensorImpl& impl, std::string_view what, const std::source_location& where) {
+  checkHostReadOutsideTrace(impl, what, where);
+  std::string at = std::string(where.file_name()) + ":" + std::to_string(where.line());
   completeDeferredUpdate(impl);
   syncFromDevice(impl, what);
   if (!impl.value.defined()) {

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +24,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 
@@ -59,6 +61,51 @@ std::optional<cuda::SpeculationSchedule> speculationOf(const Plan& plan, int64_t
   return cuda::scheduleSpeculativeUpdates(plan, minimumElements, &whyNot);
 }
 
+/// Pinned host buffers for copies to the host (copyToHostAsync), kept for
+/// the next copy instead of freed: cudaMallocHost costs far more than a
+/// small copy, and the CUDA guide lists a page-locked allocation among what
+/// keeps two streams' work from running concurrently, so a loss read every
+/// step would pay both each step. Sizes are rounded up to powers of two
+/// (256 bytes at least) so that one buffer serves values of similar sizes.
+class PinnedBufferPool {
+public:
+  PinnedBufferPool() = default;
+  PinnedBufferPool(const PinnedBufferPool&) = delete;
+  PinnedBufferPool& operator=(const PinnedBufferPool&) = delete;
+  ~PinnedBufferPool() {
+    for (const auto& [bytes, buffer] : free_)
+      cudaFreeHost(buffer);
+  }
+
+  /// A buffer of at least `bytes`, reused or newly pinned.
+  Expected<void*> take(std::size_t bytes) {
+    std::size_t rounded = roundedSize(bytes);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (auto found = free_.find(rounded); found != free_.end()) {
+        void* buffer = found->second;
+        free_.erase(found);
+        return buffer;
+      }
+    }
+    void* buffer = nullptr;
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&buffer, rounded),
+                                "pinning " + std::to_string(rounded) + " bytes of host memory");
+    return buffer;
+  }
+  /// Takes back a buffer take(bytes) gave, once nothing writes it.
+  void give(void* buffer, std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.emplace(roundedSize(bytes), buffer);
+  }
+
+private:
+  static std::size_t roundedSize(std::size_t bytes) { return std::bit_ceil(std::max<std::size_t>(bytes, 256)); }
+
+  std::mutex mutex_;
+  std::multimap<std::size_t, void*> free_;
+};
+
 /// What outlives the backend object for as long as anything uses it: the
 /// stream, the library handles and the loaded kernels. The backend, each
 /// Executable and each device tensor hold it, so a tensor freed after its
@@ -79,6 +126,7 @@ struct DeviceRuntime {
   /// Made at the first such copy; re-recorded by each, which a wait already
   /// enqueued does not see.
   cudaEvent_t callerWorkDone = nullptr, callerCopyDone = nullptr;
+  PinnedBufferPool pinnedBuffers;
   cuda::KernelCompiler compiler;
   /// In use (context.gemmTuner) where GEMMs are tuned.
   cuda::GemmTuner gemmTuner;
@@ -1861,7 +1909,7 @@ public:
     // The copy may still be writing the pinned buffer.
     cudaEventSynchronize(done_);
     cudaEventDestroy(done_);
-    cudaFreeHost(pinned_);
+    runtime_->pinnedBuffers.give(pinned_, type_.byteSize());
   }
 
   bool ready() override { return cudaEventQuery(done_) == cudaSuccess; }
@@ -2017,9 +2065,10 @@ public:
       return Status::error("copyToHostAsync: the tensor is not on the device");
     // The event must belong to the stream's device.
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(runtime_->device), "selecting the device");
-    void* pinned = nullptr;
-    AMPJIT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned, std::max<std::size_t>(1, tensor.byteSize())),
-                                "allocating pinned host memory");
+    Expected<void*> taken = runtime_->pinnedBuffers.take(tensor.byteSize());
+    if (!taken)
+      return taken.status();
+    void* pinned = *taken;
     cudaEvent_t done = nullptr;
     cudaError_t error = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
     if (error == cudaSuccess && tensor.byteSize() > 0)
@@ -2029,7 +2078,9 @@ public:
     if (error != cudaSuccess) {
       if (done)
         cudaEventDestroy(done);
-      cudaFreeHost(pinned);
+      // Back to the pool once no copy enqueued before the failure writes it.
+      cudaStreamSynchronize(runtime_->stream);
+      runtime_->pinnedBuffers.give(pinned, tensor.byteSize());
       return cuda::cudaFailure(error, "enqueueing a device-to-host copy");
     }
     return std::unique_ptr<AsyncHostCopy>(new PinnedHostCopy(runtime_, tensor.type(), pinned, done));

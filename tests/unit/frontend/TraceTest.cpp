@@ -5,6 +5,7 @@
 #include "ScopedEnvironment.h"
 #include "TemporaryDirectory.h"
 
+#include "jit/cuda.h"
 #include "jit/trace.h"
 
 #include <cmath>
@@ -317,6 +318,37 @@ TEST(Trace, ToDeviceWithoutAGpuSaysSo) {
   std::string message = errorOf([] { cuda::to_device(ones({3}, f32)); });
   EXPECT_NE(message.find("jit::cuda::to_device"), std::string::npos) << message;
   EXPECT_NE(message.find("no CUDA device"), std::string::npos) << message;
+}
+
+TEST(Trace, ACopyToTheHostOfAHostValueArrivesAtOnceAndCannotBeAskedForInsideAStep) {
+  // On the CPU the loss is a host value: copy_to_host_async has it at once,
+  // as it was then. Inside a trace, asking for a value is the same error as
+  // item(), naming the caller's line.
+  Classifier net SMALL_NET();
+  auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); }, {.backend = Backend::cpu});
+  auto [x, y] = batch(kBatch, kIn, kClasses, 3);
+  Tensor loss = step(x, y);
+  cuda::HostCopy copy = cuda::copy_to_host_async(loss);
+  EXPECT_TRUE(copy.ready());
+  EXPECT_EQ(copy.item(), loss.item());
+  Tensor weight = net.model.parameters()[0];
+  cuda::HostCopy weightBefore = cuda::copy_to_host_async(weight);
+  std::vector<double> before = weight.to_vector();
+  step(x, y);
+  EXPECT_NE(weight.to_vector(), before);
+  EXPECT_EQ(weightBefore.wait().to_vector(), before) << "the copy is of the value when it was asked for";
+  EXPECT_NE(errorOf([] { cuda::HostCopy().wait(); }).find("never started"), std::string::npos);
+
+  int line = 0;
+  auto asking = trace([&](const Tensor& a, const Tensor& b) {
+    line = __LINE__ + 1;
+    cuda::copy_to_host_async(net.model.parameters()[0]);
+    return net.step(a, b);
+  });
+  std::string message = errorOf([&] { asking(x, y); });
+  EXPECT_NE(message.find("jit::cuda::copy_to_host_async at "), std::string::npos) << message;
+  EXPECT_NE(message.find("TraceTest.cpp:" + std::to_string(line)), std::string::npos) << message;
+  EXPECT_NE(message.find("while jit::trace records"), std::string::npos) << message;
 }
 
 TEST(Trace, ATensorLeftInsideAStepHasNoValueAfterIt) {
