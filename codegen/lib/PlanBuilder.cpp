@@ -18,6 +18,7 @@
 
 #include "ampjit/Dialect/Amp/IR/AmpOps.h"
 #include "ampjit/Dialect/Jit/IR/JitOps.h"
+#include "ampjit/Dialect/Jit/IR/StateModel.h"
 #include "ampjit/runtime/StepBuilder.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -225,12 +226,7 @@ private:
       desc.argument = int32_t(index);
       if (auto source = function.getArgAttrOfType<IntegerAttr>(index, "jit.derived_from"))
         desc.derivedFrom = int32_t(source.getInt());
-      // A framework names its tensors with a location (`%w: tensor<...> loc("fc1.weight")`),
-      // which then names the argument in the plan and in every message about it.
-      if (auto name = dyn_cast<NameLoc>(argument.getLoc()))
-        desc.name = name.getName().str();
-      else
-        desc.name = "arg" + std::to_string(index);
+      desc.name = ir::argumentName(argument);
       addBuffer(argument, std::move(desc));
     }
     return success();

@@ -8,6 +8,7 @@
 #include "jit/Ops.h"
 
 #include "ampjit/runtime/CpuBackend.h"
+#include "ampjit/runtime/CudaBackend.h"
 
 #include <algorithm>
 #include <deque>

@@ -15,7 +15,6 @@
 #include "jit/Ops.h"
 #include "jit/Tensor.h"
 
-#include "ampjit/runtime/CudaBackend.h"
 #include "ampjit/runtime/Shape.h"
 #include "ampjit/runtime/StepBuilder.h"
 #include "ampjit/runtime/Tensor.h"
@@ -27,6 +26,12 @@
 #include <span>
 #include <string_view>
 #include <vector>
+
+namespace ampjit::runtime {
+// Held by DeviceCopy; the few sources that call it include CudaBackend.h,
+// so the many that include this header do not rebuild when it changes.
+class CudaBackend;
+} // namespace ampjit::runtime
 
 namespace jit::detail {
 

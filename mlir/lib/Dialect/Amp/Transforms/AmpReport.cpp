@@ -3,6 +3,7 @@
 #include "ampjit/Dialect/Amp/IR/AmpOps.h"
 #include "ampjit/Dialect/Amp/Transforms/AmpRewrites.h"
 #include "ampjit/Dialect/Jit/IR/JitDialect.h"
+#include "ampjit/Dialect/Jit/IR/StateModel.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
@@ -33,13 +34,6 @@ StringRef stringifyDecisionReason(DecisionReason reason) {
   llvm_unreachable("unknown decision reason");
 }
 
-/// An argument's name as plans give it: its location name, else "argN".
-static std::string argumentName(BlockArgument argument) {
-  if (auto nameLoc = dyn_cast<NameLoc>(argument.getLoc()))
-    return nameLoc.getName().str();
-  return llvm::formatv("arg{0}", argument.getArgNumber()).str();
-}
-
 void AmpReport::recordMasterWeightCopies(ModuleOp module) {
   masterWeightCopies.clear();
   for (auto function : module.getOps<func::FuncOp>()) {
@@ -54,8 +48,8 @@ void AmpReport::recordMasterWeightCopies(ModuleOp module) {
       entry.function = function.getSymName().str();
       entry.master = unsigned(master.getInt());
       entry.copy = copy.getArgNumber();
-      entry.masterName = argumentName(function.getArgument(entry.master));
-      entry.copyName = argumentName(copy);
+      entry.masterName = ir::argumentName(function.getArgument(entry.master));
+      entry.copyName = ir::argumentName(copy);
       llvm::raw_string_ostream(entry.copyType) << copy.getType();
       masterWeightCopies.push_back(std::move(entry));
     }

@@ -18,6 +18,7 @@
 #include "ampjit/Dialect/Jit/IR/JitDialect.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Location.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 
@@ -156,6 +157,12 @@ std::optional<ArgumentRole> parseArgumentRole(StringRef name) {
 
 StringRef allArgumentRoleNames() {
   return "\"input\", \"param\", \"grad\", \"opt_state\", \"scaler_state\", \"hyper\"";
+}
+
+std::string argumentName(BlockArgument argument) {
+  if (auto name = dyn_cast<NameLoc>(argument.getLoc()))
+    return name.getName().str();
+  return "arg" + std::to_string(argument.getArgNumber());
 }
 
 LogicalResult JitDialect::verifyRegionArgAttribute(Operation *op, unsigned, unsigned argIndex,
