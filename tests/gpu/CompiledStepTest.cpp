@@ -357,6 +357,56 @@ TEST_F(CompiledStepOnGpu, AHostWriteBetweenStepsReachesTheDevice) {
   EXPECT_NEAR(step(x, y).item(), std::log(double(kClasses)), 1e-3);
 }
 
+TEST_F(CompiledStepOnGpu, HostWritesToTheWeightsLandInTheCapturedGraphsBuffers) {
+  // Weights set from the host between replays (a checkpoint's, or scaled, as
+  // a user might every few steps) are copied into the device tensors the
+  // state already has: the captured graph keeps replaying, and every step
+  // after a write starts from the written weights, as the CPU step does (at
+  // O2 through f16 copies derived again from them).
+  for (amp::Level level : {amp::O1, amp::O2}) {
+    SCOPED_TRACE(std::string(amp::level_name(level)) + " f16");
+    Classifier onCpu(kIn, kHidden, kClasses, 3), onGpu(kIn, kHidden, kClasses, 3), donor(kIn, kHidden, kClasses, 11);
+    amp::Policy policy{.level = level, .dtype = f16};
+    auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); },
+                         {.amp = policy, .backend = Backend::cpu});
+    auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); },
+                         {.amp = policy, .backend = Backend::cuda});
+    Tolerance tolerance = toleranceFor(ampjit::runtime::DType::F16);
+    int call = 0;
+    auto stepBoth = [&] {
+      auto [x, y] = batch(kBatch, kIn, kClasses, 70 + uint64_t(call));
+      expectClose({gpuStep(x, y).item()}, {cpuStep(x, y).item()},
+                  ampjit::testing::scaled(tolerance, 8.0 * (call + 1)), "loss of call " + std::to_string(call));
+      ++call;
+    };
+    for (int i = 0; i < 3; ++i) // step by step, captured, replayed
+      stepBoth();
+    ASSERT_TRUE(gpuStep.stats().device_graph_disabled_reason.empty()) << gpuStep.stats().device_graph_disabled_reason;
+    size_t captures = gpuStep.stats().device_graph_captures;
+    ASSERT_GE(captures, 1u);
+    for (double factor : {1.0, 0.5}) {
+      {
+        NoGradGuard noGrad; // a parameter is written outside autograd
+        for (size_t i = 0; i < donor.model.parameters().size(); ++i) {
+          Tensor written = donor.model.parameters()[i] * factor;
+          onCpu.model.parameters()[i].copy_(written);
+          onGpu.model.parameters()[i].copy_(written);
+        }
+      }
+      size_t replays = gpuStep.stats().device_graph_replays;
+      for (int i = 0; i < 2; ++i)
+        stepBoth();
+      EXPECT_EQ(gpuStep.stats().device_graph_captures, captures) << "a host write moved the state: a new graph";
+      EXPECT_EQ(gpuStep.stats().device_graph_replays, replays + 2) << "a step after a host write ran step by step";
+    }
+    std::vector<std::vector<double>> cpuState = stateOf(onCpu), gpuState = stateOf(onGpu);
+    ASSERT_EQ(cpuState.size(), gpuState.size());
+    for (size_t i = 0; i + 1 < cpuState.size(); i += 2) // the parameters (stateOf alternates them with momenta)
+      expectClose(gpuState[i], cpuState[i], ampjit::testing::scaled(tolerance, 64.0),
+                  "parameter " + std::to_string(i / 2));
+  }
+}
+
 TEST_F(CompiledStepOnGpu, AnEvalStepSeesTheWeightsTheTrainStepUpdatedOnTheDevice) {
   // On CUDA, O1 keeps each function's parameter casts and O2 its copies: an
   // eval step traced beside the train step re-derives them from the weights

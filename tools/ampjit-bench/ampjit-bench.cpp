@@ -402,6 +402,7 @@ nlohmann::json measure(const std::string& model, jit::amp::Level level, jit::DTy
                  {"device_gemm_tuning_candidates_screened", step.stats().device_gemm_tuning_candidates_screened},
                  {"device_gemm_tuning_declined", step.stats().device_gemm_tuning_declined},
                  {"device_graph_replays", step.stats().device_graph_replays},
+                 {"device_graph_captures", step.stats().device_graph_captures},
                  {"device_graph_disabled_reason", step.stats().device_graph_disabled_reason}});
   if (!work.peerWork.empty())
     result["peer_work"] = work.peerWork;

@@ -178,6 +178,11 @@ struct TraceStats {
   /// instantiation failed (empty while graphs work); 0 and empty on the CPU.
   size_t device_graph_replays = 0;
   std::string device_graph_disabled_reason{};
+  /// On CUDA, graphs the last compiled variant captured: its first, and one
+  /// more each time an argument the graph reads in place moved to other
+  /// device memory (a host write to the state does not move it); 0 on the
+  /// CPU.
+  size_t device_graph_captures = 0;
 };
 
 namespace detail {

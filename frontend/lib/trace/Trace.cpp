@@ -410,6 +410,7 @@ private:
     if (cuda_) {
       rt::CudaRunStats run = cuda_->stats(*variant.executable);
       stats_.device_graph_replays = size_t(run.graphReplays);
+      stats_.device_graph_captures = size_t(run.captures);
       stats_.device_graph_disabled_reason = run.graphDisabledReason;
     }
     if (variant.deferred) {
@@ -480,12 +481,25 @@ private:
   }
 
   /// The device copy of a state tensor, uploaded when the host holds a newer
-  /// value (first use, or a host write since).
+  /// value (first use, or a host write since). A host write lands in the
+  /// device tensor the state already has: at the same address the captured
+  /// graph stays valid, where a new tensor would cost a recapture per write
+  /// (a learning rate or a weight set from the host every few steps).
   rt::Tensor deviceArgument(TensorImpl& state) {
     std::shared_ptr<DeviceCopy>& copy = state.deviceCopy;
     if (deviceValueIsCurrent(state))
       return copy->device;
-    rt::Expected<rt::Tensor> uploaded = cuda_->toDevice(concreteValue(state, "a traced step's state"));
+    const rt::Tensor& host = concreteValue(state, "a traced step's state");
+    if (copy && copy->device.defined() && copy->device.device() == rt::Device::Cuda &&
+        copy->device.type() == host.type()) {
+      if (rt::Status status = cuda_->copyIntoTensor(copy->device, host.bytes(), false, nullptr); !status.ok())
+        throw Error("jit::trace '" + options_.name + "': uploading a state tensor written on the host: " +
+                    status.message());
+      copy->version = state.version;
+      copy->hostStale = false;
+      return copy->device;
+    }
+    rt::Expected<rt::Tensor> uploaded = cuda_->toDevice(host);
     if (!uploaded)
       throw Error("jit::trace '" + options_.name + "': " + uploaded.message());
     if (!copy) {
