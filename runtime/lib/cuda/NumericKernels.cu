@@ -589,13 +589,28 @@ __global__ void classificationRowsKernel(LossGeometry g, const S* input, const i
   }
 }
 
-/// One block: how many rows are counted (not ignored, label in range; the
-/// CPU fails on any other label).
+/// Whether row n's label is counted (not ignored, in range; the CPU fails
+/// on any other label).
+__device__ __forceinline__ bool rowCounted(const LossGeometry& g, const int64_t* labels, int64_t n) {
+  return labels[n] != g.ignoreIndex && labelInRange(g, labels[n]);
+}
+
+/// One block: how many rows are counted.
 __device__ long long blockCountRows(const LossGeometry& g, const int64_t* labels) {
   long long counted = 0;
   for (int64_t n = threadIdx.x; n < g.rows; n += kThreads)
-    counted += (labels[n] != g.ignoreIndex && labelInRange(g, labels[n])) ? 1 : 0;
+    counted += rowCounted(g, labels, n) ? 1 : 0;
   return blockReduce(counted, SumOp{});
+}
+
+/// One warp: how many rows are counted, on every lane. Each warp of a small
+/// loss's block counts them all: no block-wide reduction (a barrier per
+/// halving) before the rows' work, and the labels are then in L1.
+__device__ long long warpCountRows(const LossGeometry& g, const int64_t* labels) {
+  long long counted = 0;
+  for (int64_t n = threadIdx.x % 32; n < g.rows; n += 32)
+    counted += rowCounted(g, labels, n) ? 1 : 0;
+  return WarpTeam{}.sum(counted);
 }
 
 constexpr int kWarps = kThreads / 32;
@@ -606,15 +621,15 @@ constexpr int kWarps = kThreads / 32;
 /// row is ignored, as the CPU and PyTorch) and stores the loss. Every thread
 /// of the block calls it; it synchronises the block, after which the block's
 /// earlier global stores are visible to all of it.
-template <typename T, typename O>
+template <int Warps = kWarps, typename T, typename O>
 __device__ void storeBlockLoss(const LossGeometry& g, T total, long long counted, O* out) {
-  __shared__ T warpTotals[kWarps];
+  __shared__ T warpTotals[Warps];
   if (threadIdx.x % 32 == 0)
     warpTotals[threadIdx.x / 32] = total;
   __syncthreads();
   if (threadIdx.x == 0) {
     T sum = 0;
-    for (int w = 0; w < kWarps; ++w)
+    for (int w = 0; w < Warps; ++w)
       sum += warpTotals[w];
     store(out, g.reduction == LossReduction::Mean ? sum / T(counted) : sum);
   }
@@ -748,17 +763,24 @@ __device__ void classificationHeadRow(const LossGeometry& g, const S* scores, co
   writeClassificationGradRow(g, gradOutput, scores, labels, counted, n, lse, WarpTeam{}, put);
 }
 
+/// Warps of the classifier head's one block. Its time is latency: a warp
+/// works through its rows one after another, each a chain of loads and
+/// shuffles, so more warps mean fewer rows per chain (a classifier's 64 rows:
+/// 2 a warp instead of 8).
+constexpr int kHeadWarps = 32;
+
 /// An AMP classifier's head (launchClassificationHead): the scores (widened
 /// from Low into wideScores when given, the bias added when given), the f32
 /// loss and its gradient on them, the gradient rounded to Low (lowGrad) and
-/// summed over the rows (columnSums) when given, in one block; every value
-/// is the one the separate steps store, the column sums in the CPU's row
-/// order.
+/// summed over the rows (columnSums) when given, in one block of kHeadWarps
+/// warps; every value is the one the separate steps store, the column sums
+/// in the CPU's row order.
 template <typename In, typename Low>
-__global__ void classificationHeadKernel(LossGeometry g, const In* scores, const float* bias, const int64_t* labels,
-                                         const float* gradOutput, float* wideScores, float* out, float* grad,
-                                         Low* lowGrad, float* columnSums) {
-  long long counted = blockCountRows(g, labels);
+__global__ void __launch_bounds__(kHeadWarps * 32)
+    classificationHeadKernel(LossGeometry g, const In* scores, const float* bias, const int64_t* labels,
+                             const float* gradOutput, float* wideScores, float* out, float* grad, Low* lowGrad,
+                             float* columnSums) {
+  long long counted = warpCountRows(g, labels);
   int lane = threadIdx.x % 32;
   float total = 0;
   auto put = [&](int64_t index, float value) {
@@ -766,7 +788,7 @@ __global__ void classificationHeadKernel(LossGeometry g, const In* scores, const
     if (lowGrad != nullptr)
       store(lowGrad + index, value);
   };
-  for (int64_t n = threadIdx.x / 32; n < g.rows; n += kWarps) {
+  for (int64_t n = threadIdx.x / 32; n < g.rows; n += kHeadWarps) {
     if (wideScores == nullptr) {
       classificationHeadRow(g, scores, labels, gradOutput, counted, n, total, put);
       continue;
@@ -780,10 +802,13 @@ __global__ void classificationHeadKernel(LossGeometry g, const In* scores, const
     __syncwarp();
     classificationHeadRow(g, static_cast<const float*>(wideScores), labels, gradOutput, counted, n, total, put);
   }
-  storeBlockLoss(g, total, counted, out); // the gradient's stores are visible after it
+  storeBlockLoss<kHeadWarps>(g, total, counted, out); // the gradient's stores are visible after it
   if (columnSums != nullptr)
-    for (int64_t c = threadIdx.x; c < g.classes; c += kThreads) {
+    for (int64_t c = threadIdx.x; c < g.classes; c += kHeadWarps * 32) {
+      // The loads are independent and unrolled ahead of the adds, which
+      // stay in row order.
       float sum = 0;
+#pragma unroll 8
       for (int64_t n = 0; n < g.rows; ++n)
         sum += grad[n * g.classes + c];
       columnSums[c] = sum;
@@ -1368,7 +1393,7 @@ cudaError_t launchClassificationHead(const ClassificationHead& head, const LossG
   auto launch = [&](auto in, auto low) {
     using In = decltype(in);
     using Low = decltype(low);
-    classificationHeadKernel<In, Low><<<1, kThreads, 0, stream>>>(geometry, static_cast<const In*>(scores), bias,
+    classificationHeadKernel<In, Low><<<1, kHeadWarps * 32, 0, stream>>>(geometry, static_cast<const In*>(scores), bias,
                                                                    labels, gradOutput, wideScores, loss, grad,
                                                                    static_cast<Low*>(lowGrad), columnSums);
     return cudaGetLastError();
