@@ -76,16 +76,23 @@ void expectGpuLossesTrackTheCpu(amp::Level level, CpuStep onCpu, GpuStep onGpu, 
   }
 }
 
+/// `onCpu.step` and `onGpu.step` (two copies of one model) traced under
+/// `options` on the CPU backend and on CUDA.
+template <typename Net> auto traceOnCpuAndGpu(Net& onCpu, Net& onGpu, TraceOptions options = {}) {
+  options.backend = Backend::cpu;
+  auto cpuStep = trace([&onCpu](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); }, options);
+  options.backend = Backend::cuda;
+  auto gpuStep = trace([&onGpu](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); }, options);
+  return std::pair{std::move(cpuStep), std::move(gpuStep)};
+}
+
 TEST_F(CompiledStepOnGpu, ClassifierStepMatchesTheCpuStepAtEveryLevel) {
   for (Level config : {Level{amp::O0, f32}, Level{amp::O1, f16}, Level{amp::O1, bf16}, Level{amp::O2, f16},
                        Level{amp::O2, bf16}}) {
     SCOPED_TRACE(std::string(amp::level_name(config.level)) + " " + std::string(dtype_name(config.dtype)));
     Classifier onCpu(kIn, kHidden, kClasses, 3), onGpu(kIn, kHidden, kClasses, 3);
     amp::Policy policy{.level = config.level, .dtype = config.dtype};
-    auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); },
-                         {.amp = policy, .backend = Backend::cpu});
-    auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); },
-                         {.amp = policy, .backend = Backend::cuda});
+    auto [cpuStep, gpuStep] = traceOnCpuAndGpu(onCpu, onGpu, {.amp = policy});
     // Results are rounded to the low-precision type where AMP put it; GEMMs
     // sum in a different order on the device.
     Tolerance tolerance = toleranceFor(config.level == amp::O0 ? ampjit::runtime::DType::F32
@@ -173,10 +180,7 @@ TEST_F(CompiledStepOnGpu, ResNetStepWithFusedBatchNormsMatchesTheCpuStep) {
       Generator first(9), second(9);
       ResNetTrainer onCpu = smallResNet(first), onGpu = smallResNet(second);
       amp::Policy policy{.level = config.level, .dtype = config.dtype};
-      auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); },
-                           {.amp = policy, .backend = Backend::cpu});
-      auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); },
-                           {.amp = policy, .backend = Backend::cuda});
+      auto [cpuStep, gpuStep] = traceOnCpuAndGpu(onCpu, onGpu, {.amp = policy});
       Generator data(31);
       std::vector<double> pixels(4 * 3 * 16 * 16);
       for (double& pixel : pixels)
@@ -367,10 +371,7 @@ TEST_F(CompiledStepOnGpu, HostWritesToTheWeightsLandInTheCapturedGraphsBuffers) 
     SCOPED_TRACE(std::string(amp::level_name(level)) + " f16");
     Classifier onCpu(kIn, kHidden, kClasses, 3), onGpu(kIn, kHidden, kClasses, 3), donor(kIn, kHidden, kClasses, 11);
     amp::Policy policy{.level = level, .dtype = f16};
-    auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); },
-                         {.amp = policy, .backend = Backend::cpu});
-    auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); },
-                         {.amp = policy, .backend = Backend::cuda});
+    auto [cpuStep, gpuStep] = traceOnCpuAndGpu(onCpu, onGpu, {.amp = policy});
     Tolerance tolerance = toleranceFor(ampjit::runtime::DType::F16);
     int call = 0;
     auto stepBoth = [&] {
@@ -603,10 +604,7 @@ TEST_F(CompiledStepOnGpu, ALayerNormStepAtO3MatchesTheCpu) {
     optim::AdamW opt;
   };
   Net onCpu, onGpu;
-  TraceOptions options{.amp = {.level = amp::O3, .dtype = f16}, .backend = Backend::cpu};
-  auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); }, options);
-  options.backend = Backend::cuda;
-  auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); }, options);
+  auto [cpuStep, gpuStep] = traceOnCpuAndGpu(onCpu, onGpu, {.amp = {.level = amp::O3, .dtype = f16}});
   for (uint64_t i = 0; i < 3; ++i) {
     auto [x, y] = batch(kBatch, kIn, kClasses, 90 + i);
     expectClose({gpuStep(x, y).item()}, {cpuStep(x, y).item()},
@@ -978,8 +976,7 @@ TEST_F(CompiledStepOnGpu, DropoutDrawsTheCpusMasksAndAdvancesItsGeneratorOnTheDe
   // device; the masks are a function of it alone, so the device draws the
   // CPU's masks call after call.
   DropoutClassifier onCpu(kIn, kHidden, kClasses, 11), onGpu(kIn, kHidden, kClasses, 11);
-  auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); }, {.backend = Backend::cpu});
-  auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); }, {.backend = Backend::cuda});
+  auto [cpuStep, gpuStep] = traceOnCpuAndGpu(onCpu, onGpu);
   Tolerance tolerance = toleranceFor(ampjit::runtime::DType::F32);
   for (uint64_t i = 0; i < 3; ++i) {
     auto [x, y] = batch(kBatch, kIn, kClasses, 60); // one batch: only the masks and weights move the loss
@@ -1011,10 +1008,7 @@ TEST_F(CompiledStepOnGpu, UnscaleAndClipBeforeTheScalersStepMatchTheCpu) {
     SCOPED_TRACE(std::string(amp::level_name(level)));
     Net onCpu, onGpu;
     amp::Policy policy{.level = level, .dtype = f16};
-    auto cpuStep = trace([&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); },
-                         {.amp = policy, .backend = Backend::cpu});
-    auto gpuStep = trace([&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); },
-                         {.amp = policy, .backend = Backend::cuda});
+    auto [cpuStep, gpuStep] = traceOnCpuAndGpu(onCpu, onGpu, {.amp = policy});
     Tolerance tolerance = toleranceFor(ampjit::runtime::DType::F16);
     for (uint64_t i = 0; i < 4; ++i) {
       auto [x, y] = batch(kBatch, kIn, kClasses, 50 + i);
