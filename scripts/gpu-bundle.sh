@@ -41,8 +41,8 @@ cat > gpu-bundle/run.sh <<'RUN'
 #                   no peers: what deferring buys (TraceOptions::defer_updates)
 #   priority-ab MODEL...  O1/O2 f16, deferred, with the side stream at a lower priority than the
 #                   step and with both equal (AMPJIT_CUDA_EQUAL_STREAM_PRIORITIES=1), no peers
-#   side-ab MODEL...  O1/O2 f16 with the weight gradients (plan side steps) on the side stream and in
-#                   line (AMPJIT_CUDA_SIDE_STEPS_IN_LINE=1), no peers
+#   side-ab MODEL...  O1/O2 f16 with the plan side steps (weight gradients, large bias gradients) on
+#                   the side stream and in line (AMPJIT_CUDA_SIDE_STEPS_IN_LINE=1), no peers
 #   reserve-ab MODEL...  O1 f16 with 0, 16, 32 and 48 SMs that GEMMs beside the deferred update
 #                   leave to it (AMPJIT_CUDA_GEMM_SM_RESERVE), no peers, one process each
 #   overlap-ab MODEL...  O1 f16 with the side stream's overlaps as they are, with the deferred update
@@ -247,7 +247,7 @@ run_priority_ab() {
   done
 }
 
-run_side_ab() { # MODEL: weight gradients beside the backward and in line (AMPJIT_CUDA_SIDE_STEPS_IN_LINE)
+run_side_ab() { # MODEL: side steps beside the backward and in line (AMPJIT_CUDA_SIDE_STEPS_IN_LINE)
   local model=$1 inline
   for inline in 0 1; do
     AMPJIT_CUDA_SIDE_STEPS_IN_LINE=$inline timeout 280 "$here/run/ampjit-bench" --model "$model" --backend cuda \

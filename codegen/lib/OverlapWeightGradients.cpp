@@ -18,6 +18,11 @@
 // gradient is computed before the main branch's three convolutions, and
 // only the last of those adds it in (fuseGradientAccumulation).
 //
+// A bias gradient of a large layer (the column sums of its output gradient,
+// widened from f16 first) goes beside too: only the update reads it, and in
+// line it sat between an mlp's backward GEMMs (8 x 65 us of mlp9's step on an
+// H200, 2026-11-29).
+//
 // A side step joins before the weight gradient kWeightGradientLag places
 // later starts, so at most that many wait on the side lane and the arena
 // holds each one's inputs only that long; or earlier, before the first step
@@ -82,9 +87,41 @@ bool isWeightGradient(const rt::Plan &plan, const detail::Readers &readers, size
   });
 }
 
+/// A bias gradient: a sum at `index` over an input of at least
+/// `minimumElements` elements, whose result only the finiteness check and
+/// the optimizer read.
+bool isBiasGradient(const rt::Plan &plan, const detail::Readers &readers, size_t index, int64_t minimumElements) {
+  const rt::Step &step = plan.steps[index];
+  if (step.kind != rt::StepKind::Reduction || step.as<rt::ReductionParams>().op != rt::ReduceOp::Sum ||
+      step.inputs.size() != 1 || step.outputs.size() != 1 ||
+      plan.buffers[step.inputs[0]].type.elementCount() < minimumElements)
+    return false;
+  return onlyTheUpdateReads(plan, readers, step.outputs[0], index);
+}
+
+/// Whether the step before the bias gradient at `index` widens what it sums
+/// (an f16 or bf16 output gradient to f32) and nothing else reads the
+/// widened copy: the CUDA backend runs the two as one launch, beside
+/// together.
+bool widenedFor(const rt::Plan &plan, const detail::Readers &readers, size_t index) {
+  if (index <= plan.deferredSteps)
+    return false;
+  const rt::Step &convert = plan.steps[index - 1];
+  if (convert.kind != rt::StepKind::Elementwise ||
+      convert.as<rt::ElementwiseParams>().op != rt::ElementwiseOp::Convert || convert.inputs.size() != 1 ||
+      convert.outputs.size() != 1 || convert.outputs[0] != plan.steps[index].inputs[0])
+    return false;
+  rt::DType narrow = plan.buffers[convert.inputs[0]].type.dtype;
+  rt::BufferId widened = convert.outputs[0];
+  return (narrow == rt::DType::F16 || narrow == rt::DType::BF16) &&
+         plan.buffers[widened].type.dtype == rt::DType::F32 &&
+         plan.buffers[widened].role == rt::BufferRole::Temporary && !readers.returned[widened] &&
+         readers.steps[widened] == std::vector<size_t>{index};
+}
+
 } // namespace
 
-void overlapWeightGradients(rt::Plan &plan, size_t lag) {
+void overlapWeightGradients(rt::Plan &plan, size_t lag, int64_t reductionMinimumElements) {
   detail::Readers readers = detail::findReaders(plan);
   std::vector<size_t> gradients;
   for (size_t index = plan.deferredSteps; index < plan.steps.size(); ++index)
@@ -99,6 +136,22 @@ void overlapWeightGradients(rt::Plan &plan, size_t lag) {
     // Joined at the very next step, it would overlap nothing.
     if (join > index + 1)
       plan.sideSteps.push_back({uint32_t(index), uint32_t(join)});
+  }
+  // Bias gradients widened from f16 or bf16, each pair's first step (the
+  // widening). A sum of an f32 gradient stays in line: it may share its
+  // producer's pass (the regression head's, a column-summed elementwise step).
+  std::vector<size_t> biasGradients;
+  for (size_t index = plan.deferredSteps + 1; index < plan.steps.size(); ++index)
+    if (isBiasGradient(plan, readers, index, reductionMinimumElements) && widenedFor(plan, readers, index))
+      biasGradients.push_back(index - 1);
+  for (size_t k = 0; k < biasGradients.size(); ++k) {
+    size_t widening = biasGradients[k], sum = widening + 1;
+    size_t join = k + lag < biasGradients.size() ? biasGradients[k + lag] : plan.steps.size();
+    // The widening's only dependent is the sum, beside with it.
+    join = std::min(join, detail::firstDependent(plan.steps, sum));
+    if (join > sum + 1)
+      for (size_t index : {widening, sum})
+        plan.sideSteps.push_back({uint32_t(index), uint32_t(join)});
   }
   // An input gradient that kMinSideStepSpan or more main-lane steps pass
   // before anything needs it (a downsampling shortcut's, which the block's

@@ -184,7 +184,7 @@ public:
     if (options.deferOptimizerUpdates)
       deferOptimizerUpdates(plan, options.deferMinimumElements);
     if (options.overlapWeightGradients)
-      overlapWeightGradients(plan);
+      overlapWeightGradients(plan, kWeightGradientLag, options.sideReductionMinimumElements);
     layOutArena();
     if (rt::Status status = rt::verifyPlan(plan); !status.ok())
       return function.emitError() << "codegen produced an invalid plan (a codegen bug): "

@@ -860,6 +860,73 @@ TEST_F(CompiledStepOnGpu, SpeculativeUpdatesGiveTheBitsOfTheDeferredStepAndSkipA
   }
 }
 
+TEST_F(CompiledStepOnGpu, BiasGradientsBesideTheBackwardGiveTheBitsOfTheStepInLine) {
+  // mlp9's hidden bias gradients (each f16 output gradient widened and
+  // summed, one launch) go beside the GEMMs after them once their input is
+  // large enough (AMPJIT_SIDE_REDUCTION_MIN_ELEMENTS; here every size), with
+  // the updates speculative (folded into their GEMMs and not) and deferred.
+  // Five calls each, the fourth overflowing: losses, scaler and weights equal
+  // those of the same plan with its side steps in line. On the emulated
+  // runtime the streams interleave in a random order each run, so a bias
+  // update that read its gradient before the side stream wrote it, or a
+  // step that overwrote the output gradient the sum still reads, fails.
+  ampjit::testing::ScopedEnvironment floor("AMPJIT_SIDE_REDUCTION_MIN_ELEMENTS", "1");
+  struct Case {
+    const char* what;
+    ampjit::runtime::CudaBackendOptions backend;
+    DeferUpdates defer;
+  };
+  const Case cases[] = {
+      {"speculative, folded", {.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 1}, DeferUpdates::automatic},
+      {"speculative", {.speculativeUpdateMinimumElements = 1, .foldUpdatesIntoGemms = 0}, DeferUpdates::automatic},
+      {"deferred", {.speculativeUpdateMinimumElements = 0}, DeferUpdates::on}};
+  for (const Case& config : cases) {
+    SCOPED_TRACE(config.what);
+    expectSideStepsGiveTheBitsInLine(
+        [&] {
+          detail::replaceSharedCudaBackend(config.backend, "the bias-gradient test's backend");
+          StepsTrail trail;
+          MlpTrainer net;
+          auto step = trace([&](const Tensor& x, const Tensor& y) { return net.step(x, y); },
+                            {.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cuda,
+                             .defer_updates = config.defer});
+          for (int call = 0; call < 5; ++call) {
+            auto [x, y] = mlpBatchOfCall(call);
+            double loss = step(x, y).item();
+            trail.losses.push_back(std::isnan(loss) ? -1.0 : loss); // comparable: the overflow's
+          }
+          for (const auto& [name, value] : net.model.state_dict())
+            trail.state.push_back(value.to_vector());
+          trail.state.push_back({net.scaler.get_scale(), double(net.scaler.skipped_steps())});
+          trail.sideSteps = step.stats().device_side_steps_per_step;
+          trail.graphReplays = step.stats().device_graph_replays;
+          trail.graphDisabledReason = step.stats().device_graph_disabled_reason;
+          EXPECT_EQ(net.scaler.skipped_steps(), 1);
+          detail::replaceSharedCudaBackend({}, "the default backend");
+          return trail;
+        },
+        // The two hidden layers' bias gradients and the two weight
+        // gradients small enough to go beside anyway (2 without the floor);
+        // the last layer's sum stays in the regression head's launch.
+        4);
+  }
+}
+
+TEST_F(CompiledStepOnGpu, AFloorForBesideReductionsThatIsNoCountIsAClearError) {
+  ampjit::testing::ScopedEnvironment floor("AMPJIT_SIDE_REDUCTION_MIN_ELEMENTS", "a million");
+  MlpTrainer net;
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return net.step(x, y); },
+                    {.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cuda});
+  auto [x, y] = mlpBatchOfCall(0);
+  try {
+    step(x, y);
+    FAIL() << "traced with an unreadable floor";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("AMPJIT_SIDE_REDUCTION_MIN_ELEMENTS='a million'"), std::string::npos)
+        << error.what();
+  }
+}
+
 TEST_F(CompiledStepOnGpu, ALargeUpdateTheBackendWouldNotSpeculateIsDeferredInstead) {
   // One Linear(4096, 4096): 16.8M parameter elements, enough for automatic
   // deferral. A backend that speculates gets the update undeferred, but one

@@ -256,6 +256,17 @@ private:
     bool defer = !checkNumerics && (options_.defer_updates == DeferUpdates::on ||
                                     (automaticDeferral && !cuda_->speculatesOptimizerUpdates()));
     const char* dumpDirectory = std::getenv("AMPJIT_DUMP");
+    int64_t sideReductionMinimum = ampjit::codegen::PlanOptions{}.sideReductionMinimumElements;
+    if (cuda_) {
+      std::optional<long long> minimum =
+          rt::environmentInteger("AMPJIT_SIDE_REDUCTION_MIN_ELEMENTS", sideReductionMinimum);
+      if (!minimum || *minimum < 0)
+        throw Error("jit::trace '" + options_.name + "': AMPJIT_SIDE_REDUCTION_MIN_ELEMENTS='" +
+                    std::getenv("AMPJIT_SIDE_REDUCTION_MIN_ELEMENTS") +
+                    "': the elements a bias gradient's reduction reads before it goes beside the backward must be a "
+                    "whole number, 0 or more");
+      sideReductionMinimum = *minimum;
+    }
     CompileTraceOptions compileOptions{
         .pipelineOptions = pipelineOptions_,
         .convertToNhwc = cuda_ != nullptr,
@@ -265,7 +276,8 @@ private:
                  .fuseGradientAccumulation = cuda_ != nullptr && !checkNumerics,
                  .deferOptimizerUpdates = defer,
                  .deferMinimumElements = options_.defer_updates == DeferUpdates::on ? 0 : kDeferMinimumElements,
-                 .overlapWeightGradients = cuda_ != nullptr && !checkNumerics},
+                 .overlapWeightGradients = cuda_ != nullptr && !checkNumerics,
+                 .sideReductionMinimumElements = sideReductionMinimum},
         .dumpDirectory = dumpDirectory ? dumpDirectory : "",
         .dumpStem = options_.name + ".v" + std::to_string(variants_.size() + 1)};
     variant->compiled = compileTrace(graph, compileOptions);

@@ -1184,7 +1184,8 @@ private:
         besides.push_back(&sideStep);
         AMPJIT_RETURN_IF_ERROR(forkFiniteChecksAfter(prepared, stream));
         if (speculate)
-          AMPJIT_RETURN_IF_ERROR(forkSpeculativeUpdates(first, stream));
+          for (std::size_t index : prepared.indices)
+            AMPJIT_RETURN_IF_ERROR(forkSpeculativeUpdates(index, stream));
         continue;
       }
       if (auto split = splitAtStep_.find(first); split != splitAtStep_.end()) {
@@ -1521,11 +1522,20 @@ private:
     if (!environmentFlag("AMPJIT_CUDA_SIDE_STEPS_IN_LINE"))
       for (const SideStep& planned : plan_.sideSteps) {
         auto prepared = std::find_if(steps_.begin(), steps_.end(), [&](const PreparedStep& p) {
-          return p.indices.front() == planned.step;
+          return std::find(p.indices.begin(), p.indices.end(), std::size_t(planned.step)) != p.indices.end();
         });
-        if (prepared == steps_.end() || prepared->indices.size() != 1)
+        // A launch of several steps goes beside only when all of them do,
+        // with one join (cuda::launchGroups: a widened bias gradient).
+        bool wholeLaunch = prepared != steps_.end() && std::all_of(prepared->indices.begin(), prepared->indices.end(), [&](std::size_t index) {
+          return std::any_of(plan_.sideSteps.begin(), plan_.sideSteps.end(), [&](const SideStep& other) {
+            return other.step == index && other.joinBefore == planned.joinBefore;
+          });
+        });
+        if (!wholeLaunch)
           return Status::error(describeStepOfPlan(plan_, planned.step) +
                                ": a side step shares a launch with other steps (a backend bug)");
+        if (prepared->indices.front() != planned.step)
+          continue; // its launch's first step stands for it
         SideLaneStep& side = sideLane_.emplace_back(SideLaneStep{planned.step, planned.joinBefore});
         for (cudaEvent_t* event : {&side.fork, &side.done})
           AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(event, cudaEventDisableTiming),

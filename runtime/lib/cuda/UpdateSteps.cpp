@@ -716,13 +716,21 @@ std::vector<std::pair<std::size_t, std::size_t>> launchGroups(const Plan& plan) 
   auto parameterElements = [&](std::size_t index) {
     return plan.buffers[plan.steps[index].inputs[0]].type.elementCount();
   };
-  // A side step runs on its own stream: it is a launch of its own, and
-  // the steps of a launch are never split around one (they go one by one).
+  // A side step runs on its own stream: it is a launch of its own, but for
+  // a widened bias gradient, whose two steps go beside together (one join),
+  // and the steps of a launch are never split around one (they go one by
+  // one).
   std::vector<bool> isSide = sideStepMask(plan);
+  std::vector<std::size_t> joinOf(plan.steps.size(), 0);
+  for (const SideStep& side : plan.sideSteps)
+    if (side.step < plan.steps.size())
+      joinOf[side.step] = side.joinBefore;
   std::vector<std::pair<std::size_t, std::size_t>> groups;
   for (std::size_t index = 0; index < plan.steps.size();) {
     std::size_t end = index + 1;
     if (isSide[index]) {
+      if (end < plan.steps.size() && isSide[end] && joinOf[end] == joinOf[index] && widenedReductionAt(plan, index))
+        ++end;
       groups.emplace_back(index, end);
       index = end;
       continue;

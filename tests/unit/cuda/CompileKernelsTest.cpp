@@ -605,7 +605,8 @@ namespace {
 /// mlp9's step at test size, as jit::trace compiles it for the CUDA backend
 /// at O1-f16: `layers` Linear(64) layers (no activation) with an MSE loss,
 /// SGD and a dynamic loss scaler.
-rt::Plan cudaMlpStepPlan(int layers, const std::string& level = "O1") {
+rt::Plan cudaMlpStepPlan(int layers, const std::string& level = "O1",
+                         ampjit::codegen::PlanOptions options = {.fuseElementwise = true, .fuseGemmEpilogues = true}) {
   jit::Generator generator(3);
   jit::nn::Sequential model;
   for (int i = 0; i < layers; ++i)
@@ -626,7 +627,7 @@ rt::Plan cudaMlpStepPlan(int layers, const std::string& level = "O1") {
   return ampjit::testing::compileSource(step.traced_module(), "mlp",
                                         "amp-pipeline{level=" + level +
                                             " dtype=f16 target=sm_90 keep-parameter-casts=true}",
-                                        {.fuseElementwise = true, .fuseGemmEpilogues = true})
+                                        options)
       .plan;
 }
 
@@ -649,6 +650,59 @@ TEST(CompileKernels, EachHiddenBiasGradientOfAnMlpIsOneLaunch) {
   EXPECT_EQ(widened, size_t(layers - 1)) << rt::printPlan(plan);
   EXPECT_EQ(reductionsAlone, 0u) << rt::printPlan(plan);
   EXPECT_EQ(heads, 1u) << rt::printPlan(plan);
+}
+
+TEST(CompileKernels, EachHiddenBiasGradientOfALargeMlpGoesBesideTheBackwardInOneLaunch) {
+  // With the side lane (overlapWeightGradients), each hidden layer's bias
+  // gradient, its f16 output gradient widened and summed, goes beside the
+  // GEMMs after it once that gradient has sideReductionMinimumElements
+  // elements (mlp9's 2048 x 8192 does; this test's 48 x 64 only with the
+  // floor lowered): both steps side steps with one join, one launch, and
+  // each bias's update ready right after its sum. The last layer's sum
+  // stays in the regression head's launch.
+  const int layers = 4;
+  auto widenedPairs = [](const rt::Plan& plan) {
+    std::vector<std::size_t> pairs;
+    for (std::size_t index = 0; index + 1 < plan.steps.size(); ++index)
+      if (cuda::widenedReductionAt(plan, index))
+        pairs.push_back(index);
+    return pairs;
+  };
+  rt::Plan beside = cudaMlpStepPlan(layers, "O1",
+                                    {.fuseElementwise = true, .fuseGemmEpilogues = true,
+                                     .overlapWeightGradients = true, .sideReductionMinimumElements = 48 * 64});
+  std::vector<std::size_t> pairs = widenedPairs(beside);
+  ASSERT_EQ(pairs.size(), std::size_t(layers - 1)) << rt::printPlan(beside);
+  std::map<std::size_t, std::size_t> joinOf;
+  for (const rt::SideStep& side : beside.sideSteps)
+    joinOf[side.step] = side.joinBefore;
+  std::vector<std::pair<std::size_t, std::size_t>> groups = cuda::launchGroups(beside);
+  for (std::size_t pair : pairs) {
+    ASSERT_TRUE(joinOf.count(pair) && joinOf.count(pair + 1)) << "step " << pair << "\n" << rt::printPlan(beside);
+    EXPECT_EQ(joinOf[pair], joinOf[pair + 1]) << "step " << pair;
+    EXPECT_GT(joinOf[pair], pair + 2) << "step " << pair << " would overlap nothing";
+    EXPECT_NE(std::find(groups.begin(), groups.end(), std::pair{pair, pair + 2}), groups.end())
+        << "step " << pair << ": its widening and sum are one launch";
+  }
+  size_t heads = 0;
+  for (auto [begin, end] : groups)
+    heads += end - begin == 5 && cuda::mseHeadLength(beside, begin) == 5;
+  EXPECT_EQ(heads, 1u) << rt::printPlan(beside);
+  std::string whyNot;
+  std::optional<cuda::SpeculationSchedule> schedule = cuda::scheduleSpeculativeUpdates(beside, 1, &whyNot);
+  ASSERT_TRUE(schedule.has_value()) << whyNot;
+  size_t afterTheirSums = 0;
+  for (const cuda::SpeculativeUpdate& update : schedule->updates)
+    afterTheirSums += std::find(pairs.begin(), pairs.end(), update.readyAfter - 1) != pairs.end();
+  EXPECT_EQ(afterTheirSums, std::size_t(layers - 1)) << "each hidden bias's update waits for its sum, beside";
+
+  // One element under the floor, the pairs stay in line.
+  rt::Plan inLine = cudaMlpStepPlan(layers, "O1",
+                                    {.fuseElementwise = true, .fuseGemmEpilogues = true,
+                                     .overlapWeightGradients = true, .sideReductionMinimumElements = 48 * 64 + 1});
+  for (std::size_t pair : widenedPairs(inLine))
+    for (const rt::SideStep& side : inLine.sideSteps)
+      EXPECT_TRUE(side.step != pair && side.step != pair + 1) << "step " << side.step << "\n" << rt::printPlan(inLine);
 }
 
 TEST(CompileKernels, EveryWeightUpdateOfATracedMlpStepFoldsIntoItsGradientsGemmAtO1AndO2) {

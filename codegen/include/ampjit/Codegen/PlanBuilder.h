@@ -77,10 +77,16 @@ inline constexpr size_t kMinSideStepSpan = 3;
 /// optimizer read, through reshapes and transposes) becomes a side step
 /// (runtime Plan::sideSteps), joined before the weight gradient `lag` places
 /// later, or before the first step that must follow it, or at the end; one
-/// that would join at the very next step stays in line. Beside too goes each
-/// conv2d_grad_input step that at least kMinSideStepSpan steps not beside
-/// pass before the first that must follow it, joined there.
-void overlapWeightGradients(runtime::Plan &plan, size_t lag = kWeightGradientLag);
+/// that would join at the very next step stays in line. So does each bias
+/// gradient: a reduction whose result only they read, of an input of at
+/// least `reductionMinimumElements` elements, with the conversion right
+/// before it that only it reads (the widening of an f16 output gradient:
+/// both one launch on the CUDA backend), each joined `lag` bias gradients
+/// later. Beside too goes each conv2d_grad_input step that at least
+/// kMinSideStepSpan steps not beside pass before the first that must follow
+/// it, joined there.
+void overlapWeightGradients(runtime::Plan &plan, size_t lag = kWeightGradientLag,
+                            int64_t reductionMinimumElements = PlanOptions{}.sideReductionMinimumElements);
 
 /// What deferOptimizerUpdates did: the steps it deferred, or why none.
 struct DeferralResult {

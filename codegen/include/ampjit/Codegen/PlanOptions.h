@@ -41,6 +41,13 @@ struct PlanOptions {
   /// (`--jit-overlap-weight-gradients`; on for the CUDA backend, which runs
   /// such side steps on its second stream): overlapWeightGradients below.
   bool overlapWeightGradients = false;
+  /// With overlapWeightGradients, a reduction whose result only the
+  /// finiteness check and the optimizer read (a bias gradient) goes beside
+  /// the steps after it when its input has at least this many elements
+  /// (kSideReductionMinimumElements by default; jit::trace reads
+  /// AMPJIT_SIDE_REDUCTION_MIN_ELEMENTS). Below, it takes about what its
+  /// fork and join cost.
+  int64_t sideReductionMinimumElements = int64_t(1) << 20;
   /// Append each op's `file:line` to its step's origin, so runtime messages
   /// (AMPJIT_CHECK_NUMERICS) name the user's source line. jit::trace sets it.
   bool recordLocations = false;
