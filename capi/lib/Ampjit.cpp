@@ -304,20 +304,43 @@ rt::Status load(ampjit_session& session, const rt::Tensor& tensor, void* data, C
   return rt::Status::success();
 }
 
+/// The tensor that reads of argument `index` copy: its pending deferred
+/// update done, and, if it is derived state, re-derived when stale.
+rt::Expected<const rt::Tensor*> argumentToRead(ampjit_session& session, size_t index) {
+  const rt::Plan& plan = session.plan.plan;
+  AMPJIT_RETURN_IF_ERROR(checkArgumentIndex(plan, index));
+  AMPJIT_RETURN_IF_ERROR(completeDeferredFor(session, index));
+  if (plan.buffers[plan.argumentBuffer(index)].derivedFrom >= 0)
+    AMPJIT_RETURN_IF_ERROR(rederiveIfStale(session));
+  return &session.arguments[index];
+}
+
+/// The tensor that reads of result `index` of the last step copy (a tied
+/// result is its argument), and how messages name it.
+rt::Expected<std::pair<const rt::Tensor*, std::string>> resultToRead(ampjit_session& session, size_t index) {
+  const rt::Plan& plan = session.plan.plan;
+  AMPJIT_RETURN_IF_ERROR(checkResultIndex(plan, index));
+  if (session.results.empty())
+    return rt::Status::error("result " + std::to_string(index) + ": no step has run yet");
+  if (int32_t tied = plan.results[index].tiedArgument; tied >= 0) {
+    rt::Expected<const rt::Tensor*> argument = argumentToRead(session, size_t(tied));
+    if (!argument)
+      return argument.status();
+    return std::pair{*argument, rt::describeArgument(plan, size_t(tied))};
+  }
+  const rt::Tensor& result = session.results[index];
+  return std::pair{&result, "result " + std::to_string(index) + " (" + rt::typeToString(result.type()) + ")"};
+}
+
 /// ampjit_session_read, for result reads too (a tied result is its argument).
 rt::Status readArgument(ampjit_session& session, size_t index, void* data, size_t bytes, CallerMemory memory = {}) {
   const rt::Plan& plan = session.plan.plan;
-  if (rt::Status exists = checkArgumentIndex(plan, index); !exists.ok())
-    return exists;
-  if (rt::Status sized = checkByteCount(plan, index, bytes, data); !sized.ok())
-    return sized;
-  if (rt::Status completed = completeDeferredFor(session, index); !completed.ok())
-    return completed;
-  if (plan.buffers[plan.argumentBuffer(index)].derivedFrom >= 0) {
-    if (rt::Status rederived = rederiveIfStale(session); !rederived.ok())
-      return rederived;
-  }
-  if (rt::Status loaded = load(session, session.arguments[index], data, memory); !loaded.ok())
+  AMPJIT_RETURN_IF_ERROR(checkArgumentIndex(plan, index));
+  AMPJIT_RETURN_IF_ERROR(checkByteCount(plan, index, bytes, data));
+  rt::Expected<const rt::Tensor*> argument = argumentToRead(session, index);
+  if (!argument)
+    return argument.status();
+  if (rt::Status loaded = load(session, **argument, data, memory); !loaded.ok())
     return rt::Status::error(rt::describeArgument(plan, index) + ": " + loaded.message());
   return rt::Status::success();
 }
@@ -325,22 +348,65 @@ rt::Status readArgument(ampjit_session& session, size_t index, void* data, size_
 /// ampjit_session_read_result and its _device twin.
 rt::Status readResult(ampjit_session& session, size_t index, void* data, size_t bytes, CallerMemory memory) {
   const rt::Plan& plan = session.plan.plan;
-  if (rt::Status exists = checkResultIndex(plan, index); !exists.ok())
-    return exists;
-  if (session.results.empty())
-    return rt::Status::error("result " + std::to_string(index) + ": no step has run yet");
-  if (int32_t tied = plan.results[index].tiedArgument; tied >= 0)
+  AMPJIT_RETURN_IF_ERROR(checkResultIndex(plan, index));
+  if (int32_t tied = plan.results[index].tiedArgument; tied >= 0 && !session.results.empty())
     return readArgument(session, size_t(tied), data, bytes, memory);
+  rt::Expected<std::pair<const rt::Tensor*, std::string>> result = resultToRead(session, index);
+  if (!result)
+    return result.status();
   if (data == nullptr)
     return missing("data");
-  const rt::Tensor& result = session.results[index];
-  std::string what = "result " + std::to_string(index) + " (" + rt::typeToString(result.type()) + ")";
-  if (bytes != result.byteSize())
-    return rt::Status::error(what + " is " + std::to_string(result.byteSize()) + " bytes, not " +
+  const auto& [tensor, what] = *result;
+  if (bytes != tensor->byteSize())
+    return rt::Status::error(what + " is " + std::to_string(tensor->byteSize()) + " bytes, not " +
                              std::to_string(bytes));
-  if (rt::Status loaded = load(session, result, data, memory); !loaded.ok())
+  if (rt::Status loaded = load(session, *tensor, data, memory); !loaded.ok())
     return rt::Status::error(what + ": " + loaded.message());
   return rt::Status::success();
+}
+
+} // namespace
+
+/// A read that arrives later (ampjit_session_read_async): on the GPU a copy
+/// into pinned memory after the steps enqueued before it; on the host, the
+/// value taken at once.
+struct ampjit_host_copy {
+  std::string what;
+  std::unique_ptr<rt::AsyncHostCopy> pending;
+  std::optional<rt::Tensor> arrived;
+};
+
+namespace {
+
+rt::Expected<ampjit_host_copy*> startHostCopy(ampjit_session& session, const rt::Tensor& tensor, std::string what) {
+  auto copy = std::make_unique<ampjit_host_copy>();
+  copy->what = std::move(what);
+  if (tensor.device() == rt::Device::Host) {
+    rt::Expected<rt::Tensor> taken = tensor.clone();
+    if (!taken)
+      return rt::Status::error(copy->what + ": " + taken.message());
+    copy->arrived = std::move(*taken);
+  } else {
+    rt::Expected<std::unique_ptr<rt::AsyncHostCopy>> started = session.cuda->copyToHostAsync(tensor);
+    if (!started)
+      return rt::Status::error(copy->what + ": " + started.message());
+    copy->pending = std::move(*started);
+  }
+  return copy.release();
+}
+
+/// Runs `start` and reports its failure like `guarded`: NULL, with
+/// ampjit_last_error naming `call`.
+ampjit_host_copy* startedOrNull(const char* call, const std::function<rt::Expected<ampjit_host_copy*>()>& start) {
+  ampjit_host_copy* copy = nullptr;
+  ampjit_status status = guarded(call, [&]() -> rt::Status {
+    rt::Expected<ampjit_host_copy*> started = start();
+    if (!started)
+      return started.status();
+    copy = *started;
+    return rt::Status::success();
+  });
+  return status == AMPJIT_OK ? copy : nullptr;
 }
 
 } // namespace
@@ -592,6 +658,57 @@ ampjit_status ampjit_session_read_result(ampjit_session* session, size_t index, 
     return readResult(*session, index, data, bytes, {});
   });
 }
+
+ampjit_host_copy* ampjit_session_read_async(ampjit_session* session, size_t index) {
+  return startedOrNull("ampjit_session_read_async", [&]() -> rt::Expected<ampjit_host_copy*> {
+    if (session == nullptr)
+      return missing("session");
+    rt::Expected<const rt::Tensor*> argument = argumentToRead(*session, index);
+    if (!argument)
+      return argument.status();
+    return startHostCopy(*session, **argument, rt::describeArgument(session->plan.plan, index));
+  });
+}
+
+ampjit_host_copy* ampjit_session_read_result_async(ampjit_session* session, size_t index) {
+  return startedOrNull("ampjit_session_read_result_async", [&]() -> rt::Expected<ampjit_host_copy*> {
+    if (session == nullptr)
+      return missing("session");
+    rt::Expected<std::pair<const rt::Tensor*, std::string>> result = resultToRead(*session, index);
+    if (!result)
+      return result.status();
+    return startHostCopy(*session, *result->first, result->second);
+  });
+}
+
+int ampjit_host_copy_ready(ampjit_host_copy* copy) {
+  if (copy == nullptr)
+    return -1;
+  return copy->arrived || copy->pending->ready() ? 1 : 0;
+}
+
+ampjit_status ampjit_host_copy_wait(ampjit_host_copy* copy, void* data, size_t bytes) {
+  return guarded("ampjit_host_copy_wait", [&]() -> rt::Status {
+    if (copy == nullptr)
+      return missing("copy");
+    if (!copy->arrived) {
+      rt::Expected<rt::Tensor> arrived = copy->pending->wait();
+      if (!arrived)
+        return rt::Status::error(copy->what + ": " + arrived.message());
+      copy->arrived = std::move(*arrived);
+      copy->pending.reset();
+    }
+    if (data == nullptr)
+      return missing("data");
+    if (bytes != copy->arrived->byteSize())
+      return rt::Status::error(copy->what + " is " + std::to_string(copy->arrived->byteSize()) + " bytes, not " +
+                               std::to_string(bytes));
+    std::memcpy(data, copy->arrived->bytes(), bytes);
+    return rt::Status::success();
+  });
+}
+
+void ampjit_host_copy_destroy(ampjit_host_copy* copy) { delete copy; }
 
 ampjit_status ampjit_session_write_device(ampjit_session* session, size_t index, const void* device_data,
                                           size_t bytes, void* stream) {

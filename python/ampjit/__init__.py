@@ -25,7 +25,7 @@ import ctypes
 import os
 import struct
 
-__all__ = ["Error", "Library", "Plan", "Session", "ValueInfo", "compile", "cuda_device_count", "load_plan",
+__all__ = ["Error", "HostCopy", "Library", "Plan", "Session", "ValueInfo", "compile", "cuda_device_count", "load_plan",
            "library"]
 
 
@@ -112,6 +112,11 @@ class Library:
             ("ampjit_session_write_device", status, [handle, size, ctypes.c_void_p, size, ctypes.c_void_p]),
             ("ampjit_session_read_device", status, [handle, size, ctypes.c_void_p, size, ctypes.c_void_p]),
             ("ampjit_session_read_result_device", status, [handle, size, ctypes.c_void_p, size, ctypes.c_void_p]),
+            ("ampjit_session_read_async", handle, [handle, size]),
+            ("ampjit_session_read_result_async", handle, [handle, size]),
+            ("ampjit_host_copy_ready", ctypes.c_int, [handle]),
+            ("ampjit_host_copy_wait", status, [handle, ctypes.c_void_p, size]),
+            ("ampjit_host_copy_destroy", None, [handle]),
             ("ampjit_session_stream", ctypes.c_void_p, [handle]),
             ("ampjit_session_synchronize", status, [handle]),
         ]:
@@ -301,6 +306,42 @@ def _device_array(data, value, writable=False):
     return ctypes.c_void_p(pointer), value.byte_size, ctypes.c_void_p(stream or None)
 
 
+def _scalar(info, data, what):
+    """A scalar value's bytes as a Python number."""
+    if info.shape != () or info.dtype not in _SCALAR_FORMATS:
+        raise Error("%s is %s%s, not a scalar" % (what, info.dtype, list(info.shape)))
+    return struct.unpack(_SCALAR_FORMATS[info.dtype], bytes(data))[0]
+
+
+class HostCopy:
+    """A read that arrives later (ampjit_host_copy), from Session.read_async
+    or Session.result_async: on "cuda" a copy into pinned memory enqueued
+    after the steps so far, on "cpu" the value taken at once. Later steps do
+    not change it. It may outlive its session."""
+
+    def __init__(self, lib, handle, info, what):
+        self._lib, self._handle, self._info, self._what = lib, handle, info, what
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            self._lib.c.ampjit_host_copy_destroy(self._handle)
+
+    def ready(self):
+        """Whether the value has arrived; never blocks."""
+        return self._lib.c.ampjit_host_copy_ready(self._handle) == 1
+
+    def wait(self, into=None):
+        """Waits for the value: its bytes (or into `into`, a writable buffer)."""
+        target = into if into is not None else bytearray(self._info.byte_size)
+        buffer, size = _buffer(target, self._info, writable=True)
+        self._lib.check(self._lib.c.ampjit_host_copy_wait(self._handle, buffer, size))
+        return target
+
+    def value(self):
+        """Waits for a scalar value (the loss) and gives it as a Python number."""
+        return _scalar(self._info, self.wait(), self._what)
+
+
 class Session:
     """A plan prepared on a backend with its state (ampjit_session). An
     argument is given by its index or its name (Plan.argument_index)."""
@@ -399,7 +440,24 @@ class Session:
     def result_value(self, index):
         """A scalar result of the last step (the loss) as a Python number."""
         info = self._result(index)
-        if info.shape != () or info.dtype not in _SCALAR_FORMATS:
-            raise Error("result %d is %s%s, not a scalar result_value can read" % (index, info.dtype,
-                                                                                   list(info.shape)))
-        return struct.unpack(_SCALAR_FORMATS[info.dtype], bytes(self.result(index)))[0]
+        return _scalar(info, self.result(index) if info.shape == () else b"", "result %d" % index)
+
+    def read_async(self, index):
+        """Argument `index`, read without waiting for the steps enqueued so
+        far: a HostCopy to wait for later."""
+        index = self.plan.argument_index(index)
+        info = self._argument(index)
+        return self._host_copy(self._lib.c.ampjit_session_read_async(self._handle, index), info,
+                               "argument %d" % index)
+
+    def result_async(self, index):
+        """Result `index` of the last step (the loss), read without waiting
+        for the steps enqueued so far: a HostCopy to wait for later."""
+        info = self._result(index)
+        return self._host_copy(self._lib.c.ampjit_session_read_result_async(self._handle, index), info,
+                               "result %d" % index)
+
+    def _host_copy(self, handle, info, what):
+        if not handle:
+            raise self._lib.error()
+        return HostCopy(self._lib, handle, info, what)

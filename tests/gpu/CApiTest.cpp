@@ -19,6 +19,10 @@
 #include "ampjit/Codegen/CompileModule.h"
 #include "ampjit/runtime/CudaBackend.h"
 
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+#include "EmulatedStreams.h"
+#endif
+
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -44,7 +48,9 @@ class CApiOnGpu : public rt::gputest::GpuTest {};
 using ampjit::testing::PlanHandle;
 using ampjit::testing::readArgument;
 using ampjit::testing::readLoss;
+using ampjit::testing::HostCopyHandle;
 using ampjit::testing::SessionHandle;
+using ampjit::testing::waitFor;
 using ampjit::testing::writeState;
 
 std::vector<float> asFloats(const std::vector<std::byte>& bytes) {
@@ -297,6 +303,63 @@ TEST_F(CApiOnGpu, PinnedHostBytesMayChangeAsSoonAsTheWriteReturns) {
       << ampjit_last_error();
   std::memset(pinned.data(), 0xff, pinned.size());
   EXPECT_EQ(asFloats(readArgument(device, mnist::kFirstParam)), values);
+}
+
+TEST_F(CApiOnGpu, LossesAndWeightsReadLaterArriveWithoutTheStepsWaitingForThem) {
+  // A loop of run and asynchronous reads of the loss and a weight enqueues
+  // and never waits (on the emulation: no operation runs until the first
+  // wait); each read then holds its own step's value, bit for bit what a
+  // twin session read synchronously after that step. A copy still pending
+  // may be destroyed, and may outlive its session.
+  PlainCudaSession asked, read;
+  ASSERT_NO_FATAL_FAILURE(openPlainCudaSession(asked));
+  ASSERT_NO_FATAL_FAILURE(openPlainCudaSession(read));
+  std::string text = ampjit::testing::exampleText("mnist_train_step.mlir");
+  rt::Expected<rt::Plan> reference = ampjit::codegen::compileModule(text, "step.mlir", {});
+  ASSERT_TRUE(reference.ok()) << reference.message();
+  std::vector<rt::Tensor> state = ampjit::testing::initialArguments(*reference);
+  writeState(asked.session.get(), *reference, state);
+  writeState(read.session.get(), *reference, state);
+  const size_t weightBytes = asked.firstParam.byte_size;
+  std::vector<float> expectedLosses;
+  std::vector<std::vector<std::byte>> expectedWeights;
+  for (int step = 0; step < 4; ++step) {
+    ASSERT_EQ(ampjit_session_run(read.session.get()), AMPJIT_OK) << ampjit_last_error();
+    expectedLosses.push_back(readLoss(read.session.get()));
+    expectedWeights.push_back(readArgument(read.session.get(), mnist::kFirstParam));
+  }
+  ASSERT_EQ(ampjit_session_synchronize(asked.session.get()), AMPJIT_OK) << ampjit_last_error();
+  std::vector<HostCopyHandle> losses, weights;
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+  uint64_t ranBefore = ampjit::emulation::operationsRun();
+#endif
+  for (int step = 0; step < 4; ++step) {
+    ASSERT_EQ(ampjit_session_run(asked.session.get()), AMPJIT_OK) << ampjit_last_error();
+    losses.emplace_back(ampjit_session_read_result_async(asked.session.get(), 0));
+    weights.emplace_back(ampjit_session_read_async(asked.session.get(), mnist::kFirstParam));
+    ASSERT_TRUE(losses.back() && weights.back()) << ampjit_last_error();
+  }
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+  EXPECT_EQ(ampjit::emulation::operationsRun(), ranBefore) << "something waited for the GPU";
+#endif
+  for (int step = 0; step < 4; ++step) {
+    float loss = NAN;
+    ASSERT_EQ(ampjit_host_copy_wait(losses[step].get(), &loss, sizeof loss), AMPJIT_OK) << ampjit_last_error();
+    EXPECT_EQ(loss, expectedLosses[step]) << "loss of step " << step;
+    EXPECT_EQ(ampjit_host_copy_ready(losses[step].get()), 1);
+    EXPECT_EQ(waitFor(weights[step].get(), weightBytes), expectedWeights[step]) << "the weight after step " << step;
+  }
+  ASSERT_EQ(ampjit_session_run(asked.session.get()), AMPJIT_OK) << ampjit_last_error();
+  HostCopyHandle abandoned(ampjit_session_read_async(asked.session.get(), mnist::kFirstParam));
+  HostCopyHandle kept(ampjit_session_read_result_async(asked.session.get(), 0));
+  ASSERT_TRUE(abandoned && kept) << ampjit_last_error();
+  abandoned.reset();
+  ASSERT_EQ(ampjit_session_run(read.session.get()), AMPJIT_OK) << ampjit_last_error();
+  float fifth = readLoss(read.session.get());
+  asked.session.reset();
+  float loss = NAN;
+  ASSERT_EQ(ampjit_host_copy_wait(kept.get(), &loss, sizeof loss), AMPJIT_OK) << ampjit_last_error();
+  EXPECT_EQ(loss, fifth);
 }
 
 TEST_F(CApiOnGpu, MemoryOnTheWrongSideIsAnErrorThatNamesTheArgumentAndThePointer) {

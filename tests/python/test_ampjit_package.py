@@ -112,6 +112,27 @@ class PackageTest(unittest.TestCase):
         with self.assertRaisesRegex(ampjit.Error, r"result 1 is f32\[512, 784\], not a scalar"):
             session.result_value(weight.index)
 
+    def test_a_read_that_arrives_later_holds_the_value_it_was_asked_for(self):
+        session = self.plan.session("cpu")
+        session.fill(14, 0.01)
+        session.fill(15, 1e30)  # the first step overflows and halves the scale
+        with self.assertRaisesRegex(ampjit.Error, "^ampjit_session_read_result_async: result 0: no step has run yet"):
+            session.result_async(0)
+        session.run()
+        loss, scale = session.result_async(0), session.read_async(15)
+        self.assertTrue(loss.ready())
+        session.run()
+        self.assertEqual(loss.value(), session.result_value(0), "the two steps skip alike: the same loss")
+        halved_once = struct.unpack("<f", struct.pack("<f", 5e29))[0]
+        self.assertEqual(scale.value(), halved_once, "as it was after the first step")
+        self.assertEqual(struct.unpack("<f", bytes(session.read(15)))[0], halved_once / 2)
+        into = bytearray(4)
+        self.assertIs(scale.wait(into), into)
+        with self.assertRaisesRegex(ampjit.Error, r"argument 15 .*takes 4 bytes|4 bytes"):
+            scale.wait(bytearray(8))
+        del session  # a copy outlives its session
+        self.assertEqual(scale.value(), halved_once)
+
     def test_the_library_says_what_it_has(self):
         lib = ampjit.library()
         self.assertRegex(lib.version, r"^\d+\.\d+\.\d+$")

@@ -171,6 +171,26 @@ ampjit_status ampjit_session_read_result(ampjit_session* session, size_t index, 
 /* Steps run so far. */
 uint64_t ampjit_session_steps(const ampjit_session* session);
 
+/*--- Reads that arrive later ----------------------------------------------*/
+
+/* To log a loss or a weight every step without making the steps wait: the
+   reads above wait for the GPU to finish the steps enqueued so far, and the
+   GPU then idles while the host enqueues the next. These start the same
+   read (argument `index`, or result `index` of the last step) and return at
+   once. On "cuda" it is a copy into pinned host memory, enqueued after the
+   steps so far; on "cpu" the value is taken at once. Later steps and writes
+   do not change it. NULL on error (ampjit_last_error). Free with
+   ampjit_host_copy_destroy, before or after the session. */
+typedef struct ampjit_host_copy ampjit_host_copy;
+ampjit_host_copy* ampjit_session_read_async(ampjit_session* session, size_t index);
+ampjit_host_copy* ampjit_session_read_result_async(ampjit_session* session, size_t index);
+/* 1 once the value has arrived, 0 before; never blocks. -1 for NULL. */
+int ampjit_host_copy_ready(ampjit_host_copy* copy);
+/* Waits for the value and copies its `bytes` (its byte size) into `data`;
+   may be called again. */
+ampjit_status ampjit_host_copy_wait(ampjit_host_copy* copy, void* data, size_t bytes);
+void ampjit_host_copy_destroy(ampjit_host_copy* copy);
+
 /*--- Device memory: sessions on "cuda" ------------------------------------*/
 
 /* For a framework whose tensors live on the GPU: the calls above, from and

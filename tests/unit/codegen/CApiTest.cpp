@@ -33,6 +33,8 @@ using ampjit::testing::PlanHandle;
 using ampjit::testing::readArgument;
 using ampjit::testing::readLoss;
 using ampjit::testing::SessionHandle;
+using ampjit::testing::HostCopyHandle;
+using ampjit::testing::waitFor;
 using ampjit::testing::writeState;
 
 constexpr const char* kO1 = "level=O1 dtype=f16 target=cpu";
@@ -413,6 +415,51 @@ TEST(CApi, DeviceMemoryCallsNeedACudaSessionAndSaySo) {
   EXPECT_EQ(ampjit_session_stream(nullptr), nullptr);
   EXPECT_EQ(ampjit_session_synchronize(session.get()), AMPJIT_OK) << lastError();
   EXPECT_EQ(ampjit_session_synchronize(nullptr), AMPJIT_ERROR);
+}
+
+TEST(CApi, AReadThatArrivesLaterHoldsTheValueAsItWasWhenAskedFor) {
+  // On "cpu" the value is taken at once: the steps and writes after the
+  // call do not reach it, and it is ready from the start.
+  PlanHandle plan = compileMnist(kO1);
+  ASSERT_TRUE(plan) << lastError();
+  SessionHandle session(ampjit_session_create(plan.get(), "cpu"));
+  ASSERT_TRUE(session) << lastError();
+  writeState(session.get(), referencePlan(kO1), ampjit::testing::initialArguments(referencePlan(kO1)));
+  EXPECT_EQ(ampjit_session_read_result_async(session.get(), 0), nullptr);
+  EXPECT_EQ(lastError(), "ampjit_session_read_result_async: result 0: no step has run yet");
+  ASSERT_EQ(ampjit_session_run(session.get()), AMPJIT_OK) << lastError();
+  float firstLoss = readLoss(session.get());
+  std::vector<std::byte> firstWeight = readArgument(session.get(), mnist::kFirstParam);
+  HostCopyHandle loss(ampjit_session_read_result_async(session.get(), 0));
+  HostCopyHandle weight(ampjit_session_read_async(session.get(), mnist::kFirstParam));
+  ASSERT_TRUE(loss && weight) << lastError();
+  EXPECT_EQ(ampjit_host_copy_ready(loss.get()), 1);
+  ASSERT_EQ(ampjit_session_run(session.get()), AMPJIT_OK) << lastError();
+  ASSERT_NE(readArgument(session.get(), mnist::kFirstParam), firstWeight) << "the second step changed nothing";
+  float arrived = 0;
+  ASSERT_EQ(ampjit_host_copy_wait(loss.get(), &arrived, sizeof arrived), AMPJIT_OK) << lastError();
+  EXPECT_EQ(arrived, firstLoss);
+  EXPECT_EQ(waitFor(weight.get(), firstWeight.size()), firstWeight);
+  EXPECT_EQ(waitFor(weight.get(), firstWeight.size()), firstWeight) << "a second wait gives it again";
+
+  // Mistakes say what and which.
+  double tooWide = 0;
+  EXPECT_EQ(ampjit_host_copy_wait(loss.get(), &tooWide, sizeof tooWide), AMPJIT_ERROR);
+  EXPECT_EQ(lastError(), "ampjit_host_copy_wait: result 0 (f32[]) is 4 bytes, not 8");
+  EXPECT_EQ(ampjit_host_copy_wait(loss.get(), nullptr, sizeof arrived), AMPJIT_ERROR);
+  EXPECT_EQ(lastError(), "ampjit_host_copy_wait: data is NULL");
+  EXPECT_EQ(ampjit_host_copy_ready(nullptr), -1);
+  EXPECT_EQ(ampjit_host_copy_wait(nullptr, &arrived, sizeof arrived), AMPJIT_ERROR);
+  EXPECT_EQ(lastError(), "ampjit_host_copy_wait: copy is NULL");
+  size_t arguments = ampjit_plan_argument_count(plan.get());
+  EXPECT_EQ(ampjit_session_read_async(session.get(), arguments), nullptr);
+  EXPECT_NE(lastError().find("ampjit_session_read_async: argument " + std::to_string(arguments)), std::string::npos)
+      << lastError();
+  EXPECT_EQ(ampjit_session_read_async(nullptr, 0), nullptr);
+  EXPECT_EQ(lastError(), "ampjit_session_read_async: session is NULL");
+  // A copy may outlive its session.
+  session.reset();
+  EXPECT_EQ(waitFor(weight.get(), firstWeight.size()), firstWeight);
 }
 
 TEST(CApi, AnI1ArgumentTakesOnlyZeroAndOneBytes) {

@@ -28,8 +28,19 @@ struct PlanDeleter {
 struct SessionDeleter {
   void operator()(ampjit_session* session) const { ampjit_session_destroy(session); }
 };
+struct HostCopyDeleter {
+  void operator()(ampjit_host_copy* copy) const { ampjit_host_copy_destroy(copy); }
+};
 using PlanHandle = std::unique_ptr<ampjit_plan, PlanDeleter>;
 using SessionHandle = std::unique_ptr<ampjit_session, SessionDeleter>;
+using HostCopyHandle = std::unique_ptr<ampjit_host_copy, HostCopyDeleter>;
+
+/// What `copy` holds, `bytes` of it, waited for.
+inline std::vector<std::byte> waitFor(ampjit_host_copy* copy, size_t bytes) {
+  std::vector<std::byte> value(bytes);
+  EXPECT_EQ(ampjit_host_copy_wait(copy, value.data(), value.size()), AMPJIT_OK) << ampjit_last_error();
+  return value;
+}
 
 /// Writes every argument of `plan` a caller writes: derived ones follow
 /// their sources.
