@@ -75,26 +75,35 @@ const std::optional<UserLocation>& currentUserFrame() { return gUserFrame; }
 // Host reads and in-place writes (declared in Dispatch.h)
 //===----------------------------------------------------------------------===//
 
+namespace {
+/// The caller's `file:line` for a refusal's message: built only when one is
+/// thrown, not on every host read.
+std::string callerLine(const std::source_location& where) {
+  return std::string(where.file_name()) + ":" + std::to_string(where.line());
+}
+} // namespace
+
 void checkHostReadOutsideTrace(const TensorImpl& impl, std::string_view what, const std::source_location& where) {
-  std::string at = std::string(where.file_name()) + ":" + std::to_string(where.line());
   if (impl.session && impl.session->active())
-    throw Error(std::string(what) + " at " + at + " reads the value of " + describe(impl.type) + ", made by " +
+    throw Error(std::string(what) + " at " + callerLine(where) + " reads the value of " + describe(impl.type) +
+                ", made by " +
                 impl.session->describeProducer(impl.traceValue) + ", while jit::trace records '" +
                 impl.session->name() +
                 "': a traced step cannot depend on a tensor's value (compute on tensors, e.g. with jit::where, "
                 "or return the tensor from the step and read it after the call)");
   if (TraceSession* session = TraceSession::current(); session && session->active())
-    throw Error(std::string(what) + " at " + at + " reads the value of a tensor (" + describeState(impl) +
+    throw Error(std::string(what) + " at " + callerLine(where) + " reads the value of a tensor (" +
+                describeState(impl) +
                 ") while jit::trace records '" + session->name() +
                 "': a traced step cannot depend on a tensor's value");
 }
 
 const rt::Tensor& concreteValue(const TensorImpl& impl, std::string_view what, const std::source_location& where) {
   checkHostReadOutsideTrace(impl, what, where);
-  std::string at = std::string(where.file_name()) + ":" + std::to_string(where.line());
   completeDeferredUpdate(impl);
   syncFromDevice(impl, what);
   if (!impl.value.defined()) {
+    std::string at = callerLine(where);
     if (impl.session)
       throw Error(std::string(what) + " at " + at + ": this " + describe(impl.type) +
                   " was computed inside the traced step '" + impl.session->name() + "' (by " +
