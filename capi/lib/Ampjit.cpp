@@ -372,27 +372,16 @@ rt::Status readResult(ampjit_session& session, size_t index, void* data, size_t 
 /// value taken at once.
 struct ampjit_host_copy {
   std::string what;
-  std::unique_ptr<rt::AsyncHostCopy> pending;
-  std::optional<rt::Tensor> arrived;
+  rt::PendingHostRead read;
 };
 
 namespace {
 
 rt::Expected<ampjit_host_copy*> startHostCopy(ampjit_session& session, const rt::Tensor& tensor, std::string what) {
-  auto copy = std::make_unique<ampjit_host_copy>();
-  copy->what = std::move(what);
-  if (tensor.device() == rt::Device::Host) {
-    rt::Expected<rt::Tensor> taken = tensor.clone();
-    if (!taken)
-      return rt::Status::error(copy->what + ": " + taken.message());
-    copy->arrived = std::move(*taken);
-  } else {
-    rt::Expected<std::unique_ptr<rt::AsyncHostCopy>> started = session.cuda->copyToHostAsync(tensor);
-    if (!started)
-      return rt::Status::error(copy->what + ": " + started.message());
-    copy->pending = std::move(*started);
-  }
-  return copy.release();
+  rt::Expected<rt::PendingHostRead> started = rt::PendingHostRead::start(tensor, session.cuda);
+  if (!started)
+    return rt::Status::error(what + ": " + started.message());
+  return new ampjit_host_copy{std::move(what), std::move(*started)};
 }
 
 /// Runs `start` and reports its failure like `guarded`: NULL, with
@@ -684,26 +673,22 @@ ampjit_host_copy* ampjit_session_read_result_async(ampjit_session* session, size
 int ampjit_host_copy_ready(ampjit_host_copy* copy) {
   if (copy == nullptr)
     return -1;
-  return copy->arrived || copy->pending->ready() ? 1 : 0;
+  return copy->read.ready() ? 1 : 0;
 }
 
 ampjit_status ampjit_host_copy_wait(ampjit_host_copy* copy, void* data, size_t bytes) {
   return guarded("ampjit_host_copy_wait", [&]() -> rt::Status {
     if (copy == nullptr)
       return missing("copy");
-    if (!copy->arrived) {
-      rt::Expected<rt::Tensor> arrived = copy->pending->wait();
-      if (!arrived)
-        return rt::Status::error(copy->what + ": " + arrived.message());
-      copy->arrived = std::move(*arrived);
-      copy->pending.reset();
-    }
+    rt::Expected<rt::Tensor> arrived = copy->read.wait();
+    if (!arrived)
+      return rt::Status::error(copy->what + ": " + arrived.message());
     if (data == nullptr)
       return missing("data");
-    if (bytes != copy->arrived->byteSize())
-      return rt::Status::error(copy->what + " is " + std::to_string(copy->arrived->byteSize()) + " bytes, not " +
+    if (bytes != arrived->byteSize())
+      return rt::Status::error(copy->what + " is " + std::to_string(arrived->byteSize()) + " bytes, not " +
                                std::to_string(bytes));
-    std::memcpy(data, copy->arrived->bytes(), bytes);
+    std::memcpy(data, arrived->bytes(), bytes);
     return rt::Status::success();
   });
 }

@@ -48,28 +48,22 @@ struct Event::Impl {
 };
 
 struct HostCopy::Impl {
-  /// The copy in flight, until wait() takes its value.
-  std::unique_ptr<rt::AsyncHostCopy> inFlight;
-  Tensor arrived;
+  rt::PendingHostRead read;
 };
 
 bool HostCopy::ready() const {
   if (!impl_)
     throw Error("jit::cuda::HostCopy::ready: a copy that was never started");
-  return impl_->arrived.defined() || impl_->inFlight->ready();
+  return impl_->read.ready();
 }
 
 Tensor HostCopy::wait() const {
   if (!impl_)
     throw Error("jit::cuda::HostCopy::wait: a copy that was never started");
-  if (!impl_->arrived.defined()) {
-    rt::Expected<rt::Tensor> host = impl_->inFlight->wait();
-    if (!host)
-      throw Error("jit::cuda::HostCopy::wait: " + host.message());
-    impl_->arrived = detail::makeTensor(std::move(*host));
-    impl_->inFlight.reset();
-  }
-  return impl_->arrived;
+  rt::Expected<rt::Tensor> host = impl_->read.wait();
+  if (!host)
+    throw Error("jit::cuda::HostCopy::wait: " + host.message());
+  return detail::makeTensor(std::move(*host));
 }
 
 double HostCopy::item() const { return wait().item(); }
@@ -81,22 +75,16 @@ HostCopy copy_to_host_async(const Tensor& tensor, std::source_location where) {
   const detail::TensorImpl& impl = tensor.impl();
   detail::checkHostReadOutsideTrace(impl, what, where);
   detail::completeDeferredUpdate(impl);
+  // A value the device holds newer than the host's is read on the stream
+  // of the backend that wrote it, after it; any other is on the host already.
+  bool onDevice = impl.deviceCopy && impl.deviceCopy->hostStale;
+  rt::Expected<rt::PendingHostRead> started =
+      onDevice ? rt::PendingHostRead::start(impl.deviceCopy->device, impl.deviceCopy->backend.get())
+               : rt::PendingHostRead::start(detail::concreteValue(impl, what, where), nullptr);
+  if (!started)
+    throw Error(std::string(what) + ": " + started.message());
   HostCopy copy;
-  copy.impl_ = std::make_shared<HostCopy::Impl>();
-  if (impl.deviceCopy && impl.deviceCopy->hostStale) {
-    // Enqueued on the stream of the backend that wrote the value, after it.
-    rt::Expected<std::unique_ptr<rt::AsyncHostCopy>> started =
-        impl.deviceCopy->backend->copyToHostAsync(impl.deviceCopy->device);
-    if (!started)
-      throw Error(std::string(what) + ": " + started.message());
-    copy.impl_->inFlight = std::move(*started);
-  } else {
-    // On the host already: a snapshot, so a later write does not reach it.
-    rt::Expected<rt::Tensor> snapshot = detail::concreteValue(impl, what, where).clone();
-    if (!snapshot)
-      throw Error(std::string(what) + ": " + snapshot.message());
-    copy.impl_->arrived = detail::makeTensor(std::move(*snapshot));
-  }
+  copy.impl_ = std::make_shared<HostCopy::Impl>(std::move(*started));
   return copy;
 }
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <vector>
 
 namespace ampjit::runtime {
 namespace {
@@ -73,6 +74,30 @@ TEST(DeviceStorage, ExchangingBytesMovesEveryHandleAndEachReleaseTravelsWithItsB
   }
   EXPECT_EQ(secondReleases, 1);
   EXPECT_EQ(otherReleases, 1);
+}
+
+TEST(PendingHostRead, AHostValueIsTakenWhenAskedForAndKeptOnceArrived) {
+  Tensor value = *Tensor::fromDoubles(DType::F32, {3}, std::vector<double>{1.5, -2, 4});
+  Expected<PendingHostRead> read = PendingHostRead::start(value, nullptr);
+  ASSERT_TRUE(read.ok()) << read.message();
+  // A write after the read was asked for does not reach what it returns.
+  *reinterpret_cast<float*>(value.bytes()) = 99;
+  EXPECT_TRUE(read->ready());
+  Expected<Tensor> first = read->wait();
+  ASSERT_TRUE(first.ok()) << first.message();
+  EXPECT_EQ(first->toDoubles(), (std::vector<double>{1.5, -2, 4}));
+  EXPECT_EQ(first->device(), Device::Host);
+  Expected<Tensor> again = read->wait();
+  ASSERT_TRUE(again.ok()) << again.message();
+  EXPECT_EQ(again->bytes(), first->bytes()) << "a second wait returns what arrived, not a new copy";
+}
+
+TEST(PendingHostRead, ADeviceValueWithoutTheBackendThatWroteItIsAClearError) {
+  int releases = 0;
+  Tensor device = *Tensor::wrap(TensorType{DType::F32, {4}}, fakeDeviceStorage(16, &releases));
+  Expected<PendingHostRead> read = PendingHostRead::start(device, nullptr);
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.message().find("without the backend that wrote it"), std::string::npos) << read.message();
 }
 
 TEST(CudaBackend, WithoutADeviceCreatingItIsAClearError) {

@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace ampjit::runtime {
@@ -187,6 +188,35 @@ public:
   virtual bool ready() = 0;
   /// Waits for the copy and returns the host tensor.
   virtual Expected<Tensor> wait() = 0;
+};
+
+class CudaBackend;
+
+/// A value read to the host that may arrive later: what the C API's
+/// ampjit_host_copy and jit::cuda::HostCopy hold. A device tensor is copied
+/// to pinned memory on the stream of the backend that wrote it, after the
+/// work enqueued there so far (CudaBackend::copyToHostAsync); a host tensor
+/// is cloned at once. Either way a later write to the tensor does not reach
+/// the value. The copy keeps what it needs of the device alive, so it may
+/// outlive the backend that started it.
+class PendingHostRead {
+public:
+  /// Starts reading `tensor`. `writer` is the backend whose stream writes a
+  /// device tensor; unused (and may be null) for a host tensor.
+  static Expected<PendingHostRead> start(const Tensor& tensor, CudaBackend* writer);
+
+  /// Whether the value has arrived (never blocks).
+  bool ready();
+  /// The value on the host, waiting for it the first time; later calls
+  /// return what arrived (sharing its bytes) without waiting.
+  Expected<Tensor> wait();
+
+private:
+  PendingHostRead() = default;
+
+  /// The copy in flight, until wait() takes its value.
+  std::unique_ptr<AsyncHostCopy> inFlight_;
+  std::optional<Tensor> arrived_;
 };
 
 /// A point in the backend's stream, for timing GPU work with CUDA events.
