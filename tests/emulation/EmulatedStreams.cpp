@@ -103,7 +103,7 @@ struct Model {
   std::vector<Stream*> streams; // creation order
   std::map<uintptr_t, Allocation> allocations;
   uint64_t clock = 0;
-  uint64_t operationsRun = 0, pinnedAllocations = 0;
+  uint64_t operationsRun = 0, pinnedAllocations = 0, eventsCreated = 0;
   int64_t poolUsed = 0, poolHigh = 0;
   std::size_t largestPoolAllocation = 0; // 0: as large as the host allows
 };
@@ -314,6 +314,7 @@ void setStreamSchedule(StreamSchedule schedule, uint64_t seed) {
 
 uint64_t operationsRun() { return model().operationsRun; }
 uint64_t pinnedAllocations() { return model().pinnedAllocations; }
+uint64_t eventsCreated() { return model().eventsCreated; }
 
 bool isDeviceMemory(const void* pointer) {
   const Allocation* allocation = findAllocation(pointer);
@@ -445,6 +446,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return emulation::cudaEventCreateWithFlags(event, cudaEventDefault); }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
+  ++model().eventsCreated;
   auto* made = new Event;
   made->timing = (flags & cudaEventDisableTiming) == 0;
   *event = reinterpret_cast<cudaEvent_t>(made);

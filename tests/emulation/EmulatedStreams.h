@@ -59,6 +59,8 @@ void setStreamSchedule(StreamSchedule schedule, uint64_t seed = 1);
 uint64_t operationsRun();
 /// cudaMallocHost calls so far.
 uint64_t pinnedAllocations();
+/// cudaEventCreate(WithFlags) calls so far.
+uint64_t eventsCreated();
 
 /// Whether `pointer` lies in memory the emulated device allocated.
 bool isDeviceMemory(const void* pointer);

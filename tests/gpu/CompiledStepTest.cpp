@@ -518,7 +518,8 @@ TEST_F(CompiledStepOnGpu, LossesAndWeightsComeBackWithoutTheStepsWaitingForThem)
   // weights, batches and plan, so the same bits). On the emulated runtime,
   // where queued work runs only while the host waits, neither the calls nor
   // the asking ran any: nothing waited for the GPU. And a second round of
-  // copies pins no host memory: the first round's buffers are reused.
+  // copies pins no host memory and creates no event: the first round's
+  // are reused.
   Classifier asked(kIn, kHidden, kClasses, 3), read(kIn, kHidden, kClasses, 3);
   TraceOptions options{.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cuda};
   auto askedStep = trace([&](const Tensor& x, const Tensor& y) { return asked.step(x, y); }, options);
@@ -542,7 +543,8 @@ TEST_F(CompiledStepOnGpu, LossesAndWeightsComeBackWithoutTheStepsWaitingForThem)
   for (size_t round = 0, call = 2; round < 2; ++round) {
     std::vector<cuda::HostCopy> losses, weights;
 #ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
-    uint64_t ranBefore = ampjit::emulation::operationsRun(), pinnedBefore = ampjit::emulation::pinnedAllocations();
+    uint64_t ranBefore = ampjit::emulation::operationsRun(), pinnedBefore = ampjit::emulation::pinnedAllocations(),
+             eventsBefore = ampjit::emulation::eventsCreated();
 #endif
     for (size_t end = call + 4; call < end; ++call) {
       losses.push_back(cuda::copy_to_host_async(askedStep(batches[call].first, batches[call].second)));
@@ -552,6 +554,7 @@ TEST_F(CompiledStepOnGpu, LossesAndWeightsComeBackWithoutTheStepsWaitingForThem)
     EXPECT_EQ(ampjit::emulation::operationsRun(), ranBefore) << "round " << round << ": something waited for the GPU";
     if (round == 1) {
       EXPECT_EQ(ampjit::emulation::pinnedAllocations(), pinnedBefore) << "the first round's buffers were not reused";
+      EXPECT_EQ(ampjit::emulation::eventsCreated(), eventsBefore) << "the first round's events were not reused";
     }
 #endif
     for (size_t i = 0; i < losses.size(); ++i) {

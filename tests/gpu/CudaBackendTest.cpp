@@ -412,6 +412,47 @@ TEST_F(GpuTest, AsyncHostCopyDeliversTheValueAfterTheRun) {
   EXPECT_GT(cuda->peakDeviceBytes(), 0);
 }
 
+TEST_F(GpuTest, AReadDroppedBeforeItArrivesWaitsForNothingAndTheNextReadTakesItsBuffer) {
+  // A caller who asks for a loss every step and looks at only some: the
+  // others are dropped in flight. Dropping one must not wait for the GPU,
+  // and the next copy reuses its pinned buffer and event, landing after it.
+  Plan plan = statefulPlan();
+  std::vector<Tensor> arguments;
+  for (const Tensor& argument : randomArguments(plan, 17))
+    arguments.push_back(*cuda->toDevice(argument));
+  Expected<std::unique_ptr<Executable>> executable = cuda->prepare(plan);
+  ASSERT_TRUE(executable.ok()) << executable.message();
+  Expected<std::vector<Tensor>> first = (*executable)->run(arguments);
+  ASSERT_TRUE(first.ok()) << first.message();
+  Expected<std::unique_ptr<AsyncHostCopy>> dropped = cuda->copyToHostAsync((*first)[0]);
+  ASSERT_TRUE(dropped.ok()) << dropped.message();
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+  uint64_t ranBefore = emulation::operationsRun(), pinnedBefore = emulation::pinnedAllocations(),
+           eventsBefore = emulation::eventsCreated();
+#endif
+  dropped->reset();
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+  EXPECT_EQ(emulation::operationsRun(), ranBefore) << "dropping a read waited for the GPU";
+#endif
+
+  Expected<std::vector<Tensor>> second = (*executable)->run(arguments);
+  ASSERT_TRUE(second.ok()) << second.message();
+  Expected<std::unique_ptr<AsyncHostCopy>> kept = cuda->copyToHostAsync((*second)[0]);
+  ASSERT_TRUE(kept.ok()) << kept.message();
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+  EXPECT_EQ(emulation::pinnedAllocations(), pinnedBefore) << "the dropped read's buffer was not reused";
+  EXPECT_EQ(emulation::eventsCreated(), eventsBefore) << "the dropped read's event was not reused";
+  EXPECT_EQ(emulation::operationsRun(), ranBefore) << "the second run or its read waited for the GPU";
+#endif
+  Expected<Tensor> value = (*kept)->wait();
+  ASSERT_TRUE(value.ok()) << value.message();
+  Expected<Tensor> expected = cuda->toHost((*second)[0]);
+  ASSERT_TRUE(expected.ok()) << expected.message();
+  EXPECT_TRUE(value->bitwiseEqual(*expected)) << "the read holds the second run's value";
+  EXPECT_FALSE(value->bitwiseEqual(*cuda->toHost((*first)[0])))
+      << "the runs gave the same value, so the test cannot tell the reads apart";
+}
+
 TEST_F(GpuTest, CheckNumericsNamesTheSameFirstStepAsTheCpu) {
   // exp overflows in f16 at step 0's input 12; log of -3 is NaN at step 1;
   // the first bad step is 0, and both backends must say so in the same words.

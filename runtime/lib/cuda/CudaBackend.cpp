@@ -61,49 +61,66 @@ std::optional<cuda::SpeculationSchedule> speculationOf(const Plan& plan, int64_t
   return cuda::scheduleSpeculativeUpdates(plan, minimumElements, &whyNot);
 }
 
-/// Pinned host buffers for copies to the host (copyToHostAsync), kept for
-/// the next copy instead of freed: cudaMallocHost costs far more than a
-/// small copy, and the CUDA guide lists a page-locked allocation among what
-/// keeps two streams' work from running concurrently, so a loss read every
-/// step would pay both each step. Sizes are rounded up to powers of two
-/// (256 bytes at least) so that one buffer serves values of similar sizes.
-class PinnedBufferPool {
+/// Where one copy to the host (copyToHostAsync) lands and says it has.
+struct HostCopySlot {
+  void* pinned = nullptr;
+  /// The buffer's size: a power of two, 256 at least, so that one buffer
+  /// serves values of similar sizes.
+  std::size_t bytes = 0;
+  cudaEvent_t done = nullptr;
+};
+
+/// Pinned host buffers and their events, kept for the next copy to the host
+/// instead of freed: cudaMallocHost costs far more than a small copy, and
+/// the CUDA guide lists a page-locked allocation among what keeps two
+/// streams' work from running concurrently, so a loss read every step would
+/// pay both each step (and an event's creation and destruction).
+/// A copy gives its slot back when it is dropped, arrived or not, without
+/// waiting: every copy is enqueued on the runtime's one stream, so the next
+/// copy into the buffer lands after this one, and only a copy's holder reads
+/// its buffer, after its own event. Dropping a read never stalls the host.
+class HostCopySlots {
 public:
-  PinnedBufferPool() = default;
-  PinnedBufferPool(const PinnedBufferPool&) = delete;
-  PinnedBufferPool& operator=(const PinnedBufferPool&) = delete;
-  ~PinnedBufferPool() {
-    for (const auto& [bytes, buffer] : free_)
-      cudaFreeHost(buffer);
+  HostCopySlots() = default;
+  HostCopySlots(const HostCopySlots&) = delete;
+  HostCopySlots& operator=(const HostCopySlots&) = delete;
+  /// Runs after DeviceRuntime's destructor has synchronized its stream.
+  ~HostCopySlots() {
+    for (const auto& [bytes, slot] : free_) {
+      cudaEventDestroy(slot.done);
+      cudaFreeHost(slot.pinned);
+    }
   }
 
-  /// A buffer of at least `bytes`, reused or newly pinned.
-  Expected<void*> take(std::size_t bytes) {
-    std::size_t rounded = roundedSize(bytes);
+  /// A slot whose buffer holds at least `bytes`, reused or newly made.
+  Expected<HostCopySlot> take(std::size_t bytes) {
+    std::size_t rounded = std::bit_ceil(std::max<std::size_t>(bytes, 256));
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (auto found = free_.find(rounded); found != free_.end()) {
-        void* buffer = found->second;
+        HostCopySlot slot = found->second;
         free_.erase(found);
-        return buffer;
+        return slot;
       }
     }
-    void* buffer = nullptr;
-    AMPJIT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&buffer, rounded),
+    HostCopySlot slot{.bytes = rounded};
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&slot.pinned, rounded),
                                 "pinning " + std::to_string(rounded) + " bytes of host memory");
-    return buffer;
+    if (cudaError_t error = cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming); error != cudaSuccess) {
+      cudaFreeHost(slot.pinned);
+      return cuda::cudaFailure(error, "creating a device-to-host copy's event");
+    }
+    return slot;
   }
-  /// Takes back a buffer take(bytes) gave, once nothing writes it.
-  void give(void* buffer, std::size_t bytes) {
+  /// Takes back a slot take() gave, its copy possibly still in flight.
+  void give(HostCopySlot slot) {
     std::lock_guard<std::mutex> lock(mutex_);
-    free_.emplace(roundedSize(bytes), buffer);
+    free_.emplace(slot.bytes, slot);
   }
 
 private:
-  static std::size_t roundedSize(std::size_t bytes) { return std::bit_ceil(std::max<std::size_t>(bytes, 256)); }
-
   std::mutex mutex_;
-  std::multimap<std::size_t, void*> free_;
+  std::multimap<std::size_t, HostCopySlot> free_;
 };
 
 /// What outlives the backend object for as long as anything uses it: the
@@ -126,7 +143,7 @@ struct DeviceRuntime {
   /// Made at the first such copy; re-recorded by each, which a wait already
   /// enqueued does not see.
   cudaEvent_t callerWorkDone = nullptr, callerCopyDone = nullptr;
-  PinnedBufferPool pinnedBuffers;
+  HostCopySlots hostCopySlots;
   cuda::KernelCompiler compiler;
   /// In use (context.gemmTuner) where GEMMs are tuned.
   cuda::GemmTuner gemmTuner;
@@ -1913,32 +1930,26 @@ private:
 
 class PinnedHostCopy final : public AsyncHostCopy {
 public:
-  PinnedHostCopy(std::shared_ptr<DeviceRuntime> runtime, TensorType type, void* pinned, cudaEvent_t done)
-      : runtime_(std::move(runtime)), type_(std::move(type)), pinned_(pinned), done_(done) {}
-  ~PinnedHostCopy() override {
-    // The copy may still be writing the pinned buffer.
-    cudaEventSynchronize(done_);
-    cudaEventDestroy(done_);
-    runtime_->pinnedBuffers.give(pinned_, type_.byteSize());
-  }
+  PinnedHostCopy(std::shared_ptr<DeviceRuntime> runtime, TensorType type, HostCopySlot slot)
+      : runtime_(std::move(runtime)), type_(std::move(type)), slot_(slot) {}
+  ~PinnedHostCopy() override { runtime_->hostCopySlots.give(slot_); }
 
-  bool ready() override { return cudaEventQuery(done_) == cudaSuccess; }
+  bool ready() override { return cudaEventQuery(slot_.done) == cudaSuccess; }
 
   Expected<Tensor> wait() override {
-    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done_), "waiting for a device-to-host copy");
+    AMPJIT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot_.done), "waiting for a device-to-host copy");
     Expected<Tensor> host = Tensor::allocate(type_);
     if (!host)
       return host;
     if (host->byteSize() > 0)
-      std::memcpy(host->bytes(), pinned_, host->byteSize());
+      std::memcpy(host->bytes(), slot_.pinned, host->byteSize());
     return host;
   }
 
 private:
   std::shared_ptr<DeviceRuntime> runtime_;
   TensorType type_;
-  void* pinned_;
-  cudaEvent_t done_;
+  HostCopySlot slot_;
 };
 
 class StreamEvent final : public DeviceEvent {
@@ -2075,25 +2086,21 @@ public:
       return Status::error("copyToHostAsync: the tensor is not on the device");
     // The event must belong to the stream's device.
     AMPJIT_CUDA_RETURN_IF_ERROR(cudaSetDevice(runtime_->device), "selecting the device");
-    Expected<void*> taken = runtime_->pinnedBuffers.take(tensor.byteSize());
+    Expected<HostCopySlot> taken = runtime_->hostCopySlots.take(tensor.byteSize());
     if (!taken)
       return taken.status();
-    void* pinned = *taken;
-    cudaEvent_t done = nullptr;
-    cudaError_t error = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
-    if (error == cudaSuccess && tensor.byteSize() > 0)
-      error = cudaMemcpyAsync(pinned, tensor.bytes(), tensor.byteSize(), cudaMemcpyDeviceToHost, runtime_->stream);
+    HostCopySlot slot = *taken;
+    cudaError_t error = cudaSuccess;
+    if (tensor.byteSize() > 0)
+      error = cudaMemcpyAsync(slot.pinned, tensor.bytes(), tensor.byteSize(), cudaMemcpyDeviceToHost, runtime_->stream);
     if (error == cudaSuccess)
-      error = cudaEventRecord(done, runtime_->stream);
+      error = cudaEventRecord(slot.done, runtime_->stream);
     if (error != cudaSuccess) {
-      if (done)
-        cudaEventDestroy(done);
-      // Back to the pool once no copy enqueued before the failure writes it.
-      cudaStreamSynchronize(runtime_->stream);
-      runtime_->pinnedBuffers.give(pinned, tensor.byteSize());
+      // Back at once: a later copy into the buffer follows any enqueued here.
+      runtime_->hostCopySlots.give(slot);
       return cuda::cudaFailure(error, "enqueueing a device-to-host copy");
     }
-    return std::unique_ptr<AsyncHostCopy>(new PinnedHostCopy(runtime_, tensor.type(), pinned, done));
+    return std::unique_ptr<AsyncHostCopy>(new PinnedHostCopy(runtime_, tensor.type(), slot));
   }
 
   Expected<std::unique_ptr<DeviceEvent>> recordEvent() override {
