@@ -26,7 +26,8 @@ func.func @train_step(
     %scale: tensor<f32> {jit.role = "scaler_state"},
     %good_steps: tensor<i64> {jit.role = "scaler_state"},
     %bad_steps: tensor<i64> {jit.role = "scaler_state"},
-    %skipped_steps: tensor<i64> {jit.role = "scaler_state"})
+    %skipped_steps: tensor<i64> {jit.role = "scaler_state"},
+    %last_step_finite: tensor<i1> {jit.role = "scaler_state"})
     -> (tensor<f32>,
         tensor<512x784xf32> {jit.tied = 2 : i64}, tensor<512xf32> {jit.tied = 3 : i64},
         tensor<512x512xf32> {jit.tied = 4 : i64}, tensor<512xf32> {jit.tied = 5 : i64},
@@ -35,7 +36,8 @@ func.func @train_step(
         tensor<512x512xf32> {jit.tied = 10 : i64}, tensor<512xf32> {jit.tied = 11 : i64},
         tensor<10x512xf32> {jit.tied = 12 : i64}, tensor<10xf32> {jit.tied = 13 : i64},
         tensor<f32> {jit.tied = 15 : i64}, tensor<i64> {jit.tied = 16 : i64},
-        tensor<i64> {jit.tied = 17 : i64}, tensor<i64> {jit.tied = 18 : i64}) {
+        tensor<i64> {jit.tied = 17 : i64}, tensor<i64> {jit.tied = 18 : i64},
+        tensor<i1> {jit.tied = 19 : i64}) {
   // Forward: three Linear layers (weights in PyTorch's [out, in] layout).
   %h1 = jit.matmul %x, %w1 {transpose_rhs, jit.op_id = 0 : i64}
       : (tensor<64x784xf32>, tensor<512x784xf32>) -> tensor<64x512xf32>
@@ -102,9 +104,9 @@ func.func @train_step(
 
   return %loss, %w1_new, %b1_new, %w2_new, %b2_new, %w3_new, %b3_new,
          %v_w1_new, %v_b1_new, %v_w2_new, %v_b2_new, %v_w3_new, %v_b3_new,
-         %scale_new, %good_new, %bad_new, %skipped_new
+         %scale_new, %good_new, %bad_new, %skipped_new, %ok
       : tensor<f32>, tensor<512x784xf32>, tensor<512xf32>, tensor<512x512xf32>, tensor<512xf32>,
         tensor<10x512xf32>, tensor<10xf32>, tensor<512x784xf32>, tensor<512xf32>, tensor<512x512xf32>,
         tensor<512xf32>, tensor<10x512xf32>, tensor<10xf32>, tensor<f32>, tensor<i64>, tensor<i64>,
-        tensor<i64>
+        tensor<i64>, tensor<i1>
 }

@@ -140,6 +140,11 @@ const rt::Tensor& concreteValue(const TensorImpl& impl, std::string_view what,
 /// (jit::cuda::copy_to_host_async): while jit::trace records, a tensor's
 /// value cannot be read.
 void checkHostReadOutsideTrace(const TensorImpl& impl, std::string_view what, const std::source_location& where);
+/// Whether an op of a finished trace made `impl`: it has no value, and
+/// concreteValue refuses it.
+bool leftOverFromATrace(const TensorImpl& impl);
+/// The caller's `file:line`, for a refusal's message.
+std::string callerLine(const std::source_location& where);
 
 /// Writes `value` into `target` in place (Tensor::copy_ after its checks and
 /// conversions): rebinding the data eagerly, recording a state update under

@@ -317,14 +317,31 @@ TEST_F(CompiledStepOnGpu, AnInjectedInfSkipsTheStepOnTheDevice) {
   std::vector<double> values = x.to_vector();
   values[3] = std::numeric_limits<double>::infinity();
   step(tensor(values, x.shape()), y);
+  // The scaler's state read without waiting for the step: on the emulated
+  // runtime, asking runs nothing; what arrives is the skipped step's.
+  amp::GradScaler::StateTensors state = net.scaler.state_tensors();
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+  uint64_t ranBefore = ampjit::emulation::operationsRun();
+#endif
+  cuda::HostCopy finite = cuda::copy_to_host_async(state.last_step_finite),
+                 skipped = cuda::copy_to_host_async(state.skipped_steps),
+                 scale = cuda::copy_to_host_async(state.scale);
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATED_RUNTIME
+  EXPECT_EQ(ampjit::emulation::operationsRun(), ranBefore) << "asking for the scaler's state waited for the GPU";
+#endif
+  EXPECT_EQ(finite.item(), 0.0);
+  EXPECT_EQ(skipped.item(), 1.0);
+  EXPECT_EQ(scale.item(), 32768.0);
   std::vector<std::vector<double>> after = stateOf(net);
   for (size_t i = 0; i + 1 < after.size(); ++i)
     EXPECT_EQ(after[i], before[i]) << "state " << i << " changed on a skipped step";
   EXPECT_EQ(net.scaler.get_scale(), 32768.0);
   EXPECT_EQ(net.scaler.skipped_steps(), 1);
+  EXPECT_TRUE(net.scaler.found_inf());
 
   step(x, y);
   EXPECT_NE(stateOf(net)[0], before[0]) << "a clean step updates again";
+  EXPECT_FALSE(net.scaler.found_inf());
 }
 
 TEST_F(CompiledStepOnGpu, AScaleSetFromTheCallersTensorIsCopiedOnTheDevice) {

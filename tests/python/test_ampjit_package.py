@@ -32,7 +32,7 @@ class PackageTest(unittest.TestCase):
 
     def test_the_plan_describes_its_values_as_the_c_api_does(self):
         arguments, results = self.plan.arguments, self.plan.results
-        self.assertEqual(len(arguments), 25)  # 19 and O2's 6 f16 copies
+        self.assertEqual(len(arguments), 26)  # 20 and O2's 6 f16 copies
         self.assertEqual((arguments[2].role, arguments[2].dtype, arguments[2].shape, arguments[2].byte_size),
                          ("param", "f32", (512, 784), 512 * 784 * 4))
         copies = [a for a in arguments if a.derived_from >= 0]
@@ -78,7 +78,7 @@ class PackageTest(unittest.TestCase):
                          "an f16 value reads into 16-bit patterns")
         with self.assertRaisesRegex(ampjit.Error, r"^result 0 \(f32\[\]\) takes f32 elements"):
             session.result(0, into=array.array("q", [0]))
-        with self.assertRaisesRegex(ampjit.Error, "argument 99 does not exist: the plan has 25 arguments"):
+        with self.assertRaisesRegex(ampjit.Error, "argument 99 does not exist: the plan has 26 arguments"):
             session.read(99)
 
     def test_values_go_in_as_numbers_rounded_as_the_runtime_rounds(self):

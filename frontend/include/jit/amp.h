@@ -113,12 +113,32 @@ public:
   void update(const Tensor& new_scale, std::source_location where = std::source_location::current());
 
   bool is_enabled() const { return enabled_; }
-  double get_scale() const;
-  int64_t growth_tracker() const;
-  int64_t skipped_steps() const;
-  /// Whether the last step (or, before update(), the current one) of any optimizer saw an inf/NaN.
-  bool found_inf() const;
-  bool found_inf(const optim::Optimizer& optimizer) const;
+  // The getters read the host value, waiting for the GPU when a CUDA step
+  // wrote it (state_tensors() reads without waiting). Called while jit::trace
+  // records, each is an error naming the caller's line, as item() is.
+  double get_scale(std::source_location where = std::source_location::current()) const;
+  int64_t growth_tracker(std::source_location where = std::source_location::current()) const;
+  int64_t skipped_steps(std::source_location where = std::source_location::current()) const;
+  /// Whether the last step (or, before update(), the current one) of any
+  /// optimizer saw an inf/NaN; false before the first. A traced step keeps it.
+  bool found_inf(std::source_location where = std::source_location::current()) const;
+  /// The same for one optimizer's gradients. A traced step keeps one flag for
+  /// all its optimizers, so after one this is an error that says to ask
+  /// found_inf() (the same answer when one optimizer steps).
+  bool found_inf(const optim::Optimizer& optimizer,
+                 std::source_location where = std::source_location::current()) const;
+
+  /// The scaler's state as tensors, to read without waiting for the GPU
+  /// (`jit::cuda::copy_to_host_async(scaler.state_tensors().scale)`): a traced
+  /// step writes them in place on every call, so a copy asked for after a call
+  /// holds that call's values. They are the state itself: writing one sets it.
+  struct StateTensors {
+    Tensor scale;            ///< f32[]: the loss scale (1 when disabled)
+    Tensor growth_tracker;   ///< i64[]: clean steps since the scale last grew or backed off
+    Tensor skipped_steps;    ///< i64[]: steps skipped for an inf/NaN so far
+    Tensor last_step_finite; ///< i1[]: 0 when the last update's step saw an inf/NaN (and was skipped)
+  };
+  StateTensors state_tensors() const;
   const UpdateScaleOptions& update_options() const { return update_; }
 
   /// The scale, the good/bad-step counters and the skipped steps, with the
@@ -148,8 +168,10 @@ private:
   bool dynamic_;
   UpdateScaleOptions update_;
   Tensor scale_, good_, bad_, skipped_;
+  /// Whether the last update's step was finite (1 before any): state, so a
+  /// traced step writes it each call; not in checkpoints (a load sets it to 1).
+  Tensor lastStepFinite_;
   std::map<const optim::Optimizer*, PerOptimizer> perOptimizer_;
-  Tensor lastAllFinite_;
 };
 
 //===----------------------------------------------------------------------===//

@@ -126,10 +126,13 @@ GradScaler::GradScaler(GradScalerOptions o) : enabled_(o.enabled), dynamic_(o.dy
   good_ = scalar_tensor(0.0, i64);
   bad_ = scalar_tensor(0.0, i64);
   skipped_ = scalar_tensor(0.0, i64);
+  lastStepFinite_ = scalar_tensor(1.0, i1);
   for (const auto& [name, state] : detail::savedStateOf(*this).tensors) {
     detail::markState(state, detail::StateRole::ScalerState);
     detail::nameState(state, "scaler." + name); // traced steps' names: the checkpoint's
   }
+  detail::markState(lastStepFinite_, detail::StateRole::ScalerState);
+  detail::nameState(lastStepFinite_, "scaler.last_step_finite");
 }
 
 namespace {
@@ -213,7 +216,7 @@ Tensor GradScaler::stepsFinite() const {
 }
 
 void GradScaler::finishUpdate(const Tensor& finite) {
-  lastAllFinite_ = finite;
+  lastStepFinite_.copy_(finite);
   for (auto& entry : perOptimizer_)
     entry.second.stage = Stage::Ready;
 }
@@ -259,20 +262,34 @@ void GradScaler::update(const Tensor& new_scale, std::source_location where) {
   finishUpdate(finite);
 }
 
-double GradScaler::get_scale() const { return enabled_ ? scale_.item() : 1.0; }
-int64_t GradScaler::growth_tracker() const { return int64_t(good_.item()); }
-int64_t GradScaler::skipped_steps() const { return int64_t(skipped_.item()); }
+double GradScaler::get_scale(std::source_location where) const { return enabled_ ? scale_.item(where) : 1.0; }
+int64_t GradScaler::growth_tracker(std::source_location where) const { return int64_t(good_.item(where)); }
+int64_t GradScaler::skipped_steps(std::source_location where) const { return int64_t(skipped_.item(where)); }
 
-bool GradScaler::found_inf(const optim::Optimizer& optimizer) const {
+bool GradScaler::found_inf(const optim::Optimizer& optimizer, std::source_location where) const {
   auto found = perOptimizer_.find(&optimizer);
-  return found != perOptimizer_.end() && found->second.allFinite.defined() && found->second.allFinite.item() == 0.0;
+  if (found == perOptimizer_.end() || !found->second.allFinite.defined())
+    return false;
+  // A flag a traced step computed stays a symbol of the trace: only the
+  // scaler-wide flag is state the compiled step writes.
+  if (detail::leftOverFromATrace(found->second.allFinite.impl()))
+    throw Error("GradScaler::found_inf(optimizer) at " + detail::callerLine(where) + ": the " +
+                optimizer.name() +
+                " optimizer last stepped inside a traced step, which keeps one flag for all optimizers; ask "
+                "found_inf() (the same answer when one optimizer steps)");
+  return found->second.allFinite.item(where) == 0.0;
 }
 
-bool GradScaler::found_inf() const {
+bool GradScaler::found_inf(std::source_location where) const {
   for (const auto& entry : perOptimizer_)
-    if (entry.second.stage != Stage::Ready && entry.second.allFinite.defined() && entry.second.allFinite.item() == 0.0)
+    if (entry.second.stage != Stage::Ready && entry.second.allFinite.defined() &&
+        entry.second.allFinite.item(where) == 0.0)
       return true;
-  return lastAllFinite_.defined() && lastAllFinite_.item() == 0.0;
+  return lastStepFinite_.item(where) == 0.0;
+}
+
+GradScaler::StateTensors GradScaler::state_tensors() const {
+  return {.scale = scale_, .growth_tracker = good_, .skipped_steps = skipped_, .last_step_finite = lastStepFinite_};
 }
 
 void GradScaler::save(const std::string& path) const {
@@ -308,7 +325,7 @@ SavedState savedStateOf(amp::GradScaler& scaler) {
           // The per-step bookkeeping belongs to the step in flight, not to the file.
           .restore = [&scaler] {
             scaler.perOptimizer_.clear();
-            scaler.lastAllFinite_ = Tensor();
+            scaler.lastStepFinite_.copy_(scalar_tensor(1.0, i1));
           }};
 }
 

@@ -75,13 +75,14 @@ const std::optional<UserLocation>& currentUserFrame() { return gUserFrame; }
 // Host reads and in-place writes (declared in Dispatch.h)
 //===----------------------------------------------------------------------===//
 
-namespace {
-/// The caller's `file:line` for a refusal's message: built only when one is
-/// thrown, not on every host read.
+// Built only when a refusal is thrown, not on every host read.
 std::string callerLine(const std::source_location& where) {
   return std::string(where.file_name()) + ":" + std::to_string(where.line());
 }
-} // namespace
+
+bool leftOverFromATrace(const TensorImpl& impl) {
+  return impl.session && !impl.session->active() && !impl.value.defined();
+}
 
 void checkHostReadOutsideTrace(const TensorImpl& impl, std::string_view what, const std::source_location& where) {
   if (impl.session && impl.session->active())

@@ -13,4 +13,4 @@
 // FED: step 0: result 0 =
 // SHAPE: ampjit-run: error: plan @train_step: argument 2 'arg2' (param f32[512x784]) was given a tensor of type f32[]
 // JUNK: ampjit-run: error: --arg=2={{.*}}junk.npy: '{{.*}}junk.npy' is not a NumPy .npy file (wrong magic)
-// INDEX: ampjit-run: error: --arg=99=1: expected INDEX=FILE.npy or INDEX=NUMBER with INDEX < 19, or NAME=... with an argument's name
+// INDEX: ampjit-run: error: --arg=99=1: expected INDEX=FILE.npy or INDEX=NUMBER with INDEX < 20, or NAME=... with an argument's name

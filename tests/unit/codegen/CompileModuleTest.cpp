@@ -39,7 +39,7 @@ TEST(CompileModule, WithoutAPipelineTheModuleIsLoweredAsWritten) {
   ASSERT_TRUE(plan.ok()) << plan.message();
   for (const rt::BufferDesc& buffer : plan->buffers)
     EXPECT_NE(buffer.type.dtype, rt::DType::F16) << "nothing was cast without the AMP pipeline";
-  EXPECT_EQ(plan->argumentCount(), 19u);
+  EXPECT_EQ(plan->argumentCount(), 20u);
 }
 
 TEST(CompileModule, MalformedIrIsAnErrorAtItsSourceLine) {

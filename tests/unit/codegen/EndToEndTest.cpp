@@ -93,19 +93,21 @@ TEST(EndToEnd, AnInfInOneStepSkipsExactlyThatStep) {
     std::vector<std::vector<std::byte>> after = snapshot(arguments);
     for (size_t index = 0; index < arguments.size(); ++index) {
       if (index == kImages || index == kScale || index == kGoodSteps || index == kBadSteps ||
-          index == kSkippedSteps)
+          index == kSkippedSteps || index == kLastStepFinite)
         continue;
       EXPECT_EQ(before[index], after[index]) << "argument " << index << " changed on a skipped step";
     }
     EXPECT_EQ(arguments[kScale].at(0), 32768.0);
     EXPECT_EQ(arguments[kGoodSteps].at(0), 0.0);
     EXPECT_EQ(arguments[kSkippedSteps].at(0), 1.0);
+    EXPECT_EQ(arguments[kLastStepFinite].at(0), 0.0) << "the step that overflowed is kept as not finite";
 
     // The next clean step updates again.
     std::vector<std::byte> param = snapshot(arguments)[kFirstParam];
     ASSERT_TRUE((*executable)->run(arguments).ok());
     EXPECT_NE(snapshot(arguments)[kFirstParam], param);
     EXPECT_EQ(arguments[kGoodSteps].at(0), 1.0);
+    EXPECT_EQ(arguments[kLastStepFinite].at(0), 1.0);
   }
 }
 

@@ -112,6 +112,17 @@ TEST(AmpTest, StateSavedAndLoadedMidTraining) {
   EXPECT_EQ(restored.get_scale(), 4.0);
   EXPECT_EQ(restored.growth_tracker(), 1);
   EXPECT_EQ(restored.skipped_steps(), 1);
+  // The overflow flag belongs to the step that set it, not to the file: a
+  // scaler that loads over one that overflowed has seen no overflow yet.
+  scaler.scale(lossOf(p, kInf)).backward();
+  scaler.step(opt);
+  scaler.update();
+  opt.zero_grad();
+  ASSERT_TRUE(scaler.found_inf());
+  scaler.load(path);
+  EXPECT_FALSE(scaler.found_inf());
+  EXPECT_EQ(scaler.state_tensors().last_step_finite.item(), 1.0);
+  EXPECT_EQ(scaler.skipped_steps(), 1) << "the file's count, not the overflow after the save";
   // The update settings are compiled into traced steps: a load checks them.
   amp::GradScaler slower({.init_scale = 8.0, .growth_interval = 5});
   std::string message = errorOf([&] { slower.load(path); });

@@ -113,14 +113,16 @@ inline void applyGradients(Classifier& net) {
   net.opt.zero_grad(false);
 }
 
-/// Every parameter's and momentum buffer's values, the scaler's state.
+/// Every parameter's and momentum buffer's values, the scaler's state and
+/// its last step's overflow flag.
 inline std::vector<std::vector<double>> stateOf(Classifier& net) {
   std::vector<std::vector<double>> state;
   for (size_t i = 0; i < net.model.parameters().size(); ++i) {
     state.push_back(net.model.parameters()[i].to_vector());
     state.push_back(net.opt.momentum_buffer(i).to_vector());
   }
-  state.push_back({net.scaler.get_scale(), double(net.scaler.growth_tracker()), double(net.scaler.skipped_steps())});
+  state.push_back({net.scaler.get_scale(), double(net.scaler.growth_tracker()), double(net.scaler.skipped_steps()),
+                   double(net.scaler.found_inf())});
   return state;
 }
 

@@ -101,7 +101,7 @@ TEST(TraceNames, AnO2PlanNamesStateAfterTheModelTheOptimizerAndTheScaler) {
   EXPECT_EQ(namesWithRole(arguments, "hyper"), (std::vector<std::string>{"param_groups.0.lr", "param_groups.1.lr"}));
   EXPECT_EQ(namesWithRole(arguments, "scaler_state"),
             (std::vector<std::string>{"scaler.scale", "scaler.growth_tracker", "scaler.bad_steps",
-                                      "scaler.skipped_steps"}));
+                                      "scaler.skipped_steps", "scaler.last_step_finite"}));
   // The traced module carries the names as the arguments' locations.
   EXPECT_NE(step.traced_module().find("loc(\"encoder.layers.2.bias\""), std::string::npos) << step.traced_module();
 }

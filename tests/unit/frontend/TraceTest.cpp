@@ -28,15 +28,15 @@ TEST(Trace, TheClassifierStepIsCapturedWholeWithRolesAndTies) {
   auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); });
   step(x, y);
   const std::string& module = step.traced_module();
-  // 2 inputs, 6 parameters, 6 momentum buffers, lr, 4 scaler tensors.
+  // 2 inputs, 6 parameters, 6 momentum buffers, lr, 5 scaler tensors.
   for (auto [role, count] : {std::pair{"\"input\"", 2}, {"\"param\"", 6}, {"\"opt_state\"", 6},
-                             {"\"hyper\"", 1}, {"\"scaler_state\"", 4}}) {
+                             {"\"hyper\"", 1}, {"\"scaler_state\"", 5}}) {
     size_t found = 0;
     for (size_t at = module.find(role); at != std::string::npos; at = module.find(role, at + 1))
       ++found;
     EXPECT_EQ(found, size_t(count)) << role;
   }
-  EXPECT_NE(module.find("jit.tied = 18 : i64"), std::string::npos);
+  EXPECT_NE(module.find("jit.tied = 19 : i64"), std::string::npos);
   EXPECT_NE(module.find("amp.update_scale"), std::string::npos);
   EXPECT_EQ(step.stats().traces, 1u);
   // Ops carry the user's source location.
@@ -169,6 +169,59 @@ TEST(Trace, AnOverflowingStepIsSkippedOnTheCompiledStep) {
   EXPECT_EQ(net.scaler.get_scale(), 65536.0);
   EXPECT_EQ(net.scaler.growth_tracker(), 0);
   EXPECT_EQ(step.stats().traces, 1u);
+}
+
+TEST(Trace, TheScalersOverflowFlagAndItsTensorsFollowTheCompiledStep) {
+  // found_inf() after a traced call is the compiled step's flag (a state it
+  // writes), as eager's is; state_tensors() are the state each call writes,
+  // so a copy asked for after a call holds that call's values.
+  Classifier eager SMALL_NET({.growth_interval = 2}), traced SMALL_NET({.growth_interval = 2});
+  auto step = trace([&](const Tensor& a, const Tensor& b) { return traced.step(a, b); },
+                    {.amp = {.level = amp::O1, .dtype = f16}});
+  EXPECT_FALSE(traced.scaler.found_inf()) << "no step has run";
+  auto [x, y] = batch(kBatch, kIn, kClasses, 5);
+  std::vector<double> values = x.to_vector();
+  values[3] = std::numeric_limits<double>::infinity();
+  Tensor poisoned = tensor(values, x.shape());
+  for (const auto& [call, input] : std::vector<std::pair<int, Tensor>>{{0, x}, {1, poisoned}, {2, x}, {3, poisoned}}) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    step(input, y);
+    {
+      amp::autocast scope({.dtype = f16});
+      eager.step(input, y);
+    }
+    bool overflowed = call % 2 == 1;
+    EXPECT_EQ(traced.scaler.found_inf(), overflowed);
+    EXPECT_EQ(eager.scaler.found_inf(), overflowed);
+    amp::GradScaler::StateTensors state = traced.scaler.state_tensors();
+    cuda::HostCopy scale = cuda::copy_to_host_async(state.scale),
+                   skipped = cuda::copy_to_host_async(state.skipped_steps),
+                   growth = cuda::copy_to_host_async(state.growth_tracker),
+                   finite = cuda::copy_to_host_async(state.last_step_finite);
+    EXPECT_EQ(scale.item(), eager.scaler.get_scale());
+    EXPECT_EQ(skipped.item(), double(eager.scaler.skipped_steps()));
+    EXPECT_EQ(growth.item(), double(eager.scaler.growth_tracker()));
+    EXPECT_EQ(finite.item(), overflowed ? 0.0 : 1.0);
+  }
+  EXPECT_EQ(traced.scaler.skipped_steps(), 2);
+  EXPECT_EQ(step.stats().traces, 1u);
+
+  // One optimizer's own flag is not kept by the compiled step: a clear error
+  // that says what to ask instead, at the caller's line.
+  std::string perOptimizer = errorOf([&] { traced.scaler.found_inf(traced.opt); });
+  EXPECT_NE(perOptimizer.find("ask found_inf()"), std::string::npos) << perOptimizer;
+  EXPECT_NE(perOptimizer.find("TraceTest.cpp"), std::string::npos) << perOptimizer;
+  EXPECT_TRUE(eager.scaler.found_inf(eager.opt)) << "eagerly, the last (overflowing) step's own flag";
+
+  // Asking inside the traced function names the caller's line, not the scaler's.
+  auto asking = trace([&](const Tensor& a, const Tensor& b) {
+    Tensor loss = eager.step(a, b);
+    eager.scaler.get_scale();
+    return loss;
+  });
+  std::string inside = errorOf([&] { asking(x, y); });
+  EXPECT_NE(inside.find("TraceTest.cpp"), std::string::npos) << inside;
+  EXPECT_EQ(inside.find("GradScaler.cpp"), std::string::npos) << inside;
 }
 
 TEST(Trace, ApexLossScaleBoundsHoldOnTheCompiledStepAsEagerly) {
@@ -1051,6 +1104,7 @@ TEST(Trace, AmpjitDumpWritesEveryStage) {
   std::string text((std::istreambuf_iterator<char>(passes)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("IR Dump After AmpPipeline"), std::string::npos);
 }
+
 
 } // namespace
 } // namespace jit::testing

@@ -111,8 +111,8 @@ std::vector<rt::Tensor> initialArguments(const rt::Plan &plan, StepData data) {
         value = uniform(generator);
     } else if (index == kLearningRate) {
       values[0] = data.learningRate;
-    } else if (index == kScale) {
-      values[0] = 65536.0;
+    } else if (index == kScale || index == kLastStepFinite) {
+      values[0] = index == kScale ? 65536.0 : 1.0; // no step has overflowed yet
     }
     rt::Expected<rt::Tensor> tensor = rt::Tensor::fromDoubles(buffer.type.dtype, buffer.type.shape, values);
     EXPECT_TRUE(tensor.ok()) << tensor.message();

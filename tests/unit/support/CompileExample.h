@@ -42,7 +42,7 @@ runtime::Plan compileExample(const std::string &file, const std::string &ampOpti
 /// Argument positions of examples/mnist_train_step.mlir.
 namespace mnist_step {
 constexpr size_t kImages = 0, kLabels = 1, kFirstParam = 2, kLearningRate = 14, kScale = 15, kGoodSteps = 16,
-                 kBadSteps = 17, kSkippedSteps = 18;
+                 kBadSteps = 17, kSkippedSteps = 18, kLastStepFinite = 19;
 } // namespace mnist_step
 
 /// What initialArguments fills a train step laid out like
