@@ -25,7 +25,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -323,6 +325,36 @@ void progressBar(int64_t done, int64_t total, double loss) {
   std::fflush(stderr);
 }
 
+/// Each step's loss, asked for when the step is enqueued and taken once it
+/// has arrived: reading it at once (item()) would make the GPU idle while the
+/// host waits, every step. `take` sees the losses in step order.
+class LossLog {
+public:
+  explicit LossLog(std::function<void(double)> take) : take_(std::move(take)) {}
+
+  void add(const Tensor& loss) {
+    pending_.push_back(jit::cuda::copy_to_host_async(loss));
+    // Bounded: a host far ahead of the GPU waits for the oldest step.
+    while (pending_.size() > kMostPending || (!pending_.empty() && pending_.front().ready()))
+      takeOldest();
+  }
+  /// Takes every loss still on its way (at an epoch's end).
+  void drain() {
+    while (!pending_.empty())
+      takeOldest();
+  }
+
+private:
+  static constexpr size_t kMostPending = 64;
+  void takeOldest() {
+    take_(pending_.front().item());
+    pending_.pop_front();
+  }
+
+  std::function<void(double)> take_;
+  std::deque<jit::cuda::HostCopy> pending_;
+};
+
 std::string levelName(jit::amp::Level level) { return std::string(jit::amp::level_name(level)); }
 
 /// The AMP report's summary: ops per compute type, casts inserted/removed.
@@ -381,6 +413,13 @@ jit::Checkpoint runCheckpoint(const Options& options, jit::nn::Module& model, ji
   if (!options.json)
     std::cout << "resumed from '" << options.resume << "' after epoch " << epochsDone << "\n";
   return checkpoint;
+}
+
+/// Whether traced steps run on the GPU (jit::trace's rule for `automatic`:
+/// a device present in a build with the CUDA backend).
+bool runsOnCuda(const Options& options) {
+  return options.backend == jit::Backend::cuda ||
+         (options.backend == jit::Backend::automatic && jit::cuda::is_available());
 }
 
 void saveIfAsked(const Options& options, const jit::Checkpoint& checkpoint) {
@@ -444,6 +483,13 @@ int trainClassifier(const Options& options) {
     shuffle(order, engine);
     double lossSum = 0.0;
     int64_t lossCount = 0;
+    LossLog losses([&](double loss) {
+      // An overflowing step's loss is inf or NaN; the scaler skipped it.
+      if (std::isfinite(loss)) {
+        lossSum += loss;
+        ++lossCount;
+      }
+    });
     bool stopped = false;
     for (int64_t b = 0; b < batches; ++b) {
       if (options.maxSteps >= 0 && stepsRun >= options.maxSteps) {
@@ -451,15 +497,12 @@ int trainClassifier(const Options& options) {
         break;
       }
       auto [x, y] = gather(digits, order, size_t(b * options.batchSize), size_t(options.batchSize));
-      double loss = step(x, y).item();
+      losses.add(step(x, y));
       ++stepsRun;
-      if (std::isfinite(loss)) {
-        lossSum += loss;
-        ++lossCount;
-      }
       if (options.progress)
         progressBar(b + 1, batches, lossSum / double(std::max<int64_t>(lossCount, 1)));
     }
+    losses.drain();
     int64_t correct = 0;
     constexpr size_t kEvalBatch = 500;
     for (size_t begin = 0; begin < held.size(); begin += kEvalBatch) {
@@ -537,23 +580,30 @@ int trainMlp9(const Options& options) {
   jit::Generator data(options.seed + 5);
   Tensor x = jit::rand({options.batchSize, width}, jit::f32, &data);
   Tensor y = jit::rand({options.batchSize, width}, jit::f32, &data);
+  if (runsOnCuda(options)) {
+    // The same batch every step: uploaded once, not copied from the host per step.
+    x = jit::cuda::to_device(x);
+    y = jit::cuda::to_device(y);
+  }
   int64_t epochsDone = 0;
   jit::Checkpoint checkpoint = runCheckpoint(options, model, opt, scaler, epochsDone);
   int64_t stepsRun = 0;
   for (int epoch = int(epochsDone) + 1; epoch <= options.epochs; ++epoch) {
     Clock::time_point start = Clock::now();
     double loss = 0.0;
+    LossLog losses([&](double arrived) { loss = arrived; });
     bool stopped = false;
     for (int64_t s = 0; s < options.stepsPerEpoch; ++s) {
       if (options.maxSteps >= 0 && stepsRun >= options.maxSteps) {
         stopped = true;
         break;
       }
-      loss = step(x, y).item();
+      losses.add(step(x, y));
       ++stepsRun;
       if (options.progress)
         progressBar(s + 1, options.stepsPerEpoch, loss);
     }
+    losses.drain();
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (options.json)
       std::cout << nlohmann::json{{"epoch", epoch}, {"loss", loss}, {"loss_scale", scaler.get_scale()},
