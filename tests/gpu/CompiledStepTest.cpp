@@ -344,6 +344,65 @@ TEST_F(CompiledStepOnGpu, AnInjectedInfSkipsTheStepOnTheDevice) {
   EXPECT_FALSE(net.scaler.found_inf());
 }
 
+TEST_F(CompiledStepOnGpu, GradientsAccumulatedOverTwoTracedFunctionsMatchTheCpu) {
+  // The README's gradient accumulation at O1-f16: `accumulate` adds each
+  // micro-batch's scaled gradients into state, `apply` steps the scaler and
+  // the optimizer and zeroes them in place. On the device the gradients stay
+  // device state between the two functions' graphs. Round 1's second
+  // micro-batch overflows: that round is skipped on both backends.
+  Classifier onCpu(kIn, kHidden, kClasses, 3), onGpu(kIn, kHidden, kClasses, 3);
+  auto traceBoth = [](Classifier& net, Backend backend) {
+    TraceOptions options{.amp = {.level = amp::O1, .dtype = f16}, .backend = backend, .log_retraces = false};
+    options.name = "accumulate";
+    auto accumulate = trace([&net](const Tensor& x, const Tensor& y) { return accumulateGradients(net, x, y); },
+                            options);
+    options.name = "apply";
+    auto apply = trace([&net]() { applyGradients(net); }, options);
+    return std::pair{std::move(accumulate), std::move(apply)};
+  };
+  auto [cpuAccumulate, cpuApply] = traceBoth(onCpu, Backend::cpu);
+  auto [gpuAccumulate, gpuApply] = traceBoth(onGpu, Backend::cuda);
+  Tolerance tolerance = toleranceFor(ampjit::runtime::DType::F16);
+  for (uint64_t round = 0; round < 3; ++round) {
+    for (uint64_t micro = 0; micro < 2; ++micro) {
+      auto [x, y] = batch(kBatch, kIn, kClasses, 60 + 10 * round + micro);
+      if (round == 1 && micro == 1) {
+        std::vector<double> values = x.to_vector();
+        values[7] = std::numeric_limits<double>::infinity();
+        x = tensor(values, x.shape());
+      }
+      double cpuLoss = cpuAccumulate(x, y).item(), gpuLoss = gpuAccumulate(x, y).item();
+      if (std::isfinite(cpuLoss))
+        expectClose({gpuLoss}, {cpuLoss}, ampjit::testing::scaled(tolerance, 8.0 * double(round + 1)),
+                    "round " + std::to_string(round) + " micro-batch " + std::to_string(micro));
+    }
+    cpuApply();
+    gpuApply();
+    EXPECT_EQ(onGpu.scaler.found_inf(), round == 1) << "round " << round;
+    EXPECT_EQ(onCpu.scaler.found_inf(), round == 1) << "round " << round;
+  }
+  EXPECT_EQ(onGpu.scaler.skipped_steps(), 1);
+  EXPECT_EQ(onGpu.scaler.get_scale(), onCpu.scaler.get_scale());
+  std::vector<std::vector<double>> cpuState = stateOf(onCpu), gpuState = stateOf(onGpu);
+  Classifier untrained(kIn, kHidden, kClasses, 3);
+  EXPECT_NE(gpuState[0], stateOf(untrained)[0]) << "the clean rounds updated the weights";
+  ASSERT_EQ(cpuState.size(), gpuState.size());
+  // As in ClassifierStepMatchesTheCpuStepAtEveryLevel: parameters element by
+  // element, momentum buffers in norm (the device's epilogues round once).
+  for (size_t i = 0; i + 1 < cpuState.size(); ++i) {
+    std::string what = "state " + std::to_string(i);
+    if (i % 2 == 0)
+      expectClose(gpuState[i], cpuState[i], ampjit::testing::scaled(tolerance, 64.0), what);
+    else
+      expectCloseInNorm(gpuState[i], cpuState[i], ampjit::testing::scaled(tolerance, 32.0), what);
+  }
+  for (const Tensor& parameter : onGpu.model.parameters())
+    for (double value : parameter.grad().to_vector())
+      ASSERT_EQ(value, 0.0) << "apply zeroes the accumulated gradients in place";
+  EXPECT_EQ(gpuAccumulate.stats().traces, 2u) << "once without gradients to add into, once with";
+  EXPECT_EQ(gpuApply.stats().traces, 1u);
+}
+
 TEST_F(CompiledStepOnGpu, AScaleSetFromTheCallersTensorIsCopiedOnTheDevice) {
   // scaler.update(new_scale) makes the scale state a copy of another argument,
   // a copy step at the end of the plan; each call reads the tensor's new value,
