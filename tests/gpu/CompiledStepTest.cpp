@@ -403,6 +403,31 @@ TEST_F(CompiledStepOnGpu, GradientsAccumulatedOverTwoTracedFunctionsMatchTheCpu)
   EXPECT_EQ(gpuApply.stats().traces, 1u);
 }
 
+TEST_F(CompiledStepOnGpu, AnLrScheduleReachesTheCapturedGraphWithoutARecapture) {
+  // StepLR writes the lr tensor from the host between calls: the write lands
+  // in the lr's device tensor, which the captured graph reads, so the step
+  // follows the schedule as the CPU step does and the graph is captured once.
+  Classifier onCpu(kIn, kHidden, kClasses, 3), onGpu(kIn, kHidden, kClasses, 3);
+  optim::StepLR cpuSchedule(onCpu.opt, 2, 0.25), gpuSchedule(onGpu.opt, 2, 0.25);
+  auto [cpuStep, gpuStep] = traceOnCpuAndGpu(onCpu, onGpu, {.amp = {.level = amp::O1, .dtype = f16}});
+  Tolerance tolerance = toleranceFor(ampjit::runtime::DType::F16);
+  for (int call = 0; call < 6; ++call) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 70 + uint64_t(call));
+    double cpuLoss = cpuStep(x, y).item(), gpuLoss = gpuStep(x, y).item();
+    expectClose({gpuLoss}, {cpuLoss}, ampjit::testing::scaled(tolerance, 8.0 * (call + 1)),
+                "loss of call " + std::to_string(call));
+    cpuSchedule.step();
+    gpuSchedule.step();
+    EXPECT_EQ(onGpu.opt.lr().item(), onCpu.opt.lr().item()) << "after call " << call;
+  }
+  EXPECT_EQ(onGpu.opt.lr().item(), double(float(1e-2 * 0.25 * 0.25 * 0.25))) << "lr is an f32 tensor";
+  std::vector<std::vector<double>> cpuState = stateOf(onCpu), gpuState = stateOf(onGpu);
+  for (size_t i = 0; i + 1 < cpuState.size(); i += 2)
+    expectClose(gpuState[i], cpuState[i], ampjit::testing::scaled(tolerance, 64.0), "parameter " + std::to_string(i / 2));
+  EXPECT_EQ(gpuStep.stats().traces, 1u);
+  EXPECT_EQ(gpuStep.stats().device_graph_captures, 1u) << "an lr write must not recapture the graph";
+}
+
 TEST_F(CompiledStepOnGpu, AScaleSetFromTheCallersTensorIsCopiedOnTheDevice) {
   // scaler.update(new_scale) makes the scale state a copy of another argument,
   // a copy step at the end of the plan; each call reads the tensor's new value,
