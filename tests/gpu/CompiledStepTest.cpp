@@ -428,6 +428,38 @@ TEST_F(CompiledStepOnGpu, AnLrScheduleReachesTheCapturedGraphWithoutARecapture) 
   EXPECT_EQ(gpuStep.stats().device_graph_captures, 1u) << "an lr write must not recapture the graph";
 }
 
+TEST_F(CompiledStepOnGpu, ALastSmallerBatchRetracesAndBothVariantsShareTheDeviceState) {
+  // An epoch's last batch is often smaller: the shape guard misses, the step
+  // is traced and compiled again, and the two variants (two plans, two
+  // graphs) then alternate on the same device-resident state.
+  Classifier onCpu(kIn, kHidden, kClasses, 3), onGpu(kIn, kHidden, kClasses, 3);
+  auto [cpuStep, gpuStep] =
+      traceOnCpuAndGpu(onCpu, onGpu, {.amp = {.level = amp::O1, .dtype = f16}, .log_retraces = false});
+  Tolerance tolerance = toleranceFor(ampjit::runtime::DType::F16);
+  const int64_t sizes[] = {kBatch, kBatch, kBatch - 4, kBatch, kBatch, kBatch - 4, kBatch};
+  for (size_t call = 0; call < std::size(sizes); ++call) {
+    auto [x, y] = batch(sizes[call], kIn, kClasses, 80 + call);
+    double cpuLoss = cpuStep(x, y).item(), gpuLoss = gpuStep(x, y).item();
+    expectClose({gpuLoss}, {cpuLoss}, ampjit::testing::scaled(tolerance, 8.0 * double(call + 1)),
+                "loss of call " + std::to_string(call));
+  }
+  std::vector<std::vector<double>> cpuState = stateOf(onCpu), gpuState = stateOf(onGpu);
+  for (size_t i = 0; i + 1 < cpuState.size(); i += 2)
+    expectClose(gpuState[i], cpuState[i], ampjit::testing::scaled(tolerance, 64.0),
+                "parameter " + std::to_string(i / 2));
+  EXPECT_EQ(gpuState.back(), cpuState.back()) << "the scaler's state";
+  EXPECT_EQ(gpuStep.stats().traces, 2u);
+  // The device stats are the variant's the last call ran: each captured its
+  // graph once (at its second call, which launches it), and the small one's
+  // third call replays it again.
+  EXPECT_EQ(gpuStep.stats().device_graph_captures, 1u);
+  auto [x, y] = batch(kBatch - 4, kIn, kClasses, 90);
+  gpuStep(x, y);
+  EXPECT_EQ(gpuStep.stats().device_graph_captures, 1u);
+  EXPECT_EQ(gpuStep.stats().device_graph_replays, 2u);
+  EXPECT_EQ(gpuStep.stats().traces, 2u);
+}
+
 TEST_F(CompiledStepOnGpu, AScaleSetFromTheCallersTensorIsCopiedOnTheDevice) {
   // scaler.update(new_scale) makes the scale state a copy of another argument,
   // a copy step at the end of the plan; each call reads the tensor's new value,

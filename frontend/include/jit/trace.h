@@ -133,6 +133,9 @@ struct TraceStats {
   /// Deferred updates (TraceOptions::defer_updates) that a host access or
   /// another function completed before the next call could overlap them.
   size_t early_update_completions = 0;
+  // The device_ fields below describe the variant the last compiled call ran
+  // (a traced function holds one per guard outcome: after a smaller last
+  // batch, that variant's).
   /// On CUDA, the kernel and library launches the last compiled call's step
   /// enqueues (what its graph replays one after another); 0 on the CPU.
   size_t device_launches_per_step = 0;
@@ -156,7 +159,7 @@ struct TraceStats {
   /// the CPU.
   size_t device_updates_folded_into_gemms = 0;
   std::string device_gemm_fold_declined{};
-  /// On CUDA, how many GEMMs of the last compiled variant run the algorithm
+  /// On CUDA, how many GEMMs of that variant run the algorithm
   /// tuning chose by timing cuBLASLt's candidates (CudaBackendOptions::
   /// gemmTuningMinimumFlops, AMPJIT_CUDA_GEMM_TUNING), how many of those
   /// run another than the heuristic's first, and the milliseconds its
@@ -173,12 +176,12 @@ struct TraceStats {
   /// Why a GEMM that tuning wanted kept the heuristic's choice (its timing's
   /// scratch did not fit in device memory); empty otherwise.
   std::string device_gemm_tuning_declined{};
-  /// On CUDA, calls of the last compiled variant that replayed its captured
+  /// On CUDA, calls of that variant that replayed its captured
   /// graph, and why it runs step by step instead when a capture or an
   /// instantiation failed (empty while graphs work); 0 and empty on the CPU.
   size_t device_graph_replays = 0;
   std::string device_graph_disabled_reason{};
-  /// On CUDA, graphs the last compiled variant captured: its first, and one
+  /// On CUDA, graphs that variant captured: its first, and one
   /// more each time an argument the graph reads in place moved to other
   /// device memory (a host write to the state does not move it); 0 on the
   /// CPU.
