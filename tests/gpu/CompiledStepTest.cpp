@@ -460,6 +460,45 @@ TEST_F(CompiledStepOnGpu, ALastSmallerBatchRetracesAndBothVariantsShareTheDevice
   EXPECT_EQ(gpuStep.stats().traces, 2u);
 }
 
+TEST_F(CompiledStepOnGpu, ParameterGroupsAndKeptGradientsMatchTheCpu) {
+  // Two SGD groups (weights with weight decay and momentum, biases with
+  // neither and their own lr), and keep_grads: after each call the
+  // gradients are device tensors the host reads back.
+  struct Net {
+    explicit Net(uint64_t seed)
+        : generator(seed), model(nn::Linear(kIn, kHidden, true, {.generator = &generator}), nn::ReLU(),
+                                 nn::Linear(kHidden, kClasses, true, {.generator = &generator})),
+          opt({{.params = {model.parameters()[0], model.parameters()[2]}, .weight_decay = 1e-2},
+               {.params = {model.parameters()[1], model.parameters()[3]}, .lr = 5e-2, .momentum = 0.0}},
+              {.lr = 1e-2, .momentum = 0.9}) {}
+    Tensor step(const Tensor& x, const Tensor& y) { return scaledTrainStep(model, opt, scaler, x, y); }
+    Generator generator;
+    nn::Sequential model;
+    optim::SGD opt;
+    amp::GradScaler scaler;
+  };
+  Net onCpu(5), onGpu(5);
+  auto [cpuStep, gpuStep] =
+      traceOnCpuAndGpu(onCpu, onGpu, {.amp = {.level = amp::O1, .dtype = f16}, .keep_grads = true});
+  Tolerance tolerance = toleranceFor(ampjit::runtime::DType::F16);
+  for (int call = 0; call < 4; ++call) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 100 + uint64_t(call));
+    double cpuLoss = cpuStep(x, y).item(), gpuLoss = gpuStep(x, y).item();
+    expectClose({gpuLoss}, {cpuLoss}, ampjit::testing::scaled(tolerance, 8.0 * (call + 1)),
+                "loss of call " + std::to_string(call));
+    for (size_t i = 0; i < onCpu.model.parameters().size(); ++i) {
+      const Tensor &cpuGrad = onCpu.model.parameters()[i].grad(), &gpuGrad = onGpu.model.parameters()[i].grad();
+      ASSERT_TRUE(cpuGrad.defined() && gpuGrad.defined()) << "keep_grads keeps parameter " << i << "'s gradient";
+      expectCloseInNorm(gpuGrad.to_vector(), cpuGrad.to_vector(), ampjit::testing::scaled(tolerance, 32.0),
+                        "gradient " + std::to_string(i) + " after call " + std::to_string(call));
+    }
+  }
+  for (size_t i = 0; i < onCpu.model.parameters().size(); ++i)
+    expectClose(onGpu.model.parameters()[i].to_vector(), onCpu.model.parameters()[i].to_vector(),
+                ampjit::testing::scaled(tolerance, 64.0), "parameter " + std::to_string(i));
+  EXPECT_EQ(onGpu.opt.lr(1).item(), double(float(5e-2)));
+}
+
 TEST_F(CompiledStepOnGpu, AScaleSetFromTheCallersTensorIsCopiedOnTheDevice) {
   // scaler.update(new_scale) makes the scale state a copy of another argument,
   // a copy step at the end of the plan; each call reads the tensor's new value,
