@@ -609,6 +609,38 @@ TEST_F(CompiledStepOnGpu, AnEvalStepSeesTheWeightsTheTrainStepUpdatedOnTheDevice
   }
 }
 
+TEST_F(CompiledStepOnGpu, ACpuStepAndACudaStepTakeTurnsOnTheSameState) {
+  // A train step on the device and an eval step on the CPU (or the other
+  // way round) share the model: each reads what the other wrote last,
+  // through the host, and the CUDA step's next call picks up a CPU write.
+  Classifier shared(kIn, kHidden, kClasses, 3), reference(kIn, kHidden, kClasses, 3);
+  TraceOptions onDevice{.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cuda};
+  auto train = trace([&](const Tensor& x, const Tensor& y) { return shared.step(x, y); }, onDevice);
+  auto evaluation = [](Classifier& net, const Tensor& x, const Tensor& y) {
+    NoGradGuard noGrad;
+    return cross_entropy(net.model(x), y);
+  };
+  auto evaluateOnCpu = trace([&](const Tensor& x, const Tensor& y) { return evaluation(shared, x, y); },
+                             {.backend = Backend::cpu, .name = "eval_on_cpu"});
+  auto trainReference = trace([&](const Tensor& x, const Tensor& y) { return reference.step(x, y); }, onDevice);
+  auto [vx, vy] = batch(kBatch, kIn, kClasses, 301);
+  for (uint64_t round = 0; round < 3; ++round) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 20 + round);
+    EXPECT_EQ(train(x, y).item(), trainReference(x, y).item()) << "round " << round;
+    // The CPU step reads the weights the device wrote...
+    EXPECT_EQ(evaluateOnCpu(vx, vy).item(), evaluation(reference, vx, vy).item()) << "round " << round;
+  }
+  // ...and a host write between calls reaches the device step.
+  {
+    NoGradGuard noGrad;
+    shared.model.parameters()[0].copy_(zeros_like(shared.model.parameters()[0]));
+    reference.model.parameters()[0].copy_(zeros_like(reference.model.parameters()[0]));
+  }
+  auto [x, y] = batch(kBatch, kIn, kClasses, 40);
+  EXPECT_EQ(train(x, y).item(), trainReference(x, y).item());
+  EXPECT_EQ(stateOf(shared), stateOf(reference));
+}
+
 TEST_F(CompiledStepOnGpu, AnInputWrittenInPlaceOnTheDeviceReachesTheCallersTensor) {
   Classifier onCpu(kIn, kHidden, kClasses, 3), onGpu(kIn, kHidden, kClasses, 3);
   auto body = [](Classifier& net, const Tensor& x, const Tensor& y) {
