@@ -86,6 +86,30 @@ template <typename Net> auto traceOnCpuAndGpu(Net& onCpu, Net& onGpu, TraceOptio
   return std::pair{std::move(cpuStep), std::move(gpuStep)};
 }
 
+/// A classifier trained on the device against its twin on the CPU. stateOf
+/// alternates each parameter and its momentum buffer, then the scaler's
+/// state. The parameters agree element by element. The momentum buffers,
+/// sums of the gradients, agree in norm: the CUDA pipeline's GEMM epilogues
+/// add the bias and apply ReLU before the one rounding, the CPU's plan rounds
+/// in between, so a pre-activation within an ulp of zero can be ReLU'd away
+/// in one and not the other, and that unit's whole row of its layer's weight
+/// gradient moves for that sample (about one such unit per layer and step at
+/// f16, several at bf16: the buffers then differ by 0.9% (f16) and 5.7%
+/// (bf16) in norm, while compiled unfused, as under AMPJIT_CHECK_NUMERICS,
+/// they differ by 1e-5 or not at all). The scaler's state is exact.
+void expectTrainedAlike(Classifier& onGpu, Classifier& onCpu, Tolerance tolerance) {
+  std::vector<std::vector<double>> cpuState = stateOf(onCpu), gpuState = stateOf(onGpu);
+  ASSERT_EQ(cpuState.size(), gpuState.size());
+  for (size_t i = 0; i + 1 < cpuState.size(); ++i) {
+    std::string what = "state " + std::to_string(i);
+    if (i % 2 == 0)
+      expectClose(gpuState[i], cpuState[i], ampjit::testing::scaled(tolerance, 64.0), what);
+    else
+      expectCloseInNorm(gpuState[i], cpuState[i], ampjit::testing::scaled(tolerance, 32.0), what);
+  }
+  EXPECT_EQ(cpuState.back(), gpuState.back()) << "scaler state";
+}
+
 TEST_F(CompiledStepOnGpu, ClassifierStepMatchesTheCpuStepAtEveryLevel) {
   for (Level config : {Level{amp::O0, f32}, Level{amp::O1, f16}, Level{amp::O1, bf16}, Level{amp::O2, f16},
                        Level{amp::O2, bf16}}) {
@@ -105,26 +129,7 @@ TEST_F(CompiledStepOnGpu, ClassifierStepMatchesTheCpuStepAtEveryLevel) {
       expectClose({gpuLoss}, {cpuLoss}, ampjit::testing::scaled(tolerance, 8.0 * (stepIndex + 1)),
                   "loss of step " + std::to_string(stepIndex));
     }
-    std::vector<std::vector<double>> cpuState = stateOf(onCpu), gpuState = stateOf(onGpu);
-    ASSERT_EQ(cpuState.size(), gpuState.size());
-    // stateOf alternates each parameter and its momentum buffer. The
-    // parameters agree element by element. The momentum buffers, sums of
-    // the gradients, agree in norm: the CUDA pipeline's GEMM epilogues add
-    // the bias and apply ReLU before the one rounding, the CPU's plan rounds
-    // in between, so a pre-activation within an ulp of zero can be ReLU'd
-    // away in one and not the other, and that unit's whole row of its
-    // layer's weight gradient moves for that sample (about one such unit per
-    // layer and step at f16, several at bf16: the buffers then differ by
-    // 0.9% (f16) and 5.7% (bf16) in norm, while compiled unfused, as under
-    // AMPJIT_CHECK_NUMERICS, they differ by 1e-5 or not at all).
-    for (size_t i = 0; i + 1 < cpuState.size(); ++i) {
-      std::string what = "state " + std::to_string(i);
-      if (i % 2 == 0)
-        expectClose(gpuState[i], cpuState[i], ampjit::testing::scaled(tolerance, 64.0), what);
-      else
-        expectCloseInNorm(gpuState[i], cpuState[i], ampjit::testing::scaled(tolerance, 32.0), what);
-    }
-    EXPECT_EQ(cpuState.back(), gpuState.back()) << "scaler state";
+    expectTrainedAlike(onGpu, onCpu, tolerance);
     EXPECT_EQ(gpuStep.stats().traces, 1u);
   }
 }
@@ -383,19 +388,9 @@ TEST_F(CompiledStepOnGpu, GradientsAccumulatedOverTwoTracedFunctionsMatchTheCpu)
   }
   EXPECT_EQ(onGpu.scaler.skipped_steps(), 1);
   EXPECT_EQ(onGpu.scaler.get_scale(), onCpu.scaler.get_scale());
-  std::vector<std::vector<double>> cpuState = stateOf(onCpu), gpuState = stateOf(onGpu);
   Classifier untrained(kIn, kHidden, kClasses, 3);
-  EXPECT_NE(gpuState[0], stateOf(untrained)[0]) << "the clean rounds updated the weights";
-  ASSERT_EQ(cpuState.size(), gpuState.size());
-  // As in ClassifierStepMatchesTheCpuStepAtEveryLevel: parameters element by
-  // element, momentum buffers in norm (the device's epilogues round once).
-  for (size_t i = 0; i + 1 < cpuState.size(); ++i) {
-    std::string what = "state " + std::to_string(i);
-    if (i % 2 == 0)
-      expectClose(gpuState[i], cpuState[i], ampjit::testing::scaled(tolerance, 64.0), what);
-    else
-      expectCloseInNorm(gpuState[i], cpuState[i], ampjit::testing::scaled(tolerance, 32.0), what);
-  }
+  EXPECT_NE(stateOf(onGpu)[0], stateOf(untrained)[0]) << "the clean rounds updated the weights";
+  expectTrainedAlike(onGpu, onCpu, tolerance);
   for (const Tensor& parameter : onGpu.model.parameters())
     for (double value : parameter.grad().to_vector())
       ASSERT_EQ(value, 0.0) << "apply zeroes the accumulated gradients in place";
@@ -421,9 +416,7 @@ TEST_F(CompiledStepOnGpu, AnLrScheduleReachesTheCapturedGraphWithoutARecapture) 
     EXPECT_EQ(onGpu.opt.lr().item(), onCpu.opt.lr().item()) << "after call " << call;
   }
   EXPECT_EQ(onGpu.opt.lr().item(), double(float(1e-2 * 0.25 * 0.25 * 0.25))) << "lr is an f32 tensor";
-  std::vector<std::vector<double>> cpuState = stateOf(onCpu), gpuState = stateOf(onGpu);
-  for (size_t i = 0; i + 1 < cpuState.size(); i += 2)
-    expectClose(gpuState[i], cpuState[i], ampjit::testing::scaled(tolerance, 64.0), "parameter " + std::to_string(i / 2));
+  expectTrainedAlike(onGpu, onCpu, tolerance);
   EXPECT_EQ(gpuStep.stats().traces, 1u);
   EXPECT_EQ(gpuStep.stats().device_graph_captures, 1u) << "an lr write must not recapture the graph";
 }
@@ -443,11 +436,7 @@ TEST_F(CompiledStepOnGpu, ALastSmallerBatchRetracesAndBothVariantsShareTheDevice
     expectClose({gpuLoss}, {cpuLoss}, ampjit::testing::scaled(tolerance, 8.0 * double(call + 1)),
                 "loss of call " + std::to_string(call));
   }
-  std::vector<std::vector<double>> cpuState = stateOf(onCpu), gpuState = stateOf(onGpu);
-  for (size_t i = 0; i + 1 < cpuState.size(); i += 2)
-    expectClose(gpuState[i], cpuState[i], ampjit::testing::scaled(tolerance, 64.0),
-                "parameter " + std::to_string(i / 2));
-  EXPECT_EQ(gpuState.back(), cpuState.back()) << "the scaler's state";
+  expectTrainedAlike(onGpu, onCpu, tolerance);
   EXPECT_EQ(gpuStep.stats().traces, 2u);
   // The device stats are the variant's the last call ran: each captured its
   // graph once (at its second call, which launches it), and the small one's
