@@ -24,6 +24,8 @@ for c in configs:
     assert all(abs(ms - exact) <= 0.0006 for ms, exact in
                zip(step_times, (c["ms_per_step_min"], c["ms_per_step_median"], c["ms_per_step_max"]))), c
     assert c["time_to_first_step_in_process_s"] > 0, c
+    # On the CPU a call is the whole step.
+    assert c["host_ms_per_call_median"] == c["ms_per_step_median"], c
     assert c["fresh_process"].get("time_to_first_step_s", 0) > 0, c
     # What GEMM tuning cost the fresh process (nothing on the CPU).
     assert c["fresh_process"].get("device_gemm_tuning_ms") == 0, c

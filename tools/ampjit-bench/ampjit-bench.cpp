@@ -10,7 +10,9 @@
 // each at O0 and at O1/O2 with f16 and bf16, plain SGD as the peers run it,
 // dynamic loss scaling for f16. Per configuration it reports the median,
 // minimum and maximum step time after warm-up and every step's time in
-// order, the time to the first step in a fresh process (this binary re-run
+// order, the host's median time per call (on CUDA, what enqueueing a step
+// costs: the pace when it exceeds the GPU's), the time to the first step in a
+// fresh process (this binary re-run
 // with --first-step-only: trace, compile, first step), the peak resident
 // memory, and where PyTorch with CUDA is importable, the peers measured in
 // the same run with our speedup over each: PyTorch eager in the matching
@@ -342,7 +344,7 @@ nlohmann::json measure(const std::string& model, jit::amp::Level level, jit::DTy
     result["device_gemm_tuning_candidates_screened"] = step.stats().device_gemm_tuning_candidates_screened;
     return result;
   }
-  std::vector<double> times;
+  std::vector<double> times, hostTimes;
   if (runsOnCpu(options)) {
     for (int64_t i = 0; i < options.warmup; ++i)
       step(work.x, work.y).item();
@@ -353,15 +355,21 @@ nlohmann::json measure(const std::string& model, jit::amp::Level level, jit::DTy
       loss = step(work.x, work.y).item();
       times.push_back(secondsSince(begin) * 1e3);
     }
+    hostTimes = times;
   } else {
     // A CUDA step returns once enqueued: time the GPU with events between
     // steps, and read the loss only at the end so nothing waits in between.
+    // The host's time per call says whether the GPU or the host sets the
+    // pace: a step whose enqueueing takes as long as its GPU work would
+    // leave the GPU idle between steps, and the events would time the host.
     Tensor last;
     for (int64_t i = 0; i < options.warmup; ++i)
       last = step(work.x, work.y);
     std::vector<jit::cuda::Event> events{jit::cuda::Event::record()};
     for (int64_t i = 0; i < options.steps; ++i) {
+      Clock::time_point begin = Clock::now();
       last = step(work.x, work.y);
+      hostTimes.push_back(secondsSince(begin) * 1e3);
       events.push_back(jit::cuda::Event::record());
     }
     for (int64_t i = 0; i < options.steps; ++i)
@@ -369,6 +377,8 @@ nlohmann::json measure(const std::string& model, jit::amp::Level level, jit::DTy
     loss = last.item();
     result["peak_device_mb"] = double(jit::cuda::max_memory_allocated()) / (1024.0 * 1024.0);
   }
+  std::sort(hostTimes.begin(), hostTimes.end());
+  result["host_ms_per_call_median"] = hostTimes[hostTimes.size() / 2];
   // In step order, so a spread can be told apart: one that follows the
   // step's parity (a speculating CUDA backend alternates two captured
   // graphs), a trend (clocks falling as the card heats), or a few odd steps.
