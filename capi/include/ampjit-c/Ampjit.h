@@ -189,6 +189,8 @@ int ampjit_host_copy_ready(ampjit_host_copy* copy);
 /* Waits for the value and copies its `bytes` (its byte size) into `data`;
    may be called again. */
 ampjit_status ampjit_host_copy_wait(ampjit_host_copy* copy, void* data, size_t bytes);
+/* Never waits, even for a copy that has not arrived: its pinned buffer goes
+   to the next read, which lands after it. */
 void ampjit_host_copy_destroy(ampjit_host_copy* copy);
 
 /*--- Device memory: sessions on "cuda" ------------------------------------*/
