@@ -123,8 +123,8 @@ public:
   /// optimizer saw an inf/NaN; false before the first. A traced step keeps it.
   bool found_inf(std::source_location where = std::source_location::current()) const;
   /// The same for one optimizer's gradients. A traced step keeps one flag for
-  /// all its optimizers, so after one this is an error that says to ask
-  /// found_inf() (the same answer when one optimizer steps).
+  /// all its optimizers: after one that stepped several, this is an error
+  /// that says to ask found_inf().
   bool found_inf(const optim::Optimizer& optimizer,
                  std::source_location where = std::source_location::current()) const;
 
@@ -157,6 +157,8 @@ private:
   struct PerOptimizer {
     Stage stage = Stage::Ready;
     Tensor allFinite;
+    /// Whether the last update covered this optimizer.
+    bool inLastUpdate = false;
   };
   Tensor invScale() const;
   /// Whether every optimizer stepped since the last update saw finite gradients.
@@ -171,6 +173,9 @@ private:
   /// Whether the last update's step was finite (1 before any): state, so a
   /// traced step writes it each call; not in checkpoints (a load sets it to 1).
   Tensor lastStepFinite_;
+  /// How many optimizers the last update covered (host bookkeeping, which a
+  /// traced step records once and every replay repeats).
+  size_t lastUpdateOptimizers_ = 0;
   std::map<const optim::Optimizer*, PerOptimizer> perOptimizer_;
 };
 

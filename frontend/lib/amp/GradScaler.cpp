@@ -217,8 +217,12 @@ Tensor GradScaler::stepsFinite() const {
 
 void GradScaler::finishUpdate(const Tensor& finite) {
   lastStepFinite_.copy_(finite);
-  for (auto& entry : perOptimizer_)
+  lastUpdateOptimizers_ = 0;
+  for (auto& entry : perOptimizer_) {
+    entry.second.inLastUpdate = entry.second.stage != Stage::Ready;
+    lastUpdateOptimizers_ += entry.second.inLastUpdate;
     entry.second.stage = Stage::Ready;
+  }
 }
 
 void GradScaler::update(std::source_location where) {
@@ -271,12 +275,20 @@ bool GradScaler::found_inf(const optim::Optimizer& optimizer, std::source_locati
   if (found == perOptimizer_.end() || !found->second.allFinite.defined())
     return false;
   // A flag a traced step computed stays a symbol of the trace: only the
-  // scaler-wide flag is state the compiled step writes.
-  if (detail::leftOverFromATrace(found->second.allFinite.impl()))
+  // scaler-wide flag is state the compiled step writes. It is this
+  // optimizer's own when the update covered no other.
+  if (detail::leftOverFromATrace(found->second.allFinite.impl())) {
+    if (found->second.inLastUpdate && lastUpdateOptimizers_ == 1)
+      return lastStepFinite_.item(where) == 0.0;
     throw Error("GradScaler::found_inf(optimizer) at " + detail::callerLine(where) + ": the " +
                 optimizer.name() +
-                " optimizer last stepped inside a traced step, which keeps one flag for all optimizers; ask "
-                "found_inf() (the same answer when one optimizer steps)");
+                (found->second.inLastUpdate
+                     ? " optimizer last stepped inside a traced step together with " +
+                           std::to_string(lastUpdateOptimizers_ - 1) +
+                           " other(s), and the compiled step keeps one flag for all of them; ask found_inf()"
+                     : " optimizer's last step was inside a traced step before the last update(), and only the "
+                       "last update's flag is kept; ask found_inf() after the step you want to know about"));
+  }
   return found->second.allFinite.item(where) == 0.0;
 }
 
@@ -325,6 +337,7 @@ SavedState savedStateOf(amp::GradScaler& scaler) {
           // The per-step bookkeeping belongs to the step in flight, not to the file.
           .restore = [&scaler] {
             scaler.perOptimizer_.clear();
+            scaler.lastUpdateOptimizers_ = 0;
             scaler.lastStepFinite_.copy_(scalar_tensor(1.0, i1));
           }};
 }

@@ -207,12 +207,9 @@ TEST(Trace, TheScalersOverflowFlagAndItsTensorsFollowTheCompiledStep) {
   EXPECT_EQ(traced.scaler.skipped_steps(), 2);
   EXPECT_EQ(step.stats().traces, 1u);
 
-  // One optimizer's own flag is not kept by the compiled step: a clear error
-  // that says what to ask instead, at the caller's line.
-  std::string perOptimizer = errorOf([&] { traced.scaler.found_inf(traced.opt); });
-  EXPECT_NE(perOptimizer.find("ask found_inf()"), std::string::npos) << perOptimizer;
-  EXPECT_NE(perOptimizer.find("TraceTest.cpp"), std::string::npos) << perOptimizer;
-  EXPECT_TRUE(eager.scaler.found_inf(eager.opt)) << "eagerly, the last (overflowing) step's own flag";
+  // The one optimizer's own flag is the scaler's, as eagerly.
+  EXPECT_TRUE(traced.scaler.found_inf(traced.opt));
+  EXPECT_TRUE(eager.scaler.found_inf(eager.opt));
 
   // Asking inside the traced function names the caller's line, not the scaler's.
   auto asking = trace([&](const Tensor& a, const Tensor& b) {
@@ -223,6 +220,54 @@ TEST(Trace, TheScalersOverflowFlagAndItsTensorsFollowTheCompiledStep) {
   std::string inside = errorOf([&] { asking(x, y); });
   EXPECT_NE(inside.find("TraceTest.cpp"), std::string::npos) << inside;
   EXPECT_EQ(inside.find("GradScaler.cpp"), std::string::npos) << inside;
+}
+
+TEST(Trace, OneOptimizersOverflowFlagAmongSeveralAfterATracedStepIsAClearError) {
+  // Two optimizers stepped by one scaler in a traced step: the compiled step
+  // keeps one flag for both (their AND), so asking for one optimizer's flag
+  // is an error that says what to ask instead, at the caller's line.
+  Generator generator(7);
+  nn::Sequential model(nn::Linear(kIn, kHidden, true, {.generator = &generator}), nn::ReLU(),
+                       nn::Linear(kHidden, kClasses, true, {.generator = &generator}));
+  std::vector<Tensor> parameters = model.parameters();
+  optim::SGD first({parameters[0], parameters[1]}, {.lr = 1e-2}), second({parameters[2], parameters[3]}, {.lr = 1e-2});
+  amp::GradScaler scaler;
+  auto step = trace(
+      [&](const Tensor& x, const Tensor& y) {
+        first.zero_grad();
+        second.zero_grad();
+        Tensor loss = cross_entropy(model(x), y);
+        scaler.scale(loss).backward();
+        scaler.step(first);
+        scaler.step(second);
+        scaler.update();
+        return loss;
+      },
+      {.amp = {.level = amp::O1, .dtype = f16}});
+  auto [x, y] = batch(kBatch, kIn, kClasses, 9);
+  step(x, y);
+  EXPECT_FALSE(scaler.found_inf());
+  std::string message = errorOf([&] { scaler.found_inf(first); });
+  EXPECT_NE(message.find("together with 1 other(s)"), std::string::npos) << message;
+  EXPECT_NE(message.find("ask found_inf()"), std::string::npos) << message;
+  EXPECT_NE(message.find("TraceTest.cpp"), std::string::npos) << message;
+
+  // Then a traced step of the second optimizer alone: its flag is the
+  // scaler's; the first's, from the update before, is no longer kept.
+  auto secondOnly = trace(
+      [&](const Tensor& x, const Tensor& y) {
+        second.zero_grad();
+        Tensor loss = cross_entropy(model(x), y);
+        scaler.scale(loss).backward();
+        scaler.step(second);
+        scaler.update();
+        return loss;
+      },
+      {.amp = {.level = amp::O1, .dtype = f16}, .name = "second_only"});
+  secondOnly(x, y);
+  EXPECT_FALSE(scaler.found_inf(second));
+  message = errorOf([&] { scaler.found_inf(first); });
+  EXPECT_NE(message.find("before the last update()"), std::string::npos) << message;
 }
 
 TEST(Trace, ApexLossScaleBoundsHoldOnTheCompiledStepAsEagerly) {
