@@ -114,9 +114,7 @@ bool widenedFor(const rt::Plan &plan, const detail::Readers &readers, size_t ind
   rt::DType narrow = plan.buffers[convert.inputs[0]].type.dtype;
   rt::BufferId widened = convert.outputs[0];
   return (narrow == rt::DType::F16 || narrow == rt::DType::BF16) &&
-         plan.buffers[widened].type.dtype == rt::DType::F32 &&
-         plan.buffers[widened].role == rt::BufferRole::Temporary && !readers.returned[widened] &&
-         readers.steps[widened] == std::vector<size_t>{index};
+         plan.buffers[widened].type.dtype == rt::DType::F32 && readers.onlyReader(plan, widened, index);
 }
 
 } // namespace
