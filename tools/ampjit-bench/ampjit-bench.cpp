@@ -194,10 +194,7 @@ Options parseOptions(int argc, char** argv) {
 }
 
 /// Whether steps will run on the CPU backend (automatic picks CUDA when a device is present).
-bool runsOnCpu(const Options& options) {
-  return options.backend == jit::Backend::cpu ||
-         (options.backend == jit::Backend::automatic && !jit::cuda::is_available());
-}
+bool runsOnCpu(const Options& options) { return jit::resolve_backend(options.backend) == jit::Backend::cpu; }
 
 //===----------------------------------------------------------------------===//
 // Workloads

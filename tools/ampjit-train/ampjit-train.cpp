@@ -415,13 +415,6 @@ jit::Checkpoint runCheckpoint(const Options& options, jit::nn::Module& model, ji
   return checkpoint;
 }
 
-/// Whether traced steps run on the GPU (jit::trace's rule for `automatic`:
-/// a device present in a build with the CUDA backend).
-bool runsOnCuda(const Options& options) {
-  return options.backend == jit::Backend::cuda ||
-         (options.backend == jit::Backend::automatic && jit::cuda::is_available());
-}
-
 void saveIfAsked(const Options& options, const jit::Checkpoint& checkpoint) {
   if (!options.checkpoint.empty())
     checkpoint.save(options.checkpoint);
@@ -580,7 +573,7 @@ int trainMlp9(const Options& options) {
   jit::Generator data(options.seed + 5);
   Tensor x = jit::rand({options.batchSize, width}, jit::f32, &data);
   Tensor y = jit::rand({options.batchSize, width}, jit::f32, &data);
-  if (runsOnCuda(options)) {
+  if (jit::resolve_backend(options.backend) == jit::Backend::cuda) {
     // The same batch every step: uploaded once, not copied from the host per step.
     x = jit::cuda::to_device(x);
     y = jit::cuda::to_device(y);

@@ -70,6 +70,11 @@ namespace jit {
 /// the build has the CUDA backend, else the CPU.
 enum class Backend { cpu, cuda, automatic };
 
+/// The backend a traced step given `backend` runs on: `cpu` or `cuda`, with
+/// `automatic` resolved as above (jit::trace's own rule, for tools that set
+/// up their data to match).
+Backend resolve_backend(Backend backend);
+
 /// Whether a traced step defers its optimizer update into the next call
 /// (TraceOptions::defer_updates).
 enum class DeferUpdates { automatic, on, off };

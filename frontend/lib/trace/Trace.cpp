@@ -77,9 +77,7 @@ public:
   TracedStep(TraceOptions options, std::source_location where)
       : options_(std::move(options)),
         where_{where.file_name(), unsigned(where.line()), unsigned(where.column())} {
-    bool wantCuda = options_.backend == Backend::cuda ||
-                    (options_.backend == Backend::automatic && rt::cudaDeviceCount() > 0);
-    if (wantCuda) {
+    if (resolve_backend(options_.backend) == Backend::cuda) {
       cuda_ = sharedCudaBackend("jit::trace '" + options_.name + "' on Backend::cuda");
       backend_ = cuda_;
     } else {
@@ -538,6 +536,12 @@ private:
 };
 
 } // namespace detail
+
+Backend resolve_backend(Backend backend) {
+  if (backend != Backend::automatic)
+    return backend;
+  return ampjit::runtime::cudaDeviceCount() > 0 ? Backend::cuda : Backend::cpu;
+}
 
 TracedFunctionBase::TracedFunctionBase(TraceOptions options, std::source_location where)
     : core_(std::make_shared<detail::TracedStep>(std::move(options), where)) {}

@@ -411,6 +411,18 @@ TEST(Trace, ReadingAValueWhileTracingNamesTheOpAndTheLine) {
   EXPECT_NE(stateOf(net), before);
 }
 
+TEST(Trace, AutomaticResolvesToTheBackendTheTracedStepRunsOn) {
+  EXPECT_EQ(resolve_backend(Backend::cpu), Backend::cpu);
+  EXPECT_EQ(resolve_backend(Backend::cuda), Backend::cuda);
+  EXPECT_EQ(resolve_backend(Backend::automatic), cuda::is_available() ? Backend::cuda : Backend::cpu);
+  // And a step traced with `automatic` runs there: on the CPU no device stats.
+  Classifier net SMALL_NET();
+  auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); });
+  auto [x, y] = batch(kBatch, kIn, kClasses, 4);
+  step(x, y);
+  EXPECT_EQ(step.stats().device_launches_per_step > 0, resolve_backend(Backend::automatic) == Backend::cuda);
+}
+
 TEST(Trace, ToDeviceWithoutAGpuSaysSo) {
   if (cuda::is_available())
     GTEST_SKIP() << "this machine has a GPU";
