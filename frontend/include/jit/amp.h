@@ -157,7 +157,8 @@ private:
   struct PerOptimizer {
     Stage stage = Stage::Ready;
     Tensor allFinite;
-    /// Whether the last update covered this optimizer.
+    /// Whether the last update covered this optimizer (host bookkeeping,
+    /// which a traced step records once and every replay repeats).
     bool inLastUpdate = false;
   };
   Tensor invScale() const;
@@ -173,9 +174,6 @@ private:
   /// Whether the last update's step was finite (1 before any): state, so a
   /// traced step writes it each call; not in checkpoints (a load sets it to 1).
   Tensor lastStepFinite_;
-  /// How many optimizers the last update covered (host bookkeeping, which a
-  /// traced step records once and every replay repeats).
-  size_t lastUpdateOptimizers_ = 0;
   std::map<const optim::Optimizer*, PerOptimizer> perOptimizer_;
 };
 

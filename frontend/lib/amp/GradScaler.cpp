@@ -7,6 +7,7 @@
 #include "jit/Ops.h"
 #include "jit/amp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -217,10 +218,8 @@ Tensor GradScaler::stepsFinite() const {
 
 void GradScaler::finishUpdate(const Tensor& finite) {
   lastStepFinite_.copy_(finite);
-  lastUpdateOptimizers_ = 0;
   for (auto& entry : perOptimizer_) {
     entry.second.inLastUpdate = entry.second.stage != Stage::Ready;
-    lastUpdateOptimizers_ += entry.second.inLastUpdate;
     entry.second.stage = Stage::Ready;
   }
 }
@@ -278,13 +277,15 @@ bool GradScaler::found_inf(const optim::Optimizer& optimizer, std::source_locati
   // scaler-wide flag is state the compiled step writes. It is this
   // optimizer's own when the update covered no other.
   if (detail::leftOverFromATrace(found->second.allFinite.impl())) {
-    if (found->second.inLastUpdate && lastUpdateOptimizers_ == 1)
+    auto lastUpdateOptimizers = std::count_if(perOptimizer_.begin(), perOptimizer_.end(),
+                                              [](const auto& entry) { return entry.second.inLastUpdate; });
+    if (found->second.inLastUpdate && lastUpdateOptimizers == 1)
       return lastStepFinite_.item(where) == 0.0;
     throw Error("GradScaler::found_inf(optimizer) at " + detail::callerLine(where) + ": the " +
                 optimizer.name() +
                 (found->second.inLastUpdate
                      ? " optimizer last stepped inside a traced step together with " +
-                           std::to_string(lastUpdateOptimizers_ - 1) +
+                           std::to_string(lastUpdateOptimizers - 1) +
                            " other(s), and the compiled step keeps one flag for all of them; ask found_inf()"
                      : " optimizer's last step was inside a traced step before the last update(), and only the "
                        "last update's flag is kept; ask found_inf() after the step you want to know about"));
@@ -337,7 +338,6 @@ SavedState savedStateOf(amp::GradScaler& scaler) {
           // The per-step bookkeeping belongs to the step in flight, not to the file.
           .restore = [&scaler] {
             scaler.perOptimizer_.clear();
-            scaler.lastUpdateOptimizers_ = 0;
             scaler.lastStepFinite_.copy_(scalar_tensor(1.0, i1));
           }};
 }
