@@ -31,6 +31,8 @@ for c in configs:
     assert c["fresh_process"].get("device_gemm_tuning_ms") == 0, c
     assert c["fresh_process"].get("device_gemm_tuning_candidates_screened") == 0, c
     assert c["peak_host_rss_mb"] > 0, c
+    # Which f16/bf16 conversion code the CPU ran (LowPrecision.h).
+    assert c["cpu_conversions"] in ("portable", "avx2", "avx2+f16c"), c
     # The AMPJIT_* variables it ran under, and no others.
     assert c["environment"].get("AMPJIT_CUDA_CACHE_HINTS") == "0", c["environment"]
     assert all(name.startswith("AMPJIT_") for name in c["environment"]), c["environment"]

@@ -106,11 +106,9 @@ void compare(ElementwiseOp op, const T* a, const T* b, int64_t* y, int64_t n) {
 /// Rounds float values in place to an f16/bf16 register's dtype.
 void roundSingle(float* values, int64_t n, DType dtype) {
   if (dtype == DType::F16)
-    for (int64_t i = 0; i < n; ++i)
-      values[i] = halfToFloat(floatToHalf(values[i]));
+    roundToHalf(values, size_t(n));
   else if (dtype == DType::BF16)
-    for (int64_t i = 0; i < n; ++i)
-      values[i] = bfloat16ToFloat(floatToBFloat16(values[i]));
+    roundToBFloat16(values, size_t(n));
 }
 
 /// A double rounded once to dtype `to`, as a float register holds it.

@@ -1,4 +1,5 @@
 #include "ampjit/runtime/LowPrecision.h"
+#include "ampjit/runtime/Environment.h"
 
 #include <gtest/gtest.h>
 
@@ -6,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <bit>
+#include <cfenv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +18,10 @@
 #include <thread>
 #include <type_traits>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 // The references below must not share code with the library: f16 is checked
 // against the compiler's own _Float16 conversions (libgcc soft-float, or the
@@ -202,13 +208,20 @@ TEST(LowPrecision, NarrowingEveryFloatToHalfMatchesFloat16Conversion) {
   MismatchLog log = sweepAllFloatBitPatterns([&](uint32_t firstBits, const float* inputs, size_t count,
                                                  MismatchLog& blockLog) {
     std::array<uint16_t, kBlockSize> expected, bulk;
+    std::array<float, kBlockSize> rounded;
     reference(inputs, expected.data(), count);
     narrowToHalf(inputs, bulk.data(), count);
+    std::copy(inputs, inputs + count, rounded.begin());
+    roundToHalf(rounded.data(), count);
     for (size_t i = 0; i < count; ++i) {
       uint32_t inputBits = firstBits + static_cast<uint32_t>(i);
       uint16_t actual = floatToHalf(inputs[i]);
       if (bulk[i] != actual)
         blockLog.record({inputBits, bulk[i], actual, "narrowToHalf differs from floatToHalf"});
+      uint32_t scalarRounded = std::bit_cast<uint32_t>(halfToFloat(actual));
+      if (std::bit_cast<uint32_t>(rounded[i]) != scalarRounded)
+        blockLog.record({inputBits, std::bit_cast<uint32_t>(rounded[i]), scalarRounded,
+                         "roundToHalf differs from halfToFloat(floatToHalf)"});
       if (!floatBitsAreNan(inputBits)) {
         if (actual != expected[i])
           blockLog.record({inputBits, actual, expected[i], "floatToHalf"});
@@ -230,12 +243,19 @@ TEST(LowPrecision, NarrowingEveryFloatToBFloat16MatchesIntegerRoundToNearestEven
   MismatchLog log = sweepAllFloatBitPatterns([](uint32_t firstBits, const float* inputs, size_t count,
                                                 MismatchLog& blockLog) {
     std::array<uint16_t, kBlockSize> bulk;
+    std::array<float, kBlockSize> rounded;
     narrowToBFloat16(inputs, bulk.data(), count);
+    std::copy(inputs, inputs + count, rounded.begin());
+    roundToBFloat16(rounded.data(), count);
     for (size_t i = 0; i < count; ++i) {
       uint32_t inputBits = firstBits + static_cast<uint32_t>(i);
       uint16_t actual = floatToBFloat16(inputs[i]);
       if (bulk[i] != actual)
         blockLog.record({inputBits, bulk[i], actual, "narrowToBFloat16 differs from floatToBFloat16"});
+      uint32_t scalarRounded = std::bit_cast<uint32_t>(bfloat16ToFloat(actual));
+      if (std::bit_cast<uint32_t>(rounded[i]) != scalarRounded)
+        blockLog.record({inputBits, std::bit_cast<uint32_t>(rounded[i]), scalarRounded,
+                         "roundToBFloat16 differs from bfloat16ToFloat(floatToBFloat16)"});
       if (!floatBitsAreNan(inputBits)) {
         uint16_t expected = referenceFloatToBFloat16(inputBits);
         if (actual != expected)
@@ -304,6 +324,163 @@ TEST(LowPrecision, WideningEveryBFloat16IsTheUpperHalfOfAFloat) {
       ASSERT_EQ(std::signbit(actual), std::signbit(expected)) << hex(bits);
     } else {
       ASSERT_EQ(std::bit_cast<uint32_t>(actual), std::bit_cast<uint32_t>(expected)) << hex(bits);
+    }
+  }
+}
+
+// Which bulk code ran the sweeps above. On a CPU with AVX2 and F16C it must
+// be the vector code, or the sweeps proved nothing about what the kernels
+// run; AMPJIT_CPU_PORTABLE_CONVERSIONS=1 (the ctest entry
+// LowPrecisionPortableConversions) must select the portable loops.
+TEST(LowPrecision, BulkConversionsRunTheCodeThisCpuAndTheEnvironmentAskFor) {
+  std::string path = bulkConversionPath();
+  if (ampjit::runtime::environmentFlag("AMPJIT_CPU_PORTABLE_CONVERSIONS")) {
+    EXPECT_EQ(path, "portable");
+    return;
+  }
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
+    EXPECT_EQ(path, "avx2+f16c");
+  else if (__builtin_cpu_supports("avx2"))
+    EXPECT_EQ(path, "avx2");
+  else
+    EXPECT_EQ(path, "portable");
+#else
+  EXPECT_EQ(path, "portable");
+#endif
+}
+
+/// Every conversion's results over a spread of inputs, as bits: a prime
+/// stride through the f32 patterns and every 16-bit pattern.
+struct ConversionResults {
+  std::vector<uint16_t> scalarHalf, bulkHalf, scalarBFloat16, bulkBFloat16, doubleHalf, doubleBFloat16;
+  std::vector<uint32_t> roundedHalf, roundedBFloat16, scalarWidenedHalf, bulkWidenedHalf, bulkWidenedBFloat16;
+  bool operator==(const ConversionResults&) const = default;
+};
+
+struct ConversionInputs {
+  std::vector<float> floats;
+  std::vector<double> doubles; // the floats, widened here, where denormals-are-zero cannot touch them
+  std::vector<uint16_t> patterns;
+};
+
+ConversionInputs spreadOfInputs() {
+  std::vector<float> floats;
+  for (uint64_t bits = 0; bits < (uint64_t(1) << 32); bits += 65521)
+    floats.push_back(std::bit_cast<float>(static_cast<uint32_t>(bits)));
+  for (float edge : {0x1p-25f, 3 * 0x1p-25f, 65520.0f, 1.0f + 0x1p-11f, 0x1p-14f, 1023.5f * 0x1p-24f})
+    for (float sign : {1.0f, -1.0f})
+      floats.push_back(sign * edge);
+  std::vector<uint16_t> patterns(0x10000);
+  for (uint32_t bits = 0; bits <= 0xFFFFu; ++bits)
+    patterns[bits] = static_cast<uint16_t>(bits);
+  std::vector<double> doubles(floats.begin(), floats.end());
+  return {std::move(floats), std::move(doubles), std::move(patterns)};
+}
+
+ConversionResults convertSpread(const ConversionInputs& inputs) {
+  const std::vector<float>& floats = inputs.floats;
+  const std::vector<uint16_t>& patterns = inputs.patterns;
+  ConversionResults r;
+  size_t n = floats.size();
+  r.bulkHalf.resize(n);
+  r.bulkBFloat16.resize(n);
+  narrowToHalf(floats.data(), r.bulkHalf.data(), n);
+  narrowToBFloat16(floats.data(), r.bulkBFloat16.data(), n);
+  std::vector<float> roundedHalf = floats, roundedBFloat16 = floats;
+  roundToHalf(roundedHalf.data(), n);
+  roundToBFloat16(roundedBFloat16.data(), n);
+  for (size_t i = 0; i < n; ++i) {
+    r.scalarHalf.push_back(floatToHalf(floats[i]));
+    r.scalarBFloat16.push_back(floatToBFloat16(floats[i]));
+    r.doubleHalf.push_back(doubleToHalf(inputs.doubles[i]));
+    r.doubleBFloat16.push_back(doubleToBFloat16(inputs.doubles[i]));
+    r.roundedHalf.push_back(std::bit_cast<uint32_t>(roundedHalf[i]));
+    r.roundedBFloat16.push_back(std::bit_cast<uint32_t>(roundedBFloat16[i]));
+  }
+  std::vector<float> widenedHalf(patterns.size()), widenedBFloat16(patterns.size());
+  widenHalf(patterns.data(), widenedHalf.data(), patterns.size());
+  widenBFloat16(patterns.data(), widenedBFloat16.data(), patterns.size());
+  for (size_t i = 0; i < patterns.size(); ++i) {
+    r.scalarWidenedHalf.push_back(std::bit_cast<uint32_t>(halfToFloat(patterns[i])));
+    r.bulkWidenedHalf.push_back(std::bit_cast<uint32_t>(widenedHalf[i]));
+    r.bulkWidenedBFloat16.push_back(std::bit_cast<uint32_t>(widenedBFloat16[i]));
+  }
+  return r;
+}
+
+/// Restores the rounding mode (and on x86-64 MXCSR's FTZ/DAZ bits) it found.
+class FloatingPointEnvironmentGuard {
+public:
+  FloatingPointEnvironmentGuard() : rounding_(std::fegetround()) {
+#if defined(__x86_64__)
+    csr_ = _mm_getcsr();
+#endif
+  }
+  ~FloatingPointEnvironmentGuard() {
+    std::fesetround(rounding_);
+#if defined(__x86_64__)
+    _mm_setcsr(csr_);
+#endif
+  }
+
+private:
+  int rounding_;
+#if defined(__x86_64__)
+  unsigned csr_ = 0;
+#endif
+};
+
+// LowPrecision.h promises the same bits under every rounding mode and with
+// subnormals flushed (a library may run inside a program that changed
+// either): the scalar functions use only exact floating-point operations, the
+// F16C instruction takes its rounding from its immediate.
+TEST(LowPrecision, ConversionsGiveTheSameBitsInEveryFloatingPointEnvironment) {
+  ConversionInputs inputs = spreadOfInputs();
+  ConversionResults expected = convertSpread(inputs);
+  struct Mode {
+    int rounding;
+    const char* name;
+  };
+  const Mode modes[] = {{FE_TONEAREST, "to nearest"}, {FE_DOWNWARD, "downward"},
+                        {FE_UPWARD, "upward"}, {FE_TOWARDZERO, "toward zero"}};
+  for (bool flushSubnormals : {false, true}) {
+#if !defined(__x86_64__)
+    if (flushSubnormals)
+      continue;
+#endif
+    for (const Mode& mode : modes) {
+      ConversionResults actual;
+      {
+        FloatingPointEnvironmentGuard guard;
+        ASSERT_EQ(std::fesetround(mode.rounding), 0) << mode.name;
+#if defined(__x86_64__)
+        if (flushSubnormals)
+          _mm_setcsr(_mm_getcsr() | 0x8040u); // FTZ | DAZ
+#endif
+        actual = convertSpread(inputs);
+      }
+      // Field by field, so a failure names the conversion.
+      auto check = [&](const auto& a, const auto& e, const char* what) {
+        size_t differing = 0, first = a.size();
+        for (size_t i = 0; i < a.size(); ++i)
+          if (a[i] != e[i] && differing++ == 0)
+            first = i;
+        EXPECT_EQ(differing, 0u) << what << " rounding " << mode.name << (flushSubnormals ? ", FTZ+DAZ" : "")
+                                 << ": first at index " << first;
+      };
+      check(actual.scalarHalf, expected.scalarHalf, "floatToHalf");
+      check(actual.bulkHalf, expected.bulkHalf, "narrowToHalf");
+      check(actual.scalarBFloat16, expected.scalarBFloat16, "floatToBFloat16");
+      check(actual.bulkBFloat16, expected.bulkBFloat16, "narrowToBFloat16");
+      check(actual.doubleHalf, expected.doubleHalf, "doubleToHalf");
+      check(actual.doubleBFloat16, expected.doubleBFloat16, "doubleToBFloat16");
+      check(actual.roundedHalf, expected.roundedHalf, "roundToHalf");
+      check(actual.roundedBFloat16, expected.roundedBFloat16, "roundToBFloat16");
+      check(actual.scalarWidenedHalf, expected.scalarWidenedHalf, "halfToFloat");
+      check(actual.bulkWidenedHalf, expected.bulkWidenedHalf, "widenHalf");
+      check(actual.bulkWidenedBFloat16, expected.bulkWidenedBFloat16, "widenBFloat16");
     }
   }
 }
@@ -553,6 +730,8 @@ TEST(LowPrecision, DoubleToBFloat16MatchesReferenceOnHardInputs) {
 // Bulk helpers
 //===----------------------------------------------------------------------===//
 
+// NaN payloads included: a signalling NaN must stay signalling, which the
+// F16C instruction the x86-64 bulk code uses would not do on its own.
 TEST(LowPrecision, BulkWideningMatchesScalarForEveryPattern) {
   std::vector<uint16_t> patterns(0x10000);
   for (uint32_t bits = 0; bits <= 0xFFFFu; ++bits)

@@ -3,9 +3,10 @@
 
 // Exact conversions between fp32/fp64 and the 16-bit float formats.
 //
-// No F16C, AVX512-FP16, NEON fp16 or _Float16: the CPU backend is the
-// numerical reference for the CUDA backend and must give the same bits on
-// every host and with every compiler. Narrowing rounds to nearest, ties to
+// The scalar functions use no F16C, AVX512-FP16, NEON fp16 or _Float16: the
+// CPU backend is the numerical reference for the CUDA backend and must give
+// the same bits on every host and with every compiler. (The bulk functions at
+// the end may use an instruction where it is proven to give those bits.) Narrowing rounds to nearest, ties to
 // even, like CUDA's __float2half_rn / __float2bfloat16_rn, so CPU and GPU
 // results can be compared bitwise.
 //
@@ -149,12 +150,20 @@ uint16_t doubleToHalf(double value);
 uint16_t doubleToBFloat16(double value);
 
 // Bulk conversions of n contiguous elements; bit-identical to calling the
-// scalar functions element by element, and compiled so that the loops
-// vectorise. `in` and `out` must not overlap.
+// scalar functions element by element. `in` and `out` must not overlap. On an
+// x86-64 CPU with AVX2 (and F16C for f16) they run vector code chosen once per
+// process (LowPrecision.cpp says why F16C gives the same bits);
+// the switch AMPJIT_CPU_PORTABLE_CONVERSIONS keeps the portable loops.
 void widenHalf(const uint16_t* in, float* out, std::size_t n);
 void narrowToHalf(const float* in, uint16_t* out, std::size_t n);
 void widenBFloat16(const uint16_t* in, float* out, std::size_t n);
 void narrowToBFloat16(const float* in, uint16_t* out, std::size_t n);
+/// values[i] = halfToFloat(floatToHalf(values[i])): what an f16 register holds.
+void roundToHalf(float* values, std::size_t n);
+/// values[i] = bfloat16ToFloat(floatToBFloat16(values[i])).
+void roundToBFloat16(float* values, std::size_t n);
+/// Which bulk code this process runs: "portable", "avx2" (bf16 only) or "avx2+f16c".
+const char* bulkConversionPath();
 
 } // namespace ampjit::runtime
 
