@@ -19,26 +19,38 @@ void carryOver(const BufferView& from, const BufferView& to) {
     std::memcpy(to.data, from.data, size_t(from.count) * dtypeSize(from.dtype));
 }
 
-/// The gradient element, unscaled and with maximize applied (PyTorch negates
-/// the gradient before weight decay).
+/// Elements processed together: each state tensor is widened a chunk at a
+/// time into plain arrays (the bulk conversions), the update runs over those
+/// arrays, and the new values are rounded back a chunk at a time. Per element
+/// the arithmetic is the one PyTorch's loop does, in the same order.
+constexpr int64_t kChunk = 256;
+
+/// Gradient elements [begin, begin + n), unscaled and with maximize applied
+/// (PyTorch negates the gradient before weight decay).
 template <typename T>
 struct GradientReader {
   const BufferView& grad;
   float invScale;
   bool hasInvScale;
   bool maximize;
-  T operator()(int64_t i) const {
-    T value;
+  void operator()(int64_t begin, int64_t n, T* out) const {
     if (grad.dtype == DType::F64) {
-      value = T(loadAs<double>(grad, i) * (hasInvScale ? double(invScale) : 1.0));
+      double factor = hasInvScale ? double(invScale) : 1.0;
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = T(loadAs<double>(grad, begin + i) * factor);
     } else {
       // Low-precision and f32 gradients are unscaled in fp32, as they are read.
-      float unscaled = loadAs<float>(grad, i);
+      float unscaled[kChunk];
+      loadRange<float>(grad, begin, n, unscaled);
       if (hasInvScale)
-        unscaled *= invScale;
-      value = T(unscaled);
+        for (int64_t i = 0; i < n; ++i)
+          unscaled[i] *= invScale;
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = T(unscaled[i]);
     }
-    return maximize ? -value : value;
+    if (maximize)
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = -out[i];
   }
 };
 
@@ -63,21 +75,35 @@ void sgd(const OptimizerParams& params, const StepIO& io) {
   T momentum = T(params.momentum), weightDecay = T(params.weightDecay);
   T undamped = T(1.0 - params.dampening);
   bool useMomentum = params.momentum != 0.0;
-  for (int64_t i = 0; i < param.count; ++i) {
-    T p = loadAs<T>(param, i);
-    T g = readGrad(i);
+  T p[kChunk], g[kChunk], b[kChunk];
+  for (int64_t begin = 0; begin < param.count; begin += kChunk) {
+    int64_t n = std::min(kChunk, param.count - begin);
+    loadRange<T>(param, begin, n, p);
+    readGrad(begin, n, g);
     if (params.weightDecay != 0.0)
-      g = g + weightDecay * p;
+      for (int64_t i = 0; i < n; ++i)
+        g[i] = g[i] + weightDecay * p[i];
     if (useMomentum) {
       // PyTorch starts the buffer as the gradient itself on the first step.
-      T b = firstStep ? g : momentum * loadAs<T>(buffer, i) + undamped * g;
-      storeAs<T>(newBuffer, i, b);
-      g = params.nesterov ? g + momentum * b : b;
+      if (firstStep) {
+        std::copy(g, g + n, b);
+      } else {
+        loadRange<T>(buffer, begin, n, b);
+        for (int64_t i = 0; i < n; ++i)
+          b[i] = momentum * b[i] + undamped * g[i];
+      }
+      storeRange<T>(newBuffer, begin, n, b);
+      if (params.nesterov)
+        for (int64_t i = 0; i < n; ++i)
+          g[i] = g[i] + momentum * b[i];
+      else
+        std::copy(b, b + n, g);
     }
-    p = p - lr * g;
-    storeAs<T>(newParam, i, p);
+    for (int64_t i = 0; i < n; ++i)
+      p[i] = p[i] - lr * g[i];
+    storeRange<T>(newParam, begin, n, p);
     if (copy.present)
-      storeAs<T>(newCopy, i, p);
+      storeRange<T>(newCopy, begin, n, p);
   }
 }
 
@@ -101,30 +127,42 @@ void adam(const OptimizerParams& params, const StepIO& io) {
   T decay = T(1.0 - lr * params.weightDecay);
   T weightDecay = T(params.weightDecay), eps = T(params.eps);
   T beta2 = T(params.beta2), oneMinusBeta1 = T(1.0 - params.beta1), oneMinusBeta2 = T(1.0 - params.beta2);
-  for (int64_t i = 0; i < param.count; ++i) {
-    T p = loadAs<T>(param, i);
-    T g = readGrad(i);
+  T p[kChunk], g[kChunk], m[kChunk], v[kChunk], vMax[kChunk];
+  for (int64_t begin = 0; begin < param.count; begin += kChunk) {
+    int64_t n = std::min(kChunk, param.count - begin);
+    loadRange<T>(param, begin, n, p);
+    readGrad(begin, n, g);
+    loadRange<T>(expAvg, begin, n, m);
+    loadRange<T>(expAvgSq, begin, n, v);
     if (params.weightDecay != 0.0) {
       if (params.decoupledWeightDecay)
-        p = p * decay;
+        for (int64_t i = 0; i < n; ++i)
+          p[i] = p[i] * decay;
       else
-        g = g + weightDecay * p;
+        for (int64_t i = 0; i < n; ++i)
+          g[i] = g[i] + weightDecay * p[i];
     }
-    T m = loadAs<T>(expAvg, i);
-    m = m + oneMinusBeta1 * (g - m); // lerp(m, g, 1 - beta1)
-    T v = loadAs<T>(expAvgSq, i) * beta2 + oneMinusBeta2 * (g * g);
-    T denominatorSource = v;
+    for (int64_t i = 0; i < n; ++i) {
+      m[i] = m[i] + oneMinusBeta1 * (g[i] - m[i]); // lerp(m, g, 1 - beta1)
+      v[i] = v[i] * beta2 + oneMinusBeta2 * (g[i] * g[i]);
+    }
+    const T* denominatorSource = v;
     if (maxExpAvgSq.present) {
-      denominatorSource = maximumPropagatingNan(loadAs<T>(maxExpAvgSq, i), v);
-      storeAs<T>(newMaxExpAvgSq, i, denominatorSource);
+      loadRange<T>(maxExpAvgSq, begin, n, vMax);
+      for (int64_t i = 0; i < n; ++i)
+        vMax[i] = maximumPropagatingNan(vMax[i], v[i]);
+      storeRange<T>(newMaxExpAvgSq, begin, n, vMax);
+      denominatorSource = vMax;
     }
-    T denominator = std::sqrt(denominatorSource) / biasCorrection2Sqrt + eps;
-    p = p - stepSize * (m / denominator);
-    storeAs<T>(newExpAvg, i, m);
-    storeAs<T>(newExpAvgSq, i, v);
-    storeAs<T>(newParam, i, p);
+    for (int64_t i = 0; i < n; ++i) {
+      T denominator = std::sqrt(denominatorSource[i]) / biasCorrection2Sqrt + eps;
+      p[i] = p[i] - stepSize * (m[i] / denominator);
+    }
+    storeRange<T>(newExpAvg, begin, n, m);
+    storeRange<T>(newExpAvgSq, begin, n, v);
+    storeRange<T>(newParam, begin, n, p);
     if (copy.present)
-      storeAs<T>(newCopy, i, p);
+      storeRange<T>(newCopy, begin, n, p);
   }
 }
 
