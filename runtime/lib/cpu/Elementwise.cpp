@@ -253,15 +253,41 @@ private:
       return;
     }
     reader.offsets(begin, n, offsets_.data());
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t at = offsets_[i];
-      switch (cls) {
-      case RegisterClass::Single: single(r)[i] = loadAs<float>(input, at); break;
-      case RegisterClass::Double: dbl(r)[i] = loadAs<double>(input, at); break;
-      case RegisterClass::Integer:
-        integer(r)[i] = input.dtype == DType::I64 ? input.as<const int64_t>()[at] : input.as<const uint8_t>()[at];
-        break;
-      }
+    const int64_t* offsets = offsets_.data();
+    switch (cls) {
+    case RegisterClass::Single: return gather<float>(input, offsets, n, single(r));
+    case RegisterClass::Double: return gather<double>(input, offsets, n, dbl(r));
+    case RegisterClass::Integer: {
+      int64_t* out = integer(r);
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = input.dtype == DType::I64 ? input.as<const int64_t>()[offsets[i]]
+                                           : input.as<const uint8_t>()[offsets[i]];
+      return;
+    }
+    }
+  }
+
+  /// Elements at `offsets` of `input`, widened to T, with the dtype switch
+  /// outside the loop.
+  template <typename T>
+  static void gather(const BufferView& input, const int64_t* offsets, int64_t n, T* out) {
+    switch (input.dtype) {
+    case DType::F32:
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = T(input.as<const float>()[offsets[i]]);
+      return;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = T(halfToFloat(input.as<const uint16_t>()[offsets[i]]));
+      return;
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = T(bfloat16ToFloat(input.as<const uint16_t>()[offsets[i]]));
+      return;
+    default:
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = loadAs<T>(input, offsets[i]);
+      return;
     }
   }
 
@@ -280,42 +306,64 @@ private:
     DType to = program_[r].type;
     DType from = program_[source].type;
     RegisterClass toClass = registerClassOf(to), fromClass = registerClassOf(from);
-    for (int64_t i = 0; i < n; ++i) {
-      switch (fromClass) {
-      case RegisterClass::Single: {
-        float value = single(source)[i];
-        if (toClass == RegisterClass::Single)
-          single(r)[i] = value; // rounded below, once, from the exact float
-        else if (toClass == RegisterClass::Double)
-          dbl(r)[i] = value;
-        else
-          integer(r)[i] = to == DType::I1 ? int64_t(value != 0.0f) : truncateToInt64(value);
-        break;
+    // One loop per pair of register classes, over local pointers: the
+    // register arrays are members, and per-element class switches kept the
+    // compiler from vectorising (or even hoisting the loads of) the common
+    // float-to-float cast.
+    auto toInteger = [to](auto value) {
+      return to == DType::I1 ? int64_t(value != decltype(value)(0)) : truncateToInt64(double(value));
+    };
+    switch (fromClass) {
+    case RegisterClass::Single: {
+      const float* in = single(source);
+      if (toClass == RegisterClass::Single) {
+        float* out = single(r);
+        std::copy(in, in + n, out);
+        roundSingle(out, n, to); // rounded once, from the exact float
+      } else if (toClass == RegisterClass::Double) {
+        double* out = dbl(r);
+        for (int64_t i = 0; i < n; ++i)
+          out[i] = in[i];
+      } else {
+        int64_t* out = integer(r);
+        for (int64_t i = 0; i < n; ++i)
+          out[i] = toInteger(in[i]);
       }
-      case RegisterClass::Double: {
-        double value = dbl(source)[i];
-        if (toClass == RegisterClass::Single)
-          single(r)[i] = roundDoubleToSingle(value, to);
-        else if (toClass == RegisterClass::Double)
-          dbl(r)[i] = value;
-        else
-          integer(r)[i] = to == DType::I1 ? int64_t(value != 0.0) : truncateToInt64(value);
-        break;
-      }
-      case RegisterClass::Integer: {
-        int64_t value = integer(source)[i];
-        if (toClass == RegisterClass::Single)
-          single(r)[i] = roundDoubleToSingle(double(value), to);
-        else if (toClass == RegisterClass::Double)
-          dbl(r)[i] = double(value);
-        else
-          integer(r)[i] = to == DType::I1 ? int64_t(value != 0) : value;
-        break;
-      }
-      }
+      return;
     }
-    if (fromClass == RegisterClass::Single && toClass == RegisterClass::Single)
-      roundSingle(single(r), n, to);
+    case RegisterClass::Double: {
+      const double* in = dbl(source);
+      if (toClass == RegisterClass::Single) {
+        float* out = single(r);
+        for (int64_t i = 0; i < n; ++i)
+          out[i] = roundDoubleToSingle(in[i], to);
+      } else if (toClass == RegisterClass::Double) {
+        std::copy(in, in + n, dbl(r));
+      } else {
+        int64_t* out = integer(r);
+        for (int64_t i = 0; i < n; ++i)
+          out[i] = toInteger(in[i]);
+      }
+      return;
+    }
+    case RegisterClass::Integer: {
+      const int64_t* in = integer(source);
+      if (toClass == RegisterClass::Single) {
+        float* out = single(r);
+        for (int64_t i = 0; i < n; ++i)
+          out[i] = roundDoubleToSingle(double(in[i]), to);
+      } else if (toClass == RegisterClass::Double) {
+        double* out = dbl(r);
+        for (int64_t i = 0; i < n; ++i)
+          out[i] = double(in[i]);
+      } else {
+        int64_t* out = integer(r);
+        for (int64_t i = 0; i < n; ++i)
+          out[i] = to == DType::I1 ? int64_t(in[i] != 0) : in[i];
+      }
+      return;
+    }
+    }
   }
 
   void select(size_t r, const std::array<uint32_t, 3>& ops, int64_t n) {
