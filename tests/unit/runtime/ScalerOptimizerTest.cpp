@@ -9,6 +9,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <limits>
 
 namespace {
 
@@ -173,6 +174,34 @@ TEST(LossScaler, AllFiniteOverMixedPrecisions) {
   bf.bits16()[0] = 0x3F80;
   single.elements<float>()[3] = -INFINITY;
   EXPECT_EQ(check(), 0.0);
+}
+
+// The check reads bits a chunk at a time: one inf or NaN at either end of a
+// chunk, or in the short last chunk, of a buffer in each dtype must be found,
+// and the largest finite values and negative zero must not count.
+TEST(LossScaler, AllFiniteFindsOneNonFiniteValueAnywhereInEachDtype) {
+  const int64_t count = 2051; // two full chunks of 1024 and three in the tail
+  for (DType dtype : {DType::F16, DType::BF16, DType::F32, DType::F64}) {
+    double largest = dtype == DType::F16    ? 65504.0
+                     : dtype == DType::BF16 ? 0x1.FEp127
+                     : dtype == DType::F32  ? double(std::numeric_limits<float>::max())
+                                            : std::numeric_limits<double>::max();
+    std::vector<double> values(size_t(count), 1.5);
+    values[0] = largest;
+    values[1] = -largest;
+    values[2] = -0.0;
+    Tensor grad = filled(dtype, {count}, values);
+    auto check = [&]() { return runOp("amp.all_finite", {&grad}, {tt(DType::I1, {})})[0].at(0); };
+    ASSERT_EQ(check(), 1.0) << dtypeName(dtype);
+    for (int64_t at : {int64_t(5), int64_t(1023), int64_t(1024), int64_t(2047), int64_t(2048), count - 1}) {
+      for (double bad : {double(INFINITY), -double(INFINITY), double(NAN)}) {
+        grad.set(at, bad);
+        EXPECT_EQ(check(), 0.0) << dtypeName(dtype) << " with " << bad << " at " << at;
+        grad.set(at, 1.5);
+      }
+    }
+    EXPECT_EQ(check(), 1.0) << dtypeName(dtype);
+  }
 }
 
 TEST(LossScaler, ScaleLossAndUnscaleAndCheck) {
