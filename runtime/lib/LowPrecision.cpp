@@ -112,9 +112,12 @@ void roundToBFloat16(float* values, std::size_t n) {
 // nearest even whatever MXCSR says, ignores flush-to-zero, and quiets a NaN by
 // setting its top mantissa bit while keeping the rest of the payload that
 // fits, which is floatToHalf's rule; an f32 subnormal that denormals-are-zero
-// would zero rounds to a signed f16 zero either way. LowPrecisionTest checks
-// the bulk functions against the scalar ones on every f32 and f16 input, and
-// under every rounding mode and FTZ/DAZ setting.
+// would zero rounds to a signed f16 zero either way. LowPrecisionTest's sweeps
+// check the bulk functions against the scalar ones on every f32 and f16 input
+// (the f16 sweep needs F16C for its reference), and
+// ConversionsGiveTheSameBitsInEveryFloatingPointEnvironment checks that both
+// give the same bits under every rounding mode and FTZ/DAZ setting, on a
+// spread of inputs and every 16-bit pattern.
 //
 // VCVTPH2PS is exact, but it quiets a signalling NaN, which halfToFloat keeps
 // signalling: those lanes get the quiet bit cleared again.

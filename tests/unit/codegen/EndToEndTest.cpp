@@ -133,7 +133,8 @@ void runSideBySide(const rt::Plan &first, const rt::Plan &second, Compare compar
 }
 
 TEST(EndToEnd, FusedAndUnfusedPlansGiveTheSameBits) {
-  for (const char *options : {"level=O0", "level=O1 dtype=f16", "level=O1 dtype=bf16", "level=O2 dtype=f16"}) {
+  for (const char *options : {"level=O0", "level=O1 dtype=f16", "level=O1 dtype=bf16", "level=O2 dtype=f16",
+                              "level=O2 dtype=bf16", "level=O3 dtype=f16", "level=O3 dtype=bf16"}) {
     SCOPED_TRACE(options);
     rt::Plan unfused = compileMnistStep(options), fused = compileMnistStep(options, true);
     size_t fusedSteps = 0;
