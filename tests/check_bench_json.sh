@@ -33,6 +33,7 @@ for c in configs:
     assert c["peak_host_rss_mb"] > 0, c
     # Which f16/bf16 conversion code the CPU ran (LowPrecision.h).
     assert c["cpu_conversions"] in ("portable", "avx2", "avx2+f16c"), c
+    assert isinstance(c["cpu_gemm_kernels"], str) and c["cpu_gemm_kernels"], c  # OpenBLAS's core name
     # The AMPJIT_* variables it ran under, and no others.
     assert c["environment"].get("AMPJIT_CUDA_CACHE_HINTS") == "0", c["environment"]
     assert all(name.startswith("AMPJIT_") for name in c["environment"]), c["environment"]

@@ -22,6 +22,7 @@
 // On the CPU backend there is no peer (the peer scripts need CUDA) and the
 // sizes default smaller; the JSON says what ran.
 
+#include "ampjit/runtime/CpuBackend.h"
 #include "ampjit/runtime/LowPrecision.h"
 #include "jit/jit.h"
 #include "jit/trace.h"
@@ -412,8 +413,10 @@ nlohmann::json measure(const std::string& model, jit::amp::Level level, jit::DTy
                  {"device_graph_replays", step.stats().device_graph_replays},
                  {"device_graph_captures", step.stats().device_graph_captures},
                  {"device_graph_disabled_reason", step.stats().device_graph_disabled_reason}});
-  if (runsOnCpu(options))
+  if (runsOnCpu(options)) {
     result["cpu_conversions"] = ampjit::runtime::bulkConversionPath();
+    result["cpu_gemm_kernels"] = ampjit::runtime::blasKernelName();
+  }
   if (!work.peerWork.empty())
     result["peer_work"] = work.peerWork;
   return result;

@@ -16,6 +16,10 @@
 #include <mutex>
 #include <type_traits>
 
+namespace ampjit::runtime {
+const char* blasKernelName() { return openblas_get_corename(); }
+} // namespace ampjit::runtime
+
 namespace ampjit::runtime::cpu {
 
 void setBlasThreads(int threads) {

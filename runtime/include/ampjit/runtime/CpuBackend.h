@@ -7,7 +7,8 @@
 // tensor cores do it (low-precision inputs widened, f32 compute and
 // accumulation, f64 for f64 data, one rounding per result); GEMMs go through
 // a statically linked OpenBLAS on widened operands. Results are deterministic:
-// the same plan and inputs give the same bits on the same machine.
+// the same plan and inputs give the same bits on the same machine
+// (blasKernelName() names what makes machines differ).
 
 #include "ampjit/runtime/Backend.h"
 
@@ -31,6 +32,12 @@ struct CpuBackendOptions {
 };
 
 std::unique_ptr<Backend> createCpuBackend(CpuBackendOptions options = {});
+
+/// The OpenBLAS kernels this process's GEMMs run ("Haswell", "SkylakeX", ...):
+/// OpenBLAS's choice for the CPU, or what OPENBLAS_CORETYPE asked for. They
+/// decide the GEMMs' summation order, so results are the same bits only
+/// between machines that run the same kernels.
+const char* blasKernelName();
 
 } // namespace ampjit::runtime
 
