@@ -18,6 +18,7 @@
 #include "TemporaryDirectory.h"
 #include "TinyGpt.h"
 #include "TokenClassifier.h"
+#include "TwoNetworkGan.h"
 
 #include "CudaDevice.h"
 #include "jit/cuda.h"
@@ -486,6 +487,45 @@ TEST_F(CompiledStepOnGpu, ParameterGroupsAndKeptGradientsMatchTheCpu) {
     expectClose(onGpu.model.parameters()[i].to_vector(), onCpu.model.parameters()[i].to_vector(),
                 ampjit::testing::scaled(tolerance, 64.0), "parameter " + std::to_string(i));
   EXPECT_EQ(onGpu.opt.lr(1).item(), double(float(5e-2)));
+}
+
+TEST_F(CompiledStepOnGpu, AGanWithALossScalerPerNetworkMatchesTheCpu) {
+  // Two scalers in one step, each network's loss overflowing on its own
+  // calls: each scaler's skips and scale follow its own network on the
+  // device as on the CPU, and the Adam and SGD updates agree.
+  GanWithTwoScalers onCpu, onGpu;
+  TraceOptions options{.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cpu};
+  auto stepOf = [&](GanWithTwoScalers& gan) {
+    return [&gan](const Tensor& r, const Tensor& n, const Tensor& rl, const Tensor& fl, const Tensor& bd,
+                  const Tensor& bg) { return gan.step(r, n, rl, fl, bd, bg); };
+  };
+  auto cpuStep = trace(stepOf(onCpu), options);
+  options.backend = Backend::cuda;
+  auto gpuStep = trace(stepOf(onGpu), options);
+  Tensor realLabels = tensor(std::vector<int64_t>{1, 1, 1, 1}, {4}), fakeLabels = tensor(std::vector<int64_t>{0, 0, 0, 0}, {4});
+  std::vector<std::pair<double, double>> factors = ganLossFactors();
+  Tolerance tolerance = toleranceFor(ampjit::runtime::DType::F16);
+  for (size_t call = 0; call < factors.size(); ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    Generator data(300 + call);
+    Tensor real = rand({4, 6}, f32, &data), noise = rand({4, 4}, f32, &data);
+    Tensor factorD = scalar_tensor(factors[call].first, f32), factorG = scalar_tensor(factors[call].second, f32);
+    double cpuLoss = cpuStep(real, noise, realLabels, fakeLabels, factorD, factorG).item();
+    double gpuLoss = gpuStep(real, noise, realLabels, fakeLabels, factorD, factorG).item();
+    expectClose({gpuLoss}, {cpuLoss}, ampjit::testing::scaled(tolerance, 8.0 * double(call + 1)), "loss");
+    EXPECT_EQ(onGpu.scalerD.get_scale(), ganDiscriminatorScales()[call]);
+    EXPECT_EQ(onGpu.scalerG.get_scale(), ganGeneratorScales()[call]);
+    EXPECT_EQ(onGpu.scalerD.found_inf(onGpu.optD), factors[call].first != 1.0);
+    EXPECT_EQ(onGpu.scalerG.found_inf(onGpu.optG), factors[call].second != 1.0);
+  }
+  EXPECT_EQ(onGpu.scalerD.skipped_steps(), onCpu.scalerD.skipped_steps());
+  EXPECT_EQ(onGpu.scalerG.skipped_steps(), onCpu.scalerG.skipped_steps());
+  EXPECT_EQ(onGpu.scalerD.growth_tracker(), onCpu.scalerD.growth_tracker());
+  EXPECT_EQ(onGpu.scalerG.growth_tracker(), onCpu.scalerG.growth_tracker());
+  std::vector<std::vector<double>> cpuState = onCpu.everything(), gpuState = onGpu.everything();
+  for (size_t i = 0; i < cpuState.size(); ++i)
+    expectClose(gpuState[i], cpuState[i], ampjit::testing::scaled(tolerance, 64.0), "parameter " + std::to_string(i));
+  EXPECT_EQ(gpuStep.stats().traces, 1u);
 }
 
 TEST_F(CompiledStepOnGpu, AScaleSetFromTheCallersTensorIsCopiedOnTheDevice) {

@@ -6,6 +6,7 @@
 
 #include "ClassifierNet.h"
 #include "FrontendTestUtil.h"
+#include "TwoNetworkGan.h"
 
 #include "jit/trace.h"
 
@@ -330,40 +331,6 @@ TEST(TracedPattern, AnMlpOfSiluLeakyReluTanhAndLogSoftmaxModules) {
   }
 }
 
-struct Gan {
-  Gan()
-      : g(7), generator(nn::Linear(4, 8, true, {.generator = &g}), nn::ReLU(), nn::Linear(8, 6, true, {.generator = &g})),
-        discriminator(nn::Linear(6, 8, true, {.generator = &g}), nn::ReLU(), nn::Linear(8, 2, true, {.generator = &g})),
-        optG(generator.parameters(), {.lr = 1e-2}), optD(discriminator.parameters(), {.lr = 1e-2, .momentum = 0.5}) {}
-  Tensor stepD(const Tensor& real, const Tensor& noise, const Tensor& realLabels, const Tensor& fakeLabels) {
-    optD.zero_grad();
-    Tensor fake = generator(noise).detach();
-    Tensor loss = cross_entropy(discriminator(real), realLabels) + cross_entropy(discriminator(fake), fakeLabels);
-    loss.backward();
-    optD.step();
-    return loss;
-  }
-  Tensor stepG(const Tensor& noise, const Tensor& realLabels) {
-    optG.zero_grad();
-    Tensor loss = cross_entropy(discriminator(generator(noise)), realLabels);
-    loss.backward();
-    optG.step();
-    return loss;
-  }
-  std::vector<std::vector<double>> everything() {
-    std::vector<std::vector<double>> out;
-    for (const Tensor& p : generator.parameters())
-      out.push_back(p.to_vector());
-    for (const Tensor& p : discriminator.parameters())
-      out.push_back(p.to_vector());
-    return out;
-  }
-  Generator g;
-  nn::Sequential generator, discriminator;
-  optim::Adam optG;
-  optim::SGD optD;
-};
-
 TEST(TracedPattern, AGansTwoStepsSharingTheDiscriminator) {
   Gan eager, traced;
   auto stepD = trace([&](const Tensor& r, const Tensor& n, const Tensor& rl, const Tensor& fl) {
@@ -384,6 +351,48 @@ TEST(TracedPattern, AGansTwoStepsSharingTheDiscriminator) {
   // dropped by zero_grad before the next discriminator step reads any.
   EXPECT_EQ(stepD.stats().traces, 1u);
   EXPECT_EQ(stepG.stats().traces, 1u);
+}
+
+TEST(TracedPattern, AGanWithALossScalerPerNetworkInOneTracedStep) {
+  GanWithTwoScalers eager, traced;
+  auto step = trace([&](const Tensor& r, const Tensor& n, const Tensor& rl, const Tensor& fl, const Tensor& bd,
+                        const Tensor& bg) { return traced.step(r, n, rl, fl, bd, bg); },
+                    {.amp = policyAt(amp::O1),
+                     .semantics = amp::Semantics::autocast, // eager's casts, so the bits are eager's
+                     .log_retraces = false,
+                     .name = "gan_step"});
+  Tensor realLabels = tensor(std::vector<int64_t>{1, 1, 1, 1}, {4}), fakeLabels = tensor(std::vector<int64_t>{0, 0, 0, 0}, {4});
+  // Each network's loss overflows f16 on its own calls.
+  const std::vector<std::pair<double, double>> boosts = ganLossFactors();
+  std::vector<double> scalesD, scalesG;
+  for (size_t i = 0; i < boosts.size(); ++i) {
+    SCOPED_TRACE("call " + std::to_string(i));
+    Generator data(200 + i);
+    Tensor real = rand({4, 6}, f32, &data), noise = rand({4, 4}, f32, &data);
+    Tensor boostD = scalar_tensor(boosts[i].first, f32), boostG = scalar_tensor(boosts[i].second, f32);
+    double tracedLoss = step(real, noise, realLabels, fakeLabels, boostD, boostG).item();
+    double eagerLoss;
+    {
+      amp::autocast scope({.dtype = f16});
+      eagerLoss = eager.step(real, noise, realLabels, fakeLabels, boostD, boostG).item();
+    }
+    EXPECT_EQ(tracedLoss, eagerLoss);
+    EXPECT_EQ(traced.scalerD.found_inf(traced.optD), boosts[i].first != 1.0);
+    EXPECT_EQ(traced.scalerG.found_inf(traced.optG), boosts[i].second != 1.0);
+    EXPECT_EQ(traced.scalerD.get_scale(), eager.scalerD.get_scale());
+    EXPECT_EQ(traced.scalerG.get_scale(), eager.scalerG.get_scale());
+    scalesD.push_back(traced.scalerD.get_scale());
+    scalesG.push_back(traced.scalerG.get_scale());
+  }
+  EXPECT_EQ(traced.everything(), eager.everything());
+  EXPECT_EQ(traced.scalerD.skipped_steps(), 2);
+  EXPECT_EQ(traced.scalerG.skipped_steps(), 2);
+  EXPECT_EQ(traced.scalerD.growth_tracker(), eager.scalerD.growth_tracker());
+  EXPECT_EQ(traced.scalerG.growth_tracker(), eager.scalerG.growth_tracker());
+  // Each scale followed its own network's overflows and growth interval.
+  EXPECT_EQ(scalesD, ganDiscriminatorScales());
+  EXPECT_EQ(scalesG, ganGeneratorScales());
+  EXPECT_EQ(step.stats().traces, 1u);
 }
 
 } // namespace

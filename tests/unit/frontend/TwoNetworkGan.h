@@ -1,0 +1,84 @@
+#ifndef AMPJIT_TESTS_UNIT_FRONTEND_TWONETWORKGAN_H
+#define AMPJIT_TESTS_UNIT_FRONTEND_TWONETWORKGAN_H
+
+// A small GAN (a generator and a discriminator, each with its own optimizer),
+// shared by the frontend's traced-pattern tests and the device suite.
+
+#include "jit/jit.h"
+
+#include <utility>
+#include <vector>
+
+namespace jit::testing {
+
+struct Gan {
+  Gan()
+      : g(7), generator(nn::Linear(4, 8, true, {.generator = &g}), nn::ReLU(), nn::Linear(8, 6, true, {.generator = &g})),
+        discriminator(nn::Linear(6, 8, true, {.generator = &g}), nn::ReLU(), nn::Linear(8, 2, true, {.generator = &g})),
+        optG(generator.parameters(), {.lr = 1e-2}), optD(discriminator.parameters(), {.lr = 1e-2, .momentum = 0.5}) {}
+  Tensor stepD(const Tensor& real, const Tensor& noise, const Tensor& realLabels, const Tensor& fakeLabels) {
+    optD.zero_grad();
+    Tensor fake = generator(noise).detach();
+    Tensor loss = cross_entropy(discriminator(real), realLabels) + cross_entropy(discriminator(fake), fakeLabels);
+    loss.backward();
+    optD.step();
+    return loss;
+  }
+  Tensor stepG(const Tensor& noise, const Tensor& realLabels) {
+    optG.zero_grad();
+    Tensor loss = cross_entropy(discriminator(generator(noise)), realLabels);
+    loss.backward();
+    optG.step();
+    return loss;
+  }
+  std::vector<std::vector<double>> everything() {
+    std::vector<std::vector<double>> out;
+    for (const Tensor& p : generator.parameters())
+      out.push_back(p.to_vector());
+    for (const Tensor& p : discriminator.parameters())
+      out.push_back(p.to_vector());
+    return out;
+  }
+  Generator g;
+  nn::Sequential generator, discriminator;
+  optim::Adam optG;
+  optim::SGD optD;
+};
+
+/// apex's one loss scaler per loss (amp.initialize(num_losses=2)), as a GAN
+/// writes it with PyTorch: each network's loss, gradients, step and scale are
+/// its own, in one traced step.
+struct GanWithTwoScalers : Gan {
+  Tensor step(const Tensor& real, const Tensor& noise, const Tensor& realLabels, const Tensor& fakeLabels,
+              const Tensor& boostD, const Tensor& boostG) {
+    optD.zero_grad();
+    Tensor fake = generator(noise).detach();
+    Tensor lossD = (cross_entropy(discriminator(real), realLabels) + cross_entropy(discriminator(fake), fakeLabels)) * boostD;
+    scalerD.scale(lossD).backward();
+    scalerD.step(optD);
+    scalerD.update();
+    optG.zero_grad();
+    Tensor lossG = cross_entropy(discriminator(generator(noise)), realLabels) * boostG;
+    scalerG.scale(lossG).backward();
+    scalerG.step(optG);
+    scalerG.update();
+    return lossD + lossG;
+  }
+  amp::GradScaler scalerD{{.growth_interval = 3}}, scalerG{{.growth_interval = 2}};
+};
+
+/// Per call, the factors GanWithTwoScalers::step multiplies the
+/// discriminator's and the generator's losses by: 1e30 overflows f16, so that
+/// network's scaler skips its step and backs off while the other goes on.
+inline std::vector<std::pair<double, double>> ganLossFactors() {
+  const double overflow = 1e30;
+  return {{1, 1}, {overflow, 1}, {1, 1}, {1, overflow}, {1, 1}, {overflow, overflow}, {1, 1}};
+}
+/// Each scale after each call of ganLossFactors(), by PyTorch's rule
+/// (growth intervals 3 and 2).
+inline std::vector<double> ganDiscriminatorScales() { return {65536, 32768, 32768, 32768, 65536, 32768, 32768}; }
+inline std::vector<double> ganGeneratorScales() { return {65536, 131072, 131072, 65536, 65536, 32768, 32768}; }
+
+} // namespace jit::testing
+
+#endif // AMPJIT_TESTS_UNIT_FRONTEND_TWONETWORKGAN_H
