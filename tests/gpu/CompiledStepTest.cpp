@@ -495,23 +495,15 @@ TEST_F(CompiledStepOnGpu, AGanWithALossScalerPerNetworkMatchesTheCpu) {
   // device as on the CPU, and the Adam and SGD updates agree.
   GanWithTwoScalers onCpu, onGpu;
   TraceOptions options{.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cpu};
-  auto stepOf = [&](GanWithTwoScalers& gan) {
-    return [&gan](const Tensor& r, const Tensor& n, const Tensor& rl, const Tensor& fl, const Tensor& bd,
-                  const Tensor& bg) { return gan.step(r, n, rl, fl, bd, bg); };
-  };
-  auto cpuStep = trace(stepOf(onCpu), options);
+  auto cpuStep = trace(ganStepOf(onCpu), options);
   options.backend = Backend::cuda;
-  auto gpuStep = trace(stepOf(onGpu), options);
-  Tensor realLabels = tensor(std::vector<int64_t>{1, 1, 1, 1}, {4}), fakeLabels = tensor(std::vector<int64_t>{0, 0, 0, 0}, {4});
+  auto gpuStep = trace(ganStepOf(onGpu), options);
   std::vector<std::pair<double, double>> factors = ganLossFactors();
   Tolerance tolerance = toleranceFor(ampjit::runtime::DType::F16);
   for (size_t call = 0; call < factors.size(); ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
-    Generator data(300 + call);
-    Tensor real = rand({4, 6}, f32, &data), noise = rand({4, 4}, f32, &data);
-    Tensor factorD = scalar_tensor(factors[call].first, f32), factorG = scalar_tensor(factors[call].second, f32);
-    double cpuLoss = cpuStep(real, noise, realLabels, fakeLabels, factorD, factorG).item();
-    double gpuLoss = gpuStep(real, noise, realLabels, fakeLabels, factorD, factorG).item();
+    GanCall inputs = ganCall(call, 300);
+    double cpuLoss = inputs(cpuStep).item(), gpuLoss = inputs(gpuStep).item();
     expectClose({gpuLoss}, {cpuLoss}, ampjit::testing::scaled(tolerance, 8.0 * double(call + 1)), "loss");
     EXPECT_EQ(onGpu.scalerD.get_scale(), ganDiscriminatorScales()[call]);
     EXPECT_EQ(onGpu.scalerG.get_scale(), ganGeneratorScales()[call]);

@@ -355,30 +355,26 @@ TEST(TracedPattern, AGansTwoStepsSharingTheDiscriminator) {
 
 TEST(TracedPattern, AGanWithALossScalerPerNetworkInOneTracedStep) {
   GanWithTwoScalers eager, traced;
-  auto step = trace([&](const Tensor& r, const Tensor& n, const Tensor& rl, const Tensor& fl, const Tensor& bd,
-                        const Tensor& bg) { return traced.step(r, n, rl, fl, bd, bg); },
-                    {.amp = policyAt(amp::O1),
-                     .semantics = amp::Semantics::autocast, // eager's casts, so the bits are eager's
-                     .log_retraces = false,
-                     .name = "gan_step"});
-  Tensor realLabels = tensor(std::vector<int64_t>{1, 1, 1, 1}, {4}), fakeLabels = tensor(std::vector<int64_t>{0, 0, 0, 0}, {4});
+  auto step = trace(ganStepOf(traced), {.amp = policyAt(amp::O1),
+                                        .semantics = amp::Semantics::autocast, // eager's casts, so eager's bits
+                                        .log_retraces = false,
+                                        .name = "gan_step"});
+  auto eagerStep = ganStepOf(eager);
   // Each network's loss overflows f16 on its own calls.
-  const std::vector<std::pair<double, double>> boosts = ganLossFactors();
+  const std::vector<std::pair<double, double>> factors = ganLossFactors();
   std::vector<double> scalesD, scalesG;
-  for (size_t i = 0; i < boosts.size(); ++i) {
-    SCOPED_TRACE("call " + std::to_string(i));
-    Generator data(200 + i);
-    Tensor real = rand({4, 6}, f32, &data), noise = rand({4, 4}, f32, &data);
-    Tensor boostD = scalar_tensor(boosts[i].first, f32), boostG = scalar_tensor(boosts[i].second, f32);
-    double tracedLoss = step(real, noise, realLabels, fakeLabels, boostD, boostG).item();
+  for (size_t call = 0; call < factors.size(); ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    GanCall inputs = ganCall(call, 200);
+    double tracedLoss = inputs(step).item();
     double eagerLoss;
     {
       amp::autocast scope({.dtype = f16});
-      eagerLoss = eager.step(real, noise, realLabels, fakeLabels, boostD, boostG).item();
+      eagerLoss = inputs(eagerStep).item();
     }
     EXPECT_EQ(tracedLoss, eagerLoss);
-    EXPECT_EQ(traced.scalerD.found_inf(traced.optD), boosts[i].first != 1.0);
-    EXPECT_EQ(traced.scalerG.found_inf(traced.optG), boosts[i].second != 1.0);
+    EXPECT_EQ(traced.scalerD.found_inf(traced.optD), factors[call].first != 1.0);
+    EXPECT_EQ(traced.scalerG.found_inf(traced.optG), factors[call].second != 1.0);
     EXPECT_EQ(traced.scalerD.get_scale(), eager.scalerD.get_scale());
     EXPECT_EQ(traced.scalerG.get_scale(), eager.scalerG.get_scale());
     scalesD.push_back(traced.scalerD.get_scale());

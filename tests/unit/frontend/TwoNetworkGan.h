@@ -6,6 +6,8 @@
 
 #include "jit/jit.h"
 
+#include <cstddef>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -74,6 +76,37 @@ inline std::vector<std::pair<double, double>> ganLossFactors() {
   const double overflow = 1e30;
   return {{1, 1}, {overflow, 1}, {1, 1}, {1, overflow}, {1, 1}, {overflow, overflow}, {1, 1}};
 }
+/// The inputs of GanWithTwoScalers::step for call `call` of ganLossFactors():
+/// a batch of 4 real samples and noise drawn from `seed + call`, the labels,
+/// and that call's loss factors.
+struct GanCall {
+  Tensor real, noise, realLabels, fakeLabels, factorD, factorG;
+  /// `step` (GanWithTwoScalers::step, or a trace of it) on these inputs.
+  template <typename Step>
+  Tensor operator()(Step& step) const {
+    return step(real, noise, realLabels, fakeLabels, factorD, factorG);
+  }
+};
+/// GanWithTwoScalers::step as a function of its inputs, for jit::trace.
+inline auto ganStepOf(GanWithTwoScalers& gan) {
+  return [&gan](const Tensor& real, const Tensor& noise, const Tensor& realLabels, const Tensor& fakeLabels,
+                const Tensor& factorD, const Tensor& factorG) {
+    return gan.step(real, noise, realLabels, fakeLabels, factorD, factorG);
+  };
+}
+inline GanCall ganCall(size_t call, uint64_t seed) {
+  Generator data(seed + call);
+  std::pair<double, double> factors = ganLossFactors().at(call);
+  GanCall inputs;
+  inputs.real = rand({4, 6}, f32, &data);
+  inputs.noise = rand({4, 4}, f32, &data);
+  inputs.realLabels = tensor(std::vector<int64_t>{1, 1, 1, 1}, {4});
+  inputs.fakeLabels = tensor(std::vector<int64_t>{0, 0, 0, 0}, {4});
+  inputs.factorD = scalar_tensor(factors.first, f32);
+  inputs.factorG = scalar_tensor(factors.second, f32);
+  return inputs;
+}
+
 /// Each scale after each call of ganLossFactors(), by PyTorch's rule
 /// (growth intervals 3 and 2).
 inline std::vector<double> ganDiscriminatorScales() { return {65536, 32768, 32768, 32768, 65536, 32768, 32768}; }
