@@ -206,21 +206,8 @@ inline std::vector<T> loadAll(const BufferView& view) {
   return values;
 }
 
-/// Whether a floating value read from `view` at i is finite (for integer
-/// dtypes: always).
-inline bool isFiniteAt(const BufferView& view, int64_t i) {
-  switch (view.dtype) {
-  case DType::F32: return std::isfinite(view.as<const float>()[i]);
-  case DType::F64: return std::isfinite(view.as<const double>()[i]);
-  case DType::F16: return (view.as<const uint16_t>()[i] & 0x7C00u) != 0x7C00u;
-  case DType::BF16: return (view.as<const uint16_t>()[i] & 0x7F80u) != 0x7F80u;
-  case DType::I64:
-  case DType::I1: return true;
-  }
-  return true;
-}
-
-/// Whether every element of `view` is finite.
+/// Whether every floating element of `view` is finite (integer dtypes:
+/// always).
 bool allFinite(const BufferView& view);
 
 /// Calls f(T) with T = float or double per the step's compute type.

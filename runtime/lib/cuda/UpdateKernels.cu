@@ -83,8 +83,8 @@ __device__ void storeAs(void* data, ElementType type, int64_t i, double value) {
   }
 }
 
-/// Whether element i is finite, from its bits (the CPU's isFiniteAt), so no
-/// compiler flag can fold the test away.
+/// Whether element i is finite, from its bits (as the CPU's allFinite tests
+/// them), so no compiler flag can fold the test away.
 __device__ bool isFiniteAt(const void* data, ElementType type, int64_t i) {
   switch (type) {
   case ElementType::F32: return (static_cast<const uint32_t*>(data)[i] & 0x7F800000u) != 0x7F800000u;
