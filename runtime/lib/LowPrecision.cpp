@@ -181,16 +181,6 @@ __attribute__((target("avx2"))) void roundToBFloat16(float* values, std::size_t 
     values[i] = bfloat16ToFloat(floatToBFloat16(values[i]));
 }
 
-bool hasAvx2AndF16c() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-}
-
-bool hasAvx2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2");
-}
-
 } // namespace x86
 #endif
 
@@ -209,13 +199,15 @@ BulkConversions chooseBulkConversions() {
 #ifdef AMPJIT_LOW_PRECISION_X86_PATHS
   if (environmentFlag("AMPJIT_CPU_PORTABLE_CONVERSIONS"))
     return chosen;
-  if (x86::hasAvx2()) {
+  __builtin_cpu_init();
+  bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
     chosen.widenBFloat16 = x86::widenBFloat16;
     chosen.narrowToBFloat16 = x86::narrowToBFloat16;
     chosen.roundToBFloat16 = x86::roundToBFloat16;
     chosen.name = "avx2";
   }
-  if (x86::hasAvx2AndF16c()) {
+  if (avx2 && __builtin_cpu_supports("f16c")) {
     chosen.widenHalf = x86::widenHalf;
     chosen.narrowToHalf = x86::narrowToHalf;
     chosen.roundToHalf = x86::roundToHalf;

@@ -6,9 +6,9 @@
 // The scalar functions use no F16C, AVX512-FP16, NEON fp16 or _Float16: the
 // CPU backend is the numerical reference for the CUDA backend and must give
 // the same bits on every host and with every compiler. (The bulk functions at
-// the end may use an instruction where it is proven to give those bits.) Narrowing rounds to nearest, ties to
-// even, like CUDA's __float2half_rn / __float2bfloat16_rn, so CPU and GPU
-// results can be compared bitwise.
+// the end may use an instruction where it is proven to give those bits.)
+// Narrowing rounds to nearest, ties to even, like CUDA's __float2half_rn /
+// __float2bfloat16_rn, so CPU and GPU results can be compared bitwise.
 //
 // The work is integer bit manipulation, except that the f16 subnormal range
 // borrows the FPU's normaliser (widening) and shifter (narrowing) through a
