@@ -254,16 +254,8 @@ TEST(Trace, OneOptimizersOverflowFlagAmongSeveralAfterATracedStepIsAClearError) 
 
   // Then a traced step of the second optimizer alone: its flag is the
   // scaler's; the first's, from the update before, is no longer kept.
-  auto secondOnly = trace(
-      [&](const Tensor& x, const Tensor& y) {
-        second.zero_grad();
-        Tensor loss = cross_entropy(model(x), y);
-        scaler.scale(loss).backward();
-        scaler.step(second);
-        scaler.update();
-        return loss;
-      },
-      {.amp = {.level = amp::O1, .dtype = f16}, .name = "second_only"});
+  auto secondOnly = trace([&](const Tensor& x, const Tensor& y) { return scaledTrainStep(model, second, scaler, x, y); },
+                          {.amp = {.level = amp::O1, .dtype = f16}, .name = "second_only"});
   secondOnly(x, y);
   EXPECT_FALSE(scaler.found_inf(second));
   message = errorOf([&] { scaler.found_inf(first); });
