@@ -567,49 +567,68 @@ TEST_F(GpuTest, SgdOverSeveralVectorChunksWithTailsMatchesTheCpu) {
         }
 }
 
-TEST_F(GpuTest, TheUpdateAndTheCheckGiveTheSameBitsWithAndWithoutEvictFirstHints) {
-  // The 16-byte SGD path and the finiteness check load (and SGD stores) what
-  // they touch once with the evict-first hint, unless AMPJIT_CUDA_CACHE_HINTS
-  // is 0: the bits are the CPU's either way. On the emulation, which counts
-  // the hinted bytes: per element and run, SGD with momentum hints the f32
-  // parameter, the f16 gradient and the f32 momentum loaded and the
-  // parameter and momentum stored (18 bytes), never the f16 copy, which the
-  // next forward reads; the check hints the f16 gradient (2 bytes).
+TEST_F(GpuTest, TheUpdatesAndTheCheckGiveTheSameBitsWithAndWithoutEvictFirstHints) {
+  // The 16-byte SGD and Adam paths and the finiteness check load (and the
+  // updates store) what they touch once with the evict-first hint, unless
+  // AMPJIT_CUDA_CACHE_HINTS is 0: the bits are the CPU's either way (Adam's
+  // within its tolerance). On the emulation, which counts the hinted bytes:
+  // per element and run, SGD with momentum hints the f32 parameter, the f16
+  // gradient and the f32 momentum loaded and the parameter and momentum
+  // stored (18 bytes); Adam the parameter, the gradient, exp_avg and
+  // exp_avg_sq loaded and all but the gradient stored (26 bytes, and 8 more
+  // with AMSGrad's max_exp_avg_sq); never the f16 copy, which the next
+  // forward reads. The check hints the f16 gradient (2 bytes).
   const int64_t n = 2 * 4096 + 8; // whole 16-byte runs only: no element-wise tail
   const int runs = 2;
-  OptimizerOp sgd = sgdOp(kSgdConfigs[1], DType::F32, DType::F16, {n}, DType::F16, true, true);
-  Plan sgdPlan = singleOp(sgd.name, sgd.operands, sgd.results, sgd.attributes, sgd.tied);
+  struct Update {
+    OptimizerOp op;
+    int64_t hintedBytesPerElement;
+    double slack;
+  };
+  const Update updates[] = {
+      {sgdOp(kSgdConfigs[1], DType::F32, DType::F16, {n}, DType::F16, true, true), 18, 0.0},
+      {adamOp(kAdamConfigs[2], DType::F32, DType::F16, {n}, DType::F16, true, true), 26, 1.0},
+      {adamOp(kAmsgradConfig, DType::F32, DType::F16, {n}, DType::F16, true, true), 34, 1.0},
+  };
   Plan checkPlan = singleOp("amp.all_finite", {tt(DType::F16, {n})}, {tt(DType::I1, {})});
   for (bool hints : {true, false}) {
     SCOPED_TRACE(hints ? "hints" : "AMPJIT_CUDA_CACHE_HINTS=0");
     std::optional<ScopedEnvironment> off;
     if (!hints)
       off.emplace("AMPJIT_CUDA_CACHE_HINTS", "0");
+    for (const Update& update : updates) {
+      SCOPED_TRACE(update.op.name + (update.hintedBytesPerElement == 34 ? " amsgrad" : ""));
+      const OptimizerOp& op = update.op;
+      Plan plan = singleOp(op.name, op.operands, op.results, op.attributes, op.tied);
 #ifdef AMPJIT_GPU_TESTS_ON_EMULATION
-    int64_t before = emulation::counters().evictFirstBytes;
+      int64_t before = emulation::counters().evictFirstBytes;
 #endif
-    Expected<BothRuns> updated = runOnBoth(*cpu, *cuda, sgdPlan, optimizerArguments(sgdPlan, sgd, 77, 1.0 / 64, 3, true), runs);
-    ASSERT_TRUE(updated.ok()) << updated.message();
-    expectAgree(*updated, 0.0);
+      Expected<BothRuns> updated = runOnBoth(*cpu, *cuda, plan, optimizerArguments(plan, op, 77, 1.0 / 64, 3, true), runs);
+      ASSERT_TRUE(updated.ok()) << updated.message();
+      expectAgree(*updated, update.slack);
 #ifdef AMPJIT_GPU_TESTS_ON_EMULATION
-    int64_t afterUpdate = emulation::counters().evictFirstBytes;
-    EXPECT_EQ(afterUpdate - before, hints ? runs * n * 18 : 0);
+      EXPECT_EQ(emulation::counters().evictFirstBytes - before, hints ? runs * n * update.hintedBytesPerElement : 0);
+#endif
+    }
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATION
+    int64_t beforeCheck = emulation::counters().evictFirstBytes;
 #endif
     Expected<BothRuns> checked = runOnBoth(*cpu, *cuda, checkPlan, randomArguments(checkPlan, 78, -100, 100), runs);
     ASSERT_TRUE(checked.ok()) << checked.message();
     expectAgree(*checked, 0.0);
 #ifdef AMPJIT_GPU_TESTS_ON_EMULATION
-    EXPECT_EQ(emulation::counters().evictFirstBytes - afterUpdate, hints ? runs * n * 2 : 0);
+    EXPECT_EQ(emulation::counters().evictFirstBytes - beforeCheck, hints ? runs * n * 2 : 0);
 #endif
   }
 }
 
-TEST_F(GpuTest, SgdVectorizesOnlyAlignedF32ParametersWithF32OrNarrowGradients) {
+TEST_F(GpuTest, UpdatesVectorizeOnlyAlignedF32StateWithF32OrNarrowGradients) {
   using namespace cuda::update;
-  alignas(64) static float storage[64];
+  alignas(64) static float storage[128];
   OptimizerConfig config{};
   config.paramType = ElementType::F32;
   config.copyType = ElementType::F16;
+  config.vectorize = true;
   OptimizerTensor weight{};
   weight.param = weight.newParam = storage;
   weight.grad = storage + 16;
@@ -621,31 +640,99 @@ TEST_F(GpuTest, SgdVectorizesOnlyAlignedF32ParametersWithF32OrNarrowGradients) {
   bias.copy = bias.newCopy = nullptr;
   bias.state0 = bias.newState0 = storage + 48;
   OptimizerTensor both[] = {weight, bias};
-  EXPECT_TRUE(sgdLaunchVectorizes(config, both, 2));
+  EXPECT_TRUE(optimizerLaunchVectorizes(config, both, 2));
+  // Adam's exp_avg_sq and AMSGrad's max_exp_avg_sq beside exp_avg (state0).
+  OptimizerConfig adam = config;
+  adam.adam = true;
+  OptimizerTensor adamBias = bias;
+  adamBias.state1 = adamBias.newState1 = storage + 64;
+  adamBias.state2 = adamBias.newState2 = storage + 80;
+  OptimizerTensor adamTensors[] = {weight, adamBias};
+  EXPECT_TRUE(optimizerLaunchVectorizes(adam, adamTensors, 2));
 
-  auto refused = [&](auto change) {
-    OptimizerConfig c = config;
-    OptimizerTensor tensors[] = {weight, bias};
+  auto refused = [&](const OptimizerConfig& base, const OptimizerTensor& second, auto change) {
+    OptimizerConfig c = base;
+    OptimizerTensor tensors[] = {weight, second};
     change(c, tensors[1]);
-    return !sgdLaunchVectorizes(c, tensors, 2);
+    return !optimizerLaunchVectorizes(c, tensors, 2);
   };
-  EXPECT_TRUE(refused([](OptimizerConfig& c, OptimizerTensor&) { c.adam = true; }));
-  EXPECT_TRUE(refused([](OptimizerConfig& c, OptimizerTensor&) { c.computeF64 = true; }));
-  EXPECT_TRUE(refused([](OptimizerConfig& c, OptimizerTensor&) { c.paramType = ElementType::F64; }));
-  EXPECT_TRUE(refused([](OptimizerConfig&, OptimizerTensor& t) { t.gradType = ElementType::F64; }));
-  EXPECT_TRUE(refused([](OptimizerConfig& c, OptimizerTensor& t) {
+  auto sgdRefused = [&](auto change) { return refused(config, bias, change); };
+  auto adamRefused = [&](auto change) { return refused(adam, adamBias, change); };
+  EXPECT_TRUE(sgdRefused([](OptimizerConfig& c, OptimizerTensor&) { c.vectorize = false; }));
+  EXPECT_TRUE(adamRefused([](OptimizerConfig& c, OptimizerTensor&) { c.vectorize = false; }));
+  EXPECT_TRUE(sgdRefused([](OptimizerConfig& c, OptimizerTensor&) { c.computeF64 = true; }));
+  EXPECT_TRUE(adamRefused([](OptimizerConfig& c, OptimizerTensor&) { c.computeF64 = true; }));
+  EXPECT_TRUE(sgdRefused([](OptimizerConfig& c, OptimizerTensor&) { c.paramType = ElementType::F64; }));
+  EXPECT_TRUE(sgdRefused([](OptimizerConfig&, OptimizerTensor& t) { t.gradType = ElementType::F64; }));
+  EXPECT_TRUE(sgdRefused([](OptimizerConfig& c, OptimizerTensor& t) {
     c.copyType = ElementType::F32;
     t.copy = t.newCopy = storage + 32;
   }));
   // A view 4 bytes into a buffer, in any slot.
-  EXPECT_TRUE(refused([](OptimizerConfig&, OptimizerTensor& t) { t.newParam = storage + 1; }));
-  EXPECT_TRUE(refused([](OptimizerConfig&, OptimizerTensor& t) { t.grad = storage + 17; }));
-  EXPECT_TRUE(refused([](OptimizerConfig&, OptimizerTensor& t) { t.newState0 = storage + 49; }));
+  EXPECT_TRUE(sgdRefused([](OptimizerConfig&, OptimizerTensor& t) { t.newParam = storage + 1; }));
+  EXPECT_TRUE(sgdRefused([](OptimizerConfig&, OptimizerTensor& t) { t.grad = storage + 17; }));
+  EXPECT_TRUE(sgdRefused([](OptimizerConfig&, OptimizerTensor& t) { t.newState0 = storage + 49; }));
+  EXPECT_TRUE(adamRefused([](OptimizerConfig&, OptimizerTensor& t) { t.state1 = storage + 65; }));
+  EXPECT_TRUE(adamRefused([](OptimizerConfig&, OptimizerTensor& t) { t.newState1 = storage + 65; }));
+  EXPECT_TRUE(adamRefused([](OptimizerConfig&, OptimizerTensor& t) { t.state2 = storage + 81; }));
+  EXPECT_TRUE(adamRefused([](OptimizerConfig&, OptimizerTensor& t) { t.newState2 = storage + 81; }));
   // An empty tensor's pointers are never read.
-  EXPECT_FALSE(refused([](OptimizerConfig&, OptimizerTensor& t) {
+  EXPECT_FALSE(sgdRefused([](OptimizerConfig&, OptimizerTensor& t) {
     t.count = 0;
     t.grad = storage + 17;
   }));
+}
+
+TEST_F(GpuTest, AdamAndSgd16BytesAtATimeGiveTheElementKernelsBits) {
+  // AMPJIT_CUDA_VECTOR_UPDATES=0 sends every update to the element-by-element
+  // kernel. Against the CPU, Adam agrees only within tolerance (the device's
+  // pow), so the two device kernels are compared with each other, bit for
+  // bit: sizes spanning several 4096-element blocks and ending mid-run, every
+  // gradient type and copy, AdamW, AMSGrad and maximize. On the emulation,
+  // which counts the bytes loaded and stored with the evict-first hint, the
+  // 16-byte kernels are seen to run (the element kernels give no hints).
+  const int64_t sizes[] = {3 * 4096 + 13, 2 * 4096 + 8, 4096 + 2048 + 7};
+  uint32_t seed = 900;
+  for (std::string_view kind : {"adam", "adamw", "amsgrad", "sgd"})
+    for (DType grad : kGradTypes)
+      for (std::optional<DType> copy : {std::optional<DType>(), std::optional(DType::F16), std::optional(DType::BF16)}) {
+        int64_t size = sizes[seed % 3];
+        SCOPED_TRACE(::testing::Message() << kind << " grad " << dtypeName(grad) << " copy "
+                                          << (copy ? dtypeName(*copy) : "none") << " size " << size);
+        OptimizerOp op = kind == "sgd"      ? sgdOp(kSgdConfigs[std::size(kSgdConfigs) - 1], DType::F32, grad, {size},
+                                                    copy, true, true)
+                         : kind == "adam"   ? adamOp(kAdamConfigs[4], DType::F32, grad, {size}, copy, true, true)
+                         : kind == "adamw"  ? adamOp(kAdamConfigs[3], DType::F32, grad, {size}, copy, true, true)
+                                            : adamOp(kAmsgradConfig, DType::F32, grad, {size}, copy, true, true);
+        Plan plan = singleOp(op.name, op.operands, op.results, op.attributes, op.tied);
+        std::vector<Tensor> arguments = optimizerArguments(plan, op, seed++, 1.0 / 64, 4, true);
+        std::optional<Expected<BothRuns>> runs[2];
+        for (bool vectorized : {true, false}) {
+          std::optional<ScopedEnvironment> off;
+          if (!vectorized)
+            off.emplace("AMPJIT_CUDA_VECTOR_UPDATES", "0");
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATION
+          int64_t before = emulation::counters().evictFirstBytes;
+#endif
+          runs[vectorized].emplace(runOnBoth(*cpu, *cuda, plan, arguments, 2));
+          ASSERT_TRUE(runs[vectorized]->ok()) << runs[vectorized]->message();
+#ifdef AMPJIT_GPU_TESTS_ON_EMULATION
+          int64_t hinted = emulation::counters().evictFirstBytes - before;
+          if (vectorized)
+            EXPECT_GT(hinted, 0);
+          else
+            EXPECT_EQ(hinted, 0);
+#endif
+        }
+        const BothRuns &wide = **runs[1], &narrow = **runs[0];
+        ASSERT_EQ(wide.cudaResults.size(), narrow.cudaResults.size());
+        for (size_t i = 0; i < wide.cudaResults.size(); ++i)
+          EXPECT_TRUE(allClose(narrow.cudaResults[i], wide.cudaResults[i], 0.0)) << "result " << i;
+        for (size_t i = 0; i < wide.cudaArguments.size(); ++i)
+          EXPECT_TRUE(allClose(narrow.cudaArguments[i], wide.cudaArguments[i], 0.0)) << "argument " << i;
+        // And both within Adam's tolerance of the CPU (SGD: exactly).
+        expectAgree(wide, kind == "sgd" ? 0.0 : 1.0);
+      }
 }
 
 TEST_F(GpuTest, SgdWithF64ParametersOrGradientsMatchesTheCpu) {

@@ -107,6 +107,13 @@ bool wideIndexArithmeticForced();
 /// same either way.
 bool evictFirstHints();
 
+/// Whether the SGD and Adam updates run 16 bytes per load and store where
+/// their tensors allow it (update::optimizerLaunchVectorizes);
+/// AMPJIT_CUDA_VECTOR_UPDATES=0 sends every update to the element-by-element
+/// kernel, to measure what the wide loads buy and to compare the two
+/// kernels' bits. Read when a step is prepared. The bits are the same.
+bool vectorUpdates();
+
 /// Per-family factories; each returns an error naming the step when the step
 /// is not one it runs or its shapes are outside what it supports.
 

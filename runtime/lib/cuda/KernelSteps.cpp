@@ -12,6 +12,8 @@ bool wideIndexArithmeticForced() { return environmentFlag("AMPJIT_CUDA_WIDE_INDE
 
 bool evictFirstHints() { return environmentFlag("AMPJIT_CUDA_CACHE_HINTS", /*whenUnset=*/true); }
 
+bool vectorUpdates() { return environmentFlag("AMPJIT_CUDA_VECTOR_UPDATES", /*whenUnset=*/true); }
+
 bool runsAsHandwrittenKernel(StepKind kind) { return runsAsNumericKernel(kind) || runsAsUpdateKernel(kind); }
 
 Expected<std::unique_ptr<DeviceStep>> makeHandwrittenStep(DeviceContext& context, const Plan& plan,

@@ -422,29 +422,53 @@ struct AdamScalars {
   T stepSize, biasCorrection2Sqrt, decay;
 };
 
+/// The step's Adam scalars in double, as PyTorch computes them from Python
+/// floats, then in T.
 template <typename T>
-__device__ void adamElement(const OptimizerConfig& c, const OptimizerTensor& x, int64_t i, const AdamScalars<T>& s,
-                            bool hasInvScale, float invScale, uint8_t* gradientsFinite) {
-  T weightDecay = T(c.weightDecay), eps = T(c.eps);
-  T beta2 = T(c.beta2), oneMinusBeta1 = T(1.0 - c.beta1), oneMinusBeta2 = T(1.0 - c.beta2);
-  T p = loadAs<T>(x.param, c.paramType, i);
-  T g = readGradient<T>(c, x, i, hasInvScale, invScale, gradientsFinite);
+__device__ AdamScalars<T> adamScalars(const OptimizerConfig& c, const OptimizerScalars& scalars) {
+  double lr = *scalars.lr;
+  double step = double(*scalars.step + 1);
+  double biasCorrection1 = 1.0 - pow(c.beta1, step);
+  double biasCorrection2 = 1.0 - pow(c.beta2, step);
+  return {T(lr / biasCorrection1), T(sqrt(biasCorrection2)), T(1.0 - lr * c.weightDecay)};
+}
+
+/// One element's Adam in T from its parameter p, gradient g (unscaled,
+/// maximize applied), exp_avg m, exp_avg_sq v and, with AMSGrad,
+/// max_exp_avg_sq vMax: each is updated in place. Both Adam paths call it,
+/// so they give the same bits.
+template <typename T>
+__device__ void adamUpdate(const OptimizerConfig& c, const AdamScalars<T>& s, bool amsgrad, T& p, T g, T& m, T& v,
+                           T& vMax) {
   if (c.weightDecay != 0.0) {
     if (c.decoupledWeightDecay)
       p = p * s.decay;
     else
-      g = g + weightDecay * p;
+      g = g + T(c.weightDecay) * p;
   }
-  T m = loadAs<T>(x.state0, c.paramType, i);
-  m = m + oneMinusBeta1 * (g - m); // lerp(m, g, 1 - beta1)
-  T v = loadAs<T>(x.state1, c.paramType, i) * beta2 + oneMinusBeta2 * (g * g);
+  m = m + T(1.0 - c.beta1) * (g - m); // lerp(m, g, 1 - beta1)
+  v = v * T(c.beta2) + T(1.0 - c.beta2) * (g * g);
   T denominatorSource = v;
-  if (x.state2 != nullptr) { // AMSGrad
-    denominatorSource = maximumPropagatingNan(loadAs<T>(x.state2, c.paramType, i), v);
-    storeAs(x.newState2, c.paramType, i, denominatorSource);
+  if (amsgrad) {
+    vMax = maximumPropagatingNan(vMax, v);
+    denominatorSource = vMax;
   }
-  T denominator = sqrt(denominatorSource) / s.biasCorrection2Sqrt + eps;
+  T denominator = sqrt(denominatorSource) / s.biasCorrection2Sqrt + T(c.eps);
   p = p - s.stepSize * (m / denominator);
+}
+
+template <typename T>
+__device__ void adamElement(const OptimizerConfig& c, const OptimizerTensor& x, int64_t i, const AdamScalars<T>& s,
+                            bool hasInvScale, float invScale, uint8_t* gradientsFinite) {
+  bool amsgrad = x.state2 != nullptr;
+  T p = loadAs<T>(x.param, c.paramType, i);
+  T g = readGradient<T>(c, x, i, hasInvScale, invScale, gradientsFinite);
+  T m = loadAs<T>(x.state0, c.paramType, i);
+  T v = loadAs<T>(x.state1, c.paramType, i);
+  T vMax = amsgrad ? loadAs<T>(x.state2, c.paramType, i) : T(0);
+  adamUpdate<T>(c, s, amsgrad, p, g, m, v, vMax);
+  if (amsgrad)
+    storeAs(x.newState2, c.paramType, i, vMax);
   storeAs(x.newState0, c.paramType, i, m);
   storeAs(x.newState1, c.paramType, i, v);
   storeAs(x.newParam, c.paramType, i, p);
@@ -482,12 +506,7 @@ __device__ void optimizerChunk(const OptimizerArguments& args) {
   float invScale = hasInvScale ? *scalars.invScale : 1.0f;
   float lrValue = *scalars.lr;
   if (c.adam) {
-    // Scalars in double, as PyTorch computes them from Python floats.
-    double lr = lrValue;
-    double step = double(*scalars.step + 1);
-    double biasCorrection1 = 1.0 - pow(c.beta1, step);
-    double biasCorrection2 = 1.0 - pow(c.beta2, step);
-    AdamScalars<T> s{T(lr / biasCorrection1), T(sqrt(biasCorrection2)), T(1.0 - lr * c.weightDecay)};
+    AdamScalars<T> s = adamScalars<T>(c, scalars);
     for (int k = 0; k < kElementsPerThread; ++k) {
       int64_t i = first + int64_t(k) * kThreads;
       if (i < x.count)
@@ -507,26 +526,26 @@ __global__ void optimizerKernel(OptimizerArguments args) {
 }
 
 //===----------------------------------------------------------------------===//
-// SGD 16 bytes at a time (sgdLaunchVectorizes)
+// SGD and Adam 16 bytes at a time (optimizerLaunchVectorizes)
 //===----------------------------------------------------------------------===//
 
-/// Each thread takes kSgdVectorRounds runs of kSgdVectorWidth consecutive
-/// elements (16 bytes of f16, 32 of f32), a block kSgdVectorChunkElements.
+/// Each thread takes kUpdateVectorRounds runs of kUpdateVectorWidth consecutive
+/// elements (16 bytes of f16, 32 of f32), a block kUpdateVectorChunkElements.
 /// One element per load, even four of them in flight per thread, reached
 /// about half of an H100's bandwidth on mlp9's update (0.5 ms for 805 MB).
-constexpr int kSgdVectorWidth = 8;
-constexpr int kSgdVectorRounds = 2;
-constexpr int64_t kSgdVectorChunkElements = int64_t(kThreads) * kSgdVectorWidth * kSgdVectorRounds;
+constexpr int kUpdateVectorWidth = 8;
+constexpr int kUpdateVectorRounds = 2;
+constexpr int64_t kUpdateVectorChunkElements = int64_t(kThreads) * kUpdateVectorWidth * kUpdateVectorRounds;
 
 /// Elements i .. i + 7 of S (f32, f16 or bf16) widened to f32; i is a
 /// multiple of 8 and `data` 16-byte aligned.
 template <ElementType S>
-__device__ void loadVector(const void* data, int64_t i, float (&out)[kSgdVectorWidth], bool evictFirst) {
+__device__ void loadVector(const void* data, int64_t i, float (&out)[kUpdateVectorWidth], bool evictFirst) {
   if constexpr (S == ElementType::F32) {
     const float4* vectors = reinterpret_cast<const float4*>(static_cast<const float*>(data) + i);
     float4 low = loadOnce(vectors, evictFirst), high = loadOnce(vectors + 1, evictFirst);
-    float values[kSgdVectorWidth] = {low.x, low.y, low.z, low.w, high.x, high.y, high.z, high.w};
-    for (int k = 0; k < kSgdVectorWidth; ++k)
+    float values[kUpdateVectorWidth] = {low.x, low.y, low.z, low.w, high.x, high.y, high.z, high.w};
+    for (int k = 0; k < kUpdateVectorWidth; ++k)
       out[k] = values[k];
   } else {
     uint4 bits = loadOnce(reinterpret_cast<const uint4*>(static_cast<const unsigned short*>(data) + i), evictFirst);
@@ -542,7 +561,7 @@ __device__ void loadVector(const void* data, int64_t i, float (&out)[kSgdVectorW
 /// Stores `values` as elements i .. i + 7 of S, each rounded once to
 /// nearest even, as storeAs does.
 template <ElementType S>
-__device__ void storeVector(void* data, int64_t i, const float (&values)[kSgdVectorWidth], bool evictFirst) {
+__device__ void storeVector(void* data, int64_t i, const float (&values)[kUpdateVectorWidth], bool evictFirst) {
   if constexpr (S == ElementType::F32) {
     float4* vectors = reinterpret_cast<float4*>(static_cast<float*>(data) + i);
     storeOnce(vectors, make_float4(values[0], values[1], values[2], values[3]), evictFirst);
@@ -564,28 +583,28 @@ template <ElementType G, bool HasCopy, ElementType C>
 __device__ void sgdVectorChunk(const OptimizerConfig& c, const OptimizerTensor& x, int64_t begin, int64_t end,
                                float lr, bool firstStep, bool hasInvScale, float invScale, uint8_t* gradientsFinite) {
   bool readsBuffer = c.momentum != 0.0 && !firstStep;
-  float p[kSgdVectorRounds][kSgdVectorWidth], g[kSgdVectorRounds][kSgdVectorWidth],
-      b[kSgdVectorRounds][kSgdVectorWidth];
-  for (int r = 0; r < kSgdVectorRounds; ++r) {
-    int64_t i = begin + (int64_t(r) * kThreads + threadIdx.x) * kSgdVectorWidth;
-    if (i + kSgdVectorWidth > end)
+  float p[kUpdateVectorRounds][kUpdateVectorWidth], g[kUpdateVectorRounds][kUpdateVectorWidth],
+      b[kUpdateVectorRounds][kUpdateVectorWidth];
+  for (int r = 0; r < kUpdateVectorRounds; ++r) {
+    int64_t i = begin + (int64_t(r) * kThreads + threadIdx.x) * kUpdateVectorWidth;
+    if (i + kUpdateVectorWidth > end)
       continue;
     loadVector<ElementType::F32>(x.param, i, p[r], c.evictFirst);
     loadVector<G>(x.grad, i, g[r], c.evictFirst);
     if (gradientsFinite != nullptr)
-      for (int k = 0; k < kSgdVectorWidth; ++k)
+      for (int k = 0; k < kUpdateVectorWidth; ++k)
         noteNonFinite(gradientsFinite, g[r][k]);
     if (readsBuffer)
       loadVector<ElementType::F32>(x.state0, i, b[r], c.evictFirst);
     else
-      for (int k = 0; k < kSgdVectorWidth; ++k)
+      for (int k = 0; k < kUpdateVectorWidth; ++k)
         b[r][k] = 0.0f;
   }
-  for (int r = 0; r < kSgdVectorRounds; ++r) {
-    int64_t i = begin + (int64_t(r) * kThreads + threadIdx.x) * kSgdVectorWidth;
-    if (i + kSgdVectorWidth > end)
+  for (int r = 0; r < kUpdateVectorRounds; ++r) {
+    int64_t i = begin + (int64_t(r) * kThreads + threadIdx.x) * kUpdateVectorWidth;
+    if (i + kUpdateVectorWidth > end)
       continue;
-    for (int k = 0; k < kSgdVectorWidth; ++k) {
+    for (int k = 0; k < kUpdateVectorWidth; ++k) {
       float gradient = unscaledGradient(c, g[r][k], hasInvScale, invScale);
       float buffer = 0.0f;
       p[r][k] = sgdUpdated<float>(c, p[r][k], gradient, b[r][k], lr, firstStep, buffer);
@@ -598,7 +617,7 @@ __device__ void sgdVectorChunk(const OptimizerConfig& c, const OptimizerTensor& 
     if constexpr (HasCopy)
       storeVector<C>(x.newCopy, i, p[r], false);
   }
-  int64_t tail = begin + (end - begin) / kSgdVectorWidth * kSgdVectorWidth;
+  int64_t tail = begin + (end - begin) / kUpdateVectorWidth * kUpdateVectorWidth;
   if (tail < end)
     sgdElements<float>(c, x, tail + threadIdx.x, kThreads, lr, firstStep, hasInvScale, invScale, gradientsFinite);
 }
@@ -618,21 +637,32 @@ __device__ void sgdVectorChunkOf(const OptimizerConfig& c, const OptimizerTensor
                                                gradientsFinite);
 }
 
+/// A skipped step over elements [begin, end) of a vectorized launch's tensor
+/// (f32 parameter and state, f16 or bf16 copy): each new value that is
+/// another buffer gets its input's bits.
+__device__ void carryOverChunk(const OptimizerTensor& x, int64_t begin, int64_t end) {
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
+    carryOver(x.param, x.newParam, 4, i);
+    if (x.state0 != nullptr)
+      carryOver(x.state0, x.newState0, 4, i);
+    if (x.state1 != nullptr)
+      carryOver(x.state1, x.newState1, 4, i);
+    if (x.state2 != nullptr)
+      carryOver(x.state2, x.newState2, 4, i);
+    if (x.copy != nullptr)
+      carryOver(x.copy, x.newCopy, 2, i);
+  }
+}
+
 __global__ void sgdVectorKernel(OptimizerArguments args) {
   const OptimizerConfig& c = args.config;
   const OptimizerScalars& scalars = args.scalars;
   BlockChunk at = blockChunk(args.table.chunks, args.table.size);
   const OptimizerTensor& x = args.table.tensors[at.tensor];
-  int64_t begin = at.chunk * kSgdVectorChunkElements;
-  int64_t end = begin + kSgdVectorChunkElements < x.count ? begin + kSgdVectorChunkElements : x.count;
+  int64_t begin = at.chunk * kUpdateVectorChunkElements;
+  int64_t end = begin + kUpdateVectorChunkElements < x.count ? begin + kUpdateVectorChunkElements : x.count;
   if (scalars.predicate != nullptr && *scalars.predicate == 0) {
-    for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
-      carryOver(x.param, x.newParam, 4, i);
-      if (x.state0 != nullptr)
-        carryOver(x.state0, x.newState0, 4, i);
-      if (x.copy != nullptr)
-        carryOver(x.copy, x.newCopy, 2, i);
-    }
+    carryOverChunk(x, begin, end);
   } else {
     bool hasInvScale = scalars.invScale != nullptr;
     float invScale = hasInvScale ? *scalars.invScale : 1.0f;
@@ -650,6 +680,102 @@ __global__ void sgdVectorKernel(OptimizerArguments args) {
     default:
       sgdVectorChunkOf<ElementType::F32>(c, x, begin, end, lr, firstStep, hasInvScale, invScale,
                                          scalars.gradientsFinite);
+      break;
+    }
+  }
+  if (args.updatesScale && blockIdx.x == 0 && threadIdx.x == 0)
+    updateScale(args.scaleUpdate.config, args.scaleUpdate.pointers);
+}
+
+/// Adam over elements [begin, end) of x in f32 (AMSGrad where x has
+/// state2), gradients of type G, the copy (when HasCopy) of type C: as
+/// sgdVectorChunk, whole vectors with every load of a thread before its
+/// stores, then the tail element by element. Everything but the copy is read
+/// or written once per step, so it carries the evict-first hint.
+template <ElementType G, bool HasCopy, ElementType C>
+__device__ void adamVectorChunk(const OptimizerConfig& c, const OptimizerTensor& x, int64_t begin, int64_t end,
+                                const AdamScalars<float>& s, bool hasInvScale, float invScale,
+                                uint8_t* gradientsFinite) {
+  bool amsgrad = x.state2 != nullptr;
+  float p[kUpdateVectorRounds][kUpdateVectorWidth], g[kUpdateVectorRounds][kUpdateVectorWidth],
+      m[kUpdateVectorRounds][kUpdateVectorWidth], v[kUpdateVectorRounds][kUpdateVectorWidth],
+      vMax[kUpdateVectorRounds][kUpdateVectorWidth];
+#pragma unroll
+  for (int r = 0; r < kUpdateVectorRounds; ++r) {
+    int64_t i = begin + (int64_t(r) * kThreads + threadIdx.x) * kUpdateVectorWidth;
+    if (i + kUpdateVectorWidth > end)
+      continue;
+    loadVector<ElementType::F32>(x.param, i, p[r], c.evictFirst);
+    loadVector<G>(x.grad, i, g[r], c.evictFirst);
+    if (gradientsFinite != nullptr)
+      for (int k = 0; k < kUpdateVectorWidth; ++k)
+        noteNonFinite(gradientsFinite, g[r][k]);
+    loadVector<ElementType::F32>(x.state0, i, m[r], c.evictFirst);
+    loadVector<ElementType::F32>(x.state1, i, v[r], c.evictFirst);
+    if (amsgrad)
+      loadVector<ElementType::F32>(x.state2, i, vMax[r], c.evictFirst);
+    else
+      for (int k = 0; k < kUpdateVectorWidth; ++k)
+        vMax[r][k] = 0.0f;
+  }
+#pragma unroll
+  for (int r = 0; r < kUpdateVectorRounds; ++r) {
+    int64_t i = begin + (int64_t(r) * kThreads + threadIdx.x) * kUpdateVectorWidth;
+    if (i + kUpdateVectorWidth > end)
+      continue;
+#pragma unroll
+    for (int k = 0; k < kUpdateVectorWidth; ++k) {
+      float gradient = unscaledGradient(c, g[r][k], hasInvScale, invScale);
+      adamUpdate<float>(c, s, amsgrad, p[r][k], gradient, m[r][k], v[r][k], vMax[r][k]);
+    }
+    storeVector<ElementType::F32>(x.newState0, i, m[r], c.evictFirst);
+    storeVector<ElementType::F32>(x.newState1, i, v[r], c.evictFirst);
+    if (amsgrad)
+      storeVector<ElementType::F32>(x.newState2, i, vMax[r], c.evictFirst);
+    storeVector<ElementType::F32>(x.newParam, i, p[r], c.evictFirst);
+    // The copy is the next forward GEMM's operand: cached as usual.
+    if constexpr (HasCopy)
+      storeVector<C>(x.newCopy, i, p[r], false);
+  }
+  for (int64_t i = begin + (end - begin) / kUpdateVectorWidth * kUpdateVectorWidth + threadIdx.x; i < end;
+       i += kThreads)
+    adamElement<float>(c, x, i, s, hasInvScale, invScale, gradientsFinite);
+}
+
+template <ElementType G>
+__device__ void adamVectorChunkOf(const OptimizerConfig& c, const OptimizerTensor& x, int64_t begin, int64_t end,
+                                  const AdamScalars<float>& s, bool hasInvScale, float invScale,
+                                  uint8_t* gradientsFinite) {
+  if (x.copy == nullptr)
+    adamVectorChunk<G, false, ElementType::F16>(c, x, begin, end, s, hasInvScale, invScale, gradientsFinite);
+  else if (c.copyType == ElementType::F16)
+    adamVectorChunk<G, true, ElementType::F16>(c, x, begin, end, s, hasInvScale, invScale, gradientsFinite);
+  else
+    adamVectorChunk<G, true, ElementType::BF16>(c, x, begin, end, s, hasInvScale, invScale, gradientsFinite);
+}
+
+__global__ void adamVectorKernel(OptimizerArguments args) {
+  const OptimizerConfig& c = args.config;
+  const OptimizerScalars& scalars = args.scalars;
+  BlockChunk at = blockChunk(args.table.chunks, args.table.size);
+  const OptimizerTensor& x = args.table.tensors[at.tensor];
+  int64_t begin = at.chunk * kUpdateVectorChunkElements;
+  int64_t end = begin + kUpdateVectorChunkElements < x.count ? begin + kUpdateVectorChunkElements : x.count;
+  if (scalars.predicate != nullptr && *scalars.predicate == 0) {
+    carryOverChunk(x, begin, end);
+  } else {
+    bool hasInvScale = scalars.invScale != nullptr;
+    float invScale = hasInvScale ? *scalars.invScale : 1.0f;
+    AdamScalars<float> s = adamScalars<float>(c, scalars);
+    switch (x.gradType) {
+    case ElementType::F16:
+      adamVectorChunkOf<ElementType::F16>(c, x, begin, end, s, hasInvScale, invScale, scalars.gradientsFinite);
+      break;
+    case ElementType::BF16:
+      adamVectorChunkOf<ElementType::BF16>(c, x, begin, end, s, hasInvScale, invScale, scalars.gradientsFinite);
+      break;
+    default:
+      adamVectorChunkOf<ElementType::F32>(c, x, begin, end, s, hasInvScale, invScale, scalars.gradientsFinite);
       break;
     }
   }
@@ -768,7 +894,7 @@ __global__ void foldedUpdateScalarsKernel(FoldTable table) {
 }
 
 /// launchCheckFoldedUpdate's kernel, grid-stride: whole vectors of 8
-/// elements, kSgdVectorRounds of them a thread at a time with every load
+/// elements, kUpdateVectorRounds of them a thread at a time with every load
 /// issued before any store (as the SGD kernel), then the tail element by
 /// element.
 template <ElementType C>
@@ -776,24 +902,24 @@ __global__ void checkFoldedUpdateKernel(const float* param, void* copy, int64_t 
                                         bool evictFirst) {
   int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  int64_t vectors = count / kSgdVectorWidth;
+  int64_t vectors = count / kUpdateVectorWidth;
   bool finite = true;
-  for (int64_t first = thread; first < vectors; first += stride * kSgdVectorRounds) {
-    float values[kSgdVectorRounds][kSgdVectorWidth];
-    for (int r = 0; r < kSgdVectorRounds; ++r)
+  for (int64_t first = thread; first < vectors; first += stride * kUpdateVectorRounds) {
+    float values[kUpdateVectorRounds][kUpdateVectorWidth];
+    for (int r = 0; r < kUpdateVectorRounds; ++r)
       if (int64_t v = first + r * stride; v < vectors)
-        loadVector<ElementType::F32>(param, v * kSgdVectorWidth, values[r], evictFirst);
-    for (int r = 0; r < kSgdVectorRounds; ++r) {
+        loadVector<ElementType::F32>(param, v * kUpdateVectorWidth, values[r], evictFirst);
+    for (int r = 0; r < kUpdateVectorRounds; ++r) {
       int64_t v = first + r * stride;
       if (v >= vectors)
         continue;
-      for (int k = 0; k < kSgdVectorWidth; ++k)
+      for (int k = 0; k < kUpdateVectorWidth; ++k)
         finite = finite && isfinite(values[r][k]);
       if (copy != nullptr)
-        storeVector<C>(copy, v * kSgdVectorWidth, values[r], evictFirst);
+        storeVector<C>(copy, v * kUpdateVectorWidth, values[r], evictFirst);
     }
   }
-  for (int64_t i = vectors * kSgdVectorWidth + thread; i < count; i += stride) {
+  for (int64_t i = vectors * kUpdateVectorWidth + thread; i < count; i += stride) {
     float value = param[i];
     finite = finite && isfinite(value);
     if (copy != nullptr)
@@ -823,7 +949,7 @@ cudaError_t launchCheckFoldedUpdate(const float* param, void* copy, ElementType 
     return cudaSuccess;
   if ((copy != nullptr && copyType != ElementType::F16 && copyType != ElementType::BF16) || maxBlocks < 0)
     return cudaErrorInvalidValue;
-  int64_t rounds = (count / kSgdVectorWidth + kSgdVectorRounds - 1) / kSgdVectorRounds;
+  int64_t rounds = (count / kUpdateVectorWidth + kUpdateVectorRounds - 1) / kUpdateVectorRounds;
   unsigned blocks = blocksFor(rounds > 0 ? rounds : 1);
   if (maxBlocks > 0 && blocks > maxBlocks)
     blocks = unsigned(maxBlocks);
@@ -937,8 +1063,9 @@ cudaError_t launchUpdateScale(const UpdateScaleConfig& config, const UpdateScale
   return cudaGetLastError();
 }
 
-bool sgdLaunchVectorizes(const OptimizerConfig& config, const OptimizerTensor* tensors, std::size_t tensorCount) {
-  if (config.adam || config.computeF64 || config.paramType != ElementType::F32)
+bool optimizerLaunchVectorizes(const OptimizerConfig& config, const OptimizerTensor* tensors,
+                               std::size_t tensorCount) {
+  if (!config.vectorize || config.computeF64 || config.paramType != ElementType::F32)
     return false;
   auto aligned = [](const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; };
   auto narrow = [](ElementType type) { return type == ElementType::F16 || type == ElementType::BF16; };
@@ -950,8 +1077,11 @@ bool sgdLaunchVectorizes(const OptimizerConfig& config, const OptimizerTensor* t
       return false;
     if (x.copy != nullptr && !narrow(config.copyType))
       return false;
-    for (const void* pointer : {x.param, x.grad, x.state0, x.copy, static_cast<const void*>(x.newParam),
-                                static_cast<const void*>(x.newState0), static_cast<const void*>(x.newCopy)})
+    // Absent buffers are nullptr, which is aligned.
+    for (const void* pointer :
+         {x.param, x.grad, x.state0, x.state1, x.state2, x.copy, static_cast<const void*>(x.newParam),
+          static_cast<const void*>(x.newState0), static_cast<const void*>(x.newState1),
+          static_cast<const void*>(x.newState2), static_cast<const void*>(x.newCopy)})
       if (!aligned(pointer))
         return false;
   }
@@ -964,8 +1094,8 @@ cudaError_t launchOptimizer(const OptimizerConfig& config, const OptimizerScalar
   OptimizerArguments args{};
   args.config = config;
   args.scalars = scalars;
-  bool vectorized = sgdLaunchVectorizes(config, tensors, tensorCount);
-  int64_t chunkElements = vectorized ? kSgdVectorChunkElements : kChunkElements;
+  bool vectorized = optimizerLaunchVectorizes(config, tensors, tensorCount);
+  int64_t chunkElements = vectorized ? kUpdateVectorChunkElements : kChunkElements;
   bool scaleUpdated = scaleUpdate == nullptr;
   for (std::size_t k = 0; k < tensorCount; ++k) {
     if (tensors[k].count > 0) {
@@ -981,7 +1111,9 @@ cudaError_t launchOptimizer(const OptimizerConfig& config, const OptimizerScalar
         scaleUpdated = true;
       }
       unsigned blocks = unsigned(args.table.chunks.blocks(args.table.size));
-      if (vectorized)
+      if (vectorized && config.adam)
+        adamVectorKernel<<<blocks, kThreads, 0, stream>>>(args);
+      else if (vectorized)
         sgdVectorKernel<<<blocks, kThreads, 0, stream>>>(args);
       else if (config.computeF64)
         optimizerKernel<double><<<blocks, kThreads, 0, stream>>>(args);

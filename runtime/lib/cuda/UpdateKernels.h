@@ -129,10 +129,13 @@ struct OptimizerConfig {
   bool maximize;
   ElementType paramType; ///< also the type of the state buffers
   ElementType copyType;  ///< of param_copy, where a tensor has one
-  /// The 16-byte SGD path loads gradients and parameters and stores
-  /// parameters and momentum with the evict-first hint (they are not read
-  /// again before the next step's update); copies are cached as usual.
+  /// The 16-byte SGD and Adam paths load gradients, parameters and state
+  /// and store parameters and state with the evict-first hint (they are not
+  /// read again before the next step's update); copies are cached as usual.
   bool evictFirst;
+  /// Whether launches may take those 16-byte paths (optimizerLaunchVectorizes);
+  /// false: every launch runs element by element.
+  bool vectorize;
 };
 
 /// Scalars every tensor of the launch reads (nullptr when absent).
@@ -178,13 +181,15 @@ struct ScaleUpdate {
   UpdateScalePointers pointers;
 };
 
-/// Whether launchOptimizer runs these tensors' SGD 16 bytes per load and
-/// store, a block taking 4096 elements: f32 parameters (and momentum
-/// buffers, computed in f32), f32, f16 or bf16 gradients, f16 or bf16 copies
-/// or none, and every pointer 16-byte aligned (plan buffers are 64-byte
-/// aligned; a view into one may not be). The bits are those of the
-/// element-by-element kernel, which takes every other launch.
-bool sgdLaunchVectorizes(const OptimizerConfig& config, const OptimizerTensor* tensors, std::size_t tensorCount);
+/// Whether launchOptimizer runs these tensors' SGD or Adam 16 bytes per
+/// load and store, a block taking 4096 elements: `config.vectorize`, f32
+/// parameters (and optimizer state, computed in f32), f32, f16 or bf16
+/// gradients, f16 or bf16 copies or none, and every pointer 16-byte aligned
+/// (plan buffers are 64-byte aligned; a view into one may not be). The bits
+/// are those of the element-by-element kernel, which takes every other
+/// launch.
+bool optimizerLaunchVectorizes(const OptimizerConfig& config, const OptimizerTensor* tensors,
+                               std::size_t tensorCount);
 
 /// Updates every tensor (as few launches as the kernel-argument limit
 /// allows). With the predicate present and 0, each new value is its input,

@@ -238,6 +238,7 @@ public:
     config_.paramType = elementType(typeOf(plan, first.inputs[slots_.param]).dtype);
     config_.copyType = update::ElementType::F16; // unread unless a step has a copy
     config_.evictFirst = evictFirstHints();
+    config_.vectorize = vectorUpdates();
     for (const Step* step : steps)
       if (BufferId copy = step->inputs[slots_.copy]; copy != kNoBuffer)
         config_.copyType = elementType(typeOf(plan, copy).dtype);
