@@ -41,6 +41,9 @@ cat > gpu-bundle/run.sh <<'RUN'
 #                   no peers: what deferring buys (TraceOptions::defer_updates)
 #   priority-ab MODEL...  O1/O2 f16, deferred, with the side stream at a lower priority than the
 #                   step and with both equal (AMPJIT_CUDA_EQUAL_STREAM_PRIORITIES=1), no peers
+#   vector-ab MODEL...  O1/O2 f16 with SGD and with AdamW (--optimizer adamw), each with the
+#                   16-byte update kernels and element by element (AMPJIT_CUDA_VECTOR_UPDATES=0), no
+#                   peers, one process each
 #   side-ab MODEL...  O1/O2 f16 with the plan side steps (weight gradients, large bias gradients) on
 #                   the side stream and in line (AMPJIT_CUDA_SIDE_STEPS_IN_LINE=1), no peers
 #   reserve-ab MODEL...  O1 f16 with 0, 16, 32 and 48 SMs that GEMMs beside the deferred update
@@ -257,6 +260,19 @@ run_side_ab() { # MODEL: side steps beside the backward and in line (AMPJIT_CUDA
   done
 }
 
+run_vector_ab() { # MODEL: SGD and AdamW with the 16-byte update kernels and without (AMPJIT_CUDA_VECTOR_UPDATES)
+  local model=$1 optimizer vector
+  for optimizer in sgd adamw; do
+    for vector in 1 0; do
+      AMPJIT_CUDA_VECTOR_UPDATES=$vector timeout 200 "$here/run/ampjit-bench" --model "$model" --backend cuda \
+        --levels O1,O2 --dtypes f16 --optimizer $optimizer --no-peer --no-fresh-process \
+        >> "$out/vector-ab.jsonl" 2>> "$out/bench.log"
+      stamp "vector-ab $model $optimizer vector=$vector: exit $?"
+      tail -n 1 "$out/vector-ab.jsonl" >> "$out/summary.txt"
+    done
+  done
+}
+
 run_reserve_ab() { # MODEL: GEMMs beside the deferred update leaving it SMs (AMPJIT_CUDA_GEMM_SM_RESERVE)
   local model=$1 reserve
   for reserve in 0 16 32 48; do
@@ -399,7 +415,7 @@ run_crash() { # MODEL LEVELS: the benchmark alone; if it dies of a signal, again
   fi
 }
 
-is_stage() { [ "$1" = profile ] || [ "$1" = crash ] || [ "$1" = train ] || [ "$1" = probe ] || [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ] || [ "$1" = priority-ab ] || [ "$1" = side-ab ] || [ "$1" = reserve-ab ] || [ "$1" = overlap-ab ] || [ "$1" = speculate-ab ] || [ "$1" = bench-best ] || [ "$1" = timeline ]; }
+is_stage() { [ "$1" = profile ] || [ "$1" = crash ] || [ "$1" = train ] || [ "$1" = probe ] || [ "$1" = tests ] || [ "$1" = bench ] || [ "$1" = defer-ab ] || [ "$1" = priority-ab ] || [ "$1" = side-ab ] || [ "$1" = vector-ab ] || [ "$1" = reserve-ab ] || [ "$1" = overlap-ab ] || [ "$1" = speculate-ab ] || [ "$1" = bench-best ] || [ "$1" = timeline ]; }
 
 [ $# -gt 0 ] || set -- tests bench classifier
 while [ $# -gt 0 ]; do
@@ -413,12 +429,13 @@ while [ $# -gt 0 ]; do
     defer-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_defer_ab "$1"; shift; done ;;
     priority-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_priority_ab "$1"; shift; done ;;
     side-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_side_ab "$1"; shift; done ;;
+    vector-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_vector_ab "$1"; shift; done ;;
     reserve-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_reserve_ab "$1"; shift; done ;;
     overlap-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_overlap_ab "$1"; shift; done ;;
     speculate-ab) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_speculate_ab "$1"; shift; done ;;
     bench-best) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_bench_best "$1"; shift; done ;;
     timeline) shift; while [ $# -gt 0 ] && ! is_stage "$1"; do run_timeline "$1"; shift; done ;;
-    *) echo "run.sh: unknown stage '$1' (probe, profile, crash, train, tests [JOBS], bench MODEL..., defer-ab MODEL..., priority-ab MODEL..., side-ab MODEL..., reserve-ab MODEL..., overlap-ab MODEL..., speculate-ab MODEL..., bench-best MODEL..., timeline MODEL...)" | tee -a "$out/summary.txt"
+    *) echo "run.sh: unknown stage '$1' (probe, profile, crash, train, tests [JOBS], bench MODEL..., defer-ab MODEL..., priority-ab MODEL..., side-ab MODEL..., vector-ab MODEL..., reserve-ab MODEL..., overlap-ab MODEL..., speculate-ab MODEL..., bench-best MODEL..., timeline MODEL...)" | tee -a "$out/summary.txt"
        exit 2 ;;
   esac
 done

@@ -2,13 +2,22 @@
 # ampjit-bench prints one JSON object per configuration and a summary: every
 # configuration ran compiled (one trace), has positive median and first-step
 # times (in process and in a fresh process, with its GEMM tuning's cost) and names the AMPJIT_* variables
-# it ran under, and the summary says why no peer ran on the CPU. Tiny sizes:
-# this checks the tool, it measures nothing.
+# it ran under, and the summary says why no peer ran on the CPU. With
+# --optimizer, the step runs that optimizer (its losses are not SGD's) and
+# the JSON says which; an unknown one is a usage error. Tiny sizes: this
+# checks the tool, it measures nothing.
 set -euo pipefail
 bench=$1
 output=$(AMPJIT_CUDA_CACHE_HINTS=0 "$bench" --backend cpu --model classifier,resnet18 --levels O0,O2 --dtypes bf16 --steps 3 --warmup 1 --batch-size 4)
 echo "$output"
-python3 - "$output" <<'PY'
+adamw=$("$bench" --backend cpu --model classifier --levels O2 --dtypes bf16 --optimizer adamw --steps 3 --warmup 1 \
+  --batch-size 4 --no-fresh-process)
+echo "$adamw"
+if unknown=$("$bench" --optimizer lamb 2>&1); then
+  echo "ampjit-bench accepted --optimizer lamb" >&2; exit 1
+fi
+grep -q "unknown optimizer 'lamb' (sgd, adam or adamw)" <<<"$unknown" || { echo "$unknown" >&2; exit 1; }
+python3 - "$output" "$adamw" <<'PY'
 import json, sys
 lines = [json.loads(line) for line in sys.argv[1].splitlines() if line.strip()]
 configs, summary = lines[:-1], lines[-1]
@@ -39,5 +48,12 @@ for c in configs:
     assert all(name.startswith("AMPJIT_") for name in c["environment"]), c["environment"]
 assert summary["peer"]["ran"] is False and "CPU" in summary["peer"]["reason"], summary
 assert len(summary["summary"]) == 4
+assert all(c["optimizer"] == "sgd" for c in configs + summary["summary"]), configs
+adamw = [json.loads(line) for line in sys.argv[2].splitlines() if line.strip()]
+assert len(adamw) == 2 and adamw[0]["optimizer"] == "adamw" and adamw[1]["summary"][0]["optimizer"] == "adamw", adamw
+assert adamw[0]["traces"] == 1 and adamw[0]["ms_per_step_median"] > 0, adamw[0]
+sgd = next(c for c in configs if (c["model"], c["level"]) == ("classifier", "O2"))
+# The same model, batch and seed: only the optimizer differs.
+assert adamw[0]["final_loss"] != sgd["final_loss"], (adamw[0]["final_loss"], sgd["final_loss"])
 print("ampjit-bench JSON ok")
 PY

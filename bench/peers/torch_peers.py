@@ -51,12 +51,19 @@ WORK = {
     "resnet50_cifar": (resnet, lambda: (torch.randn(128, 3, 32, 32, device=dev), torch.randint(0, 10, (128,), device=dev)), nn.CrossEntropyLoss(), 1e-2),
 }
 
-def run(work, mode, compile_mode=None):
+def optimizer(name, params, lr, **graph):
+    """The anchors' plain SGD, or torch.optim's fused Adam/AdamW at PyTorch's
+    default lr, PyTorch's fastest single-GPU Adam (ampjit addition)."""
+    if name == "sgd": return torch.optim.SGD(params, lr=lr)
+    adam = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[name]
+    return adam(params, lr=1e-3, fused=True, **graph)
+
+def run(work, mode, compile_mode=None, optimizer_name="sgd"):
     make, data, lossf, lr = WORK[work]
     torch.manual_seed(0)
     model = make().to(dev)
     if work.startswith("resnet"): model = model.to(memory_format=torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    opt = optimizer(optimizer_name, model.parameters(), lr)
     x, y = data()
     dtype = {"fp32": None, "amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}[mode]
     scaler = torch.amp.GradScaler("cuda", enabled=(mode == "amp_fp16"))
@@ -71,17 +78,17 @@ def run(work, mode, compile_mode=None):
         scaler.step(opt); scaler.update()
     t0 = time.time()
     ms = timed(step, warm=15 if compile_mode else 10)
-    r = {"work": work, "mode": mode, "compile": compile_mode or "eager", "ms_per_step": round(ms, 4), "wall_s": round(time.time() - t0, 1), **libraries()}
+    r = {"work": work, "mode": mode, "compile": compile_mode or "eager", "optimizer": optimizer_name, "ms_per_step": round(ms, 4), "wall_s": round(time.time() - t0, 1), **libraries()}
     print(json.dumps(r), flush=True); results.append(r)
 
 if __name__ == "__main__":
-    # Copied from the team's shared anchors; the additions are libraries() in each result and `--only WORK
-    # MODE COMPILE`, which ampjit-bench uses to run the matching configuration
-    # in the same run as its own measurement (no device-peaks preamble).
-    if len(sys.argv) == 5 and sys.argv[1] == "--only":
+    # Copied from the team's shared anchors; the additions are libraries() in each result, optimizer()
+    # and `--only WORK MODE COMPILE [sgd|adam|adamw]`, which ampjit-bench uses to run the matching
+    # configuration in the same run as its own measurement (no device-peaks preamble).
+    if len(sys.argv) in (5, 6) and sys.argv[1] == "--only":
         w, m, c = sys.argv[2], sys.argv[3], sys.argv[4]
         print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__}), flush=True)
-        run(w, m, None if c == "eager" else c)
+        run(w, m, None if c == "eager" else c, sys.argv[5] if len(sys.argv) == 6 else "sgd")
         sys.exit(0)
     which = sys.argv[1] if len(sys.argv) > 1 else "all"
     print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, **peaks()}), flush=True)

@@ -7,8 +7,9 @@
 //   resnet50    torchvision ResNet-50 (ImageNet stem), 3x32x32, batch 128, 10 classes
 //   resnet18    the same with ResNet-18
 //
-// each at O0 and at O1/O2 with f16 and bf16, plain SGD as the peers run it,
-// dynamic loss scaling for f16. Per configuration it reports the median,
+// each at O0 and at O1/O2 with f16 and bf16, plain SGD as the peers run it
+// (or, with --optimizer, Adam or AdamW, the peers then running PyTorch's fused
+// kernel), dynamic loss scaling for f16. Per configuration it reports the median,
 // minimum and maximum step time after warm-up and every step's time in
 // order, the host's median time per call (on CUDA, what enqueueing a step
 // costs: the pace when it exceeds the GPU's), the time to the first step in a
@@ -57,6 +58,7 @@ struct Options {
   std::vector<std::string> models{"classifier"};
   std::vector<jit::amp::Level> levels{jit::amp::O0, jit::amp::O1, jit::amp::O2};
   std::vector<jit::DType> dtypes{jit::f16, jit::bf16};
+  std::string optimizer = "sgd"; ///< sgd, adam or adamw
   jit::Backend backend = jit::Backend::automatic;
   jit::DeferUpdates deferUpdates = jit::DeferUpdates::automatic;
   int64_t steps = 30;
@@ -74,6 +76,8 @@ const char* kUsage = R"(usage: ampjit-bench [options]
   --model M[,M...]    classifier (default), mlp9, resnet50, resnet18, or all
   --levels L[,L...]   AMP levels among O0,O1,O2,O3 (default O0,O1,O2)
   --dtypes D[,D...]   low-precision types for O1-O3: f16,bf16 (default both)
+  --optimizer O       sgd (default: plain SGD, as the peers), adam or adamw (lr 1e-3, AdamW's
+                      weight decay 1e-2; the peers run torch.optim's fused Adam/AdamW)
   --backend B         cpu, cuda or automatic (default)
   --defer-updates M   automatic (default: on CUDA for updates of >= 16M parameters), on or off:
                       run each step's optimizer update at the start of the next (TraceOptions)
@@ -150,6 +154,10 @@ Options parseOptions(int argc, char** argv) {
           usageError("unknown dtype '" + dtype + "' (f16 or bf16)");
         options.dtypes.push_back(dtype == "f16" ? jit::f16 : jit::bf16);
       }
+    } else if (arg == "--optimizer") {
+      options.optimizer = value(i);
+      if (options.optimizer != "sgd" && options.optimizer != "adam" && options.optimizer != "adamw")
+        usageError("unknown optimizer '" + options.optimizer + "' (sgd, adam or adamw)");
     } else if (arg == "--backend") {
       std::string backend = value(i);
       if (backend == "cpu")
@@ -207,7 +215,7 @@ struct Workload {
   std::string name;
   std::string peerWork; ///< the peer script's name for it
   std::shared_ptr<jit::nn::Module> model;
-  std::unique_ptr<jit::optim::SGD> optimizer;
+  std::unique_ptr<jit::optim::Optimizer> optimizer;
   std::unique_ptr<jit::amp::GradScaler> scaler;
   Tensor x, y;
   bool mse = false;
@@ -281,7 +289,14 @@ Workload makeWorkload(const std::string& name, const Options& options, const jit
     work.x = jit::cuda::to_device(work.x);
     work.y = jit::cuda::to_device(work.y);
   }
-  work.optimizer = std::make_unique<jit::optim::SGD>(work.model->parameters(), jit::optim::SGDOptions{.lr = lr});
+  // Adam's lr is PyTorch's default for every workload; the peer script's is the same.
+  if (options.optimizer == "adam")
+    work.optimizer = std::make_unique<jit::optim::Adam>(work.model->parameters(), jit::optim::AdamOptions{.lr = 1e-3});
+  else if (options.optimizer == "adamw")
+    work.optimizer =
+        std::make_unique<jit::optim::AdamW>(work.model->parameters(), jit::optim::AdamWOptions{.lr = 1e-3});
+  else
+    work.optimizer = std::make_unique<jit::optim::SGD>(work.model->parameters(), jit::optim::SGDOptions{.lr = lr});
   return work;
 }
 
@@ -334,6 +349,7 @@ nlohmann::json measure(const std::string& model, jit::amp::Level level, jit::DTy
   nlohmann::json result{{"model", model},
                         {"level", jit::amp::level_name(level)},
                         {"dtype", lowPrecision ? jit::dtype_name(dtype) : "f32"},
+                        {"optimizer", options.optimizer},
                         {"shape", work.shape},
                         {"environment", ampjitEnvironment()}};
   if (firstStepOnly) {
@@ -466,7 +482,7 @@ nlohmann::json freshProcessFirstStep(const std::string& self, const std::string&
   std::string command = "AMPJIT_KERNEL_CACHE=" + shellQuote(coldCache.string()) + " " + shellQuote(self) +
                         " --first-step-only --no-peer --model " + model + " --levels " +
                         std::string(jit::amp::level_name(level)) + " --dtypes " +
-                        std::string(jit::dtype_name(dtype)) + " --backend " +
+                        std::string(jit::dtype_name(dtype)) + " --optimizer " + options.optimizer + " --backend " +
                         (options.backend == jit::Backend::cuda ? "cuda" : runsOnCpu(options) ? "cpu" : "automatic");
   if (options.batchSize > 0)
     command += " --batch-size " + std::to_string(options.batchSize);
@@ -523,15 +539,17 @@ public:
   nlohmann::json compare(const std::string& work, jit::amp::Level level, jit::DType dtype, double oursMs) {
     std::string mode = peerMode(level, dtype);
     std::string script = shellQuote(options_.peerScript);
+    // The anchors' scripts take no optimizer argument: SGD's calls stay theirs.
+    std::string optimizer = options_.optimizer == "sgd" ? "" : " " + options_.optimizer;
     nlohmann::json peers = nlohmann::json::object();
-    peers["eager"] = measured(script + " --only " + work + " " + mode + " eager", oursMs);
+    peers["eager"] = measured(script + " --only " + work + " " + mode + " eager" + optimizer, oursMs);
     if (level == jit::amp::O0)
       return peers;
     if (options_.peerCompile)
-      peers["torch_compile"] = measured(script + " --only " + work + " " + mode + " default", oursMs);
+      peers["torch_compile"] = measured(script + " --only " + work + " " + mode + " default" + optimizer, oursMs);
     std::filesystem::path graphScript =
         std::filesystem::path(options_.peerScript).parent_path() / "torch_graph_peer.py";
-    peers["bf16_graph"] = measured(shellQuote(graphScript.string()) + " --only " + work, oursMs);
+    peers["bf16_graph"] = measured(shellQuote(graphScript.string()) + " --only " + work + optimizer, oursMs);
     return peers;
   }
 
@@ -596,7 +614,10 @@ int main(int argc, char** argv) {
             result["peers"] = peers.compare(result["peer_work"].get<std::string>(), level, dtype,
                                             result["ms_per_step_median"].get<double>());
           std::cout << result.dump() << std::endl;
-          nlohmann::json entry{{"model", model}, {"level", result["level"]}, {"dtype", result["dtype"]},
+          nlohmann::json entry{{"model", model},
+                               {"level", result["level"]},
+                               {"dtype", result["dtype"]},
+                               {"optimizer", options.optimizer},
                                {"ms_per_step_median", result["ms_per_step_median"]}};
           // Named, not iterated as a temporary: items() refers into it, and a
           // range-for keeps only its outermost temporary alive (the run on the
