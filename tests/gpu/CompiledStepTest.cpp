@@ -520,6 +520,33 @@ TEST_F(CompiledStepOnGpu, AGanWithALossScalerPerNetworkMatchesTheCpu) {
   EXPECT_EQ(gpuStep.stats().traces, 1u);
 }
 
+TEST_F(CompiledStepOnGpu, AGanWithOneLossScalerForBothNetworksMatchesTheCpu) {
+  // One scaler stepping both networks' optimizers: each skips on its own
+  // overflow and each optimizer's flag is state the device writes.
+  GanWithOneScaler onCpu, onGpu;
+  TraceOptions options{.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cpu};
+  auto cpuStep = trace(ganStepOf(onCpu), options);
+  options.backend = Backend::cuda;
+  auto gpuStep = trace(ganStepOf(onGpu), options);
+  std::vector<std::pair<double, double>> factors = ganLossFactors();
+  Tolerance tolerance = toleranceFor(ampjit::runtime::DType::F16);
+  for (size_t call = 0; call < factors.size(); ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    GanCall inputs = ganCall(call, 500);
+    double cpuLoss = inputs(cpuStep).item(), gpuLoss = inputs(gpuStep).item();
+    expectClose({gpuLoss}, {cpuLoss}, ampjit::testing::scaled(tolerance, 8.0 * double(call + 1)), "loss");
+    EXPECT_EQ(onGpu.scaler.get_scale(), ganSharedScales()[call]);
+    EXPECT_EQ(onGpu.scaler.found_inf(onGpu.optD), factors[call].first != 1.0);
+    EXPECT_EQ(onGpu.scaler.found_inf(onGpu.optG), factors[call].second != 1.0);
+  }
+  EXPECT_EQ(onGpu.scaler.skipped_steps(), onCpu.scaler.skipped_steps());
+  EXPECT_EQ(onGpu.scaler.growth_tracker(), onCpu.scaler.growth_tracker());
+  std::vector<std::vector<double>> cpuState = onCpu.everything(), gpuState = onGpu.everything();
+  for (size_t i = 0; i < cpuState.size(); ++i)
+    expectClose(gpuState[i], cpuState[i], ampjit::testing::scaled(tolerance, 64.0), "parameter " + std::to_string(i));
+  EXPECT_EQ(gpuStep.stats().traces, 1u);
+}
+
 TEST_F(CompiledStepOnGpu, AScaleSetFromTheCallersTensorIsCopiedOnTheDevice) {
   // scaler.update(new_scale) makes the scale state a copy of another argument,
   // a copy step at the end of the plan; each call reads the tensor's new value,

@@ -122,9 +122,12 @@ public:
   /// Whether the last step (or, before update(), the current one) of any
   /// optimizer saw an inf/NaN; false before the first. A traced step keeps it.
   bool found_inf(std::source_location where = std::source_location::current()) const;
-  /// The same for one optimizer's gradients. A traced step keeps one flag for
-  /// all its optimizers: after one that stepped several, this is an error
-  /// that says to ask found_inf().
+  /// The same for one optimizer's gradients: whether its last step saw an
+  /// inf/NaN (and was skipped). An update that covered several optimizers
+  /// keeps a flag for each (state a traced step writes); one that covered a
+  /// single optimizer keeps only the scaler's. So after traced steps, asking
+  /// about an optimizer whose last step was such an update's, when a later
+  /// update has rewritten the scaler's flag, is an error that says so.
   bool found_inf(const optim::Optimizer& optimizer,
                  std::source_location where = std::source_location::current()) const;
 
@@ -156,11 +159,26 @@ private:
   enum class Stage { Ready, Unscaled, Stepped };
   struct PerOptimizer {
     Stage stage = Stage::Ready;
+    /// This step's finite flag (a value of the step: a symbol of its trace
+    /// once a traced step has finished).
     Tensor allFinite;
-    /// Whether the last update covered this optimizer (host bookkeeping,
-    /// which a traced step records once and every replay repeats).
+    /// Whether the last update covered this optimizer, and whether that
+    /// update covered others too (host bookkeeping, which a traced step
+    /// records once and every replay repeats).
     bool inLastUpdate = false;
+    bool lastUpdateShared = false;
+    /// i1[] state: the flag of the last update that covered this optimizer
+    /// among others, written by that update (a single optimizer's update
+    /// leaves it to lastStepFinite_, so a common step writes nothing more).
+    Tensor sharedUpdateFinite;
+    /// The order in which the scaler first met the optimizer: entries are
+    /// visited in it, so a traced step's ops do not follow heap addresses.
+    size_t ordinal = 0;
   };
+  PerOptimizer& entryFor(const optim::Optimizer& optimizer);
+  /// The entries in the order the scaler met their optimizers.
+  std::vector<PerOptimizer*> entriesInOrder();
+  std::vector<const PerOptimizer*> entriesInOrder() const;
   Tensor invScale() const;
   /// Whether every optimizer stepped since the last update saw finite gradients.
   Tensor stepsFinite() const;

@@ -75,6 +75,17 @@ std::vector<Tensor> gradsOf(const optim::Optimizer& optimizer) {
   return grads;
 }
 
+/// An i1[] holding true with a value of its own, even while jit::trace
+/// records (scalar_tensor would then be a symbol of the trace): state made
+/// inside a traced step must hold data for the compiled step to write into.
+Tensor concreteTrue() {
+  const double one = 1.0;
+  ampjit::runtime::Expected<ampjit::runtime::Tensor> value = ampjit::runtime::Tensor::fromDoubles(i1, {}, std::span<const double>(&one, 1));
+  if (!value)
+    throw Error("GradScaler: " + value.message());
+  return detail::makeTensor(std::move(*value));
+}
+
 /// a && b for i1 scalars (select(a, b, a)); jit has no logical op.
 Tensor logicalAnd(const Tensor& a, const Tensor& b) { return where(a, b, a); }
 
@@ -163,6 +174,26 @@ GradScaler::GradScaler(const Policy& policy) : GradScaler(policy, GradScalerOpti
 
 Tensor GradScaler::invScale() const { return scalar_tensor(1.0, f32) / scale_; }
 
+GradScaler::PerOptimizer& GradScaler::entryFor(const optim::Optimizer& optimizer) {
+  auto [entry, added] = perOptimizer_.try_emplace(&optimizer);
+  if (added)
+    entry->second.ordinal = perOptimizer_.size() - 1;
+  return entry->second;
+}
+
+std::vector<GradScaler::PerOptimizer*> GradScaler::entriesInOrder() {
+  std::vector<PerOptimizer*> entries;
+  for (auto& entry : perOptimizer_)
+    entries.push_back(&entry.second);
+  std::sort(entries.begin(), entries.end(), [](auto* a, auto* b) { return a->ordinal < b->ordinal; });
+  return entries;
+}
+
+std::vector<const GradScaler::PerOptimizer*> GradScaler::entriesInOrder() const {
+  std::vector<PerOptimizer*> entries = const_cast<GradScaler*>(this)->entriesInOrder();
+  return {entries.begin(), entries.end()};
+}
+
 Tensor GradScaler::scale(const Tensor& loss, std::source_location where) const {
   detail::UserFrame frame(where);
   return enabled_ ? scale_loss(loss, scale_) : loss;
@@ -172,7 +203,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer, std::source_location wher
   detail::UserFrame frame(where);
   if (!enabled_)
     return;
-  PerOptimizer& state = perOptimizer_[&optimizer];
+  PerOptimizer& state = entryFor(optimizer);
   if (state.stage == Stage::Unscaled)
     throw Error("GradScaler: unscale_() has already been called on this optimizer since the last update()");
   if (state.stage == Stage::Stepped)
@@ -190,7 +221,7 @@ void GradScaler::step(optim::Optimizer& optimizer, std::source_location where) {
   detail::UserFrame frame(where);
   if (!enabled_)
     return optimizer.step();
-  PerOptimizer& state = perOptimizer_[&optimizer];
+  PerOptimizer& state = entryFor(optimizer);
   if (state.stage == Stage::Stepped)
     throw Error("GradScaler: step() has already been called since the last update()");
   NoGradGuard noGrad;
@@ -206,10 +237,10 @@ void GradScaler::step(optim::Optimizer& optimizer, std::source_location where) {
 
 Tensor GradScaler::stepsFinite() const {
   Tensor finite;
-  for (const auto& [optimizer, state] : perOptimizer_) {
-    if (state.stage == Stage::Ready || !state.allFinite.defined())
+  for (const PerOptimizer* state : entriesInOrder()) {
+    if (state->stage == Stage::Ready || !state->allFinite.defined())
       continue;
-    finite = finite.defined() ? logicalAnd(finite, state.allFinite) : state.allFinite;
+    finite = finite.defined() ? logicalAnd(finite, state->allFinite) : state->allFinite;
   }
   if (!finite.defined())
     throw Error("GradScaler: update() without a step() or unscale_() since the last update()");
@@ -218,9 +249,26 @@ Tensor GradScaler::stepsFinite() const {
 
 void GradScaler::finishUpdate(const Tensor& finite) {
   lastStepFinite_.copy_(finite);
-  for (auto& entry : perOptimizer_) {
-    entry.second.inLastUpdate = entry.second.stage != Stage::Ready;
-    entry.second.stage = Stage::Ready;
+  std::vector<PerOptimizer*> entries = entriesInOrder();
+  bool shared = std::count_if(entries.begin(), entries.end(),
+                              [](const PerOptimizer* entry) { return entry->stage != Stage::Ready; }) > 1;
+  for (PerOptimizer* entry : entries) {
+    entry->inLastUpdate = entry->stage != Stage::Ready;
+    if (entry->inLastUpdate) {
+      entry->lastUpdateShared = shared;
+      if (shared && entry->allFinite.defined()) {
+        if (!entry->sharedUpdateFinite.defined()) {
+          // Made the first time an update covers several optimizers, inside
+          // a trace too: state written before anything read it is captured.
+          entry->sharedUpdateFinite = concreteTrue();
+          detail::markState(entry->sharedUpdateFinite, detail::StateRole::ScalerState);
+          detail::nameState(entry->sharedUpdateFinite,
+                            "scaler.optimizer" + std::to_string(entry->ordinal) + ".last_step_finite");
+        }
+        entry->sharedUpdateFinite.copy_(entry->allFinite);
+      }
+    }
+    entry->stage = Stage::Ready;
   }
 }
 
@@ -271,26 +319,29 @@ int64_t GradScaler::skipped_steps(std::source_location where) const { return int
 
 bool GradScaler::found_inf(const optim::Optimizer& optimizer, std::source_location where) const {
   auto found = perOptimizer_.find(&optimizer);
-  if (found == perOptimizer_.end() || !found->second.allFinite.defined())
+  if (found == perOptimizer_.end())
     return false;
-  // A flag a traced step computed stays a symbol of the trace: only the
-  // scaler-wide flag is state the compiled step writes. It is this
-  // optimizer's own when the update covered no other.
-  if (detail::leftOverFromATrace(found->second.allFinite.impl())) {
-    auto lastUpdateOptimizers = std::count_if(perOptimizer_.begin(), perOptimizer_.end(),
-                                              [](const auto& entry) { return entry.second.inLastUpdate; });
-    if (found->second.inLastUpdate && lastUpdateOptimizers == 1)
-      return lastStepFinite_.item(where) == 0.0;
-    throw Error("GradScaler::found_inf(optimizer) at " + detail::callerLine(where) + ": the " +
-                optimizer.name() +
-                (found->second.inLastUpdate
-                     ? " optimizer last stepped inside a traced step together with " +
-                           std::to_string(lastUpdateOptimizers - 1) +
-                           " other(s), and the compiled step keeps one flag for all of them; ask found_inf()"
-                     : " optimizer's last step was inside a traced step before the last update(), and only the "
-                       "last update's flag is kept; ask found_inf() after the step you want to know about"));
-  }
-  return found->second.allFinite.item(where) == 0.0;
+  const PerOptimizer& state = found->second;
+  // Between step() and update(): this step's own flag.
+  if (state.stage != Stage::Ready && state.allFinite.defined())
+    return state.allFinite.item(where) == 0.0;
+  // After an update, state a traced step writes too: the optimizer's own
+  // flag where its last update covered others, the scaler's where that
+  // update covered it alone and is the last.
+  if (state.lastUpdateShared)
+    return state.sharedUpdateFinite.item(where) == 0.0;
+  if (state.inLastUpdate)
+    return lastStepFinite_.item(where) == 0.0;
+  // Its last update covered it alone and a later one covered others; eagerly
+  // its flag is still a value, traced it was a symbol of that trace.
+  if (!state.allFinite.defined())
+    return false;
+  if (detail::leftOverFromATrace(state.allFinite.impl()))
+    throw Error("GradScaler::found_inf(optimizer) at " + detail::callerLine(where) + ": the " + optimizer.name() +
+                " optimizer's last step was inside a traced step whose update() covered it alone, and a later "
+                "update() has rewritten the scaler's flag, the only one that update kept; ask found_inf() after "
+                "the step you want to know about");
+  return state.allFinite.item(where) == 0.0;
 }
 
 bool GradScaler::found_inf(std::source_location where) const {
@@ -336,8 +387,15 @@ SavedState savedStateOf(amp::GradScaler& scaler) {
           // Files from before max_scale had no cap.
           .settingsOlderFilesLack = {{"max_scale", std::numeric_limits<double>::infinity()}},
           // The per-step bookkeeping belongs to the step in flight, not to the file.
+          // The optimizers' entries stay: which updates cover which optimizers
+          // is what a traced step's replays repeat without the host code.
           .restore = [&scaler] {
-            scaler.perOptimizer_.clear();
+            for (auto& [optimizer, state] : scaler.perOptimizer_) {
+              state.stage = amp::GradScaler::Stage::Ready;
+              state.allFinite = Tensor();
+              if (state.sharedUpdateFinite.defined())
+                state.sharedUpdateFinite.copy_(scalar_tensor(1.0, i1));
+            }
             scaler.lastStepFinite_.copy_(scalar_tensor(1.0, i1));
           }};
 }

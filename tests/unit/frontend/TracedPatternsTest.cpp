@@ -391,5 +391,47 @@ TEST(TracedPattern, AGanWithALossScalerPerNetworkInOneTracedStep) {
   EXPECT_EQ(step.stats().traces, 1u);
 }
 
+TEST(TracedPattern, AGanWithOneLossScalerForBothNetworksSkipsEachNetworksOverflowAlone) {
+  GanWithOneScaler eager, traced;
+  auto step = trace(ganStepOf(traced), {.amp = policyAt(amp::O1),
+                                        .semantics = amp::Semantics::autocast, // eager's casts, so eager's bits
+                                        .log_retraces = false,
+                                        .name = "gan_step"});
+  auto eagerStep = ganStepOf(eager);
+  const std::vector<std::pair<double, double>> factors = ganLossFactors();
+  for (size_t call = 0; call < factors.size(); ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    GanCall inputs = ganCall(call, 400);
+    std::vector<std::vector<double>> before = traced.everything();
+    double tracedLoss = inputs(step).item();
+    double eagerLoss;
+    {
+      amp::autocast scope({.dtype = f16});
+      eagerLoss = inputs(eagerStep).item();
+    }
+    EXPECT_EQ(tracedLoss, eagerLoss);
+    bool overflowD = factors[call].first != 1.0, overflowG = factors[call].second != 1.0;
+    EXPECT_EQ(traced.scaler.found_inf(traced.optD), overflowD);
+    EXPECT_EQ(traced.scaler.found_inf(traced.optG), overflowG);
+    EXPECT_EQ(traced.scaler.found_inf(), overflowD || overflowG);
+    EXPECT_EQ(traced.scaler.get_scale(), ganSharedScales()[call]);
+    EXPECT_EQ(traced.everything(), eager.everything());
+    // The network that overflowed kept its parameters; the other stepped.
+    std::vector<std::vector<double>> after = traced.everything();
+    size_t generatorTensors = traced.generator.parameters().size();
+    for (size_t i = 0; i < after.size(); ++i) {
+      bool overflowed = i < generatorTensors ? overflowG : overflowD;
+      if (overflowed)
+        EXPECT_EQ(after[i], before[i]) << "tensor " << i;
+      else
+        EXPECT_NE(after[i], before[i]) << "tensor " << i;
+    }
+  }
+  EXPECT_EQ(traced.scaler.skipped_steps(), 3);
+  EXPECT_EQ(traced.scaler.skipped_steps(), eager.scaler.skipped_steps());
+  EXPECT_EQ(traced.scaler.growth_tracker(), eager.scaler.growth_tracker());
+  EXPECT_EQ(step.stats().traces, 1u);
+}
+
 } // namespace
 } // namespace jit::testing

@@ -69,6 +69,29 @@ struct GanWithTwoScalers : Gan {
   amp::GradScaler scalerD{{.growth_interval = 3}}, scalerG{{.growth_interval = 2}};
 };
 
+/// PyTorch's recipe for several optimizers under one scaler
+/// (torch.amp's "multiple models, losses and optimizers"): each network's
+/// loss is scaled and stepped by the same scaler, each step skipped on its
+/// own gradients' overflow, and one update() backs the scale off when
+/// either overflowed.
+struct GanWithOneScaler : Gan {
+  Tensor step(const Tensor& real, const Tensor& noise, const Tensor& realLabels, const Tensor& fakeLabels,
+              const Tensor& boostD, const Tensor& boostG) {
+    optD.zero_grad();
+    Tensor fake = generator(noise).detach();
+    Tensor lossD = (cross_entropy(discriminator(real), realLabels) + cross_entropy(discriminator(fake), fakeLabels)) * boostD;
+    scaler.scale(lossD).backward();
+    scaler.step(optD);
+    optG.zero_grad();
+    Tensor lossG = cross_entropy(discriminator(generator(noise)), realLabels) * boostG;
+    scaler.scale(lossG).backward();
+    scaler.step(optG);
+    scaler.update();
+    return lossD + lossG;
+  }
+  amp::GradScaler scaler{{.growth_interval = 2}};
+};
+
 /// Per call, the factors GanWithTwoScalers::step multiplies the
 /// discriminator's and the generator's losses by: 1e30 overflows f16, so that
 /// network's scaler skips its step and backs off while the other goes on.
@@ -87,8 +110,9 @@ struct GanCall {
     return step(real, noise, realLabels, fakeLabels, factorD, factorG);
   }
 };
-/// GanWithTwoScalers::step as a function of its inputs, for jit::trace.
-inline auto ganStepOf(GanWithTwoScalers& gan) {
+/// GanWithTwoScalers::step (or GanWithOneScaler's) as a function of its inputs, for jit::trace.
+template <typename TwoLossGan>
+inline auto ganStepOf(TwoLossGan& gan) {
   return [&gan](const Tensor& real, const Tensor& noise, const Tensor& realLabels, const Tensor& fakeLabels,
                 const Tensor& factorD, const Tensor& factorG) {
     return gan.step(real, noise, realLabels, fakeLabels, factorD, factorG);
@@ -111,6 +135,9 @@ inline GanCall ganCall(size_t call, uint64_t seed) {
 /// (growth intervals 3 and 2).
 inline std::vector<double> ganDiscriminatorScales() { return {65536, 32768, 32768, 32768, 65536, 32768, 32768}; }
 inline std::vector<double> ganGeneratorScales() { return {65536, 131072, 131072, 65536, 65536, 32768, 32768}; }
+/// GanWithOneScaler's one scale after each call (growth interval 2): it
+/// backs off whenever either network overflowed.
+inline std::vector<double> ganSharedScales() { return {65536, 32768, 32768, 16384, 16384, 8192, 8192}; }
 
 } // namespace jit::testing
 
