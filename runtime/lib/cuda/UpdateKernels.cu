@@ -575,6 +575,20 @@ __device__ void storeVector(void* data, int64_t i, const float (&values)[kUpdate
   }
 }
 
+/// Elements i .. i + 7 of x's f32 parameter and of its gradient (of type G,
+/// as read: not yet unscaled), noting a non-finite gradient element in
+/// `gradientsFinite` where it is given.
+template <ElementType G>
+__device__ void loadParamAndGradient(const OptimizerConfig& c, const OptimizerTensor& x, int64_t i,
+                                     float (&p)[kUpdateVectorWidth], float (&g)[kUpdateVectorWidth],
+                                     uint8_t* gradientsFinite) {
+  loadVector<ElementType::F32>(x.param, i, p, c.evictFirst);
+  loadVector<G>(x.grad, i, g, c.evictFirst);
+  if (gradientsFinite != nullptr)
+    for (int k = 0; k < kUpdateVectorWidth; ++k)
+      noteNonFinite(gradientsFinite, g[k]);
+}
+
 /// SGD over elements [begin, end) of x in f32, gradients of type G, the
 /// copy (when HasCopy) of type C: whole vectors first, every load of a
 /// thread before its stores; the elements after the last whole vector
@@ -589,11 +603,7 @@ __device__ void sgdVectorChunk(const OptimizerConfig& c, const OptimizerTensor& 
     int64_t i = begin + (int64_t(r) * kThreads + threadIdx.x) * kUpdateVectorWidth;
     if (i + kUpdateVectorWidth > end)
       continue;
-    loadVector<ElementType::F32>(x.param, i, p[r], c.evictFirst);
-    loadVector<G>(x.grad, i, g[r], c.evictFirst);
-    if (gradientsFinite != nullptr)
-      for (int k = 0; k < kUpdateVectorWidth; ++k)
-        noteNonFinite(gradientsFinite, g[r][k]);
+    loadParamAndGradient<G>(c, x, i, p[r], g[r], gradientsFinite);
     if (readsBuffer)
       loadVector<ElementType::F32>(x.state0, i, b[r], c.evictFirst);
     else
@@ -622,21 +632,6 @@ __device__ void sgdVectorChunk(const OptimizerConfig& c, const OptimizerTensor& 
     sgdElements<float>(c, x, tail + threadIdx.x, kThreads, lr, firstStep, hasInvScale, invScale, gradientsFinite);
 }
 
-template <ElementType G>
-__device__ void sgdVectorChunkOf(const OptimizerConfig& c, const OptimizerTensor& x, int64_t begin, int64_t end,
-                                 float lr, bool firstStep, bool hasInvScale, float invScale,
-                                 uint8_t* gradientsFinite) {
-  if (x.copy == nullptr)
-    sgdVectorChunk<G, false, ElementType::F16>(c, x, begin, end, lr, firstStep, hasInvScale, invScale,
-                                               gradientsFinite);
-  else if (c.copyType == ElementType::F16)
-    sgdVectorChunk<G, true, ElementType::F16>(c, x, begin, end, lr, firstStep, hasInvScale, invScale,
-                                              gradientsFinite);
-  else
-    sgdVectorChunk<G, true, ElementType::BF16>(c, x, begin, end, lr, firstStep, hasInvScale, invScale,
-                                               gradientsFinite);
-}
-
 /// A skipped step over elements [begin, end) of a vectorized launch's tensor
 /// (f32 parameter and state, f16 or bf16 copy): each new value that is
 /// another buffer gets its input's bits.
@@ -652,39 +647,6 @@ __device__ void carryOverChunk(const OptimizerTensor& x, int64_t begin, int64_t 
     if (x.copy != nullptr)
       carryOver(x.copy, x.newCopy, 2, i);
   }
-}
-
-__global__ void sgdVectorKernel(OptimizerArguments args) {
-  const OptimizerConfig& c = args.config;
-  const OptimizerScalars& scalars = args.scalars;
-  BlockChunk at = blockChunk(args.table.chunks, args.table.size);
-  const OptimizerTensor& x = args.table.tensors[at.tensor];
-  int64_t begin = at.chunk * kUpdateVectorChunkElements;
-  int64_t end = begin + kUpdateVectorChunkElements < x.count ? begin + kUpdateVectorChunkElements : x.count;
-  if (scalars.predicate != nullptr && *scalars.predicate == 0) {
-    carryOverChunk(x, begin, end);
-  } else {
-    bool hasInvScale = scalars.invScale != nullptr;
-    float invScale = hasInvScale ? *scalars.invScale : 1.0f;
-    float lr = *scalars.lr;
-    bool firstStep = scalars.step != nullptr && *scalars.step == 0;
-    switch (x.gradType) {
-    case ElementType::F16:
-      sgdVectorChunkOf<ElementType::F16>(c, x, begin, end, lr, firstStep, hasInvScale, invScale,
-                                         scalars.gradientsFinite);
-      break;
-    case ElementType::BF16:
-      sgdVectorChunkOf<ElementType::BF16>(c, x, begin, end, lr, firstStep, hasInvScale, invScale,
-                                          scalars.gradientsFinite);
-      break;
-    default:
-      sgdVectorChunkOf<ElementType::F32>(c, x, begin, end, lr, firstStep, hasInvScale, invScale,
-                                         scalars.gradientsFinite);
-      break;
-    }
-  }
-  if (args.updatesScale && blockIdx.x == 0 && threadIdx.x == 0)
-    updateScale(args.scaleUpdate.config, args.scaleUpdate.pointers);
 }
 
 /// Adam over elements [begin, end) of x in f32 (AMSGrad where x has
@@ -705,11 +667,7 @@ __device__ void adamVectorChunk(const OptimizerConfig& c, const OptimizerTensor&
     int64_t i = begin + (int64_t(r) * kThreads + threadIdx.x) * kUpdateVectorWidth;
     if (i + kUpdateVectorWidth > end)
       continue;
-    loadVector<ElementType::F32>(x.param, i, p[r], c.evictFirst);
-    loadVector<G>(x.grad, i, g[r], c.evictFirst);
-    if (gradientsFinite != nullptr)
-      for (int k = 0; k < kUpdateVectorWidth; ++k)
-        noteNonFinite(gradientsFinite, g[r][k]);
+    loadParamAndGradient<G>(c, x, i, p[r], g[r], gradientsFinite);
     loadVector<ElementType::F32>(x.state0, i, m[r], c.evictFirst);
     loadVector<ElementType::F32>(x.state1, i, v[r], c.evictFirst);
     if (amsgrad)
@@ -742,19 +700,47 @@ __device__ void adamVectorChunk(const OptimizerConfig& c, const OptimizerTensor&
     adamElement<float>(c, x, i, s, hasInvScale, invScale, gradientsFinite);
 }
 
-template <ElementType G>
-__device__ void adamVectorChunkOf(const OptimizerConfig& c, const OptimizerTensor& x, int64_t begin, int64_t end,
-                                  const AdamScalars<float>& s, bool hasInvScale, float invScale,
-                                  uint8_t* gradientsFinite) {
+/// What vectorUpdateKernel needs of an optimizer: its scalars, read once per
+/// block, and its chunk of one tensor for each gradient and copy type.
+struct SgdVectorUpdate {
+  float lr;
+  bool firstStep;
+  __device__ SgdVectorUpdate(const OptimizerConfig&, const OptimizerScalars& scalars)
+      : lr(*scalars.lr), firstStep(scalars.step != nullptr && *scalars.step == 0) {}
+  template <ElementType G, bool HasCopy, ElementType C>
+  __device__ void chunk(const OptimizerConfig& c, const OptimizerTensor& x, int64_t begin, int64_t end,
+                        bool hasInvScale, float invScale, uint8_t* gradientsFinite) const {
+    sgdVectorChunk<G, HasCopy, C>(c, x, begin, end, lr, firstStep, hasInvScale, invScale, gradientsFinite);
+  }
+};
+
+struct AdamVectorUpdate {
+  AdamScalars<float> s;
+  __device__ AdamVectorUpdate(const OptimizerConfig& c, const OptimizerScalars& scalars)
+      : s(adamScalars<float>(c, scalars)) {}
+  template <ElementType G, bool HasCopy, ElementType C>
+  __device__ void chunk(const OptimizerConfig& c, const OptimizerTensor& x, int64_t begin, int64_t end,
+                        bool hasInvScale, float invScale, uint8_t* gradientsFinite) const {
+    adamVectorChunk<G, HasCopy, C>(c, x, begin, end, s, hasInvScale, invScale, gradientsFinite);
+  }
+};
+
+template <typename Update, ElementType G>
+__device__ void vectorChunkOf(const Update& update, const OptimizerConfig& c, const OptimizerTensor& x,
+                              int64_t begin, int64_t end, bool hasInvScale, float invScale,
+                              uint8_t* gradientsFinite) {
   if (x.copy == nullptr)
-    adamVectorChunk<G, false, ElementType::F16>(c, x, begin, end, s, hasInvScale, invScale, gradientsFinite);
+    update.template chunk<G, false, ElementType::F16>(c, x, begin, end, hasInvScale, invScale, gradientsFinite);
   else if (c.copyType == ElementType::F16)
-    adamVectorChunk<G, true, ElementType::F16>(c, x, begin, end, s, hasInvScale, invScale, gradientsFinite);
+    update.template chunk<G, true, ElementType::F16>(c, x, begin, end, hasInvScale, invScale, gradientsFinite);
   else
-    adamVectorChunk<G, true, ElementType::BF16>(c, x, begin, end, s, hasInvScale, invScale, gradientsFinite);
+    update.template chunk<G, true, ElementType::BF16>(c, x, begin, end, hasInvScale, invScale, gradientsFinite);
 }
 
-__global__ void adamVectorKernel(OptimizerArguments args) {
+/// One block's chunk of kUpdateVectorChunkElements of one tensor, by
+/// Update (SgdVectorUpdate or AdamVectorUpdate).
+template <typename Update>
+__global__ void vectorUpdateKernel(OptimizerArguments args) {
   const OptimizerConfig& c = args.config;
   const OptimizerScalars& scalars = args.scalars;
   BlockChunk at = blockChunk(args.table.chunks, args.table.size);
@@ -766,16 +752,19 @@ __global__ void adamVectorKernel(OptimizerArguments args) {
   } else {
     bool hasInvScale = scalars.invScale != nullptr;
     float invScale = hasInvScale ? *scalars.invScale : 1.0f;
-    AdamScalars<float> s = adamScalars<float>(c, scalars);
+    Update update(c, scalars);
     switch (x.gradType) {
     case ElementType::F16:
-      adamVectorChunkOf<ElementType::F16>(c, x, begin, end, s, hasInvScale, invScale, scalars.gradientsFinite);
+      vectorChunkOf<Update, ElementType::F16>(update, c, x, begin, end, hasInvScale, invScale,
+                                              scalars.gradientsFinite);
       break;
     case ElementType::BF16:
-      adamVectorChunkOf<ElementType::BF16>(c, x, begin, end, s, hasInvScale, invScale, scalars.gradientsFinite);
+      vectorChunkOf<Update, ElementType::BF16>(update, c, x, begin, end, hasInvScale, invScale,
+                                               scalars.gradientsFinite);
       break;
     default:
-      adamVectorChunkOf<ElementType::F32>(c, x, begin, end, s, hasInvScale, invScale, scalars.gradientsFinite);
+      vectorChunkOf<Update, ElementType::F32>(update, c, x, begin, end, hasInvScale, invScale,
+                                              scalars.gradientsFinite);
       break;
     }
   }
@@ -1112,9 +1101,9 @@ cudaError_t launchOptimizer(const OptimizerConfig& config, const OptimizerScalar
       }
       unsigned blocks = unsigned(args.table.chunks.blocks(args.table.size));
       if (vectorized && config.adam)
-        adamVectorKernel<<<blocks, kThreads, 0, stream>>>(args);
+        vectorUpdateKernel<AdamVectorUpdate><<<blocks, kThreads, 0, stream>>>(args);
       else if (vectorized)
-        sgdVectorKernel<<<blocks, kThreads, 0, stream>>>(args);
+        vectorUpdateKernel<SgdVectorUpdate><<<blocks, kThreads, 0, stream>>>(args);
       else if (config.computeF64)
         optimizerKernel<double><<<blocks, kThreads, 0, stream>>>(args);
       else
