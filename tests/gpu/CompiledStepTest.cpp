@@ -489,22 +489,40 @@ TEST_F(CompiledStepOnGpu, ParameterGroupsAndKeptGradientsMatchTheCpu) {
   EXPECT_EQ(onGpu.opt.lr(1).item(), double(float(5e-2)));
 }
 
+/// A GAN's whole step (GanWithTwoScalers's or GanWithOneScaler's) traced at O1 f16 on `backend`.
+template <typename TwoLossGan>
+auto ganStepOn(TwoLossGan& gan, Backend backend) {
+  return trace(ganStepOf(gan), {.amp = {.level = amp::O1, .dtype = f16}, .backend = backend});
+}
+
+/// A GAN step's loss on the device against the CPU's, within f16's
+/// tolerance grown with the calls before it.
+template <typename Step>
+void expectTheCpusLoss(const GanCall& inputs, Step& cpuStep, Step& gpuStep, size_t call) {
+  double cpuLoss = inputs(cpuStep).item(), gpuLoss = inputs(gpuStep).item();
+  expectClose({gpuLoss}, {cpuLoss}, ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 8.0 * double(call + 1)),
+              "loss");
+}
+
+/// Both networks' parameters after the calls, within 64 times f16's tolerance.
+void expectTheCpusParameters(Gan& onGpu, Gan& onCpu) {
+  std::vector<std::vector<double>> cpuState = onCpu.everything(), gpuState = onGpu.everything();
+  for (size_t i = 0; i < cpuState.size(); ++i)
+    expectClose(gpuState[i], cpuState[i], ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 64.0),
+                "parameter " + std::to_string(i));
+}
+
 TEST_F(CompiledStepOnGpu, AGanWithALossScalerPerNetworkMatchesTheCpu) {
   // Two scalers in one step, each network's loss overflowing on its own
   // calls: each scaler's skips and scale follow its own network on the
   // device as on the CPU, and the Adam and SGD updates agree.
   GanWithTwoScalers onCpu, onGpu;
-  TraceOptions options{.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cpu};
-  auto cpuStep = trace(ganStepOf(onCpu), options);
-  options.backend = Backend::cuda;
-  auto gpuStep = trace(ganStepOf(onGpu), options);
+  auto cpuStep = ganStepOn(onCpu, Backend::cpu), gpuStep = ganStepOn(onGpu, Backend::cuda);
   std::vector<std::pair<double, double>> factors = ganLossFactors();
-  Tolerance tolerance = toleranceFor(ampjit::runtime::DType::F16);
   for (size_t call = 0; call < factors.size(); ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
     GanCall inputs = ganCall(call, 300);
-    double cpuLoss = inputs(cpuStep).item(), gpuLoss = inputs(gpuStep).item();
-    expectClose({gpuLoss}, {cpuLoss}, ampjit::testing::scaled(tolerance, 8.0 * double(call + 1)), "loss");
+    expectTheCpusLoss(inputs, cpuStep, gpuStep, call);
     EXPECT_EQ(onGpu.scalerD.get_scale(), ganDiscriminatorScales()[call]);
     EXPECT_EQ(onGpu.scalerG.get_scale(), ganGeneratorScales()[call]);
     EXPECT_EQ(onGpu.scalerD.found_inf(onGpu.optD), factors[call].first != 1.0);
@@ -514,9 +532,7 @@ TEST_F(CompiledStepOnGpu, AGanWithALossScalerPerNetworkMatchesTheCpu) {
   EXPECT_EQ(onGpu.scalerG.skipped_steps(), onCpu.scalerG.skipped_steps());
   EXPECT_EQ(onGpu.scalerD.growth_tracker(), onCpu.scalerD.growth_tracker());
   EXPECT_EQ(onGpu.scalerG.growth_tracker(), onCpu.scalerG.growth_tracker());
-  std::vector<std::vector<double>> cpuState = onCpu.everything(), gpuState = onGpu.everything();
-  for (size_t i = 0; i < cpuState.size(); ++i)
-    expectClose(gpuState[i], cpuState[i], ampjit::testing::scaled(tolerance, 64.0), "parameter " + std::to_string(i));
+  expectTheCpusParameters(onGpu, onCpu);
   EXPECT_EQ(gpuStep.stats().traces, 1u);
 }
 
@@ -524,26 +540,19 @@ TEST_F(CompiledStepOnGpu, AGanWithOneLossScalerForBothNetworksMatchesTheCpu) {
   // One scaler stepping both networks' optimizers: each skips on its own
   // overflow and each optimizer's flag is state the device writes.
   GanWithOneScaler onCpu, onGpu;
-  TraceOptions options{.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cpu};
-  auto cpuStep = trace(ganStepOf(onCpu), options);
-  options.backend = Backend::cuda;
-  auto gpuStep = trace(ganStepOf(onGpu), options);
+  auto cpuStep = ganStepOn(onCpu, Backend::cpu), gpuStep = ganStepOn(onGpu, Backend::cuda);
   std::vector<std::pair<double, double>> factors = ganLossFactors();
-  Tolerance tolerance = toleranceFor(ampjit::runtime::DType::F16);
   for (size_t call = 0; call < factors.size(); ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
     GanCall inputs = ganCall(call, 500);
-    double cpuLoss = inputs(cpuStep).item(), gpuLoss = inputs(gpuStep).item();
-    expectClose({gpuLoss}, {cpuLoss}, ampjit::testing::scaled(tolerance, 8.0 * double(call + 1)), "loss");
+    expectTheCpusLoss(inputs, cpuStep, gpuStep, call);
     EXPECT_EQ(onGpu.scaler.get_scale(), ganSharedScales()[call]);
     EXPECT_EQ(onGpu.scaler.found_inf(onGpu.optD), factors[call].first != 1.0);
     EXPECT_EQ(onGpu.scaler.found_inf(onGpu.optG), factors[call].second != 1.0);
   }
   EXPECT_EQ(onGpu.scaler.skipped_steps(), onCpu.scaler.skipped_steps());
   EXPECT_EQ(onGpu.scaler.growth_tracker(), onCpu.scaler.growth_tracker());
-  std::vector<std::vector<double>> cpuState = onCpu.everything(), gpuState = onGpu.everything();
-  for (size_t i = 0; i < cpuState.size(); ++i)
-    expectClose(gpuState[i], cpuState[i], ampjit::testing::scaled(tolerance, 64.0), "parameter " + std::to_string(i));
+  expectTheCpusParameters(onGpu, onCpu);
   EXPECT_EQ(gpuStep.stats().traces, 1u);
 }
 

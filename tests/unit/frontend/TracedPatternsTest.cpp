@@ -353,12 +353,25 @@ TEST(TracedPattern, AGansTwoStepsSharingTheDiscriminator) {
   EXPECT_EQ(stepG.stats().traces, 1u);
 }
 
+/// A GAN's whole step (GanWithTwoScalers's or GanWithOneScaler's) traced
+/// with eager autocast's casts, so with eager's bits.
+template <typename TwoLossGan>
+auto tracedGanStep(TwoLossGan& gan) {
+  return trace(ganStepOf(gan),
+               {.amp = policyAt(amp::O1), .semantics = amp::Semantics::autocast, .log_retraces = false, .name = "gan_step"});
+}
+
+/// One call of the traced step and of its eager twin under autocast: the same loss.
+template <typename Traced, typename Eager>
+void expectTheSameLoss(const GanCall& inputs, Traced& step, Eager& eagerStep) {
+  double tracedLoss = inputs(step).item();
+  amp::autocast scope({.dtype = f16});
+  EXPECT_EQ(tracedLoss, inputs(eagerStep).item());
+}
+
 TEST(TracedPattern, AGanWithALossScalerPerNetworkInOneTracedStep) {
   GanWithTwoScalers eager, traced;
-  auto step = trace(ganStepOf(traced), {.amp = policyAt(amp::O1),
-                                        .semantics = amp::Semantics::autocast, // eager's casts, so eager's bits
-                                        .log_retraces = false,
-                                        .name = "gan_step"});
+  auto step = tracedGanStep(traced);
   auto eagerStep = ganStepOf(eager);
   // Each network's loss overflows f16 on its own calls.
   const std::vector<std::pair<double, double>> factors = ganLossFactors();
@@ -366,13 +379,7 @@ TEST(TracedPattern, AGanWithALossScalerPerNetworkInOneTracedStep) {
   for (size_t call = 0; call < factors.size(); ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
     GanCall inputs = ganCall(call, 200);
-    double tracedLoss = inputs(step).item();
-    double eagerLoss;
-    {
-      amp::autocast scope({.dtype = f16});
-      eagerLoss = inputs(eagerStep).item();
-    }
-    EXPECT_EQ(tracedLoss, eagerLoss);
+    expectTheSameLoss(inputs, step, eagerStep);
     EXPECT_EQ(traced.scalerD.found_inf(traced.optD), factors[call].first != 1.0);
     EXPECT_EQ(traced.scalerG.found_inf(traced.optG), factors[call].second != 1.0);
     EXPECT_EQ(traced.scalerD.get_scale(), eager.scalerD.get_scale());
@@ -393,23 +400,14 @@ TEST(TracedPattern, AGanWithALossScalerPerNetworkInOneTracedStep) {
 
 TEST(TracedPattern, AGanWithOneLossScalerForBothNetworksSkipsEachNetworksOverflowAlone) {
   GanWithOneScaler eager, traced;
-  auto step = trace(ganStepOf(traced), {.amp = policyAt(amp::O1),
-                                        .semantics = amp::Semantics::autocast, // eager's casts, so eager's bits
-                                        .log_retraces = false,
-                                        .name = "gan_step"});
+  auto step = tracedGanStep(traced);
   auto eagerStep = ganStepOf(eager);
   const std::vector<std::pair<double, double>> factors = ganLossFactors();
   for (size_t call = 0; call < factors.size(); ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
     GanCall inputs = ganCall(call, 400);
     std::vector<std::vector<double>> before = traced.everything();
-    double tracedLoss = inputs(step).item();
-    double eagerLoss;
-    {
-      amp::autocast scope({.dtype = f16});
-      eagerLoss = inputs(eagerStep).item();
-    }
-    EXPECT_EQ(tracedLoss, eagerLoss);
+    expectTheSameLoss(inputs, step, eagerStep);
     bool overflowD = factors[call].first != 1.0, overflowG = factors[call].second != 1.0;
     EXPECT_EQ(traced.scaler.found_inf(traced.optD), overflowD);
     EXPECT_EQ(traced.scaler.found_inf(traced.optG), overflowG);
