@@ -315,7 +315,7 @@ static_assert(sizeof(OptimizerArguments) < 4096, "kernel arguments must stay und
 /// The gradient element unscaled and with maximize applied (the CPU's
 /// GradientReader): f64 gradients unscale in f64, all others in f32 as read.
 /// A gradient that is not f64, read as f32: unscaled in f32, maximize
-/// applied. Both SGD paths and readGradient use it.
+/// applied. The 16-byte SGD and Adam paths and readGradient use it.
 __device__ float unscaledGradient(const OptimizerConfig& config, float read, bool hasInvScale, float invScale) {
   if (hasInvScale)
     read *= invScale;
