@@ -176,9 +176,6 @@ private:
     size_t ordinal = 0;
   };
   PerOptimizer& entryFor(const optim::Optimizer& optimizer);
-  /// The entries in the order the scaler met their optimizers.
-  std::vector<PerOptimizer*> entriesInOrder();
-  std::vector<const PerOptimizer*> entriesInOrder() const;
   Tensor invScale() const;
   /// Whether every optimizer stepped since the last update saw finite gradients.
   Tensor stepsFinite() const;

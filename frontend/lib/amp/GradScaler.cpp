@@ -80,10 +80,22 @@ std::vector<Tensor> gradsOf(const optim::Optimizer& optimizer) {
 /// inside a traced step must hold data for the compiled step to write into.
 Tensor concreteTrue() {
   const double one = 1.0;
-  ampjit::runtime::Expected<ampjit::runtime::Tensor> value = ampjit::runtime::Tensor::fromDoubles(i1, {}, std::span<const double>(&one, 1));
+  namespace rt = ampjit::runtime;
+  rt::Expected<rt::Tensor> value = rt::Tensor::fromDoubles(i1, {}, std::span<const double>(&one, 1));
   if (!value)
     throw Error("GradScaler: " + value.message());
   return detail::makeTensor(std::move(*value));
+}
+
+/// Pointers to the scaler's per-optimizer entries in the order it met their
+/// optimizers (their `ordinal`), const where the map is.
+template <typename Entries>
+auto inOrderMet(Entries& entries) {
+  std::vector<decltype(&entries.begin()->second)> ordered;
+  for (auto& entry : entries)
+    ordered.push_back(&entry.second);
+  std::sort(ordered.begin(), ordered.end(), [](auto* a, auto* b) { return a->ordinal < b->ordinal; });
+  return ordered;
 }
 
 /// a && b for i1 scalars (select(a, b, a)); jit has no logical op.
@@ -181,18 +193,6 @@ GradScaler::PerOptimizer& GradScaler::entryFor(const optim::Optimizer& optimizer
   return entry->second;
 }
 
-std::vector<GradScaler::PerOptimizer*> GradScaler::entriesInOrder() {
-  std::vector<PerOptimizer*> entries;
-  for (auto& entry : perOptimizer_)
-    entries.push_back(&entry.second);
-  std::sort(entries.begin(), entries.end(), [](auto* a, auto* b) { return a->ordinal < b->ordinal; });
-  return entries;
-}
-
-std::vector<const GradScaler::PerOptimizer*> GradScaler::entriesInOrder() const {
-  std::vector<PerOptimizer*> entries = const_cast<GradScaler*>(this)->entriesInOrder();
-  return {entries.begin(), entries.end()};
-}
 
 Tensor GradScaler::scale(const Tensor& loss, std::source_location where) const {
   detail::UserFrame frame(where);
@@ -237,7 +237,7 @@ void GradScaler::step(optim::Optimizer& optimizer, std::source_location where) {
 
 Tensor GradScaler::stepsFinite() const {
   Tensor finite;
-  for (const PerOptimizer* state : entriesInOrder()) {
+  for (const PerOptimizer* state : inOrderMet(perOptimizer_)) {
     if (state->stage == Stage::Ready || !state->allFinite.defined())
       continue;
     finite = finite.defined() ? logicalAnd(finite, state->allFinite) : state->allFinite;
@@ -249,7 +249,7 @@ Tensor GradScaler::stepsFinite() const {
 
 void GradScaler::finishUpdate(const Tensor& finite) {
   lastStepFinite_.copy_(finite);
-  std::vector<PerOptimizer*> entries = entriesInOrder();
+  std::vector<PerOptimizer*> entries = inOrderMet(perOptimizer_);
   bool shared = std::count_if(entries.begin(), entries.end(),
                               [](const PerOptimizer* entry) { return entry->stage != Stage::Ready; }) > 1;
   for (PerOptimizer* entry : entries) {
@@ -328,12 +328,13 @@ bool GradScaler::found_inf(const optim::Optimizer& optimizer, std::source_locati
   // After an update, state a traced step writes too: the optimizer's own
   // flag where its last update covered others, the scaler's where that
   // update covered it alone and is the last.
-  if (state.lastUpdateShared)
+  if (state.lastUpdateShared && state.sharedUpdateFinite.defined())
     return state.sharedUpdateFinite.item(where) == 0.0;
   if (state.inLastUpdate)
     return lastStepFinite_.item(where) == 0.0;
-  // Its last update covered it alone and a later one covered others; eagerly
-  // its flag is still a value, traced it was a symbol of that trace.
+  // Its last update covered it alone and a later one covered other
+  // optimizers; eagerly its flag is still a value, traced it was a symbol of
+  // that trace.
   if (!state.allFinite.defined())
     return false;
   if (detail::leftOverFromATrace(state.allFinite.impl()))
