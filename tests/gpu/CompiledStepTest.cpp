@@ -320,9 +320,7 @@ TEST_F(CompiledStepOnGpu, AnInjectedInfSkipsTheStepOnTheDevice) {
   std::vector<std::vector<double>> before = stateOf(net);
   EXPECT_EQ(net.scaler.get_scale(), 65536.0);
 
-  std::vector<double> values = x.to_vector();
-  values[3] = std::numeric_limits<double>::infinity();
-  step(tensor(values, x.shape()), y);
+  step(withInfAt(x, 3), y);
   // The scaler's state read without waiting for the step: on the emulated
   // runtime, asking runs nothing; what arrives is the skipped step's.
   amp::GradScaler::StateTensors state = net.scaler.state_tensors();
@@ -373,9 +371,7 @@ TEST_F(CompiledStepOnGpu, GradientsAccumulatedOverTwoTracedFunctionsMatchTheCpu)
     for (uint64_t micro = 0; micro < 2; ++micro) {
       auto [x, y] = batch(kBatch, kIn, kClasses, 60 + 10 * round + micro);
       if (round == 1 && micro == 1) {
-        std::vector<double> values = x.to_vector();
-        values[7] = std::numeric_limits<double>::infinity();
-        x = tensor(values, x.shape());
+        x = withInfAt(x, 7);
       }
       double cpuLoss = cpuAccumulate(x, y).item(), gpuLoss = gpuAccumulate(x, y).item();
       if (std::isfinite(cpuLoss))
@@ -1043,9 +1039,7 @@ std::pair<Tensor, Tensor> mlpBatchOfCall(int call) {
   Generator generator(300 + uint64_t(call));
   Tensor x = rand({32, 64}, f32, &generator), y = rand({32, 64}, f32, &generator);
   if (call == 3) {
-    std::vector<double> values = x.to_vector();
-    values[7] = std::numeric_limits<double>::infinity();
-    x = tensor(values, x.shape());
+    x = withInfAt(x, 7);
   }
   return {x, y};
 }

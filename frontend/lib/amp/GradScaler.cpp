@@ -193,7 +193,6 @@ GradScaler::PerOptimizer& GradScaler::entryFor(const optim::Optimizer& optimizer
   return entry->second;
 }
 
-
 Tensor GradScaler::scale(const Tensor& loss, std::source_location where) const {
   detail::UserFrame frame(where);
   return enabled_ ? scale_loss(loss, scale_) : loss;

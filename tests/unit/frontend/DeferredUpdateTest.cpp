@@ -108,9 +108,7 @@ TEST(DeferredUpdates, AnOverflowingStepIsStillSkipped) {
   Pair pair({amp::O1, f16});
   auto [x, y] = batch(kBatch, kIn, kClasses, 8);
   pair.step(x, y, "clean step");
-  std::vector<double> values = x.to_vector();
-  values[5] = std::numeric_limits<double>::infinity();
-  Tensor poisoned = tensor(values, x.shape());
+  Tensor poisoned = withInfAt(x, 5);
   pair.deferred(poisoned, y);
   pair.plain(poisoned, y);
   pair.step(x, y, "step after the skip");

@@ -9,9 +9,11 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace jit::testing {
 
@@ -23,6 +25,14 @@ inline std::string errorOf(const std::function<void()>& body) {
     return error.what();
   }
   return "";
+}
+
+/// `x` with element `index` (in row-major order) made +inf: a batch whose
+/// f16 gradients overflow, so a loss scaler skips the step.
+inline Tensor withInfAt(const Tensor& x, size_t index) {
+  std::vector<double> values = x.to_vector();
+  values.at(index) = std::numeric_limits<double>::infinity();
+  return tensor(values, x.shape());
 }
 
 using ampjit::testing::Tolerance;

@@ -151,9 +151,7 @@ TEST(Trace, AnOverflowingStepIsSkippedOnTheCompiledStep) {
   EXPECT_EQ(net.scaler.get_scale(), 65536.0);
   std::vector<std::vector<double>> before = stateOf(net);
 
-  std::vector<double> values = x.to_vector();
-  values[3] = std::numeric_limits<double>::infinity();
-  Tensor poisoned = tensor(values, x.shape());
+  Tensor poisoned = withInfAt(x, 3);
   step(poisoned, y);
   std::vector<std::vector<double>> after = stateOf(net);
   for (size_t i = 0; i + 1 < after.size(); ++i)
@@ -181,9 +179,7 @@ TEST(Trace, TheScalersOverflowFlagAndItsTensorsFollowTheCompiledStep) {
                     {.amp = {.level = amp::O1, .dtype = f16}});
   EXPECT_FALSE(traced.scaler.found_inf()) << "no step has run";
   auto [x, y] = batch(kBatch, kIn, kClasses, 5);
-  std::vector<double> values = x.to_vector();
-  values[3] = std::numeric_limits<double>::infinity();
-  Tensor poisoned = tensor(values, x.shape());
+  Tensor poisoned = withInfAt(x, 3);
   for (const auto& [call, input] : std::vector<std::pair<int, Tensor>>{{0, x}, {1, poisoned}, {2, x}, {3, poisoned}}) {
     SCOPED_TRACE("call " + std::to_string(call));
     step(input, y);
@@ -259,9 +255,7 @@ TEST(Trace, EachOptimizersOverflowFlagFollowsATracedStepThatSteppedSeveral) {
   auto step = trace([&](const Tensor& x1, const Tensor& x2, const Tensor& y) { return traced.step(x1, x2, y); },
                     {.amp = {.level = amp::O1, .dtype = f16}, .semantics = amp::Semantics::autocast});
   auto [x, y] = batch(kBatch, kIn, kClasses, 9);
-  std::vector<double> values = x.to_vector();
-  values[5] = std::numeric_limits<double>::infinity();
-  Tensor poisoned = tensor(values, x.shape());
+  Tensor poisoned = withInfAt(x, 5);
   // Which model's input holds an inf on each call.
   const std::vector<std::pair<bool, bool>> overflows = {{false, false}, {true, false}, {false, false},
                                                         {false, true}, {true, true},  {false, false}};
@@ -311,9 +305,7 @@ TEST(Trace, AnOptimizersFlagAfterAReplayThatFollowedALoadIsTheReplays) {
   auto step = trace([&](const Tensor& a, const Tensor& b) { return net.step(a, b); },
                     {.amp = {.level = amp::O1, .dtype = f16}});
   auto [x, y] = batch(kBatch, kIn, kClasses, 5);
-  std::vector<double> values = x.to_vector();
-  values[3] = std::numeric_limits<double>::infinity();
-  Tensor poisoned = tensor(values, x.shape());
+  Tensor poisoned = withInfAt(x, 3);
   step(poisoned, y);
   ASSERT_TRUE(net.scaler.found_inf(net.opt));
   ::ampjit::testing::TemporaryDirectory scratch;
@@ -364,9 +356,7 @@ TEST(Trace, ApexLossScaleBoundsHoldOnTheCompiledStepAsEagerly) {
   auto step = trace([&](const Tensor& a, const Tensor& b) { return traced.step(a, b); },
                     {.amp = {.level = amp::O1, .dtype = f16}});
   auto [x, y] = batch(kBatch, kIn, kClasses, 9);
-  std::vector<double> values = x.to_vector();
-  values[0] = std::numeric_limits<double>::infinity();
-  Tensor poisoned = tensor(values, x.shape());
+  Tensor poisoned = withInfAt(x, 0);
   std::vector<std::pair<bool, double>> sequence = {{true, 8},  {true, 16},  {true, 16}, {false, 8},
                                                    {false, 4}, {false, 2}, {false, 2}, {true, 4}};
   for (size_t i = 0; i < sequence.size(); ++i) {
