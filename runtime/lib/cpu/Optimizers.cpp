@@ -19,11 +19,24 @@ void carryOver(const BufferView& from, const BufferView& to) {
     std::memcpy(to.data, from.data, size_t(from.count) * dtypeSize(from.dtype));
 }
 
-/// Elements processed together: each state tensor is widened a chunk at a
-/// time into plain arrays (the bulk conversions), the update runs over those
-/// arrays, and the new values are rounded back a chunk at a time. Per element
+/// Elements processed together: state the update reads is read in place
+/// when it holds the compute type and otherwise widened a chunk at a time
+/// into plain arrays (the bulk conversions); the new values go to arrays of
+/// their own and are rounded back (or copied) a chunk at a time. Per element
 /// the arithmetic is the one PyTorch's loop does, in the same order.
 constexpr int64_t kChunk = 256;
+
+/// Elements [begin, begin + n) of `view` as T: the buffer's own when it holds
+/// T (an f32 master's state, every step), else widened into `scratch`. The
+/// loops then never read and write one array: an array that is both (the
+/// same pointer in and out) fails GCC's overlap check and runs scalar.
+template <typename T>
+const T* readInPlaceOrWiden(const BufferView& view, int64_t begin, int64_t n, T* scratch) {
+  if (view.dtype == (std::is_same_v<T, float> ? DType::F32 : DType::F64))
+    return view.as<const T>() + begin;
+  loadRange<T>(view, begin, n, scratch);
+  return scratch;
+}
 
 /// Gradient elements [begin, begin + n), unscaled and with maximize applied
 /// (PyTorch negates the gradient before weight decay).
@@ -75,32 +88,34 @@ void sgd(const OptimizerParams& params, const StepIO& io) {
   T momentum = T(params.momentum), weightDecay = T(params.weightDecay);
   T undamped = T(1.0 - params.dampening);
   bool useMomentum = params.momentum != 0.0;
+  T pWide[kChunk], bWide[kChunk];
   T p[kChunk], g[kChunk], b[kChunk];
   for (int64_t begin = 0; begin < param.count; begin += kChunk) {
     int64_t n = std::min(kChunk, param.count - begin);
-    loadRange<T>(param, begin, n, p);
+    const T* pIn = readInPlaceOrWiden<T>(param, begin, n, pWide);
     readGrad(begin, n, g);
     if (params.weightDecay != 0.0)
       for (int64_t i = 0; i < n; ++i)
-        g[i] = g[i] + weightDecay * p[i];
+        g[i] = g[i] + weightDecay * pIn[i];
+    const T* direction = g;
     if (useMomentum) {
       // PyTorch starts the buffer as the gradient itself on the first step.
       if (firstStep) {
         std::copy(g, g + n, b);
       } else {
-        loadRange<T>(buffer, begin, n, b);
+        const T* bIn = readInPlaceOrWiden<T>(buffer, begin, n, bWide);
         for (int64_t i = 0; i < n; ++i)
-          b[i] = momentum * b[i] + undamped * g[i];
+          b[i] = momentum * bIn[i] + undamped * g[i];
       }
       storeRange<T>(newBuffer, begin, n, b);
       if (params.nesterov)
         for (int64_t i = 0; i < n; ++i)
           g[i] = g[i] + momentum * b[i];
       else
-        std::copy(b, b + n, g);
+        direction = b;
     }
     for (int64_t i = 0; i < n; ++i)
-      p[i] = p[i] - lr * g[i];
+      p[i] = pIn[i] - lr * direction[i];
     storeRange<T>(newParam, begin, n, p);
     if (copy.present)
       storeRange<T>(newCopy, begin, n, p);
@@ -127,36 +142,35 @@ void adam(const OptimizerParams& params, const StepIO& io) {
   T decay = T(1.0 - lr * params.weightDecay);
   T weightDecay = T(params.weightDecay), eps = T(params.eps);
   T beta2 = T(params.beta2), oneMinusBeta1 = T(1.0 - params.beta1), oneMinusBeta2 = T(1.0 - params.beta2);
+  bool decoupledDecay = params.weightDecay != 0.0 && params.decoupledWeightDecay;
+  T pWide[kChunk], mWide[kChunk], vWide[kChunk], vMaxWide[kChunk];
   T p[kChunk], g[kChunk], m[kChunk], v[kChunk], vMax[kChunk];
   for (int64_t begin = 0; begin < param.count; begin += kChunk) {
     int64_t n = std::min(kChunk, param.count - begin);
-    loadRange<T>(param, begin, n, p);
+    const T* pIn = readInPlaceOrWiden<T>(param, begin, n, pWide);
     readGrad(begin, n, g);
-    loadRange<T>(expAvg, begin, n, m);
-    loadRange<T>(expAvgSq, begin, n, v);
-    if (params.weightDecay != 0.0) {
-      if (params.decoupledWeightDecay)
-        for (int64_t i = 0; i < n; ++i)
-          p[i] = p[i] * decay;
-      else
-        for (int64_t i = 0; i < n; ++i)
-          g[i] = g[i] + weightDecay * p[i];
-    }
+    const T* mIn = readInPlaceOrWiden<T>(expAvg, begin, n, mWide);
+    const T* vIn = readInPlaceOrWiden<T>(expAvgSq, begin, n, vWide);
+    if (params.weightDecay != 0.0 && !decoupledDecay)
+      for (int64_t i = 0; i < n; ++i)
+        g[i] = g[i] + weightDecay * pIn[i];
     for (int64_t i = 0; i < n; ++i) {
-      m[i] = m[i] + oneMinusBeta1 * (g[i] - m[i]); // lerp(m, g, 1 - beta1)
-      v[i] = v[i] * beta2 + oneMinusBeta2 * (g[i] * g[i]);
+      m[i] = mIn[i] + oneMinusBeta1 * (g[i] - mIn[i]); // lerp(m, g, 1 - beta1)
+      v[i] = vIn[i] * beta2 + oneMinusBeta2 * (g[i] * g[i]);
     }
     const T* denominatorSource = v;
     if (maxExpAvgSq.present) {
-      loadRange<T>(maxExpAvgSq, begin, n, vMax);
+      const T* vMaxIn = readInPlaceOrWiden<T>(maxExpAvgSq, begin, n, vMaxWide);
       for (int64_t i = 0; i < n; ++i)
-        vMax[i] = maximumPropagatingNan(vMax[i], v[i]);
+        vMax[i] = maximumPropagatingNan(vMaxIn[i], v[i]);
       storeRange<T>(newMaxExpAvgSq, begin, n, vMax);
       denominatorSource = vMax;
     }
+    // AdamW decays the parameter (rounded, as PyTorch's p.mul_) before the step.
     for (int64_t i = 0; i < n; ++i) {
       T denominator = std::sqrt(denominatorSource[i]) / biasCorrection2Sqrt + eps;
-      p[i] = p[i] - stepSize * (m[i] / denominator);
+      T decayed = decoupledDecay ? pIn[i] * decay : pIn[i];
+      p[i] = decayed - stepSize * (m[i] / denominator);
     }
     storeRange<T>(newExpAvg, begin, n, m);
     storeRange<T>(newExpAvgSq, begin, n, v);
