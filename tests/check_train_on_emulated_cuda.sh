@@ -2,7 +2,8 @@
 # The main job's GPU path, on the emulated CUDA runtime (CI has no GPU): the
 # same runs with --backend cuda there and --backend cpu in the real build give
 # the same loss scale and skipped steps, and losses and held-out accuracy
-# within what f16 products summed in another order allow.
+# within what f16 products summed in another order allow, with SGD, Adam and
+# AdamW.
 set -euo pipefail
 emulated=$1 cpu=$2
 compare() {
@@ -37,3 +38,6 @@ PY
 compare --data synthetic --epochs 2 --max-steps 6 --amp O1 --dtype f16
 compare --data synthetic --epochs 1 --max-steps 4 --amp O2 --dtype bf16
 compare --model mlp9 --width 64 --batch-size 32 --epochs 2 --steps-per-epoch 3 --amp O1 --dtype f16
+# Adam's and AdamW's device kernels (the 16-byte one for aligned f32 state).
+compare --data synthetic --epochs 2 --max-steps 6 --amp O2 --dtype f16 --optimizer adamw
+compare --model mlp9 --width 64 --batch-size 32 --epochs 2 --steps-per-epoch 3 --amp O1 --dtype bf16 --optimizer adam
