@@ -51,13 +51,25 @@ Status reduce(const Step& step, const StepIO& io) {
   } else if (contiguousBlock) {
     size_t first = size_t(params.axes.front()), last = size_t(params.axes.back());
     int64_t outer = product(shape, 0, first), inner = product(shape, last + 1, shape.size());
-    for (int64_t o = 0; o < outer; ++o)
+    for (int64_t o = 0; o < outer; ++o) {
+      if (inner == 1) {
+        // Reduced to one value (a norm, a loss's mean, a row sum): the
+        // accumulator in a register, where the loop below would store and
+        // reload it through memory for every element. The same order.
+        const T* values = x.data() + o * reducedCount;
+        T total = acc[size_t(o)];
+        for (int64_t r = 0; r < reducedCount; ++r)
+          reducer.combine(total, values[r]);
+        acc[size_t(o)] = total;
+        continue;
+      }
       for (int64_t r = 0; r < reducedCount; ++r) {
         const T* row = x.data() + (o * reducedCount + r) * inner;
         T* target = acc.data() + o * inner;
         for (int64_t i = 0; i < inner; ++i)
           reducer.combine(target[i], row[i]);
       }
+    }
   } else {
     // General axes: the offsets of the reduced sub-tensor, then one pass per output element.
     std::vector<int64_t> strides = contiguousStrides(shape);
