@@ -81,6 +81,12 @@ expect_flag_error "--optimizer must be sgd, adam or adamw, not 'lamb'" --optimiz
 expect_flag_error "--momentum is SGD's; adamw keeps its betas at (0.9, 0.999)" --optimizer adamw --momentum 0.9
 expect_flag_error "--weight-decay: 'nan' is not a finite number" --weight-decay nan
 expect_flag_error "AdamW: weight_decay must be finite and >= 0, got -1" --optimizer adamw --weight-decay -1
+expect_flag_error "--schedule must be constant or cosine, not 'linear'" --schedule linear
+expect_flag_error "--warmup-steps must be >= 0" --warmup-steps -1
+expect_flag_error "--clip-grad-norm must be positive" --clip-grad-norm 0
+expect_flag_error "--clip-grad-norm: 'nan' is not a finite number" --clip-grad-norm nan
+expect_flag_error "--warmup-steps 50 leaves no step of the run's 50 for the cosine decay" --epochs 2 \
+  --schedule cosine --warmup-steps 50
 expect_flag_error "unknown option '--learning-rate'" --learning-rate 0.1
 
 # A batch the host cannot hold is refused naming the tensor and the limit (the

@@ -3,7 +3,7 @@
 # same runs with --backend cuda there and --backend cpu in the real build give
 # the same loss scale and skipped steps, and losses and held-out accuracy
 # within what f16 products summed in another order allow, with SGD, Adam and
-# AdamW.
+# AdamW, an lr schedule and gradient clipping.
 set -euo pipefail
 emulated=$1 cpu=$2
 compare() {
@@ -41,3 +41,6 @@ compare --model mlp9 --width 64 --batch-size 32 --epochs 2 --steps-per-epoch 3 -
 # Adam's and AdamW's device kernels (the 16-byte one for aligned f32 state).
 compare --data synthetic --epochs 2 --max-steps 6 --amp O2 --dtype f16 --optimizer adamw
 compare --model mlp9 --width 64 --batch-size 32 --epochs 2 --steps-per-epoch 3 --amp O1 --dtype bf16 --optimizer adam
+# The lr a schedule writes from the host before each step, and clipping in the step.
+compare --data synthetic --epochs 1 --max-steps 6 --amp O1 --dtype f16 --schedule cosine --warmup-steps 2 \
+  --clip-grad-norm 0.5

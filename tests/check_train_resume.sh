@@ -4,18 +4,28 @@
 # never stopped prints (loss, held-out accuracy, loss scale, skipped steps),
 # for the classifier (O2-f16) and mlp9 (O1-bf16) with SGD, and with AdamW
 # and Adam, whose running averages and step counts the checkpoint must carry.
-# A resume that leaves no epoch to train, a checkpoint of another model, and
-# one of another optimizer or with other settings, are clear errors.
+# So does a run with a cosine schedule, warmup and gradient clipping, whose
+# schedule's place the checkpoint must carry: that run's first part stops by
+# --max-steps, since the schedule spans --epochs. A resume that leaves no
+# epoch to train, a checkpoint of another model, of another optimizer or with
+# other settings, and a resume with other flags, are clear errors.
 set -euo pipefail
 train=$1
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
+# check NAME [--stop-by-steps N] FLAGS...: the first part is 2 epochs, or
+# --epochs 3 stopped after N steps (2 epochs of them).
 check() {
   local name=$1
   shift
+  local first_part=(--epochs 2)
+  if [ "$1" = --stop-by-steps ]; then
+    first_part=(--epochs 3 --max-steps "$2")
+    shift 2
+  fi
   "$train" "$@" --epochs 3 --json --no-progress >"$dir/$name.full"
-  "$train" "$@" --epochs 2 --json --no-progress --checkpoint "$dir/$name.ampjit" >"$dir/$name.first"
+  "$train" "$@" "${first_part[@]}" --json --no-progress --checkpoint "$dir/$name.ampjit" >"$dir/$name.first"
   "$train" "$@" --epochs 3 --json --no-progress --resume "$dir/$name.ampjit" >"$dir/$name.rest"
   python3 - "$name" "$dir/$name.full" "$dir/$name.first" "$dir/$name.rest" <<'PY'
 import json, sys
@@ -38,25 +48,37 @@ check mlp9 --model mlp9 --width 64 --batch-size 32 --steps-per-epoch 5 --backend
 check classifier-adamw --data synthetic --backend cpu --amp O1 --dtype f16 --seed 3 --optimizer adamw
 check mlp9-adam --model mlp9 --width 64 --batch-size 32 --steps-per-epoch 5 --backend cpu --amp O2 --dtype f16 \
   --optimizer adam --weight-decay 1e-4
+# 1600 synthetic training digits: 25 steps an epoch.
+check classifier-scheduled --stop-by-steps 50 --data synthetic --backend cpu --amp O1 --dtype f16 --seed 3 \
+  --optimizer adamw --lr 1e-4 --schedule cosine --warmup-steps 10 --clip-grad-norm 1.0
+check mlp9-warmup --stop-by-steps 10 --model mlp9 --width 64 --batch-size 32 --steps-per-epoch 5 --backend cpu \
+  --amp O1 --dtype f16 --warmup-steps 7 --clip-grad-norm 0.5
 
-if message=$("$train" --data synthetic --backend cpu --epochs 2 --resume "$dir/classifier.ampjit" --no-progress 2>&1); then
-  echo "FAIL: resuming after epoch 2 with --epochs 2 succeeded"; exit 1
-fi
-grep -q "leaves none to train" <<<"$message" || { echo "FAIL: unclear error: $message"; exit 1; }
-if message=$("$train" --data synthetic --backend cpu --epochs 3 --resume "$dir/mlp9.ampjit" --no-progress 2>&1); then
-  echo "FAIL: the classifier resumed from mlp9's checkpoint"; exit 1
-fi
-grep -q "part 'model': entry '0.weight' has shape" <<<"$message" || { echo "FAIL: unclear error: $message"; exit 1; }
-if message=$("$train" --data synthetic --backend cpu --epochs 3 --resume "$dir/classifier.ampjit" --optimizer adamw \
-  --no-progress 2>&1); then
-  echo "FAIL: AdamW resumed from SGD's checkpoint"; exit 1
-fi
-grep -q "part 'optimizer': the file holds state saved by SGD, not by AdamW" <<<"$message" ||
-  { echo "FAIL: unclear error: $message"; exit 1; }
-if message=$("$train" --data synthetic --backend cpu --epochs 3 --resume "$dir/classifier-adamw.ampjit" \
-  --optimizer adamw --weight-decay 0.1 --no-progress 2>&1); then
-  echo "FAIL: AdamW with weight decay 0.1 resumed from a run with 0.01"; exit 1
-fi
-grep -q "optimizer setting 'weight_decay' is 0.01 in the file but 0.1 here" <<<"$message" ||
-  { echo "FAIL: unclear error: $message"; exit 1; }
+# expect_resume_error FILE PATTERN FLAGS...: resuming FILE with FLAGS fails, saying PATTERN.
+expect_resume_error() {
+  local file=$1 pattern=$2
+  shift 2
+  if message=$("$train" "$@" --resume "$dir/$file" --no-progress 2>&1); then
+    echo "FAIL: resumed $file with $*"; exit 1
+  fi
+  grep -qF -- "$pattern" <<<"$message" || { echo "FAIL: $*: expected '$pattern' in: $message"; exit 1; }
+}
+classifier=(--data synthetic --backend cpu --amp O2 --dtype f16 --seed 3)
+expect_resume_error classifier.ampjit "leaves none to train" "${classifier[@]}" --epochs 2
+expect_resume_error mlp9.ampjit "was saved by a run with --model mlp9, not classifier: give the flags it ran with" \
+  "${classifier[@]}" --epochs 3
+expect_resume_error classifier.ampjit "part 'optimizer': the file holds state saved by SGD, not by AdamW" \
+  "${classifier[@]}" --epochs 3 --optimizer adamw
+expect_resume_error classifier-adamw.ampjit "optimizer setting 'weight_decay' is 0.01 in the file but 0.1 here" \
+  --data synthetic --backend cpu --amp O1 --dtype f16 --seed 3 --epochs 3 --optimizer adamw --weight-decay 0.1
+expect_resume_error classifier.ampjit "with --amp O2, not O1" --data synthetic --backend cpu --amp O1 --seed 3 --epochs 3
+scheduled=(--data synthetic --backend cpu --amp O1 --dtype f16 --seed 3 --optimizer adamw --lr 1e-4)
+expect_resume_error classifier-scheduled.ampjit "with --schedule cosine, not constant" "${scheduled[@]}" --epochs 3 \
+  --warmup-steps 10 --clip-grad-norm 1.0
+expect_resume_error classifier-scheduled.ampjit "with --clip-grad-norm 1, not off" "${scheduled[@]}" --epochs 3 \
+  --schedule cosine --warmup-steps 10
+expect_resume_error classifier-scheduled.ampjit "with --epochs 3, not 4 (the lr schedule spans the run's epochs" \
+  "${scheduled[@]}" --epochs 4 --schedule cosine --warmup-steps 10 --clip-grad-norm 1.0
+expect_resume_error classifier-scheduled.ampjit "with --seed 3, not 0" --data synthetic --backend cpu --amp O1 \
+  --optimizer adamw --lr 1e-4 --epochs 3 --schedule cosine --warmup-steps 10 --clip-grad-norm 1.0
 echo "ok: bad resumes are clear errors"

