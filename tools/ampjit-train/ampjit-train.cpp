@@ -99,8 +99,9 @@ const char* kUsage = R"(usage: ampjit-train [options]
   --max-steps N            stop after N training steps (for quick checks)
   --width N                mlp9 layer width (default 256 on the CPU; the GPU benchmark uses 8192)
   --steps-per-epoch N      mlp9 steps per epoch (default 20)
-  --checkpoint PATH        after every epoch, save the run (model, optimizer, loss scaler, epochs
-                           done) to PATH, replacing it whole
+  --checkpoint PATH        after every epoch, save the run (model, optimizer, schedule, loss
+                           scaler, epochs done, the flags a resume must repeat) to PATH, replacing
+                           it whole
   --resume PATH            continue the run saved in PATH: give the flags it ran with; --epochs
                            counts from its start, and the lr and the schedule's place are the file's
   --json                   one JSON object per epoch and a final summary, on stdout
