@@ -36,7 +36,8 @@ cat > gpu-bundle/run.sh <<'RUN'
 #                   BENCH_TIMEOUT_S (560) bounds each model
 #   profile MODEL LEVELS  one warm step per level launch by launch (AMPJIT_PROFILE), no peers
 #   crash MODEL LEVELS    the benchmark alone, and under cuda-gdb if it dies of a signal
-#   train           the main job (ampjit-train) at O2 f16 on synthetic digits
+#   train           the main job (ampjit-train) at O2 f16 on synthetic digits, and at O1
+#                   with AdamW, a cosine schedule and clipping
 #   defer-ab MODEL...  O1/O2 f16 with the optimizer update deferred into the next step and not,
 #                   no peers: what deferring buys (TraceOptions::defer_updates)
 #   priority-ab MODEL...  O1/O2 f16, deferred, with the side stream at a lower priority than the
@@ -391,6 +392,12 @@ run_train() { # the main job on the GPU, on synthetic digits (the machine has no
     > "$out/train.jsonl" 2>&1
   stamp "train: exit $?"
   tail -n 1 "$out/train.jsonl" >> "$out/summary.txt"
+  # AMP's usual recipe: AdamW, the lr written from the host before every
+  # replayed step (warmup, then cosine), clipping after unscale_ in the step.
+  timeout 90 "$here/run/ampjit-train" --backend cuda --data synthetic --amp O1 --dtype f16 --epochs 3 --json \
+    --optimizer adamw --schedule cosine --warmup-steps 10 --clip-grad-norm 1.0 > "$out/train-adamw-cosine-clip.jsonl" 2>&1
+  stamp "train (adamw, cosine, clipping): exit $?"
+  tail -n 1 "$out/train-adamw-cosine-clip.jsonl" >> "$out/summary.txt"
 }
 
 run_profile() { # MODEL LEVELS: one warm step of each level's plan, launch by launch (AMPJIT_PROFILE)
