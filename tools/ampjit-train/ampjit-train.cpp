@@ -141,6 +141,12 @@ Options parseOptions(int argc, char** argv) {
         usageError(flag + ": '" + text + "' is not a whole number");
       return parsed;
     };
+    auto atLeastZero = [&](const std::string& text) {
+      int64_t parsed = whole(text);
+      if (parsed < 0)
+        usageError(flag + " must be >= 0");
+      return parsed;
+    };
     if (flag == "--help" || flag == "-h") {
       std::cout << kUsage;
       std::exit(0);
@@ -185,9 +191,7 @@ Options parseOptions(int argc, char** argv) {
       if (options.schedule != "constant" && options.schedule != "cosine")
         usageError("--schedule must be constant or cosine, not '" + options.schedule + "'");
     } else if (flag == "--warmup-steps") {
-      options.warmupSteps = whole(value());
-      if (options.warmupSteps < 0)
-        usageError("--warmup-steps must be >= 0");
+      options.warmupSteps = atLeastZero(value());
     } else if (flag == "--clip-grad-norm") {
       options.clipGradNorm = number(value());
       if (options.clipGradNorm <= 0)
@@ -203,14 +207,9 @@ Options parseOptions(int argc, char** argv) {
     } else if (flag == "--data") {
       options.data = value();
     } else if (flag == "--seed") {
-      int64_t seed = whole(value());
-      if (seed < 0)
-        usageError("--seed must be >= 0");
-      options.seed = uint64_t(seed);
+      options.seed = uint64_t(atLeastZero(value()));
     } else if (flag == "--max-steps") {
-      options.maxSteps = whole(value());
-      if (options.maxSteps < 0)
-        usageError("--max-steps must be >= 0");
+      options.maxSteps = atLeastZero(value());
     } else if (flag == "--width") {
       options.width = whole(value());
     } else if (flag == "--steps-per-epoch") {
