@@ -105,6 +105,44 @@ done
 echo "commit $(cat "$here/COMMIT")" | tee -a "$out/summary.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee -a "$out/summary.txt"
 
+# The SM clock, power and the driver's clock-event reasons every 200 ms, into
+# clocks.csv, summarised at exit over the samples at >= 90% utilization. A
+# replayed mlp9 step's GEMMs ran 15% slower than the same GEMMs launch by
+# launch (2026-11-29): this says whether the card lowers its clock under
+# sustained load. The stamps' times line the samples up with the stages.
+clock_log_pid=""
+summarize_clocks() {
+  [ -n "$clock_log_pid" ] || return 0
+  kill "$clock_log_pid" 2> /dev/null || true
+  wait "$clock_log_pid" 2> /dev/null || true
+  local busy="$out/clocks-busy.tmp"
+  awk -F', *' '$2 + 0 >= 90' "$out/clocks.csv" > "$busy"
+  if [ ! -s "$busy" ]; then
+    echo "clocks: no sample at >= 90% utilization" | tee -a "$out/summary.txt"
+  else
+    column_stats() {
+      cut -d, -f"$1" "$busy" | tr -d ' ' | sort -n |
+        awk '{ v[NR] = $1 } END { printf "min %s, median %s, max %s", v[1], v[int((NR + 1) / 2)], v[NR] }'
+    }
+    echo "clocks at >= 90% utilization ($(wc -l < "$busy") samples): SM MHz $(column_stats 3); memory MHz" \
+      "$(column_stats 4); power W $(column_stats 5); temperature C $(column_stats 6)" | tee -a "$out/summary.txt"
+    if [ "$(head -n 1 "$busy" | awk -F, '{ print NF }')" -ge 7 ]; then
+      echo "clock event reasons at >= 90% utilization (count, mask): $(cut -d, -f7 "$busy" | tr -d ' ' | sort |
+        uniq -c | awk '{ printf "%s%s %s", (NR > 1 ? "; " : ""), $1, $2 }')" | tee -a "$out/summary.txt"
+    fi
+  fi
+  rm -f "$busy"
+}
+for clock_fields in timestamp,utilization.gpu,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+                    timestamp,utilization.gpu,clocks.sm,clocks.mem,power.draw,temperature.gpu; do
+  if nvidia-smi --query-gpu="$clock_fields" --format=csv,noheader,nounits > /dev/null 2>&1; then
+    nvidia-smi --query-gpu="$clock_fields" --format=csv,noheader,nounits -lms 200 > "$out/clocks.csv" 2> /dev/null &
+    clock_log_pid=$!
+    trap summarize_clocks EXIT
+    break
+  fi
+done
+
 # The binaries were linked on the build machine; this image may keep cuBLASLt, cuDNN or NVRTC
 # elsewhere (PyTorch's wheels carry them). Find each missing library and put its folder first.
 resolve_libraries() {

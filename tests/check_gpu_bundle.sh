@@ -87,5 +87,22 @@ timelines=$(tar -tzf "$work/timeline-out/timelines-mlp9.tar.gz" | sort | tr '\n'
 [ "$timelines" = "timeline-mlp9-deferred.jsonl timeline-mlp9-folded-tuned.jsonl timeline-mlp9-folded.jsonl \
 timeline-mlp9-speculative.jsonl timeline-mlp9-update-in-line.jsonl timeline-runs.jsonl " ] ||
   fail "the timelines' archive holds: $timelines"
+# The clock log's summary: only the samples at >= 90% utilization, each
+# column's median, and the clock-event reasons counted by mask.
+mkdir -p "$work/clocks-out"
+cat > "$work/clocks-out/clocks.csv" <<'CLOCKS'
+2026/12/02 00:10:00.000, 0, 1980, 2619, 90.10, 30, 0x0000000000000001
+2026/12/02 00:10:00.200, 100, 1755, 2619, 699.50, 61, 0x0000000000000004
+2026/12/02 00:10:00.400, 100, 1695, 2619, 700.20, 62, 0x0000000000000004
+2026/12/02 00:10:00.600, 97, 1980, 2619, 650.00, 60, 0x0000000000000000
+CLOCKS
+clock_summary=$(out="$work/clocks-out" bash -c "
+  sleep 30 & clock_log_pid=\$!
+  $(sed -n '/^summarize_clocks() {/,/^}/p' "$work/run.sh")
+  summarize_clocks" 2>&1) || fail "summarize_clocks failed: $clock_summary"
+grep -qxF 'clocks at >= 90% utilization (3 samples): SM MHz min 1695, median 1755, max 1980; memory MHz min 2619, median 2619, max 2619; power W min 650.00, median 699.50, max 700.20; temperature C min 60, median 61, max 62' \
+  <<<"$clock_summary" || fail "the clocks' summary: $clock_summary"
+grep -qxF 'clock event reasons at >= 90% utilization (count, mask): 1 0x0000000000000000; 2 0x0000000000000004' \
+  <<<"$clock_summary" || fail "the clock event reasons' summary: $clock_summary"
 echo "check_gpu_bundle: run.sh parses; speculate-ab and bench-best pick and run the fastest variant;" \
-  "tuning entries reach the summary once; timeline archives its timelines"
+  "tuning entries reach the summary once; timeline archives its timelines; the clock log is summarised"
