@@ -74,7 +74,7 @@ struct Options {
 
 const char* kUsage = R"(usage: ampjit-bench [options]
   --model M[,M...]    classifier (default), mlp9, resnet50, resnet18, or all
-  --levels L[,L...]   AMP levels among O0,O1,O2,O3 (default O0,O1,O2)
+  --levels L[,L...]   AMP levels among O0,O1,O2,O3,auto (default O0,O1,O2)
   --dtypes D[,D...]   low-precision types for O1-O3: f16,bf16 (default both)
   --optimizer O       sgd (default: plain SGD, as the peers), adam or adamw (lr 1e-3, AdamW's
                       weight decay 1e-2; the peers run torch.optim's fused Adam/AdamW)
@@ -107,10 +107,9 @@ std::vector<std::string> splitList(const std::string& text) {
 }
 
 jit::amp::Level parseLevel(const std::string& text) {
-  for (jit::amp::Level level : {jit::amp::O0, jit::amp::O1, jit::amp::O2, jit::amp::O3})
-    if (text == jit::amp::level_name(level))
-      return level;
-  usageError("unknown AMP level '" + text + "' (O0, O1, O2 or O3)");
+  if (std::optional<jit::amp::Level> level = jit::amp::level_from_name(text))
+    return *level;
+  usageError("unknown AMP level '" + text + "' (O0, O1, O2, O3 or auto)");
 }
 
 Options parseOptions(int argc, char** argv) {

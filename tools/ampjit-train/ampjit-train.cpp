@@ -76,7 +76,7 @@ struct Options {
 const char* kUsage = R"(usage: ampjit-train [options]
 
   --model classifier|mlp9  the MNIST classifier (default) or Paddle's 9 x Linear MSE benchmark
-  --amp O0|O1|O2|O3        AMP level (default O1)
+  --amp O0|O1|O2|O3|auto   AMP level (default O1; auto: MindSpore's)
   --dtype f16|bf16         low-precision type (default f16)
   --backend cpu|cuda|auto  where the traced step runs (default auto: CUDA if present)
   --epochs N               passes over the training split (default 10)
@@ -155,12 +155,10 @@ Options parseOptions(int argc, char** argv) {
       if (options.model != "classifier" && options.model != "mlp9")
         usageError("--model must be classifier or mlp9");
     } else if (flag == "--amp") {
-      std::string level = value();
-      std::map<std::string, jit::amp::Level> levels{
-          {"O0", jit::amp::O0}, {"O1", jit::amp::O1}, {"O2", jit::amp::O2}, {"O3", jit::amp::O3}};
-      if (!levels.count(level))
-        usageError("--amp must be O0, O1, O2 or O3");
-      options.level = levels[level];
+      std::optional<jit::amp::Level> level = jit::amp::level_from_name(value());
+      if (!level)
+        usageError("--amp must be O0, O1, O2, O3 or auto");
+      options.level = *level;
     } else if (flag == "--dtype") {
       std::string dtype = value();
       if (dtype != "f16" && dtype != "bf16")
@@ -548,7 +546,7 @@ std::vector<RecordedFlag> recordedFlags(const Options& options) {
   auto codeOf = [](const std::vector<std::string>& names, const std::string& name) {
     return double(std::find(names.begin(), names.end(), name) - names.begin());
   };
-  std::vector<std::string> models{"classifier", "mlp9"}, levels{"O0", "O1", "O2", "O3"}, dtypes{"f16", "bf16"},
+  std::vector<std::string> models{"classifier", "mlp9"}, levels{"O0", "O1", "O2", "O3", "auto"}, dtypes{"f16", "bf16"},
       schedules{"constant", "cosine"}, data{"the digits", "synthetic"};
   std::string dtype = options.level == jit::amp::O0 ? "f16" : std::string(jit::dtype_name(options.dtype));
   return {

@@ -239,11 +239,18 @@ private:
 // The AMP policy for jit::trace (apex-style levels and properties)
 //===----------------------------------------------------------------------===//
 
-enum class Level { O0, O1, O2, O3 };
+enum class Level { O0, O1, O2, O3, Auto };
 inline constexpr Level O0 = Level::O0; ///< fp32 everywhere
 inline constexpr Level O1 = Level::O1; ///< per-op lists; fp32 parameters
 inline constexpr Level O2 = Level::O2; ///< almost all low precision; fp32 master weights
 inline constexpr Level O3 = Level::O3; ///< pure low precision (a speed baseline)
+/// MindSpore's amp_level "auto": allow ops low, deny ops fp32, every other op
+/// in the widest type among its inputs, decided op by op whatever the trace's
+/// semantics (so a traced step gives eager autocast's bits on the CPU); fp32
+/// parameters, cast per use, as at O1.
+inline constexpr Level Auto = Level::Auto;
+/// Every level, in the order above.
+inline constexpr Level kLevels[] = {O0, O1, O2, O3, Auto};
 
 /// `loss_scale = jit::amp::dynamic`: GradScaler's dynamic scaling.
 struct DynamicLossScale {
@@ -259,7 +266,7 @@ using LossScale = std::variant<double, DynamicLossScale>;
 ///   O0: dtype must be f32, and master_weights=true, keep_batchnorm_fp32,
 ///       loss_scale other than 1, or custom lists are errors (nothing is low precision).
 ///   O1-O3: dtype must be f16 or bf16.
-///   O1: master_weights=true is an error (parameters stay fp32 and each op casts
+///   O1 and auto: master_weights=true is an error (parameters stay fp32 and each op casts
 ///       them; there is no low-precision copy to keep masters for);
 ///       keep_batchnorm_fp32 is an error (the lists decide normalisation).
 ///   O2: keep_batchnorm_fp32=false is an error (ampjit's normalisation ops are
@@ -307,7 +314,10 @@ struct Policy {
   std::string pipelineOptions() const;
 };
 
+/// "O0" ... "O3", "auto": the compiler's and the tools' spelling.
 std::string_view level_name(Level level);
+/// The level level_name() spells `name`; nullopt for any other text.
+std::optional<Level> level_from_name(std::string_view name);
 
 } // namespace jit::amp
 

@@ -210,8 +210,16 @@ std::string_view level_name(Level level) {
   case Level::O1: return "O1";
   case Level::O2: return "O2";
   case Level::O3: return "O3";
+  case Level::Auto: return "auto";
   }
   return "?";
+}
+
+std::optional<Level> level_from_name(std::string_view name) {
+  for (Level level : kLevels)
+    if (level_name(level) == name)
+      return level;
+  return std::nullopt;
 }
 
 namespace {
@@ -255,12 +263,12 @@ Policy::Resolved Policy::resolve() const {
       nonsense(level, "has no low-precision gradients that could underflow: a loss_scale other than 1 "
                       "only changes the gradients' rounding");
     if (lists)
-      nonsense(level, "consults no op lists: custom_allow/custom_deny need O1 or O2");
+      nonsense(level, "consults no op lists: custom_allow/custom_deny need O1, O2 or auto");
   } else if (dtype && *dtype != f16 && *dtype != bf16) {
     nonsense(level, "needs a low-precision dtype, f16 or bf16, got " + std::string(dtype_name(*dtype)) +
                         " (use O0 for fp32)");
   }
-  if (level == O1) {
+  if (level == O1 || level == Auto) {
     if (master_weights.value_or(false))
       nonsense(level, "keeps parameters in fp32 and casts them per op: there is no low-precision copy for "
                       "master_weights=true to keep masters of (use O2)");
@@ -276,7 +284,7 @@ Policy::Resolved Policy::resolve() const {
       nonsense(level, "is pure low precision: keep_batchnorm_fp32=true is O2");
     if (lists)
       nonsense(level, "runs every compute op in low precision and consults no op lists: custom_allow/"
-                      "custom_deny need O1 or O2");
+                      "custom_deny need O1, O2 or auto");
   }
   if (loss_scale) {
     if (const double* scale = std::get_if<double>(&*loss_scale); scale && !(std::isfinite(*scale) && *scale > 0))

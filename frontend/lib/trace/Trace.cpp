@@ -110,8 +110,10 @@ public:
                        " target=" + (cuda_ ? cuda_->architecture() : std::string("cpu"));
     if (options_.keep_parameter_casts == true && options_.amp.level == amp::O0)
       throw Error("jit::trace '" + options_.name +
-                  "': keep_parameter_casts needs O1-O3: at O0 no parameter is cast to keep");
-    if (options_.keep_parameter_casts.value_or(cuda_ != nullptr && options_.amp.level == amp::O1))
+                  "': keep_parameter_casts needs O1-O3 or auto: at O0 no parameter is cast to keep");
+    // O1 and auto cast fp32 parameters per use; on a GPU the cast is kept.
+    bool castsPerUse = options_.amp.level == amp::O1 || options_.amp.level == amp::Auto;
+    if (options_.keep_parameter_casts.value_or(cuda_ != nullptr && castsPerUse))
       pipelineOptions_ += " keep-parameter-casts=true";
   }
 

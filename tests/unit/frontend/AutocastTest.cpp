@@ -206,6 +206,23 @@ TEST(AmpPolicy, LevelDefaults) {
   EXPECT_FALSE(o3.keep_batchnorm_fp32);
   auto o2static = amp::Policy{.level = amp::O2, .loss_scale = 128.0}.resolve();
   EXPECT_EQ(o2static.loss_scale, amp::LossScale(128.0));
+  // MindSpore's auto: fp32 parameters cast per use, as O1; scaled in f16, not in bf16.
+  auto automatic = amp::Policy{.level = amp::Auto}.resolve();
+  EXPECT_EQ(automatic.dtype, f16);
+  EXPECT_EQ(automatic.cast_model_type, f32);
+  EXPECT_FALSE(automatic.master_weights);
+  EXPECT_FALSE(automatic.keep_batchnorm_fp32);
+  EXPECT_EQ(automatic.loss_scale, amp::LossScale(amp::dynamic));
+  EXPECT_EQ((amp::Policy{.level = amp::Auto, .dtype = bf16}.resolve().loss_scale), amp::LossScale(1.0));
+}
+
+TEST(AmpPolicy, EveryLevelIsFoundByItsName) {
+  for (amp::Level level : amp::kLevels)
+    EXPECT_EQ(amp::level_from_name(amp::level_name(level)), level) << amp::level_name(level);
+  EXPECT_EQ(amp::level_from_name("auto"), amp::Auto);
+  EXPECT_FALSE(amp::level_from_name("O4").has_value());
+  EXPECT_FALSE(amp::level_from_name("o1").has_value());
+  EXPECT_FALSE(amp::level_from_name("").has_value());
 }
 
 TEST(AmpPolicy, NonsensicalOverridesSayWhy) {
@@ -215,6 +232,9 @@ TEST(AmpPolicy, NonsensicalOverridesSayWhy) {
   };
   expectError({.level = amp::O1, .master_weights = true}, "O1 keeps parameters in fp32");
   expectError({.level = amp::O1, .keep_batchnorm_fp32 = true}, "O2's property");
+  expectError({.level = amp::Auto, .master_weights = true}, "auto keeps parameters in fp32");
+  expectError({.level = amp::Auto, .keep_batchnorm_fp32 = false}, "O2's property");
+  expectError({.level = amp::Auto, .dtype = f32}, "f16 or bf16");
   expectError({.level = amp::O0, .dtype = f16}, "O0 runs every op in fp32");
   expectError({.level = amp::O0, .loss_scale = 1024.0}, "no low-precision gradients");
   expectError({.level = amp::O0, .master_weights = true}, "nothing to be the master of");
@@ -240,6 +260,8 @@ TEST(AmpPolicy, PipelineOptions) {
             "level=O3 dtype=f16 policy=pytorch master-weights=off");
   EXPECT_EQ((amp::Policy{.level = amp::O2, .master_weights = false}.pipelineOptions()),
             "level=O2 dtype=f16 policy=default master-weights=off");
+  EXPECT_EQ((amp::Policy{.level = amp::Auto, .dtype = bf16}.pipelineOptions()),
+            "level=auto dtype=bf16 policy=default master-weights=off");
 
   // Custom lists travel as a user policy file that the same loader accepts.
   amp::Policy custom{.level = amp::O1, .custom_allow = {"jit.softmax"}, .custom_deny = {"jit.gelu"}};
