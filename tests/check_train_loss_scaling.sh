@@ -19,6 +19,7 @@ PY
 }
 check 65536 --amp O1 --dtype f16
 check 1 --amp O1 --dtype bf16
+check 1 --amp O1 --dtype auto # bf16 on the CPU
 check 1 --amp O0
 check 65536 --amp O2 --dtype f16 --model mlp9 --width 32 --steps-per-epoch 2
 check 1 --amp O2 --dtype bf16 --model mlp9 --width 32 --steps-per-epoch 2

@@ -111,6 +111,31 @@ void expectTrainedAlike(Classifier& onGpu, Classifier& onCpu, Tolerance toleranc
   EXPECT_EQ(cpuState.back(), gpuState.back()) << "scaler state";
 }
 
+
+TEST_F(CompiledStepOnGpu, ThePreferredDtypeIsTheDevicesAndTrainsWithoutAScaleThere) {
+  std::string architecture = detail::sharedCudaBackend("the test")->architecture();
+  ASSERT_EQ(architecture.rfind("sm_", 0), 0u) << architecture;
+  DType expected = std::stoi(architecture.substr(3)) >= 80 ? bf16 : f16;
+  DType preferred = amp::preferred_dtype(Backend::cuda);
+  EXPECT_EQ(preferred, expected) << architecture;
+  // Automatic resolves to the device here, as jit::trace does.
+  EXPECT_EQ(amp::preferred_dtype(), preferred);
+  amp::Policy policy{.level = amp::O1, .dtype = preferred};
+  Classifier onCpu(kIn, kHidden, kClasses, 3), onGpu(kIn, kHidden, kClasses, 3);
+  onCpu.scaler = amp::GradScaler(policy);
+  onGpu.scaler = amp::GradScaler(policy);
+  auto [cpuStep, gpuStep] = traceOnCpuAndGpu(onCpu, onGpu, {.amp = policy});
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 40 + i);
+    expectClose({gpuStep(x, y).item()}, {cpuStep(x, y).item()},
+                ampjit::testing::scaled(toleranceFor(preferred == bf16 ? ampjit::runtime::DType::BF16
+                                                                       : ampjit::runtime::DType::F16),
+                                        4.0),
+                "loss of call " + std::to_string(i));
+  }
+  EXPECT_EQ(onGpu.scaler.get_scale(), preferred == bf16 ? 1.0 : 65536.0);
+}
+
 TEST_F(CompiledStepOnGpu, ClassifierStepMatchesTheCpuStepAtEveryLevel) {
   for (Level config : {Level{amp::O0, f32}, Level{amp::O1, f16}, Level{amp::O1, bf16}, Level{amp::O2, f16},
                        Level{amp::O2, bf16}}) {

@@ -77,7 +77,8 @@ const char* kUsage = R"(usage: ampjit-train [options]
 
   --model classifier|mlp9  the MNIST classifier (default) or Paddle's 9 x Linear MSE benchmark
   --amp O0|O1|O2|O3|auto   AMP level (default O1; auto: MindSpore's)
-  --dtype f16|bf16         low-precision type (default f16)
+  --dtype f16|bf16|auto    low-precision type (default f16; auto: bf16 where the backend computes
+                           it, the CPU and sm_80 on, else f16)
   --backend cpu|cuda|auto  where the traced step runs (default auto: CUDA if present)
   --epochs N               passes over the training split (default 10)
   --optimizer sgd|adam|adamw
@@ -115,7 +116,7 @@ const char* kUsage = R"(usage: ampjit-train [options]
 
 Options parseOptions(int argc, char** argv) {
   Options options;
-  bool lrGiven = false, momentumGiven = false, weightDecayGiven = false;
+  bool lrGiven = false, momentumGiven = false, weightDecayGiven = false, dtypeAuto = false;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     auto value = [&]() -> std::string {
@@ -161,9 +162,10 @@ Options parseOptions(int argc, char** argv) {
       options.level = *level;
     } else if (flag == "--dtype") {
       std::string dtype = value();
-      if (dtype != "f16" && dtype != "bf16")
-        usageError("--dtype must be f16 or bf16");
-      options.dtype = dtype == "f16" ? jit::f16 : jit::bf16;
+      if (dtype != "f16" && dtype != "bf16" && dtype != "auto")
+        usageError("--dtype must be f16, bf16 or auto");
+      dtypeAuto = dtype == "auto";
+      options.dtype = dtype == "bf16" ? jit::bf16 : jit::f16;
     } else if (flag == "--backend") {
       std::string backend = value();
       if (backend == "cpu")
@@ -239,6 +241,14 @@ Options parseOptions(int argc, char** argv) {
     options.lr = 1e-3; // torch.optim's Adam and AdamW default
   if (!weightDecayGiven)
     options.weightDecay = options.optimizer == "adamw" ? 1e-2 : 0.0; // torch.optim's defaults
+  if (dtypeAuto) {
+    // After the loop: the backend decides it, wherever --backend stands.
+    try {
+      options.dtype = jit::amp::preferred_dtype(options.backend);
+    } catch (const jit::Error& error) {
+      usageError(std::string("--dtype auto: ") + error.what());
+    }
+  }
   if (options.epochs < 1 || options.batchSize < 1 || options.width < 1 || options.stepsPerEpoch < 1)
     usageError("--epochs, --batch-size, --width and --steps-per-epoch must be positive");
   if (!isatty(STDERR_FILENO))

@@ -75,6 +75,16 @@ enum class Backend { cpu, cuda, automatic };
 /// up their data to match).
 Backend resolve_backend(Backend backend);
 
+namespace amp {
+/// DESIGN's low-precision dtype `auto` for the backend a step given `backend`
+/// runs on: bf16 where it computes bf16 (a GPU of sm_80 or later, and the
+/// CPU, which emulates both exactly), else f16; the compiler's rule for
+/// `dtype=auto`. Give it as the policy's dtype, so the loss scaler made from
+/// the policy (scaling for f16, none for bf16) and the traced step agree:
+/// `{.level = jit::amp::O1, .dtype = jit::amp::preferred_dtype()}`.
+DType preferred_dtype(Backend backend = Backend::automatic);
+} // namespace amp
+
 /// Whether a traced step defers its optimizer update into the next call
 /// (TraceOptions::defer_updates).
 enum class DeferUpdates { automatic, on, off };

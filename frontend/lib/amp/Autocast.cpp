@@ -6,6 +6,9 @@
 #include "Dispatch.h"
 
 #include "jit/amp.h"
+#include "jit/trace.h"
+
+#include "CudaDevice.h"
 
 #include "ampjit/Dialect/Amp/Policy/Policy.h"
 #include "ampjit/runtime/Files.h"
@@ -213,6 +216,17 @@ std::string_view level_name(Level level) {
   case Level::Auto: return "auto";
   }
   return "?";
+}
+
+DType preferred_dtype(Backend backend) {
+  std::string target = "cpu";
+  if (resolve_backend(backend) == Backend::cuda)
+    target = detail::sharedCudaBackend("jit::amp::preferred_dtype")->architecture();
+  std::optional<ampjit::amp::Target> parsed = ampjit::amp::Target::parse(target);
+  if (!parsed)
+    throw Error("jit::amp::preferred_dtype: the device's architecture '" + target + "' is not a target the AMP "
+                "policy knows");
+  return parsed->preferredLowType() == ampjit::amp::LowPrecisionType::BF16 ? bf16 : f16;
 }
 
 std::optional<Level> level_from_name(std::string_view name) {

@@ -216,6 +216,17 @@ TEST(AmpPolicy, LevelDefaults) {
   EXPECT_EQ((amp::Policy{.level = amp::Auto, .dtype = bf16}.resolve().loss_scale), amp::LossScale(1.0));
 }
 
+TEST(AmpPolicy, ThePreferredDtypeOnTheCpuIsBf16AndItsPolicyScalesNothing) {
+  EXPECT_EQ(amp::preferred_dtype(Backend::cpu), bf16);
+  amp::Policy policy{.level = amp::O1, .dtype = amp::preferred_dtype(Backend::cpu)};
+  EXPECT_EQ(policy.resolve().loss_scale, amp::LossScale(1.0));
+  EXPECT_NE(policy.pipelineOptions().find("dtype=bf16"), std::string::npos);
+  if (!cuda::is_available()) {
+    std::string message = errorOf([] { amp::preferred_dtype(Backend::cuda); });
+    EXPECT_NE(message.find("jit::amp::preferred_dtype"), std::string::npos) << message;
+  }
+}
+
 TEST(AmpPolicy, EveryLevelIsFoundByItsName) {
   for (amp::Level level : amp::kLevels)
     EXPECT_EQ(amp::level_from_name(amp::level_name(level)), level) << amp::level_name(level);

@@ -518,6 +518,15 @@ TEST(TargetTest, Satisfies) {
     EXPECT_FALSE(gpu.satisfies(cpu)) << gpu.str();
 }
 
+TEST(TargetTest, TheAutoDtypeIsBf16FromAmpereAndOnTheCpu) {
+  EXPECT_EQ(Target::parse("cpu")->preferredLowType(), LowPrecisionType::BF16);
+  EXPECT_EQ(Target::parse("sm_70")->preferredLowType(), LowPrecisionType::F16);
+  EXPECT_EQ(Target::parse("sm_75")->preferredLowType(), LowPrecisionType::F16);
+  EXPECT_EQ(Target::parse("sm_80")->preferredLowType(), LowPrecisionType::BF16);
+  EXPECT_EQ(Target::parse("sm_90")->preferredLowType(), LowPrecisionType::BF16);
+  EXPECT_EQ(Target::parse("sm_100")->preferredLowType(), LowPrecisionType::BF16);
+}
+
 TEST(TargetTest, CpuMinimumInAPolicy) {
   Policy policy = expectPolicy(
       parseText("version: 1\nops:\n  jit.exp: {category: allow, min_target: {bf16: cpu}}\n"));

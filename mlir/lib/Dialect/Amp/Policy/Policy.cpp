@@ -112,6 +112,11 @@ bool Target::satisfies(const Target &minimum) const {
   return smVersion >= minimum.smVersion;
 }
 
+LowPrecisionType Target::preferredLowType() const {
+  // bf16 needs Ampere's tensor cores.
+  return isCpu || smVersion >= 80 ? LowPrecisionType::BF16 : LowPrecisionType::F16;
+}
+
 std::string PolicySource::str() const {
   std::string text = file;
   if (line > 0) {

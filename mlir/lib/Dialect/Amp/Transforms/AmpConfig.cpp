@@ -105,9 +105,7 @@ FailureOr<AmpConfig> AmpConfig::parse(StringRef level, StringRef dtype, StringRe
   config.target = *parsedTarget;
 
   if (dtype == "auto") {
-    // bf16 needs Ampere's tensor cores; the CPU backend emulates both exactly.
-    bool hasBf16 = config.target.isCpu || config.target.smVersion >= 80;
-    config.lowType = hasBf16 ? LowPrecisionType::BF16 : LowPrecisionType::F16;
+    config.lowType = config.target.preferredLowType();
   } else if (std::optional<LowPrecisionType> parsed =
                  ampjit::amp::parseLowPrecisionType(dtype.str())) {
     config.lowType = *parsed;

@@ -55,6 +55,9 @@ struct Target {
   /// satisfies sm_Y iff X >= Y. No GPU satisfies a minimum of `cpu`: a policy
   /// writes `min_target: {f16: cpu}` for an op no GPU runs in that type.
   bool satisfies(const Target &minimum) const;
+  /// What dtype=auto means here: bf16 where the target computes it (sm_80
+  /// and later; the CPU emulates both), else f16.
+  LowPrecisionType preferredLowType() const;
   bool operator==(const Target &) const = default;
 };
 
