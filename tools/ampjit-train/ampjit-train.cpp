@@ -556,8 +556,11 @@ std::vector<RecordedFlag> recordedFlags(const Options& options) {
   auto codeOf = [](const std::vector<std::string>& names, const std::string& name) {
     return double(std::find(names.begin(), names.end(), name) - names.begin());
   };
-  std::vector<std::string> models{"classifier", "mlp9"}, levels{"O0", "O1", "O2", "O3", "auto"}, dtypes{"f16", "bf16"},
-      schedules{"constant", "cosine"}, data{"the digits", "synthetic"};
+  std::vector<std::string> models{"classifier", "mlp9"}, levels, dtypes{"f16", "bf16"}, schedules{"constant", "cosine"},
+      data{"the digits", "synthetic"};
+  // The levels' codes are their places in kLevels, so a new level needs nothing here.
+  for (jit::amp::Level level : jit::amp::kLevels)
+    levels.push_back(levelName(level));
   std::string dtype = options.level == jit::amp::O0 ? "f16" : std::string(jit::dtype_name(options.dtype));
   return {
       {"--model", codeOf(models, options.model), models},
