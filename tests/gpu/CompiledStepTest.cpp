@@ -31,6 +31,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -371,6 +372,47 @@ TEST_F(CompiledStepOnGpu, AnInjectedInfSkipsTheStepOnTheDevice) {
   step(x, y);
   EXPECT_NE(stateOf(net)[0], before[0]) << "a clean step updates again";
   EXPECT_FALSE(net.scaler.found_inf());
+}
+
+TEST_F(CompiledStepOnGpu, AScalerThatNeverDropsAnUpdateTracksTheCpuAndAppliesAnOverflowOnTheDevice) {
+  // MindSpore's FixedLossScaleManager(drop_overflow_update=False): the step
+  // has no check and no predicate, and the device applies what the CPU does.
+  amp::GradScalerOptions never{.dynamic = false, .drop_overflow_update = false, .init_scale = 1024.0};
+  Classifier onCpu(kIn, kHidden, kClasses, 3, never), onGpu(kIn, kHidden, kClasses, 3, never);
+  auto [cpuStep, gpuStep] = traceOnCpuAndGpu(onCpu, onGpu, {.amp = {.level = amp::O1, .dtype = f16}});
+  auto [x, y] = batch(kBatch, kIn, kClasses, 5);
+  Tolerance f16 = toleranceFor(ampjit::runtime::DType::F16);
+  for (int call = 0; call < 2; ++call)
+    expectClose({gpuStep(x, y).item()}, {cpuStep(x, y).item()}, ampjit::testing::scaled(f16, 4.0),
+                "loss of call " + std::to_string(call));
+  const std::vector<Tensor>& cpuParams = onCpu.model.parameters();
+  const std::vector<Tensor>& gpuParams = onGpu.model.parameters();
+  for (size_t i = 0; i < cpuParams.size(); ++i)
+    expectClose(gpuParams[i].to_vector(), cpuParams[i].to_vector(), ampjit::testing::scaled(f16, 64.0),
+                "parameter " + std::to_string(i));
+
+  // The inf reaches the first layer's weight gradient (inf * 0 is NaN) on
+  // both. Which later parameters go NaN differs: cuBLASLt's ReLU epilogue
+  // turns a NaN into 0 where the CPU's relu keeps it
+  // (GpuTest.TheReluBiasEpilogueTurnsANanIntoZeroWhereTheCpusReluKeepsIt),
+  // so the device's deeper layers take a finite update.
+  std::vector<std::vector<double>> before;
+  for (const Tensor& param : gpuParams)
+    before.push_back(param.to_vector());
+  Tensor poisoned = withInfAt(x, 3);
+  gpuStep(poisoned, y);
+  cpuStep(poisoned, y);
+  auto nonFinite = [](const Tensor& values) {
+    std::vector<double> all = values.to_vector();
+    return std::count_if(all.begin(), all.end(), [](double value) { return !std::isfinite(value); });
+  };
+  EXPECT_GT(nonFinite(gpuParams[0]), 0);
+  EXPECT_GT(nonFinite(cpuParams[0]), 0);
+  for (size_t i = 0; i < gpuParams.size(); ++i)
+    EXPECT_NE(gpuParams[i].to_vector(), before[i]) << "parameter " << i << " was not updated";
+  EXPECT_EQ(onGpu.scaler.skipped_steps(), 0);
+  EXPECT_EQ(onGpu.scaler.get_scale(), 1024.0);
+  EXPECT_EQ(gpuStep.stats().traces, 1u);
 }
 
 TEST_F(CompiledStepOnGpu, GradientsAccumulatedOverTwoTracedFunctionsMatchTheCpu) {

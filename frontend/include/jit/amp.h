@@ -65,6 +65,12 @@ struct GradScalerOptions {
   bool enabled = true;
   /// false: static scaling (the scale never changes; overflowing steps are still skipped).
   bool dynamic = true;
+  /// MindSpore's FixedLossScaleManager option. false: the step checks nothing
+  /// and always updates, an inf or NaN in the gradients included (apex's
+  /// static loss scale does not skip either); no pass over the gradients
+  /// looks for one, so found_inf() has no answer and is an error. Needs
+  /// dynamic = false: a dynamic scale backs off from the step it skips.
+  bool drop_overflow_update = true;
   // `{}` on each so designated initialisers may leave any out (-Wextra).
   std::optional<double> init_scale{};
   std::optional<double> growth_factor{};
@@ -92,7 +98,9 @@ public:
   /// init_scale = the value), or none for 1.0 (bf16's and O0's default: bf16 has
   /// f32's exponent range, its gradients do not underflow). Scaling that bf16
   /// asks for explicitly is done, with a notice on stderr. An initial scale in
-  /// `options` beside a fixed loss_scale is an error.
+  /// `options` beside a fixed loss_scale is an error. A fixed scale still
+  /// skips the steps that overflow, as Paddle's static scaler does; apex's
+  /// never skips, which `drop_overflow_update = false` in `options` gives.
   GradScaler(const Policy& policy, GradScalerOptions options);
   explicit GradScaler(const Policy& policy);
 
@@ -121,6 +129,7 @@ public:
   int64_t skipped_steps(std::source_location where = std::source_location::current()) const;
   /// Whether the last step (or, before update(), the current one) of any
   /// optimizer saw an inf/NaN; false before the first. A traced step keeps it.
+  /// An error with drop_overflow_update = false, whose steps check nothing.
   bool found_inf(std::source_location where = std::source_location::current()) const;
   /// The same for one optimizer's gradients: whether its last step saw an
   /// inf/NaN (and was skipped). An update that covered several optimizers
@@ -139,7 +148,8 @@ public:
     Tensor scale;            ///< f32[]: the loss scale (1 when disabled)
     Tensor growth_tracker;   ///< i64[]: clean steps since the scale last grew or backed off
     Tensor skipped_steps;    ///< i64[]: steps skipped for an inf/NaN so far
-    Tensor last_step_finite; ///< i1[]: 0 when the last update's step saw an inf/NaN (and was skipped)
+    Tensor last_step_finite; ///< i1[]: 0 when the last update's step saw an inf/NaN (and was skipped);
+                             ///< undefined with drop_overflow_update = false, which checks nothing
   };
   StateTensors state_tensors() const;
   const UpdateScaleOptions& update_options() const { return update_; }
@@ -148,8 +158,9 @@ public:
   /// update settings, in the state file format (jit::Checkpoint puts several
   /// objects in one file). A load writes them in place, so a traced step
   /// continues from the file; it requires the same settings (enabled,
-  /// dynamic, growth/backoff factors and intervals, min/max scale: a traced step
-  /// compiles them in) and checks the whole file before changing anything.
+  /// dynamic, drop_overflow_update, growth/backoff factors and intervals,
+  /// min/max scale: a traced step compiles them in) and checks the whole file
+  /// before changing anything.
   void save(const std::string& path) const;
   void load(const std::string& path);
 
@@ -177,13 +188,18 @@ private:
   };
   PerOptimizer& entryFor(const optim::Optimizer& optimizer);
   Tensor invScale() const;
-  /// Whether every optimizer stepped since the last update saw finite gradients.
+  /// Whether every optimizer stepped since the last update saw finite
+  /// gradients; undefined where none was checked (drop_overflow_update = false).
   Tensor stepsFinite() const;
   /// Ends an update: the optimizers are ready for the next step.
   void finishUpdate(const Tensor& finite);
+  /// The error for asking whether a step overflowed a scaler that never checks.
+  void requireChecks(std::source_location where) const;
 
   bool enabled_;
   bool dynamic_;
+  /// Whether a step checks its gradients and skips its update on an inf/NaN.
+  bool dropOverflowUpdate_;
   UpdateScaleOptions update_;
   Tensor scale_, good_, bad_, skipped_;
   /// Whether the last update's step was finite (1 before any): state, so a

@@ -103,7 +103,8 @@ Tensor logicalAnd(const Tensor& a, const Tensor& b) { return where(a, b, a); }
 
 } // namespace
 
-GradScaler::GradScaler(GradScalerOptions o) : enabled_(o.enabled), dynamic_(o.dynamic) {
+GradScaler::GradScaler(GradScalerOptions o)
+    : enabled_(o.enabled), dynamic_(o.dynamic), dropOverflowUpdate_(o.drop_overflow_update) {
   double init = pick<double>(
       {{"init_scale", o.init_scale},
        {"init_loss_scaling", o.init_loss_scaling},
@@ -142,6 +143,9 @@ GradScaler::GradScaler(GradScalerOptions o) : enabled_(o.enabled), dynamic_(o.dy
     throw Error("GradScaler: growth_factor must be > 1 and backoff_factor in (0, 1)");
   if (update_.growth_interval <= 0 || update_.backoff_interval <= 0)
     throw Error("GradScaler: growth_interval and decr_every_n_nan_or_inf must be positive");
+  if (enabled_ && dynamic_ && !dropOverflowUpdate_)
+    throw Error("GradScaler: drop_overflow_update = false needs dynamic = false (MindSpore's FixedLossScaleManager): "
+                "a dynamic scale backs off from an overflow by skipping the step that overflowed");
   // Static scaling: the same op with intervals never reached (the op
   // requires growth_factor > 1), so the scale stays while skips are counted.
   if (!dynamic_)
@@ -212,7 +216,8 @@ void GradScaler::unscale_(optim::Optimizer& optimizer, std::source_location wher
   auto [unscaled, finite] = unscale_and_check(invScale(), grads);
   for (size_t i = 0; i < grads.size(); ++i)
     grads[i].copy_(unscaled[i]);
-  state.allFinite = finite;
+  // A scaler that never skips keeps no flag, so no state is written from it.
+  state.allFinite = dropOverflowUpdate_ ? finite : Tensor();
   state.stage = Stage::Unscaled;
 }
 
@@ -224,7 +229,10 @@ void GradScaler::step(optim::Optimizer& optimizer, std::source_location where) {
   if (state.stage == Stage::Stepped)
     throw Error("GradScaler: step() has already been called since the last update()");
   NoGradGuard noGrad;
-  if (state.stage == Stage::Unscaled) {
+  if (!dropOverflowUpdate_) {
+    // Nothing checked, nothing skipped: unscaled by unscale_() or as the update reads them.
+    optimizer.step(state.stage == Stage::Unscaled ? Tensor() : invScale(), Tensor());
+  } else if (state.stage == Stage::Unscaled) {
     optimizer.step(Tensor(), state.allFinite);
   } else {
     // One check over the still-scaled gradients; the update unscales as it reads them.
@@ -236,18 +244,22 @@ void GradScaler::step(optim::Optimizer& optimizer, std::source_location where) {
 
 Tensor GradScaler::stepsFinite() const {
   Tensor finite;
+  bool stepped = false;
   for (const PerOptimizer* state : inOrderMet(perOptimizer_)) {
-    if (state->stage == Stage::Ready || !state->allFinite.defined())
+    if (state->stage == Stage::Ready)
       continue;
-    finite = finite.defined() ? logicalAnd(finite, state->allFinite) : state->allFinite;
+    stepped = true;
+    if (state->allFinite.defined())
+      finite = finite.defined() ? logicalAnd(finite, state->allFinite) : state->allFinite;
   }
-  if (!finite.defined())
+  if (!stepped)
     throw Error("GradScaler: update() without a step() or unscale_() since the last update()");
   return finite;
 }
 
 void GradScaler::finishUpdate(const Tensor& finite) {
-  lastStepFinite_.copy_(finite);
+  if (finite.defined())
+    lastStepFinite_.copy_(finite);
   std::vector<PerOptimizer*> entries = inOrderMet(perOptimizer_);
   bool shared = std::count_if(entries.begin(), entries.end(),
                               [](const PerOptimizer* entry) { return entry->stage != Stage::Ready; }) > 1;
@@ -277,6 +289,8 @@ void GradScaler::update(std::source_location where) {
     return;
   NoGradGuard noGrad;
   Tensor finite = stepsFinite();
+  if (!dropOverflowUpdate_) // a fixed scale, and no step was skipped
+    return finishUpdate(finite);
   auto [scale, good, bad, skipped] = update_scale(scale_, good_, bad_, skipped_, finite, update_);
   scale_.copy_(scale);
   good_.copy_(good);
@@ -304,8 +318,8 @@ void GradScaler::update(const Tensor& new_scale, std::source_location where) {
   // PyTorch leaves its growth tracker alone here, and so do we; the skipped-step
   // count is ampjit's own and counts this step as any other (the op's other
   // results are dropped).
-  Tensor skipped = std::get<3>(update_scale(scale_, good_, bad_, skipped_, finite, update_));
-  skipped_.copy_(skipped);
+  if (dropOverflowUpdate_)
+    skipped_.copy_(std::get<3>(update_scale(scale_, good_, bad_, skipped_, finite, update_)));
   // Not detached: a traced step must capture the caller's tensor itself, to
   // read it on every call (the guard above keeps autograd out).
   scale_.copy_(reshape(new_scale, {})); // copy_ converts to f32
@@ -316,7 +330,15 @@ double GradScaler::get_scale(std::source_location where) const { return enabled_
 int64_t GradScaler::growth_tracker(std::source_location where) const { return int64_t(good_.item(where)); }
 int64_t GradScaler::skipped_steps(std::source_location where) const { return int64_t(skipped_.item(where)); }
 
+void GradScaler::requireChecks(std::source_location where) const {
+  if (!dropOverflowUpdate_)
+    throw Error("GradScaler::found_inf at " + detail::callerLine(where) +
+                ": this scaler was made with drop_overflow_update = false, so its steps never check their "
+                "gradients for an inf or NaN");
+}
+
 bool GradScaler::found_inf(const optim::Optimizer& optimizer, std::source_location where) const {
+  requireChecks(where);
   auto found = perOptimizer_.find(&optimizer);
   if (found == perOptimizer_.end())
     return false;
@@ -345,6 +367,7 @@ bool GradScaler::found_inf(const optim::Optimizer& optimizer, std::source_locati
 }
 
 bool GradScaler::found_inf(std::source_location where) const {
+  requireChecks(where);
   for (const auto& entry : perOptimizer_)
     if (entry.second.stage != Stage::Ready && entry.second.allFinite.defined() &&
         entry.second.allFinite.item(where) == 0.0)
@@ -353,7 +376,10 @@ bool GradScaler::found_inf(std::source_location where) const {
 }
 
 GradScaler::StateTensors GradScaler::state_tensors() const {
-  return {.scale = scale_, .growth_tracker = good_, .skipped_steps = skipped_, .last_step_finite = lastStepFinite_};
+  return {.scale = scale_,
+          .growth_tracker = good_,
+          .skipped_steps = skipped_,
+          .last_step_finite = dropOverflowUpdate_ ? lastStepFinite_ : Tensor()};
 }
 
 void GradScaler::save(const std::string& path) const {
@@ -378,14 +404,17 @@ SavedState savedStateOf(amp::GradScaler& scaler) {
                       {"skipped_steps", scaler.skipped_}},
           .settings = {{"enabled", scaler.enabled_ ? 1.0 : 0.0},
                        {"dynamic", scaler.dynamic_ ? 1.0 : 0.0},
+                       {"drop_overflow_update", scaler.dropOverflowUpdate_ ? 1.0 : 0.0},
                        {"growth_factor", scaler.update_.growth_factor},
                        {"backoff_factor", scaler.update_.backoff_factor},
                        {"growth_interval", double(scaler.update_.growth_interval)},
                        {"backoff_interval", double(scaler.update_.backoff_interval)},
                        {"min_scale", scaler.update_.min_scale},
                        {"max_scale", scaler.update_.max_scale}},
-          // Files from before max_scale had no cap.
-          .settingsOlderFilesLack = {{"max_scale", std::numeric_limits<double>::infinity()}},
+          // Files from before max_scale had no cap; those from before
+          // drop_overflow_update always skipped.
+          .settingsOlderFilesLack = {{"max_scale", std::numeric_limits<double>::infinity()},
+                                     {"drop_overflow_update", 1.0}},
           // The per-step bookkeeping belongs to the step in flight, not to the file.
           // The optimizers' entries stay: which updates cover which optimizers
           // is what a traced step's replays repeat without the host code.

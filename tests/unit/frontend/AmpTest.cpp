@@ -287,6 +287,77 @@ TEST(AmpTest, UpdateWithANewScaleSetsItAsPyTorchDoes) {
   EXPECT_NE(errorOf([&] { scaler.update(128.0); }).find("update() without a step()"), std::string::npos);
 }
 
+TEST(AmpTest, AScalerThatNeverDropsAnUpdateAppliesEveryStepAndCannotSayWhetherOneOverflowed) {
+  // MindSpore's FixedLossScaleManager(drop_overflow_update=False), apex's
+  // static loss scale: no check, every update applied, an overflow's included.
+  std::string dynamic = errorOf([] { amp::GradScaler({.drop_overflow_update = false}); });
+  EXPECT_NE(dynamic.find("drop_overflow_update = false needs dynamic = false"), std::string::npos) << dynamic;
+  amp::GradScaler never({.dynamic = false, .drop_overflow_update = false, .init_scale = 128.0});
+  Tensor p = param(), control = param();
+  optim::SGD opt({p}, {.lr = 0.125}), controlOpt({control}, {.lr = 0.125});
+  never.scale(lossOf(p, 1.0)).backward();
+  never.step(opt);
+  never.update();
+  lossOf(control, 1.0).backward();
+  controlOpt.step();
+  EXPECT_EQ(p.to_vector(), control.to_vector()); // a power-of-two scale is exact
+
+  // unscale_() before clipping works as with a scaler that checks.
+  opt.zero_grad();
+  never.scale(lossOf(p, 1.0)).backward();
+  never.unscale_(opt);
+  std::vector<double> unscaled = p.grad().to_vector();
+  controlOpt.zero_grad();
+  lossOf(control, 1.0).backward();
+  EXPECT_EQ(unscaled, control.grad().to_vector());
+  never.step(opt);
+  never.update();
+  controlOpt.step();
+  EXPECT_EQ(p.to_vector(), control.to_vector());
+
+  opt.zero_grad();
+  never.scale(lossOf(p, kInf)).backward();
+  never.step(opt);
+  never.update();
+  for (double value : p.to_vector())
+    EXPECT_FALSE(std::isfinite(value)) << "the overflowing update is applied, not skipped";
+  EXPECT_EQ(never.get_scale(), 128.0);
+  EXPECT_EQ(never.skipped_steps(), 0);
+  for (const std::string& message : {errorOf([&] { never.found_inf(); }), errorOf([&] { never.found_inf(opt); })}) {
+    EXPECT_NE(message.find("drop_overflow_update = false, so its steps never check"), std::string::npos) << message;
+    EXPECT_NE(message.find("AmpTest.cpp"), std::string::npos) << message;
+  }
+  EXPECT_FALSE(never.state_tensors().last_step_finite.defined());
+  EXPECT_TRUE(never.state_tensors().scale.defined());
+  opt.zero_grad();
+  never.scale(lossOf(p, 1.0)).backward();
+  never.step(opt);
+  never.update(64.0);
+  EXPECT_EQ(never.get_scale(), 64.0) << "update(new_scale) still sets a fixed scale";
+  EXPECT_EQ(never.skipped_steps(), 0);
+
+  // Whether a step skips is compiled into traced steps: a load checks it,
+  // and files from before the setting skipped.
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = scratch.file("scaler.state");
+  never.save(path);
+  amp::GradScaler skipping({.dynamic = false, .init_scale = 128.0});
+  std::string message = errorOf([&] { skipping.load(path); });
+  EXPECT_NE(message.find("scaler setting 'drop_overflow_update' is 0 in the file but 1 here"), std::string::npos)
+      << message;
+  amp::GradScaler again({.dynamic = false, .drop_overflow_update = false, .init_scale = 128.0});
+  again.load(path);
+  EXPECT_EQ(again.get_scale(), 64.0);
+  detail::SavedState older = detail::savedStateOf(skipping);
+  std::erase_if(older.settings, [](const auto& setting) { return setting.first == "drop_overflow_update"; });
+  std::string olderPath = scratch.file("older.state");
+  detail::writeStateFile(olderPath, {{"", older}}, "test");
+  EXPECT_EQ(errorOf([&] { skipping.load(olderPath); }), "");
+  message = errorOf([&] { again.load(olderPath); });
+  EXPECT_NE(message.find("setting 'drop_overflow_update' is 1 in the file but 0 here"), std::string::npos)
+      << message;
+}
+
 TEST(AmpTest, PaddleNamesStaticAndDisabledModes) {
   amp::GradScaler paddle({.init_loss_scaling = 4.0, .incr_every_n_steps = 10, .decr_every_n_nan_or_inf = 2});
   EXPECT_EQ(paddle.get_scale(), 4.0);

@@ -191,6 +191,55 @@ TEST(Trace, AnOverflowingStepIsSkippedOnTheCompiledStep) {
   EXPECT_EQ(step.stats().traces, 1u);
 }
 
+/// Every parameter's and momentum buffer's values, NaNs equal to each other
+/// (stateOf also asks the scaler whether the last step overflowed).
+std::vector<std::vector<double>> weightsOf(Classifier& net) {
+  std::vector<std::vector<double>> weights;
+  for (size_t i = 0; i < net.model.parameters().size(); ++i)
+    for (Tensor values : {net.model.parameters()[i], net.opt.momentum_buffer(i)}) {
+      weights.push_back(values.to_vector());
+      for (double& value : weights.back())
+        value = std::isnan(value) ? std::numeric_limits<double>::max() : value;
+    }
+  return weights;
+}
+
+TEST(Trace, AScalerThatNeverDropsAnUpdateChecksNothingAndAppliesAnOverflowAsEagerly) {
+  // MindSpore's FixedLossScaleManager(drop_overflow_update=False): the
+  // compiled step has no finiteness check and no predicated update.
+  amp::GradScalerOptions never{.dynamic = false, .drop_overflow_update = false, .init_scale = 1024.0};
+  Classifier eager SMALL_NET(never), traced SMALL_NET(never),
+      checked SMALL_NET(amp::GradScalerOptions{.dynamic = false, .init_scale = 1024.0});
+  TraceOptions options{.amp = {.level = amp::O1, .dtype = f16}, .semantics = amp::Semantics::autocast};
+  auto step = trace([&](const Tensor& a, const Tensor& b) { return traced.step(a, b); }, options);
+  auto checkedStep = trace([&](const Tensor& a, const Tensor& b) { return checked.step(a, b); }, options);
+  auto [x, y] = batch(kBatch, kIn, kClasses, 17);
+  for (int call = 0; call < 2; ++call) {
+    EXPECT_EQ(step(x, y).item(), eagerAutocastStep(eager, x, y).item()) << "call " << call;
+    checkedStep(x, y);
+  }
+  EXPECT_EQ(weightsOf(traced), weightsOf(eager));
+  EXPECT_EQ(weightsOf(traced), weightsOf(checked)) << "with nothing to skip, the checking scaler's step";
+  EXPECT_EQ(step.traced_module().find("all_finite"), std::string::npos) << step.traced_module();
+  EXPECT_EQ(step.traced_module().find("predicate"), std::string::npos) << step.traced_module();
+  EXPECT_NE(checkedStep.traced_module().find("all_finite"), std::string::npos);
+
+  Tensor poisoned = withInfAt(x, 3);
+  std::vector<std::vector<double>> before = weightsOf(traced);
+  step(poisoned, y);
+  eagerAutocastStep(eager, poisoned, y);
+  checkedStep(poisoned, y);
+  EXPECT_NE(weightsOf(traced), before) << "the overflowing update was applied";
+  EXPECT_EQ(weightsOf(traced), weightsOf(eager));
+  EXPECT_EQ(traced.scaler.skipped_steps(), 0);
+  EXPECT_EQ(traced.scaler.get_scale(), 1024.0);
+  EXPECT_EQ(checked.scaler.skipped_steps(), 1);
+  EXPECT_FALSE(traced.scaler.state_tensors().last_step_finite.defined());
+  std::string message = errorOf([&] { traced.scaler.found_inf(); });
+  EXPECT_NE(message.find("never check their gradients"), std::string::npos) << message;
+  EXPECT_EQ(step.stats().traces, 1u);
+}
+
 TEST(Trace, TheScalersOverflowFlagAndItsTensorsFollowTheCompiledStep) {
   // found_inf() after a traced call is the compiled step's flag (a state it
   // writes), as eager's is; state_tensors() are the state each call writes,
