@@ -166,16 +166,27 @@ thread_local bool gLeafGradient = false;
 LeafGradientScope::LeafGradientScope() : previous_(gLeafGradient) { gLeafGradient = true; }
 LeafGradientScope::~LeafGradientScope() { gLeafGradient = previous_; }
 
+namespace {
+thread_local bool gAmpDisabledByUser = false;
+} // namespace
+
+bool ampDisabledByUser() { return gAmpDisabledByUser; }
+void setAmpDisabledByUser(bool disabled) { gAmpDisabledByUser = disabled; }
+AmpRegionScope::AmpRegionScope(bool disabled) : previous_(gAmpDisabledByUser) { gAmpDisabledByUser = disabled; }
+AmpRegionScope::~AmpRegionScope() { gAmpDisabledByUser = previous_; }
+
 std::vector<Tensor> dispatch(std::string_view op, std::span<const Tensor> operands, const AttributeMap& attributes,
                              std::span<const TensorType> resultTypes) {
   OpHandler& handler = gHandler ? *gHandler : eagerHandler();
-  if (!gVjpOf && !gLeafGradient)
+  if (!gVjpOf && !gLeafGradient && !gAmpDisabledByUser)
     return handler.run(OpCall{op, operands, attributes, resultTypes});
   AttributeMap marked = attributes;
   if (gVjpOf)
     marked["jit.vjp_of"] = *gVjpOf;
   if (gLeafGradient)
     marked["jit.grad_of_leaf"] = true;
+  if (gAmpDisabledByUser)
+    marked["amp.disabled"] = true;
   return handler.run(OpCall{op, operands, marked, resultTypes});
 }
 
@@ -212,6 +223,7 @@ std::vector<Tensor> apply(const OpDef& op, std::vector<Tensor> operands, Attribu
   auto node = std::make_shared<Node>();
   node->op = &op;
   node->id = id;
+  node->ampDisabled = gAmpDisabledByUser;
   node->attributes = std::move(attributes);
   for (const Tensor& operand : operands) {
     node->inputs.push_back(operand.defined() ? operand.detach() : Tensor());
@@ -277,7 +289,8 @@ void runBackward(const Tensor& root, const Tensor& seed) {
   NoGradGuard noGrad;
   // VJP rules run without autocast, as PyTorch's: backward ops take the
   // types of the forward values (the casts autocast inserted are on the tape).
-  amp::autocast noAutocast(false);
+  SuspendAutocast noAutocast;
+  AmpRegionScope outsideRegions(false);
   TensorImpl& rootImpl = root.impl();
   if (!rootImpl.gradFn) {
     accumulateInto(rootImpl.grad, seed);
@@ -320,6 +333,7 @@ void runBackward(const Tensor& root, const Tensor& seed) {
     std::vector<Tensor> inputGradients;
     {
       VjpScope marking(node->id);
+      AmpRegionScope region(node->ampDisabled);
       inputGradients = nodeGradients(*node, std::move(gradOutputs));
     }
     inputGradients.resize(node->edges.size());
@@ -348,6 +362,7 @@ void runBackward(const Tensor& root, const Tensor& seed) {
         std::vector<Tensor>& slots = gradients[producer];
         slots.resize(producer->outputs.size());
         VjpScope marking(producer->id);
+        AmpRegionScope region(producer->ampDisabled);
         accumulateInto(slots[edge->outputIndex], gradient);
       }
       if (--pendingConsumers[producer] == 0)
@@ -383,6 +398,7 @@ std::vector<Tensor> autograd::function(const std::string& name, const std::vecto
     return results;
   auto node = std::make_shared<detail::Node>();
   node->id = detail::nextOpId();
+  node->ampDisabled = detail::ampDisabledByUser();
   node->customName = name;
   node->customBackward = std::move(backward);
   node->inputs = detached;

@@ -12,6 +12,7 @@
 //                                                       under jit::trace by a recorder.
 
 #include "jit/Autograd.h"
+#include "jit/amp.h"
 #include "jit/Ops.h"
 #include "jit/Tensor.h"
 
@@ -21,6 +22,7 @@
 
 #include <array>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <source_location>
 #include <span>
@@ -318,8 +320,9 @@ private:
   OpHandler* previous_;
 };
 
-/// The one dispatch function. Adds `jit.vjp_of` while a VJP rule runs, and
-/// `jit.grad_of_leaf` while a leaf's gradients are summed.
+/// The one dispatch function. Adds `jit.vjp_of` while a VJP rule runs,
+/// `jit.grad_of_leaf` while a leaf's gradients are summed, and `amp.disabled`
+/// inside a user's autocast(false).
 std::vector<Tensor> dispatch(std::string_view op, std::span<const Tensor> operands, const AttributeMap& attributes,
                              std::span<const TensorType> resultTypes);
 
@@ -331,6 +334,41 @@ public:
 
 private:
   std::optional<int64_t> previous_;
+};
+
+/// Whether the innermost jit::amp::autocast scope the user opened on this
+/// thread is autocast(false). Ops then carry `amp.disabled`, which a traced
+/// step's AMP pass reads as a region it leaves alone; their tape nodes keep
+/// it, so their VJP ops carry it too (DESIGN: regions recorded as op attributes).
+bool ampDisabledByUser();
+/// jit::amp::autocast's own scopes set it (and restore it when they end).
+void setAmpDisabledByUser(bool disabled);
+
+/// Sets that flag for its scope: a trace starts outside any region, and a VJP
+/// rule runs inside its forward op's.
+class AmpRegionScope {
+public:
+  explicit AmpRegionScope(bool disabled);
+  ~AmpRegionScope();
+  AmpRegionScope(const AmpRegionScope&) = delete;
+  AmpRegionScope& operator=(const AmpRegionScope&) = delete;
+
+private:
+  bool previous_;
+};
+
+/// Eager autocast off for its scope, for the library's own needs (a trace
+/// records fp32, backward runs in the forward values' types): unlike a
+/// user's autocast(false), it opens no region.
+class SuspendAutocast {
+public:
+  SuspendAutocast();
+  ~SuspendAutocast();
+  SuspendAutocast(const SuspendAutocast&) = delete;
+  SuspendAutocast& operator=(const SuspendAutocast&) = delete;
+
+private:
+  std::shared_ptr<const amp::autocast::State> previous_;
 };
 
 /// While alive, ops dispatched on this thread carry `jit.grad_of_leaf`: they
@@ -355,6 +393,8 @@ struct Node {
   autograd::BackwardFunction customBackward;
   /// The `jit.op_id` this op was dispatched with; its VJP ops carry it as `jit.vjp_of`.
   int64_t id = 0;
+  /// Recorded inside a user's autocast(false): its VJP ops are too.
+  bool ampDisabled = false;
   std::vector<Tensor> inputs;  ///< detached operands (undefined for absent ones)
   std::vector<Tensor> outputs; ///< detached results
   AttributeMap attributes;

@@ -249,6 +249,8 @@ public:
 
 private:
   std::shared_ptr<const State> previous_;
+  /// Whether the scope this one nests in was a user's autocast(false).
+  bool previousDisabled_;
 };
 
 //===----------------------------------------------------------------------===//

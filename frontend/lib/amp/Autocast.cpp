@@ -23,6 +23,7 @@
 #include <sstream>
 
 namespace jit::detail {
+
 bool policySpecIsFile(std::string_view spec) {
   return spec.find('/') != std::string_view::npos || spec.ends_with(".yaml") || spec.ends_with(".yml");
 }
@@ -131,9 +132,10 @@ namespace {
 thread_local std::shared_ptr<const autocast::State> gCurrent;
 } // namespace
 
-autocast::autocast(AutocastOptions options) : previous_(gCurrent) {
+autocast::autocast(AutocastOptions options) : previous_(gCurrent), previousDisabled_(detail::ampDisabledByUser()) {
   if (!options.enabled) {
     gCurrent = nullptr;
+    detail::setAmpDisabledByUser(true);
     return;
   }
   std::optional<LowPrecisionType> lowType = lowPrecisionTypeOf(options.dtype);
@@ -142,9 +144,13 @@ autocast::autocast(AutocastOptions options) : previous_(gCurrent) {
   // Load before changing anything, so a bad policy leaves the thread as it was.
   auto state = std::make_shared<const State>(State{options.dtype, *lowType, loadPolicy(options.policy)});
   gCurrent = std::move(state);
+  detail::setAmpDisabledByUser(false);
 }
 
-autocast::~autocast() { gCurrent = std::move(previous_); }
+autocast::~autocast() {
+  gCurrent = std::move(previous_);
+  detail::setAmpDisabledByUser(previousDisabled_);
+}
 
 bool autocast::is_enabled() { return gCurrent != nullptr; }
 
@@ -155,6 +161,9 @@ std::optional<DType> autocast::current_dtype() {
 } // namespace jit::amp
 
 namespace jit::detail {
+
+SuspendAutocast::SuspendAutocast() : previous_(amp::gCurrent) { amp::gCurrent = nullptr; }
+SuspendAutocast::~SuspendAutocast() { amp::gCurrent = std::move(previous_); }
 
 std::vector<Tensor> autocastOperands(const OpDef& op, std::vector<Tensor> operands, const AttributeMap& attributes) {
   const auto* state = amp::gCurrent.get();

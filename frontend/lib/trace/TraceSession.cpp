@@ -151,8 +151,8 @@ void TraceSession::begin() {
   previous_ = gCurrentSession;
   gCurrentSession = this;
   handler_.emplace(*this);
-  // The trace records fp32: AMP is the compiler's pass, not eager casts.
-  autocastOff_.emplace(false);
+  autocastOff_.emplace();
+  outsideRegions_.emplace(false);
 }
 
 Tensor TraceSession::input(const Tensor& example) {
@@ -299,6 +299,7 @@ void TraceSession::restoreGradients() {
 
 void TraceSession::stopRecording() {
   active_ = false;
+  outsideRegions_.reset();
   autocastOff_.reset();
   handler_.reset();
   gCurrentSession = previous_;

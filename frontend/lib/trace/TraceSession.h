@@ -191,7 +191,10 @@ private:
   /// Leaves zero_grad reset before the step read their gradient.
   std::vector<std::shared_ptr<TensorImpl>> resetBeforeCapture_;
   std::vector<TraceBindings::TrainingMode> trainingModes_;
-  std::optional<amp::autocast> autocastOff_;
+  /// The trace records fp32 (AMP is the compiler's pass), from outside any
+  /// AMP region of the caller's: a traced step's precision is its options'.
+  std::optional<SuspendAutocast> autocastOff_;
+  std::optional<AmpRegionScope> outsideRegions_;
 };
 
 /// For host-side work a trace would run once and bake in (drawing random

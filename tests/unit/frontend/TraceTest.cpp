@@ -14,6 +14,7 @@
 #include <limits>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 namespace jit::testing {
 namespace {
@@ -237,6 +238,86 @@ TEST(Trace, AScalerThatNeverDropsAnUpdateChecksNothingAndAppliesAnOverflowAsEage
   EXPECT_FALSE(traced.scaler.state_tensors().last_step_finite.defined());
   std::string message = errorOf([&] { traced.scaler.found_inf(); });
   EXPECT_NE(message.find("never check their gradients"), std::string::npos) << message;
+  EXPECT_EQ(step.stats().traces, 1u);
+}
+
+/// Two Linear layers (the first without a bias, so that under eager autocast
+/// its activations are f16) and SGD; with `fp32Head` the second runs inside
+/// the user's autocast(false), as PyTorch users keep a sensitive head in fp32.
+struct TwoLayerStep {
+  explicit TwoLayerStep(bool fp32Head)
+      : generator(11), first(kIn, kHidden, false, {.generator = &generator}),
+        second(kHidden, kClasses, true, {.generator = &generator}), opt(parametersOf(first, second), {.lr = 0.1}),
+        fp32Head(fp32Head) {}
+  static std::vector<Tensor> parametersOf(nn::Linear& a, nn::Linear& b) {
+    std::vector<Tensor> all = a.parameters();
+    for (const Tensor& p : b.parameters())
+      all.push_back(p);
+    return all;
+  }
+  Tensor operator()(const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor h = relu(first(x));
+    Tensor logits;
+    if (fp32Head) {
+      amp::autocast off(false);
+      // In the types it is given, as eagerly: f16 under eager autocast.
+      Tensor damped = h * h;
+      logits = second(damped.to(f32));
+    } else {
+      logits = second(h);
+    }
+    Tensor loss = cross_entropy(logits, y);
+    loss.backward();
+    opt.step();
+    return loss;
+  }
+  Generator generator;
+  nn::Linear first, second;
+  optim::SGD opt;
+  bool fp32Head;
+};
+
+TEST(Trace, AnAutocastFalseRegionInATracedStepKeepsItsOpsAndTheirGradientsFp32) {
+  TwoLayerStep regioned(true), plain(false);
+  TraceOptions options{.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cpu};
+  auto regionStep = trace([&](const Tensor& x, const Tensor& y) { return regioned(x, y); }, options);
+  auto plainStep = trace([&](const Tensor& x, const Tensor& y) { return plain(x, y); }, options);
+  auto [x, y] = batch(kBatch, kIn, kClasses, 4);
+  regionStep(x, y);
+  plainStep(x, y);
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  // The head's forward GEMM and its two gradient GEMMs run in f32, the first
+  // layer's forward and weight gradient in f16; without the region all five in f16.
+  EXPECT_EQ(count(regionStep.plan_text(), "gemm f32 x f32"), 3u) << regionStep.plan_text();
+  EXPECT_EQ(count(regionStep.plan_text(), "gemm f16 x f16"), 2u) << regionStep.plan_text();
+  EXPECT_EQ(count(plainStep.plan_text(), "gemm f32 x f32"), 0u) << plainStep.plan_text();
+  EXPECT_EQ(count(plainStep.plan_text(), "gemm f16 x f16"), 5u) << plainStep.plan_text();
+  EXPECT_EQ(count(plainStep.traced_module(), "amp.disabled"), 0u);
+  EXPECT_NE(regionStep.amp_report().find("AMP disabled by a region (amp.disabled)"), std::string::npos);
+}
+
+TEST(Trace, AnAutocastFalseRegionUnderAutocastSemanticsEqualsEagerAutocastBitwise) {
+  TwoLayerStep eager(true), traced(true);
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return traced(x, y); },
+                    {.amp = {.level = amp::O1, .dtype = f16}, .semantics = amp::Semantics::autocast,
+                     .backend = Backend::cpu});
+  for (uint64_t call = 0; call < 3; ++call) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 30 + call);
+    Tensor expected;
+    {
+      amp::autocast scope({.dtype = f16});
+      expected = eager(x, y);
+    }
+    EXPECT_EQ(step(x, y).item(), expected.item()) << "call " << call;
+  }
+  for (size_t i = 0; i < traced.opt.parameters().size(); ++i)
+    EXPECT_EQ(traced.opt.parameters()[i].to_vector(), eager.opt.parameters()[i].to_vector()) << "parameter " << i;
   EXPECT_EQ(step.stats().traces, 1u);
 }
 

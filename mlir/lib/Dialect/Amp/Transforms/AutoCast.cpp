@@ -286,6 +286,31 @@ private:
   bool decideFixed(Node &node) {
     Operation *op = node.op;
     if (isAmpDisabled(op)) {
+      // Eager autocast(false) runs an op in its operands' types. Deciding op
+      // by op at O1 (semantics=autocast) or auto, the operands have their
+      // final types when the op is decided, so the pass does the same and a
+      // traced step keeps eager's bits; painting and O2/O3 keep the traced
+      // fp32, casting low operands up.
+      // A conversion computes in the type it converts to (the user's x.to(f32)
+      // in the region), and a backward op in its forward op's type, as
+      // everywhere else.
+      if (!painting && (config.level == AmpLevel::O1 || config.level == AmpLevel::Auto)) {
+        auto vjpOf = op->getAttrOfType<IntegerAttr>("jit.vjp_of");
+        auto forward = vjpOf ? forwardById.find(vjpOf.getInt()) : forwardById.end();
+        if (forward != forwardById.end() && nodes[forward->second].computeType) {
+          node.computeType = nodes[forward->second].computeType;
+          node.detail = "backward of " + describeOp(nodes[forward->second].op) + ", which computes in " +
+                        typeName(node.computeType);
+        } else if (isa<ConvertOp>(op)) {
+          node.computeType = cast<RankedTensorType>(op->getResult(0).getType()).getElementType();
+          node.detail = "a conversion computes in the type it converts to";
+        } else {
+          decidePromote(node);
+        }
+        node.reason = DecisionReason::Region;
+        node.detail = "AMP disabled by a region (amp.disabled): " + node.detail + ", as eager autocast(false) runs it";
+        return true;
+      }
       node.reason = DecisionReason::Region;
       node.detail = "AMP disabled by a region (amp.disabled)";
       return true;
