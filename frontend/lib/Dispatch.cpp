@@ -216,7 +216,19 @@ std::vector<Tensor> apply(const OpDef& op, std::vector<Tensor> operands, Attribu
     id = nextOpId();
     attributes["jit.op_id"] = id;
   }
-  std::vector<Tensor> results = dispatch(op.name, operands, attributes, resultTypes);
+  std::vector<int64_t> wrapped;
+  for (size_t i = 0; i < operands.size(); ++i)
+    if (operands[i].defined() && operands[i].impl().wrappedNumber)
+      wrapped.push_back(int64_t(i));
+  std::vector<Tensor> results;
+  if (wrapped.empty()) {
+    results = dispatch(op.name, operands, attributes, resultTypes);
+  } else {
+    // On the call, not on the tape node: VJP rules read the node's attributes.
+    AttributeMap marked = attributes;
+    marked["jit.wrapped_operands"] = std::move(wrapped);
+    results = dispatch(op.name, operands, marked, resultTypes);
+  }
   if (!record)
     return results;
 
@@ -274,6 +286,14 @@ std::vector<Tensor> nodeGradients(const Node& node, std::vector<Tensor> gradOutp
     return node.op->vjp(context);
   }
   size_t inputCount = node.inputs.size();
+  // Eagerly each gradient arrives in its output's type (autocast's casts
+  // convert it back on their way). A trace sees every value as f32 and its
+  // AMP pass may hand the rule an f16 gradient, which the user's backward has
+  // no op of ours to follow: an identity conversion states the type, and the
+  // pass computes what follows in it, as eagerly.
+  for (size_t i = 0; i < gradOutputs.size() && i < node.outputs.size(); ++i)
+    if (gradOutputs[i].defined() && gradOutputs[i].impl().session && is_floating_point(gradOutputs[i].dtype()))
+      gradOutputs[i] = gradOutputs[i].to(node.outputs[i].dtype());
   std::vector<Tensor> gradients = node.customBackward(
       autograd::FunctionContext{node.inputs, node.outputs, std::move(gradOutputs), std::move(needsGrad)});
   if (gradients.size() != inputCount)

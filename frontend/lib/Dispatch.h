@@ -126,6 +126,10 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   /// Bumped by every in-place write (copy_ and friends), so a compiled step
   /// knows when state it derived (O2's low-precision copies) is stale.
   uint64_t version = 0;
+  /// The C++ number an operator made this 0-d tensor from, in its partner's
+  /// dtype (`x * 0.3`: PyTorch's wrapped number). It never decides an op's
+  /// type: autocast and a traced step's AMP pass give it the other operand's.
+  std::optional<double> wrappedNumber;
   /// Set once a CUDA-compiled step has used this tensor (DeviceCopy).
   std::shared_ptr<DeviceCopy> deviceCopy;
   /// Set once a step that defers its update has touched this state.
@@ -335,6 +339,11 @@ public:
 private:
   std::optional<int64_t> previous_;
 };
+
+/// `value` as a wrapped number (TensorImpl::wrappedNumber) of `dtype`: f16
+/// and bf16 round it through f32, as a traced step's cast of its fp32
+/// constant does, so eager and traced steps hold the same bits.
+Tensor wrappedNumber(double value, DType dtype);
 
 /// Whether the innermost jit::amp::autocast scope the user opened on this
 /// thread is autocast(false). Ops then carry `amp.disabled`, which a traced

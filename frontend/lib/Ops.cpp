@@ -46,7 +46,7 @@ std::vector<int64_t> allAxes(const Tensor& input) {
   return axes;
 }
 
-Tensor scalarLike(double value, const Tensor& like) { return scalar_tensor(value, like.dtype()); }
+Tensor scalarLike(double value, const Tensor& like) { return detail::wrappedNumber(value, like.dtype()); }
 
 Tensor comparison(const Tensor& lhs, const Tensor& rhs, const char* predicate) {
   return apply1(ops::compare, {lhs, rhs}, {{"predicate", std::string(predicate)}});

@@ -137,6 +137,7 @@ Tensor Tensor::detach() const {
   copy->value = impl().value;
   copy->session = impl().session;
   copy->traceValue = impl().traceValue;
+  copy->wrappedNumber = impl().wrappedNumber;
   return Tensor(std::move(copy));
 }
 
@@ -294,6 +295,15 @@ Tensor tensor(std::span<const int64_t> values, Shape shape) {
 }
 
 Tensor scalar_tensor(double value, DType dtype) { return full({}, value, dtype); }
+
+namespace detail {
+Tensor wrappedNumber(double value, DType dtype) {
+  bool low = dtype == f16 || dtype == bf16;
+  Tensor number = scalar_tensor(low ? double(float(value)) : value, dtype);
+  number.impl().wrappedNumber = value;
+  return number;
+}
+} // namespace detail
 
 Tensor full(Shape shape, double value, DType dtype) {
   checkShape(shape, "jit::full");

@@ -189,9 +189,15 @@ std::vector<Tensor> autocastOperands(const OpDef& op, std::vector<Tensor> operan
   } else if (category == ampjit::amp::Category::Deny) {
     target = f32;
   } else {
-    // infer, clear, promote: the widest floating operand type.
+    // infer, clear, promote: the widest floating operand type; a wrapped
+    // number (x * 0.3) takes the others' (PyTorch's type promotion).
+    bool anyTensor = std::any_of(operands.begin(), operands.end(), [](const Tensor& operand) {
+      return operand.defined() && is_floating_point(operand.dtype()) && !operand.impl().wrappedNumber;
+    });
     for (const Tensor& operand : operands) {
       if (!operand.defined() || !is_floating_point(operand.dtype()))
+        continue;
+      if (anyTensor && operand.impl().wrappedNumber)
         continue;
       DType dtype = operand.dtype();
       if (!target || amp::widthRank(dtype) > amp::widthRank(*target))
@@ -202,9 +208,13 @@ std::vector<Tensor> autocastOperands(const OpDef& op, std::vector<Tensor> operan
   }
   if (!target)
     return operands;
-  for (Tensor& operand : operands)
-    if (castable(operand) && operand.dtype() != *target)
-      operand = operand.to(*target);
+  for (Tensor& operand : operands) {
+    if (!castable(operand) || operand.dtype() == *target)
+      continue;
+    // From the number itself, not from its rounding to the partner's type.
+    const std::optional<double>& number = operand.impl().wrappedNumber;
+    operand = number ? wrappedNumber(*number, *target) : operand.to(*target);
+  }
   return operands;
 }
 

@@ -321,6 +321,41 @@ TEST(Trace, AnAutocastFalseRegionUnderAutocastSemanticsEqualsEagerAutocastBitwis
   EXPECT_EQ(step.stats().traces, 1u);
 }
 
+TEST(Trace, ACxxNumberInAnExpressionTakesItsTensorsTypeAsUnderEagerAutocast) {
+  // `h * 0.3` on an f16 h is an f16 product eagerly (PyTorch's wrapped
+  // number). The trace sees h as f32, so its 0.3 is an f32 constant; the
+  // pass must not let it widen the op. Each loss and weight bit for bit.
+  for (DType low : {f16, bf16}) {
+    SCOPED_TRACE(dtype_name(low));
+    auto body = [](nn::Linear& first, nn::Linear& second, const Tensor& x, const Tensor& y) {
+      Tensor h = relu(first(x)); // no bias: the product's type, low
+      Tensor scaled = (h * 0.3 + 0.1) / 3.0;
+      return cross_entropy(second(scaled), y);
+    };
+    Generator eagerInit(11), tracedInit(11);
+    nn::Linear eagerFirst(kIn, kHidden, false, {.generator = &eagerInit}),
+        eagerSecond(kHidden, kClasses, true, {.generator = &eagerInit});
+    nn::Linear tracedFirst(kIn, kHidden, false, {.generator = &tracedInit}),
+        tracedSecond(kHidden, kClasses, true, {.generator = &tracedInit});
+    auto step = trace([&](const Tensor& x, const Tensor& y) { return body(tracedFirst, tracedSecond, x, y); },
+                      {.amp = {.level = amp::O1, .dtype = low}, .semantics = amp::Semantics::autocast,
+                       .backend = Backend::cpu});
+    for (uint64_t call = 0; call < 2; ++call) {
+      auto [x, y] = batch(kBatch, kIn, kClasses, 50 + call);
+      Tensor expected;
+      {
+        amp::autocast scope({.dtype = low});
+        expected = body(eagerFirst, eagerSecond, x, y);
+      }
+      EXPECT_EQ(step(x, y).item(), expected.item()) << "call " << call;
+    }
+    EXPECT_NE(step.amp_report().find("\"compute_type\": \"" + std::string(dtype_name(low)) +
+                                     "\",\n      \"detail\": \"the widest of its inputs"),
+              std::string::npos)
+        << step.amp_report();
+  }
+}
+
 TEST(Trace, TheScalersOverflowFlagAndItsTensorsFollowTheCompiledStep) {
   // found_inf() after a traced call is the compiled step's flag (a state it
   // writes), as eager's is; state_tensors() are the state each call writes,

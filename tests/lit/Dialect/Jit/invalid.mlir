@@ -1180,8 +1180,24 @@ func.func @derived_from_on_operation(%x: tensor<4xf32>) -> tensor<4xf16> {
 // -----
 
 func.func @unknown_operation_attribute(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @below {{'jit.relu' op unknown attribute 'jit.opid'; the jit dialect defines 'jit.op_id', 'jit.vjp_of' and 'jit.grad_of_leaf' on operations}}
+  // expected-error @below {{'jit.relu' op unknown attribute 'jit.opid'; the jit dialect defines 'jit.op_id', 'jit.vjp_of', 'jit.grad_of_leaf' and 'jit.wrapped_operands' on operations}}
   %0 = jit.relu %x {jit.opid = 3 : i64} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @wrapped_operand_out_of_range(%x: tensor<4xf32>, %c: tensor<f32>) -> tensor<4xf32> {
+  // expected-error @below {{'jit.mul' op 'jit.wrapped_operands' names operand 2 of an op with 2 operands}}
+  %0 = jit.mul %x, %c {jit.wrapped_operands = array<i64: 2>} : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @wrapped_operand_not_a_number(%x: tensor<4xf32>, %c: tensor<f32>) -> tensor<4xf32> {
+  // expected-error @below {{'jit.mul' op 'jit.wrapped_operands' names operand 0, which is not a 0-d floating-point tensor}}
+  %0 = jit.mul %x, %c {jit.wrapped_operands = array<i64: 0>} : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
 

@@ -526,13 +526,25 @@ private:
   }
 
   /// Promote: the widest floating-point input type (f16 with bf16 gives f32).
+  /// A wrapped C++ number (`jit.wrapped_operands`) takes the others' type, as
+  /// in PyTorch's type promotion and eager autocast, unless it is all there is.
   void decidePromote(Node &node) {
     Type widest;
     Operation *widestFrom = nullptr;
     SmallVector<unsigned> anyPrecision = anyPrecisionOperandIndices(node.op);
+    SmallVector<unsigned> wrapped;
+    if (auto positions = node.op->getAttrOfType<DenseI64ArrayAttr>(ampjit::ir::JitDialect::kWrappedOperandsAttrName))
+      for (int64_t position : positions.asArrayRef())
+        wrapped.push_back(unsigned(position));
+    bool anyTensor = llvm::any_of(node.op->getOpOperands(), [&](OpOperand &operand) {
+      return !llvm::is_contained(anyPrecision, operand.getOperandNumber()) &&
+             !llvm::is_contained(wrapped, operand.getOperandNumber()) && isFloatTensor(operand.get().getType());
+    });
     for (OpOperand &operand : node.op->getOpOperands()) {
       if (llvm::is_contained(anyPrecision, operand.getOperandNumber()) ||
           !isFloatTensor(operand.get().getType()))
+        continue;
+      if (anyTensor && llvm::is_contained(wrapped, operand.getOperandNumber()))
         continue;
       Type element = cast<RankedTensorType>(operand.get().getType()).getElementType();
       Type wider = widerOf(widest, element);

@@ -211,13 +211,29 @@ LogicalResult JitDialect::verifyOperationAttribute(Operation *op, NamedAttribute
       return op->emitOpError() << "'" << name << "' is a unit flag, but is " << attr.getValue();
     return success();
   }
+  if (name == kWrappedOperandsAttrName) {
+    auto positions = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!positions)
+      return op->emitOpError() << "'" << name << "' must be an array of operand positions, but is "
+                               << attr.getValue();
+    for (int64_t position : positions.asArrayRef()) {
+      if (position < 0 || position >= int64_t(op->getNumOperands()))
+        return op->emitOpError() << "'" << name << "' names operand " << position << " of an op with "
+                                 << op->getNumOperands() << " operands";
+      auto type = dyn_cast<RankedTensorType>(op->getOperand(unsigned(position)).getType());
+      if (!type || type.getRank() != 0 || !isa<FloatType>(type.getElementType()))
+        return op->emitOpError() << "'" << name << "' names operand " << position
+                                 << ", which is not a 0-d floating-point tensor";
+    }
+    return success();
+  }
   if (name == kRoleAttrName || name == kDerivedFromAttrName || name == kTiedAttrName)
     return op->emitOpError() << "'" << name << "' belongs on a function "
                              << (name == kTiedAttrName ? "result" : "argument")
                              << ", not on an operation";
   return op->emitOpError() << "unknown attribute '" << name << "'; the jit dialect defines '"
-                           << kOpIdAttrName << "', '" << kVjpOfAttrName << "' and '" << kGradOfLeafAttrName
-                           << "' on operations";
+                           << kOpIdAttrName << "', '" << kVjpOfAttrName << "', '" << kGradOfLeafAttrName
+                           << "' and '" << kWrappedOperandsAttrName << "' on operations";
 }
 
 } // namespace ampjit::ir

@@ -55,6 +55,9 @@ def Jit_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kOpIdAttrName = "jit.op_id";
     static constexpr ::llvm::StringLiteral kVjpOfAttrName = "jit.vjp_of";
     static constexpr ::llvm::StringLiteral kGradOfLeafAttrName = "jit.grad_of_leaf";
+    /// Operand positions holding a C++ number the frontend wrapped (`x * 0.3`):
+    /// 0-d floats that take the other operands' type and never decide the op's.
+    static constexpr ::llvm::StringLiteral kWrappedOperandsAttrName = "jit.wrapped_operands";
   }];
 }
 
