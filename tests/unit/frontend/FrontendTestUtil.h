@@ -71,18 +71,19 @@ inline amp::Policy policyAt(amp::Level level, DType dtype = f16) {
 
 /// Traces `traced(x, y)` on the CPU at `level` with autocast semantics and
 /// calls it beside `eager(x, y)` on `calls` batches from `batchAt(i)`, both
-/// inside an f16 autocast scope above O0, as a user runs eager AMP code:
+/// inside a `dtype` autocast scope above O0, as a user runs eager AMP code:
 /// every loss must be bit for bit the eager one, with one trace. The callers
 /// compare the state afterwards.
 template <typename Eager, typename Traced, typename BatchAt>
-void expectTracedLossesEqualEager(amp::Level level, Eager eager, Traced traced, BatchAt batchAt, int calls) {
+void expectTracedLossesEqualEager(amp::Level level, Eager eager, Traced traced, BatchAt batchAt, int calls,
+                                  DType dtype = f16) {
   auto step = trace([&](const Tensor& x, const Tensor& y) { return traced(x, y); },
-                    {.amp = policyAt(level), .semantics = amp::Semantics::autocast, .backend = Backend::cpu});
+                    {.amp = policyAt(level, dtype), .semantics = amp::Semantics::autocast, .backend = Backend::cpu});
   for (int i = 0; i < calls; ++i) {
     auto [x, y] = batchAt(uint64_t(i));
     std::optional<amp::autocast> scope;
     if (level != amp::O0)
-      scope.emplace(amp::AutocastOptions{.dtype = f16});
+      scope.emplace(amp::AutocastOptions{.dtype = dtype});
     EXPECT_EQ(step(x, y).item(), eager(x, y).item()) << "call " << i;
   }
   EXPECT_EQ(step.stats().traces, 1u);
