@@ -178,9 +178,17 @@ AmpRegionScope::~AmpRegionScope() { gAmpDisabledByUser = previous_; }
 std::vector<Tensor> dispatch(std::string_view op, std::span<const Tensor> operands, const AttributeMap& attributes,
                              std::span<const TensorType> resultTypes) {
   OpHandler& handler = gHandler ? *gHandler : eagerHandler();
-  if (!gVjpOf && !gLeafGradient && !gAmpDisabledByUser)
+  std::vector<int64_t> wrapped;
+  for (size_t i = 0; i < operands.size(); ++i)
+    if (operands[i].defined() && operands[i].impl().wrappedNumber)
+      wrapped.push_back(int64_t(i));
+  if (!gVjpOf && !gLeafGradient && !gAmpDisabledByUser && wrapped.empty())
     return handler.run(OpCall{op, operands, attributes, resultTypes});
+  // The marks go on the call only: the tape node keeps the op's own
+  // attributes, which VJP rules read.
   AttributeMap marked = attributes;
+  if (!wrapped.empty())
+    marked["jit.wrapped_operands"] = std::move(wrapped);
   if (gVjpOf)
     marked["jit.vjp_of"] = *gVjpOf;
   if (gLeafGradient)
@@ -216,19 +224,7 @@ std::vector<Tensor> apply(const OpDef& op, std::vector<Tensor> operands, Attribu
     id = nextOpId();
     attributes["jit.op_id"] = id;
   }
-  std::vector<int64_t> wrapped;
-  for (size_t i = 0; i < operands.size(); ++i)
-    if (operands[i].defined() && operands[i].impl().wrappedNumber)
-      wrapped.push_back(int64_t(i));
-  std::vector<Tensor> results;
-  if (wrapped.empty()) {
-    results = dispatch(op.name, operands, attributes, resultTypes);
-  } else {
-    // On the call, not on the tape node: VJP rules read the node's attributes.
-    AttributeMap marked = attributes;
-    marked["jit.wrapped_operands"] = std::move(wrapped);
-    results = dispatch(op.name, operands, marked, resultTypes);
-  }
+  std::vector<Tensor> results = dispatch(op.name, operands, attributes, resultTypes);
   if (!record)
     return results;
 
@@ -291,7 +287,7 @@ std::vector<Tensor> nodeGradients(const Node& node, std::vector<Tensor> gradOutp
   // AMP pass may hand the rule an f16 gradient, which the user's backward has
   // no op of ours to follow: an identity conversion states the type, and the
   // pass computes what follows in it, as eagerly.
-  for (size_t i = 0; i < gradOutputs.size() && i < node.outputs.size(); ++i)
+  for (size_t i = 0; i < gradOutputs.size(); ++i) // one per output (runBackward)
     if (gradOutputs[i].defined() && gradOutputs[i].impl().session && is_floating_point(gradOutputs[i].dtype()))
       gradOutputs[i] = gradOutputs[i].to(node.outputs[i].dtype());
   std::vector<Tensor> gradients = node.customBackward(
@@ -310,7 +306,6 @@ void runBackward(const Tensor& root, const Tensor& seed) {
   // VJP rules run without autocast, as PyTorch's: backward ops take the
   // types of the forward values (the casts autocast inserted are on the tape).
   SuspendAutocast noAutocast;
-  AmpRegionScope outsideRegions(false);
   TensorImpl& rootImpl = root.impl();
   if (!rootImpl.gradFn) {
     accumulateInto(rootImpl.grad, seed);

@@ -325,8 +325,9 @@ private:
 };
 
 /// The one dispatch function. Adds `jit.vjp_of` while a VJP rule runs,
-/// `jit.grad_of_leaf` while a leaf's gradients are summed, and `amp.disabled`
-/// inside a user's autocast(false).
+/// `jit.grad_of_leaf` while a leaf's gradients are summed, `amp.disabled`
+/// inside a user's autocast(false), and `jit.wrapped_operands` where an
+/// operand is a wrapped number.
 std::vector<Tensor> dispatch(std::string_view op, std::span<const Tensor> operands, const AttributeMap& attributes,
                              std::span<const TensorType> resultTypes);
 
@@ -368,7 +369,7 @@ private:
 
 /// Eager autocast off for its scope, for the library's own needs (a trace
 /// records fp32, backward runs in the forward values' types): unlike a
-/// user's autocast(false), it opens no region.
+/// user's autocast(false), it opens no region, and leaves any it is in.
 class SuspendAutocast {
 public:
   SuspendAutocast();
@@ -378,6 +379,7 @@ public:
 
 private:
   std::shared_ptr<const amp::autocast::State> previous_;
+  AmpRegionScope outsideRegions_{false};
 };
 
 /// While alive, ops dispatched on this thread carry `jit.grad_of_leaf`: they

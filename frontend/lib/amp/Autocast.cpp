@@ -23,7 +23,6 @@
 #include <sstream>
 
 namespace jit::detail {
-
 bool policySpecIsFile(std::string_view spec) {
   return spec.find('/') != std::string_view::npos || spec.ends_with(".yaml") || spec.ends_with(".yml");
 }

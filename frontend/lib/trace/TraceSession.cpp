@@ -152,7 +152,6 @@ void TraceSession::begin() {
   gCurrentSession = this;
   handler_.emplace(*this);
   autocastOff_.emplace();
-  outsideRegions_.emplace(false);
 }
 
 Tensor TraceSession::input(const Tensor& example) {
@@ -299,7 +298,6 @@ void TraceSession::restoreGradients() {
 
 void TraceSession::stopRecording() {
   active_ = false;
-  outsideRegions_.reset();
   autocastOff_.reset();
   handler_.reset();
   gCurrentSession = previous_;

@@ -194,7 +194,6 @@ private:
   /// The trace records fp32 (AMP is the compiler's pass), from outside any
   /// AMP region of the caller's: a traced step's precision is its options'.
   std::optional<SuspendAutocast> autocastOff_;
-  std::optional<AmpRegionScope> outsideRegions_;
 };
 
 /// For host-side work a trace would run once and bake in (drawing random

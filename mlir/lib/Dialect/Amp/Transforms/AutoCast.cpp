@@ -295,12 +295,9 @@ private:
       // in the region), and a backward op in its forward op's type, as
       // everywhere else.
       if (!painting && (config.level == AmpLevel::O1 || config.level == AmpLevel::Auto)) {
-        auto vjpOf = op->getAttrOfType<IntegerAttr>("jit.vjp_of");
-        auto forward = vjpOf ? forwardById.find(vjpOf.getInt()) : forwardById.end();
-        if (forward != forwardById.end() && nodes[forward->second].computeType) {
-          node.computeType = nodes[forward->second].computeType;
-          node.detail = "backward of " + describeOp(nodes[forward->second].op) + ", which computes in " +
-                        typeName(node.computeType);
+        if (const Node *forward = decidedForwardOf(node)) {
+          node.computeType = forward->computeType;
+          node.detail = backwardDetail(*forward);
         } else if (isa<ConvertOp>(op)) {
           node.computeType = cast<RankedTensorType>(op->getResult(0).getType()).getElementType();
           node.detail = "a conversion computes in the type it converts to";
@@ -525,6 +522,22 @@ private:
     return Float32Type::get(a.getContext());
   }
 
+  /// The forward op a backward op (`jit.vjp_of`) differentiates, where it
+  /// comes earlier and has been decided; null otherwise.
+  const Node *decidedForwardOf(const Node &node) const {
+    auto vjpOf = node.op->getAttrOfType<IntegerAttr>(ampjit::ir::JitDialect::kVjpOfAttrName);
+    if (!vjpOf)
+      return nullptr;
+    auto forward = forwardById.find(vjpOf.getInt());
+    if (forward == forwardById.end() || forward->second >= nodeIndex.lookup(node.op) ||
+        !nodes[forward->second].computeType)
+      return nullptr;
+    return &nodes[forward->second];
+  }
+  static std::string backwardDetail(const Node &forward) {
+    return "backward of " + describeOp(forward.op) + ", which computes in " + typeName(forward.computeType);
+  }
+
   /// Promote: the widest floating-point input type (f16 with bf16 gives f32).
   /// A wrapped C++ number (`jit.wrapped_operands`) takes the others' type, as
   /// in PyTorch's type promotion and eager autocast, unless it is all there is.
@@ -605,17 +618,12 @@ private:
 
     // Backward ops take the precision their forward op computed in, as
     // PyTorch's autograd does under autocast.
-    if (auto vjpOf = node.op->getAttrOfType<IntegerAttr>("jit.vjp_of");
-        vjpOf && config.level != AmpLevel::O2 && config.level != AmpLevel::O3) {
-      auto forward = forwardById.find(vjpOf.getInt());
-      if (forward != forwardById.end() && forward->second < index &&
-          nodes[forward->second].computeType) {
-        const Node &forwardNode = nodes[forward->second];
-        node.computeType = forwardNode.computeType;
+    if (config.level != AmpLevel::O2 && config.level != AmpLevel::O3) {
+      if (const Node *forward = decidedForwardOf(node)) {
+        node.computeType = forward->computeType;
         node.reason = DecisionReason::Backward;
-        node.source = forwardNode.op;
-        node.detail = "backward of " + describeOp(forwardNode.op) + ", which computes in " +
-                      typeName(forwardNode.computeType);
+        node.source = forward->op;
+        node.detail = backwardDetail(*forward);
         if (node.computeType != f32 && !targetRunsInLowPrecision(node))
           markUnsupported(node);
         return;
