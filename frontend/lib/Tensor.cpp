@@ -130,6 +130,8 @@ void Tensor::backward(const Tensor& gradient, std::source_location where) const 
 }
 
 Tensor Tensor::detach() const {
+  if (auto* session = detail::TraceSession::current(); session && session->active() && !impl().session)
+    session->captureBeforeDetach(*this);
   auto copy = std::make_shared<TensorImpl>();
   copy->type = impl().type;
   detail::completeDeferredUpdate(impl());

@@ -145,6 +145,12 @@ public:
   void noteTrainingMode(const std::shared_ptr<const bool>& flag, std::string module);
 
   bool active() const { return active_; }
+  /// Tensor::detach while recording: a concrete tensor (a parameter) is
+  /// captured first, so the detached handle is the same traced value and
+  /// reads the state live on every call. A handle of its own would be
+  /// captured apart, and keep the first call's value once the step
+  /// updates the state.
+  void captureBeforeDetach(const Tensor& tensor) { valueOf(tensor); }
   /// "jit.add at train.cpp:42" for the op that produced value `value`.
   std::string describeProducer(int64_t value) const;
   const std::string& name() const { return name_; }

@@ -335,6 +335,32 @@ TEST(Trace, ACxxNumberInAnExpressionTakesItsTensorsTypeAsUnderEagerAutocast) {
   }
 }
 
+TEST(Trace, ADetachedParameterInsideTheStepReadsItsCurrentValueEveryCall) {
+  // A penalty on the weights' detached values (a target the gradient does
+  // not flow through): eagerly it reads the weights as each step finds them.
+  // Its handle, made inside the trace, was captured as a state of its own
+  // and kept the first call's weights once the update wrote the parameter.
+  struct Net {
+    Net() : generator(3), layer(kIn, kClasses, true, {.generator = &generator}), opt(layer.parameters(), {.lr = 0.5}) {}
+    Tensor operator()(const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      Tensor anchor = layer.weight.detach();
+      Tensor loss = cross_entropy(layer(x), y) + sum(layer.weight * anchor) * 0.01;
+      loss.backward();
+      opt.step();
+      return loss;
+    }
+    Generator generator;
+    nn::Linear layer;
+    optim::SGD opt;
+  } eager, traced;
+  expectTracedLossesEqualEager(
+      amp::O0, [&](const Tensor& x, const Tensor& y) { return eager(x, y); },
+      [&](const Tensor& x, const Tensor& y) { return traced(x, y); },
+      [](uint64_t call) { return batch(kBatch, kIn, kClasses, 90 + call); }, 3);
+  EXPECT_EQ(traced.layer.weight.to_vector(), eager.layer.weight.to_vector());
+}
+
 TEST(Trace, TheScalersOverflowFlagAndItsTensorsFollowTheCompiledStep) {
   // found_inf() after a traced call is the compiled step's flag (a state it
   // writes), as eager's is; state_tensors() are the state each call writes,
