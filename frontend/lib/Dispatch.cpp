@@ -2,6 +2,7 @@
 // the eager handler, grad mode and the autograd tape's backward pass.
 
 #include "Dispatch.h"
+#include "trace/TraceSession.h"
 
 #include "jit/Autograd.h"
 #include "jit/amp.h"
@@ -168,7 +169,11 @@ LeafGradientScope::~LeafGradientScope() { gLeafGradient = previous_; }
 
 namespace {
 thread_local bool gAmpDisabledByUser = false;
+thread_local bool gOutsideAutocast = false;
 } // namespace
+
+OutsideAutocastScope::OutsideAutocastScope() : previous_(gOutsideAutocast) { gOutsideAutocast = true; }
+OutsideAutocastScope::~OutsideAutocastScope() { gOutsideAutocast = previous_; }
 
 bool ampDisabledByUser() { return gAmpDisabledByUser; }
 void setAmpDisabledByUser(bool disabled) { gAmpDisabledByUser = disabled; }
@@ -182,7 +187,7 @@ std::vector<Tensor> dispatch(std::string_view op, std::span<const Tensor> operan
   for (size_t i = 0; i < operands.size(); ++i)
     if (operands[i].defined() && operands[i].impl().wrappedNumber)
       wrapped.push_back(int64_t(i));
-  if (!gVjpOf && !gLeafGradient && !gAmpDisabledByUser && wrapped.empty())
+  if (!gVjpOf && !gLeafGradient && !gAmpDisabledByUser && !gOutsideAutocast && wrapped.empty())
     return handler.run(OpCall{op, operands, attributes, resultTypes});
   // The marks go on the call only: the tape node keeps the op's own
   // attributes, which VJP rules read.
@@ -195,6 +200,8 @@ std::vector<Tensor> dispatch(std::string_view op, std::span<const Tensor> operan
     marked["jit.grad_of_leaf"] = true;
   if (gAmpDisabledByUser)
     marked["amp.disabled"] = true;
+  else if (gOutsideAutocast)
+    marked["amp.outside_autocast"] = true;
   return handler.run(OpCall{op, operands, marked, resultTypes});
 }
 
@@ -260,13 +267,21 @@ void accumulateInto(Tensor& slot, const Tensor& gradient) {
   markState(slot, StateRole::Grad);
 }
 
-void checkGradient(const Node& node, size_t operand, const Tensor& gradient) {
+/// `gradient` checked against the operand it is for. A function's backward
+/// may return another floating-point type, which goes to the input's as in
+/// PyTorch's engine (under autocast the user does not choose the types); as
+/// a type_as, so that in a trace it is the type AMP decides for the input.
+Tensor conformGradient(const Node& node, size_t operand, const Tensor& gradient) {
   const TensorType& expected = node.edges[operand]->type;
   if (gradient.impl().type == expected)
-    return;
-  if (!node.op)
+    return gradient;
+  if (!node.op) {
+    if (gradient.impl().type.shape == expected.shape && is_floating_point(gradient.dtype()) &&
+        rt::isFloating(expected.dtype))
+      return gradient.type_as(Tensor(node.edges[operand]));
     throw Error("autograd::function '" + node.customName + "': backward gave input " + std::to_string(operand) +
                 " a gradient of type " + describe(gradient) + ", but the input is " + describe(expected));
+  }
   throw Error("internal: the VJP rule of " + std::string(node.op->name) + " gave operand '" +
               std::string(node.op->operandNames[operand]) + "' a gradient of type " + describe(gradient) +
               ", expected " + describe(expected));
@@ -284,12 +299,20 @@ std::vector<Tensor> nodeGradients(const Node& node, std::vector<Tensor> gradOutp
   size_t inputCount = node.inputs.size();
   // Eagerly each gradient arrives in its output's type (autocast's casts
   // convert it back on their way). A trace sees every value as f32 and its
-  // AMP pass may hand the rule an f16 gradient, which the user's backward has
-  // no op of ours to follow: an identity conversion states the type, and the
-  // pass computes what follows in it, as eagerly.
+  // AMP pass may hand the rule a gradient of another type, which the user's
+  // backward has no op of ours to follow: a type_as of the output gives it
+  // the type AMP decides for the output, as eagerly.
+  // Backward runs outside autocast, as PyTorch's engine runs it, or under
+  // the forward's autocast state (custom_bwd).
+  std::optional<ResumeAutocast> forwardsAutocast;
+  std::optional<OutsideAutocastScope> outsideAutocast;
+  if (node.customBackwardAutocast)
+    forwardsAutocast.emplace(*node.customBackwardAutocast);
+  else
+    outsideAutocast.emplace();
   for (size_t i = 0; i < gradOutputs.size(); ++i) // one per output (runBackward)
     if (gradOutputs[i].defined() && gradOutputs[i].impl().session && is_floating_point(gradOutputs[i].dtype()))
-      gradOutputs[i] = gradOutputs[i].to(node.outputs[i].dtype());
+      gradOutputs[i] = gradOutputs[i].type_as(node.outputs[i]);
   std::vector<Tensor> gradients = node.customBackward(
       autograd::FunctionContext{node.inputs, node.outputs, std::move(gradOutputs), std::move(needsGrad)});
   if (gradients.size() != inputCount)
@@ -357,9 +380,9 @@ void runBackward(const Tensor& root, const Tensor& seed) {
       const std::shared_ptr<TensorImpl>& edge = node->edges[i];
       if (!edge)
         continue;
-      const Tensor& gradient = inputGradients[i];
+      Tensor gradient = inputGradients[i];
       if (gradient.defined())
-        checkGradient(*node, i, gradient);
+        gradient = conformGradient(*node, i, gradient);
       // Sums of several gradients are marked for a traced step's AMP pass:
       // eagerly they run in the type of the value they differentiate (the
       // casts autocast recorded convert each gradient back first), which
@@ -392,28 +415,44 @@ std::string nodeName(const Node& node) { return node.op ? std::string(node.op->n
 
 std::vector<Tensor> autograd::function(const std::string& name, const std::vector<Tensor>& inputs,
                                        const ForwardFunction& forward, BackwardFunction backward,
-                                       std::source_location where) {
+                                       FunctionOptions options, std::source_location where) {
   detail::UserFrame frame(where);
   if (name.empty())
     throw Error("autograd::function: give it a name (grad_fn_name() and errors use it)");
   if (!forward || !backward)
     throw Error("autograd::function '" + name + "': forward and backward must both be given");
+  if (options.cast_inputs && *options.cast_inputs != f32 && *options.cast_inputs != f64)
+    throw Error("autograd::function '" + name + "': cast_inputs must be f32 or f64 (it keeps a function out of " +
+                "AMP's low precision), not " + std::string(dtype_name(*options.cast_inputs)));
+  // A traced step is always under AMP: its pass decides what autocast would.
+  auto* session = detail::TraceSession::current();
+  bool tracing = session && session->active();
+  bool castsInputs = options.cast_inputs && (tracing || amp::autocast::is_enabled());
+  std::shared_ptr<const amp::autocast::State> forwardsAutocast = detail::currentAutocastState();
   std::vector<Tensor> detached;
   bool anyRequiresGrad = false;
-  for (const Tensor& input : inputs) {
-    detached.push_back(input.defined() ? input.detach() : Tensor());
-    anyRequiresGrad = anyRequiresGrad || (input.defined() && input.requires_grad());
-  }
   std::vector<Tensor> results;
   {
     NoGradGuard noGrad;
+    std::optional<amp::autocast> ampOff;
+    if (castsInputs)
+      ampOff.emplace(false);
+    for (const Tensor& input : inputs) {
+      Tensor given = input.defined() ? input.detach() : Tensor();
+      if (castsInputs && given.defined() && is_floating_point(given.dtype()))
+        given = given.to(*options.cast_inputs);
+      detached.push_back(given);
+      anyRequiresGrad = anyRequiresGrad || (input.defined() && input.requires_grad());
+    }
     results = forward(detached);
   }
   if (!is_grad_enabled() || !anyRequiresGrad)
     return results;
   auto node = std::make_shared<detail::Node>();
   node->id = detail::nextOpId();
-  node->ampDisabled = detail::ampDisabledByUser();
+  node->ampDisabled = castsInputs || detail::ampDisabledByUser();
+  if (options.autocast_backward && !castsInputs)
+    node->customBackwardAutocast = forwardsAutocast;
   node->customName = name;
   node->customBackward = std::move(backward);
   node->inputs = detached;

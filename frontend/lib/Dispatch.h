@@ -261,7 +261,7 @@ std::span<const OpDef* const> allOps();
 namespace ops {
 extern constinit const OpDef neg, relu, tanh, sigmoid, exp, log, sqrt, rsqrt, gelu, pow;
 extern constinit const OpDef add, sub, mul, div, compare, select, matmul, sum, mean, max;
-extern constinit const OpDef broadcast_to, reshape, transpose, constant, convert;
+extern constinit const OpDef broadcast_to, reshape, transpose, constant, convert, type_as;
 extern constinit const OpDef softmax, log_softmax, layer_norm, dropout, mse_loss, cross_entropy, nll_loss;
 extern constinit const OpDef relu_grad, gelu_grad, softmax_grad, log_softmax_grad, layer_norm_grad;
 extern constinit const OpDef mse_loss_grad, cross_entropy_grad, nll_loss_grad;
@@ -382,6 +382,38 @@ private:
   AmpRegionScope outsideRegions_{false};
 };
 
+/// The autocast state ops dispatched now run under (null where it is off).
+std::shared_ptr<const amp::autocast::State> currentAutocastState();
+
+/// Eager autocast as `state` had it, for its scope: an autograd::function's
+/// backward with custom_bwd semantics runs under its forward's state.
+class ResumeAutocast {
+public:
+  explicit ResumeAutocast(std::shared_ptr<const amp::autocast::State> state);
+  ~ResumeAutocast();
+  ResumeAutocast(const ResumeAutocast&) = delete;
+  ResumeAutocast& operator=(const ResumeAutocast&) = delete;
+
+private:
+  std::shared_ptr<const amp::autocast::State> previous_;
+};
+
+/// While alive, ops dispatched on this thread outside a user's region carry
+/// `amp.outside_autocast`: they run where eager autocast is off without the
+/// user having said so (an autograd::function's backward), and the tape
+/// gives the AMP pass no forward op whose precision they could follow, so
+/// under `semantics=autocast` it runs them in their operands' types.
+class OutsideAutocastScope {
+public:
+  OutsideAutocastScope();
+  ~OutsideAutocastScope();
+  OutsideAutocastScope(const OutsideAutocastScope&) = delete;
+  OutsideAutocastScope& operator=(const OutsideAutocastScope&) = delete;
+
+private:
+  bool previous_;
+};
+
 /// While alive, ops dispatched on this thread carry `jit.grad_of_leaf`: they
 /// sum a leaf's gradients, which eager autocast does in the leaf's dtype.
 class LeafGradientScope {
@@ -404,8 +436,13 @@ struct Node {
   autograd::BackwardFunction customBackward;
   /// The `jit.op_id` this op was dispatched with; its VJP ops carry it as `jit.vjp_of`.
   int64_t id = 0;
-  /// Recorded inside a user's autocast(false): its VJP ops are too.
+  /// Recorded inside a user's autocast(false) (or with FunctionOptions::
+  /// cast_inputs in effect): its VJP ops are too.
   bool ampDisabled = false;
+  /// An autograd::function's backward with autocast_backward: the autocast
+  /// state its forward ran under (null: off). Unset, it runs outside
+  /// autocast (OutsideAutocastScope).
+  std::optional<std::shared_ptr<const amp::autocast::State>> customBackwardAutocast;
   std::vector<Tensor> inputs;  ///< detached operands (undefined for absent ones)
   std::vector<Tensor> outputs; ///< detached results
   AttributeMap attributes;

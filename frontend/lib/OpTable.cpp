@@ -255,6 +255,12 @@ Types inferConvert(const OpDef& op, Operands operands, const AttributeMap&, cons
   return {{*requested.dtype, typeOf(op, operands, 0).shape}};
 }
 
+Types inferTypeAs(const OpDef& op, Operands operands, const AttributeMap&, const RequestedResult&) {
+  requireFloat(op, operands, 0);
+  requireFloat(op, operands, 1);
+  return {{typeOf(op, operands, 1).dtype, typeOf(op, operands, 0).shape}};
+}
+
 Types inferAxis(const OpDef& op, Operands operands, const AttributeMap& attributes, const RequestedResult&) {
   requireFloat(op, operands, 0);
   if (attributes.count("axis")) // softmax and its gradients; not relu_grad/gelu_grad
@@ -769,6 +775,10 @@ Grads vjpConvert(const VjpContext& c) {
   return {g0(c).to(in(c, 0).dtype())};
 }
 
+// The gradient goes back to the input's type, which in a traced step is the
+// type AMP decides for the input: a type_as again, not a fixed conversion.
+Grads vjpTypeAs(const VjpContext& c) { return {g0(c).type_as(in(c, 0)), Tensor()}; }
+
 Grads vjpSoftmax(const VjpContext& c) { return {softmax_grad(g0(c), out0(c), attrI64(c.attributes, "axis", 0))}; }
 Grads vjpLogSoftmax(const VjpContext& c) {
   return {log_softmax_grad(g0(c), out0(c), attrI64(c.attributes, "axis", 0))};
@@ -929,6 +939,7 @@ constinit const OpDef reshape{"jit.reshape", {"input"}, inferReshape, D::Vjp, vj
 constinit const OpDef transpose{"jit.transpose", {"input"}, inferTranspose, D::Vjp, vjpTranspose};
 constinit const OpDef constant{"jit.constant", {}, inferConstant, D::None};
 constinit const OpDef convert{"jit.convert", {"input"}, inferConvert, D::Vjp, vjpConvert};
+constinit const OpDef type_as{"jit.type_as", {"input", "reference"}, inferTypeAs, D::Vjp, vjpTypeAs};
 constinit const OpDef softmax{"jit.softmax", {"input"}, inferAxis, D::Vjp, vjpSoftmax};
 constinit const OpDef log_softmax{"jit.log_softmax", {"input"}, inferAxis, D::Vjp, vjpLogSoftmax};
 constinit const OpDef layer_norm{"jit.layer_norm", {"input", "weight", "bias"}, inferLayerNorm, D::Vjp, vjpLayerNorm};
@@ -990,7 +1001,7 @@ std::span<const OpDef* const> allOps() {
       &ops::neg, &ops::relu, &ops::tanh, &ops::sigmoid, &ops::exp, &ops::log, &ops::sqrt, &ops::rsqrt,
       &ops::gelu, &ops::pow, &ops::add, &ops::sub, &ops::mul, &ops::div, &ops::compare, &ops::select,
       &ops::matmul, &ops::sum, &ops::mean, &ops::max, &ops::broadcast_to, &ops::reshape, &ops::transpose,
-      &ops::constant, &ops::convert, &ops::softmax, &ops::log_softmax, &ops::layer_norm, &ops::dropout,
+      &ops::constant, &ops::convert, &ops::type_as, &ops::softmax, &ops::log_softmax, &ops::layer_norm, &ops::dropout,
       &ops::mse_loss, &ops::cross_entropy, &ops::nll_loss, &ops::relu_grad, &ops::gelu_grad,
       &ops::softmax_grad, &ops::log_softmax_grad, &ops::layer_norm_grad, &ops::mse_loss_grad,
       &ops::cross_entropy_grad, &ops::nll_loss_grad, &ops::embedding, &ops::embedding_grad, &ops::sgd_update, &ops::adam_update, &ops::conv2d,

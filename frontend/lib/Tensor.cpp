@@ -73,6 +73,10 @@ Tensor Tensor::to(DType target) const {
   return detail::apply1(detail::ops::convert, {*this}, {}, RequestedResult{.dtype = target});
 }
 
+Tensor Tensor::type_as(const Tensor& other) const {
+  return detail::apply1(detail::ops::type_as, {*this, other}, {});
+}
+
 bool Tensor::requires_grad() const { return impl().requiresGrad; }
 
 Tensor& Tensor::requires_grad_(bool requiresGrad) {

@@ -206,6 +206,14 @@ void buildCast(OpContext& ctx, Step& step) {
     ctx.fail("casts between floating-point types only (use jit.convert for integers and booleans)");
 }
 
+/// A conversion to the reference's type, which the result type already
+/// states: the step does not read the reference.
+void buildTypeAs(OpContext& ctx, Step& step) {
+  ctx.expectCounts(2, 1, "input, reference");
+  setElementwise(step, ElementwiseOp::Convert);
+  step.inputs.resize(1);
+}
+
 void buildMatmul(OpContext& ctx, Step& step) {
   ctx.expectCounts(2, 1, "lhs, rhs");
   step.as<GemmParams>() = GemmParams{ctx.flag("transpose_lhs"), ctx.flag("transpose_rhs")};
@@ -443,6 +451,7 @@ const OpEntry kOps[] = {
     {{"jit.transpose", SK::Transpose}, buildTranspose},
     {{"jit.constant", SK::Constant}, buildConstant},
     {{"jit.convert", SK::Elementwise}, buildConvert},
+    {{"jit.type_as", SK::Elementwise}, buildTypeAs},
     {{"jit.softmax", SK::Softmax}, buildAxis},
     {{"jit.log_softmax", SK::LogSoftmax}, buildAxis},
     {{"jit.layer_norm", SK::LayerNorm}, buildLayerNorm},

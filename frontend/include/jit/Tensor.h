@@ -89,6 +89,12 @@ public:
   /// jit.convert: rounds to nearest even between float types, truncates
   /// float to i64, tests != 0 for i1. Differentiable between float types.
   Tensor to(DType dtype) const;
+  /// jit.type_as: this tensor in `other`'s floating-point type (PyTorch's
+  /// Tensor.type_as). In a traced step the target is the type AMP decides
+  /// for `other`, as eager autocast would give it, where `to(other.dtype())`
+  /// would fix the trace's fp32 (the `x.float()` ... `.type_as(x)` of an
+  /// RMSNorm keeps the activations' precision).
+  Tensor type_as(const Tensor& other) const;
 
   // --- autograd -------------------------------------------------------------
   bool requires_grad() const;

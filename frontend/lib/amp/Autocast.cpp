@@ -164,11 +164,19 @@ namespace jit::detail {
 SuspendAutocast::SuspendAutocast() : previous_(amp::gCurrent) { amp::gCurrent = nullptr; }
 SuspendAutocast::~SuspendAutocast() { amp::gCurrent = std::move(previous_); }
 
+std::shared_ptr<const amp::autocast::State> currentAutocastState() { return amp::gCurrent; }
+
+ResumeAutocast::ResumeAutocast(std::shared_ptr<const amp::autocast::State> state) : previous_(amp::gCurrent) {
+  amp::gCurrent = std::move(state);
+}
+ResumeAutocast::~ResumeAutocast() { amp::gCurrent = std::move(previous_); }
+
 std::vector<Tensor> autocastOperands(const OpDef& op, std::vector<Tensor> operands, const AttributeMap& attributes) {
   const auto* state = amp::gCurrent.get();
   // jit.convert is the cast autocast inserts, and a user's explicit
-  // conversion is kept as written (as PyTorch's autocast leaves Tensor.to).
-  if (!state || &op == &ops::convert)
+  // conversion is kept as written (as PyTorch's autocast leaves Tensor.to
+  // and Tensor.type_as).
+  if (!state || &op == &ops::convert || &op == &ops::type_as)
     return operands;
   const ampjit::amp::OpRule* rule = state->policy->find(op.name);
   // Every supported op has an entry (Policy::builtin checks it); ops that

@@ -275,17 +275,147 @@ TEST(Autograd, AFunctionsMistakesAreClearErrors) {
             std::string::npos)
       << message;
   message = errorOf([&] {
-    Tensor y = autograd::function("WrongType", {x}, identity, [](const autograd::FunctionContext& c) {
-      return std::vector<Tensor>{c.grad_outputs[0].to(f32)};
+    Tensor y = autograd::function("WrongShape", {x}, identity, [](const autograd::FunctionContext& c) {
+      return std::vector<Tensor>{sum(c.grad_outputs[0])};
     })[0];
     sum(y).backward();
   });
-  EXPECT_NE(message.find("autograd::function 'WrongType': backward gave input 0 a gradient of type f32[2], but the "
+  EXPECT_NE(message.find("autograd::function 'WrongShape': backward gave input 0 a gradient of type f64[], but the "
                          "input is f64[2]"),
+            std::string::npos)
+      << message;
+  auto passThrough = [](const autograd::FunctionContext& c) { return c.grad_outputs; };
+  message = errorOf([&] { autograd::function("Fp16", {x}, identity, passThrough, {.cast_inputs = f16}); });
+  EXPECT_NE(message.find("'Fp16': cast_inputs must be f32 or f64 (it keeps a function out of AMP's low precision), "
+                         "not f16"),
             std::string::npos)
       << message;
   message = errorOf([&] { autograd::function("", {x}, identity, {}); });
   EXPECT_NE(message.find("give it a name"), std::string::npos) << message;
+}
+
+TEST(Autograd, AGradientOfAnotherFloatTypeGoesToTheInputsTypeAsInPyTorch) {
+  // PyTorch's engine converts a custom backward's gradient to its input's
+  // dtype; under autocast the user does not choose the types backward sees.
+  Tensor x = tensor({1.0, 2.0}, {2}, f64).requires_grad_();
+  Tensor y = autograd::function(
+      "Narrowing", {x}, [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0]}; },
+      [](const autograd::FunctionContext& c) { return std::vector<Tensor>{c.grad_outputs[0].to(f16) * 0.1}; })[0];
+  sum(y * tensor({3.0, 5.0}, {2}, f64)).backward();
+  EXPECT_EQ(x.grad().dtype(), f64);
+  EXPECT_EQ(x.grad().to_vector(), (tensor({3.0, 5.0}, {2}, f16) * 0.1).to(f64).to_vector());
+}
+
+TEST(Autograd, TypeAsConvertsToTheOthersTypeAndItsGradientBack) {
+  Tensor x = tensor({0.1, 2.0, -3.3}, {3}, f32).requires_grad_();
+  Tensor reference = tensor({1.0}, {1}, f16); // its shape does not matter
+  Tensor y = x.type_as(reference);
+  EXPECT_EQ(y.dtype(), f16);
+  EXPECT_EQ(y.shape(), x.shape());
+  EXPECT_EQ(y.to_vector(), x.to(f16).to_vector());
+  EXPECT_EQ(y.grad_fn_name(), "jit.type_as");
+  sum(y * tensor({0.1, 1.0, 2.0}, {3}, f16)).backward();
+  EXPECT_EQ(x.grad().dtype(), f32);
+  EXPECT_EQ(x.grad().to_vector(), tensor({0.1, 1.0, 2.0}, {3}, f16).to(f32).to_vector());
+  EXPECT_EQ(x.type_as(x).to_vector(), x.to_vector());
+  EXPECT_NE(errorOf([&] { x.type_as(tensor(std::span<const int64_t>(std::vector<int64_t>{1}), {1})); })
+                .find("jit.type_as: operand 'reference' i64[1] must be floating-point"),
+            std::string::npos);
+}
+
+TEST(Autograd, AFunctionWithCastInputsRunsInFp32UnderAutocastOnly) {
+  // torch.amp.custom_fwd(cast_inputs=torch.float32): under autocast the
+  // function sees fp32 inputs and runs with autocast off; the gradient for
+  // its f16 input goes back to f16. Outside autocast nothing is converted.
+  Generator g(5);
+  Tensor x = randn({4, 6}, f32, &g);
+  Tensor w = (randn({6, 3}, f32, &g) * 0.3).requires_grad_();
+  Tensor v = (randn({3, 5}, f32, &g) * 0.3).requires_grad_();
+  std::vector<DType> seen;
+  std::vector<bool> autocastInBackward;
+  auto custom = [&](const Tensor& h) {
+    return autograd::function(
+        "Fp32Matmul", {h, v},
+        [&](const std::vector<Tensor>& in) {
+          seen.push_back(in[0].dtype());
+          return std::vector<Tensor>{matmul(in[0], in[1].type_as(in[0]))};
+        },
+        [&](const autograd::FunctionContext& c) {
+          autocastInBackward.push_back(amp::autocast::is_enabled());
+          const Tensor& grad = c.grad_outputs[0];
+          return std::vector<Tensor>{matmul(grad, c.inputs[1], {.transpose_rhs = true}),
+                                     matmul(c.inputs[0], grad, {.transpose_lhs = true})};
+        },
+        {.cast_inputs = f32})[0];
+  };
+  Tensor out, h;
+  {
+    amp::autocast scope({.dtype = f16});
+    h = matmul(x, w);
+    out = custom(h);
+  }
+  EXPECT_EQ(h.dtype(), f16);
+  ASSERT_EQ(seen, std::vector<DType>{f32});
+  EXPECT_EQ(out.dtype(), f32);
+  EXPECT_EQ(out.to_vector(), matmul(h.detach().to(f32), v.detach()).to_vector());
+  sum(out).backward();
+  EXPECT_EQ(autocastInBackward, std::vector<bool>{false});
+  // v's gradient is the fp32 product of the f16 activations, converted exactly.
+  EXPECT_EQ(v.grad().to_vector(),
+            matmul(h.detach().to(f32), ones(out.shape(), f32), {.transpose_lhs = true}).to_vector());
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().dtype(), f32);
+
+  seen.clear();
+  Tensor plain = custom(h.detach().requires_grad_());
+  EXPECT_EQ(seen, std::vector<DType>{f16}) << "no autocast, no conversion";
+  EXPECT_EQ(plain.dtype(), f16);
+}
+
+TEST(Autograd, AFunctionWithAutocastBackwardRunsItsBackwardUnderTheForwardsAutocast) {
+  // custom_bwd: PyTorch's MyMM example. The backward's matmuls are f16 as
+  // the forward's, and their gradients go back to the f32 inputs' type:
+  // bit for bit what the built-in matmul's VJP gives.
+  Generator g(6);
+  Tensor a = (randn({4, 6}, f32, &g)).requires_grad_(), b = (randn({6, 3}, f32, &g)).requires_grad_();
+  Tensor a2 = a.detach().requires_grad_(), b2 = b.detach().requires_grad_();
+  std::vector<std::optional<DType>> autocastInBackward;
+  auto myMatmul = [&](const Tensor& lhs, const Tensor& rhs, bool autocastBackward) {
+    return autograd::function(
+        "MyMM", {lhs, rhs}, [](const std::vector<Tensor>& in) { return std::vector<Tensor>{matmul(in[0], in[1])}; },
+        [&](const autograd::FunctionContext& c) {
+          autocastInBackward.push_back(amp::autocast::current_dtype());
+          const Tensor& grad = c.grad_outputs[0];
+          if (!amp::autocast::is_enabled())
+            return std::vector<Tensor>{Tensor(), Tensor()};
+          return std::vector<Tensor>{matmul(grad, c.inputs[1], {.transpose_rhs = true}),
+                                     matmul(c.inputs[0], grad, {.transpose_lhs = true})};
+        },
+        {.autocast_backward = autocastBackward})[0];
+  };
+  Tensor custom, builtin;
+  {
+    amp::autocast scope({.dtype = f16});
+    custom = myMatmul(a, b, true);
+    builtin = matmul(a2, b2);
+  }
+  EXPECT_EQ(custom.dtype(), f16);
+  Tensor weights = tensor({1.0, -2.0, 0.5}, {3}, f16);
+  sum(custom * weights).backward();
+  sum(builtin * weights).backward();
+  ASSERT_EQ(autocastInBackward, (std::vector<std::optional<DType>>{f16}));
+  EXPECT_EQ(a.grad().dtype(), f32);
+  EXPECT_EQ(a.grad().to_vector(), a2.grad().to_vector());
+  EXPECT_EQ(b.grad().to_vector(), b2.grad().to_vector());
+
+  // Without it backward runs with autocast off, as PyTorch's does.
+  autocastInBackward.clear();
+  {
+    amp::autocast scope({.dtype = f16});
+    custom = myMatmul(a, b, false);
+  }
+  sum(custom).backward();
+  EXPECT_EQ(autocastInBackward, (std::vector<std::optional<DType>>{std::nullopt}));
 }
 
 TEST(Autograd, ATracedStepWithAGradientReversalLayerMatchesEager) {

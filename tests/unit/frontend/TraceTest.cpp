@@ -335,6 +335,122 @@ TEST(Trace, ACxxNumberInAnExpressionTakesItsTensorsTypeAsUnderEagerAutocast) {
   }
 }
 
+namespace {
+
+/// softplus(x) = log(1 + exp(x)) as an autograd::function whose backward
+/// recomputes sigmoid(x) = 1 / (1 + exp(-x)) from the input: an exp (a
+/// deny op) on the low-precision activation, which eagerly runs outside
+/// autocast, in f16 or bf16.
+Tensor customSoftplus(const Tensor& x, autograd::FunctionOptions options = {}) {
+  return autograd::function(
+      "Softplus", {x}, [](const std::vector<Tensor>& in) { return std::vector<Tensor>{log(exp(in[0]) + 1.0)}; },
+      [](const autograd::FunctionContext& c) {
+        const Tensor& g = c.grad_outputs[0];
+        return std::vector<Tensor>{g / (exp(-c.inputs[0]) + 1.0).type_as(g)};
+      },
+      options)[0];
+}
+
+/// PyTorch's custom_fwd/custom_bwd example: a matmul with its own backward.
+Tensor customMatmul(const Tensor& a, const Tensor& b, autograd::FunctionOptions options) {
+  return autograd::function(
+      "MyMM", {a, b}, [](const std::vector<Tensor>& in) { return std::vector<Tensor>{matmul(in[0], in[1])}; },
+      [](const autograd::FunctionContext& c) {
+        const Tensor& g = c.grad_outputs[0];
+        return std::vector<Tensor>{matmul(g, c.inputs[1], {.transpose_rhs = true}),
+                                   matmul(c.inputs[0], g, {.transpose_lhs = true})};
+      },
+      options)[0];
+}
+
+/// A two-layer classifier with `middle` between the layers. The first has
+/// no bias, so its output is the product's type, low under eager autocast.
+struct CustomMiddleStep {
+  explicit CustomMiddleStep(std::function<Tensor(const Tensor&, const Tensor&)> middle)
+      : generator(11), first(kIn, kHidden, false, {.generator = &generator}),
+        mixing(randn({kHidden, kHidden}, f32, &generator) * 0.1),
+        second(kHidden, kClasses, true, {.generator = &generator}), middle(std::move(middle)),
+        opt(parameters(), {.lr = 0.1}) {
+    mixing.requires_grad_();
+  }
+  std::vector<Tensor> parameters() {
+    std::vector<Tensor> all = first.parameters();
+    all.push_back(mixing);
+    for (const Tensor& p : second.parameters())
+      all.push_back(p);
+    return all;
+  }
+  Tensor operator()(const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(second(middle(first(x), mixing)), y);
+    loss.backward();
+    opt.step();
+    return loss;
+  }
+  Generator generator;
+  nn::Linear first;
+  Tensor mixing;
+  nn::Linear second;
+  std::function<Tensor(const Tensor&, const Tensor&)> middle;
+  optim::SGD opt;
+};
+
+void expectCustomMiddleTracesAsEager(const std::function<Tensor(const Tensor&, const Tensor&)>& middle) {
+  for (DType low : {f16, bf16}) {
+    SCOPED_TRACE(dtype_name(low));
+    CustomMiddleStep eager(middle), traced(middle);
+    expectTracedLossesEqualEager(
+        amp::O1, [&](const Tensor& x, const Tensor& y) { return eager(x, y); },
+        [&](const Tensor& x, const Tensor& y) { return traced(x, y); },
+        [](uint64_t call) { return batch(kBatch, kIn, kClasses, 70 + call); }, 3, low);
+    for (size_t i = 0; i < traced.parameters().size(); ++i)
+      EXPECT_EQ(traced.parameters()[i].to_vector(), eager.parameters()[i].to_vector()) << "parameter " << i;
+  }
+}
+
+} // namespace
+
+TEST(Trace, AFunctionsBackwardRunsOutsideAutocastInATracedStepAsEagerly) {
+  // Its exp reads the f16 activation: eagerly (autocast off in backward) an
+  // f16 exp, where the policy's list would say fp32. The gradient arrives
+  // in the output's type, f32 (log is a deny op), through a type_as.
+  expectCustomMiddleTracesAsEager(
+      [](const Tensor& h, const Tensor& mixing) { return matmul(customSoftplus(h), mixing); });
+}
+
+TEST(Trace, AFunctionWithAutocastBackwardLowersItsBackwardsMatmulsAsEagerly) {
+  // custom_bwd: the backward's matmuls run under the forward's autocast,
+  // f16 products whose gradients go back to the f32 inputs' types.
+  expectCustomMiddleTracesAsEager([](const Tensor& h, const Tensor& mixing) {
+    return customMatmul(relu(h), mixing, {.autocast_backward = true});
+  });
+}
+
+TEST(Trace, AFunctionWithCastInputsStaysFp32AtEveryLevelAndEqualsEagerAutocast) {
+  auto middle = [](const Tensor& h, const Tensor& mixing) {
+    return customMatmul(customSoftplus(h), mixing, {.cast_inputs = f32});
+  };
+  expectCustomMiddleTracesAsEager(middle);
+  // Painted and at O2 too: the function's matmul and its two gradient
+  // matmuls are f32; the layers' five (the first has no input gradient) f16.
+  for (amp::Level level : {amp::O1, amp::O2}) {
+    SCOPED_TRACE(int(level));
+    CustomMiddleStep net(middle);
+    auto step = trace([&](const Tensor& x, const Tensor& y) { return net(x, y); },
+                      {.amp = {.level = level, .dtype = f16}, .backend = Backend::cpu});
+    auto [x, y] = batch(kBatch, kIn, kClasses, 4);
+    step(x, y);
+    auto count = [](const std::string& text, const std::string& what) {
+      size_t n = 0;
+      for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+        ++n;
+      return n;
+    };
+    EXPECT_EQ(count(step.plan_text(), "gemm f32 x f32"), 3u) << step.plan_text();
+    EXPECT_EQ(count(step.plan_text(), "gemm f16 x f16"), 5u) << step.plan_text();
+  }
+}
+
 TEST(Trace, ADetachedParameterInsideTheStepReadsItsCurrentValueEveryCall) {
   // A penalty on the weights' detached values (a target the gradient does
   // not flow through): eagerly it reads the weights as each step finds them.
@@ -359,6 +475,26 @@ TEST(Trace, ADetachedParameterInsideTheStepReadsItsCurrentValueEveryCall) {
       [&](const Tensor& x, const Tensor& y) { return traced(x, y); },
       [](uint64_t call) { return batch(kBatch, kIn, kClasses, 90 + call); }, 3);
   EXPECT_EQ(traced.layer.weight.to_vector(), eager.layer.weight.to_vector());
+}
+
+TEST(Trace, TypeAsGivesTheTypeAmpDecidesForItsReference) {
+  // An RMSNorm as PyTorch code writes it: normalise in fp32, then back to the
+  // activations' type. `.to(h.dtype())` would fix the trace's f32 there;
+  // type_as is f16 (bf16) where eager autocast's h is.
+  auto rmsNorm = [](const Tensor& h, const Tensor& mixing) {
+    Tensor wide = h.to(f32);
+    Tensor normalised = wide * rsqrt(mean(wide * wide, {1}, true) + 1e-6);
+    return matmul(normalised.type_as(h), mixing);
+  };
+  expectCustomMiddleTracesAsEager(rmsNorm);
+  CustomMiddleStep net(rmsNorm);
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return net(x, y); },
+                    {.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cpu});
+  auto [x, y] = batch(kBatch, kIn, kClasses, 4);
+  step(x, y);
+  EXPECT_NE(step.traced_module().find("jit.type_as"), std::string::npos);
+  EXPECT_NE(step.amp_report().find("converts to the type of its reference (f16)"), std::string::npos)
+      << step.amp_report();
 }
 
 TEST(Trace, TheScalersOverflowFlagAndItsTensorsFollowTheCompiledStep) {

@@ -198,6 +198,11 @@ TEST(PolicyErrors, AmpCastTakesNoEntry) {
   EXPECT_EQ(error.where.line, 3);
   EXPECT_EQ(error.where.column, 3);
   EXPECT_EQ(error.message, "'amp.cast' is inserted by AMP itself and takes no policy entry");
+  // jit.type_as takes its reference's type: no list could change it.
+  ops.push_back("jit.type_as");
+  error = expectError(Policy::parse("version: 1\nops:\n  jit.type_as: allow\n", "test.yaml", ops, false));
+  EXPECT_EQ(error.message,
+            "'jit.type_as' converts to the type AMP decides for its reference and takes no policy entry");
 }
 
 TEST(PolicyErrors, UnknownCategoryListsTheValidOnes) {
@@ -288,8 +293,8 @@ TEST(PolicyErrors, EveryKnownOpNeedsAnEntryWhenRequired) {
                 2, 1,
                 "no entry for 3 registered ops: amp.all_finite, jit.gelu, jit.sum (every op "
                 "needs a category)");
-  // amp.cast needs none.
-  std::vector<std::string> ops = {"jit.add", "amp.cast"};
+  // amp.cast and jit.type_as need none.
+  std::vector<std::string> ops = {"jit.add", "amp.cast", "jit.type_as"};
   expectPolicy(Policy::parse("version: 1\nops:\n  jit.add: infer\n", "test.yaml", ops, true));
 }
 

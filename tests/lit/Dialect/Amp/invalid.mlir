@@ -261,7 +261,23 @@ func.func @disabled_and_forced(%x: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 func.func @unknown_amp_attribute(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @below {{'jit.relu' op unknown amp attribute 'amp.fast' (known: 'amp.disabled', 'amp.force_type')}}
+  // expected-error @below {{'jit.relu' op unknown amp attribute 'amp.fast' (known: 'amp.disabled', 'amp.force_type', 'amp.outside_autocast')}}
   %0 = jit.relu %x {amp.fast} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @outside_autocast_not_unit(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'jit.relu' op attribute 'amp.outside_autocast' must be a unit attribute, got 1 : i64}}
+  %0 = jit.relu %x {amp.outside_autocast = 1} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @outside_autocast_in_a_region(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'jit.relu' op has both 'amp.outside_autocast' and 'amp.disabled': the region already decides its precision}}
+  %0 = jit.relu %x {amp.disabled, amp.outside_autocast} : tensor<4xf32>
   return %0 : tensor<4xf32>
 }

@@ -359,6 +359,30 @@ func.func @convert_shape(%x: tensor<4x8xi1>) -> tensor<32xf32> {
   return %0 : tensor<32xf32>
 }
 
+// -----
+
+func.func @type_as_shape(%x: tensor<4x8xf32>, %r: tensor<8xf16>) -> tensor<32xf16> {
+  // expected-error @below {{'jit.type_as' op result 'tensor<32xf16>' must have the shape of operand 'input', 'tensor<4x8xf32>'}}
+  %0 = jit.type_as %x, %r : tensor<4x8xf32>, tensor<8xf16> -> tensor<32xf16>
+  return %0 : tensor<32xf16>
+}
+
+// -----
+
+func.func @type_as_element_type(%x: tensor<4x8xf32>, %r: tensor<8xf16>) -> tensor<4x8xbf16> {
+  // expected-error @below {{'jit.type_as' op result 'tensor<4x8xbf16>' must have the element type of operand 'reference', 'tensor<8xf16>'}}
+  %0 = jit.type_as %x, %r : tensor<4x8xf32>, tensor<8xf16> -> tensor<4x8xbf16>
+  return %0 : tensor<4x8xbf16>
+}
+
+// -----
+
+func.func @type_as_integer(%x: tensor<4xf32>, %r: tensor<4xi64>) -> tensor<4xi64> {
+  // expected-error @below {{'jit.type_as' op operand #1 must be statically shaped tensor (at most 2^48 elements) of f16, bf16, f32 or f64 values, but got 'tensor<4xi64>'}}
+  %0 = jit.type_as %x, %r : tensor<4xf32>, tensor<4xi64> -> tensor<4xi64>
+  return %0 : tensor<4xi64>
+}
+
 //===----------------------------------------------------------------------===//
 // Axis ops, layer norm, dropout
 //===----------------------------------------------------------------------===//

@@ -296,6 +296,20 @@ func.func @convert(%m: tensor<4x8xi1>, %x: tensor<4x8xf32>, %i: tensor<3xi64>, %
       : tensor<4x8xf32>, tensor<4x8xi64>, tensor<3xf64>, tensor<f16>, tensor<4x8xbf16>, tensor<4x8xi1>
 }
 
+// The reference gives the element type only: its shape is free.
+// CHECK-LABEL: func.func @type_as(
+func.func @type_as(%x: tensor<4x8xf32>, %h: tensor<2xf16>, %w: tensor<8xf32>)
+    -> (tensor<4x8xf16>, tensor<2xf32>, tensor<4x8xf32>) {
+  // CHECK-NEXT: %[[A:.*]] = jit.type_as %arg0, %arg1 : tensor<4x8xf32>, tensor<2xf16> -> tensor<4x8xf16>
+  // CHECK-NEXT: %[[B:.*]] = jit.type_as %arg1, %arg2 : tensor<2xf16>, tensor<8xf32> -> tensor<2xf32>
+  // CHECK-NEXT: %[[C:.*]] = jit.type_as %arg0, %arg2 : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+  // CHECK-NEXT: return %[[A]], %[[B]], %[[C]]
+  %0 = jit.type_as %x, %h : tensor<4x8xf32>, tensor<2xf16> -> tensor<4x8xf16>
+  %1 = jit.type_as %h, %w : tensor<2xf16>, tensor<8xf32> -> tensor<2xf32>
+  %2 = jit.type_as %x, %w : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+  return %0, %1, %2 : tensor<4x8xf16>, tensor<2xf32>, tensor<4x8xf32>
+}
+
 //===----------------------------------------------------------------------===//
 // Normalisation, activations with axes, dropout
 //===----------------------------------------------------------------------===//

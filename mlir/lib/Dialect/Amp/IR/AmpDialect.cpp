@@ -36,6 +36,17 @@ LogicalResult AmpDialect::verifyOperationAttribute(Operation *op, NamedAttribute
                                << attribute.getValue();
     return success();
   }
+  if (name == kOutsideAutocastAttrName) {
+    if (!isa<UnitAttr>(attribute.getValue()))
+      return op->emitOpError() << "attribute '" << name << "' must be a unit attribute, got "
+                               << attribute.getValue();
+    for (StringRef region : {kDisabledAttrName, kForceTypeAttrName})
+      if (op->hasAttr(region))
+        return op->emitOpError() << "has both '" << name << "' and '" << region
+                                 << "': the region already decides its precision";
+    return success();
+  }
   return op->emitOpError() << "unknown amp attribute '" << name << "' (known: '"
-                           << kDisabledAttrName << "', '" << kForceTypeAttrName << "')";
+                           << kDisabledAttrName << "', '" << kForceTypeAttrName << "', '"
+                           << kOutsideAutocastAttrName << "')";
 }

@@ -428,9 +428,9 @@ std::string PolicyParser::scalarOf(const YAML::Node &node, const YAML::Node &whe
 
 std::string PolicyParser::opNameOf(const YAML::Node &node, const YAML::Node &where) const {
   std::string name = scalarOf(node, where, "an op name");
-  const std::vector<std::string> &exempt = Policy::opsWithoutEntry();
-  if (std::find(exempt.begin(), exempt.end(), name) != exempt.end())
-    fail(node, quoted(name) + " is inserted by AMP itself and takes no policy entry");
+  for (const Policy::OpWithoutEntry &exempt : Policy::opsWithoutEntry())
+    if (exempt.name == name)
+      fail(node, quoted(name) + " " + exempt.reason + " and takes no policy entry");
   if (!knownOps_.contains(name)) {
     std::string message = "unknown op " + quoted(name);
     if (std::optional<std::string> suggestion = closestName(name, knownOps_))
@@ -604,8 +604,7 @@ Policy PolicyParser::parseComplete(std::string_view text, bool requireEveryOp) {
   if (requireEveryOp) {
     std::vector<std::string> missing;
     for (const std::string &op : knownOps_) {
-      const std::vector<std::string> &exempt = Policy::opsWithoutEntry();
-      if (!policy.find(op) && std::find(exempt.begin(), exempt.end(), op) == exempt.end())
+      if (!policy.find(op) && Policy::needsEntry(op))
         missing.push_back(op);
     }
     if (!missing.empty())
@@ -811,9 +810,17 @@ std::optional<std::string_view> Policy::builtinText(std::string_view name) {
   return std::nullopt;
 }
 
-const std::vector<std::string> &Policy::opsWithoutEntry() {
-  static const std::vector<std::string> ops = {"amp.cast"};
+const std::vector<Policy::OpWithoutEntry> &Policy::opsWithoutEntry() {
+  static const std::vector<OpWithoutEntry> ops = {
+      {"amp.cast", "is inserted by AMP itself"},
+      {"jit.type_as", "converts to the type AMP decides for its reference"},
+  };
   return ops;
+}
+
+bool Policy::needsEntry(std::string_view op) {
+  return std::none_of(opsWithoutEntry().begin(), opsWithoutEntry().end(),
+                      [&](const OpWithoutEntry &exempt) { return exempt.name == op; });
 }
 
 PolicyOrError Policy::loadUserFile(const std::string &path,

@@ -198,6 +198,7 @@ bool isLowPrecisionTensor(Type type) {
 }
 
 bool isAmpDisabled(Operation *op) { return op->hasAttr(AmpDialect::kDisabledAttrName); }
+bool isOutsideAutocast(Operation *op) { return op->hasAttr(AmpDialect::kOutsideAutocastAttrName); }
 
 std::optional<FloatType> forcedComputeType(Operation *op) {
   auto forced = op->getAttrOfType<TypeAttr>(AmpDialect::kForceTypeAttrName);

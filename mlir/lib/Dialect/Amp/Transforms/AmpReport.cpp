@@ -30,6 +30,7 @@ StringRef stringifyDecisionReason(DecisionReason reason) {
   case DecisionReason::Region: return "region";
   case DecisionReason::AlwaysFp32: return "always_fp32";
   case DecisionReason::Unsupported: return "unsupported";
+  case DecisionReason::Reference: return "reference";
   }
   llvm_unreachable("unknown decision reason");
 }

@@ -132,6 +132,11 @@ public:
     if (failed(rewrite()))
       return failure();
     record();
+    // Resolved type_as ops are identities now; the report needed them until here.
+    for (TypeAsOp typeAs : resolvedTypeAs) {
+      typeAs.getResult().replaceAllUsesWith(typeAs.getInput());
+      typeAs->erase();
+    }
     return success();
   }
 
@@ -283,33 +288,51 @@ private:
   }
 
   /// Decisions that do not depend on the mode; true when one was made.
+  /// Deciding op by op at O1 (semantics=autocast) or auto: the pass then
+  /// follows eager autocast, and the operands have their final types when an
+  /// op is decided.
+  bool followsEagerAutocast() const {
+    return !painting && (config.level == AmpLevel::O1 || config.level == AmpLevel::Auto);
+  }
+
+  /// An op eager code runs with autocast off runs in its operands' types;
+  /// so it does here, and a traced step keeps eager's bits. A conversion
+  /// computes in the type it converts to (the user's x.to(f32)), and a
+  /// backward op in its forward op's type, as everywhere else.
+  void decideAsWithoutAutocast(Node &node) {
+    if (const Node *forward = decidedForwardOf(node)) {
+      node.computeType = forward->computeType;
+      node.detail = backwardDetail(*forward);
+    } else if (isa<ConvertOp>(node.op)) {
+      node.computeType = cast<RankedTensorType>(node.op->getResult(0).getType()).getElementType();
+      node.detail = "a conversion computes in the type it converts to";
+    } else {
+      decidePromote(node);
+    }
+  }
+
   bool decideFixed(Node &node) {
     Operation *op = node.op;
     if (isAmpDisabled(op)) {
-      // Eager autocast(false) runs an op in its operands' types. Deciding op
-      // by op at O1 (semantics=autocast) or auto, the operands have their
-      // final types when the op is decided, so the pass does the same and a
-      // traced step keeps eager's bits; painting and O2/O3 keep the traced
-      // fp32, casting low operands up.
-      // A conversion computes in the type it converts to (the user's x.to(f32)
-      // in the region), and a backward op in its forward op's type, as
-      // everywhere else.
-      if (!painting && (config.level == AmpLevel::O1 || config.level == AmpLevel::Auto)) {
-        if (const Node *forward = decidedForwardOf(node)) {
-          node.computeType = forward->computeType;
-          node.detail = backwardDetail(*forward);
-        } else if (isa<ConvertOp>(op)) {
-          node.computeType = cast<RankedTensorType>(op->getResult(0).getType()).getElementType();
-          node.detail = "a conversion computes in the type it converts to";
-        } else {
-          decidePromote(node);
-        }
+      // Painting and O2/O3 keep the region's traced fp32, casting low
+      // operands up.
+      if (followsEagerAutocast()) {
+        decideAsWithoutAutocast(node);
         node.reason = DecisionReason::Region;
         node.detail = "AMP disabled by a region (amp.disabled): " + node.detail + ", as eager autocast(false) runs it";
         return true;
       }
       node.reason = DecisionReason::Region;
       node.detail = "AMP disabled by a region (amp.disabled)";
+      return true;
+    }
+    // No region and no forward op to follow: an autograd::function's
+    // backward, which PyTorch runs with autocast off. Painting decides it
+    // with the rest of the graph.
+    if (isOutsideAutocast(op) && followsEagerAutocast() && node.paintable) {
+      decideAsWithoutAutocast(node);
+      node.reason = DecisionReason::Promoted;
+      node.detail = "outside autocast (amp.outside_autocast): " + node.detail + ", as eager code runs it";
       return true;
     }
     if (std::optional<FloatType> forced = forcedComputeType(op)) {
@@ -722,6 +745,10 @@ private:
     for (Operation *op : order) {
       auto found = nodeIndex.find(op);
       Node *node = found == nodeIndex.end() ? nullptr : &nodes[found->second];
+      if (auto typeAs = dyn_cast<TypeAsOp>(op)) {
+        resolveTypeAs(typeAs, *node);
+        continue;
+      }
       if (node && !node->decided) {
         if (painting)
           decidePromote(*node);
@@ -760,6 +787,24 @@ private:
     return success();
   }
 
+  /// `x.type_as(ref)` converts to the type `ref` has now: its producer comes
+  /// earlier and has been rewritten, so this is the type AMP decided for it,
+  /// at every level and in both semantics (eagerly, under autocast, `ref`
+  /// has that type). The op becomes a cast of its input, or nothing.
+  void resolveTypeAs(TypeAsOp typeAs, Node &node) {
+    Type target = cast<RankedTensorType>(typeAs.getReference().getType()).getElementType();
+    node.computeType = target;
+    node.reason = DecisionReason::Reference;
+    node.source = typeAs.getReference().getDefiningOp();
+    node.detail = "converts to the type of its reference (" + typeName(target) + ")";
+    if (node.source)
+      node.detail += ", " + describeOp(node.source);
+    node.decided = true;
+    typeAs.getInputMutable().set(castTo(typeAs.getInput(), target));
+    typeAs.getResult().setType(cast<RankedTensorType>(typeAs.getType()).clone(target));
+    resolvedTypeAs.push_back(typeAs);
+  }
+
   /// Gives `op` results of its new compute type: inferred where the op can
   /// infer them (so fp32-only results stay fp32), else every fp32 result.
   LogicalResult retypeResults(Operation *op, Type compute) {
@@ -794,7 +839,8 @@ private:
         continue; // func.return and friends: nothing to explain
       std::optional<FloatType> actual = computeElementType(node.op);
       std::string computeText = actual ? typeName(*actual) : "none";
-      if (remarks && node.rule)
+      bool explained = node.rule || node.reason == DecisionReason::Reference;
+      if (remarks && explained)
         node.op->emitRemark() << "computes in " << computeText << ": "
                               << stringifyDecisionReason(node.reason) << ", " << node.detail;
       if (!report)
@@ -833,6 +879,7 @@ private:
   llvm::DenseMap<std::pair<Value, Type>, Value> castCache;
   llvm::DenseMap<Block *, Operation *> lastArgumentCast;
   unsigned castsInserted = 0;
+  SmallVector<TypeAsOp> resolvedTypeAs;
 };
 
 struct AmpAutoCastPass : impl::AmpAutoCastBase<AmpAutoCastPass> {

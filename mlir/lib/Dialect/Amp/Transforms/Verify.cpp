@@ -7,7 +7,8 @@
 //     computes in, is deny, at a level where deny means fp32 (O1, O2, auto);
 //     O3 runs everything in low precision, and an op in a user's
 //     amp.force_type region (or amp.disabled region, where AMP does not
-//     decide) is exempt;
+//     decide), and one marked amp.outside_autocast (run in its operands'
+//     types under semantics=autocast, as eagerly), is exempt;
 //   * an op the policy marks always_fp32 (scaler and optimizer arithmetic)
 //     computing in low precision, at any level;
 //   * an amp.cast that is dead, an identity, foldable into the cast it reads
@@ -129,7 +130,9 @@ LogicalResult AmpVerifier::verifyPrecision(Operation *op) {
 
   bool denyMeansFp32 =
       level == AmpLevel::O1 || level == AmpLevel::O2 || level == AmpLevel::Auto;
-  if (!denyMeansFp32 || forcedComputeType(op) || isAmpDisabled(op))
+  // An op eager code runs outside autocast computes in its operands' types
+  // under semantics=autocast, whatever its list says.
+  if (!denyMeansFp32 || forcedComputeType(op) || isAmpDisabled(op) || isOutsideAutocast(op))
     return success();
   const ampjit::amp::AttributeCondition *condition = nullptr;
   Category category = rule->resolve(lowType, attributeLookupFor(op), &condition);

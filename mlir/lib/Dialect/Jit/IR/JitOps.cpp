@@ -601,6 +601,17 @@ OpFoldResult ConvertOp::fold(FoldAdaptor) {
   return {};
 }
 
+LogicalResult TypeAsOp::verify() {
+  auto input = getInput().getType();
+  auto result = getResult().getType();
+  if (input.getShape() != result.getShape())
+    return emitOpError() << "result " << result << " must have the shape of operand 'input', " << input;
+  if (result.getElementType() != getReference().getType().getElementType())
+    return emitOpError() << "result " << result << " must have the element type of operand 'reference', "
+                         << getReference().getType();
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Normalisation, activations with axes, dropout
 //===----------------------------------------------------------------------===//

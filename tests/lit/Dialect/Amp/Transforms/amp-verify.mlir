@@ -80,6 +80,16 @@ func.func @forced_region(%x: tensor<4x8xf16>) -> tensor<4x8xf16> {
 
 // -----
 
+// So may an op eager code runs outside autocast (an autograd::function's
+// backward), which semantics=autocast runs in its operands' types.
+// CHECK-LABEL: func.func @outside_autocast
+func.func @outside_autocast(%x: tensor<4x8xf16>) -> tensor<4x8xf16> {
+  %e = jit.exp %x {amp.outside_autocast} : tensor<4x8xf16>
+  return %e : tensor<4x8xf16>
+}
+
+// -----
+
 func.func @deny_in_f16(%x: tensor<4x8xf16>) -> tensor<4x8xf16> {
   // expected-error @below {{'jit.softmax' op computes in 'f16', but its category for 'f16' is deny (policy 'default', entry at}}
   %p = jit.softmax %x axis = 1 : tensor<4x8xf16>

@@ -36,10 +36,14 @@ def Amp_Dialect : Dialect {
   // Scoped AMP regions of the user's code are recorded on the ops they
   // contain: `amp.disabled` (AMP off) and `amp.force_type = f16|bf16|f32`
   // (forced compute precision). They win over every policy list.
+  // `amp.outside_autocast` marks an op that eager code runs with autocast
+  // off though no region says so (an autograd::function's backward):
+  // `semantics=autocast` runs it in its operands' types, painting ignores it.
   let hasOperationAttrVerify = 1;
   let extraClassDeclaration = [{
     static constexpr ::llvm::StringLiteral kDisabledAttrName = "amp.disabled";
     static constexpr ::llvm::StringLiteral kForceTypeAttrName = "amp.force_type";
+    static constexpr ::llvm::StringLiteral kOutsideAutocastAttrName = "amp.outside_autocast";
   }];
 }
 

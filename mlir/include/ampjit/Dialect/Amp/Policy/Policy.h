@@ -136,8 +136,14 @@ public:
   static std::optional<std::string_view> builtinText(std::string_view name);
 
   /// Ops that no policy classifies and that need no entry: `amp.cast`, which
-  /// AMP itself inserts. Listing one in a policy is an error.
-  static const std::vector<std::string> &opsWithoutEntry();
+  /// AMP itself inserts, and `jit.type_as`, whose type is its reference's.
+  /// Listing one in a policy is an error that gives the reason.
+  struct OpWithoutEntry {
+    std::string name;
+    std::string reason; ///< completes "'<name>' ... and takes no policy entry"
+  };
+  static const std::vector<OpWithoutEntry> &opsWithoutEntry();
+  static bool needsEntry(std::string_view op);
 
   /// A user's policy file: `base:` names the built-in it starts from (default
   /// "default"); `allow:`/`deny:`/`infer:`/`clear:`/`promote:` each take

@@ -79,6 +79,8 @@ bool isLowPrecisionTensor(mlir::Type type);
 /// The region attributes (AmpDialect::kDisabledAttrName / kForceTypeAttrName).
 bool isAmpDisabled(mlir::Operation *op);
 std::optional<mlir::FloatType> forcedComputeType(mlir::Operation *op);
+/// AmpDialect::kOutsideAutocastAttrName: eager code ran the op with autocast off.
+bool isOutsideAutocast(mlir::Operation *op);
 
 /// The operands whose precision does not follow the op's compute type, so
 /// AMP never casts them: those read in whatever floating-point precision they

@@ -29,6 +29,7 @@ enum class DecisionReason {
   Region,        // amp.disabled / amp.force_type on the op
   AlwaysFp32,    // scaler and optimizer arithmetic
   Unsupported,   // would be low precision, but the target cannot run it so
+  Reference,     // jit.type_as: the type decided for its reference
 };
 
 llvm::StringRef stringifyDecisionReason(DecisionReason reason);

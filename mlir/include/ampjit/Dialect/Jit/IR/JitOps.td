@@ -257,6 +257,29 @@ def Jit_ConvertOp : Jit_Op<"convert", [Pure]> {
   let hasFolder = 1;
 }
 
+def Jit_TypeAsOp : Jit_Op<"type_as", [Pure]> {
+  let summary = "conversion to another value's element type (`Tensor::type_as`)";
+  let description = [{
+    Converts `input` to the element type of `reference`, keeping the shape of
+    `input`; `reference` is read for its type only. Unlike `jit.convert`, the
+    target is not fixed when the op is written: a traced step records every
+    value in fp32, and the AMP pass gives the result the type it decided for
+    `reference` (f16 where `reference` became f16), as an eager `type_as`
+    under autocast would. `amp-auto-cast` then replaces the op by an
+    `amp.cast` or by its input; without AMP it runs as a conversion.
+
+    ```mlir
+    %y = jit.type_as %normalised, %x : tensor<64x512xf32>, tensor<64x512xf32> -> tensor<64x512xf32>
+    ```
+  }];
+  let arguments = (ins Jit_FloatTensor:$input, Jit_FloatTensor:$reference);
+  let results = (outs Jit_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $reference attr-dict `:` type($input) `,` type($reference) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Normalisation, activation with axes, dropout
 //===----------------------------------------------------------------------===//
