@@ -297,19 +297,19 @@ std::vector<Tensor> nodeGradients(const Node& node, std::vector<Tensor> gradOutp
     return node.op->vjp(context);
   }
   size_t inputCount = node.inputs.size();
-  // Eagerly each gradient arrives in its output's type (autocast's casts
-  // convert it back on their way). A trace sees every value as f32 and its
-  // AMP pass may hand the rule a gradient of another type, which the user's
-  // backward has no op of ours to follow: a type_as of the output gives it
-  // the type AMP decides for the output, as eagerly.
-  // Backward runs outside autocast, as PyTorch's engine runs it, or under
-  // the forward's autocast state (custom_bwd).
+  // The backward runs outside autocast, as PyTorch's engine runs it, or
+  // under the forward's autocast state (custom_bwd).
   std::optional<ResumeAutocast> forwardsAutocast;
   std::optional<OutsideAutocastScope> outsideAutocast;
   if (node.customBackwardAutocast)
     forwardsAutocast.emplace(*node.customBackwardAutocast);
   else
     outsideAutocast.emplace();
+  // Eagerly each gradient arrives in its output's type (autocast's casts
+  // convert it back on their way). A trace sees every value as f32 and its
+  // AMP pass may hand the rule a gradient of another type, which the user's
+  // backward has no op of ours to follow: a type_as of the output gives it
+  // the type AMP decides for the output, as eagerly.
   for (size_t i = 0; i < gradOutputs.size(); ++i) // one per output (runBackward)
     if (gradOutputs[i].defined() && gradOutputs[i].impl().session && is_floating_point(gradOutputs[i].dtype()))
       gradOutputs[i] = gradOutputs[i].type_as(node.outputs[i]);

@@ -287,7 +287,6 @@ private:
     });
   }
 
-  /// Decisions that do not depend on the mode; true when one was made.
   /// Deciding op by op at O1 (semantics=autocast) or auto: the pass then
   /// follows eager autocast, and the operands have their final types when an
   /// op is decided.
@@ -311,6 +310,7 @@ private:
     }
   }
 
+  /// Decisions that do not depend on the mode; true when one was made.
   bool decideFixed(Node &node) {
     Operation *op = node.op;
     if (isAmpDisabled(op)) {
