@@ -241,6 +241,14 @@ TEST(Trace, AScalerThatNeverDropsAnUpdateChecksNothingAndAppliesAnOverflowAsEage
   EXPECT_EQ(step.stats().traces, 1u);
 }
 
+/// How often `what` occurs in `text` (GEMMs of a type in a plan, say).
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
 /// Two Linear layers (the first without a bias, so that under eager autocast
 /// its activations are f16) and SGD; with `fp32Head` the second runs inside
 /// the user's autocast(false), as PyTorch users keep a sensitive head in fp32.
@@ -286,19 +294,13 @@ TEST(Trace, AnAutocastFalseRegionInATracedStepKeepsItsOpsAndTheirGradientsFp32) 
   auto [x, y] = batch(kBatch, kIn, kClasses, 4);
   regionStep(x, y);
   plainStep(x, y);
-  auto count = [](const std::string& text, const std::string& what) {
-    size_t n = 0;
-    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
-      ++n;
-    return n;
-  };
   // The head's forward GEMM and its two gradient GEMMs run in f32, the first
   // layer's forward and weight gradient in f16; without the region all five in f16.
-  EXPECT_EQ(count(regionStep.plan_text(), "gemm f32 x f32"), 3u) << regionStep.plan_text();
-  EXPECT_EQ(count(regionStep.plan_text(), "gemm f16 x f16"), 2u) << regionStep.plan_text();
-  EXPECT_EQ(count(plainStep.plan_text(), "gemm f32 x f32"), 0u) << plainStep.plan_text();
-  EXPECT_EQ(count(plainStep.plan_text(), "gemm f16 x f16"), 5u) << plainStep.plan_text();
-  EXPECT_EQ(count(plainStep.traced_module(), "amp.disabled"), 0u);
+  EXPECT_EQ(occurrences(regionStep.plan_text(), "gemm f32 x f32"), 3u) << regionStep.plan_text();
+  EXPECT_EQ(occurrences(regionStep.plan_text(), "gemm f16 x f16"), 2u) << regionStep.plan_text();
+  EXPECT_EQ(occurrences(plainStep.plan_text(), "gemm f32 x f32"), 0u) << plainStep.plan_text();
+  EXPECT_EQ(occurrences(plainStep.plan_text(), "gemm f16 x f16"), 5u) << plainStep.plan_text();
+  EXPECT_EQ(occurrences(plainStep.traced_module(), "amp.disabled"), 0u);
   EXPECT_NE(regionStep.amp_report().find("AMP disabled by a region (amp.disabled)"), std::string::npos);
 }
 
@@ -440,14 +442,8 @@ TEST(Trace, AFunctionWithCastInputsStaysFp32AtEveryLevelAndEqualsEagerAutocast) 
                       {.amp = {.level = level, .dtype = f16}, .backend = Backend::cpu});
     auto [x, y] = batch(kBatch, kIn, kClasses, 4);
     step(x, y);
-    auto count = [](const std::string& text, const std::string& what) {
-      size_t n = 0;
-      for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
-        ++n;
-      return n;
-    };
-    EXPECT_EQ(count(step.plan_text(), "gemm f32 x f32"), 3u) << step.plan_text();
-    EXPECT_EQ(count(step.plan_text(), "gemm f16 x f16"), 5u) << step.plan_text();
+    EXPECT_EQ(occurrences(step.plan_text(), "gemm f32 x f32"), 3u) << step.plan_text();
+    EXPECT_EQ(occurrences(step.plan_text(), "gemm f16 x f16"), 5u) << step.plan_text();
   }
 }
 
