@@ -276,7 +276,7 @@ Tensor conformGradient(const Node& node, size_t operand, const Tensor& gradient)
   if (gradient.impl().type == expected)
     return gradient;
   if (!node.op) {
-    if (gradient.impl().type.shape == expected.shape && is_floating_point(gradient.dtype()) &&
+    if (gradient.impl().type.shape == expected.shape && rt::isFloating(gradient.impl().type.dtype) &&
         rt::isFloating(expected.dtype))
       return gradient.type_as(Tensor(node.edges[operand]));
     throw Error("autograd::function '" + node.customName + "': backward gave input " + std::to_string(operand) +

@@ -367,21 +367,6 @@ private:
   bool previous_;
 };
 
-/// Eager autocast off for its scope, for the library's own needs (a trace
-/// records fp32, backward runs in the forward values' types): unlike a
-/// user's autocast(false), it opens no region, and leaves any it is in.
-class SuspendAutocast {
-public:
-  SuspendAutocast();
-  ~SuspendAutocast();
-  SuspendAutocast(const SuspendAutocast&) = delete;
-  SuspendAutocast& operator=(const SuspendAutocast&) = delete;
-
-private:
-  std::shared_ptr<const amp::autocast::State> previous_;
-  AmpRegionScope outsideRegions_{false};
-};
-
 /// The autocast state ops dispatched now run under (null where it is off).
 std::shared_ptr<const amp::autocast::State> currentAutocastState();
 
@@ -396,6 +381,15 @@ public:
 
 private:
   std::shared_ptr<const amp::autocast::State> previous_;
+};
+
+/// Eager autocast off for its scope, for the library's own needs (a trace
+/// records fp32, backward runs in the forward values' types): unlike a
+/// user's autocast(false), it opens no region, and leaves any it is in.
+class SuspendAutocast {
+private:
+  ResumeAutocast autocastOff_{nullptr};
+  AmpRegionScope outsideRegions_{false};
 };
 
 /// While alive, ops dispatched on this thread outside a user's region carry

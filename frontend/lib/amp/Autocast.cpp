@@ -161,9 +161,6 @@ std::optional<DType> autocast::current_dtype() {
 
 namespace jit::detail {
 
-SuspendAutocast::SuspendAutocast() : previous_(amp::gCurrent) { amp::gCurrent = nullptr; }
-SuspendAutocast::~SuspendAutocast() { amp::gCurrent = std::move(previous_); }
-
 std::shared_ptr<const amp::autocast::State> currentAutocastState() { return amp::gCurrent; }
 
 ResumeAutocast::ResumeAutocast(std::shared_ptr<const amp::autocast::State> state) : previous_(amp::gCurrent) {
