@@ -314,6 +314,95 @@ TEST(Trace, AnAutocastFalseRegionUnderAutocastSemanticsEqualsEagerAutocastBitwis
     EXPECT_EQ(traced.opt.parameters()[i].to_vector(), eager.opt.parameters()[i].to_vector()) << "parameter " << i;
 }
 
+TEST(Trace, AUsersOwnAutocastInsideTheTracedStepCompilesAtEveryLevel) {
+  // A PyTorch user's step as written (eagerAutocastStep: autocast around the
+  // forward, the scaler outside), traced with and without the trace's own
+  // AMP. The user's autocast records its casts as conversions, so the traced
+  // function holds f16 values before AMP decides anything. Until 2026-12-02
+  // amp-verify refused the widening conversions and the step never compiled
+  // at O1, O2 or auto. Deciding op by op (O0, O1 under autocast semantics,
+  // auto) gives eager autocast's bits; painting and O2 decide otherwise and
+  // agree to f16's precision.
+  struct Case {
+    const char* name;
+    std::optional<amp::Level> level;
+    amp::Semantics semantics;
+    bool bitwise;
+  };
+  for (const Case& c : {Case{"O0", std::nullopt, amp::Semantics::paint, true},
+                        Case{"O1 paint", amp::O1, amp::Semantics::paint, false},
+                        Case{"O1 autocast", amp::O1, amp::Semantics::autocast, true},
+                        Case{"O2", amp::O2, amp::Semantics::paint, false},
+                        Case{"auto", amp::Auto, amp::Semantics::paint, true}}) {
+    SCOPED_TRACE(c.name);
+    // A scale that overflows the first step's f16 gradients.
+    Classifier eager SMALL_NET({.init_scale = 1e6}), traced SMALL_NET({.init_scale = 1e6});
+    TraceOptions options{.semantics = c.semantics, .backend = Backend::cpu};
+    if (c.level)
+      options.amp = {.level = *c.level, .dtype = f16};
+    auto step = trace([&](const Tensor& x, const Tensor& y) { return eagerAutocastStep(traced, x, y); }, options);
+    for (uint64_t i = 0; i < 4; ++i) {
+      auto [x, y] = batch(kBatch, kIn, kClasses, 200 + i);
+      double expected = eagerAutocastStep(eager, x, y).item();
+      double got = step(x, y).item();
+      if (c.bitwise) {
+        EXPECT_EQ(got, expected) << "step " << i;
+      } else {
+        EXPECT_NEAR(got, expected, 1e-2 * std::abs(expected)) << "step " << i;
+      }
+    }
+    EXPECT_EQ(step.stats().traces, 1u);
+    EXPECT_EQ(step.stats().eager_calls, 0u);
+    EXPECT_EQ(traced.scaler.skipped_steps(), eager.scaler.skipped_steps());
+    EXPECT_GE(traced.scaler.skipped_steps(), 1);
+    if (c.bitwise) {
+      EXPECT_EQ(stateOf(traced), stateOf(eager));
+    }
+  }
+}
+
+TEST(Trace, ADenyOpOnTheUsersOwnF16ValueComputesInFp32AtEveryLevel) {
+  // The user runs the loss's log-softmax on f16 logits of their own making
+  // (`.to(f16)`) and widens the result for the loss. Eager autocast runs the
+  // log-softmax, a deny op, in fp32 on a cast-up copy, so must the traced
+  // step. Before 2026-12-02 AMP left every op on such a value alone and
+  // amp-verify refused the f16 log-softmax (and the widening conversion) at
+  // O1, O2 and auto. Not bit for bit: eager autocast rounds the gradient to
+  // f16 at its own cast around the log-softmax, the trace at the user's
+  // conversion after it.
+  auto halfLogSoftmaxStep = [](Classifier& net, const Tensor& x, const Tensor& y) {
+    net.opt.zero_grad();
+    Tensor logProbs = log_softmax(net.model(x).to(f16), 1).to(f32);
+    Tensor loss = nll_loss(logProbs, y);
+    net.scaler.scale(loss).backward();
+    net.scaler.step(net.opt);
+    net.scaler.update();
+    return loss;
+  };
+  for (auto [level, semantics] : {std::pair{amp::O1, amp::Semantics::paint}, {amp::O1, amp::Semantics::autocast},
+                                  {amp::O2, amp::Semantics::paint}, {amp::Auto, amp::Semantics::paint}}) {
+    SCOPED_TRACE(std::string(amp::level_name(level)) + (semantics == amp::Semantics::paint ? " paint" : " autocast"));
+    Classifier eager SMALL_NET(), traced SMALL_NET();
+    auto step = trace([&](const Tensor& x, const Tensor& y) { return halfLogSoftmaxStep(traced, x, y); },
+                      {.amp = {.level = level, .dtype = f16}, .semantics = semantics, .backend = Backend::cpu});
+    for (uint64_t i = 0; i < 3; ++i) {
+      auto [x, y] = batch(kBatch, kIn, kClasses, 60 + i);
+      amp::autocast scope({.dtype = f16});
+      double expected = halfLogSoftmaxStep(eager, x, y).item();
+      EXPECT_NEAR(step(x, y).item(), expected, 1e-2 * std::abs(expected)) << "step " << i;
+    }
+    EXPECT_EQ(step.stats().eager_calls, 0u);
+    EXPECT_EQ(traced.scaler.skipped_steps(), eager.scaler.skipped_steps());
+    // The report's decision for the log-softmax (one JSON object).
+    const std::string& report = step.amp_report();
+    size_t at = report.find("\"op\": \"jit.log_softmax\"");
+    ASSERT_NE(at, std::string::npos) << report;
+    size_t begin = report.rfind('{', at), end = report.find('}', at);
+    std::string decision = report.substr(begin, end - begin);
+    EXPECT_NE(decision.find("\"compute_type\": \"f32\""), std::string::npos) << decision;
+  }
+}
+
 TEST(Trace, ACxxNumberInAnExpressionTakesItsTensorsTypeAsUnderEagerAutocast) {
   // `h * 0.3` on an f16 h is an f16 product eagerly (PyTorch's wrapped
   // number). The trace sees h as f32, so its 0.3 is an f32 constant; the

@@ -98,6 +98,10 @@ bool isFloatTensorOf(Type type, Type element) {
   return tensorType && tensorType.getElementType() == element;
 }
 
+/// The types autocast casts between; f64 is the user's explicit choice of
+/// precision and never cast.
+bool isCastableElement(Type element) { return element.isF32() || element.isF16() || element.isBF16(); }
+
 /// What is known about one op before deciding.
 struct Node {
   Operation *op = nullptr;
@@ -107,6 +111,12 @@ struct Node {
   /// Takes part in painting: fp32 only, has a rule, no region attribute, not
   /// always fp32, not an allow op the target cannot run.
   bool paintable = false;
+  /// Reads or writes a value the trace recorded in f16/bf16 (the user's
+  /// conversion, their own autocast inside the traced function, f16 state),
+  /// and is otherwise as a paintable op: decided op by op, as eager
+  /// autocast decides an op on such a value, at every level and in both
+  /// semantics. Painting colours fp32 values only.
+  bool lowAsTraced = false;
   /// The decision, once made.
   Type computeType;
   DecisionReason reason = DecisionReason::Unchanged;
@@ -177,25 +187,28 @@ private:
   /// Whether every floating-point tensor the op reads (other than operands
   /// read in any precision) and writes is fp32.
   bool computesInFp32Only(Operation *op) const {
+    return computesOnlyIn(op, [&](Type element) { return element == f32; });
+  }
+
+  /// Whether every such tensor is of a type autocast casts.
+  bool computesInCastableTypesOnly(Operation *op) const { return computesOnlyIn(op, isCastableElement); }
+
+  template <typename Accepts>
+  bool computesOnlyIn(Operation *op, Accepts accepts) const {
     SmallVector<unsigned> anyPrecision = anyPrecisionOperandIndices(op);
     bool sawFloat = false;
-    for (OpOperand &operand : op->getOpOperands()) {
-      if (llvm::is_contained(anyPrecision, operand.getOperandNumber()))
-        continue;
-      Type type = operand.get().getType();
+    auto check = [&](Type type) {
       if (!isFloatTensor(type))
-        continue;
+        return true;
       sawFloat = true;
-      if (!isFloatTensorOf(type, f32))
+      return accepts(cast<RankedTensorType>(type).getElementType());
+    };
+    for (OpOperand &operand : op->getOpOperands())
+      if (!llvm::is_contained(anyPrecision, operand.getOperandNumber()) && !check(operand.get().getType()))
         return false;
-    }
-    for (Type type : op->getResultTypes()) {
-      if (!isFloatTensor(type))
-        continue;
-      sawFloat = true;
-      if (!isFloatTensorOf(type, f32))
+    for (Type type : op->getResultTypes())
+      if (!check(type))
         return false;
-    }
     return sawFloat;
   }
 
@@ -277,9 +290,12 @@ private:
       bool isConstant = isa<ConstantOp>(op);
       bool fixedByRegion = isAmpDisabled(op) || forcedComputeType(op).has_value();
       node.stateArithmetic = isStateArithmetic(op);
-      node.paintable = node.rule && !isConstant && !fixedByRegion && !node.rule->alwaysFp32 &&
-                       !node.stateArithmetic && config.level != AmpLevel::O0 &&
-                       computesInFp32Only(op);
+      bool ampDecides = node.rule && !isConstant && !fixedByRegion && !node.rule->alwaysFp32 &&
+                        !node.stateArithmetic && config.level != AmpLevel::O0;
+      node.paintable = ampDecides && computesInFp32Only(op);
+      // A conversion reads its operand exactly and rounds once to the type
+      // the user asked for, so a low-precision operand changes nothing.
+      node.lowAsTraced = ampDecides && !node.paintable && !isa<ConvertOp>(op) && computesInCastableTypesOnly(op);
       if (auto id = op->getAttrOfType<IntegerAttr>("jit.op_id"))
         forwardById[id.getInt()] = nodes.size();
       nodeIndex[op] = nodes.size();
@@ -329,7 +345,7 @@ private:
     // No region and no forward op to follow: an autograd::function's
     // backward, which PyTorch runs with autocast off. Painting decides it
     // with the rest of the graph.
-    if (isOutsideAutocast(op) && followsEagerAutocast() && node.paintable) {
+    if (isOutsideAutocast(op) && followsEagerAutocast() && (node.paintable || node.lowAsTraced)) {
       decideAsWithoutAutocast(node);
       node.reason = DecisionReason::Promoted;
       node.detail = "outside autocast (amp.outside_autocast): " + node.detail + ", as eager code runs it";
@@ -356,11 +372,12 @@ private:
                     "every level";
       return true;
     }
-    if (!node.paintable) {
+    if (!node.paintable && !node.lowAsTraced) {
       node.reason = DecisionReason::Unchanged;
       node.detail = config.level == AmpLevel::O0 ? "level O0 keeps fp32"
                     : !node.rule                 ? "no policy entry"
                     : isa<ConstantOp>(op)        ? "constants are cast by their consumers"
+                    : isa<ConvertOp>(op)         ? "a conversion to or from a type the trace recorded is kept as written"
                                                  : "does not compute on fp32 tensors";
       return true;
     }
@@ -496,7 +513,8 @@ private:
     // inputs have their final types.
     for (unsigned i = 0; i < nodes.size(); ++i) {
       Node &node = nodes[i];
-      node.decided = !(node.paintable && node.category == Category::Promote && !allow.contains(i));
+      node.decided = !(node.paintable && node.category == Category::Promote && !allow.contains(i)) &&
+                     !node.lowAsTraced;
       if (unsupported.contains(i)) {
         node.computeType = f32;
         node.reason = DecisionReason::Unsupported;
@@ -750,7 +768,7 @@ private:
         continue;
       }
       if (node && !node->decided) {
-        if (painting)
+        if (painting && !node->lowAsTraced)
           decidePromote(*node);
         else
           decidePerOp(found->second);
@@ -765,21 +783,31 @@ private:
         if (llvm::is_contained(anyPrecision, operand.getOperandNumber()))
           continue;
         Type wanted;
-        // A decided op reads its fp32 operands in its compute type; anything
-        // else reads what it read before.
+        // A decided op reads its fp32 operands in its compute type (and an op
+        // on values traced low, all of them); anything else reads what it
+        // read before.
         Type before = originalType.count(value) ? originalType[value] : value.getType();
         Type beforeElement = cast<RankedTensorType>(before).getElementType();
         if (compute && node->paintable && beforeElement == f32)
           wanted = compute;
+        else if (compute && node->lowAsTraced)
+          wanted = compute;
         else if (compute && !node->paintable && node->reason == DecisionReason::Region)
           wanted = compute;
+        else if (!compute && isa<ConvertOp>(op))
+          // A conversion AMP leaves as written is exact whatever its operand's
+          // type: an f32 result AMP gave the user's f16 exp is not rounded
+          // back to f16 on its way in.
+          continue;
         else
           wanted = beforeElement;
         if (cast<RankedTensorType>(value.getType()).getElementType() != wanted) {
           operand.set(castTo(value, wanted));
         }
       }
-      if (!node || !compute || compute == f32 || !(node->paintable || node->reason == DecisionReason::Region))
+      bool retype = node && compute &&
+                    (node->lowAsTraced || (compute != f32 && (node->paintable || node->reason == DecisionReason::Region)));
+      if (!retype)
         continue;
       if (failed(retypeResults(op, compute)))
         return failure();
@@ -806,7 +834,8 @@ private:
   }
 
   /// Gives `op` results of its new compute type: inferred where the op can
-  /// infer them (so fp32-only results stay fp32), else every fp32 result.
+  /// infer them (so fp32-only results stay fp32), else every fp32 result
+  /// (and every f16/bf16 one the trace recorded).
   LogicalResult retypeResults(Operation *op, Type compute) {
     SmallVector<Type> resultTypes;
     if (auto inferable = dyn_cast<InferTypeOpInterface>(op)) {
@@ -817,7 +846,7 @@ private:
                                  << ": result types do not infer from the cast operands";
     } else {
       for (Type type : op->getResultTypes())
-        resultTypes.push_back(isFloatTensorOf(type, f32)
+        resultTypes.push_back(isFloatTensor(type) && isCastableElement(cast<RankedTensorType>(type).getElementType())
                                   ? Type(cast<RankedTensorType>(type).clone(compute))
                                   : type);
     }

@@ -7,8 +7,9 @@
 //     computes in, is deny, at a level where deny means fp32 (O1, O2, auto);
 //     O3 runs everything in low precision, and an op in a user's
 //     amp.force_type region (or amp.disabled region, where AMP does not
-//     decide), and one marked amp.outside_autocast (run in its operands'
-//     types under semantics=autocast, as eagerly), is exempt;
+//     decide), one marked amp.outside_autocast (run in its operands'
+//     types under semantics=autocast, as eagerly), and a jit.convert (which
+//     reads its operand exactly), are exempt;
 //   * an op the policy marks always_fp32 (scaler and optimizer arithmetic)
 //     computing in low precision, at any level;
 //   * an amp.cast that is dead, an identity, foldable into the cast it reads
@@ -30,6 +31,7 @@
 #include "ampjit/Dialect/Amp/Transforms/AmpRewrites.h"
 #include "ampjit/Dialect/Amp/Transforms/Passes.h"
 #include "ampjit/Dialect/Jit/IR/JitDialect.h"
+#include "ampjit/Dialect/Jit/IR/JitOps.h"
 #include "ampjit/Dialect/Jit/IR/ShapeInference.h"
 
 #include "mlir/Interfaces/FunctionInterfaces.h"
@@ -132,7 +134,10 @@ LogicalResult AmpVerifier::verifyPrecision(Operation *op) {
       level == AmpLevel::O1 || level == AmpLevel::O2 || level == AmpLevel::Auto;
   // An op eager code runs outside autocast computes in its operands' types
   // under semantics=autocast, whatever its list says.
-  if (!denyMeansFp32 || forcedComputeType(op) || isAmpDisabled(op) || isOutsideAutocast(op))
+  // A conversion reads its operand exactly and rounds once to its result
+  // type: a low-precision operand (the user's x.half().float()) loses nothing.
+  if (!denyMeansFp32 || forcedComputeType(op) || isAmpDisabled(op) || isOutsideAutocast(op) ||
+      isa<ampjit::ir::ConvertOp>(op))
     return success();
   const ampjit::amp::AttributeCondition *condition = nullptr;
   Category category = rule->resolve(lowType, attributeLookupFor(op), &condition);

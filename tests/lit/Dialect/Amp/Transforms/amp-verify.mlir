@@ -47,6 +47,16 @@ func.func @valid_step(%x: tensor<4x8xf32> {jit.role = "input"},
 
 // -----
 
+// A conversion reads its operand exactly, so widening the user's f16 value
+// (x.half().float()) is no deny op computing in f16, though jit.convert is deny.
+// CHECK-LABEL: func.func @valid_widening_conversion
+func.func @valid_widening_conversion(%h: tensor<8xf16> {jit.role = "input"}) -> tensor<8xf32> {
+  %w = jit.convert %h : tensor<8xf16> -> tensor<8xf32>
+  return %w : tensor<8xf32>
+}
+
+// -----
+
 // O2's master weights: the update writes the f16 copy, which is fine.
 // CHECK-LABEL: func.func @valid_master_weights
 func.func @valid_master_weights(%w: tensor<8xf32> {jit.role = "param"},

@@ -1,0 +1,67 @@
+// Values the trace recorded in f16 (the user's x.half(), their own autocast
+// inside the traced function, f16 state) are decided op by op, as eager
+// autocast decides an op on such a value: a deny op casts them up and
+// computes in fp32, an allow op runs in the AMP type (bf16 casts the user's
+// f16), the rest follow their inputs. Conversions stay as written and f64 is
+// never touched. Before 2026-12-02 these ops were left alone and amp-verify
+// refused the exp and the widening conversion at O1 and O2.
+// RUN: amp-opt %s --amp-auto-cast="level=O1" | FileCheck %s --check-prefixes=CHECK,F16
+// RUN: amp-opt %s --amp-auto-cast="level=O1 semantics=autocast" | FileCheck %s --check-prefixes=CHECK,F16
+// RUN: amp-opt %s --amp-auto-cast="level=O1 dtype=bf16" | FileCheck %s --check-prefixes=CHECK,BF16
+// RUN: amp-opt %s --amp-auto-cast="level=O2" | FileCheck %s --check-prefix=O2
+// RUN: amp-opt %s --amp-pipeline="level=O1" -o /dev/null
+// RUN: amp-opt %s --amp-pipeline="level=O2" -o /dev/null
+// RUN: amp-opt %s --amp-pipeline="level=auto" -o /dev/null
+
+// CHECK-LABEL: func.func @deny_on_traced_f16(
+// CHECK:         %[[H:.*]] = jit.convert %{{.*}} : tensor<4x4xf32> -> tensor<4x4xf16>
+// CHECK-NEXT:    %[[UP:.*]] = amp.cast %[[H]] : tensor<4x4xf16> to tensor<4x4xf32>
+// CHECK-NEXT:    %[[E:.*]] = jit.exp %[[UP]] {{.*}}: tensor<4x4xf32>
+// CHECK-NEXT:    %[[S:.*]] = jit.sqrt %[[E]] {{.*}}: tensor<4x4xf32>
+// CHECK-NEXT:    %[[BACK:.*]] = amp.cast %[[S]] : tensor<4x4xf32> to tensor<4x4xf16>
+// CHECK-NEXT:    return %[[BACK]] : tensor<4x4xf16>
+// O2 runs the sqrt after the deny op in low precision again.
+// O2-LABEL: func.func @deny_on_traced_f16(
+// O2:         jit.exp %{{.*}} : tensor<4x4xf32>
+// O2:         jit.sqrt %{{.*}} : tensor<4x4xf16>
+func.func @deny_on_traced_f16(%a: tensor<4x4xf32> {jit.role = "input"}) -> tensor<4x4xf16> {
+  %h = jit.convert %a {jit.op_id = 0 : i64} : tensor<4x4xf32> -> tensor<4x4xf16>
+  %e = jit.exp %h {jit.op_id = 1 : i64} : tensor<4x4xf16>
+  %s = jit.sqrt %e {jit.op_id = 2 : i64} : tensor<4x4xf16>
+  return %s : tensor<4x4xf16>
+}
+
+// CHECK-LABEL: func.func @allow_on_traced_f16(
+// F16-NOT:       amp.cast
+// F16:           jit.matmul {{.*}} : (tensor<4x4xf16>, tensor<4x4xf16>) -> tensor<4x4xf16>
+// BF16:          amp.cast %{{.*}} : tensor<4x4xf16> to tensor<4x4xbf16>
+// BF16:          amp.cast %{{.*}} : tensor<4x4xf16> to tensor<4x4xbf16>
+// BF16:          %[[Y:.*]] = jit.matmul {{.*}} : (tensor<4x4xbf16>, tensor<4x4xbf16>) -> tensor<4x4xbf16>
+// BF16-NEXT:     amp.cast %[[Y]] : tensor<4x4xbf16> to tensor<4x4xf16>
+func.func @allow_on_traced_f16(%a: tensor<4x4xf32> {jit.role = "input"}, %b: tensor<4x4xf32> {jit.role = "input"})
+    -> tensor<4x4xf16> {
+  %ha = jit.convert %a {jit.op_id = 0 : i64} : tensor<4x4xf32> -> tensor<4x4xf16>
+  %hb = jit.convert %b {jit.op_id = 1 : i64} : tensor<4x4xf32> -> tensor<4x4xf16>
+  %y = jit.matmul %ha, %hb {jit.op_id = 2 : i64} : (tensor<4x4xf16>, tensor<4x4xf16>) -> tensor<4x4xf16>
+  return %y : tensor<4x4xf16>
+}
+
+// A round trip through f16 (simulating f16 storage) keeps both conversions:
+// the widening one reads its f16 operand exactly.
+// CHECK-LABEL: func.func @round_trip(
+// CHECK:         %[[H:.*]] = jit.convert %{{.*}} : tensor<4x4xf32> -> tensor<4x4xf16>
+// CHECK-NEXT:    jit.convert %[[H]] {{.*}}: tensor<4x4xf16> -> tensor<4x4xf32>
+func.func @round_trip(%a: tensor<4x4xf32> {jit.role = "input"}) -> tensor<4x4xf32> {
+  %h = jit.convert %a {jit.op_id = 0 : i64} : tensor<4x4xf32> -> tensor<4x4xf16>
+  %w = jit.convert %h {jit.op_id = 1 : i64} : tensor<4x4xf16> -> tensor<4x4xf32>
+  %n = jit.exp %w {jit.op_id = 2 : i64} : tensor<4x4xf32>
+  return %n : tensor<4x4xf32>
+}
+
+// CHECK-LABEL: func.func @f64_stays(
+// CHECK-NOT:     amp.cast
+// CHECK:         jit.exp %{{.*}} : tensor<4x4xf64>
+func.func @f64_stays(%a: tensor<4x4xf64> {jit.role = "input"}) -> tensor<4x4xf64> {
+  %e = jit.exp %a {jit.op_id = 0 : i64} : tensor<4x4xf64>
+  return %e : tensor<4x4xf64>
+}
