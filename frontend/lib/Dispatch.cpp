@@ -170,7 +170,11 @@ LeafGradientScope::~LeafGradientScope() { gLeafGradient = previous_; }
 namespace {
 thread_local bool gAmpDisabledByUser = false;
 thread_local bool gOutsideAutocast = false;
+thread_local bool gWidenMixedOperands = false;
 } // namespace
+
+WidenMixedOperandsScope::WidenMixedOperandsScope() : previous_(gWidenMixedOperands) { gWidenMixedOperands = true; }
+WidenMixedOperandsScope::~WidenMixedOperandsScope() { gWidenMixedOperands = previous_; }
 
 OutsideAutocastScope::OutsideAutocastScope() : previous_(gOutsideAutocast) { gOutsideAutocast = true; }
 OutsideAutocastScope::~OutsideAutocastScope() { gOutsideAutocast = previous_; }
@@ -209,6 +213,47 @@ std::vector<Tensor> dispatch(std::string_view op, std::span<const Tensor> operan
 // apply
 //===----------------------------------------------------------------------===//
 
+namespace {
+
+/// Whether `operands` hold floating-point tensors of more than one of f16,
+/// bf16 and f32 (and no f64, the user's explicit choice), wrapped numbers
+/// aside: then f32 holds them all.
+bool mixesCastableFloatTypes(const std::vector<Tensor>& operands) {
+  std::optional<DType> seen;
+  bool mixed = false;
+  for (const Tensor& operand : operands) {
+    if (!operand.defined() || !is_floating_point(operand.dtype()) || operand.impl().wrappedNumber)
+      continue;
+    if (operand.dtype() == f64)
+      return false;
+    mixed |= seen && *seen != operand.dtype();
+    seen = operand.dtype();
+  }
+  return mixed;
+}
+
+/// The op's result types; under a WidenMixedOperandsScope, an op the types
+/// of whose operands it refuses for mixing them gets them widened to f32.
+std::vector<TensorType> inferWideningMixedOperands(const OpDef& op, std::vector<Tensor>& operands,
+                                                   const AttributeMap& attributes, const RequestedResult& requested) {
+  if (!gWidenMixedOperands || gAmpDisabledByUser || gOutsideAutocast || currentAutocastState() ||
+      !mixesCastableFloatTypes(operands))
+    return op.infer(op, operands, attributes, requested);
+  try {
+    // Ops that read some operands in any precision (the optimizers'
+    // low-precision gradients) accept the mix as it is.
+    return op.infer(op, operands, attributes, requested);
+  } catch (const Error&) {
+    for (Tensor& operand : operands)
+      if (operand.defined() && is_floating_point(operand.dtype()) && operand.dtype() != f32 &&
+          !operand.impl().wrappedNumber)
+        operand = operand.to(f32);
+    return op.infer(op, operands, attributes, requested);
+  }
+}
+
+} // namespace
+
 std::vector<Tensor> apply(const OpDef& op, std::vector<Tensor> operands, AttributeMap attributes,
                           const RequestedResult& requested) {
   bool countOk = op.variadic ? operands.size() >= op.operandCount() : operands.size() == op.operandCount();
@@ -216,7 +261,7 @@ std::vector<Tensor> apply(const OpDef& op, std::vector<Tensor> operands, Attribu
     throw Error("internal: " + std::string(op.name) + " called with " + std::to_string(operands.size()) +
                 " operand positions, expected " + std::to_string(op.operandCount()));
   operands = autocastOperands(op, std::move(operands), attributes);
-  std::vector<TensorType> resultTypes = op.infer(op, operands, attributes, requested);
+  std::vector<TensorType> resultTypes = inferWideningMixedOperands(op, operands, attributes, requested);
 
   bool anyRequiresGrad = std::any_of(operands.begin(), operands.end(), [](const Tensor& operand) {
     return operand.defined() && operand.requires_grad();

@@ -367,6 +367,25 @@ private:
   bool previous_;
 };
 
+/// While alive (a trace whose AMP options decide the precision), an op whose
+/// floating-point operands mix f16, bf16 and f32, which eagerly only
+/// autocast accepts, has them widened to f32 first, where eager autocast
+/// would decide it: outside a user's autocast(false) region and outside an
+/// autograd::function's backward (where eagerly it is an error, so it stays
+/// one) and with autocast off (on, it casts them itself). A traced step then
+/// takes an f16 batch as eager autocast does; the AMP pipeline reads the
+/// widening as its own exact cast and folds it into the casts it makes.
+class WidenMixedOperandsScope {
+public:
+  WidenMixedOperandsScope();
+  ~WidenMixedOperandsScope();
+  WidenMixedOperandsScope(const WidenMixedOperandsScope&) = delete;
+  WidenMixedOperandsScope& operator=(const WidenMixedOperandsScope&) = delete;
+
+private:
+  bool previous_;
+};
+
 /// The autocast state ops dispatched now run under (null where it is off).
 std::shared_ptr<const amp::autocast::State> currentAutocastState();
 

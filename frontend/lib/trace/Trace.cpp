@@ -219,7 +219,7 @@ private:
 
   std::unique_ptr<Variant> traceAndCompile(const std::vector<Tensor>& inputs, const TracedFunctionBase::Body& body,
                                            std::vector<TensorType> types, std::string key) {
-    auto session = std::make_shared<TraceSession>(options_.name, where_);
+    auto session = std::make_shared<TraceSession>(options_.name, where_, options_.amp.level != amp::O0);
     session->begin();
     std::vector<Tensor> symbolicInputs;
     for (const Tensor& input : inputs)

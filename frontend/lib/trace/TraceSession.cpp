@@ -138,8 +138,8 @@ void assignValue(TensorImpl& target, const Tensor& value) {
 
 TraceSession* TraceSession::current() { return gCurrentSession; }
 
-TraceSession::TraceSession(std::string name, UserLocation location)
-    : name_(std::move(name)), location_(std::move(location)) {}
+TraceSession::TraceSession(std::string name, UserLocation location, bool ampDecidesPrecision)
+    : name_(std::move(name)), location_(std::move(location)), ampDecidesPrecision_(ampDecidesPrecision) {}
 
 TraceSession::~TraceSession() {
   if (active_)
@@ -152,6 +152,8 @@ void TraceSession::begin() {
   gCurrentSession = this;
   handler_.emplace(*this);
   autocastOff_.emplace();
+  if (ampDecidesPrecision_)
+    widenMixedOperands_.emplace();
 }
 
 Tensor TraceSession::input(const Tensor& example) {
@@ -298,6 +300,7 @@ void TraceSession::restoreGradients() {
 
 void TraceSession::stopRecording() {
   active_ = false;
+  widenMixedOperands_.reset();
   autocastOff_.reset();
   handler_.reset();
   gCurrentSession = previous_;

@@ -120,7 +120,9 @@ struct TraceBindings {
 
 class TraceSession final : public OpHandler, public std::enable_shared_from_this<TraceSession> {
 public:
-  TraceSession(std::string name, UserLocation location);
+  /// `ampDecidesPrecision`: the trace's AMP options are not O0, so what eager
+  /// autocast would decide the AMP pass decides (WidenMixedOperandsScope).
+  TraceSession(std::string name, UserLocation location, bool ampDecidesPrecision);
   ~TraceSession() override;
 
   /// Starts recording on this thread: installs the session as the op handler.
@@ -200,6 +202,8 @@ private:
   /// The trace records fp32 (AMP is the compiler's pass), from outside any
   /// AMP region of the caller's: a traced step's precision is its options'.
   std::optional<SuspendAutocast> autocastOff_;
+  bool ampDecidesPrecision_;
+  std::optional<WidenMixedOperandsScope> widenMixedOperands_;
 };
 
 /// For host-side work a trace would run once and bake in (drawing random

@@ -403,6 +403,54 @@ TEST(Trace, ADenyOpOnTheUsersOwnF16ValueComputesInFp32AtEveryLevel) {
   }
 }
 
+TEST(Trace, AnF16BatchMeetsTheFp32WeightsOfATracedAmpStepAsUnderEagerAutocast) {
+  // Eagerly, an f16 batch and fp32 weights meet only under autocast, which
+  // casts both for the matmul; the trace records with autocast off, so
+  // until 2026-12-02 the first Linear refused the mix at every level.
+  auto halfBatch = [](uint64_t call) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 80 + call);
+    return std::pair{x.to(f16), y};
+  };
+  for (amp::Level level : {amp::O1, amp::Auto}) {
+    SCOPED_TRACE(amp::level_name(level));
+    Classifier eager SMALL_NET(), traced SMALL_NET();
+    expectTracedLossesEqualEager(
+        level, [&](const Tensor& x, const Tensor& y) { return eager.step(x, y); },
+        [&](const Tensor& x, const Tensor& y) { return traced.step(x, y); }, halfBatch, 3);
+    EXPECT_EQ(stateOf(traced), stateOf(eager));
+  }
+  for (amp::Level level : {amp::O1, amp::O2}) {
+    SCOPED_TRACE(std::string(amp::level_name(level)) + " paint");
+    Classifier eager SMALL_NET(), traced SMALL_NET();
+    auto step = trace([&](const Tensor& x, const Tensor& y) { return traced.step(x, y); },
+                      {.amp = {.level = level, .dtype = f16}, .backend = Backend::cpu});
+    for (uint64_t i = 0; i < 3; ++i) {
+      auto [x, y] = halfBatch(i);
+      amp::autocast scope({.dtype = f16});
+      double expected = eager.step(x, y).item();
+      EXPECT_NEAR(step(x, y).item(), expected, 1e-2 * std::abs(expected)) << "step " << i;
+    }
+    // The widening the trace recorded folds into the matmul's cast: the
+    // first GEMM reads the batch (%0) as it came, and no conversion does.
+    EXPECT_NE(step.plan_text().find("gemm f16 x f16 -> f16 (acc f32) A=%0 "), std::string::npos) << step.plan_text();
+    EXPECT_EQ(occurrences(step.plan_text(), "x=%0 "), 0u) << step.plan_text();
+  }
+  // At O0 nothing casts, as eagerly without autocast: the mix is an error
+  // that names the op and both types.
+  Classifier fp32 SMALL_NET();
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return fp32.step(x, y); }, {.backend = Backend::cpu});
+  auto [x, y] = halfBatch(0);
+  try {
+    step(x, y);
+    ADD_FAILURE() << "an f16 batch met fp32 weights at O0";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("jit.matmul: operand 'rhs' f32[48x32] must have the element type of "
+                                             "operand 'lhs' f16[16x32]"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 TEST(Trace, ACxxNumberInAnExpressionTakesItsTensorsTypeAsUnderEagerAutocast) {
   // `h * 0.3` on an f16 h is an f16 product eagerly (PyTorch's wrapped
   // number). The trace sees h as f32, so its 0.3 is an f32 constant; the

@@ -26,7 +26,10 @@
 //
 // Graph nodes are ops that compute on fp32 tensors only and have a policy
 // rule; values of other types (integer labels, f64, values a user already
-// cast) are not painted. An allow op the target cannot run in low precision
+// cast) are not painted. An op on values the trace recorded in f16/bf16 (the
+// user's own x.half() or autocast inside the traced function) is decided per
+// op whatever the mode, as eager autocast decides it; f64 is never touched,
+// and a conversion is kept as written. An allow op the target cannot run in low precision
 // (policy min_target) is not a seed: like an op grappler does not process,
 // it stays fp32 and bounds the painting. Ops under a region attribute
 // (amp.disabled, amp.force_type) are fixed and bound it too.

@@ -10,6 +10,7 @@
 #include "ampjit/Dialect/Amp/Transforms/AmpRewrites.h"
 #include "ampjit/Dialect/Amp/Transforms/Passes.h"
 #include "ampjit/Dialect/Jit/IR/JitOps.h"
+#include "ampjit/Dialect/Jit/IR/ShapeInference.h"
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
@@ -30,6 +31,24 @@ void removeIdentityConversions(ModuleOp module) {
     if (convert.getInput().getType() != convert.getType())
       return;
     convert.getResult().replaceAllUsesWith(convert.getInput());
+    convert->erase();
+  });
+}
+
+/// A conversion that widens exactly (f16 or bf16 to f32: a trace widens an
+/// f16 batch so that it meets the fp32 weights, and the user's own
+/// x.half().float() ends so) is the cast AMP would have made. As one,
+/// fuse-casts folds it into the casts around it, and an f16 batch that a
+/// painted matmul reads in f16 is read as it came, with no pass over it.
+void widenExactConversionsToCasts(ModuleOp module) {
+  module.walk([](ampjit::ir::ConvertOp convert) {
+    Type from = getElementTypeOrSelf(convert.getInput().getType());
+    Type to = getElementTypeOrSelf(convert.getType());
+    if (from == to || !ampjit::ir::isExactlyRepresentableIn(from, to))
+      return;
+    OpBuilder builder(convert);
+    auto cast = CastOp::create(builder, convert.getLoc(), convert.getType(), convert.getInput());
+    convert.getResult().replaceAllUsesWith(cast.getResult());
     convert->erase();
   });
 }
@@ -90,6 +109,8 @@ struct AmpPipelinePass : impl::AmpPipelineBase<AmpPipelinePass> {
     AmpReport report;
     if (failed(autoCast(module, *config, &report, remarks)))
       return signalPassFailure();
+    if (config->level != AmpLevel::O0)
+      widenExactConversionsToCasts(module);
     unsigned castsAfterAutoCast = countCasts(module);
 
     // Fusion first as well, so that a parameter read through a cast chain

@@ -9,7 +9,7 @@
 // RUN: amp-opt %s --amp-auto-cast="level=O1 semantics=autocast" | FileCheck %s --check-prefixes=CHECK,F16
 // RUN: amp-opt %s --amp-auto-cast="level=O1 dtype=bf16" | FileCheck %s --check-prefixes=CHECK,BF16
 // RUN: amp-opt %s --amp-auto-cast="level=O2" | FileCheck %s --check-prefix=O2
-// RUN: amp-opt %s --amp-pipeline="level=O1" -o /dev/null
+// RUN: amp-opt %s --amp-pipeline="level=O1" | FileCheck %s --check-prefix=PIPELINE
 // RUN: amp-opt %s --amp-pipeline="level=O2" -o /dev/null
 // RUN: amp-opt %s --amp-pipeline="level=auto" -o /dev/null
 
@@ -47,10 +47,14 @@ func.func @allow_on_traced_f16(%a: tensor<4x4xf32> {jit.role = "input"}, %b: ten
 }
 
 // A round trip through f16 (simulating f16 storage) keeps both conversions:
-// the widening one reads its f16 operand exactly.
+// the widening one reads its f16 operand exactly (and in the pipeline becomes
+// the cast it is).
 // CHECK-LABEL: func.func @round_trip(
 // CHECK:         %[[H:.*]] = jit.convert %{{.*}} : tensor<4x4xf32> -> tensor<4x4xf16>
 // CHECK-NEXT:    jit.convert %[[H]] {{.*}}: tensor<4x4xf16> -> tensor<4x4xf32>
+// PIPELINE-LABEL: func.func @round_trip(
+// PIPELINE:         %[[H:.*]] = jit.convert %{{.*}} : tensor<4x4xf32> -> tensor<4x4xf16>
+// PIPELINE-NEXT:    amp.cast %[[H]] : tensor<4x4xf16> to tensor<4x4xf32>
 func.func @round_trip(%a: tensor<4x4xf32> {jit.role = "input"}) -> tensor<4x4xf32> {
   %h = jit.convert %a {jit.op_id = 0 : i64} : tensor<4x4xf32> -> tensor<4x4xf16>
   %w = jit.convert %h {jit.op_id = 1 : i64} : tensor<4x4xf16> -> tensor<4x4xf32>
@@ -64,4 +68,19 @@ func.func @round_trip(%a: tensor<4x4xf32> {jit.role = "input"}) -> tensor<4x4xf3
 func.func @f64_stays(%a: tensor<4x4xf64> {jit.role = "input"}) -> tensor<4x4xf64> {
   %e = jit.exp %a {jit.op_id = 0 : i64} : tensor<4x4xf64>
   return %e : tensor<4x4xf64>
+}
+
+// A trace widens an f16 batch to meet the fp32 weights (as eager autocast
+// lets them meet); the pipeline reads that exact widening as its own cast, so
+// the f16 matmul AMP decides reads the batch as it came.
+// PIPELINE-LABEL: func.func @f16_batch(
+// PIPELINE-SAME:    %[[X:.*]]: tensor<4x8xf16>
+// PIPELINE-NOT:     jit.convert
+// PIPELINE-NOT:     amp.cast %[[X]]
+// PIPELINE:         jit.matmul %[[X]], %{{.*}} : (tensor<4x8xf16>, tensor<8x8xf16>) -> tensor<4x8xf16>
+func.func @f16_batch(%x: tensor<4x8xf16> {jit.role = "input"}, %w: tensor<8x8xf32> {jit.role = "param"})
+    -> tensor<4x8xf32> {
+  %xw = jit.convert %x {jit.op_id = 0 : i64} : tensor<4x8xf16> -> tensor<4x8xf32>
+  %y = jit.matmul %xw, %w {jit.op_id = 1 : i64} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
 }
