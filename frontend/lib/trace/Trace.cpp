@@ -217,8 +217,24 @@ private:
     return {};
   }
 
+  /// A trace records with eager autocast off (its precision is its
+  /// options'), so a caller's autocast around an O0 step does nothing: said
+  /// once, where a PyTorch user expects torch.compile's behaviour.
+  void warnOfTheCallersAutocast() {
+    std::optional<DType> callers = amp::autocast::current_dtype();
+    if (!callers || options_.amp.level != amp::O0 || warnedCallersAutocast_)
+      return;
+    warnedCallersAutocast_ = true;
+    std::cerr << "ampjit: warning: jit::trace '" << options_.name << "' is traced inside jit::amp::autocast ("
+              << dtype_name(*callers)
+              << "), which a traced step does not see: it runs at its own AMP options, O0 (fp32). Pass "
+                 "TraceOptions::amp (e.g. {.level = jit::amp::O1, .dtype = jit::f16}), or open the autocast "
+                 "inside the traced function\n";
+  }
+
   std::unique_ptr<Variant> traceAndCompile(const std::vector<Tensor>& inputs, const TracedFunctionBase::Body& body,
                                            std::vector<TensorType> types, std::string key) {
+    warnOfTheCallersAutocast();
     auto session = std::make_shared<TraceSession>(options_.name, where_, options_.amp.level != amp::O0);
     session->begin();
     std::vector<Tensor> symbolicInputs;
@@ -534,6 +550,7 @@ private:
   Variant* last_ = nullptr;
   TraceStats stats_;
   bool warnedLimit_ = false;
+  bool warnedCallersAutocast_ = false;
   std::string empty_;
 };
 

@@ -905,6 +905,39 @@ TEST(Trace, PastTheVariantLimitCallsRunEagerlyWithAWarning) {
   EXPECT_EQ(stateOf(traced), stateOf(eager));
 }
 
+TEST(Trace, AnO0StepTracedInsideTheCallersAutocastSaysItDoesNotSeeIt) {
+  // torch.compile follows the caller's autocast; a trace records with
+  // autocast off and runs at its own options, so an O0 step under autocast
+  // is fp32 (bit for bit the eager fp32 step), and says so once.
+  Classifier traced SMALL_NET(), eager SMALL_NET();
+  auto step = trace([&](const Tensor& a, const Tensor& b) { return traced.step(a, b); }, {.backend = Backend::cpu});
+  ::testing::internal::CaptureStderr();
+  for (int64_t size : {4, 5}) {
+    auto [x, y] = batch(size, kIn, kClasses, uint64_t(size));
+    amp::autocast scope({.dtype = bf16});
+    EXPECT_EQ(step(x, y).item(), [&] {
+      amp::autocast off(false);
+      return eager.step(x, y).item();
+    }()) << "batch " << size;
+  }
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(step.stats().traces, 2u);
+  EXPECT_EQ(occurrences(log, "is traced inside jit::amp::autocast (bf16), which a traced step does not see"), 1u)
+      << log;
+  // With AMP options of its own the caller's autocast is no surprise.
+  Classifier amped SMALL_NET();
+  auto ampStep = trace([&](const Tensor& a, const Tensor& b) { return amped.step(a, b); },
+                       {.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cpu});
+  ::testing::internal::CaptureStderr();
+  {
+    auto [x, y] = batch(4, kIn, kClasses, 4);
+    amp::autocast scope({.dtype = f16});
+    ampStep(x, y);
+  }
+  log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(log.find("does not see"), std::string::npos) << log;
+}
+
 TEST(Trace, AnLrScheduleChangesTheLrTensorWithoutRetracing) {
   Classifier traced SMALL_NET(), eager SMALL_NET();
   optim::StepLR tracedSchedule(traced.opt, 1, 0.5), eagerSchedule(eager.opt, 1, 0.5);
