@@ -466,13 +466,14 @@ std::vector<Tensor> autograd::function(const std::string& name, const std::vecto
     throw Error("autograd::function: give it a name (grad_fn_name() and errors use it)");
   if (!forward || !backward)
     throw Error("autograd::function '" + name + "': forward and backward must both be given");
-  if (options.cast_inputs && *options.cast_inputs != f32 && *options.cast_inputs != f64)
-    throw Error("autograd::function '" + name + "': cast_inputs must be f32 or f64 (it keeps a function out of " +
-                "AMP's low precision), not " + std::string(dtype_name(*options.cast_inputs)));
-  // A traced step is always under AMP: its pass decides what autocast would.
+  if (options.cast_inputs && !is_floating_point(*options.cast_inputs))
+    throw Error("autograd::function '" + name + "': cast_inputs must be a floating-point type (f16, bf16, f32 or "
+                "f64), not " + std::string(dtype_name(*options.cast_inputs)));
+  // A traced step with AMP options stands for eager code under autocast: its
+  // pass decides what autocast would. At O0 it stands for code without.
   auto* session = detail::TraceSession::current();
-  bool tracing = session && session->active();
-  bool castsInputs = options.cast_inputs && (tracing || amp::autocast::is_enabled());
+  bool tracingUnderAmp = session && session->active() && session->ampDecidesPrecision();
+  bool castsInputs = options.cast_inputs && (tracingUnderAmp || amp::autocast::is_enabled());
   std::shared_ptr<const amp::autocast::State> forwardsAutocast = detail::currentAutocastState();
   std::vector<Tensor> detached;
   bool anyRequiresGrad = false;

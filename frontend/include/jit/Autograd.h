@@ -51,11 +51,13 @@ using BackwardFunction = std::function<std::vector<Tensor>(const FunctionContext
 /// custom_bwd decorators.
 struct FunctionOptions {
   /// custom_fwd(cast_inputs=...): where autocast is on (eagerly, and in every
-  /// traced step, whose AMP pass stands in for it), the floating-point inputs
-  /// are converted to this type (f32 or f64) and forward and backward run
-  /// with AMP off, as inside autocast(false): a function that needs fp32
-  /// keeps it at every level. FunctionContext::inputs holds the converted
-  /// inputs; the gradients backward returns go back to the inputs' types.
+  /// traced step with AMP options, whose pass stands in for it), the
+  /// floating-point inputs are converted to this type and forward and
+  /// backward run with AMP off, as inside autocast(false): a function that
+  /// needs fp32 keeps it at every level, one whose kernel takes only f16
+  /// gets f16 whatever the AMP type. FunctionContext::inputs holds the
+  /// converted inputs; the gradients backward returns go back to the inputs'
+  /// types.
   std::optional<DType> cast_inputs{};
   /// custom_bwd: backward runs under the autocast state forward ran under,
   /// so its matmuls lower as the forward's did. Without it backward runs

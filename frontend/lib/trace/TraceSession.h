@@ -147,6 +147,7 @@ public:
   void noteTrainingMode(const std::shared_ptr<const bool>& flag, std::string module);
 
   bool active() const { return active_; }
+  bool ampDecidesPrecision() const { return ampDecidesPrecision_; }
   /// Tensor::detach while recording: a concrete tensor (a parameter) is
   /// captured first, so the detached handle is the same traced value and
   /// reads the state live on every call. A handle of its own would be

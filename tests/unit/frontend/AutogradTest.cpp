@@ -285,9 +285,8 @@ TEST(Autograd, AFunctionsMistakesAreClearErrors) {
             std::string::npos)
       << message;
   auto passThrough = [](const autograd::FunctionContext& c) { return c.grad_outputs; };
-  message = errorOf([&] { autograd::function("Fp16", {x}, identity, passThrough, {.cast_inputs = f16}); });
-  EXPECT_NE(message.find("'Fp16': cast_inputs must be f32 or f64 (it keeps a function out of AMP's low precision), "
-                         "not f16"),
+  message = errorOf([&] { autograd::function("Indices", {x}, identity, passThrough, {.cast_inputs = i64}); });
+  EXPECT_NE(message.find("'Indices': cast_inputs must be a floating-point type (f16, bf16, f32 or f64), not i64"),
             std::string::npos)
       << message;
   message = errorOf([&] { autograd::function("", {x}, identity, {}); });
@@ -370,6 +369,42 @@ TEST(Autograd, AFunctionWithCastInputsRunsInFp32UnderAutocastOnly) {
   Tensor plain = custom(h.detach().requires_grad_());
   EXPECT_EQ(seen, std::vector<DType>{f16}) << "no autocast, no conversion";
   EXPECT_EQ(plain.dtype(), f16);
+}
+
+TEST(Autograd, AFunctionWithF16CastInputsRunsInF16UnderAnyAutocast) {
+  // custom_fwd(cast_inputs=torch.float16), a kernel that takes only f16:
+  // under a bf16 autocast the function still sees f16, and its gradients go
+  // back to the f32 inputs' type. Outside autocast nothing is converted.
+  Generator g(7);
+  Tensor h = randn({4, 6}, f32, &g).requires_grad_();
+  std::vector<DType> seen;
+  auto custom = [&](const Tensor& input) {
+    return autograd::function(
+        "F16Square", {input},
+        [&](const std::vector<Tensor>& in) {
+          seen.push_back(in[0].dtype());
+          return std::vector<Tensor>{in[0] * in[0]};
+        },
+        [](const autograd::FunctionContext& c) {
+          return std::vector<Tensor>{c.grad_outputs[0] * c.inputs[0] * 2.0};
+        },
+        {.cast_inputs = f16})[0];
+  };
+  Tensor out;
+  {
+    amp::autocast scope({.dtype = bf16});
+    out = custom(h);
+  }
+  ASSERT_EQ(seen, std::vector<DType>{f16});
+  EXPECT_EQ(out.dtype(), f16);
+  Tensor h16 = h.detach().to(f16);
+  EXPECT_EQ(out.to_vector(), (h16 * h16).to_vector());
+  sum(out).backward();
+  EXPECT_EQ(h.grad().dtype(), f32);
+  EXPECT_EQ(h.grad().to_vector(), (ones({4, 6}, f16) * h16 * 2.0).to(f32).to_vector());
+  seen.clear();
+  EXPECT_EQ(custom(h).dtype(), f32);
+  EXPECT_EQ(seen, std::vector<DType>{f32}) << "no autocast, no conversion";
 }
 
 TEST(Autograd, AFunctionWithAutocastBackwardRunsItsBackwardUnderTheForwardsAutocast) {

@@ -584,6 +584,31 @@ TEST(Trace, AFunctionWithCastInputsStaysFp32AtEveryLevelAndEqualsEagerAutocast) 
   }
 }
 
+TEST(Trace, AFunctionWithF16CastInputsRunsInF16AtEveryAmpLevelAndEqualsEagerAutocast) {
+  // custom_fwd(cast_inputs=torch.float16): the function's values are the
+  // user's f16 ones, in an AMP-off region, whatever the step's AMP type.
+  auto middle = [](const Tensor& h, const Tensor& mixing) {
+    return customMatmul(h, mixing, {.cast_inputs = f16});
+  };
+  expectCustomMiddleTracesAsEager(middle);
+  // Painted and at O2 in bf16: the function's matmul and its two gradient
+  // matmuls are f16, the layers' five bf16. At O0 (code without autocast)
+  // nothing is converted: all eight fp32.
+  for (auto [level, gemms] : {std::pair{amp::O1, "gemm bf16 x bf16"}, {amp::O2, "gemm bf16 x bf16"},
+                              {amp::O0, "gemm f32 x f32"}}) {
+    SCOPED_TRACE(amp::level_name(level));
+    CustomMiddleStep net(middle);
+    TraceOptions options{.backend = Backend::cpu};
+    if (level != amp::O0)
+      options.amp = {.level = level, .dtype = bf16};
+    auto step = trace([&](const Tensor& x, const Tensor& y) { return net(x, y); }, options);
+    auto [x, y] = batch(kBatch, kIn, kClasses, 4);
+    EXPECT_TRUE(std::isfinite(step(x, y).item()));
+    EXPECT_EQ(occurrences(step.plan_text(), "gemm f16 x f16"), level == amp::O0 ? 0u : 3u) << step.plan_text();
+    EXPECT_EQ(occurrences(step.plan_text(), gemms), level == amp::O0 ? 8u : 5u) << step.plan_text();
+  }
+}
+
 TEST(Trace, ADetachedParameterInsideTheStepReadsItsCurrentValueEveryCall) {
   // A penalty on the weights' detached values (a target the gradient does
   // not flow through): eagerly it reads the weights as each step finds them.
