@@ -219,6 +219,11 @@ struct AutocastOptions {
   /// A built-in policy ("default", "pytorch") or the path of a user policy
   /// YAML file (policies/README.md), as the compiler's `policy=` option takes.
   std::string policy = "default";
+  /// Op names (`jit.softmax`) added to the allow or deny list of a built-in
+  /// `policy`, as Paddle's auto_cast(custom_white_list, custom_black_list)
+  /// and Policy's lists of the same names.
+  std::vector<std::string> custom_allow{};
+  std::vector<std::string> custom_deny{};
 };
 
 /// While alive, ops on this thread run with PyTorch's autocast semantics

@@ -78,6 +78,46 @@ std::shared_ptr<const PolicyData> loadPolicy(const std::string& spec) {
   return unwrap(PolicyData::loadUserFile(spec, knownOps()));
 }
 
+std::string yamlList(const std::vector<std::string>& names) {
+  std::string text = "[";
+  for (size_t i = 0; i < names.size(); ++i)
+    text += (i ? ", " : "") + names[i];
+  return text + "]";
+}
+
+/// The user policy that custom lists make over the built-in `base`, or
+/// nullopt without lists. The checks both Policy and autocast make: no op in
+/// both lists, and a built-in base (a file holds its own lists).
+std::optional<std::string> customListsYaml(const std::string& base, const std::vector<std::string>& allow,
+                                           const std::vector<std::string>& deny) {
+  if (allow.empty() && deny.empty())
+    return std::nullopt;
+  for (const std::string& op : allow)
+    if (std::find(deny.begin(), deny.end(), op) != deny.end())
+      throw Error("AMP policy: '" + op + "' is in both custom_allow and custom_deny");
+  if (!isBuiltinName(base))
+    throw Error("AMP policy: custom_allow/custom_deny extend a built-in policy, but policy='" + base +
+                "' is a file: put the lists in that file (allow: add: / deny: add:)");
+  std::string text = "version: 1\nbase: " + base + "\n";
+  if (!allow.empty())
+    text += "allow:\n  add: " + yamlList(allow) + "\n";
+  if (!deny.empty())
+    text += "deny:\n  add: " + yamlList(deny) + "\n";
+  return text;
+}
+
+/// The policy custom lists make, parsed once per distinct text (an eager
+/// autocast scope opens every step).
+std::shared_ptr<const PolicyData> loadCustomLists(const std::string& yaml) {
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<const PolicyData>> cache;
+  std::lock_guard lock(mutex);
+  auto& slot = cache[yaml];
+  if (!slot)
+    slot = unwrap(PolicyData::parseUserPolicy(yaml, "<custom lists>", knownOps()));
+  return slot;
+}
+
 std::optional<LowPrecisionType> lowPrecisionTypeOf(DType dtype) {
   if (dtype == f16)
     return LowPrecisionType::F16;
@@ -141,7 +181,9 @@ autocast::autocast(AutocastOptions options) : previous_(gCurrent), previousDisab
   if (!lowType)
     throw Error("autocast: dtype must be f16 or bf16, got " + std::string(dtype_name(options.dtype)));
   // Load before changing anything, so a bad policy leaves the thread as it was.
-  auto state = std::make_shared<const State>(State{options.dtype, *lowType, loadPolicy(options.policy)});
+  std::optional<std::string> lists = customListsYaml(options.policy, options.custom_allow, options.custom_deny);
+  auto state = std::make_shared<const State>(
+      State{options.dtype, *lowType, lists ? loadCustomLists(*lists) : loadPolicy(options.policy)});
   gCurrent = std::move(state);
   detail::setAmpDisabledByUser(false);
 }
@@ -265,24 +307,10 @@ namespace {
   throw Error("AMP policy: " + std::string(level_name(level)) + " " + why);
 }
 
-std::string yamlList(const std::vector<std::string>& names) {
-  std::string text = "[";
-  for (size_t i = 0; i < names.size(); ++i)
-    text += (i ? ", " : "") + names[i];
-  return text + "]";
-}
-
 } // namespace
 
 std::optional<std::string> Policy::custom_policy_yaml() const {
-  if (custom_allow.empty() && custom_deny.empty())
-    return std::nullopt;
-  std::string text = "version: 1\nbase: " + policy + "\n";
-  if (!custom_allow.empty())
-    text += "allow:\n  add: " + yamlList(custom_allow) + "\n";
-  if (!custom_deny.empty())
-    text += "deny:\n  add: " + yamlList(custom_deny) + "\n";
-  return text;
+  return customListsYaml(policy, custom_allow, custom_deny);
 }
 
 Policy::Resolved Policy::resolve() const {
@@ -327,12 +355,6 @@ Policy::Resolved Policy::resolve() const {
     if (const double* scale = std::get_if<double>(&*loss_scale); scale && !(std::isfinite(*scale) && *scale > 0))
       throw Error("AMP policy: loss_scale must be positive and finite, got " + std::to_string(*scale));
   }
-  for (const std::string& op : custom_allow)
-    if (std::find(custom_deny.begin(), custom_deny.end(), op) != custom_deny.end())
-      throw Error("AMP policy: '" + op + "' is in both custom_allow and custom_deny");
-  if (lists && !isBuiltinName(policy))
-    throw Error("AMP policy: custom_allow/custom_deny extend a built-in policy, but policy='" + policy +
-                "' is a file: put the lists in that file (allow: add: / deny: add:)");
   // Load the policy now, so a bad file or an unknown op in the lists is an
   // error here, with its file:line, and not later inside the compiler.
   if (std::optional<std::string> yaml = custom_policy_yaml())

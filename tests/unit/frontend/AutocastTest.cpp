@@ -174,6 +174,42 @@ TEST(Autocast, UserPolicyMovesSoftmaxToAllow) {
   expectSameTensor(y, softmax(x.to(f16), 1), "softmax");
 }
 
+TEST(Autocast, CustomListsMoveOpsAsPaddlesWhiteAndBlackLists) {
+  // paddle.amp.auto_cast(custom_white_list={'softmax'}, custom_black_list={'matmul'}).
+  Generator g(3);
+  Tensor x = randn({2, 3}, f32, &g), w = randn({3, 3}, f32, &g);
+  {
+    amp::autocast scope({.custom_allow = {"jit.softmax"}, .custom_deny = {"jit.matmul"}});
+    Tensor y = softmax(x, 1);
+    Tensor product = matmul(x, w);
+    amp::autocast off(false);
+    expectSameTensor(y, softmax(x.to(f16), 1), "softmax");
+    expectSameTensor(product, matmul(x, w), "matmul");
+  }
+  {
+    amp::autocast scope({.dtype = bf16, .policy = "pytorch", .custom_allow = {"jit.softmax"}});
+    EXPECT_EQ(softmax(x, 1).dtype(), bf16);
+    EXPECT_EQ(matmul(x, w).dtype(), bf16);
+  }
+  amp::autocast plain(amp::AutocastOptions{});
+  EXPECT_EQ(softmax(x, 1).dtype(), f32);
+  EXPECT_EQ(matmul(x, w).dtype(), f16);
+}
+
+TEST(Autocast, BadCustomListsAreErrorsThatLeaveAutocastAsItWas) {
+  EXPECT_NE(errorOf([] { amp::autocast scope({.custom_allow = {"jit.softmx"}}); }).find("<custom lists>"),
+            std::string::npos);
+  EXPECT_NE(errorOf([] { amp::autocast scope({.custom_allow = {"jit.exp"}, .custom_deny = {"jit.exp"}}); })
+                .find("'jit.exp' is in both custom_allow and custom_deny"),
+            std::string::npos);
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = writeFile(scratch, "plain.yaml", "version: 1\n");
+  EXPECT_NE(errorOf([&] { amp::autocast scope({.policy = path, .custom_deny = {"jit.exp"}}); })
+                .find("put the lists in that file"),
+            std::string::npos);
+  EXPECT_FALSE(amp::autocast::is_enabled());
+}
+
 TEST(Autocast, BadPolicyFileIsAnErrorNamingFileAndLine) {
   ::ampjit::testing::TemporaryDirectory scratch;
   std::string path = writeFile(scratch, "bad.yaml", "version: 1\nallow:\n  add: [jit.softmx]\n");

@@ -361,6 +361,36 @@ TEST(Trace, AUsersOwnAutocastInsideTheTracedStepCompilesAtEveryLevel) {
   }
 }
 
+TEST(Trace, AUsersOwnAutocastWithCustomListsInsideTheTracedStepEqualsEager) {
+  // Paddle's auto_cast(custom_black_list=['matmul']) around the forward:
+  // the matmuls, and so their gradients, stay fp32, traced as eagerly.
+  auto listsStep = [](Classifier& net, const Tensor& x, const Tensor& y) {
+    net.opt.zero_grad();
+    Tensor loss;
+    {
+      amp::autocast scope({.custom_deny = {"jit.matmul"}});
+      loss = cross_entropy(net.model(x), y);
+    }
+    net.scaler.scale(loss).backward();
+    net.scaler.step(net.opt);
+    net.scaler.update();
+    return loss;
+  };
+  Classifier eager SMALL_NET(), traced SMALL_NET(), listless SMALL_NET();
+  auto step = trace([&](const Tensor& x, const Tensor& y) { return listsStep(traced, x, y); }, {.backend = Backend::cpu});
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 300 + i);
+    double expected = listsStep(eager, x, y).item();
+    EXPECT_EQ(step(x, y).item(), expected) << "step " << i;
+    if (i == 0) {
+      EXPECT_NE(eagerAutocastStep(listless, x, y).item(), expected) << "the list should change the loss";
+    }
+  }
+  EXPECT_EQ(stateOf(traced), stateOf(eager));
+  EXPECT_EQ(occurrences(step.plan_text(), "gemm f16"), 0u) << step.plan_text();
+  EXPECT_GE(occurrences(step.plan_text(), "gemm f32 x f32"), 5u) << step.plan_text();
+}
+
 TEST(Trace, ADenyOpOnTheUsersOwnF16ValueComputesInFp32AtEveryLevel) {
   // The user runs the loss's log-softmax on f16 logits of their own making
   // (`.to(f16)`) and widens the result for the loss. Eager autocast runs the
