@@ -166,24 +166,12 @@ TEST_F(CompiledStepOnGpu, AUsersOwnAutocastAndAnF16BatchTrackTheCpuAtO1AndO2) {
   // traced function, on f16 batches: the trace holds the user's f16 values
   // and their conversions before AMP decides anything, and the device runs
   // what the CPU runs.
-  auto userStep = [](Classifier& net, const Tensor& x, const Tensor& y) {
-    net.opt.zero_grad();
-    Tensor loss;
-    {
-      amp::autocast scope({.dtype = f16});
-      loss = cross_entropy(net.model(x), y);
-    }
-    net.scaler.scale(loss).backward();
-    net.scaler.step(net.opt);
-    net.scaler.update();
-    return loss;
-  };
   for (amp::Level level : {amp::O1, amp::O2}) {
     SCOPED_TRACE(amp::level_name(level));
     Classifier onCpu(kIn, kHidden, kClasses, 3), onGpu(kIn, kHidden, kClasses, 3);
     expectGpuLossesTrackTheCpu(
-        level, [&](const Tensor& x, const Tensor& y) { return userStep(onCpu, x, y); },
-        [&](const Tensor& x, const Tensor& y) { return userStep(onGpu, x, y); },
+        level, [&](const Tensor& x, const Tensor& y) { return onCpu.autocastStep(x, y); },
+        [&](const Tensor& x, const Tensor& y) { return onGpu.autocastStep(x, y); },
         [](uint64_t call) {
           auto [x, y] = batch(kBatch, kIn, kClasses, 60 + call);
           return std::pair{x.to(f16), y};

@@ -58,6 +58,21 @@ struct Classifier {
 
   Tensor step(const Tensor& x, const Tensor& y) { return scaledTrainStep(model, opt, scaler, x, y); }
 
+  /// The step as PyTorch users write it: autocast around the forward only,
+  /// the scaler and the update outside it.
+  Tensor autocastStep(const Tensor& x, const Tensor& y, amp::AutocastOptions autocast = {}) {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      amp::autocast scope(std::move(autocast));
+      loss = cross_entropy(model(x), y);
+    }
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+    return loss;
+  }
+
   Generator generator;
   nn::Sequential model;
   optim::SGD opt;

@@ -62,18 +62,7 @@ TEST(Trace, EagerAndTracedAgreeBitwiseAtO0) {
 }
 
 /// The classifier's step eagerly, forward under jit::amp::autocast (f16).
-Tensor eagerAutocastStep(Classifier& net, const Tensor& x, const Tensor& y) {
-  net.opt.zero_grad();
-  Tensor loss;
-  {
-    amp::autocast scope({.dtype = f16});
-    loss = cross_entropy(net.model(x), y);
-  }
-  net.scaler.scale(loss).backward();
-  net.scaler.step(net.opt);
-  net.scaler.update();
-  return loss;
-}
+Tensor eagerAutocastStep(Classifier& net, const Tensor& x, const Tensor& y) { return net.autocastStep(x, y); }
 
 TEST(Trace, AutocastSemanticsEqualEagerAutocastBitwise) {
   Classifier eager SMALL_NET(), traced SMALL_NET();
@@ -365,16 +354,7 @@ TEST(Trace, AUsersOwnAutocastWithCustomListsInsideTheTracedStepEqualsEager) {
   // Paddle's auto_cast(custom_black_list=['matmul']) around the forward:
   // the matmuls, and so their gradients, stay fp32, traced as eagerly.
   auto listsStep = [](Classifier& net, const Tensor& x, const Tensor& y) {
-    net.opt.zero_grad();
-    Tensor loss;
-    {
-      amp::autocast scope({.custom_deny = {"jit.matmul"}});
-      loss = cross_entropy(net.model(x), y);
-    }
-    net.scaler.scale(loss).backward();
-    net.scaler.step(net.opt);
-    net.scaler.update();
-    return loss;
+    return net.autocastStep(x, y, {.custom_deny = {"jit.matmul"}});
   };
   Classifier eager SMALL_NET(), traced SMALL_NET(), listless SMALL_NET();
   auto step = trace([&](const Tensor& x, const Tensor& y) { return listsStep(traced, x, y); }, {.backend = Backend::cpu});
