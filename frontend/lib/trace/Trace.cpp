@@ -152,6 +152,10 @@ public:
       warnedLimit_ = true;
       ++stats_.eager_calls;
       last_ = nullptr;
+      // What a variant takes, the eager call takes too (an f16 batch).
+      std::optional<WidenMixedOperandsScope> widenMixedOperands;
+      if (options_.amp.level != amp::O0)
+        widenMixedOperands.emplace();
       return body(inputs);
     }
     if (!variants_.empty()) {

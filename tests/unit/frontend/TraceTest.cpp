@@ -445,6 +445,18 @@ TEST(Trace, AnF16BatchMeetsTheFp32WeightsOfATracedAmpStepAsUnderEagerAutocast) {
     EXPECT_NE(step.plan_text().find("gemm f16 x f16 -> f16 (acc f32) A=%0 "), std::string::npos) << step.plan_text();
     EXPECT_EQ(occurrences(step.plan_text(), "x=%0 "), 0u) << step.plan_text();
   }
+  // Past the variant limit the call runs eagerly, and takes the f16 batch too.
+  {
+    Classifier net SMALL_NET();
+    auto step = trace([&](const Tensor& x, const Tensor& y) { return net.step(x, y); },
+                      {.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cpu, .max_variants = 1,
+                       .log_retraces = false});
+    for (int64_t size : {kBatch, kBatch / 2}) {
+      auto [x, y] = batch(size, kIn, kClasses, 90);
+      EXPECT_TRUE(std::isfinite(step(x.to(f16), y).item())) << "batch " << size;
+    }
+    EXPECT_EQ(step.stats().eager_calls, 1u);
+  }
   // At O0 nothing casts, as eagerly without autocast: the mix is an error
   // that names the op and both types.
   Classifier fp32 SMALL_NET();
