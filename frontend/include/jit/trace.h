@@ -14,7 +14,10 @@
 //   }, {.amp = {.level = jit::amp::O1, .dtype = jit::f16}});
 //   jit::Tensor loss = step(x, y);
 //
-// The first call runs the lambda on symbolic tensors with eager autocast off:
+// The first call runs the lambda on symbolic tensors with eager autocast off
+// (a caller's autocast is not seen: an O0 step traced inside one says so; an
+// autocast the lambda opens itself is recorded as its casts, and with AMP
+// options an f16 batch meets fp32 weights as under eager autocast):
 // every op (forward, the VJP rules of backward, the scaler, the optimizer) is
 // recorded into one function whose arguments are the inputs and every tensor
 // the step read (parameters, optimizer buffers, lr, scaler state: `jit.role`)
