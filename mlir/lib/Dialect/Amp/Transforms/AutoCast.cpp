@@ -29,9 +29,9 @@
 // cast) are not painted. An op on values the trace recorded in f16/bf16 (the
 // user's own x.half() or autocast inside the traced function) is decided per
 // op whatever the mode, as eager autocast decides it; f64 is never touched,
-// and a conversion is kept as written. An allow op the target cannot run in low precision
-// (policy min_target) is not a seed: like an op grappler does not process,
-// it stays fp32 and bounds the painting. Ops under a region attribute
+// and a conversion is kept as written. An allow op the target cannot run in
+// low precision (policy min_target) is not a seed: like an op grappler does
+// not process, it stays fp32 and bounds the painting. Ops under a region attribute
 // (amp.disabled, amp.force_type) are fixed and bound it too.
 //
 //===----------------------------------------------------------------------===//
