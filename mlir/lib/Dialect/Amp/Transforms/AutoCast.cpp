@@ -31,8 +31,8 @@
 // op whatever the mode, as eager autocast decides it; f64 is never touched,
 // and a conversion is kept as written. An allow op the target cannot run in
 // low precision (policy min_target) is not a seed: like an op grappler does
-// not process, it stays fp32 and bounds the painting. Ops under a region attribute
-// (amp.disabled, amp.force_type) are fixed and bound it too.
+// not process, it stays fp32 and bounds the painting. Ops under a region
+// attribute (amp.disabled, amp.force_type) are fixed and bound it too.
 //
 //===----------------------------------------------------------------------===//
 

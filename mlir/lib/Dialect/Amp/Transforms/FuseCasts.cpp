@@ -94,10 +94,6 @@ std::optional<LowPrecisionType> lowPrecisionTypeOf(Type element) {
   return std::nullopt;
 }
 
-/// A cast from `from` to `to` that loses nothing.
-bool isExactWidening(Type from, Type to) {
-  return from != to && isExactlyRepresentableIn(from, to);
-}
 
 /// The bytes a tensor of `type` occupies when its elements are `element`.
 int64_t bytesAs(Type type, Type element) {

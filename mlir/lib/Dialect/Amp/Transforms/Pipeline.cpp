@@ -42,9 +42,8 @@ void removeIdentityConversions(ModuleOp module) {
 /// painted matmul reads in f16 is read as it came, with no pass over it.
 void widenExactConversionsToCasts(ModuleOp module) {
   module.walk([](ampjit::ir::ConvertOp convert) {
-    Type from = getElementTypeOrSelf(convert.getInput().getType());
-    Type to = getElementTypeOrSelf(convert.getType());
-    if (from == to || !ampjit::ir::isExactlyRepresentableIn(from, to))
+    if (!ampjit::ir::isExactWidening(getElementTypeOrSelf(convert.getInput().getType()),
+                                     getElementTypeOrSelf(convert.getType())))
       return;
     OpBuilder builder(convert);
     auto cast = CastOp::create(builder, convert.getLoc(), convert.getType(), convert.getInput());

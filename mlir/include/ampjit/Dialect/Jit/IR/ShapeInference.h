@@ -48,6 +48,11 @@ bool isBroadcastableTo(llvm::ArrayRef<int64_t> from, llvm::ArrayRef<int64_t> to)
 /// in f32, all three in f64).
 bool isExactlyRepresentableIn(mlir::Type narrow, mlir::Type wide);
 
+/// A conversion from `from` to another type `to` that loses nothing.
+inline bool isExactWidening(mlir::Type from, mlir::Type to) {
+  return from != to && isExactlyRepresentableIn(from, to);
+}
+
 } // namespace ampjit::ir
 
 #endif // AMPJIT_DIALECT_JIT_IR_SHAPEINFERENCE_H
