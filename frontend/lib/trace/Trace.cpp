@@ -154,7 +154,7 @@ public:
       last_ = nullptr;
       // What a variant takes, the eager call takes too (an f16 batch).
       std::optional<WidenMixedOperandsScope> widenMixedOperands;
-      if (options_.amp.level != amp::O0)
+      if (ampDecidesPrecision())
         widenMixedOperands.emplace();
       return body(inputs);
     }
@@ -221,12 +221,16 @@ private:
     return {};
   }
 
+  /// Whether the options ask for AMP: the traced step then stands for eager
+  /// code under autocast (TraceSession, WidenMixedOperandsScope).
+  bool ampDecidesPrecision() const { return options_.amp.level != amp::O0; }
+
   /// A trace records with eager autocast off (its precision is its
   /// options'), so a caller's autocast around an O0 step does nothing: said
   /// once, where a PyTorch user expects torch.compile's behaviour.
   void warnOfTheCallersAutocast() {
     std::optional<DType> callers = amp::autocast::current_dtype();
-    if (!callers || options_.amp.level != amp::O0 || warnedCallersAutocast_)
+    if (!callers || ampDecidesPrecision() || warnedCallersAutocast_)
       return;
     warnedCallersAutocast_ = true;
     std::cerr << "ampjit: warning: jit::trace '" << options_.name << "' is traced inside jit::amp::autocast ("
@@ -239,7 +243,7 @@ private:
   std::unique_ptr<Variant> traceAndCompile(const std::vector<Tensor>& inputs, const TracedFunctionBase::Body& body,
                                            std::vector<TensorType> types, std::string key) {
     warnOfTheCallersAutocast();
-    auto session = std::make_shared<TraceSession>(options_.name, where_, options_.amp.level != amp::O0);
+    auto session = std::make_shared<TraceSession>(options_.name, where_, ampDecidesPrecision());
     session->begin();
     std::vector<Tensor> symbolicInputs;
     for (const Tensor& input : inputs)
