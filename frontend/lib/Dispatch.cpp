@@ -233,7 +233,8 @@ bool mixesCastableFloatTypes(const std::vector<Tensor>& operands) {
 }
 
 /// The op's result types; under a WidenMixedOperandsScope, an op the types
-/// of whose operands it refuses for mixing them gets them widened to f32.
+/// of whose operands it refuses for mixing them gets them widened to the
+/// widest of them (f32, since they mix).
 std::vector<TensorType> inferWideningMixedOperands(const OpDef& op, std::vector<Tensor>& operands,
                                                    const AttributeMap& attributes, const RequestedResult& requested) {
   if (!gWidenMixedOperands || gAmpDisabledByUser || gOutsideAutocast || currentAutocastState() ||
@@ -244,10 +245,11 @@ std::vector<TensorType> inferWideningMixedOperands(const OpDef& op, std::vector<
     // low-precision gradients) accept the mix as it is.
     return op.infer(op, operands, attributes, requested);
   } catch (const Error&) {
+    DType widest = *widestFloatOperandType(operands);
     for (Tensor& operand : operands)
-      if (operand.defined() && is_floating_point(operand.dtype()) && operand.dtype() != f32 &&
+      if (operand.defined() && is_floating_point(operand.dtype()) && operand.dtype() != widest &&
           !operand.impl().wrappedNumber)
-        operand = operand.to(f32);
+        operand = operand.to(widest);
     return op.infer(op, operands, attributes, requested);
   }
 }

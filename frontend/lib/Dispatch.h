@@ -386,6 +386,11 @@ private:
   bool previous_;
 };
 
+/// The widest floating-point type among `operands` (f16 with bf16 meets at
+/// f32); a wrapped number (x * 0.3) takes the others' unless it is all there
+/// is (PyTorch's type promotion). Null without floating operands.
+std::optional<DType> widestFloatOperandType(const std::vector<Tensor>& operands);
+
 /// The autocast state ops dispatched now run under (null where it is off).
 std::shared_ptr<const amp::autocast::State> currentAutocastState();
 

@@ -58,16 +58,23 @@ std::shared_ptr<const PolicyData> unwrap(ampjit::amp::PolicyOrError loaded) {
 /// YAML path (the same test as loadPolicy in AmpConfig.cpp, so a name that
 /// works in one works in the other). Built-ins are parsed once per process;
 /// a user file is read each time, since the user may edit it between runs.
+/// `parse()` the first time `key` is asked for, the same policy after: for
+/// what cannot change under a process (a built-in's name, custom lists'
+/// YAML text; the two never look alike). A failed parse is not kept.
+template <typename Parse>
+std::shared_ptr<const PolicyData> parsedOnce(const std::string& key, Parse parse) {
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<const PolicyData>> cache;
+  std::lock_guard lock(mutex);
+  auto& slot = cache[key];
+  if (!slot)
+    slot = unwrap(parse());
+  return slot;
+}
+
 std::shared_ptr<const PolicyData> loadPolicy(const std::string& spec) {
-  if (isBuiltinName(spec)) {
-    static std::mutex mutex;
-    static std::map<std::string, std::shared_ptr<const PolicyData>> cache;
-    std::lock_guard lock(mutex);
-    auto& slot = cache[spec];
-    if (!slot)
-      slot = unwrap(PolicyData::builtin(spec, knownOps()));
-    return slot;
-  }
+  if (isBuiltinName(spec))
+    return parsedOnce(spec, [&] { return PolicyData::builtin(spec, knownOps()); });
   if (!detail::policySpecIsFile(spec)) {
     std::string builtins;
     for (const std::string& name : PolicyData::builtinNames())
@@ -109,13 +116,7 @@ std::optional<std::string> customListsYaml(const std::string& base, const std::v
 /// The policy custom lists make, parsed once per distinct text (an eager
 /// autocast scope opens every step).
 std::shared_ptr<const PolicyData> loadCustomLists(const std::string& yaml) {
-  static std::mutex mutex;
-  static std::map<std::string, std::shared_ptr<const PolicyData>> cache;
-  std::lock_guard lock(mutex);
-  auto& slot = cache[yaml];
-  if (!slot)
-    slot = unwrap(PolicyData::parseUserPolicy(yaml, "<custom lists>", knownOps()));
-  return slot;
+  return parsedOnce(yaml, [&] { return PolicyData::parseUserPolicy(yaml, "<custom lists>", knownOps()); });
 }
 
 std::optional<LowPrecisionType> lowPrecisionTypeOf(DType dtype) {
@@ -210,6 +211,25 @@ ResumeAutocast::ResumeAutocast(std::shared_ptr<const amp::autocast::State> state
 }
 ResumeAutocast::~ResumeAutocast() { amp::gCurrent = std::move(previous_); }
 
+std::optional<DType> widestFloatOperandType(const std::vector<Tensor>& operands) {
+  bool anyTensor = std::any_of(operands.begin(), operands.end(), [](const Tensor& operand) {
+    return operand.defined() && is_floating_point(operand.dtype()) && !operand.impl().wrappedNumber;
+  });
+  std::optional<DType> widest;
+  for (const Tensor& operand : operands) {
+    if (!operand.defined() || !is_floating_point(operand.dtype()))
+      continue;
+    if (anyTensor && operand.impl().wrappedNumber)
+      continue;
+    DType dtype = operand.dtype();
+    if (!widest || amp::widthRank(dtype) > amp::widthRank(*widest))
+      widest = dtype;
+    else if (amp::widthRank(dtype) == 1 && amp::widthRank(*widest) == 1 && dtype != *widest)
+      widest = f32;
+  }
+  return widest;
+}
+
 std::vector<Tensor> autocastOperands(const OpDef& op, std::vector<Tensor> operands, const AttributeMap& attributes) {
   const auto* state = amp::gCurrent.get();
   // jit.convert is the cast autocast inserts, and a user's explicit
@@ -235,22 +255,8 @@ std::vector<Tensor> autocastOperands(const OpDef& op, std::vector<Tensor> operan
   } else if (category == ampjit::amp::Category::Deny) {
     target = f32;
   } else {
-    // infer, clear, promote: the widest floating operand type; a wrapped
-    // number (x * 0.3) takes the others' (PyTorch's type promotion).
-    bool anyTensor = std::any_of(operands.begin(), operands.end(), [](const Tensor& operand) {
-      return operand.defined() && is_floating_point(operand.dtype()) && !operand.impl().wrappedNumber;
-    });
-    for (const Tensor& operand : operands) {
-      if (!operand.defined() || !is_floating_point(operand.dtype()))
-        continue;
-      if (anyTensor && operand.impl().wrappedNumber)
-        continue;
-      DType dtype = operand.dtype();
-      if (!target || amp::widthRank(dtype) > amp::widthRank(*target))
-        target = dtype;
-      else if (amp::widthRank(dtype) == 1 && amp::widthRank(*target) == 1 && dtype != *target)
-        target = f32;
-    }
+    // infer, clear, promote: the widest floating operand type.
+    target = widestFloatOperandType(operands);
   }
   if (!target)
     return operands;
@@ -358,7 +364,7 @@ Policy::Resolved Policy::resolve() const {
   // Load the policy now, so a bad file or an unknown op in the lists is an
   // error here, with its file:line, and not later inside the compiler.
   if (std::optional<std::string> yaml = custom_policy_yaml())
-    unwrap(PolicyData::parseUserPolicy(*yaml, "<custom lists>", knownOps()));
+    loadCustomLists(*yaml);
   else if (level != O0)
     loadPolicy(policy);
 
