@@ -1204,7 +1204,7 @@ func.func @derived_from_on_operation(%x: tensor<4xf32>) -> tensor<4xf16> {
 // -----
 
 func.func @unknown_operation_attribute(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @below {{'jit.relu' op unknown attribute 'jit.opid'; the jit dialect defines 'jit.op_id', 'jit.vjp_of', 'jit.grad_of_leaf' and 'jit.wrapped_operands' on operations}}
+  // expected-error @below {{'jit.relu' op unknown attribute 'jit.opid'; the jit dialect defines 'jit.op_id', 'jit.vjp_of', 'jit.grad_of_leaf', 'jit.wrapped_operands' and 'jit.linear_bias' on operations}}
   %0 = jit.relu %x {jit.opid = 3 : i64} : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
@@ -1223,6 +1223,22 @@ func.func @wrapped_operand_not_a_number(%x: tensor<4xf32>, %c: tensor<f32>) -> t
   // expected-error @below {{'jit.mul' op 'jit.wrapped_operands' names operand 0, which is not a 0-d floating-point tensor}}
   %0 = jit.mul %x, %c {jit.wrapped_operands = array<i64: 0>} : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @linear_bias_not_a_flag(%y: tensor<4x3xf32>, %b: tensor<3xf32>) -> tensor<4x3xf32> {
+  // expected-error @below {{'jit.add' op 'jit.linear_bias' is a unit flag, but is true}}
+  %0 = jit.add %y, %b {jit.linear_bias = true} : (tensor<4x3xf32>, tensor<3xf32>) -> tensor<4x3xf32>
+  return %0 : tensor<4x3xf32>
+}
+
+// -----
+
+func.func @linear_bias_on_another_op(%y: tensor<4x3xf32>, %b: tensor<3xf32>) -> tensor<4x3xf32> {
+  // expected-error @below {{'jit.mul' op 'jit.linear_bias' marks the jit.add of a linear layer's bias, not another op}}
+  %0 = jit.mul %y, %b {jit.linear_bias} : (tensor<4x3xf32>, tensor<3xf32>) -> tensor<4x3xf32>
+  return %0 : tensor<4x3xf32>
 }
 
 // -----

@@ -9,13 +9,15 @@
 //   * `jit.derived_from = i` on a state argument names another state argument
 //     of the same shape (O2's low-precision parameter copy of an fp32 master);
 //   * `jit.op_id` / `jit.vjp_of` on ops are non-negative integers;
-//   * `jit.grad_of_leaf` (a unit flag) marks an op summing a leaf's gradients.
+//   * `jit.grad_of_leaf` (a unit flag) marks an op summing a leaf's gradients;
+//   * `jit.linear_bias` (a unit flag) marks only a jit.add.
 //
 //===----------------------------------------------------------------------===//
 
 #include "ampjit/Dialect/Jit/IR/StateModel.h"
 
 #include "ampjit/Dialect/Jit/IR/JitDialect.h"
+#include "ampjit/Dialect/Jit/IR/JitOps.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Location.h"
@@ -211,6 +213,13 @@ LogicalResult JitDialect::verifyOperationAttribute(Operation *op, NamedAttribute
       return op->emitOpError() << "'" << name << "' is a unit flag, but is " << attr.getValue();
     return success();
   }
+  if (name == kLinearBiasAttrName) {
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitOpError() << "'" << name << "' is a unit flag, but is " << attr.getValue();
+    if (!isa<AddOp>(op))
+      return op->emitOpError() << "'" << name << "' marks the jit.add of a linear layer's bias, not another op";
+    return success();
+  }
   if (name == kWrappedOperandsAttrName) {
     auto positions = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
     if (!positions)
@@ -233,7 +242,8 @@ LogicalResult JitDialect::verifyOperationAttribute(Operation *op, NamedAttribute
                              << ", not on an operation";
   return op->emitOpError() << "unknown attribute '" << name << "'; the jit dialect defines '"
                            << kOpIdAttrName << "', '" << kVjpOfAttrName << "', '" << kGradOfLeafAttrName
-                           << "' and '" << kWrappedOperandsAttrName << "' on operations";
+                           << "', '" << kWrappedOperandsAttrName << "' and '" << kLinearBiasAttrName
+                           << "' on operations";
 }
 
 } // namespace ampjit::ir

@@ -58,6 +58,10 @@ def Jit_Dialect : Dialect {
     /// Operand positions holding a C++ number the frontend wrapped (`x * 0.3`):
     /// 0-d floats that take the other operands' type and never decide the op's.
     static constexpr ::llvm::StringLiteral kWrappedOperandsAttrName = "jit.wrapped_operands";
+    /// A unit flag on the jit.add that adds a linear layer's bias to its
+    /// product (operand 0): PyTorch's linear/addmm is one op under autocast,
+    /// so the add runs in the product's type, not the widest of the two.
+    static constexpr ::llvm::StringLiteral kLinearBiasAttrName = "jit.linear_bias";
   }];
 }
 
