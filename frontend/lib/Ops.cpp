@@ -118,6 +118,24 @@ Tensor matmul(const Tensor& lhs, const Tensor& rhs, MatmulOptions options) {
   return apply1(ops::matmul, {lhs, rhs}, std::move(attributes));
 }
 
+Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
+  if (!input.defined() || !weight.defined())
+    throw Error("jit::linear: operands 'input' and 'weight' must be defined tensors");
+  if (weight.dim() != 2 || input.dim() < 1 || input.size(-1) != weight.size(1))
+    throw Error("jit::linear: operand 'input' " + detail::describe(input) + " and operand 'weight' " +
+                detail::describe(weight) + " do not make input @ weight^T: the weight must be [out, in] with " +
+                "'in' the input's last dimension");
+  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != weight.size(0)))
+    throw Error("jit::linear: operand 'bias' " + detail::describe(bias) + " must be a vector of the weight's " +
+                std::to_string(weight.size(0)) + " output features");
+  // jit.matmul needs rank >= 2: a vector is a one-row matrix, as in torch.
+  Tensor rows = input.dim() == 1 ? reshape(input, {1, input.size(0)}) : input;
+  Tensor y = matmul(rows, weight, {.transpose_rhs = true});
+  if (bias.defined())
+    y = apply1(ops::add, {y, bias}, {{"jit.linear_bias", true}});
+  return input.dim() == 1 ? reshape(y, {weight.size(0)}) : y;
+}
+
 // --- reductions -------------------------------------------------------------------------
 Tensor sum(const Tensor& input) { return reduction(ops::sum, input, allAxes(input), false); }
 Tensor mean(const Tensor& input) { return reduction(ops::mean, input, allAxes(input), false); }

@@ -72,6 +72,12 @@ struct MatmulOptions {
 };
 /// op(lhs) @ op(rhs), rank >= 2, batch dimensions broadcast (jit.matmul).
 Tensor matmul(const Tensor& lhs, const Tensor& rhs, MatmulOptions options = {});
+/// PyTorch's F.linear: input [..., in] @ weight^T with weight [out, in], plus
+/// an optional bias [out]. As torch's linear/addmm it is one op under
+/// autocast: the bias is added in the product's type (f16 under f16
+/// autocast), where a user's own `matmul(x, w) + b` promotes to f32
+/// (the add carries `jit.linear_bias`, which a traced step's AMP pass reads).
+Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias = {});
 
 // --- reductions (jit.sum, jit.mean, jit.max) -------------------------------------
 /// Over every axis, to a rank-0 tensor.

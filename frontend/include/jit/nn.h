@@ -173,7 +173,8 @@ struct InitOptions {
 /// y = x W^T + b with W [out_features, in_features] (torch.nn.Linear's layout),
 /// W and b uniform in [-1/sqrt(in), 1/sqrt(in)] (PyTorch's default init:
 /// kaiming_uniform_ with a = sqrt(5) gives exactly that bound), weight drawn
-/// first, row-major.
+/// first, row-major. forward is jit::linear: under autocast the bias is added
+/// in the product's type, so the layer returns f16 as torch's does.
 class Linear : public Module {
 public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true, InitOptions options = {});

@@ -254,6 +254,12 @@ std::vector<Tensor> autocastOperands(const OpDef& op, std::vector<Tensor> operan
     target = state->dtype;
   } else if (category == ampjit::amp::Category::Deny) {
     target = f32;
+  } else if (attributes.count("jit.linear_bias") && castable(operands[0]) &&
+             std::none_of(operands.begin(), operands.end(), [](const Tensor& t) { return t.defined() && t.dtype() == f64; })) {
+    // jit::linear's bias: torch's linear is one autocast op, so the bias
+    // joins its product's type rather than widening the result to f32
+    // (an f64 bias is the user's choice and promotes as usual).
+    target = operands[0].dtype();
   } else {
     // infer, clear, promote: the widest floating operand type.
     target = widestFloatOperandType(operands);

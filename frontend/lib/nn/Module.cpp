@@ -180,12 +180,7 @@ Tensor Linear::forward(const Tensor& input) {
                 std::string(dtype_name(input.dtype())) + "[" + shape + "] must have last dimension " +
                 std::to_string(inFeatures_));
   }
-  // jit.matmul needs rank >= 2: a vector is a one-row matrix, as in torch.
-  Tensor x = input.dim() == 1 ? reshape(input, {1, inFeatures_}) : input;
-  Tensor y = matmul(x, weight, {.transpose_rhs = true});
-  if (bias.defined())
-    y = y + bias;
-  return input.dim() == 1 ? reshape(y, {outFeatures_}) : y;
+  return linear(input, weight, bias);
 }
 
 LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine, InitOptions options)

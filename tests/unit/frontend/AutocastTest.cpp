@@ -143,6 +143,68 @@ TEST(Autocast, ALinearOverTokensGetsItsWeightGradientFromOneFp32AccumulatedGemm)
     }
 }
 
+TEST(Autocast, ALinearLayerAddsItsBiasInItsProductsTypeAsTorchsLinear) {
+  // torch's linear (addmm) is one op under autocast: a biased nn.Linear
+  // returns f16. A user's own matmul + b promotes to f32, as in torch.
+  for (DType low : {f16, bf16}) {
+    SCOPED_TRACE(std::string(dtype_name(low)));
+    Generator generator(23);
+    Tensor x = randn({4, 8}, f32, &generator), single = randn({8}, f32, &generator);
+    nn::Linear layer(8, 3);
+    Tensor expected = matmul(x.to(low), layer.weight.to(low), {.transpose_rhs = true}) + layer.bias.to(low);
+    Tensor actual, ownAdd, vector;
+    {
+      amp::autocast scope({.dtype = low});
+      actual = layer(x);
+      ownAdd = matmul(x, layer.weight, {.transpose_rhs = true}) + layer.bias;
+      vector = linear(single, layer.weight, layer.bias);
+    }
+    expectSameTensor(actual, expected, "linear");
+    EXPECT_EQ(ownAdd.dtype(), f32);
+    EXPECT_EQ(vector.dtype(), low);
+    EXPECT_EQ(vector.shape(), (Shape{3}));
+  }
+}
+
+TEST(Autocast, ALinearLayersBiasGradientComesFromItsLowPrecisionOutputGradient) {
+  // As torch: the bias gradient is the batch sum of the f16 output gradient,
+  // widened to the f32 parameter; the same bits as the hand-cast layer.
+  Generator generator(24);
+  Tensor x = randn({6, 5}, f32, &generator), dy = randn({6, 4}, f32, &generator);
+  nn::Linear layer(5, 4);
+  {
+    amp::autocast scope;
+    sum(layer(x) * dy.to(f16)).backward();
+  }
+  Tensor w = layer.weight.detach().requires_grad_(), b = layer.bias.detach().requires_grad_();
+  sum((matmul(x.to(f16), w.to(f16), {.transpose_rhs = true}) + b.to(f16)) * dy.to(f16)).backward();
+  ASSERT_EQ(layer.bias.grad().dtype(), f32);
+  expectSameTensor(layer.bias.grad(), b.grad(), "bias gradient");
+  expectSameTensor(layer.weight.grad(), w.grad(), "weight gradient");
+}
+
+TEST(Autocast, ALinearWhoseMatmulIsDeniedAddsItsBiasInFp32) {
+  // The bias follows the product, whatever decided the product's type.
+  Generator generator(25);
+  Tensor x = randn({2, 3}, f32, &generator);
+  nn::Linear layer(3, 2);
+  amp::autocast scope({.custom_deny = {"jit.matmul"}});
+  EXPECT_EQ(layer(x).dtype(), f32);
+  // And an f64 layer is the user's precision: autocast leaves it alone.
+  nn::Linear wide(3, 2, true, {.dtype = f64});
+  EXPECT_EQ(wide(x.to(f64)).dtype(), f64);
+}
+
+TEST(Autocast, LinearRefusesAWeightThatIsNotOutByIn) {
+  Tensor x = zeros({2, 3}), w = zeros({3, 4}), b = zeros({3});
+  EXPECT_NE(errorOf([&] { linear(x, w, b); }).find("jit::linear: operand 'input' f32[2x3] and operand 'weight' f32[3x4]"),
+            std::string::npos)
+      << errorOf([&] { linear(x, w, b); });
+  EXPECT_NE(errorOf([&] { linear(x, zeros({4, 3}), b); }).find("operand 'bias' f32[3] must be a vector of the weight's 4"),
+            std::string::npos)
+      << errorOf([&] { linear(x, zeros({4, 3}), b); });
+}
+
 TEST(Autocast, BackwardCalledInsideAScopeRunsWithoutAutocast) {
   // The VJP of a f32 softmax under f16 autocast would otherwise be cast.
   Tensor x = tensor({0.5, -1.0, 2.0}, {1, 3});
