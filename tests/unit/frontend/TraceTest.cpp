@@ -74,6 +74,11 @@ TEST(Trace, AutocastSemanticsEqualEagerAutocastBitwise) {
     EXPECT_EQ(step(x, y).item(), expected.item()) << "step " << i;
   }
   EXPECT_EQ(stateOf(traced), stateOf(eager));
+  // Each Linear's bias add ran in f16 as eager autocast (torch's linear)
+  // runs it, and the report says why.
+  EXPECT_NE(step.amp_report().find("a linear layer's bias add (jit.linear_bias) runs in its product's type (f16)"),
+            std::string::npos)
+      << step.amp_report();
 }
 
 TEST(Trace, MindSporesAutoLevelEqualsEagerAutocastBitwiseWhateverTheSemantics) {
@@ -342,10 +347,15 @@ TEST(Trace, AUsersOwnAutocastInsideTheTracedStepCompilesAtEveryLevel) {
     }
     EXPECT_EQ(step.stats().traces, 1u);
     EXPECT_EQ(step.stats().eager_calls, 0u);
-    EXPECT_EQ(traced.scaler.skipped_steps(), eager.scaler.skipped_steps());
     EXPECT_GE(traced.scaler.skipped_steps(), 1);
     if (c.bitwise) {
+      EXPECT_EQ(traced.scaler.skipped_steps(), eager.scaler.skipped_steps());
       EXPECT_EQ(stateOf(traced), stateOf(eager));
+    } else {
+      // Painting and O2 sum the bias gradients in fp32 where eager autocast
+      // (torch's linear) sums them in f16, which overflows for longer: the
+      // eager step may skip more steps, never fewer.
+      EXPECT_GE(eager.scaler.skipped_steps(), traced.scaler.skipped_steps());
     }
   }
 }

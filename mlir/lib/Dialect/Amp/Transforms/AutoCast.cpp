@@ -674,6 +674,9 @@ private:
       }
     }
 
+    if (promote && (config.level == AmpLevel::O1 || config.level == AmpLevel::Auto) && decideLinearBias(node))
+      return;
+
     bool lowersEverything = config.level == AmpLevel::O2 || config.level == AmpLevel::O3;
     if (lowersEverything && wantsLow && !modelComputation.contains(node.op)) {
       decidePromote(node);
@@ -687,6 +690,29 @@ private:
     if (wantsLow && !targetRunsInLowPrecision(node))
       return markUnsupported(node);
     node.computeType = wantsLow ? Type(low) : Type(f32);
+  }
+
+  /// jit::linear's bias add (jit.linear_bias) runs in its product's type, as
+  /// eager autocast runs it: torch's linear is one allow op, bias included,
+  /// where a user's own `matmul + b` promotes. Its product (operand 0) comes
+  /// earlier and has its final type. An f64 operand promotes as usual.
+  bool decideLinearBias(Node &node) {
+    if (!node.op->hasAttr(ampjit::ir::JitDialect::kLinearBiasAttrName) || node.op->getNumOperands() == 0)
+      return false;
+    bool anyF64 = llvm::any_of(node.op->getOperands(), [](Value v) {
+      return isFloatTensor(v.getType()) && cast<RankedTensorType>(v.getType()).getElementType().isF64();
+    });
+    Value product = node.op->getOperand(0);
+    if (anyF64 || !isFloatTensor(product.getType()))
+      return false;
+    node.computeType = cast<RankedTensorType>(product.getType()).getElementType();
+    node.reason = DecisionReason::Inferred;
+    node.source = product.getDefiningOp();
+    node.detail = "a linear layer's bias add (jit.linear_bias) runs in its product's type (" +
+                  typeName(node.computeType) + "), as torch's linear under autocast";
+    if (node.source)
+      node.detail += ", " + describeOp(node.source);
+    return true;
   }
 
   void markUnsupported(Node &node) {

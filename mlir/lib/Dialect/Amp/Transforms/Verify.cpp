@@ -8,8 +8,11 @@
 //     O3 runs everything in low precision, and an op in a user's
 //     amp.force_type region (or amp.disabled region, where AMP does not
 //     decide), one marked amp.outside_autocast (run in its operands'
-//     types under semantics=autocast, as eagerly), and a jit.convert (which
-//     reads its operand exactly), are exempt;
+//     types under semantics=autocast, as eagerly), a jit.convert (which
+//     reads its operand exactly), and, at O1 and auto, a backward op
+//     (jit.vjp_of) computing in the type its forward op computes in (the
+//     pass's backward rule, PyTorch's autograd: the f16 bias gradient sum of
+//     torch's linear), are exempt;
 //   * an op the policy marks always_fp32 (scaler and optimizer arithmetic)
 //     computing in low precision, at any level;
 //   * an amp.cast that is dead, an identity, foldable into the cast it reads
@@ -111,11 +114,40 @@ public:
 private:
   /// The fp32 parameter argument `value` is, if it is one.
   std::optional<unsigned> fp32ParameterIndex(Value value) const;
+  /// The op a backward op (`jit.vjp_of`) differentiates, in the same
+  /// function; null where there is none.
+  Operation *forwardOf(Operation *op);
+  /// Whether `op` is a backward op computing in `computeType` because its
+  /// forward op does, at a level where the pass gives backward ops their
+  /// forward op's type.
+  bool followsItsForwardOp(Operation *op, FloatType computeType);
 
   AmpLevel level;
   const Policy &policy;
   llvm::DenseMap<std::pair<Value, Type>, CastOp> firstCastOf;
+  llvm::DenseMap<Operation *, llvm::DenseMap<int64_t, Operation *>> forwardOpsByFunction;
 };
+
+Operation *AmpVerifier::forwardOf(Operation *op) {
+  auto vjpOf = op->getAttrOfType<IntegerAttr>(ampjit::ir::JitDialect::kVjpOfAttrName);
+  auto function = op->getParentOfType<FunctionOpInterface>();
+  if (!vjpOf || !function)
+    return nullptr;
+  auto [entry, inserted] = forwardOpsByFunction.try_emplace(function.getOperation());
+  if (inserted)
+    function->walk([&](Operation *candidate) {
+      if (auto id = candidate->getAttrOfType<IntegerAttr>(ampjit::ir::JitDialect::kOpIdAttrName))
+        entry->second.try_emplace(id.getInt(), candidate);
+    });
+  return entry->second.lookup(vjpOf.getInt());
+}
+
+bool AmpVerifier::followsItsForwardOp(Operation *op, FloatType computeType) {
+  if (level != AmpLevel::O1 && level != AmpLevel::Auto)
+    return false;
+  Operation *forward = forwardOf(op);
+  return forward && lowPrecisionComputeType(forward) == computeType;
+}
 
 LogicalResult AmpVerifier::verifyPrecision(Operation *op) {
   const OpRule *rule = policy.find(op->getName().getStringRef());
@@ -136,8 +168,10 @@ LogicalResult AmpVerifier::verifyPrecision(Operation *op) {
   // under semantics=autocast, whatever its list says.
   // A conversion reads its operand exactly and rounds once to its result
   // type: a low-precision operand (the user's x.half().float()) loses nothing.
+  // A backward op deciding op by op took its forward op's type, as autograd
+  // runs it: the f16 bias gradient of torch's linear is an f16 sum.
   if (!denyMeansFp32 || forcedComputeType(op) || isAmpDisabled(op) || isOutsideAutocast(op) ||
-      isa<ampjit::ir::ConvertOp>(op))
+      isa<ampjit::ir::ConvertOp>(op) || followsItsForwardOp(op, *computeType))
     return success();
   const ampjit::amp::AttributeCondition *condition = nullptr;
   Category category = rule->resolve(lowType, attributeLookupFor(op), &condition);
