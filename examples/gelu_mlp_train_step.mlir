@@ -11,13 +11,13 @@
 module {
   func.func @gelu_mlp_train_step(%arg0: tensor<16x32xf32> {jit.role = "input"}, %arg1: tensor<16xi64> {jit.role = "input"}, %arg2: tensor<64x32xf32> {jit.role = "param"}, %arg3: tensor<64xf32> {jit.role = "param"}, %arg4: tensor<64x64xf32> {jit.role = "param"}, %arg5: tensor<64xf32> {jit.role = "param"}, %arg6: tensor<8x64xf32> {jit.role = "param"}, %arg7: tensor<8xf32> {jit.role = "param"}, %arg8: tensor<64x32xf32> {jit.role = "opt_state"}, %arg9: tensor<64xf32> {jit.role = "opt_state"}, %arg10: tensor<64x64xf32> {jit.role = "opt_state"}, %arg11: tensor<64xf32> {jit.role = "opt_state"}, %arg12: tensor<8x64xf32> {jit.role = "opt_state"}, %arg13: tensor<8xf32> {jit.role = "opt_state"}, %arg14: tensor<f32> {jit.role = "hyper"}, %arg15: tensor<f32> {jit.role = "scaler_state"}, %arg16: tensor<i64> {jit.role = "scaler_state"}, %arg17: tensor<i64> {jit.role = "scaler_state"}, %arg18: tensor<i64> {jit.role = "scaler_state"}) -> (tensor<f32>, tensor<64x32xf32> {jit.tied = 2 : i64}, tensor<64xf32> {jit.tied = 3 : i64}, tensor<64x64xf32> {jit.tied = 4 : i64}, tensor<64xf32> {jit.tied = 5 : i64}, tensor<8x64xf32> {jit.tied = 6 : i64}, tensor<8xf32> {jit.tied = 7 : i64}, tensor<64x32xf32> {jit.tied = 8 : i64}, tensor<64xf32> {jit.tied = 9 : i64}, tensor<64x64xf32> {jit.tied = 10 : i64}, tensor<64xf32> {jit.tied = 11 : i64}, tensor<8x64xf32> {jit.tied = 12 : i64}, tensor<8xf32> {jit.tied = 13 : i64}, tensor<f32> {jit.tied = 15 : i64}, tensor<i64> {jit.tied = 16 : i64}, tensor<i64> {jit.tied = 17 : i64}, tensor<i64> {jit.tied = 18 : i64}) {
     %0 = jit.matmul %arg0, %arg2 {jit.op_id = 0 : i64, transpose_rhs} : (tensor<16x32xf32>, tensor<64x32xf32>) -> tensor<16x64xf32>
-    %1 = jit.add %0, %arg3 {jit.op_id = 1 : i64} : (tensor<16x64xf32>, tensor<64xf32>) -> tensor<16x64xf32>
+    %1 = jit.add %0, %arg3 {jit.linear_bias, jit.op_id = 1 : i64} : (tensor<16x64xf32>, tensor<64xf32>) -> tensor<16x64xf32>
     %2 = jit.gelu %1 approximate = tanh {jit.op_id = 2 : i64} : tensor<16x64xf32>
     %3 = jit.matmul %2, %arg4 {jit.op_id = 3 : i64, transpose_rhs} : (tensor<16x64xf32>, tensor<64x64xf32>) -> tensor<16x64xf32>
-    %4 = jit.add %3, %arg5 {jit.op_id = 4 : i64} : (tensor<16x64xf32>, tensor<64xf32>) -> tensor<16x64xf32>
+    %4 = jit.add %3, %arg5 {jit.linear_bias, jit.op_id = 4 : i64} : (tensor<16x64xf32>, tensor<64xf32>) -> tensor<16x64xf32>
     %5 = jit.gelu %4 approximate = tanh {jit.op_id = 5 : i64} : tensor<16x64xf32>
     %6 = jit.matmul %5, %arg6 {jit.op_id = 6 : i64, transpose_rhs} : (tensor<16x64xf32>, tensor<8x64xf32>) -> tensor<16x8xf32>
-    %7 = jit.add %6, %arg7 {jit.op_id = 7 : i64} : (tensor<16x8xf32>, tensor<8xf32>) -> tensor<16x8xf32>
+    %7 = jit.add %6, %arg7 {jit.linear_bias, jit.op_id = 7 : i64} : (tensor<16x8xf32>, tensor<8xf32>) -> tensor<16x8xf32>
     %8 = jit.cross_entropy %7, %arg1 reduction = mean {jit.op_id = 8 : i64} : (tensor<16x8xf32>, tensor<16xi64>) -> tensor<f32>
     %9 = amp.scale_loss %8, %arg15 {jit.op_id = 9 : i64} : tensor<f32>
     %10 = jit.constant dense<1.000000e+00> : tensor<f32>

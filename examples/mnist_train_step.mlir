@@ -41,15 +41,15 @@ func.func @train_step(
   // Forward: three Linear layers (weights in PyTorch's [out, in] layout).
   %h1 = jit.matmul %x, %w1 {transpose_rhs, jit.op_id = 0 : i64}
       : (tensor<64x784xf32>, tensor<512x784xf32>) -> tensor<64x512xf32>
-  %a1 = jit.add %h1, %b1 {jit.op_id = 1 : i64} : (tensor<64x512xf32>, tensor<512xf32>) -> tensor<64x512xf32>
+  %a1 = jit.add %h1, %b1 {jit.linear_bias, jit.op_id = 1 : i64} : (tensor<64x512xf32>, tensor<512xf32>) -> tensor<64x512xf32>
   %r1 = jit.relu %a1 {jit.op_id = 2 : i64} : tensor<64x512xf32>
   %h2 = jit.matmul %r1, %w2 {transpose_rhs, jit.op_id = 3 : i64}
       : (tensor<64x512xf32>, tensor<512x512xf32>) -> tensor<64x512xf32>
-  %a2 = jit.add %h2, %b2 {jit.op_id = 4 : i64} : (tensor<64x512xf32>, tensor<512xf32>) -> tensor<64x512xf32>
+  %a2 = jit.add %h2, %b2 {jit.linear_bias, jit.op_id = 4 : i64} : (tensor<64x512xf32>, tensor<512xf32>) -> tensor<64x512xf32>
   %r2 = jit.relu %a2 {jit.op_id = 5 : i64} : tensor<64x512xf32>
   %h3 = jit.matmul %r2, %w3 {transpose_rhs, jit.op_id = 6 : i64}
       : (tensor<64x512xf32>, tensor<10x512xf32>) -> tensor<64x10xf32>
-  %logits = jit.add %h3, %b3 {jit.op_id = 7 : i64} : (tensor<64x10xf32>, tensor<10xf32>) -> tensor<64x10xf32>
+  %logits = jit.add %h3, %b3 {jit.linear_bias, jit.op_id = 7 : i64} : (tensor<64x10xf32>, tensor<10xf32>) -> tensor<64x10xf32>
   %loss = jit.cross_entropy %logits, %labels reduction = mean {jit.op_id = 8 : i64}
       : (tensor<64x10xf32>, tensor<64xi64>) -> tensor<f32>
 

@@ -21,14 +21,14 @@
 // O1-NEXT: %[[V5:.*]] = amp.cast %arg5 : tensor<512xf32> to tensor<512xf16>
 // O1-NEXT: %[[V6:.*]] = amp.cast %arg6 : tensor<10x512xf32> to tensor<10x512xf16>
 // O1-NEXT: %[[V7:.*]] = jit.matmul %[[V1]], %[[V2]] {jit.op_id = 0 : i64, transpose_rhs} : (tensor<64x784xf16>, tensor<512x784xf16>) -> tensor<64x512xf16>
-// O1-NEXT: %[[V8:.*]] = jit.add %[[V7]], %[[V3]] {jit.op_id = 1 : i64} : (tensor<64x512xf16>, tensor<512xf16>) -> tensor<64x512xf16>
+// O1-NEXT: %[[V8:.*]] = jit.add %[[V7]], %[[V3]] {jit.linear_bias, jit.op_id = 1 : i64} : (tensor<64x512xf16>, tensor<512xf16>) -> tensor<64x512xf16>
 // O1-NEXT: %[[V9:.*]] = jit.relu %[[V8]] {jit.op_id = 2 : i64} : tensor<64x512xf16>
 // O1-NEXT: %[[V10:.*]] = jit.matmul %[[V9]], %[[V4]] {jit.op_id = 3 : i64, transpose_rhs} : (tensor<64x512xf16>, tensor<512x512xf16>) -> tensor<64x512xf16>
-// O1-NEXT: %[[V11:.*]] = jit.add %[[V10]], %[[V5]] {jit.op_id = 4 : i64} : (tensor<64x512xf16>, tensor<512xf16>) -> tensor<64x512xf16>
+// O1-NEXT: %[[V11:.*]] = jit.add %[[V10]], %[[V5]] {jit.linear_bias, jit.op_id = 4 : i64} : (tensor<64x512xf16>, tensor<512xf16>) -> tensor<64x512xf16>
 // O1-NEXT: %[[V12:.*]] = jit.relu %[[V11]] {jit.op_id = 5 : i64} : tensor<64x512xf16>
 // O1-NEXT: %[[V13:.*]] = jit.matmul %[[V12]], %[[V6]] {jit.op_id = 6 : i64, transpose_rhs} : (tensor<64x512xf16>, tensor<10x512xf16>) -> tensor<64x10xf16>
 // O1-NEXT: %[[V14:.*]] = amp.cast %[[V13]] : tensor<64x10xf16> to tensor<64x10xf32>
-// O1-NEXT: %[[V15:.*]] = jit.add %[[V14]], %arg7 {jit.op_id = 7 : i64} : (tensor<64x10xf32>, tensor<10xf32>) -> tensor<64x10xf32>
+// O1-NEXT: %[[V15:.*]] = jit.add %[[V14]], %arg7 {jit.linear_bias, jit.op_id = 7 : i64} : (tensor<64x10xf32>, tensor<10xf32>) -> tensor<64x10xf32>
 // O1-NEXT: %[[V16:.*]] = jit.cross_entropy %[[V15]], %arg1 reduction = mean {jit.op_id = 8 : i64} : (tensor<64x10xf32>, tensor<64xi64>) -> tensor<f32>
 // O1-NEXT: %[[V17:.*]] = jit.cross_entropy_grad %arg15, %[[V15]], %arg1 reduction = mean {jit.vjp_of = 8 : i64} : (tensor<f32>, tensor<64x10xf32>, tensor<64xi64>) -> tensor<64x10xf32>
 // O1-NEXT: %[[V18:.*]] = amp.cast %[[V17]] : tensor<64x10xf32> to tensor<64x10xf16>
@@ -66,14 +66,14 @@
 // BF16-NEXT: %[[V5:.*]] = amp.cast %arg5 : tensor<512xf32> to tensor<512xbf16>
 // BF16-NEXT: %[[V6:.*]] = amp.cast %arg6 : tensor<10x512xf32> to tensor<10x512xbf16>
 // BF16-NEXT: %[[V7:.*]] = jit.matmul %[[V1]], %[[V2]] {jit.op_id = 0 : i64, transpose_rhs} : (tensor<64x784xbf16>, tensor<512x784xbf16>) -> tensor<64x512xbf16>
-// BF16-NEXT: %[[V8:.*]] = jit.add %[[V7]], %[[V3]] {jit.op_id = 1 : i64} : (tensor<64x512xbf16>, tensor<512xbf16>) -> tensor<64x512xbf16>
+// BF16-NEXT: %[[V8:.*]] = jit.add %[[V7]], %[[V3]] {jit.linear_bias, jit.op_id = 1 : i64} : (tensor<64x512xbf16>, tensor<512xbf16>) -> tensor<64x512xbf16>
 // BF16-NEXT: %[[V9:.*]] = jit.relu %[[V8]] {jit.op_id = 2 : i64} : tensor<64x512xbf16>
 // BF16-NEXT: %[[V10:.*]] = jit.matmul %[[V9]], %[[V4]] {jit.op_id = 3 : i64, transpose_rhs} : (tensor<64x512xbf16>, tensor<512x512xbf16>) -> tensor<64x512xbf16>
-// BF16-NEXT: %[[V11:.*]] = jit.add %[[V10]], %[[V5]] {jit.op_id = 4 : i64} : (tensor<64x512xbf16>, tensor<512xbf16>) -> tensor<64x512xbf16>
+// BF16-NEXT: %[[V11:.*]] = jit.add %[[V10]], %[[V5]] {jit.linear_bias, jit.op_id = 4 : i64} : (tensor<64x512xbf16>, tensor<512xbf16>) -> tensor<64x512xbf16>
 // BF16-NEXT: %[[V12:.*]] = jit.relu %[[V11]] {jit.op_id = 5 : i64} : tensor<64x512xbf16>
 // BF16-NEXT: %[[V13:.*]] = jit.matmul %[[V12]], %[[V6]] {jit.op_id = 6 : i64, transpose_rhs} : (tensor<64x512xbf16>, tensor<10x512xbf16>) -> tensor<64x10xbf16>
 // BF16-NEXT: %[[V14:.*]] = amp.cast %[[V13]] : tensor<64x10xbf16> to tensor<64x10xf32>
-// BF16-NEXT: %[[V15:.*]] = jit.add %[[V14]], %arg7 {jit.op_id = 7 : i64} : (tensor<64x10xf32>, tensor<10xf32>) -> tensor<64x10xf32>
+// BF16-NEXT: %[[V15:.*]] = jit.add %[[V14]], %arg7 {jit.linear_bias, jit.op_id = 7 : i64} : (tensor<64x10xf32>, tensor<10xf32>) -> tensor<64x10xf32>
 // BF16-NEXT: %[[V16:.*]] = jit.cross_entropy %[[V15]], %arg1 reduction = mean {jit.op_id = 8 : i64} : (tensor<64x10xf32>, tensor<64xi64>) -> tensor<f32>
 // BF16-NEXT: %[[V17:.*]] = jit.cross_entropy_grad %arg15, %[[V15]], %arg1 reduction = mean {jit.vjp_of = 8 : i64} : (tensor<f32>, tensor<64x10xf32>, tensor<64xi64>) -> tensor<64x10xf32>
 // BF16-NEXT: %[[V18:.*]] = amp.cast %[[V17]] : tensor<64x10xf32> to tensor<64x10xbf16>
@@ -112,13 +112,13 @@
 // O2-NEXT: %[[V0:.*]] = jit.constant dense<1.000000e+00> : tensor<f32>
 // O2-NEXT: %[[V1:.*]] = amp.cast %arg0 : tensor<64x784xf32> to tensor<64x784xf16>
 // O2-NEXT: %[[V2:.*]] = jit.matmul %[[V1]], %arg20 {jit.op_id = 0 : i64, transpose_rhs} : (tensor<64x784xf16>, tensor<512x784xf16>) -> tensor<64x512xf16>
-// O2-NEXT: %[[V3:.*]] = jit.add %[[V2]], %arg21 {jit.op_id = 1 : i64} : (tensor<64x512xf16>, tensor<512xf16>) -> tensor<64x512xf16>
+// O2-NEXT: %[[V3:.*]] = jit.add %[[V2]], %arg21 {jit.linear_bias, jit.op_id = 1 : i64} : (tensor<64x512xf16>, tensor<512xf16>) -> tensor<64x512xf16>
 // O2-NEXT: %[[V4:.*]] = jit.relu %[[V3]] {jit.op_id = 2 : i64} : tensor<64x512xf16>
 // O2-NEXT: %[[V5:.*]] = jit.matmul %[[V4]], %arg22 {jit.op_id = 3 : i64, transpose_rhs} : (tensor<64x512xf16>, tensor<512x512xf16>) -> tensor<64x512xf16>
-// O2-NEXT: %[[V6:.*]] = jit.add %[[V5]], %arg23 {jit.op_id = 4 : i64} : (tensor<64x512xf16>, tensor<512xf16>) -> tensor<64x512xf16>
+// O2-NEXT: %[[V6:.*]] = jit.add %[[V5]], %arg23 {jit.linear_bias, jit.op_id = 4 : i64} : (tensor<64x512xf16>, tensor<512xf16>) -> tensor<64x512xf16>
 // O2-NEXT: %[[V7:.*]] = jit.relu %[[V6]] {jit.op_id = 5 : i64} : tensor<64x512xf16>
 // O2-NEXT: %[[V8:.*]] = jit.matmul %[[V7]], %arg24 {jit.op_id = 6 : i64, transpose_rhs} : (tensor<64x512xf16>, tensor<10x512xf16>) -> tensor<64x10xf16>
-// O2-NEXT: %[[V9:.*]] = jit.add %[[V8]], %arg25 {jit.op_id = 7 : i64} : (tensor<64x10xf16>, tensor<10xf16>) -> tensor<64x10xf16>
+// O2-NEXT: %[[V9:.*]] = jit.add %[[V8]], %arg25 {jit.linear_bias, jit.op_id = 7 : i64} : (tensor<64x10xf16>, tensor<10xf16>) -> tensor<64x10xf16>
 // O2-NEXT: %[[V10:.*]] = amp.cast %[[V9]] : tensor<64x10xf16> to tensor<64x10xf32>
 // O2-NEXT: %[[V11:.*]] = jit.cross_entropy %[[V10]], %arg1 reduction = mean {jit.op_id = 8 : i64} : (tensor<64x10xf32>, tensor<64xi64>) -> tensor<f32>
 // O2-NEXT: %[[V12:.*]] = jit.cross_entropy_grad %arg15, %[[V10]], %arg1 reduction = mean {jit.vjp_of = 8 : i64} : (tensor<f32>, tensor<64x10xf32>, tensor<64xi64>) -> tensor<64x10xf32>
@@ -152,13 +152,13 @@
 // O3-NEXT: %[[V1:.*]] = amp.cast %arg0 : tensor<64x784xf32> to tensor<64x784xf16>
 // O3-NEXT: %[[V2:.*]] = amp.cast %arg15 : tensor<f32> to tensor<f16>
 // O3-NEXT: %[[V3:.*]] = jit.matmul %[[V1]], %arg20 {jit.op_id = 0 : i64, transpose_rhs} : (tensor<64x784xf16>, tensor<512x784xf16>) -> tensor<64x512xf16>
-// O3-NEXT: %[[V4:.*]] = jit.add %[[V3]], %arg21 {jit.op_id = 1 : i64} : (tensor<64x512xf16>, tensor<512xf16>) -> tensor<64x512xf16>
+// O3-NEXT: %[[V4:.*]] = jit.add %[[V3]], %arg21 {jit.linear_bias, jit.op_id = 1 : i64} : (tensor<64x512xf16>, tensor<512xf16>) -> tensor<64x512xf16>
 // O3-NEXT: %[[V5:.*]] = jit.relu %[[V4]] {jit.op_id = 2 : i64} : tensor<64x512xf16>
 // O3-NEXT: %[[V6:.*]] = jit.matmul %[[V5]], %arg22 {jit.op_id = 3 : i64, transpose_rhs} : (tensor<64x512xf16>, tensor<512x512xf16>) -> tensor<64x512xf16>
-// O3-NEXT: %[[V7:.*]] = jit.add %[[V6]], %arg23 {jit.op_id = 4 : i64} : (tensor<64x512xf16>, tensor<512xf16>) -> tensor<64x512xf16>
+// O3-NEXT: %[[V7:.*]] = jit.add %[[V6]], %arg23 {jit.linear_bias, jit.op_id = 4 : i64} : (tensor<64x512xf16>, tensor<512xf16>) -> tensor<64x512xf16>
 // O3-NEXT: %[[V8:.*]] = jit.relu %[[V7]] {jit.op_id = 5 : i64} : tensor<64x512xf16>
 // O3-NEXT: %[[V9:.*]] = jit.matmul %[[V8]], %arg24 {jit.op_id = 6 : i64, transpose_rhs} : (tensor<64x512xf16>, tensor<10x512xf16>) -> tensor<64x10xf16>
-// O3-NEXT: %[[V10:.*]] = jit.add %[[V9]], %arg25 {jit.op_id = 7 : i64} : (tensor<64x10xf16>, tensor<10xf16>) -> tensor<64x10xf16>
+// O3-NEXT: %[[V10:.*]] = jit.add %[[V9]], %arg25 {jit.linear_bias, jit.op_id = 7 : i64} : (tensor<64x10xf16>, tensor<10xf16>) -> tensor<64x10xf16>
 // O3-NEXT: %[[V11:.*]] = jit.cross_entropy %[[V10]], %arg1 reduction = mean {jit.op_id = 8 : i64} : (tensor<64x10xf16>, tensor<64xi64>) -> tensor<f16>
 // O3-NEXT: %[[V12:.*]] = amp.cast %[[V11]] : tensor<f16> to tensor<f32>
 // O3-NEXT: %[[V13:.*]] = jit.cross_entropy_grad %[[V2]], %[[V10]], %arg1 reduction = mean {jit.vjp_of = 8 : i64} : (tensor<f16>, tensor<64x10xf16>, tensor<64xi64>) -> tensor<64x10xf16>
