@@ -382,37 +382,59 @@ TEST(Trace, AUsersOwnAutocastWithCustomListsInsideTheTracedStepEqualsEager) {
 }
 
 TEST(Trace, ADenyOpOnTheUsersOwnF16ValueComputesInFp32AtEveryLevel) {
-  // The user runs the loss's log-softmax on f16 logits of their own making
+  // The user runs a log-softmax on f16 logits of their own making
   // (`.to(f16)`) and widens the result for the loss. Eager autocast runs the
   // log-softmax, a deny op, in fp32 on a cast-up copy, so must the traced
   // step. Before 2026-12-02 AMP left every op on such a value alone and
   // amp-verify refused the f16 log-softmax (and the widening conversion) at
-  // O1, O2 and auto. Not bit for bit: eager autocast rounds the gradient to
-  // f16 at its own cast around the log-softmax, the trace at the user's
-  // conversion after it.
-  auto halfLogSoftmaxStep = [](Classifier& net, const Tensor& x, const Tensor& y) {
+  // O1, O2 and auto. Where the pass follows eager autocast (O1 autocast,
+  // auto) it is bit for bit: the gradient of the user's widening converts to
+  // the f32 the log-softmax now computes in, so it is rounded to f16 once,
+  // after the log-softmax's backward, as at eager autocast's own cast (until
+  // 2026-12-03 it was rounded at the user's conversion too). Where the value
+  // the user narrows is fp32 eagerly (a softmax's, a deny op), the gradient
+  // of that narrowing reads the gradient rounded to f16, as eager autocast's
+  // cast rounds it, before widening it. The loss is an MSE against soft
+  // targets so that the gradient rounding can show: an NLL gradient
+  // (-scale/N at one class) is exact in f16.
+  auto halfLogSoftmaxStep = [](Classifier& net, const Tensor& x, const Tensor& softTargets, bool ofASoftmax) {
     net.opt.zero_grad();
-    Tensor logProbs = log_softmax(net.model(x).to(f16), 1).to(f32);
-    Tensor loss = nll_loss(logProbs, y);
+    Tensor logits = net.model(x);
+    Tensor logProbs = log_softmax((ofASoftmax ? softmax(logits, 1) : logits).to(f16), 1).to(f32);
+    Tensor loss = mse_loss(logProbs, softTargets);
     net.scaler.scale(loss).backward();
     net.scaler.step(net.opt);
     net.scaler.update();
     return loss;
   };
+  auto softBatch = [](uint64_t call) {
+    auto [x, labels] = batch(kBatch, kIn, kClasses, 60 + call);
+    Generator generator(90 + call);
+    return std::pair{x, rand({kBatch, kClasses}, f32, &generator)};
+  };
+  for (bool ofASoftmax : {false, true})
   for (auto [level, semantics] : {std::pair{amp::O1, amp::Semantics::paint}, {amp::O1, amp::Semantics::autocast},
                                   {amp::O2, amp::Semantics::paint}, {amp::Auto, amp::Semantics::paint}}) {
-    SCOPED_TRACE(std::string(amp::level_name(level)) + (semantics == amp::Semantics::paint ? " paint" : " autocast"));
+    SCOPED_TRACE(std::string(amp::level_name(level)) + (semantics == amp::Semantics::paint ? " paint" : " autocast") +
+                 (ofASoftmax ? ", of a softmax" : ""));
     Classifier eager SMALL_NET(), traced SMALL_NET();
-    auto step = trace([&](const Tensor& x, const Tensor& y) { return halfLogSoftmaxStep(traced, x, y); },
+    auto step = trace([&](const Tensor& x, const Tensor& t) { return halfLogSoftmaxStep(traced, x, t, ofASoftmax); },
                       {.amp = {.level = level, .dtype = f16}, .semantics = semantics, .backend = Backend::cpu});
+    bool bitwise = level == amp::Auto || semantics == amp::Semantics::autocast;
     for (uint64_t i = 0; i < 3; ++i) {
-      auto [x, y] = batch(kBatch, kIn, kClasses, 60 + i);
+      auto [x, t] = softBatch(i);
       amp::autocast scope({.dtype = f16});
-      double expected = halfLogSoftmaxStep(eager, x, y).item();
-      EXPECT_NEAR(step(x, y).item(), expected, 1e-2 * std::abs(expected)) << "step " << i;
+      double expected = halfLogSoftmaxStep(eager, x, t, ofASoftmax).item();
+      double got = step(x, t).item();
+      if (bitwise)
+        EXPECT_EQ(got, expected) << "step " << i;
+      else
+        EXPECT_NEAR(got, expected, 1e-2 * std::abs(expected)) << "step " << i;
     }
     EXPECT_EQ(step.stats().eager_calls, 0u);
     EXPECT_EQ(traced.scaler.skipped_steps(), eager.scaler.skipped_steps());
+    if (bitwise)
+      EXPECT_EQ(stateOf(traced), stateOf(eager));
     // The report's decision for the log-softmax (one JSON object).
     const std::string& report = step.amp_report();
     size_t at = report.find("\"op\": \"jit.log_softmax\"");

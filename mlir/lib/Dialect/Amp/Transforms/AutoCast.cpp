@@ -834,6 +834,8 @@ private:
           operand.set(castTo(value, wanted));
         }
       }
+      if (auto convert = dyn_cast<ConvertOp>(op); convert && node && !compute)
+        retypeGradientOfAConversion(convert, *node);
       bool retype = node && compute &&
                     (node->lowAsTraced || (compute != f32 && (node->paintable || node->reason == DecisionReason::Region)));
       if (!retype)
@@ -842,6 +844,45 @@ private:
         return failure();
     }
     return success();
+  }
+
+  /// The gradient of `y = x.to(t)` converts `dy` to x's type, and autograd
+  /// gives every gradient its tensor's type (PyTorch's engine casts it). Where
+  /// AMP gave x or y another type than the trace recorded, the gradient
+  /// conversion follows the types they have now: it reads `dy` rounded to
+  /// y's type and converts to x's. Before 2026-12-03 it kept the recorded
+  /// types, so in `log_softmax(h.half()).float()` (the log-softmax, a deny
+  /// op, now f32) the gradient was rounded to f16 before the log-softmax's
+  /// backward and not after it, where eager autocast rounds it at its cast.
+  void retypeGradientOfAConversion(ConvertOp gradient, Node &node) {
+    auto vjpOf = gradient->getAttrOfType<IntegerAttr>(ampjit::ir::JitDialect::kVjpOfAttrName);
+    auto forwardIndex = vjpOf ? forwardById.find(vjpOf.getInt()) : forwardById.end();
+    if (forwardIndex == forwardById.end())
+      return;
+    auto forward = dyn_cast<ConvertOp>(nodes[forwardIndex->second].op);
+    if (!forward || forward.getInput().getType().getShape() != gradient.getType().getShape() ||
+        forward.getType().getShape() != gradient.getInput().getType().getShape())
+      return;
+    Type readType = forward.getType().getElementType();
+    Type resultType = forward.getInput().getType().getElementType();
+    if (!isCastableElement(readType) || !isCastableElement(resultType))
+      return;
+    bool changed = false;
+    if (gradient.getInput().getType().getElementType() != readType) {
+      gradient.getInputMutable().set(castTo(gradient.getInput(), readType));
+      changed = true;
+    }
+    if (gradient.getType().getElementType() != resultType) {
+      gradient.getResult().setType(gradient.getType().clone(resultType));
+      changed = true;
+    }
+    if (!changed)
+      return;
+    node.reason = DecisionReason::Backward;
+    node.source = forward;
+    node.detail = "the gradient of " + describeOp(forward) + ": reads its gradient in " + typeName(readType) +
+                  " and converts it to " + typeName(resultType) +
+                  ", the types that conversion has now, as autograd gives a gradient its tensor's type";
   }
 
   /// `x.type_as(ref)` converts to the type `ref` has now: its producer comes

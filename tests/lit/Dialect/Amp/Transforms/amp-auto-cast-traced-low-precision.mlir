@@ -84,3 +84,36 @@ func.func @f16_batch(%x: tensor<4x8xf16> {jit.role = "input"}, %w: tensor<8x8xf3
   %y = jit.matmul %xw, %w {jit.op_id = 1 : i64} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
   return %y : tensor<4x8xf32>
 }
+
+// The gradients of the user's conversions around a deny op follow the types
+// AMP gave the conversions (autograd gives a gradient its tensor's type): the
+// widening's gradient reads and gives f32, as the log-softmax now computes,
+// and the narrowing's gradient reads the log-softmax's f32 input gradient
+// rounded to f16, the type of h, as eager autocast rounds it at its cast.
+// Before 2026-12-03 both kept the recorded types: the gradient was rounded to
+// f16 before the log-softmax's backward and not after it.
+// CHECK-LABEL: func.func @gradients_of_conversions_around_a_deny_op(
+// CHECK-SAME:    %[[A:[^:]*]]: tensor<4x4xf32>{{.*}}, %[[G:[^:]*]]: tensor<4x4xf32>
+// CHECK:         %[[H:.*]] = jit.convert %[[A]] {{.*}}: tensor<4x4xf32> -> tensor<4x4xf16>
+// CHECK:         %[[L:.*]] = jit.log_softmax {{.*}}: tensor<4x4xf32>
+// CHECK:         %[[W:.*]] = jit.convert %[[L]] {{.*}}: tensor<4x4xf32> -> tensor<4x4xf32>
+// CHECK:         %[[DL:.*]] = jit.convert %[[G]] {{.*}}: tensor<4x4xf32> -> tensor<4x4xf32>
+// CHECK:         %[[DH:.*]] = jit.log_softmax_grad %[[DL]], %[[L]] {{.*}}: tensor<4x4xf32>
+// CHECK:         %[[ROUNDED:.*]] = amp.cast %[[DH]] : tensor<4x4xf32> to tensor<4x4xf16>
+// CHECK:         %[[DA:.*]] = jit.convert %[[ROUNDED]] {{.*}}: tensor<4x4xf16> -> tensor<4x4xf32>
+// CHECK:         return %[[W]], %[[DA]]
+// O2-LABEL: func.func @gradients_of_conversions_around_a_deny_op(
+// O2:         jit.log_softmax_grad {{.*}}: tensor<4x4xf32>
+// O2:         amp.cast %{{.*}} : tensor<4x4xf32> to tensor<4x4xf16>
+// O2:         jit.convert %{{.*}} : tensor<4x4xf16> -> tensor<4x4xf32>
+func.func @gradients_of_conversions_around_a_deny_op(%a: tensor<4x4xf32> {jit.role = "input"},
+                                                    %g: tensor<4x4xf32> {jit.role = "input"})
+    -> (tensor<4x4xf32>, tensor<4x4xf32>) {
+  %h = jit.convert %a {jit.op_id = 0 : i64} : tensor<4x4xf32> -> tensor<4x4xf16>
+  %l = jit.log_softmax %h axis = 1 {jit.op_id = 1 : i64} : tensor<4x4xf16>
+  %w = jit.convert %l {jit.op_id = 2 : i64} : tensor<4x4xf16> -> tensor<4x4xf32>
+  %dl = jit.convert %g {jit.vjp_of = 2 : i64} : tensor<4x4xf32> -> tensor<4x4xf16>
+  %dh = jit.log_softmax_grad %dl, %l axis = 1 {jit.vjp_of = 1 : i64} : tensor<4x4xf16>
+  %da = jit.convert %dh {jit.vjp_of = 0 : i64} : tensor<4x4xf16> -> tensor<4x4xf32>
+  return %w, %da : tensor<4x4xf32>, tensor<4x4xf32>
+}
