@@ -24,7 +24,7 @@ done
 # The toolchain and libraries. CUDA is not here: Debian cannot install the CUDA 13
 # toolkit; the build uses /usr/local/cuda when it exists.
 packages=(
-  g++ binutils python3 cmake ninja-build
+  g++ binutils python3 cmake ninja-build ccache
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools lld-22
   libyaml-cpp-dev libgtest-dev libzstd-dev zlib1g-dev libopenblas-dev nlohmann-json3-dev
 )
