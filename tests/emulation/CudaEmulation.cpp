@@ -3,6 +3,11 @@
 // callee-saved registers on the fiber's stack and swaps stack pointers
 // (x86-64 System V; ucontext elsewhere, which costs a system call per switch,
 // too slow for a whole train step's millions of threads but correct).
+// A fiber that waits or exits hands over straight to the next runnable
+// fiber in thread order, not through the launching thread's context: that
+// halves the switches of a barrier, which with the stacks' cache misses
+// were most of the time an emulated kernel took. The launching context
+// runs again when the block has finished, failed or deadlocked.
 // Under AddressSanitizer each switch is announced to it, as its interface asks
 // of code that switches stacks (sanitizer/common_interface_defs.h): so that
 // it knows which stack a report, an unwinding or a fake frame belongs to.
@@ -43,8 +48,10 @@ constexpr unsigned kWarpSize = 32;
 constexpr unsigned kMaxThreadsPerBlock = 1024;
 /// What a kernel may ask for without cudaFuncSetAttribute.
 constexpr std::size_t kMaxDynamicSharedBytes = 48 * 1024;
-/// Plenty for a kernel's registers and local arrays, even unoptimised.
+/// Plenty for a kernel's registers and local arrays, even unoptimised
+/// (less the page at most that Stack::colouredTop takes off the top).
 constexpr std::size_t kStackBytes = 256 * 1024;
+constexpr std::size_t kCacheLineBytes = 64;
 
 enum class Wait { None, Block, Warp };
 
@@ -88,8 +95,9 @@ struct Context {
 
 void switchStacks(Context& from, Context& to) { ampjit_emulation_switch(&from.stackPointer, to.stackPointer); }
 
-/// A context that starts `entry` (which never returns) on the stack below `top`.
-void makeContext(Context& context, void* top, void (*entry)()) {
+/// A context that starts `entry` (which never returns) on the stack
+/// [bottom, top), growing down from `top`.
+void makeContext(Context& context, void* bottom, void* top, void (*entry)()) {
   // Laid out as ampjit_emulation_switch leaves a stack: six registers, then
   // the address `ret` goes to; above it a zero return address for `entry`,
   // placed so `entry` starts as if called (rsp = 8 mod 16).
@@ -99,8 +107,8 @@ void makeContext(Context& context, void* top, void (*entry)()) {
   for (int r = 2; r <= 7; ++r)
     slot[-r] = 0;
   context.stackPointer = &slot[-7];
-  context.stackBottom = static_cast<char*>(top) - kStackBytes;
-  context.stackBytes = kStackBytes;
+  context.stackBottom = bottom;
+  context.stackBytes = std::size_t(static_cast<char*>(top) - static_cast<char*>(bottom));
 }
 #else
 struct Context {
@@ -111,14 +119,14 @@ struct Context {
 
 void switchStacks(Context& from, Context& to) { swapcontext(&from.context, &to.context); }
 
-void makeContext(Context& context, void* top, void (*entry)()) {
+void makeContext(Context& context, void* bottom, void* top, void (*entry)()) {
   getcontext(&context.context);
-  context.context.uc_stack.ss_sp = static_cast<char*>(top) - kStackBytes;
-  context.context.uc_stack.ss_size = kStackBytes;
+  context.context.uc_stack.ss_sp = bottom;
+  context.context.uc_stack.ss_size = std::size_t(static_cast<char*>(top) - static_cast<char*>(bottom));
   context.context.uc_link = nullptr;
   makecontext(&context.context, entry, 0);
-  context.stackBottom = context.context.uc_stack.ss_sp;
-  context.stackBytes = kStackBytes;
+  context.stackBottom = bottom;
+  context.stackBytes = context.context.uc_stack.ss_size;
 }
 #endif
 
@@ -188,8 +196,18 @@ public:
     forgetFrames();
     munmap(base_, kStackBytes + page_);
   }
+  /// The lowest usable address, just above the guard page.
+  void* bottom() const { return base_ + page_; }
   /// The highest address: stacks grow down, toward the guard page.
   void* top() const { return base_ + page_ + kStackBytes; }
+  /// Where the fiber of thread `linear` starts its stack: below top() by a
+  /// cache line per thread, wrapping within a page. Every stack is a whole
+  /// number of pages long, so without this offset all the fibers' saved
+  /// registers would fall into the same few cache sets and evict each other
+  /// at every switch.
+  void* colouredTop(unsigned linear) const {
+    return static_cast<char*>(top()) - std::size_t(linear % (page_ / kCacheLineBytes)) * kCacheLineBytes;
+  }
   /// Clears what AddressSanitizer marked in the frames of the last fiber to
   /// run here: they left the stack without returning, so their marks stay
   /// until the next fiber's frames would trip over them.
@@ -207,7 +225,11 @@ private:
 /// The block that is running on this host thread.
 struct BlockRun {
   const std::function<void()>* body = nullptr;
+  /// The launching context, which runs again when the block can go no further.
   Context scheduler;
+  /// Whether `scheduler` holds its stack's bounds (AddressSanitizer): the
+  /// first fiber of the launch learns them, being the one it switched to.
+  bool schedulerStackKnown = false;
   std::vector<Fiber> fibers;
   unsigned live = 0;
   unsigned blockArrived = 0;
@@ -236,6 +258,12 @@ std::atomic<int64_t> gEvictFirstBytes{0};
   std::abort();
 }
 
+/// Makes `fiber` (nullptr: the launching context) the running one.
+void enter(Fiber* fiber) {
+  tFiber = fiber;
+  detail::runningThread = fiber == nullptr ? nullptr : &fiber->ids;
+}
+
 void releaseBlockBarrier(BlockRun& block) {
   block.blockArrived = 0;
   for (Fiber& fiber : block.fibers)
@@ -250,21 +278,49 @@ void releaseWarpBarrier(BlockRun& block, unsigned warp) {
       block.fibers[t].waiting = Wait::None;
 }
 
-/// Back to the scheduler until the barrier the fiber waits at is released.
-void yieldToScheduler() { switchContext(tFiber->context, tBlock->scheduler, Leaving::ToReturn, &tBlock->scheduler); }
+/// The first fiber after thread `linear` in thread order, round to `linear`
+/// itself, that can run; nullptr when every live one waits at a barrier.
+/// Fibers take turns in thread order, as they did under a scheduler that
+/// ran every runnable fiber in turn: the order CudaEmulation.h promises.
+Fiber* nextRunnable(BlockRun& block, unsigned linear) {
+  auto runnable = [](const Fiber& fiber) { return !fiber.done && fiber.waiting == Wait::None; };
+  for (size_t t = size_t(linear) + 1; t < block.fibers.size(); ++t)
+    if (runnable(block.fibers[t]))
+      return &block.fibers[t];
+  for (size_t t = 0; t <= linear; ++t)
+    if (runnable(block.fibers[t]))
+      return &block.fibers[t];
+  return nullptr;
+}
+
+/// Leaves the running fiber, which has arrived at a barrier, has failed or
+/// (`ForGood`) has exited, for the next fiber that can run, or for the
+/// launching context when none can or the block has failed. Returns when
+/// the fiber runs again: at once when the barrier it arrived at last
+/// released it and no other fiber can run.
+void leaveFiber(Leaving leaving = Leaving::ToReturn) {
+  BlockRun& block = *tBlock;
+  Fiber& from = *tFiber;
+  Fiber* next = block.failure.empty() ? nextRunnable(block, from.linear) : nullptr;
+  if (next == &from)
+    return;
+  enter(next);
+  switchContext(from.context, next == nullptr ? block.scheduler : next->context, leaving);
+}
 
 void arriveAtWarpBarrier(BlockRun& block, Fiber& fiber) {
   unsigned warp = fiber.linear / kWarpSize;
   fiber.waiting = Wait::Warp;
   if (++block.warpArrived[warp] == block.warpLive[warp])
     releaseWarpBarrier(block, warp);
-  yieldToScheduler();
+  leaveFiber();
 }
 
 [[noreturn]] void fiberEntry() {
-  finishSwitch(nullptr, &tBlock->scheduler);
-  (*tBlock->body)();
   BlockRun& block = *tBlock;
+  finishSwitch(nullptr, block.schedulerStackKnown ? nullptr : &block.scheduler);
+  block.schedulerStackKnown = true;
+  (*block.body)();
   Fiber& fiber = *tFiber;
   fiber.done = true;
   --block.live;
@@ -275,8 +331,8 @@ void arriveAtWarpBarrier(BlockRun& block, Fiber& fiber) {
     releaseBlockBarrier(block);
   if (block.warpArrived[warp] > 0 && block.warpArrived[warp] == block.warpLive[warp])
     releaseWarpBarrier(block, warp);
-  // Never resumed: the scheduler reuses the stack.
-  switchContext(fiber.context, block.scheduler, Leaving::ForGood);
+  // Never resumed: the next block's fiber reuses the stack.
+  leaveFiber(Leaving::ForGood);
   std::abort();
 }
 
@@ -315,24 +371,18 @@ bool runBlock(BlockRun& block, dim3 grid, dim3 blockShape, uint3 blockIndex) {
     fiber.ids.gridDim = grid;
     ++block.warpLive[t / kWarpSize];
     tStacks[t]->forgetFrames();
-    makeContext(fiber.context, tStacks[t]->top(), fiberEntry);
+    makeContext(fiber.context, tStacks[t]->bottom(), tStacks[t]->colouredTop(t), fiberEntry);
   }
-  while (block.live > 0) {
-    bool ran = false;
-    for (Fiber& fiber : block.fibers) {
-      if (fiber.done || fiber.waiting != Wait::None)
-        continue;
-      tFiber = &fiber;
-      switchContext(block.scheduler, fiber.context);
-      tFiber = nullptr;
-      ran = true;
-      if (!block.failure.empty())
-        return false;
-    }
-    if (!ran) {
-      block.failure = describeDeadlock(block);
-      return false;
-    }
+  // The fibers pass control among themselves (leaveFiber) and come back
+  // here when the block has finished, failed or deadlocked.
+  enter(&block.fibers.front());
+  switchContext(block.scheduler, block.fibers.front().context);
+  enter(nullptr);
+  if (!block.failure.empty())
+    return false;
+  if (block.live > 0) {
+    block.failure = describeDeadlock(block);
+    return false;
   }
   return true;
 }
@@ -357,11 +407,11 @@ void fail(cudaError_t error, std::string why) {
 
 } // namespace
 
-const ThreadIds& currentThread() {
-  if (tFiber == nullptr)
-    misuse("a thread or block index was read");
-  return tFiber->ids;
-}
+namespace detail {
+thread_local constinit const ThreadIds* runningThread = nullptr;
+
+void threadIndexReadOutsideAKernel() { misuse("a thread or block index was read"); }
+} // namespace detail
 
 void synchronizeBlock() {
   if (tFiber == nullptr)
@@ -370,7 +420,7 @@ void synchronizeBlock() {
   tFiber->waiting = Wait::Block;
   if (++block.blockArrived == block.live)
     releaseBlockBarrier(block);
-  yieldToScheduler();
+  leaveFiber();
 }
 
 void synchronizeWarp(unsigned mask) {
@@ -379,7 +429,7 @@ void synchronizeWarp(unsigned mask) {
   BlockRun& block = *tBlock;
   if (mask != 0xffffffffu) {
     block.failure = "__syncwarp with mask " + std::to_string(mask) + " (the emulation supports the full warp)";
-    yieldToScheduler();
+    leaveFiber();
   }
   arriveAtWarpBarrier(block, *tFiber);
 }
@@ -393,7 +443,7 @@ uint64_t exchangeInWarp(uint64_t bits, unsigned mask, int laneMask, int width) {
   if (width != int(kWarpSize) || (mask & (1u << lane)) == 0) {
     block.failure = "a warp shuffle with width " + std::to_string(width) + " and mask " + std::to_string(mask) +
                     " (the emulation supports full-warp shuffles by lanes in the mask)";
-    yieldToScheduler();
+    leaveFiber();
   }
   block.exchangeSlots[size_t(warp) * kWarpSize + lane] = bits;
   arriveAtWarpBarrier(block, fiber);
@@ -405,7 +455,7 @@ uint64_t exchangeInWarp(uint64_t bits, unsigned mask, int laneMask, int width) {
       block.failure = "lane " + std::to_string(lane) + " of warp " + std::to_string(warp) +
                       " shuffles with lane " + std::to_string(partner) +
                       ", which has exited or is not in the mask (undefined on the device)";
-      yieldToScheduler();
+      leaveFiber();
     }
     result = block.exchangeSlots[partnerThread];
   }

@@ -43,8 +43,20 @@ struct ThreadIds {
   dim3 gridDim;
 };
 
+namespace detail {
+/// The running emulated thread's ids; null outside a kernel. Read inline:
+/// kernels read their indices in every loop, and a call each time was a
+/// tenth of what an emulated kernel took.
+extern thread_local constinit const ThreadIds* runningThread;
+[[noreturn]] void threadIndexReadOutsideAKernel();
+} // namespace detail
+
 /// The running emulated thread's ids; outside a kernel, a failed check.
-const ThreadIds& currentThread();
+inline const ThreadIds& currentThread() {
+  if (detail::runningThread == nullptr) [[unlikely]]
+    detail::threadIndexReadOutsideAKernel();
+  return *detail::runningThread;
+}
 
 /// Blocks the running thread until every live thread of its block arrives.
 void synchronizeBlock();
