@@ -70,9 +70,6 @@ std::string entryName(const std::string& kernel) { return "ampjit_emulated_" + k
 /// cudaLaunchKernel's address array, each as the type the kernel's own
 /// signature gives it (KernelSource.h defines the order).
 constexpr const char* kEntryPrelude = R"(
-#include <cstddef>
-#include <type_traits>
-#include <utility>
 namespace ampjit_emulated_entry {
 template <typename... P, std::size_t... I>
 int launchWith(void (*kernel)(P...), unsigned grid, unsigned block, void** a, std::index_sequence<I...>) {
@@ -108,22 +105,23 @@ HostKernelLibrary::build(const std::vector<const cuda::ElementwiseKernel*>& kern
   if (error)
     return Status::error("cannot create " + directory.string() + ": " + error.message());
   std::ostringstream source;
-  // The emulation's own source first: the language header's macros
-  // (threadIdx, ...) are for kernel code only.
-  source << "#include \"" AMPJIT_EMULATION_RUNTIME_SOURCE "\"\n#include \"EmulatedCudaLanguage.h\"\n" << kEntryPrelude;
+  source << "#include \"EmulatedKernelPrelude.h\"\n" << kEntryPrelude;
   for (size_t k = 0; k < kernels.size(); ++k)
     source << "namespace ampjit_generated_" << k << " {\n"
            << kernels[k]->source << "\n"
            << entrySource(*kernels[k]) << "} // namespace ampjit_generated_" << k << "\n";
-  std::filesystem::path sourcePath = directory / "kernels.cpp", objectPath = directory / "kernels.so",
-                        logPath = directory / "compile.log";
+  std::filesystem::path sourcePath = directory / "kernels.cpp", kernelsObjectPath = directory / "kernels.o",
+                        objectPath = directory / "kernels.so", logPath = directory / "compile.log";
   std::ofstream(sourcePath) << source.str();
-  // Without contraction, as NVRTC runs (--fmad=false); hidden symbols, so
-  // the library's emulation never binds to the test executable's.
-  std::string command = std::string(AMPJIT_EMULATION_CXX) +
-                        " -std=c++20 -O1 -shared -fPIC -fvisibility=hidden -ffp-contract=off -w " +
-                        AMPJIT_EMULATION_INCLUDE_FLAGS + " '" + sourcePath.string() + "' -o '" + objectPath.string() +
-                        "' > '" + logPath.string() + "' 2>&1";
+  // The flags the prelude was precompiled with (tests/emulation/CMakeLists.txt):
+  // without contraction, as NVRTC runs (--fmad=false); hidden symbols, so
+  // the library's emulation, linked from the archive, never binds to the
+  // test executable's.
+  std::string command = std::string(AMPJIT_EMULATION_CXX) + " " + AMPJIT_EMULATION_KERNEL_FLAGS + " -c '" +
+                        sourcePath.string() + "' -o '" + kernelsObjectPath.string() + "' > '" + logPath.string() +
+                        "' 2>&1 && " + AMPJIT_EMULATION_CXX + " -shared '" + kernelsObjectPath.string() + "' '" +
+                        AMPJIT_EMULATION_RUNTIME_ARCHIVE + "' -o '" + objectPath.string() + "' >> '" +
+                        logPath.string() + "' 2>&1";
   if (std::system(command.c_str()) != 0) {
     std::ifstream log(logPath);
     std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
