@@ -394,6 +394,10 @@ std::optional<DType> widestFloatOperandType(const std::vector<Tensor>& operands)
 /// The autocast state ops dispatched now run under (null where it is off).
 std::shared_ptr<const amp::autocast::State> currentAutocastState();
 
+/// `state` in words, its dtype and its policy's name and content hash, so
+/// two states that cast alike compare equal ("" for null: autocast off).
+std::string autocastGuard(const amp::autocast::State* state);
+
 /// Eager autocast as `state` had it, for its scope: an autograd::function's
 /// backward with custom_bwd semantics runs under its forward's state.
 class ResumeAutocast {

@@ -15,9 +15,10 @@
 //   jit::Tensor loss = step(x, y);
 //
 // The first call runs the lambda on symbolic tensors with eager autocast off
-// (a caller's autocast is not seen: an O0 step traced inside one says so; an
-// autocast the lambda opens itself is recorded as its casts, and with AMP
-// options an f16 batch meets fp32 weights as under eager autocast):
+// (an autocast the lambda opens itself is recorded as its casts; at O0 so is
+// the caller's, as torch.compile follows the autocast around it, while with
+// AMP options the options alone decide; and with AMP options an f16 batch
+// meets fp32 weights as under eager autocast):
 // every op (forward, the VJP rules of backward, the scaler, the optimizer) is
 // recorded into one function whose arguments are the inputs and every tensor
 // the step read (parameters, optimizer buffers, lr, scaler state: `jit.role`)
@@ -30,7 +31,8 @@
 //     not (set_lr writes the lr tensor: no retrace). Reading a tensor's value
 //     inside the step is a jit::Error naming the op and the source line.
 //   * Guards, checked on every call: the inputs' shapes and dtypes, the AMP
-//     options (a policy file's contents included), and the gradient state
+//     options (a policy file's contents included), at O0 the caller's
+//     autocast (its dtype and policy), and the gradient state
 //     the step accumulates into. A miss retraces and logs which guard failed;
 //     past `max_variants` variants the call runs eagerly, with a warning.
 //   * The step captures state by identity: write into parameters (copy_,

@@ -165,6 +165,9 @@ struct autocast::State {
   DType dtype;
   LowPrecisionType lowType;
   std::shared_ptr<const PolicyData> policy;
+  /// What a traced step that follows this scope keys on, in words: the
+  /// dtype, and the policy by name and content (custom lists change it).
+  std::string guard;
 };
 
 namespace {
@@ -183,8 +186,12 @@ autocast::autocast(AutocastOptions options) : previous_(gCurrent), previousDisab
     throw Error("autocast: dtype must be f16 or bf16, got " + std::string(dtype_name(options.dtype)));
   // Load before changing anything, so a bad policy leaves the thread as it was.
   std::optional<std::string> lists = customListsYaml(options.policy, options.custom_allow, options.custom_deny);
-  auto state = std::make_shared<const State>(
-      State{options.dtype, *lowType, lists ? loadCustomLists(*lists) : loadPolicy(options.policy)});
+  std::shared_ptr<const PolicyData> policy = lists ? loadCustomLists(*lists) : loadPolicy(options.policy);
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(policy->hash()));
+  std::string guard = "jit::amp::autocast(" + std::string(dtype_name(options.dtype)) + ", policy '" + policy->name() +
+                      "' #" + hash + ")";
+  auto state = std::make_shared<const State>(State{options.dtype, *lowType, std::move(policy), std::move(guard)});
   gCurrent = std::move(state);
   detail::setAmpDisabledByUser(false);
 }
@@ -205,6 +212,8 @@ std::optional<DType> autocast::current_dtype() {
 namespace jit::detail {
 
 std::shared_ptr<const amp::autocast::State> currentAutocastState() { return amp::gCurrent; }
+
+std::string autocastGuard(const amp::autocast::State* state) { return state ? state->guard : std::string(); }
 
 ResumeAutocast::ResumeAutocast(std::shared_ptr<const amp::autocast::State> state) : previous_(amp::gCurrent) {
   amp::gCurrent = std::move(state);

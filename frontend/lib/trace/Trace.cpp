@@ -34,6 +34,8 @@ std::string semanticsName(amp::Semantics semantics) {
 struct Variant {
   std::vector<TensorType> inputTypes;
   std::string ampKey;
+  /// At O0, the caller's autocast it was traced under (autocastGuard; empty: none).
+  std::string callersAutocast;
   TraceBindings bindings;
   std::unique_ptr<rt::Executable> executable;
   CompiledTrace compiled;
@@ -125,6 +127,8 @@ public:
                       "other");
     ++stats_.calls;
     std::string key = ampKey();
+    std::shared_ptr<const amp::autocast::State> callers = callersAutocast();
+    std::string callersGuard = autocastGuard(callers.get());
     std::vector<TensorType> types;
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (!inputs[i].defined())
@@ -134,7 +138,7 @@ public:
 
     std::string reason;
     for (const auto& variant : variants_) {
-      std::string miss = guardMiss(*variant, types, key);
+      std::string miss = guardMiss(*variant, types, key, callersGuard);
       if (miss.empty()) {
         ++stats_.cache_hits;
         last_ = variant.get();
@@ -164,7 +168,7 @@ public:
         std::cerr << "ampjit: jit::trace '" << options_.name << "' retraces (variant " << variants_.size() + 1
                   << "): " << reason << "\n";
     }
-    auto variant = traceAndCompile(inputs, body, types, key);
+    auto variant = traceAndCompile(inputs, body, types, key, callers);
     ++stats_.traces;
     variants_.push_back(std::move(variant));
     last_ = variants_.back().get();
@@ -191,7 +195,8 @@ private:
     return key;
   }
 
-  std::string guardMiss(const Variant& variant, const std::vector<TensorType>& types, const std::string& key) const {
+  std::string guardMiss(const Variant& variant, const std::vector<TensorType>& types, const std::string& key,
+                        const std::string& callersGuard) const {
     if (types.size() != variant.inputTypes.size())
       return "the step was traced with " + std::to_string(variant.inputTypes.size()) + " inputs, now " +
              std::to_string(types.size());
@@ -201,6 +206,13 @@ private:
                describe(types[i]);
     if (key != variant.ampKey)
       return "the AMP options changed (traced with '" + variant.ampKey + "', now '" + key + "')";
+    if (callersGuard != variant.callersAutocast) {
+      auto where = [](const std::string& guard) {
+        return guard.empty() ? std::string("with autocast off") : "under " + guard;
+      };
+      return "the caller's autocast changed (traced " + where(variant.callersAutocast) + ", now called " +
+             where(callersGuard) + ")";
+    }
     for (const auto& state : variant.bindings.gradientState)
       if (state.leaf->grad.impl_ptr() != state.grad)
         return "the gradient of the parameter " + describeState(*state.leaf) +
@@ -225,24 +237,17 @@ private:
   /// code under autocast (TraceSession, WidenMixedOperandsScope).
   bool ampDecidesPrecision() const { return options_.amp.level != amp::O0; }
 
-  /// A trace records with eager autocast off (its precision is its
-  /// options'), so a caller's autocast around an O0 step does nothing: said
-  /// once, where a PyTorch user expects torch.compile's behaviour.
-  void warnOfTheCallersAutocast() {
-    std::optional<DType> callers = amp::autocast::current_dtype();
-    if (!callers || ampDecidesPrecision() || warnedCallersAutocast_)
-      return;
-    warnedCallersAutocast_ = true;
-    std::cerr << "ampjit: warning: jit::trace '" << options_.name << "' is traced inside jit::amp::autocast ("
-              << dtype_name(*callers)
-              << "), which a traced step does not see: it runs at its own AMP options, O0 (fp32). Pass "
-                 "TraceOptions::amp (e.g. {.level = jit::amp::O1, .dtype = jit::f16}), or open the autocast "
-                 "inside the traced function\n";
+  /// The caller's autocast a call follows: at O0 (no AMP options) the
+  /// step runs as its body would where it is called, as torch.compile
+  /// follows the autocast around it; with AMP options of its own the step's
+  /// precision is those options' alone. Null: none to follow.
+  std::shared_ptr<const amp::autocast::State> callersAutocast() const {
+    return ampDecidesPrecision() ? nullptr : currentAutocastState();
   }
 
   std::unique_ptr<Variant> traceAndCompile(const std::vector<Tensor>& inputs, const TracedFunctionBase::Body& body,
-                                           std::vector<TensorType> types, std::string key) {
-    warnOfTheCallersAutocast();
+                                           std::vector<TensorType> types, std::string key,
+                                           std::shared_ptr<const amp::autocast::State> callers) {
     auto session = std::make_shared<TraceSession>(options_.name, where_, ampDecidesPrecision());
     session->begin();
     std::vector<Tensor> symbolicInputs;
@@ -250,7 +255,15 @@ private:
       symbolicInputs.push_back(session->input(input));
     std::pair<TraceGraph, TraceBindings> traced;
     try {
-      std::vector<Tensor> outputs = body(symbolicInputs);
+      std::vector<Tensor> outputs;
+      {
+        // The session records with autocast off; the caller's autocast is
+        // recorded as the casts it makes, as a user's own inside the body.
+        std::optional<ResumeAutocast> followCallers;
+        if (callers)
+          followCallers.emplace(callers);
+        outputs = body(symbolicInputs);
+      }
       traced = session->finish(outputs, options_.keep_grads);
     } catch (...) {
       session->abandon();
@@ -260,7 +273,9 @@ private:
     // Whatever fails from here on, the parameters' gradients go back to
     // what they were before the step (the rest of the state was never touched).
     try {
-      return compileVariant(traced.first, std::move(traced.second), std::move(types), std::move(key));
+      auto variant = compileVariant(traced.first, std::move(traced.second), std::move(types), std::move(key));
+      variant->callersAutocast = autocastGuard(callers.get());
+      return variant;
     } catch (...) {
       session->restoreGradients();
       throw;
@@ -558,7 +573,6 @@ private:
   Variant* last_ = nullptr;
   TraceStats stats_;
   bool warnedLimit_ = false;
-  bool warnedCallersAutocast_ = false;
   std::string empty_;
 };
 

@@ -433,8 +433,9 @@ TEST(Trace, ADenyOpOnTheUsersOwnF16ValueComputesInFp32AtEveryLevel) {
     }
     EXPECT_EQ(step.stats().eager_calls, 0u);
     EXPECT_EQ(traced.scaler.skipped_steps(), eager.scaler.skipped_steps());
-    if (bitwise)
+    if (bitwise) {
       EXPECT_EQ(stateOf(traced), stateOf(eager));
+    }
     // The report's decision for the log-softmax (one JSON object).
     const std::string& report = step.amp_report();
     size_t at = report.find("\"op\": \"jit.log_softmax\"");
@@ -984,37 +985,68 @@ TEST(Trace, PastTheVariantLimitCallsRunEagerlyWithAWarning) {
   EXPECT_EQ(stateOf(traced), stateOf(eager));
 }
 
-TEST(Trace, AnO0StepTracedInsideTheCallersAutocastSaysItDoesNotSeeIt) {
-  // torch.compile follows the caller's autocast; a trace records with
-  // autocast off and runs at its own options, so an O0 step under autocast
-  // is fp32 (bit for bit the eager fp32 step), and says so once.
+TEST(Trace, AnO0StepFollowsTheCallersAutocastAndRetracesWhenItChanges) {
+  // torch.compile follows the autocast around a compiled call, and so does
+  // an O0 step (no AMP options of its own): traced under the caller's
+  // autocast it records the casts that autocast makes, so it is bit for bit
+  // the eager step under the same autocast, and a call under another
+  // autocast (dtype or lists), or none, retraces and says why. Until
+  // 2026-12-03 such a step ran fp32 and only warned, while a call past
+  // max_variants, run eagerly, did follow the caller's autocast.
   Classifier traced SMALL_NET(), eager SMALL_NET();
   auto step = trace([&](const Tensor& a, const Tensor& b) { return traced.step(a, b); }, {.backend = Backend::cpu});
+  struct Call {
+    std::optional<amp::AutocastOptions> callers;
+    size_t traces;
+    const char* gemm; // the plan's GEMMs' operand types, as printed
+  };
+  const Call calls[] = {
+      {amp::AutocastOptions{.dtype = f16}, 1, "gemm f16 x f16"},
+      {amp::AutocastOptions{.dtype = f16}, 1, "gemm f16 x f16"},
+      {std::nullopt, 2, "gemm f32 x f32"},
+      {amp::AutocastOptions{.dtype = bf16}, 3, "gemm bf16 x bf16"},
+      {amp::AutocastOptions{.dtype = bf16, .custom_deny = {"jit.matmul"}}, 4, "gemm f32 x f32"},
+      {amp::AutocastOptions{.dtype = f16}, 4, "gemm f16 x f16"},
+  };
   ::testing::internal::CaptureStderr();
-  for (int64_t size : {4, 5}) {
-    auto [x, y] = batch(size, kIn, kClasses, uint64_t(size));
-    amp::autocast scope({.dtype = bf16});
-    EXPECT_EQ(step(x, y).item(), [&] {
-      amp::autocast off(false);
-      return eager.step(x, y).item();
-    }()) << "batch " << size;
+  for (size_t i = 0; i < std::size(calls); ++i) {
+    SCOPED_TRACE("call " + std::to_string(i));
+    auto [x, y] = batch(kBatch, kIn, kClasses, 40 + i);
+    std::optional<amp::autocast> scope;
+    if (calls[i].callers)
+      scope.emplace(*calls[i].callers);
+    double expected = eager.step(x, y).item();
+    EXPECT_EQ(step(x, y).item(), expected);
+    EXPECT_EQ(step.stats().traces, calls[i].traces);
+    EXPECT_NE(step.plan_text().find(calls[i].gemm), std::string::npos) << step.plan_text();
+    EXPECT_EQ(stateOf(traced), stateOf(eager));
   }
   std::string log = ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(step.stats().traces, 2u);
-  EXPECT_EQ(occurrences(log, "is traced inside jit::amp::autocast (bf16), which a traced step does not see"), 1u)
+  EXPECT_EQ(step.stats().eager_calls, 0u);
+  EXPECT_NE(log.find("the caller's autocast changed (traced under jit::amp::autocast(f16, policy 'default' #"),
+            std::string::npos)
       << log;
-  // With AMP options of its own the caller's autocast is no surprise.
-  Classifier amped SMALL_NET();
-  auto ampStep = trace([&](const Tensor& a, const Tensor& b) { return amped.step(a, b); },
-                       {.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cpu});
-  ::testing::internal::CaptureStderr();
-  {
-    auto [x, y] = batch(4, kIn, kClasses, 4);
-    amp::autocast scope({.dtype = f16});
-    ampStep(x, y);
+  EXPECT_NE(log.find("now called with autocast off)"), std::string::npos) << log;
+  // Custom lists key on the policy's content, not its name.
+  ASSERT_EQ(step.stats().retrace_reasons.size(), 3u);
+  EXPECT_NE(step.stats().retrace_reasons[2].find("now called under jit::amp::autocast(bf16, policy "),
+            std::string::npos)
+      << step.stats().retrace_reasons[2];
+
+  // With AMP options of its own a step's precision is its options': the
+  // caller's bf16 autocast neither changes an f16 step nor retraces it.
+  Classifier amped SMALL_NET(), reference SMALL_NET();
+  TraceOptions o1{.amp = {.level = amp::O1, .dtype = f16}, .backend = Backend::cpu};
+  auto ampStep = trace([&](const Tensor& a, const Tensor& b) { return amped.step(a, b); }, o1);
+  auto referenceStep = trace([&](const Tensor& a, const Tensor& b) { return reference.step(a, b); }, o1);
+  for (uint64_t i = 0; i < 2; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 50 + i);
+    double expected = referenceStep(x, y).item();
+    amp::autocast scope({.dtype = bf16});
+    EXPECT_EQ(ampStep(x, y).item(), expected) << "call " << i;
   }
-  log = ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(log.find("does not see"), std::string::npos) << log;
+  EXPECT_EQ(ampStep.stats().traces, 1u);
+  EXPECT_EQ(occurrences(ampStep.plan_text(), "bf16"), 0u) << ampStep.plan_text();
 }
 
 TEST(Trace, AnLrScheduleChangesTheLrTensorWithoutRetracing) {
