@@ -1847,5 +1847,49 @@ TEST(Trace, AmpjitDumpWritesEveryStage) {
 }
 
 
+TEST(Trace, ALossAmpWidensFromTheUsersF16IsScaledInFp32AsEagerly) {
+  // The user's MSE on f16 values of their own making: a deny op, so eager
+  // autocast computes it, the scaled loss and its backward's seed in f32.
+  // Until 2026-12-03 the trace's scale_loss kept the recorded f16: the seed
+  // times the scale (2^16) overflowed f16 and the first step was skipped
+  // where eager autocast's was not. The returned loss still keeps the type
+  // the trace recorded (f16): it is eager's loss rounded to f16.
+  auto lowLossStep = [](Classifier& net, const Tensor& x, const Tensor& softTargets) {
+    net.opt.zero_grad();
+    Tensor loss = mse_loss(softmax(net.model(x), 1).to(f16), softTargets.to(f16));
+    net.scaler.scale(loss).backward();
+    net.scaler.step(net.opt);
+    net.scaler.update();
+    return loss;
+  };
+  for (auto [level, semantics] : {std::pair{amp::O1, amp::Semantics::autocast}, {amp::Auto, amp::Semantics::paint},
+                                  {amp::O1, amp::Semantics::paint}, {amp::O2, amp::Semantics::paint}}) {
+    bool bitwise = level == amp::Auto || semantics == amp::Semantics::autocast;
+    SCOPED_TRACE(std::string(amp::level_name(level)) + (semantics == amp::Semantics::paint ? " paint" : " autocast"));
+    Classifier eager SMALL_NET(), traced SMALL_NET();
+    auto step = trace([&](const Tensor& x, const Tensor& t) { return lowLossStep(traced, x, t); },
+                      {.amp = {.level = level, .dtype = f16}, .semantics = semantics, .backend = Backend::cpu});
+    for (uint64_t i = 0; i < 3; ++i) {
+      auto [x, labels] = batch(kBatch, kIn, kClasses, 60 + i);
+      Generator generator(90 + i);
+      Tensor softTargets = rand({kBatch, kClasses}, f32, &generator);
+      amp::autocast scope({.dtype = f16});
+      Tensor expected = lowLossStep(eager, x, softTargets);
+      ASSERT_EQ(expected.dtype(), f32);
+      Tensor got = step(x, softTargets);
+      if (bitwise) {
+        EXPECT_EQ(got.item(), expected.to(f16).item()) << "step " << i;
+      } else {
+        EXPECT_NEAR(got.item(), expected.item(), 1e-2 * std::abs(expected.item())) << "step " << i;
+      }
+    }
+    EXPECT_EQ(eager.scaler.skipped_steps(), 0);
+    EXPECT_EQ(traced.scaler.skipped_steps(), 0);
+    if (bitwise) {
+      EXPECT_EQ(stateOf(traced), stateOf(eager));
+    }
+  }
+}
+
 } // namespace
 } // namespace jit::testing

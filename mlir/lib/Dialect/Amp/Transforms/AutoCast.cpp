@@ -803,6 +803,8 @@ private:
           decidePerOp(found->second);
         node->decided = true;
       }
+      if (auto scaleLoss = dyn_cast<ScaleLossOp>(op); scaleLoss && followsAWidenedLoss(scaleLoss, originalType))
+        continue;
       Type compute = node ? node->computeType : Type();
       SmallVector<unsigned> anyPrecision = anyPrecisionOperandIndices(op);
       for (OpOperand &operand : op->getOpOperands()) {
@@ -830,6 +832,8 @@ private:
           continue;
         else
           wanted = beforeElement;
+        if (compute)
+          widenTheSeedOfAWidenedLoss(value, wanted);
         if (cast<RankedTensorType>(value.getType()).getElementType() != wanted) {
           operand.set(castTo(value, wanted));
         }
@@ -844,6 +848,37 @@ private:
         return failure();
     }
     return success();
+  }
+
+  /// `scaler.scale(loss)` scales the loss in the loss's own type. Where AMP
+  /// widened a loss the trace recorded in f16/bf16 (a deny op on the user's
+  /// low value, which eager autocast runs in f32), the scaled loss is f32
+  /// too, as eagerly (and so is the backward's seed:
+  /// widenTheSeedOfAWidenedLoss).
+  bool followsAWidenedLoss(ScaleLossOp scaleLoss, const llvm::DenseMap<Value, Type> &originalType) {
+    auto elementOf = [](Type type) { return cast<RankedTensorType>(type).getElementType(); };
+    Value loss = scaleLoss.getLoss();
+    auto recorded = originalType.find(loss);
+    bool widened = elementOf(loss.getType()) == f32 && recorded != originalType.end() &&
+                   (elementOf(recorded->second).isF16() || elementOf(recorded->second).isBF16());
+    if (widened)
+      scaleLoss.getResult().setType(cast<RankedTensorType>(loss.getType()));
+    return widened;
+  }
+
+  /// The backward's seed, `scaler.scale` of ones in the loss's recorded type
+  /// (the forward scale_loss is often gone by now: nothing reads it). The
+  /// loss's backward op reads it in f32 where AMP widened that loss, and
+  /// then the seed is scaled in f32 as eagerly, not scaled in f16 and cast.
+  void widenTheSeedOfAWidenedLoss(Value value, Type wanted) {
+    auto seed = value.getDefiningOp<ScaleLossOp>();
+    if (!seed || !seed->hasAttr(ampjit::ir::JitDialect::kVjpOfAttrName) || wanted != f32)
+      return;
+    Type element = seed.getType().getElementType();
+    if (!element.isF16() && !element.isBF16())
+      return;
+    seed.getLossMutable().set(castTo(seed.getLoss(), f32));
+    seed.getResult().setType(seed.getType().clone(f32));
   }
 
   /// The gradient of `y = x.to(t)` converts `dy` to x's type, and autograd

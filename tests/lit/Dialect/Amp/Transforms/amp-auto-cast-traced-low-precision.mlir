@@ -117,3 +117,30 @@ func.func @gradients_of_conversions_around_a_deny_op(%a: tensor<4x4xf32> {jit.ro
   %da = jit.convert %dh {jit.vjp_of = 0 : i64} : tensor<4x4xf16> -> tensor<4x4xf32>
   return %w, %da : tensor<4x4xf32>, tensor<4x4xf32>
 }
+
+// The user's MSE on their own f16 values is a deny op, so its loss is f32,
+// and scaler.scale scales it, and the backward's seed, in f32 as eager
+// autocast does. Until 2026-12-03 the seed stayed f16: 1 times the scale
+// (2^16) overflowed, and the step was skipped where eager's was not.
+// CHECK-LABEL: func.func @scaled_loss_of_a_deny_op_on_traced_f16(
+// CHECK:         %[[LOSS:.*]] = jit.mse_loss {{.*}} -> tensor<f32>
+// CHECK:         amp.scale_loss %[[LOSS]], %{{.*}} : tensor<f32>
+// CHECK:         %[[ONE:.*]] = amp.cast %{{.*}} : tensor<f16> to tensor<f32>
+// CHECK:         %[[SEED:.*]] = amp.scale_loss %[[ONE]], %{{.*}} : tensor<f32>
+// CHECK:         jit.mse_loss_grad %[[SEED]], {{.*}} -> tensor<4x4xf32>
+// O2-LABEL: func.func @scaled_loss_of_a_deny_op_on_traced_f16(
+// O2:         amp.scale_loss %{{.*}}, %{{.*}} {jit.vjp_of = 2 : i64} : tensor<f32>
+func.func @scaled_loss_of_a_deny_op_on_traced_f16(%p: tensor<4x4xf32> {jit.role = "input"},
+                                                  %t: tensor<4x4xf32> {jit.role = "input"},
+                                                  %scale: tensor<f32> {jit.role = "scaler_state"})
+    -> (tensor<f16>, tensor<f16>, tensor<4x4xf16>) {
+  %ph = jit.convert %p {jit.op_id = 0 : i64} : tensor<4x4xf32> -> tensor<4x4xf16>
+  %th = jit.convert %t : tensor<4x4xf32> -> tensor<4x4xf16>
+  %loss = jit.mse_loss %ph, %th reduction = mean {jit.op_id = 1 : i64} : (tensor<4x4xf16>, tensor<4x4xf16>) -> tensor<f16>
+  %scaled = amp.scale_loss %loss, %scale {jit.op_id = 2 : i64} : tensor<f16>
+  %one = jit.constant dense<1.000000e+00> : tensor<f16>
+  %seed = amp.scale_loss %one, %scale {jit.vjp_of = 2 : i64} : tensor<f16>
+  %dp = jit.mse_loss_grad %seed, %ph, %th reduction = mean {jit.vjp_of = 1 : i64}
+      : (tensor<f16>, tensor<4x4xf16>, tensor<4x4xf16>) -> tensor<4x4xf16>
+  return %loss, %scaled, %dp : tensor<f16>, tensor<f16>, tensor<4x4xf16>
+}
