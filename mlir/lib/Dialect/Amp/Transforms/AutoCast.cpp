@@ -856,13 +856,12 @@ private:
   /// too, as eagerly (and so is the backward's seed:
   /// widenTheSeedOfAWidenedLoss).
   bool followsAWidenedLoss(ScaleLossOp scaleLoss, const llvm::DenseMap<Value, Type> &originalType) {
-    auto elementOf = [](Type type) { return cast<RankedTensorType>(type).getElementType(); };
-    Value loss = scaleLoss.getLoss();
+    TypedValue<RankedTensorType> loss = scaleLoss.getLoss();
     auto recorded = originalType.find(loss);
-    bool widened = elementOf(loss.getType()) == f32 && recorded != originalType.end() &&
-                   (elementOf(recorded->second).isF16() || elementOf(recorded->second).isBF16());
+    bool widened = isFloatTensorOf(loss.getType(), f32) && recorded != originalType.end() &&
+                   isLowPrecisionTensor(recorded->second);
     if (widened)
-      scaleLoss.getResult().setType(cast<RankedTensorType>(loss.getType()));
+      scaleLoss.getResult().setType(loss.getType());
     return widened;
   }
 
@@ -872,10 +871,8 @@ private:
   /// then the seed is scaled in f32 as eagerly, not scaled in f16 and cast.
   void widenTheSeedOfAWidenedLoss(Value value, Type wanted) {
     auto seed = value.getDefiningOp<ScaleLossOp>();
-    if (!seed || !seed->hasAttr(ampjit::ir::JitDialect::kVjpOfAttrName) || wanted != f32)
-      return;
-    Type element = seed.getType().getElementType();
-    if (!element.isF16() && !element.isBF16())
+    if (!seed || !seed->hasAttr(ampjit::ir::JitDialect::kVjpOfAttrName) || wanted != f32 ||
+        !isLowPrecisionTensor(seed.getType()))
       return;
     seed.getLossMutable().set(castTo(seed.getLoss(), f32));
     seed.getResult().setType(seed.getType().clone(f32));
