@@ -22,8 +22,9 @@
 // every op (forward, the VJP rules of backward, the scaler, the optimizer) is
 // recorded into one function whose arguments are the inputs and every tensor
 // the step read (parameters, optimizer buffers, lr, scaler state: `jit.role`)
-// and whose results are the returned tensors and each piece of state the step
-// wrote (`jit.tied`). The AMP pipeline and codegen compile it; the runtime
+// and whose results are the returned tensors (`jit.returned`: one the trace
+// recorded in f16/bf16 comes back in the type AMP computed it in, as under
+// eager autocast) and each piece of state the step wrote (`jit.tied`). The AMP pipeline and codegen compile it; the runtime
 // runs it, updating the state tensors in place. Later calls replay it.
 //
 // What a trace fixes, and what it does not:

@@ -50,7 +50,7 @@ void writeDumpFile(const std::filesystem::path& path, const std::string& text) {
 }
 
 /// The module of the joint graph: one function, arguments with jit.role,
-/// results with jit.tied, op ids renumbered from 0 in program order (the
+/// results with jit.tied or jit.returned, op ids renumbered from 0 in program order (the
 /// eager counter is process-wide, a module should not depend on it).
 OwningOpRef<ModuleOp> emitModule(MLIRContext& context, const TraceGraph& graph) {
   Location functionLocation = locationOf(context, graph.location);
@@ -67,9 +67,12 @@ OwningOpRef<ModuleOp> emitModule(MLIRContext& context, const TraceGraph& graph) 
                                        builder.getFunctionType(argumentTypes, resultTypes));
   for (auto [index, argument] : llvm::enumerate(graph.arguments))
     function.setArgAttr(unsigned(index), "jit.role", builder.getStringAttr(roleName(argument.role)));
-  for (auto [index, result] : llvm::enumerate(graph.results))
+  for (auto [index, result] : llvm::enumerate(graph.results)) {
     if (result.tiedArgument)
       function.setResultAttr(unsigned(index), "jit.tied", builder.getI64IntegerAttr(int64_t(*result.tiedArgument)));
+    if (result.returnedToCaller)
+      function.setResultAttr(unsigned(index), "jit.returned", builder.getUnitAttr());
+  }
 
   Block* entry = function.addEntryBlock();
   builder.setInsertionPointToStart(entry);

@@ -394,7 +394,7 @@ std::pair<TraceGraph, TraceBindings> TraceSession::finish(std::span<const Tensor
   }
 
   for (int64_t value : outputValues)
-    graph.results.push_back({value, std::nullopt});
+    graph.results.push_back({value, std::nullopt, /*returnedToCaller=*/true});
   bindings.outputCount = outputValues.size();
   for (size_t i = 0; i < ordered.size(); ++i) {
     int64_t last = finalValue[ordered[i]->impl.get()];

@@ -65,6 +65,8 @@ struct TraceGraph {
   struct Result {
     int64_t value;
     std::optional<size_t> tiedArgument;
+    /// One of the step's outputs (`jit.returned`): AMP may widen it.
+    bool returnedToCaller = false;
   };
   /// The step's outputs, then the state updates in argument order, then new
   /// gradients kept as outputs.

@@ -39,6 +39,12 @@ TEST(Trace, TheClassifierStepIsCapturedWholeWithRolesAndTies) {
     EXPECT_EQ(found, size_t(count)) << role;
   }
   EXPECT_NE(module.find("jit.tied = 19 : i64"), std::string::npos);
+  // The one returned tensor, the loss, is marked as the step's output.
+  size_t returned = 0;
+  for (size_t at = module.find("jit.returned"); at != std::string::npos; at = module.find("jit.returned", at + 1))
+    ++returned;
+  EXPECT_EQ(returned, 1u);
+  EXPECT_NE(module.find("-> (tensor<f32> {jit.returned}"), std::string::npos);
   EXPECT_NE(module.find("amp.update_scale"), std::string::npos);
   EXPECT_EQ(step.stats().traces, 1u);
   // Ops carry the user's source location.
@@ -1852,8 +1858,9 @@ TEST(Trace, ALossAmpWidensFromTheUsersF16IsScaledInFp32AsEagerly) {
   // autocast computes it, the scaled loss and its backward's seed in f32.
   // Until 2026-12-03 the trace's scale_loss kept the recorded f16: the seed
   // times the scale (2^16) overflowed f16 and the first step was skipped
-  // where eager autocast's was not. The returned loss still keeps the type
-  // the trace recorded (f16): it is eager's loss rounded to f16.
+  // where eager autocast's was not. The step returns the loss in f32 as
+  // eager autocast does (`jit.returned`); until 2026-12-04 it came back in
+  // the f16 the trace recorded, eager's loss rounded once more.
   auto lowLossStep = [](Classifier& net, const Tensor& x, const Tensor& softTargets) {
     net.opt.zero_grad();
     Tensor loss = mse_loss(softmax(net.model(x), 1).to(f16), softTargets.to(f16));
@@ -1877,8 +1884,9 @@ TEST(Trace, ALossAmpWidensFromTheUsersF16IsScaledInFp32AsEagerly) {
       Tensor expected = lowLossStep(eager, x, softTargets);
       ASSERT_EQ(expected.dtype(), f32);
       Tensor got = step(x, softTargets);
+      EXPECT_EQ(got.dtype(), f32) << "step " << i;
       if (bitwise) {
-        EXPECT_EQ(got.item(), expected.to(f16).item()) << "step " << i;
+        EXPECT_EQ(got.item(), expected.item()) << "step " << i;
       } else {
         EXPECT_NEAR(got.item(), expected.item(), 1e-2 * std::abs(expected.item())) << "step " << i;
       }

@@ -966,7 +966,7 @@ func.func @adam_negative_weight_decay(%w: tensor<8xf32>, %t: tensor<i64>, %lr: t
 }
 
 //===----------------------------------------------------------------------===//
-// State model: jit.role, jit.tied, jit.derived_from (StateModel.cpp)
+// State model: jit.role, jit.tied, jit.returned, jit.derived_from (StateModel.cpp)
 //===----------------------------------------------------------------------===//
 
 // -----
@@ -998,9 +998,31 @@ func.func @tied_on_argument(%w: tensor<4xf32> {jit.tied = 0 : i64}) {
 
 // -----
 
-// expected-error @below {{unknown result attribute 'jit.role' on result #0; the jit dialect defines 'jit.tied'}}
+// expected-error @below {{unknown result attribute 'jit.role' on result #0; the jit dialect defines 'jit.tied' and 'jit.returned'}}
 func.func @role_on_result(%w: tensor<4xf32> {jit.role = "param"}) -> (tensor<4xf32> {jit.role = "param"}) {
   return %w : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @below {{'jit.returned' on result #0 is a unit flag, but is true}}
+func.func @returned_not_a_unit_flag(%w: tensor<4xf32> {jit.role = "param"}) -> (tensor<4xf32> {jit.returned = true}) {
+  return %w : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @below {{result #1 has both 'jit.tied' and 'jit.returned'; a result is either new state or what the step returns}}
+func.func @returned_and_tied(%w: tensor<4xf32> {jit.role = "param"})
+    -> (tensor<4xf32> {jit.returned}, tensor<4xf32> {jit.returned, jit.tied = 0 : i64}) {
+  return %w, %w : tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// expected-error @below {{unknown argument attribute 'jit.returned' on argument #0; the jit dialect defines 'jit.role' and 'jit.derived_from'}}
+func.func @returned_on_argument(%w: tensor<4xf32> {jit.returned}) {
+  return
 }
 
 // -----
@@ -1191,6 +1213,14 @@ func.func @role_on_operation(%x: tensor<4xf32>) -> tensor<4xf32> {
 // expected-error @below {{'func.func' op 'jit.tied' belongs on a function result, not on an operation}}
 func.func @tied_on_function(%w: tensor<4xf32> {jit.role = "param"}) -> tensor<4xf32> attributes {jit.tied = 0 : i64} {
   return %w : tensor<4xf32>
+}
+
+// -----
+
+func.func @returned_on_operation(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'jit.relu' op 'jit.returned' belongs on a function result, not on an operation}}
+  %0 = jit.relu %x {jit.returned} : tensor<4xf32>
+  return %0 : tensor<4xf32>
 }
 
 // -----

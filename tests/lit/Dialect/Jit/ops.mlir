@@ -3,7 +3,8 @@
 // RUN: amp-opt %s --mlir-print-op-generic | amp-opt | FileCheck %s
 
 // Round trip of every jit op in its custom syntax, and of the state-model
-// attributes (jit.role, jit.tied, jit.derived_from, jit.op_id, jit.vjp_of).
+// attributes (jit.role, jit.tied, jit.returned, jit.derived_from, jit.op_id,
+// jit.vjp_of).
 // The three RUN lines check that the printed form parses back to itself and
 // that the generic form parses back to the same custom form. Attributes at
 // their default value are elided by the printer; the checks pin that down too.
@@ -612,7 +613,7 @@ func.func @adam_update_amsgrad(%w: tensor<8xf32>, %gw: tensor<8xf16>, %m: tensor
 // CHECK-SAME:    %arg5: tensor<f32> {jit.role = "scaler_state"},
 // CHECK-SAME:    %arg6: tensor<f32> {jit.role = "hyper"},
 // CHECK-SAME:    %arg7: tensor<4x8xf32>)
-// CHECK-SAME:    -> (tensor<f32>, tensor<8x8xf32> {jit.tied = 1 : i64}, tensor<8x8xf32> {jit.tied = 4 : i64},
+// CHECK-SAME:    -> (tensor<f32> {jit.returned}, tensor<8x8xf32> {jit.tied = 1 : i64}, tensor<8x8xf32> {jit.tied = 4 : i64},
 // CHECK-SAME:        tensor<f32> {jit.tied = 5 : i64}, tensor<8x8xf32> {jit.tied = 3 : i64})
 func.func @step(%x: tensor<4x8xf32> {jit.role = "input"},
                 %w: tensor<8x8xf32> {jit.role = "param"},
@@ -622,7 +623,7 @@ func.func @step(%x: tensor<4x8xf32> {jit.role = "input"},
                 %scale: tensor<f32> {jit.role = "scaler_state"},
                 %lr: tensor<f32> {jit.role = "hyper"},
                 %t: tensor<4x8xf32>)
-    -> (tensor<f32>, tensor<8x8xf32> {jit.tied = 1 : i64}, tensor<8x8xf32> {jit.tied = 4 : i64},
+    -> (tensor<f32> {jit.returned}, tensor<8x8xf32> {jit.tied = 1 : i64}, tensor<8x8xf32> {jit.tied = 4 : i64},
         tensor<f32> {jit.tied = 5 : i64}, tensor<8x8xf32> {jit.tied = 3 : i64}) {
   // CHECK-NEXT: %[[Y:.*]] = jit.matmul %arg0, %arg1 {jit.op_id = 0 : i64} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
   // CHECK-NEXT: %[[L:.*]] = jit.mse_loss %[[Y]], %arg7 reduction = mean {jit.op_id = 1 : i64} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<f32>

@@ -819,6 +819,8 @@ private:
         // read before.
         Type before = originalType.count(value) ? originalType[value] : value.getType();
         Type beforeElement = cast<RankedTensorType>(before).getElementType();
+        if (returnsAsComputed(operand, before))
+          continue;
         if (compute && node->paintable && beforeElement == f32)
           wanted = compute;
         else if (compute && node->lowAsTraced)
@@ -847,7 +849,25 @@ private:
       if (failed(retypeResults(op, compute)))
         return failure();
     }
+    Operation *terminator = function.getBody().back().getTerminator();
+    if (TypeRange returned = terminator->getOperandTypes(); returned != function.getResultTypes())
+      function.setType(FunctionType::get(function.getContext(), function.getArgumentTypes(), returned));
     return success();
+  }
+
+  /// A step's output that the trace recorded in f16/bf16 is returned in
+  /// the type AMP computed it in, as eager autocast returns it: the user's
+  /// MSE on their own f16 values (a deny op) in f32, their f16 product at
+  /// bf16 in bf16. Cast back to the recorded type, the caller got eager's
+  /// value rounded once more (bf16 to f16 can overflow). A value recorded in
+  /// f32 stays f32, as the user's code without autocast returns it. Only a
+  /// `jit.returned` result: new state keeps its argument's type, and a
+  /// gradient or an input write the type of the tensor it lands in.
+  bool returnsAsComputed(OpOperand &operand, Type recorded) {
+    if (!isa<func::ReturnOp>(operand.getOwner()) || operand.getOwner()->getParentOp() != function ||
+        !function.getResultAttr(operand.getOperandNumber(), ampjit::ir::JitDialect::kReturnedAttrName))
+      return false;
+    return isLowPrecisionTensor(recorded) && isFloatTensor(operand.get().getType());
   }
 
   /// `scaler.scale(loss)` scales the loss in the loss's own type. Where AMP

@@ -195,8 +195,22 @@ LogicalResult JitDialect::verifyRegionResultAttribute(Operation *op, unsigned,
       return failure();
     return verifyTied(*function, resultIndex, attr);
   }
-  return op->emitError() << "unknown result attribute '" << name << "' on result #"
-                         << resultIndex << "; the jit dialect defines '" << kTiedAttrName << "'";
+  if (name == kReturnedAttrName) {
+    FailureOr<FunctionOpInterface> function = requireFunction(op, name, "result");
+    if (failed(function))
+      return failure();
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitError() << "'" << name << "' on result #" << resultIndex << " is a unit flag, but is "
+                             << attr.getValue();
+    // A new state value keeps its argument's type; only what the caller
+    // receives may follow the type AMP computed it in.
+    if (function->getResultAttr(resultIndex, kTiedAttrName))
+      return op->emitError() << "result #" << resultIndex << " has both '" << kTiedAttrName << "' and '" << name
+                             << "'; a result is either new state or what the step returns";
+    return success();
+  }
+  return op->emitError() << "unknown result attribute '" << name << "' on result #" << resultIndex
+                         << "; the jit dialect defines '" << kTiedAttrName << "' and '" << kReturnedAttrName << "'";
 }
 
 LogicalResult JitDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {
@@ -236,9 +250,9 @@ LogicalResult JitDialect::verifyOperationAttribute(Operation *op, NamedAttribute
     }
     return success();
   }
-  if (name == kRoleAttrName || name == kDerivedFromAttrName || name == kTiedAttrName)
+  if (name == kRoleAttrName || name == kDerivedFromAttrName || name == kTiedAttrName || name == kReturnedAttrName)
     return op->emitOpError() << "'" << name << "' belongs on a function "
-                             << (name == kTiedAttrName ? "result" : "argument")
+                             << (name == kTiedAttrName || name == kReturnedAttrName ? "result" : "argument")
                              << ", not on an operation";
   return op->emitOpError() << "unknown attribute '" << name << "'; the jit dialect defines '"
                            << kOpIdAttrName << "', '" << kVjpOfAttrName << "', '" << kGradOfLeafAttrName

@@ -144,3 +144,37 @@ func.func @scaled_loss_of_a_deny_op_on_traced_f16(%p: tensor<4x4xf32> {jit.role 
       : (tensor<f16>, tensor<4x4xf16>, tensor<4x4xf16>) -> tensor<4x4xf16>
   return %loss, %scaled, %dp : tensor<f16>, tensor<f16>, tensor<4x4xf16>
 }
+
+// What the step returns (`jit.returned`) and the trace recorded in f16 is
+// returned in the type AMP computed it in, as eager autocast returns it: the
+// MSE on the user's own f16 values, a deny op, in f32 (rounded back to f16,
+// the caller got eager's loss rounded once more, until 2026-12-04), their
+// f16 product at bf16 in bf16. A result without the flag (a gradient landing
+// in an f16 tensor) and new state keep their types, and so does a returned
+// value the trace recorded in f32 (the product of an allow op).
+// CHECK-LABEL: func.func @returned_values_of_the_users_f16(
+// CHECK-SAME:      -> (tensor<f32> {jit.returned}, tensor<f16>, tensor<f16> {jit.tied = 2 : i64}, tensor<4x4xf32> {jit.returned},
+// F16-SAME:        tensor<4x4xf16> {jit.returned})
+// BF16-SAME:       tensor<4x4xbf16> {jit.returned})
+// CHECK:         %[[LOSS:.*]] = jit.mse_loss {{.*}} -> tensor<f32>
+// CHECK:         %[[ROUNDED:.*]] = amp.cast %[[LOSS]] : tensor<f32> to tensor<f16>
+// CHECK:         %[[PRODUCT:.*]] = jit.matmul
+// CHECK:         %[[WIDE:.*]] = amp.cast %[[PRODUCT]] : tensor<4x4x{{.*}}> to tensor<4x4xf32>
+// CHECK:         %[[USERS:.*]] = jit.matmul
+// CHECK:         return %[[LOSS]], %[[ROUNDED]], %[[ROUNDED]], %[[WIDE]], %[[USERS]] :
+// O2-LABEL: func.func @returned_values_of_the_users_f16(
+// O2-SAME:      -> (tensor<f32> {jit.returned}, tensor<f16>, tensor<f16> {jit.tied = 2 : i64}, tensor<4x4xf32> {jit.returned}, tensor<4x4xf16> {jit.returned})
+// PIPELINE-LABEL: func.func @returned_values_of_the_users_f16(
+// PIPELINE-SAME:      -> (tensor<f32> {jit.returned}, tensor<f16>, tensor<f16> {jit.tied = 2 : i64}, tensor<4x4xf32> {jit.returned}, tensor<4x4xf16> {jit.returned})
+func.func @returned_values_of_the_users_f16(%p: tensor<4x4xf32> {jit.role = "input"},
+                                            %t: tensor<4x4xf32> {jit.role = "input"},
+                                            %last: tensor<f16> {jit.role = "opt_state"})
+    -> (tensor<f16> {jit.returned}, tensor<f16>, tensor<f16> {jit.tied = 2 : i64}, tensor<4x4xf32> {jit.returned},
+        tensor<4x4xf16> {jit.returned}) {
+  %ph = jit.convert %p {jit.op_id = 0 : i64} : tensor<4x4xf32> -> tensor<4x4xf16>
+  %th = jit.convert %t : tensor<4x4xf32> -> tensor<4x4xf16>
+  %loss = jit.mse_loss %ph, %th reduction = mean {jit.op_id = 1 : i64} : (tensor<4x4xf16>, tensor<4x4xf16>) -> tensor<f16>
+  %product = jit.matmul %p, %t {jit.op_id = 2 : i64} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  %users = jit.matmul %ph, %th {jit.op_id = 3 : i64} : (tensor<4x4xf16>, tensor<4x4xf16>) -> tensor<4x4xf16>
+  return %loss, %loss, %loss, %product, %users : tensor<f16>, tensor<f16>, tensor<f16>, tensor<4x4xf32>, tensor<4x4xf16>
+}

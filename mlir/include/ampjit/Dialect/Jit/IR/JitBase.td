@@ -30,6 +30,9 @@ def Jit_Dialect : Dialect {
       on each entry-function argument says what the argument is;
     * `jit.tied = <argument index>` on a function result says that the result
       is the new value of that state argument (the runtime updates it in place);
+    * `jit.returned` (a unit flag) on a function result says that the step
+      returns it to its caller: AMP may widen it to the type it computed in,
+      as eager autocast returns it (a result without the flag keeps its type);
     * `jit.derived_from = <argument index>` marks state a pass derived from
       another argument (O2's low-precision parameter copies);
     * `jit.op_id = <n>` on a recorded forward op and `jit.vjp_of = <n>` on the
@@ -51,6 +54,7 @@ def Jit_Dialect : Dialect {
   let extraClassDeclaration = [{
     static constexpr ::llvm::StringLiteral kRoleAttrName = "jit.role";
     static constexpr ::llvm::StringLiteral kTiedAttrName = "jit.tied";
+    static constexpr ::llvm::StringLiteral kReturnedAttrName = "jit.returned";
     static constexpr ::llvm::StringLiteral kDerivedFromAttrName = "jit.derived_from";
     static constexpr ::llvm::StringLiteral kOpIdAttrName = "jit.op_id";
     static constexpr ::llvm::StringLiteral kVjpOfAttrName = "jit.vjp_of";
