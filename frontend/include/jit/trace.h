@@ -24,8 +24,9 @@
 // the step read (parameters, optimizer buffers, lr, scaler state: `jit.role`)
 // and whose results are the returned tensors (`jit.returned`: one the trace
 // recorded in f16/bf16 comes back in the type AMP computed it in, as under
-// eager autocast) and each piece of state the step wrote (`jit.tied`). The AMP pipeline and codegen compile it; the runtime
-// runs it, updating the state tensors in place. Later calls replay it.
+// eager autocast) and each piece of state the step wrote (`jit.tied`). The
+// AMP pipeline and codegen compile it; the runtime runs it, updating the
+// state tensors in place. Later calls replay it.
 //
 // What a trace fixes, and what it does not:
 //   * C++ numbers and host control flow are constants of a trace; tensors are

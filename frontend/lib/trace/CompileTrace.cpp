@@ -4,6 +4,7 @@
 
 #include "ampjit/Codegen/OpFromCall.h"
 #include "ampjit/Codegen/PlanBuilder.h"
+#include "ampjit/Dialect/Jit/IR/JitDialect.h"
 #include "ampjit/InitAmpjit.h"
 #include "ampjit/runtime/Files.h"
 #include "ampjit/runtime/Plan.h"
@@ -50,8 +51,9 @@ void writeDumpFile(const std::filesystem::path& path, const std::string& text) {
 }
 
 /// The module of the joint graph: one function, arguments with jit.role,
-/// results with jit.tied or jit.returned, op ids renumbered from 0 in program order (the
-/// eager counter is process-wide, a module should not depend on it).
+/// results with jit.tied or jit.returned, op ids renumbered from 0 in
+/// program order (the eager counter is process-wide, a module should not
+/// depend on it).
 OwningOpRef<ModuleOp> emitModule(MLIRContext& context, const TraceGraph& graph) {
   Location functionLocation = locationOf(context, graph.location);
   OwningOpRef<ModuleOp> module = ModuleOp::create(functionLocation);
@@ -65,13 +67,15 @@ OwningOpRef<ModuleOp> emitModule(MLIRContext& context, const TraceGraph& graph) 
     resultTypes.push_back(ampjit::codegen::toMlirType(&context, graph.valueTypes[size_t(result.value)]));
   auto function = func::FuncOp::create(builder, functionLocation, graph.name,
                                        builder.getFunctionType(argumentTypes, resultTypes));
+  using ampjit::ir::JitDialect;
   for (auto [index, argument] : llvm::enumerate(graph.arguments))
-    function.setArgAttr(unsigned(index), "jit.role", builder.getStringAttr(roleName(argument.role)));
+    function.setArgAttr(unsigned(index), JitDialect::kRoleAttrName, builder.getStringAttr(roleName(argument.role)));
   for (auto [index, result] : llvm::enumerate(graph.results)) {
     if (result.tiedArgument)
-      function.setResultAttr(unsigned(index), "jit.tied", builder.getI64IntegerAttr(int64_t(*result.tiedArgument)));
+      function.setResultAttr(unsigned(index), JitDialect::kTiedAttrName,
+                             builder.getI64IntegerAttr(int64_t(*result.tiedArgument)));
     if (result.returnedToCaller)
-      function.setResultAttr(unsigned(index), "jit.returned", builder.getUnitAttr());
+      function.setResultAttr(unsigned(index), JitDialect::kReturnedAttrName, builder.getUnitAttr());
   }
 
   Block* entry = function.addEntryBlock();

@@ -65,7 +65,8 @@ struct TraceGraph {
   struct Result {
     int64_t value;
     std::optional<size_t> tiedArgument;
-    /// One of the step's outputs (`jit.returned`): AMP may widen it.
+    /// One of the step's outputs (`jit.returned`): AMP may give it the type
+    /// it computed it in.
     bool returnedToCaller = false;
   };
   /// The step's outputs, then the state updates in argument order, then new

@@ -24,6 +24,14 @@ constexpr int64_t kIn = 32, kHidden = 48, kClasses = 10, kBatch = 16;
 /// The classifier at a size that keeps eager comparisons quick.
 #define SMALL_NET(...) (kIn, kHidden, kClasses, 3 __VA_OPT__(, ) __VA_ARGS__)
 
+/// How often `what` occurs in `text` (GEMMs of a type in a plan, say).
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
 TEST(Trace, TheClassifierStepIsCapturedWholeWithRolesAndTies) {
   Classifier net(784, 512, 10);
   auto [x, y] = batch(64, 784, 10, 7);
@@ -32,18 +40,11 @@ TEST(Trace, TheClassifierStepIsCapturedWholeWithRolesAndTies) {
   const std::string& module = step.traced_module();
   // 2 inputs, 6 parameters, 6 momentum buffers, lr, 5 scaler tensors.
   for (auto [role, count] : {std::pair{"\"input\"", 2}, {"\"param\"", 6}, {"\"opt_state\"", 6},
-                             {"\"hyper\"", 1}, {"\"scaler_state\"", 5}}) {
-    size_t found = 0;
-    for (size_t at = module.find(role); at != std::string::npos; at = module.find(role, at + 1))
-      ++found;
-    EXPECT_EQ(found, size_t(count)) << role;
-  }
+                             {"\"hyper\"", 1}, {"\"scaler_state\"", 5}})
+    EXPECT_EQ(occurrences(module, role), size_t(count)) << role;
   EXPECT_NE(module.find("jit.tied = 19 : i64"), std::string::npos);
   // The one returned tensor, the loss, is marked as the step's output.
-  size_t returned = 0;
-  for (size_t at = module.find("jit.returned"); at != std::string::npos; at = module.find("jit.returned", at + 1))
-    ++returned;
-  EXPECT_EQ(returned, 1u);
+  EXPECT_EQ(occurrences(module, "jit.returned"), 1u);
   EXPECT_NE(module.find("-> (tensor<f32> {jit.returned}"), std::string::npos);
   EXPECT_NE(module.find("amp.update_scale"), std::string::npos);
   EXPECT_EQ(step.stats().traces, 1u);
@@ -239,14 +240,6 @@ TEST(Trace, AScalerThatNeverDropsAnUpdateChecksNothingAndAppliesAnOverflowAsEage
   std::string message = errorOf([&] { traced.scaler.found_inf(); });
   EXPECT_NE(message.find("never check their gradients"), std::string::npos) << message;
   EXPECT_EQ(step.stats().traces, 1u);
-}
-
-/// How often `what` occurs in `text` (GEMMs of a type in a plan, say).
-size_t occurrences(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
-    ++n;
-  return n;
 }
 
 /// Two Linear layers (the first without a bias, so that under eager autocast

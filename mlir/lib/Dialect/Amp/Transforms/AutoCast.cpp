@@ -862,9 +862,11 @@ private:
   /// value rounded once more (bf16 to f16 can overflow). A value recorded in
   /// f32 stays f32, as the user's code without autocast returns it. Only a
   /// `jit.returned` result: new state keeps its argument's type, and a
-  /// gradient or an input write the type of the tensor it lands in.
+  /// gradient or an input write the type of the tensor it lands in. Only in
+  /// a one-block function, whose one return the signature then follows.
   bool returnsAsComputed(OpOperand &operand, Type recorded) {
     if (!isa<func::ReturnOp>(operand.getOwner()) || operand.getOwner()->getParentOp() != function ||
+        !function.getBody().hasOneBlock() ||
         !function.getResultAttr(operand.getOperandNumber(), ampjit::ir::JitDialect::kReturnedAttrName))
       return false;
     return isLowPrecisionTensor(recorded) && isFloatTensor(operand.get().getType());

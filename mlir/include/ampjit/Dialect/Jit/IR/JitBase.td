@@ -31,7 +31,7 @@ def Jit_Dialect : Dialect {
     * `jit.tied = <argument index>` on a function result says that the result
       is the new value of that state argument (the runtime updates it in place);
     * `jit.returned` (a unit flag) on a function result says that the step
-      returns it to its caller: AMP may widen it to the type it computed in,
+      returns it to its caller: AMP may give it the type it computed it in,
       as eager autocast returns it (a result without the flag keeps its type);
     * `jit.derived_from = <argument index>` marks state a pass derived from
       another argument (O2's low-precision parameter copies);
