@@ -221,10 +221,10 @@ private:
       rt::BufferDesc desc;
       desc.type = *type;
       desc.role = rt::BufferRole::Input;
-      if (auto role = function.getArgAttrOfType<StringAttr>(index, "jit.role"))
+      if (auto role = function.getArgAttrOfType<StringAttr>(index, ir::JitDialect::kRoleAttrName))
         desc.role = roles.at(role.getValue().str()); // the state-model verifier checked the spelling
       desc.argument = int32_t(index);
-      if (auto source = function.getArgAttrOfType<IntegerAttr>(index, "jit.derived_from"))
+      if (auto source = function.getArgAttrOfType<IntegerAttr>(index, ir::JitDialect::kDerivedFromAttrName))
         desc.derivedFrom = int32_t(source.getInt());
       desc.name = ir::argumentName(argument);
       addBuffer(argument, std::move(desc));
@@ -237,7 +237,7 @@ private:
   LogicalResult planResults() {
     auto returnOp = cast<func::ReturnOp>(function.getBody().front().getTerminator());
     for (auto [index, value] : llvm::enumerate(returnOp.getOperands())) {
-      auto tied = function.getResultAttrOfType<IntegerAttr>(index, "jit.tied");
+      auto tied = function.getResultAttrOfType<IntegerAttr>(index, ir::JitDialect::kTiedAttrName);
       if (!tied)
         continue;
       int64_t argument = tied.getInt();
@@ -300,7 +300,7 @@ private:
     for (auto [index, value] : llvm::enumerate(returnOp.getOperands())) {
       rt::PlanResult result;
       result.buffer = bufferOf.at(value);
-      if (auto tied = function.getResultAttrOfType<IntegerAttr>(index, "jit.tied")) {
+      if (auto tied = function.getResultAttrOfType<IntegerAttr>(index, ir::JitDialect::kTiedAttrName)) {
         result.tiedArgument = int32_t(tied.getInt());
         result.buffer = plan.argumentBuffer(size_t(tied.getInt()));
       }

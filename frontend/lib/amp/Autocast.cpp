@@ -12,6 +12,7 @@
 
 #include "ampjit/Dialect/Amp/Policy/Policy.h"
 #include "ampjit/runtime/Files.h"
+#include "ampjit/runtime/Fnv1a.h"
 
 #include <algorithm>
 #include <cmath>
@@ -187,10 +188,8 @@ autocast::autocast(AutocastOptions options) : previous_(gCurrent), previousDisab
   // Load before changing anything, so a bad policy leaves the thread as it was.
   std::optional<std::string> lists = customListsYaml(options.policy, options.custom_allow, options.custom_deny);
   std::shared_ptr<const PolicyData> policy = lists ? loadCustomLists(*lists) : loadPolicy(options.policy);
-  char hash[17];
-  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(policy->hash()));
   std::string guard = "jit::amp::autocast(" + std::string(dtype_name(options.dtype)) + ", policy '" + policy->name() +
-                      "' #" + hash + ")";
+                      "' #" + ampjit::runtime::hex64(policy->hash()) + ")";
   auto state = std::make_shared<const State>(State{options.dtype, *lowType, std::move(policy), std::move(guard)});
   gCurrent = std::move(state);
   detail::setAmpDisabledByUser(false);
@@ -406,11 +405,7 @@ std::string Policy::pipelineOptions() const {
     // compile keyed on the option string stays valid. Processes side by side
     // may want the same file while another compiles from it: a whole one is
     // left as it is, and any other is replaced whole.
-    uint64_t hash = 1469598103934665603ull; // FNV-1a
-    for (unsigned char c : *yaml)
-      hash = (hash ^ c) * 1099511628211ull;
-    char name[48];
-    std::snprintf(name, sizeof name, "ampjit-policy-%016llx.yaml", static_cast<unsigned long long>(hash));
+    std::string name = "ampjit-policy-" + ampjit::runtime::hex64(ampjit::runtime::fnv1a64(*yaml)) + ".yaml";
     std::filesystem::path path = std::filesystem::temp_directory_path() / name;
     if (ampjit::runtime::Expected<std::string> existing = ampjit::runtime::readWholeFile(path);
         !existing.ok() || *existing != *yaml)

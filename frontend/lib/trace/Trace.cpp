@@ -168,7 +168,7 @@ public:
         std::cerr << "ampjit: jit::trace '" << options_.name << "' retraces (variant " << variants_.size() + 1
                   << "): " << reason << "\n";
     }
-    auto variant = traceAndCompile(inputs, body, types, key, callers);
+    auto variant = traceAndCompile(inputs, body, types, key, callers, std::move(callersGuard));
     ++stats_.traces;
     variants_.push_back(std::move(variant));
     last_ = variants_.back().get();
@@ -247,7 +247,8 @@ private:
 
   std::unique_ptr<Variant> traceAndCompile(const std::vector<Tensor>& inputs, const TracedFunctionBase::Body& body,
                                            std::vector<TensorType> types, std::string key,
-                                           std::shared_ptr<const amp::autocast::State> callers) {
+                                           std::shared_ptr<const amp::autocast::State> callers,
+                                           std::string callersGuard) {
     auto session = std::make_shared<TraceSession>(options_.name, where_, ampDecidesPrecision());
     session->begin();
     std::vector<Tensor> symbolicInputs;
@@ -274,7 +275,7 @@ private:
     // what they were before the step (the rest of the state was never touched).
     try {
       auto variant = compileVariant(traced.first, std::move(traced.second), std::move(types), std::move(key));
-      variant->callersAutocast = autocastGuard(callers.get());
+      variant->callersAutocast = std::move(callersGuard);
       return variant;
     } catch (...) {
       session->restoreGradients();

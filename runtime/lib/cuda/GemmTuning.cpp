@@ -20,11 +20,7 @@ namespace {
 
 constexpr std::string_view kEntryHeader = "ampjit-gemm-tuning 1";
 
-std::string checksumOf(std::string_view text) {
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv1a64(text));
-  return hex;
-}
+std::string checksumOf(std::string_view text) { return hex64(fnv1a64(text)); }
 
 /// The rest of `line` after `field` and a space, or nothing.
 std::optional<std::string_view> fieldValue(std::string_view line, std::string_view field) {

@@ -637,8 +637,6 @@ std::string columnSummedKernelBody(const std::vector<FusedInstruction>& program,
   return text;
 }
 
-std::string hex64(uint64_t value) { return format("%016" PRIx64, value); }
-
 /// The step as the printed plan shows it, as comment lines.
 std::string stepComment(const Plan& plan, const Step& step) {
   std::string printed;

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -120,11 +119,7 @@ CacheKey CacheKey::of(std::string_view material) {
   return CacheKey{fnv1a64(material), fnv1a64(material, 0x84222325cbf29ce4ull)};
 }
 
-std::string CacheKey::hex() const {
-  char text[33];
-  std::snprintf(text, sizeof text, "%016llx%016llx", (unsigned long long)high, (unsigned long long)low);
-  return text;
-}
+std::string CacheKey::hex() const { return hex64(high) + hex64(low); }
 
 void writeCacheFileAtomically(const std::filesystem::path& path, const std::string& bytes) {
   std::error_code error;

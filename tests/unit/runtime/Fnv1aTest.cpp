@@ -36,5 +36,13 @@ TEST(Fnv1a, ASeedGivesAnotherHashOfTheSameBytes) {
   EXPECT_NE(fnv1a64(text, 0x84222325cbf29ce4ull), fnv1a64(text));
 }
 
+TEST(Fnv1a, Hex64SpellsEveryHashInSixteenLowercaseDigits) {
+  // File names, cache keys and report fields compare these spellings as text.
+  EXPECT_EQ(hex64(0), "0000000000000000");
+  EXPECT_EQ(hex64(0xaf63dc4c8601ec8cull), "af63dc4c8601ec8c");
+  EXPECT_EQ(hex64(0x00000000000abcdeull), "00000000000abcde");
+  EXPECT_EQ(hex64(~0ull), "ffffffffffffffff");
+}
+
 } // namespace
 } // namespace ampjit::runtime

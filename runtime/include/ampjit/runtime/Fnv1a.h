@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace ampjit::runtime {
@@ -37,6 +38,15 @@ constexpr uint64_t fnv1a64(std::span<const uint8_t> bytes, uint64_t seed = kFnv1
 
 constexpr uint64_t fnv1a64(std::string_view text, uint64_t seed = kFnv1a64OffsetBasis) {
   return detail::fnv1a64Over(std::span<const char>(text.data(), text.size()), seed);
+}
+
+/// A hash as names, keys and files spell it: 16 lowercase hex digits, the
+/// leading zeros kept, so every spelling of a 64-bit hash has one length.
+inline std::string hex64(uint64_t value) {
+  std::string text(16, '0');
+  for (int digit = 15; digit >= 0; --digit, value >>= 4)
+    text[size_t(digit)] = "0123456789abcdef"[value & 0xf];
+  return text;
 }
 
 } // namespace ampjit::runtime

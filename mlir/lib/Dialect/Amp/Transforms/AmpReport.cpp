@@ -4,6 +4,7 @@
 #include "ampjit/Dialect/Amp/Transforms/AmpRewrites.h"
 #include "ampjit/Dialect/Jit/IR/JitDialect.h"
 #include "ampjit/Dialect/Jit/IR/StateModel.h"
+#include "ampjit/runtime/Fnv1a.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
@@ -95,15 +96,14 @@ void AmpReport::writeJson(llvm::raw_ostream &os) const {
                                     {"type", copy.copyType}}},
     });
 
-  char hash[17];
-  snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(policyHash));
+  std::string hash = runtime::hex64(policyHash);
   llvm::json::Object root{
       {"options", llvm::json::Object{{"level", level},
                                      {"dtype", dtype},
                                      {"semantics", semantics},
                                      {"target", target},
                                      {"policy", policyName},
-                                     {"policy_hash", std::string(hash)}}},
+                                     {"policy_hash", hash}}},
       {"summary", llvm::json::Object{{"ops_per_compute_type", std::move(perType)},
                                      {"casts_inserted", int64_t(castsInserted)},
                                      {"casts_removed", int64_t(castsRemoved)},
@@ -153,7 +153,7 @@ void AmpReport::writeDot(ModuleOp module, llvm::raw_ostream &os) const {
       std::string name = llvm::formatv("{0}arg{1}", prefix, argument.getArgNumber()).str();
       nodeOf[argument] = name;
       std::string role;
-      if (auto roleAttr = function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "jit.role"))
+      if (auto roleAttr = function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), JitDialect::kRoleAttrName))
         role = llvm::formatv(" {0}", roleAttr.getValue()).str();
       std::optional<FloatType> element = floatElementTypeOf(argument.getType());
       std::string typeText;

@@ -221,7 +221,8 @@ private:
   /// underflows in f16 once the scale passes 2^24.
   void findDataDependentValues() {
     for (BlockArgument argument : function.getArguments()) {
-      auto role = function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "jit.role");
+      auto role =
+          function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), ampjit::ir::JitDialect::kRoleAttrName);
       bool isStateArithmeticInput =
           role && llvm::is_contained({"scaler_state", "hyper", "opt_state"}, role.getValue());
       if (!isStateArithmeticInput)
