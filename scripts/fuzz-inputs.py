@@ -68,7 +68,7 @@ ELEMENT_TYPES = ['f32', 'f16', 'bf16', 'f64', 'i64', 'i32', 'i1', 'i8']
 DIMENSIONS = [0, 1, 2, 3, 5, 7, 64, 1 << 31, (1 << 32) - 1, 1 << 40, 1 << 62, (1 << 63) - 1]
 INTEGERS = [-1, 0, 1, 2, 3, 99, -99, 1 << 62]
 KEYWORDS = re.compile(r'\b(transpose_rhs|transpose_lhs|momentum = [\d.e+-]+ : f64|reduction = \w+|approximate = \w+|'
-                      r'axes = \[[\d, ]*\]|jit.role = "\w+"|jit.tied = \d+ : i64|predicate %\w+|inv_scale %\w+|'
+                      r'axes = \[[\d, ]*\]|jit.role = "\w+"|jit.tied = \d+ : i64|jit.returned|predicate %\w+|inv_scale %\w+|'
                       r'momentum_buffer %\w+)')
 ENUM_VALUES = ['input', 'param', 'opt_state', 'hyper', 'scaler_state', 'mean', 'sum', 'none', 'tanh', 'erf', 'bogus']
 
@@ -121,10 +121,16 @@ def mutate_mlir(rng, text):
             matches = list(re.finditer(r'(?<=[=\[ ,])(-?\d+)(?= : i64|\]|,)', text))
             if matches:
                 text = replace_match(text, rng.choice(matches), 1, str(rng.choice(INTEGERS)))
-        elif kind == 7:
+        elif kind == 7 and rng.random() < 0.75:
             matches = list(KEYWORDS.finditer(text))
             if matches:
                 text = replace_match(text, rng.choice(matches), 0, '')
+        elif kind == 7:  # a state flag where it may not go: on a tied result, an argument, twice
+            matches = list(re.finditer(r'\{(?=[^{}\n]*jit\.)', text))
+            if matches:
+                match = rng.choice(matches)
+                text = text[:match.end()] + rng.choice(['jit.returned, ', 'jit.returned = 1 : i64, ', 'jit.tied = 0 : i64, ']) + \
+                    text[match.end():]
         elif kind == 8:
             matches = list(re.finditer(r'"(input|param|opt_state|hyper|scaler_state)"|= (mean|sum|none|tanh|erf)\b', text))
             if matches:
@@ -265,7 +271,7 @@ def main():
         if not os.access(f'{args.tools}/{tool}', os.X_OK):
             sys.exit(f'fuzz-inputs: {args.tools}/{tool} is missing: build it (scripts/run-sanitized-tests.sh) '
                      'or pass --tools')
-    os.environ.setdefault('ASAN_OPTIONS', 'halt_on_error=1:detect_leaks=1')
+    os.environ.setdefault('ASAN_OPTIONS', 'halt_on_error=1:detect_leaks=1:intercept_tls_get_addr=0')  # as run-sanitized-tests.sh
     os.environ.setdefault('UBSAN_OPTIONS', 'halt_on_error=1:print_stacktrace=1')
     # A mutated dimension can ask for gigabytes of valid work (one plan
     # broadcast 50 floats to 835M, printed every one and ran past the timeout
