@@ -52,7 +52,7 @@ std::string floatLiteral(float value) {
 std::string doubleLiteral(double value) {
   if (std::isfinite(value))
     return format("(%a)", value);
-  return format("__longlong_as_double(0x%016" PRIx64 "LL)", std::bit_cast<uint64_t>(value));
+  return "__longlong_as_double(0x" + hex64(std::bit_cast<uint64_t>(value)) + "LL)";
 }
 
 std::string integerLiteral(int64_t value) {

@@ -5,6 +5,7 @@
 #include "FrontendTestUtil.h"
 #include "TemporaryDirectory.h"
 
+#include "ampjit/runtime/Fnv1a.h"
 #include "ampjit/runtime/LowPrecision.h"
 
 #include <cmath>
@@ -486,10 +487,7 @@ TEST(Nn, StateFilesOfFormatVersion1StillLoad) {
   put(uint32_t(2));
   entry("0.weight", {0.5f, -1.5f}, {1, 2});
   entry("0.bias", {2.0f}, {1});
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (uint8_t byte : bytes)
-    hash = (hash ^ byte) * 0x100000001b3ull;
-  put(hash);
+  put(ampjit::runtime::fnv1a64(bytes));
 
   ::ampjit::testing::TemporaryDirectory scratch;
   const fs::path& dir = scratch.path;

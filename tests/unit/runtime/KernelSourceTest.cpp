@@ -306,17 +306,19 @@ TEST(KernelSource, ConstantsArePrintedExactly) {
       {ElementwiseOp::Constant, rt::DType::I64, {}, -1e300},
       {ElementwiseOp::Constant, rt::DType::I64, {}, std::nan("")},
       {ElementwiseOp::Constant, rt::DType::BF16, {}, 3.0},
+      {ElementwiseOp::Constant, rt::DType::F64, {}, -infinity},
   };
-  params.outputs = {0, 1, 2, 3, 4};
+  params.outputs = {0, 1, 2, 3, 4, 5};
   rt::Plan plan = planWithStep(rt::StepKind::FusedElementwise, params, {},
                                {{rt::DType::F32, {}}, {rt::DType::F64, {}}, {rt::DType::I64, {}},
-                                {rt::DType::I64, {}}, {rt::DType::BF16, {}}});
+                                {rt::DType::I64, {}}, {rt::DType::BF16, {}}, {rt::DType::F64, {}}});
   const std::string source = emit(plan).source;
   EXPECT_TRUE(contains(source, "const float r0 = __int_as_float(0x7f800000);")) << source;
   EXPECT_TRUE(contains(source, "const double r1 = (-0x0p+0);")) << source;
   EXPECT_TRUE(contains(source, "const long long r2 = (-9223372036854775807LL - 1);")) << source;
   EXPECT_TRUE(contains(source, "const long long r3 = (0LL);")) << source;
   EXPECT_TRUE(contains(source, "const float r4 = (0x1.8p+1f);")) << source;
+  EXPECT_TRUE(contains(source, "const double r5 = __longlong_as_double(0xfff0000000000000LL);")) << source;
 }
 
 /// A relu gradient of f32 [rows, columns] and a Reduction after it over

@@ -96,14 +96,13 @@ void AmpReport::writeJson(llvm::raw_ostream &os) const {
                                     {"type", copy.copyType}}},
     });
 
-  std::string hash = runtime::hex64(policyHash);
   llvm::json::Object root{
       {"options", llvm::json::Object{{"level", level},
                                      {"dtype", dtype},
                                      {"semantics", semantics},
                                      {"target", target},
                                      {"policy", policyName},
-                                     {"policy_hash", hash}}},
+                                     {"policy_hash", runtime::hex64(policyHash)}}},
       {"summary", llvm::json::Object{{"ops_per_compute_type", std::move(perType)},
                                      {"casts_inserted", int64_t(castsInserted)},
                                      {"casts_removed", int64_t(castsRemoved)},
