@@ -299,6 +299,7 @@ void matchPart(const FilePart& part, const SavedState& state, const std::string&
     throw Error(at + "the file holds state saved by " + part.kind + ", not by " + state.kind);
   checkSettings(part, state, at);
   std::vector<bool> seen(state.tensors.size(), false);
+  std::vector<Tensor> loaded(state.tensors.size());
   for (const FileEntry& entry : part.entries) {
     size_t index = 0;
     while (index < state.tensors.size() && state.tensors[index].first != entry.name)
@@ -315,12 +316,15 @@ void matchPart(const FilePart& part, const SavedState& state, const std::string&
     if (entry.shape != target.shape())
       throw Error(at + "entry " + inQuotes(entry.name) + " has shape " + shapeToString(entry.shape) + " but the " +
                   state.noun + "'s is " + shapeToString(target.shape()));
-    updates.emplace_back(target, tensorOf(entry, at));
+    loaded[index] = tensorOf(entry, at);
+    updates.emplace_back(target, loaded[index]);
   }
   for (size_t i = 0; i < state.tensors.size(); ++i)
     if (!seen[i])
       throw Error(at + "entry " + inQuotes(state.tensors[i].first) + " of the " + state.noun +
                   " is missing from the file");
+  if (state.checkLoaded)
+    state.checkLoaded(loaded, at);
 }
 
 } // namespace

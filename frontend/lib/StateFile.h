@@ -40,6 +40,10 @@ struct SavedState {
   /// Settings added after files were first written, with the value a file
   /// without them was saved under.
   std::vector<std::pair<std::string, double>> settingsOlderFilesLack{};
+  /// Runs before anything is written, with this part's values in the order
+  /// of `tensors`: throws (its message after `at`) for values the object
+  /// cannot take, though the file is whole (a schedule's epoch past its end).
+  std::function<void(const std::vector<Tensor>& loaded, const std::string& at)> checkLoaded{};
   /// Runs after every tensor of every part is written: host-side state
   /// derived from the loaded tensors.
   std::function<void()> restore;

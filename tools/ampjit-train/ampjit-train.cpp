@@ -9,7 +9,7 @@
 // fetches into a cache folder; `--data synthetic` uses seeded random digits
 // (for tests that need no download).
 //
-// `--schedule cosine` and `--warmup-steps N` vary the learning rate step by
+// `--schedule cosine|onecycle` and `--warmup-steps N` vary the learning rate step by
 // step; `--clip-grad-norm X` clips the unscaled gradients (GradScaler's
 // unscale_ first, as PyTorch's AMP recipe does).
 //
@@ -58,7 +58,7 @@ struct Options {
   double lr = 1e-2;
   double momentum = 0.9;
   double weightDecay = 0.0;
-  std::string schedule = "constant"; ///< constant or cosine
+  std::string schedule = "constant"; ///< constant, cosine or onecycle
   int64_t warmupSteps = 0;
   double clipGradNorm = 0.0; ///< 0: no clipping
   int64_t batchSize = 64;
@@ -87,11 +87,14 @@ const char* kUsage = R"(usage: ampjit-train [options]
   --lr X                   learning rate (default: SGD 1e-2, mlp9's SGD 1e-4; Adam and AdamW 1e-3)
   --momentum X             SGD's momentum (default 0.9; mlp9: 0); SGD only
   --weight-decay X         L2 penalty (SGD, Adam) or decoupled decay (AdamW) (default 0; AdamW: 1e-2)
-  --schedule constant|cosine
+  --schedule constant|cosine|onecycle
                            the lr over the run's steps (--epochs x steps an epoch, whatever
-                           --max-steps stops at): constant (default), or cosine decay to 0 after
-                           the warmup (CosineAnnealingLR)
-  --warmup-steps N         rise linearly from lr / N to lr over the first N steps (default 0)
+                           --max-steps stops at): constant (default), cosine decay to 0 after
+                           the warmup (CosineAnnealingLR), or OneCycleLR with max_lr --lr: a
+                           cosine rise from lr / 25, then a cosine fall to lr / 2.5e5
+  --warmup-steps N         rise linearly from lr / N to lr over the first N steps (default 0);
+                           onecycle: pct_start N / the run's steps, so the lr peaks at step
+                           N - 1 as in PyTorch (default: pct_start 0.3)
   --clip-grad-norm X       clip the gradients' joint 2-norm to X after unscaling them (default: off)
   --batch-size N           (default 64)
   --data DIR|synthetic     the folder with 0.json..9.json (default: $AMPJIT_MNIST_DIR, else
@@ -188,8 +191,8 @@ Options parseOptions(int argc, char** argv) {
       weightDecayGiven = true;
     } else if (flag == "--schedule") {
       options.schedule = value();
-      if (options.schedule != "constant" && options.schedule != "cosine")
-        usageError("--schedule must be constant or cosine, not '" + options.schedule + "'");
+      if (options.schedule != "constant" && options.schedule != "cosine" && options.schedule != "onecycle")
+        usageError("--schedule must be constant, cosine or onecycle, not '" + options.schedule + "'");
     } else if (flag == "--warmup-steps") {
       options.warmupSteps = atLeastZero(value());
     } else if (flag == "--clip-grad-norm") {
@@ -487,6 +490,18 @@ std::unique_ptr<jit::optim::LRScheduler> makeSchedule(const Options& options, ji
   if (options.schedule == "cosine" && warmup >= totalSteps)
     throw jit::Error("--warmup-steps " + std::to_string(warmup) + " leaves no step of the run's " +
                      std::to_string(totalSteps) + " for the cosine decay");
+  if (options.schedule == "onecycle") {
+    // The rise ends at step pct_start * total - 1 and the fall at total - 1:
+    // each needs a step of its own.
+    if (warmup != 0 && (warmup < 2 || warmup >= totalSteps))
+      throw jit::Error("--warmup-steps " + std::to_string(warmup) + " with --schedule onecycle: the rise peaks at step " +
+                       "N - 1 and the fall needs a step after it, so N must be in [2, " +
+                       std::to_string(totalSteps - 1) + "] for the run's " + std::to_string(totalSteps) + " steps");
+    jit::optim::OneCycleLROptions cycle;
+    if (warmup != 0)
+      cycle.pct_start = double(warmup) / double(totalSteps);
+    return std::make_unique<jit::optim::OneCycleLR>(opt, totalSteps, cycle);
+  }
   if (options.schedule == "constant")
     return warmup == 0 ? nullptr : std::make_unique<jit::optim::LinearWarmup>(opt, warmup, 1.0 / double(warmup));
   if (warmup == 0)
@@ -556,9 +571,11 @@ std::vector<RecordedFlag> recordedFlags(const Options& options) {
   auto codeOf = [](const std::vector<std::string>& names, const std::string& name) {
     return double(std::find(names.begin(), names.end(), name) - names.begin());
   };
-  std::vector<std::string> models{"classifier", "mlp9"}, levels, dtypes{"f16", "bf16"}, schedules{"constant", "cosine"},
+  std::vector<std::string> models{"classifier", "mlp9"}, levels, dtypes{"f16", "bf16"}, schedules{"constant", "cosine", "onecycle"},
       data{"the digits", "synthetic"};
-  // The levels' codes are their places in kLevels, so a new level needs nothing here.
+  // A name's code is its place in its list: new names go last, so older
+  // checkpoints keep their meaning. The levels' codes are their places in
+  // kLevels, so a new level needs nothing here.
   for (jit::amp::Level level : jit::amp::kLevels)
     levels.push_back(levelName(level));
   std::string dtype = options.level == jit::amp::O0 ? "f16" : std::string(jit::dtype_name(options.dtype));

@@ -398,7 +398,7 @@ public:
   /// `base_lr` (its closed form; nothing is written).
   double lr_at(int64_t epoch, double base_lr) const { return lrAt(epoch, base_lr); }
 
-  /// "StepLR", "CosineAnnealingLR", "LinearWarmup".
+  /// "StepLR", "CosineAnnealingLR", "OneCycleLR", ...
   virtual const char* name() const = 0;
   /// base_lr (with more groups also "base_lr.1", ...) and the schedule's own settings.
   std::vector<std::pair<std::string, double>> hyperparameters() const;
@@ -421,6 +421,10 @@ private:
   friend class SequentialLR;
   /// Writes every group's lr for epoch_.
   void apply();
+  /// Every group's lr at `epoch`; throws where the schedule refuses it.
+  std::vector<double> lrsAt(int64_t epoch) const;
+  /// Writes lastLrs_ into the optimizer's lr tensors.
+  void writeLrs();
 
   Optimizer& optimizer_;
   std::vector<double> baseLrs_;
@@ -455,6 +459,25 @@ protected:
 
 private:
   int64_t tMax_;
+  double etaMin_;
+};
+
+/// PyTorch's CosineAnnealingWarmRestarts, stepped by one: cosine decays
+/// from base_lr to eta_min over T_i steps, restarting at base_lr after each;
+/// the first lasts T_0 steps and each next one T_mult times the last.
+/// lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * T_cur / T_i)) / 2,
+/// T_cur the steps since the last restart.
+class CosineAnnealingWarmRestarts : public LRScheduler {
+public:
+  CosineAnnealingWarmRestarts(Optimizer& optimizer, int64_t T_0, int64_t T_mult = 1, double eta_min = 0.0);
+  const char* name() const override { return "CosineAnnealingWarmRestarts"; }
+
+protected:
+  double lrAt(int64_t epoch, double base_lr) const override;
+  std::vector<std::pair<std::string, double>> schedule_settings() const override;
+
+private:
+  int64_t t0_, tMult_;
   double etaMin_;
 };
 
@@ -521,6 +544,55 @@ protected:
 private:
   int64_t totalIters_;
   double power_;
+};
+
+/// OneCycleLR's settings, PyTorch's defaults.
+struct OneCycleLROptions {
+  /// The peak lr of every group. Unset: each group's own lr as its optimizer
+  /// was built (so groups may peak at different lrs).
+  std::optional<double> max_lr{};
+  /// The cycle's first phase as a fraction of total_steps: the rise from
+  /// max_lr / div_factor to max_lr.
+  double pct_start = 0.3;
+  enum class Anneal { cos, linear };
+  Anneal anneal_strategy = Anneal::cos;
+  /// initial lr = max_lr / div_factor; the last lr = initial lr / final_div_factor.
+  double div_factor = 25.0;
+  double final_div_factor = 1e4;
+  /// Rise, fall back to the initial lr over as many steps, then anneal to the
+  /// last lr (fast.ai's schedule); else rise, then anneal to the last lr.
+  bool three_phase = false;
+};
+
+/// PyTorch's OneCycleLR with cycle_momentum=False, stepped after every
+/// optimizer step: a warmup from max_lr / div_factor to max_lr over
+/// pct_start of `total_steps`, then an annealing to max_lr / (div_factor *
+/// final_div_factor), each phase by `anneal_strategy`. Stepping past
+/// total_steps is an error, as in PyTorch, and leaves the schedule as it was.
+/// The lr at step total_steps (after the last step) is the last lr, where
+/// PyTorch carries the last phase's curve past its end.
+/// Momentum (or Adam's beta1) is not cycled: it is a constant the compiled
+/// update is built with, and cycling it would recompile every step.
+class OneCycleLR : public LRScheduler {
+public:
+  OneCycleLR(Optimizer& optimizer, int64_t total_steps, OneCycleLROptions options = {});
+  const char* name() const override { return "OneCycleLR"; }
+
+protected:
+  double lrAt(int64_t epoch, double base_lr) const override;
+  std::vector<std::pair<std::string, double>> schedule_settings() const override;
+
+private:
+  /// A phase anneals from `from` at the previous phase's end step (the first
+  /// phase's: 0) to `to` at `endStep`; fractional, as PyTorch computes it.
+  enum class PhaseLr { Initial, Max, Last };
+  struct Phase {
+    double endStep;
+    PhaseLr from, to;
+  };
+  int64_t totalSteps_;
+  OneCycleLROptions options_;
+  std::vector<Phase> phases_;
 };
 
 /// PyTorch's SequentialLR: schedules[0] until milestones[0], then

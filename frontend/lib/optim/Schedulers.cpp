@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <sstream>
 
 namespace jit::optim {
 
@@ -23,15 +24,34 @@ void LRScheduler::step() {
   detail::refuseInsideTrace(std::string(name()) + "::step()",
                             "its epoch is a host counter the trace would advance once; step the schedule between "
                             "calls of the step (the lr tensor it writes is state the step reads)");
+  // lrsAt may refuse the epoch (a OneCycleLR past its end): then nothing moves.
+  lastLrs_ = lrsAt(epoch_ + 1);
   ++epoch_;
-  apply();
+  writeLrs();
+}
+
+std::vector<double> LRScheduler::lrsAt(int64_t epoch) const {
+  std::vector<double> lrs;
+  for (double base : baseLrs_) {
+    double lr = lrAt(epoch, base);
+    // Checked here, not by set_lr partway through the groups: a refused
+    // epoch leaves every group's lr as it was.
+    if (!std::isfinite(lr) || lr < 0.0)
+      throw Error(std::string(name()) + ": the lr of group " + std::to_string(lrs.size()) + " at epoch " +
+                  std::to_string(epoch) + " would be " + std::to_string(lr) + "; an lr must be finite and >= 0");
+    lrs.push_back(lr);
+  }
+  return lrs;
 }
 
 void LRScheduler::apply() {
-  for (size_t group = 0; group < baseLrs_.size(); ++group) {
-    lastLrs_[group] = lrAt(epoch_, baseLrs_[group]);
+  lastLrs_ = lrsAt(epoch_);
+  writeLrs();
+}
+
+void LRScheduler::writeLrs() {
+  for (size_t group = 0; group < lastLrs_.size(); ++group)
     optimizer_.set_lr(group, lastLrs_[group]);
-  }
 }
 
 std::vector<std::pair<std::string, double>> LRScheduler::hyperparameters() const {
@@ -79,6 +99,36 @@ double CosineAnnealingLR::lrAt(int64_t epoch, double base_lr) const {
 
 std::vector<std::pair<std::string, double>> CosineAnnealingLR::schedule_settings() const {
   return {{"T_max", double(tMax_)}, {"eta_min", etaMin_}};
+}
+
+CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(Optimizer& optimizer, int64_t T_0, int64_t T_mult,
+                                                         double eta_min)
+    : LRScheduler(optimizer), t0_(T_0), tMult_(T_mult), etaMin_(eta_min) {
+  if (T_0 <= 0)
+    throw Error("CosineAnnealingWarmRestarts: T_0 must be positive, got " + std::to_string(T_0));
+  if (T_mult < 1)
+    throw Error("CosineAnnealingWarmRestarts: T_mult must be an integer >= 1, got " + std::to_string(T_mult));
+  if (!std::isfinite(eta_min))
+    throw Error("CosineAnnealingWarmRestarts: eta_min must be finite, got " + std::to_string(eta_min));
+  initialize();
+}
+
+double CosineAnnealingWarmRestarts::lrAt(int64_t epoch, double base_lr) const {
+  // In integers, as PyTorch's step() advances T_cur and T_i one step at a
+  // time (its closed form through log() can land a restart a step off).
+  int64_t cycle = t0_, intoCycle = epoch;
+  if (tMult_ == 1)
+    intoCycle = epoch % t0_;
+  else
+    while (intoCycle >= cycle) {
+      intoCycle -= cycle;
+      cycle *= tMult_;
+    }
+  return etaMin_ + (base_lr - etaMin_) * (1.0 + std::cos(std::numbers::pi * double(intoCycle) / double(cycle))) / 2.0;
+}
+
+std::vector<std::pair<std::string, double>> CosineAnnealingWarmRestarts::schedule_settings() const {
+  return {{"T_0", double(t0_)}, {"T_mult", double(tMult_)}, {"eta_min", etaMin_}};
 }
 
 LinearWarmup::LinearWarmup(Optimizer& optimizer, int64_t total_iters, double start_factor, double end_factor)
@@ -163,6 +213,86 @@ double PolynomialLR::lrAt(int64_t epoch, double base_lr) const {
 
 std::vector<std::pair<std::string, double>> PolynomialLR::schedule_settings() const {
   return {{"total_iters", double(totalIters_)}, {"power", power_}};
+}
+
+OneCycleLR::OneCycleLR(Optimizer& optimizer, int64_t total_steps, OneCycleLROptions options)
+    : LRScheduler(optimizer), totalSteps_(total_steps), options_(options) {
+  if (total_steps <= 0)
+    throw Error("OneCycleLR: total_steps must be positive, got " + std::to_string(total_steps));
+  if (!(options.pct_start >= 0.0 && options.pct_start <= 1.0))
+    throw Error("OneCycleLR: pct_start must be in [0, 1], got " + std::to_string(options.pct_start));
+  auto requirePositive = [](const char* setting, double value) {
+    if (!(value > 0.0) || !std::isfinite(value))
+      throw Error(std::string("OneCycleLR: ") + setting + " must be finite and positive, got " + std::to_string(value));
+  };
+  if (options.max_lr)
+    requirePositive("max_lr", *options.max_lr);
+  requirePositive("div_factor", options.div_factor);
+  requirePositive("final_div_factor", options.final_div_factor);
+  double rise = options.pct_start * double(total_steps);
+  double last = double(total_steps) - 1.0;
+  if (options.three_phase)
+    phases_ = {{rise - 1.0, PhaseLr::Initial, PhaseLr::Max},
+               {2.0 * rise - 2.0, PhaseLr::Max, PhaseLr::Initial},
+               {last, PhaseLr::Initial, PhaseLr::Last}};
+  else
+    phases_ = {{rise - 1.0, PhaseLr::Initial, PhaseLr::Max}, {last, PhaseLr::Max, PhaseLr::Last}};
+  // PyTorch divides by each phase's length and fails at the step that
+  // reaches a phase of none; refuse such a cycle before it starts.
+  double start = 0.0;
+  for (size_t i = 0; i < phases_.size(); ++i) {
+    if (phases_[i].endStep == start)
+      throw Error("OneCycleLR: phase " + std::to_string(i + 1) + " of the cycle has no steps (pct_start " +
+                  std::to_string(options.pct_start) + " of total_steps " + std::to_string(total_steps) +
+                  "); change pct_start or total_steps");
+    start = phases_[i].endStep;
+  }
+  initialize();
+}
+
+double OneCycleLR::lrAt(int64_t epoch, double base_lr) const {
+  if (epoch > totalSteps_)
+    throw Error("OneCycleLR: stepped " + std::to_string(epoch) + " times, past its total_steps of " +
+                std::to_string(totalSteps_));
+  double maxLr = options_.max_lr.value_or(base_lr);
+  double initialLr = maxLr / options_.div_factor;
+  double lastLr = initialLr / options_.final_div_factor;
+  auto lrOf = [&](PhaseLr which) {
+    switch (which) {
+    case PhaseLr::Initial: return initialLr;
+    case PhaseLr::Max: return maxLr;
+    case PhaseLr::Last: return lastLr;
+    }
+    return maxLr;
+  };
+  double step = double(epoch), start = 0.0;
+  for (size_t i = 0; i < phases_.size(); ++i) {
+    const Phase& phase = phases_[i];
+    if (step <= phase.endStep || i + 1 == phases_.size()) {
+      // Step total_steps, which PyTorch still takes, is past the last
+      // phase's end: PyTorch runs the curve on (a linear anneal to a
+      // negative lr); here it stays at the last lr.
+      double pct = std::min((step - start) / (phase.endStep - start), 1.0);
+      double from = lrOf(phase.from), to = lrOf(phase.to);
+      // PyTorch's _annealing_cos and _annealing_linear, in their order of operations.
+      if (options_.anneal_strategy == OneCycleLROptions::Anneal::cos)
+        return to + (from - to) / 2.0 * (std::cos(std::numbers::pi * pct) + 1.0);
+      return (to - from) * pct + from;
+    }
+    start = phase.endStep;
+  }
+  return lastLr; // not reached: the last phase takes every step
+}
+
+std::vector<std::pair<std::string, double>> OneCycleLR::schedule_settings() const {
+  // max_lr 0: each group's own lr (a set max_lr is positive).
+  return {{"total_steps", double(totalSteps_)},
+          {"max_lr", options_.max_lr.value_or(0.0)},
+          {"pct_start", options_.pct_start},
+          {"anneal_cos", options_.anneal_strategy == OneCycleLROptions::Anneal::cos ? 1.0 : 0.0},
+          {"div_factor", options_.div_factor},
+          {"final_div_factor", options_.final_div_factor},
+          {"three_phase", options_.three_phase ? 1.0 : 0.0}};
 }
 
 SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedules,
@@ -331,11 +461,26 @@ SavedState savedStateOf(optim::LRScheduler& scheduler) {
           .noun = "scheduler",
           .tensors = {{"last_epoch", epoch}},
           .settings = scheduler.hyperparameters(),
-          .restore = [&scheduler, epoch] {
-            scheduler.epoch_ = int64_t(epoch.item());
-            for (size_t group = 0; group < scheduler.baseLrs_.size(); ++group)
-              scheduler.lastLrs_[group] = scheduler.lrAt(scheduler.epoch_, scheduler.baseLrs_[group]);
-          }};
+          .checkLoaded =
+              [&scheduler](const std::vector<Tensor>& loaded, const std::string& at) {
+                double epoch = loaded[0].item();
+                // Up to 2^53, where a double still counts every step.
+                if (!(epoch >= 0.0 && epoch <= 9007199254740992.0 && epoch == std::floor(epoch))) {
+                  std::ostringstream text;
+                  text << epoch;
+                  throw Error(at + "last_epoch is " + text.str() + ", not a count of steps");
+                }
+                try {
+                  (void)scheduler.lrsAt(int64_t(epoch));
+                } catch (const Error& refused) {
+                  throw Error(at + "last_epoch " + std::to_string(int64_t(epoch)) + ": " + refused.what());
+                }
+              },
+          .restore =
+              [&scheduler, epoch] {
+                scheduler.epoch_ = int64_t(epoch.item());
+                scheduler.lastLrs_ = scheduler.lrsAt(scheduler.epoch_);
+              }};
 }
 
 } // namespace jit::detail

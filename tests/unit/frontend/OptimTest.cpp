@@ -6,8 +6,14 @@
 #include "jit/checkpoint.h"
 #include "jit/optim.h"
 
+#include "ampjit/runtime/Fnv1a.h"
+
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <numbers>
@@ -668,6 +674,192 @@ TEST(OptimTest, ASequentialLRResumesFromItsFileAndRefusesAnotherSequence) {
   optim::SequentialLR otherGamma = makeSchedule(0.9);
   std::string message = errorOf([&] { otherGamma.load(path); });
   EXPECT_NE(message.find("1.ExponentialLR.gamma"), std::string::npos) << message;
+}
+
+TEST(OptimTest, AStepThatWouldSetANegativeLrIsRefusedAndChangesNoGroup) {
+  Tensor a = param(f64).requires_grad_(), b = param(f64).requires_grad_();
+  optim::SGD opt({{.params = {a}}, {.params = {b}, .lr = 0.25}}, {.lr = 1.0});
+  // eta_min -0.5: at epoch 1 group 0's lr is 0.25 but group 1's -0.125.
+  optim::CosineAnnealingLR schedule(opt, 2, -0.5);
+  std::string message = errorOf([&] { schedule.step(); });
+  EXPECT_NE(message.find("CosineAnnealingLR: the lr of group 1 at epoch 1 would be -0.125"), std::string::npos)
+      << message;
+  EXPECT_EQ(schedule.last_epoch(), 0);
+  EXPECT_EQ(schedule.get_last_lr(0), 1.0);
+  EXPECT_EQ(opt.lr(0).item(), 1.0);
+  EXPECT_EQ(opt.lr(1).item(), 0.25);
+}
+
+TEST(OptimTest, CosineAnnealingWarmRestartsRestartsAsPyTorchsStepByStepCount) {
+  Tensor p = param(f64).requires_grad_();
+  optim::SGD opt({p}, {.lr = 1.0});
+  // CosineAnnealingWarmRestarts(opt, T_0=3, T_mult=2, eta_min=0.1): cycles
+  // of 3, 6 and 12 steps, restarting at epochs 3 and 9.
+  optim::CosineAnnealingWarmRestarts schedule(opt, 3, 2, 0.1);
+  const int64_t cycleOf[] = {3, 3, 3, 6, 6, 6, 6, 6, 6, 12, 12, 12};
+  const int64_t intoCycle[] = {0, 1, 2, 0, 1, 2, 3, 4, 5, 0, 1, 2};
+  for (int64_t e = 0; e < 12; ++e, schedule.step()) {
+    double expected =
+        0.1 + 0.9 * (1.0 + std::cos(std::numbers::pi * double(intoCycle[e]) / double(cycleOf[e]))) / 2.0;
+    EXPECT_EQ(schedule.get_last_lr(), expected) << "epoch " << e;
+    EXPECT_EQ(opt.lr().item(), double(float(expected))) << "epoch " << e;
+  }
+  EXPECT_EQ(schedule.lr_at(3, 1.0), 1.0);
+  EXPECT_EQ(schedule.lr_at(9, 1.0), 1.0);
+  EXPECT_EQ(schedule.lr_at(21, 1.0), 1.0); // 3 + 6 + 12: the fourth restart
+  EXPECT_EQ(schedule.lr_at(20, 1.0), 0.1 + 0.9 * (1.0 + std::cos(std::numbers::pi * 11.0 / 12.0)) / 2.0);
+
+  // T_mult 1: every T_0 steps, however far on.
+  optim::SGD plainOpt({param(f64).requires_grad_()}, {.lr = 2.0});
+  optim::CosineAnnealingWarmRestarts restarts(plainOpt, 4);
+  EXPECT_EQ(restarts.lr_at(4'000'000'002, 2.0), restarts.lr_at(2, 2.0));
+  EXPECT_EQ(restarts.lr_at(2, 2.0), 1.0);
+
+  std::string message = errorOf([&] { optim::CosineAnnealingWarmRestarts(opt, 0); });
+  EXPECT_NE(message.find("T_0 must be positive, got 0"), std::string::npos) << message;
+  message = errorOf([&] { optim::CosineAnnealingWarmRestarts(opt, 3, 0); });
+  EXPECT_NE(message.find("T_mult must be an integer >= 1, got 0"), std::string::npos) << message;
+
+  // Its settings travel with its file: another T_mult does not load.
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = (scratch.path / "restarts.ampjit").string();
+  schedule.save(path);
+  optim::SGD resumedOpt({param(f64).requires_grad_()}, {.lr = 1.0});
+  optim::CosineAnnealingWarmRestarts resumed(resumedOpt, 3, 2, 0.1);
+  resumed.load(path);
+  EXPECT_EQ(resumed.last_epoch(), 12);
+  EXPECT_EQ(resumed.get_last_lr(), schedule.get_last_lr());
+  optim::CosineAnnealingWarmRestarts other(resumedOpt, 3, 3, 0.1);
+  message = errorOf([&] { other.load(path); });
+  EXPECT_NE(message.find("setting 'T_mult' is 2 in the file but 3 here"), std::string::npos) << message;
+}
+
+TEST(OptimTest, OneCycleLRRisesThenAnnealsAsPyTorchsOneCycleLR) {
+  Tensor p = param(f64).requires_grad_();
+  optim::SGD opt({p}, {.lr = 0.3});
+  // OneCycleLR(opt, max_lr=1.0, total_steps=10, cycle_momentum=False): the
+  // rise ends at step 0.3 * 10 - 1 = 2, the annealing at step 9, from
+  // 1 / 25 = 0.04 up to 1 and down to 0.04 / 1e4.
+  optim::OneCycleLR schedule(opt, 10, {.max_lr = 1.0});
+  const double initial = 0.04, last = 4e-6, pi = std::numbers::pi;
+  for (int64_t e = 0; e <= 10; ++e) {
+    if (e > 0)
+      schedule.step();
+    double expected = e == 0 ? initial
+                      : e == 1 ? 1.0 - 0.48 * (std::cos(pi / 2) + 1.0)
+                      : e == 2 ? 1.0
+                      : e <= 9 ? last + (1.0 - last) / 2.0 * (std::cos(pi * double(e - 2) / 7.0) + 1.0)
+                               : last;
+    EXPECT_NEAR(schedule.get_last_lr(), expected, 1e-15) << "step " << e;
+    EXPECT_EQ(opt.lr().item(), double(float(schedule.get_last_lr()))) << "step " << e;
+  }
+  EXPECT_NEAR(schedule.lr_at(9, 0.3), last, 1e-20);
+  EXPECT_NEAR(schedule.lr_at(1, 0.3), 0.52, 1e-15); // 0.04 + (1 - 0.04) / 2: the optimizer's own lr plays no part
+  // Past the end PyTorch raises; here the schedule and the lr stay at step 10.
+  double atTheEnd = schedule.get_last_lr();
+  std::string message = errorOf([&] { schedule.step(); });
+  EXPECT_NE(message.find("OneCycleLR: stepped 11 times, past its total_steps of 10"), std::string::npos) << message;
+  EXPECT_EQ(schedule.last_epoch(), 10);
+  EXPECT_EQ(schedule.get_last_lr(), atTheEnd);
+  EXPECT_EQ(opt.lr().item(), double(float(atTheEnd)));
+}
+
+TEST(OptimTest, OneCycleLRsThreePhasesPeakAtEachGroupsLrWhenMaxLrIsUnset) {
+  Tensor a = param(f64).requires_grad_(), b = param(f64).requires_grad_();
+  optim::SGD opt({{.params = {a}}, {.params = {b}, .lr = 0.5}}, {.lr = 1.0});
+  // OneCycleLR(opt, max_lr=[1.0, 0.5], total_steps=10, three_phase=True,
+  // anneal_strategy="linear"): phases end at steps 2, 4 and 9.
+  optim::OneCycleLR schedule(opt, 10, {.anneal_strategy = optim::OneCycleLROptions::Anneal::linear, .three_phase = true});
+  for (int64_t e = 0; e <= 9; ++e, schedule.step()) {
+    for (size_t group = 0; group < 2; ++group) {
+      double peak = group == 0 ? 1.0 : 0.5, initial = peak / 25.0, last = initial / 1e4;
+      double expected = e <= 2   ? (peak - initial) * (double(e) / 2.0) + initial
+                        : e <= 4 ? (initial - peak) * (double(e - 2) / 2.0) + peak
+                                 : (last - initial) * (double(e - 4) / 5.0) + initial;
+      EXPECT_NEAR(schedule.get_last_lr(group), expected, 1e-15 * peak) << "step " << e << " group " << group;
+    }
+  }
+  // Step 9 ends the cycle at each group's last lr, and step 10 stays there
+  // (PyTorch's line would run on to -0.008). The bound is a few ulps of the
+  // initial lr 0.04, which (last - initial) * 1 + initial cancels.
+  EXPECT_NEAR(schedule.get_last_lr(0), 4e-6, 1e-16);
+  EXPECT_NEAR(schedule.get_last_lr(1), 2e-6, 1e-16);
+  EXPECT_EQ(schedule.lr_at(9, 1.0), schedule.get_last_lr(0));
+}
+
+TEST(OptimTest, OneCycleLRRefusesBadSettingsAndACycleWithAnEmptyPhase) {
+  Tensor p = param(f64).requires_grad_();
+  optim::SGD opt({p}, {.lr = 0.1});
+  auto refusal = [&](int64_t total, optim::OneCycleLROptions options) {
+    return errorOf([&] { optim::OneCycleLR(opt, total, options); });
+  };
+  EXPECT_NE(refusal(0, {}).find("total_steps must be positive, got 0"), std::string::npos);
+  EXPECT_NE(refusal(10, {.pct_start = 1.5}).find("pct_start must be in [0, 1]"), std::string::npos);
+  EXPECT_NE(refusal(10, {.max_lr = -1.0}).find("max_lr must be finite and positive"), std::string::npos);
+  EXPECT_NE(refusal(10, {.div_factor = 0.0}).find("div_factor must be finite and positive"), std::string::npos);
+  EXPECT_NE(refusal(10, {.final_div_factor = std::numeric_limits<double>::infinity()}).find("final_div_factor"),
+            std::string::npos);
+  // 0.2 * 5 - 1 = 0: the rise would end where it starts (PyTorch divides by zero there).
+  std::string message = refusal(5, {.pct_start = 0.2});
+  EXPECT_NE(message.find("phase 1 of the cycle has no steps"), std::string::npos) << message;
+  message = refusal(10, {.pct_start = 1.0});
+  EXPECT_NE(message.find("phase 2 of the cycle has no steps"), std::string::npos) << message;
+  EXPECT_EQ(opt.lr().item(), double(float(0.1))); // a refused schedule wrote nothing
+}
+
+TEST(OptimTest, AOneCycleLRResumesFromItsFileAndRefusesAnEpochPastItsEnd) {
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = (scratch.path / "schedule.ampjit").string();
+  Tensor p = param(f64).requires_grad_();
+  optim::SGD opt({p}, {.lr = 1.0});
+  optim::OneCycleLR schedule(opt, 10);
+  for (int e = 0; e < 4; ++e)
+    schedule.step();
+  schedule.save(path);
+  optim::SGD resumedOpt({param(f64).requires_grad_()}, {.lr = 1.0});
+  optim::OneCycleLR resumed(resumedOpt, 10);
+  resumed.load(path);
+  EXPECT_EQ(resumed.last_epoch(), 4);
+  EXPECT_EQ(resumed.get_last_lr(), schedule.get_last_lr());
+  optim::OneCycleLR longer(resumedOpt, 20);
+  std::string message = errorOf([&] { longer.load(path); });
+  EXPECT_NE(message.find("setting 'total_steps' is 10 in the file but 20 here"), std::string::npos) << message;
+
+  // A whole file whose epoch the cycle cannot take: last_epoch rewritten,
+  // the checksum sealed again. The load refuses it and changes nothing.
+  std::ifstream in(path, std::ios::binary);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  auto sealedWithEpoch = [&](int64_t epoch) {
+    std::vector<uint8_t> edited(bytes.begin(), bytes.end() - 8);
+    const std::string name = "last_epoch";
+    auto at = std::search(edited.begin(), edited.end(), name.begin(), name.end());
+    int64_t four = 4;
+    const auto* fourBytes = reinterpret_cast<const uint8_t*>(&four);
+    auto value = std::search(at, edited.end(), fourBytes, fourBytes + 8);
+    EXPECT_NE(value, edited.end());
+    std::memcpy(&*value, &epoch, 8);
+    uint64_t checksum = ampjit::runtime::fnv1a64(edited);
+    const auto* checksumBytes = reinterpret_cast<const uint8_t*>(&checksum);
+    edited.insert(edited.end(), checksumBytes, checksumBytes + 8);
+    std::string editedPath = (scratch.path / ("epoch" + std::to_string(epoch) + ".ampjit")).string();
+    std::ofstream(editedPath, std::ios::binary).write(reinterpret_cast<const char*>(edited.data()),
+                                                     std::streamsize(edited.size()));
+    return editedPath;
+  };
+  optim::OneCycleLR fresh(resumedOpt, 10);
+  double lrBefore = resumedOpt.lr().item();
+  message = errorOf([&] { fresh.load(sealedWithEpoch(11)); });
+  EXPECT_NE(message.find("last_epoch 11: OneCycleLR: stepped 11 times, past its total_steps of 10"),
+            std::string::npos) << message;
+  message = errorOf([&] { fresh.load(sealedWithEpoch(-3)); });
+  EXPECT_NE(message.find("last_epoch is -3, not a count of steps"), std::string::npos) << message;
+  message = errorOf([&] { fresh.load(sealedWithEpoch(std::numeric_limits<int64_t>::max())); });
+  EXPECT_NE(message.find("last_epoch is 9.22337e+18, not a count of steps"), std::string::npos) << message;
+  EXPECT_EQ(fresh.last_epoch(), 0);
+  EXPECT_EQ(resumedOpt.lr().item(), lrBefore);
+  fresh.load(sealedWithEpoch(10)); // the cycle's last step is one it can take
+  EXPECT_EQ(fresh.last_epoch(), 10);
 }
 
 TEST(OptimTest, ReduceLROnPlateauFollowsPyTorch) {
