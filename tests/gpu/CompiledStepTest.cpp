@@ -993,18 +993,20 @@ TEST_F(CompiledStepOnGpu, AnAmsgradStepAtO2MatchesTheCpuAndSkipsOverflows) {
                       ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 4.0), cpuState[k].first);
 }
 
-TEST_F(CompiledStepOnGpu, RMSpropAndAdagradStepsMatchTheCpuAndSkipOverflows) {
+TEST_F(CompiledStepOnGpu, RMSpropAdagradAndRAdamStepsMatchTheCpuAndSkipOverflows) {
   // Element-wise optimizers become generated kernels: their predicated
   // selects must keep every buffer on a skipped step, on the device too.
-  for (bool adagrad : {false, true}) {
-    SCOPED_TRACE(adagrad ? "Adagrad" : "RMSprop");
+  for (std::string which : {"RMSprop", "Adagrad", "RAdam"}) {
+    SCOPED_TRACE(which);
     struct Net {
-      explicit Net(bool adagrad)
+      explicit Net(const std::string& which)
           : generator(5), model(nn::Linear(kIn, kHidden, true, {.generator = &generator}), nn::ReLU(),
                                 nn::Linear(kHidden, kClasses, true, {.generator = &generator})),
             scaler({.init_scale = 1e6, .growth_interval = 2}) {
-        if (adagrad)
+        if (which == "Adagrad")
           opt = std::make_unique<optim::Adagrad>(model.parameters(), optim::AdagradOptions{.lr = 1e-2, .lr_decay = 0.1});
+        else if (which == "RAdam")
+          opt = std::make_unique<optim::RAdam>(model.parameters(), optim::RAdamOptions{.lr = 1e-2});
         else
           opt = std::make_unique<optim::RMSprop>(model.parameters(),
                                                  optim::RMSpropOptions{.lr = 1e-3, .momentum = 0.9, .centered = true});
@@ -1015,7 +1017,7 @@ TEST_F(CompiledStepOnGpu, RMSpropAndAdagradStepsMatchTheCpuAndSkipOverflows) {
       std::unique_ptr<optim::Optimizer> opt;
       amp::GradScaler scaler;
     };
-    Net onCpu(adagrad), onGpu(adagrad);
+    Net onCpu(which), onGpu(which);
     expectGpuLossesTrackTheCpu(
         amp::O1, [&](const Tensor& x, const Tensor& y) { return onCpu.step(x, y); },
         [&](const Tensor& x, const Tensor& y) { return onGpu.step(x, y); },

@@ -127,7 +127,7 @@ public:
   /// by optimizers whose update reads it (counts_steps()); otherwise 0.
   const Tensor& step_count(size_t i) const { return steps_.at(i); }
 
-  /// "SGD", "Adam", "AdamW", "RMSprop" or "Adagrad".
+  /// "SGD", "Adam", "AdamW", "RMSprop", "Adagrad" or "RAdam".
   virtual const char* name() const = 0;
   /// The state a checkpoint saves: "lr" (with more groups, "lr.1", ... for
   /// the others), then per parameter i (in parameters() order) "<i>.step" and
@@ -281,7 +281,7 @@ public:
   AdamW(std::vector<AdamGroup> groups, AdamWOptions defaults);
 };
 
-// RMSprop and Adagrad are written with the public elementwise ops (no fused
+// RMSprop, Adagrad and RAdam are written with the public elementwise ops (no fused
 // op of their own): a traced step compiles them into fused elementwise
 // kernels on every backend. Under a loss scaler the gradient is unscaled in
 // fp32 as it is read, and a false predicate selects every old value, bit for
@@ -377,6 +377,51 @@ protected:
 private:
   std::vector<AdagradOptions> groupOptions_;
   std::vector<Tensor> stateSum_;
+};
+
+struct RAdamOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  /// AdamW's decay, param *= 1 - lr * weight_decay, instead of the L2 term
+  /// added to the gradient.
+  bool decoupled_weight_decay = false;
+  bool maximize = false;
+};
+/// A parameter group of RAdam (see SGDGroup).
+struct RAdamGroup {
+  std::vector<Tensor> params;
+  std::optional<double> lr{};
+  std::optional<std::pair<double, double>> betas{};
+  std::optional<double> eps{};
+  std::optional<double> weight_decay{};
+  std::optional<bool> decoupled_weight_decay{};
+  std::optional<bool> maximize{};
+};
+
+/// torch.optim.RAdam (Liu et al., "On the Variance of the Adaptive Learning
+/// Rate"): Adam's moments, with the adaptive step rectified by the variance
+/// of its estimate, and plain bias-corrected momentum while that variance is
+/// intractable (rho_t <= 5, the first updates). state_dict() names its
+/// buffers "<i>.exp_avg" and "<i>.exp_avg_sq", as PyTorch does.
+class RAdam : public Optimizer {
+public:
+  RAdam(std::vector<Tensor> params, RAdamOptions options);
+  RAdam(std::vector<RAdamGroup> groups, RAdamOptions defaults);
+  const RAdamOptions& options(size_t group = 0) const { return groupOptions_.at(group); }
+  const Tensor& exp_avg(size_t i) const { return expAvg_.at(i); }
+  const Tensor& exp_avg_sq(size_t i) const { return expAvgSq_.at(i); }
+  const char* name() const override { return "RAdam"; }
+
+protected:
+  void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) override;
+  std::vector<std::pair<std::string, double>> group_hyperparameters(size_t group) const override;
+  void collect_buffers(size_t i, std::vector<NamedTensor>& out) const override;
+
+private:
+  std::vector<RAdamOptions> groupOptions_;
+  std::vector<Tensor> expAvg_, expAvgSq_;
 };
 
 // --- learning-rate schedules ---------------------------------------------------

@@ -1,4 +1,4 @@
-// RMSprop and Adagrad, following PyTorch's single-tensor implementations op
+// RMSprop, Adagrad and RAdam, following PyTorch's single-tensor implementations op
 // for op, written with the public elementwise ops. Eagerly each op runs on the
 // CPU backend; a traced step records them and codegen fuses them, so they need
 // no kernel of their own on any backend.
@@ -9,6 +9,8 @@
 #include "jit/optim.h"
 
 #include "ParameterGroups.h"
+
+#include <cmath>
 
 namespace jit::optim {
 
@@ -187,6 +189,102 @@ void Adagrad::update(size_t i, const Tensor& grad, const Tensor& inv_scale, cons
   Tensor deviation = sqrt(stateSum) + options.eps;
   assign(stateSum_[i], predicated(predicate, stateSum, stateSum_[i]));
   assign(params_[i], predicated(predicate, param - g / deviation * lr, param));
+}
+
+//===----------------------------------------------------------------------===//
+// RAdam
+//===----------------------------------------------------------------------===//
+
+RAdam::RAdam(std::vector<Tensor> params, RAdamOptions options)
+    : RAdam(std::vector<RAdamGroup>{{.params = std::move(params)}}, options) {}
+
+RAdam::RAdam(std::vector<RAdamGroup> groups, RAdamOptions defaults)
+    : Optimizer(parametersOf(groups), lrsOf(groups, defaults.lr)) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const RAdamGroup& group = groups[g];
+    RAdamOptions options{.lr = group.lr.value_or(defaults.lr),
+                         .betas = group.betas.value_or(defaults.betas),
+                         .eps = group.eps.value_or(defaults.eps),
+                         .weight_decay = group.weight_decay.value_or(defaults.weight_decay),
+                         .decoupled_weight_decay = group.decoupled_weight_decay.value_or(defaults.decoupled_weight_decay),
+                         .maximize = group.maximize.value_or(defaults.maximize)};
+    std::string label = groupLabel("RAdam", g, groups.size());
+    requireFiniteNonNegative(label, "lr", options.lr);
+    requireFiniteNonNegative(label, "eps", options.eps);
+    requireFiniteNonNegative(label, "weight_decay", options.weight_decay);
+    for (double beta : {options.betas.first, options.betas.second})
+      if (!(beta >= 0.0 && beta < 1.0))
+        throw Error(label + ": betas must be in [0, 1), got " + std::to_string(beta));
+    groupOptions_.push_back(options);
+  }
+  for (const Tensor& param : params_) {
+    expAvg_.push_back(zeros_like(param));
+    expAvgSq_.push_back(zeros_like(param));
+    jit::detail::markState(expAvg_.back(), jit::detail::StateRole::OptState);
+    jit::detail::markState(expAvgSq_.back(), jit::detail::StateRole::OptState);
+  }
+  name_state_for_traces();
+}
+
+std::vector<std::pair<std::string, double>> RAdam::group_hyperparameters(size_t group) const {
+  const RAdamOptions& options = groupOptions_.at(group);
+  return {{"beta1", options.betas.first},
+          {"beta2", options.betas.second},
+          {"eps", options.eps},
+          {"weight_decay", options.weight_decay},
+          {"decoupled_weight_decay", options.decoupled_weight_decay ? 1.0 : 0.0},
+          {"maximize", options.maximize ? 1.0 : 0.0}};
+}
+
+void RAdam::collect_buffers(size_t i, std::vector<NamedTensor>& out) const {
+  out.emplace_back(std::to_string(i) + ".exp_avg", expAvg_[i]);
+  out.emplace_back(std::to_string(i) + ".exp_avg_sq", expAvgSq_[i]);
+}
+
+void RAdam::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) {
+  size_t group = groupOf_[i];
+  const RAdamOptions& options = groupOptions_[group];
+  const auto [beta1, beta2] = options.betas;
+  const Tensor& param = params_[i];
+  DType dtype = param.dtype();
+  Tensor g = unscaledGradient(grad, param, inv_scale, options.maximize);
+  Tensor lr = inDtype(this->lr(group), dtype);
+  Tensor decayed = param;
+  if (options.weight_decay != 0.0) {
+    if (options.decoupled_weight_decay)
+      decayed = param * inDtype(1.0 - this->lr(group).to(f64) * options.weight_decay, dtype);
+    else
+      g = g + param * options.weight_decay;
+  }
+  Tensor expAvg = expAvg_[i] + (g - expAvg_[i]) * (1.0 - beta1); // lerp
+  Tensor expAvgSq = expAvgSq_[i] * beta2 + g * g * (1.0 - beta2);
+
+  // The corrections are functions of the update's count (from 1), computed
+  // in f64 as PyTorch's Python floats; beta^t as exp(t log beta), since the
+  // count is a tensor.
+  Tensor step = steps_[i].to(f64) + 1.0;
+  Tensor beta2Power = exp(step * std::log(beta2));
+  Tensor biasCorrection1 = 1.0 - exp(step * std::log(beta1));
+  Tensor biasCorrection2 = 1.0 - beta2Power;
+  Tensor correctedExpAvg = expAvg / inDtype(biasCorrection1, dtype);
+  Tensor change = correctedExpAvg * lr;
+  // rho_t rises towards rho_inf from 1; with rho_inf <= 5 (beta2 <= 2/3) it
+  // never passes 5, and every update is the unrectified one.
+  double rhoInf = 2.0 / (1.0 - beta2) - 1.0;
+  if (rhoInf > 5.0) {
+    Tensor rho = rhoInf - step * 2.0 * beta2Power / biasCorrection2;
+    Tensor tractable = gt(rho, scalar_tensor(5.0, f64));
+    // Where the variance is intractable the rectifier is not used: rho_inf
+    // stands in for rho_t there so that its square root stays real.
+    Tensor rhoUsed = where(tractable, rho, scalar_tensor(rhoInf, f64));
+    Tensor rectifier =
+        sqrt((rhoUsed - 4.0) * (rhoUsed - 2.0) * rhoInf / (rhoUsed * ((rhoInf - 4.0) * (rhoInf - 2.0))));
+    Tensor adaptiveLr = inDtype(sqrt(biasCorrection2), dtype) / (sqrt(expAvgSq) + options.eps);
+    change = where(tractable, change * adaptiveLr * inDtype(rectifier, dtype), change);
+  }
+  assign(expAvg_[i], predicated(predicate, expAvg, expAvg_[i]));
+  assign(expAvgSq_[i], predicated(predicate, expAvgSq, expAvgSq_[i]));
+  assign(params_[i], predicated(predicate, decayed - change, param));
 }
 
 } // namespace jit::optim

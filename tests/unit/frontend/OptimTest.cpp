@@ -280,24 +280,109 @@ TEST(OptimTest, AdagradMatchesPyTorchFormulasInEveryVariant) {
   }
 }
 
-TEST(OptimTest, RMSpropAndAdagradUnscaleAndSkipAsTheFusedUpdatesDo) {
-  // Gradients 1024x too large with inv_scale 1/1024: the update of the true
-  // gradient; a false predicate leaves every buffer bit-identical.
-  for (bool adagrad : {false, true}) {
-    SCOPED_TRACE(adagrad ? "Adagrad" : "RMSprop");
-    Tensor p = param(f32).requires_grad_(), reference = param(f32).requires_grad_();
-    std::unique_ptr<optim::Optimizer> opt, referenceOpt;
-    if (adagrad) {
-      opt = std::make_unique<optim::Adagrad>(std::vector<Tensor>{p}, optim::AdagradOptions{.lr = 0.125, .lr_decay = 0.5});
-      referenceOpt = std::make_unique<optim::Adagrad>(std::vector<Tensor>{reference},
-                                                      optim::AdagradOptions{.lr = 0.125, .lr_decay = 0.5});
-    } else {
-      optim::RMSpropOptions options{.lr = 0.0625, .momentum = 0.9, .centered = true};
-      opt = std::make_unique<optim::RMSprop>(std::vector<Tensor>{p}, options);
-      referenceOpt = std::make_unique<optim::RMSprop>(std::vector<Tensor>{reference}, options);
+/// PyTorch's _single_tensor_radam on loss = sum(p^3) / 3, in f64; counts
+/// the rectified updates in `rectified`.
+std::vector<double> radamReference(const optim::RAdamOptions& o, int steps, int* rectified = nullptr) {
+  std::vector<double> p = kInit, m(p.size(), 0.0), v(p.size(), 0.0);
+  auto [beta1, beta2] = o.betas;
+  for (int step = 1; step <= steps; ++step) {
+    double bc1 = 1 - std::pow(beta1, step), bc2 = 1 - std::pow(beta2, step);
+    double rhoInf = 2 / (1 - beta2) - 1;
+    double rho = rhoInf - 2 * step * std::pow(beta2, step) / bc2;
+    if (rectified && rho > 5)
+      ++*rectified;
+    for (size_t i = 0; i < p.size(); ++i) {
+      double g = o.maximize ? -p[i] * p[i] : p[i] * p[i];
+      if (o.decoupled_weight_decay)
+        p[i] *= 1 - o.lr * o.weight_decay;
+      else
+        g += o.weight_decay * p[i];
+      m[i] += (g - m[i]) * (1 - beta1);
+      v[i] = v[i] * beta2 + (1 - beta2) * g * g;
+      double corrected = m[i] / bc1;
+      if (rho > 5) {
+        double rect = std::sqrt((rho - 4) * (rho - 2) * rhoInf / ((rhoInf - 4) * (rhoInf - 2) * rho));
+        p[i] -= corrected * o.lr * (std::sqrt(bc2) / (std::sqrt(v[i]) + o.eps)) * rect;
+      } else {
+        p[i] -= corrected * o.lr;
+      }
     }
+  }
+  return p;
+}
+
+TEST(OptimTest, RAdamMatchesPyTorchFormulasInEveryVariant) {
+  // Eight updates: rho_t passes 5 at the sixth with beta2 0.999, so both the
+  // plain and the rectified update are taken; beta2 0.5 never rectifies.
+  const optim::RAdamOptions cases[] = {
+      {.lr = 0.125},
+      {.lr = 0.0625, .betas = {0.8, 0.99}, .eps = 1e-4, .weight_decay = 0.1},
+      {.lr = 0.0625, .weight_decay = 0.25, .decoupled_weight_decay = true},
+      {.lr = 0.03125, .betas = {0.9, 0.5}, .maximize = true},
+  };
+  std::vector<std::vector<double>> results;
+  for (const auto& options : cases) {
+    SCOPED_TRACE(::testing::Message() << "betas " << options.betas.first << ", " << options.betas.second
+                                      << " decoupled " << options.decoupled_weight_decay << " maximize "
+                                      << options.maximize);
+    Tensor p = param(f64).requires_grad_();
+    optim::RAdam opt({p}, options);
+    train(p, opt, 8);
+    int rectified = 0;
+    expectNear(p.to_vector(), radamReference(options, 8, &rectified));
+    if (options.betas.second > 0.9) {
+      EXPECT_GT(rectified, 0);
+      EXPECT_LT(rectified, 8);
+    } else {
+      EXPECT_EQ(rectified, 0);
+    }
+    EXPECT_EQ(opt.step_count(0).item(), 8.0);
+    std::vector<std::string> names;
+    for (const auto& [name, tensor] : opt.state_dict())
+      names.push_back(name);
+    EXPECT_EQ(names, (std::vector<std::string>{"lr", "0.step", "0.exp_avg", "0.exp_avg_sq"}));
+    results.push_back(p.to_vector());
+  }
+  for (size_t c = 1; c < results.size(); ++c)
+    EXPECT_NE(results[c], results[0]) << "case " << c << " must differ from the plain update";
+
+  // Groups take their own settings; bad settings name the group.
+  Tensor a = param(f64).requires_grad_(), b = param(f64).requires_grad_();
+  optim::RAdam groups({{.params = {a}}, {.params = {b}, .lr = 0.0625, .decoupled_weight_decay = true}},
+                      {.lr = 0.125, .weight_decay = 0.1});
+  for (int s = 0; s < 7; ++s) {
+    groups.zero_grad();
+    (sum(a * a * a) / 3.0 + sum(b * b * b) / 3.0).backward();
+    groups.step();
+  }
+  expectNear(a.to_vector(), radamReference({.lr = 0.125, .weight_decay = 0.1}, 7));
+  expectNear(b.to_vector(), radamReference({.lr = 0.0625, .weight_decay = 0.1, .decoupled_weight_decay = true}, 7));
+  std::string message = errorOf([&] { optim::RAdam({{.params = {a}}, {.params = {b}, .betas = {{0.9, 1.0}}}}, {}); });
+  EXPECT_NE(message.find("RAdam group 1: betas must be in [0, 1), got 1"), std::string::npos) << message;
+  message = errorOf([&] { optim::RAdam({a}, {.eps = -1.0}); });
+  EXPECT_NE(message.find("RAdam: eps must be finite and >= 0"), std::string::npos) << message;
+}
+
+TEST(OptimTest, RMSpropAdagradAndRAdamUnscaleAndSkipAsTheFusedUpdatesDo) {
+  // Gradients 1024x too large with inv_scale 1/1024: the update of the true
+  // gradient; a false predicate leaves every buffer bit-identical. Seven
+  // steps take RAdam past its first rectified update.
+  for (std::string which : {"RMSprop", "Adagrad", "RAdam"}) {
+    SCOPED_TRACE(which);
+    Tensor p = param(f32).requires_grad_(), reference = param(f32).requires_grad_();
+    auto make = [&](Tensor& parameter) -> std::unique_ptr<optim::Optimizer> {
+      if (which == "Adagrad")
+        return std::make_unique<optim::Adagrad>(std::vector<Tensor>{parameter},
+                                                optim::AdagradOptions{.lr = 0.125, .lr_decay = 0.5});
+      if (which == "RAdam")
+        return std::make_unique<optim::RAdam>(std::vector<Tensor>{parameter},
+                                              optim::RAdamOptions{.lr = 0.0625, .weight_decay = 0.01});
+      return std::make_unique<optim::RMSprop>(std::vector<Tensor>{parameter},
+                                              optim::RMSpropOptions{.lr = 0.0625, .momentum = 0.9, .centered = true});
+    };
+    std::unique_ptr<optim::Optimizer> opt = make(p), referenceOpt = make(reference);
     Tensor inv = scalar_tensor(1.0 / 1024, f32), yes = scalar_tensor(1.0, i1), no = scalar_tensor(0.0, i1);
-    for (int s = 0; s < 3; ++s) {
+    for (int s = 0; s < 7; ++s) {
       opt->zero_grad();
       referenceOpt->zero_grad();
       (sum(p * p) * 1024.0).backward();
@@ -400,6 +485,27 @@ TEST(OptimTest, RMSpropAndAdagradResumeFromTheirFiles) {
     std::string message = errorOf([&] { otherOpt->load(path); });
     EXPECT_NE(message.find(isAdagrad ? "Adagrad" : "RMSprop"), std::string::npos) << message;
   }
+}
+
+TEST(OptimTest, RAdamResumesFromItsFileAcrossItsFirstRectifiedUpdate) {
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = (scratch.path / "radam.ampjit").string();
+  const optim::RAdamOptions options{.lr = 0.0625, .weight_decay = 0.05, .decoupled_weight_decay = true};
+  Tensor unbroken = param(f32).requires_grad_();
+  optim::RAdam unbrokenOpt({unbroken}, options);
+  train(unbroken, unbrokenOpt, 4);
+  unbrokenOpt.save(path);
+  Tensor resumed = tensor(unbroken.to_vector(), unbroken.shape(), f32).requires_grad_();
+  optim::RAdam resumedOpt({resumed}, options);
+  resumedOpt.load(path);
+  EXPECT_EQ(resumedOpt.step_count(0).item(), 4.0);
+  // Updates 5 to 8: the count decides where the rectified update starts.
+  train(unbroken, unbrokenOpt, 4);
+  train(resumed, resumedOpt, 4);
+  EXPECT_EQ(resumed.to_vector(), unbroken.to_vector());
+  optim::RAdam coupled({param(f32).requires_grad_()}, {.lr = 0.0625, .weight_decay = 0.05});
+  std::string message = errorOf([&] { coupled.load(path); });
+  EXPECT_NE(message.find("decoupled_weight_decay"), std::string::npos) << message;
 }
 
 TEST(OptimTest, ParametersWithoutGradientsAreLeftAlone) {

@@ -1599,16 +1599,20 @@ TEST(Trace, EveryLevelTracksFp32OnALayerNormGeluAdamWStepWithClippingAndAnEma) {
   }
 }
 
-/// A model, an RMSprop or Adagrad optimizer and a scaler (by default one
-/// that starts by overflowing f16), for the element-wise optimizers' trace tests.
+/// A model, an RMSprop, Adagrad or RAdam optimizer and a scaler (by default
+/// one that starts by overflowing f16), for the element-wise optimizers'
+/// trace tests.
 struct ElementwiseOptimizerNet {
-  explicit ElementwiseOptimizerNet(bool adagrad, double initialScale = 1e6)
+  explicit ElementwiseOptimizerNet(const std::string& which, double initialScale = 1e6)
       : generator(6), model(nn::Linear(kIn, kHidden, true, {.generator = &generator}), nn::ReLU(),
                             nn::Linear(kHidden, kClasses, true, {.generator = &generator})),
         scaler({.init_scale = initialScale, .growth_interval = 2}) {
-    if (adagrad)
+    if (which == "Adagrad")
       opt = std::make_unique<optim::Adagrad>(model.parameters(),
                                              optim::AdagradOptions{.lr = 1e-2, .lr_decay = 0.1, .weight_decay = 1e-3});
+    else if (which == "RAdam")
+      opt = std::make_unique<optim::RAdam>(model.parameters(),
+                                           optim::RAdamOptions{.lr = 1e-2, .weight_decay = 1e-3});
     else
       opt = std::make_unique<optim::RMSprop>(
           model.parameters(), optim::RMSpropOptions{.lr = 1e-3, .weight_decay = 1e-3, .momentum = 0.9, .centered = true});
@@ -1628,12 +1632,12 @@ struct ElementwiseOptimizerNet {
   amp::GradScaler scaler;
 };
 
-TEST(Trace, RMSpropAndAdagradStepsTraceAsTheyRunEagerly) {
+TEST(Trace, RMSpropAdagradAndRAdamStepsTraceAsTheyRunEagerly) {
   // Bitwise at O0, and under autocast semantics at O1 with skipped steps.
-  for (bool adagrad : {false, true}) {
+  for (std::string which : {"RMSprop", "Adagrad", "RAdam"}) {
     for (amp::Level level : {amp::O0, amp::O1}) {
-      SCOPED_TRACE(std::string(adagrad ? "Adagrad" : "RMSprop") + " O" + std::to_string(int(level)));
-      ElementwiseOptimizerNet eager(adagrad), traced(adagrad);
+      SCOPED_TRACE(which + " O" + std::to_string(int(level)));
+      ElementwiseOptimizerNet eager(which), traced(which);
       expectTracedLossesEqualEager(
           level, [&](const Tensor& x, const Tensor& y) { return eager.step(x, y); },
           [&](const Tensor& x, const Tensor& y) { return traced.step(x, y); },
@@ -1647,15 +1651,15 @@ TEST(Trace, RMSpropAndAdagradStepsTraceAsTheyRunEagerly) {
   }
 }
 
-TEST(Trace, RMSpropAndAdagradStepsAtO2AndO3TrackO0) {
+TEST(Trace, RMSpropAdagradAndRAdamStepsAtO2AndO3TrackO0) {
   // The updates are not the model's computation, so O2 and O3 leave them in
   // fp32; the model's f16 forward and backward keep the losses near O0's.
-  for (bool adagrad : {false, true}) {
+  for (std::string which : {"RMSprop", "Adagrad", "RAdam"}) {
     std::vector<std::vector<double>> losses;
     for (amp::Level level : {amp::O0, amp::O2, amp::O3}) {
-      SCOPED_TRACE(std::string(adagrad ? "Adagrad" : "RMSprop") + " O" + std::to_string(int(level)));
+      SCOPED_TRACE(which + " O" + std::to_string(int(level)));
       // A scale f16 gradients do not overflow: every level takes every step.
-      ElementwiseOptimizerNet net(adagrad, 1024.0);
+      ElementwiseOptimizerNet net(which, 1024.0);
       auto step = trace([&](const Tensor& x, const Tensor& y) { return net.step(x, y); },
                         {.amp = policyAt(level), .backend = Backend::cpu, .log_retraces = false});
       losses.emplace_back();
