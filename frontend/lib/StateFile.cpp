@@ -32,11 +32,11 @@
 #include "ampjit/runtime/Files.h"
 #include "ampjit/runtime/Fnv1a.h"
 #include "ampjit/runtime/LowPrecision.h"
+#include "ampjit/runtime/Plan.h"
 #include "ampjit/runtime/Shape.h"
 
 #include <array>
 #include <bit>
-#include <charconv>
 #include <cstring>
 #include <span>
 
@@ -62,11 +62,6 @@ uint8_t dtypeCode(DType dtype) {
 
 std::string inQuotes(const std::string& text) { return "'" + text + "'"; }
 
-/// The shortest text that reads back as `value` ("0.9", not "0.90000000000000002").
-std::string numberString(double value) {
-  char text[32];
-  return std::string(text, std::to_chars(text, text + sizeof text, value).ptr);
-}
 
 /// The raw row-major bytes of a tensor (its dtype's storage). Reading the
 /// data completes a pending deferred update and fetches a device copy.
@@ -279,8 +274,8 @@ void checkSettings(const FilePart& part, const SavedState& state, const std::str
     if (!stored)
       throw Error(at + "the file has no setting " + inQuotes(name) + " of the " + state.noun);
     if (stored->second != value)
-      throw Error(at + state.noun + " setting " + inQuotes(name) + " is " + numberString(stored->second) +
-                  " in the file but " + numberString(value) + " here. A load keeps the " + state.noun + "'s settings: construct it with the file's " + name);
+      throw Error(at + state.noun + " setting " + inQuotes(name) + " is " + ampjit::runtime::formatDouble(stored->second) +
+                  " in the file but " + ampjit::runtime::formatDouble(value) + " here. A load keeps the " + state.noun + "'s settings: construct it with the file's " + name);
   }
   for (const auto& setting : part.settings) {
     bool known = false;

@@ -16,6 +16,7 @@ namespace jit::optim {
 
 using detail::groupLabel;
 using detail::requireFiniteNonNegative;
+using detail::requireBetas;
 using detail::lrsOf;
 using detail::parametersOf;
 
@@ -212,9 +213,7 @@ RAdam::RAdam(std::vector<RAdamGroup> groups, RAdamOptions defaults)
     requireFiniteNonNegative(label, "lr", options.lr);
     requireFiniteNonNegative(label, "eps", options.eps);
     requireFiniteNonNegative(label, "weight_decay", options.weight_decay);
-    for (double beta : {options.betas.first, options.betas.second})
-      if (!(beta >= 0.0 && beta < 1.0))
-        throw Error(label + ": betas must be in [0, 1), got " + std::to_string(beta));
+    requireBetas(label, options.betas);
     groupOptions_.push_back(options);
   }
   for (const Tensor& param : params_) {

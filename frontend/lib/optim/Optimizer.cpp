@@ -235,6 +235,7 @@ void Optimizer::step(const Tensor& inv_scale, const Tensor& predicate, std::sour
 
 using detail::groupLabel;
 using detail::requireFiniteNonNegative;
+using detail::requireBetas;
 using detail::lrsOf;
 using detail::parametersOf;
 
@@ -309,7 +310,6 @@ Adam::Adam(std::vector<AdamGroup> groups, AdamOptions defaults) : Adam(std::move
 
 Adam::Adam(std::vector<AdamGroup> groups, const AdamOptions& defaults, bool decoupled)
     : Optimizer(parametersOf(groups), lrsOf(groups, defaults.lr)), decoupled_(decoupled) {
-  auto inUnit = [](double beta) { return beta >= 0.0 && beta < 1.0; };
   for (size_t g = 0; g < groups.size(); ++g) {
     const AdamGroup& group = groups[g];
     std::pair<double, double> betas = group.betas.value_or(defaults.betas);
@@ -320,8 +320,7 @@ Adam::Adam(std::vector<AdamGroup> groups, const AdamOptions& defaults, bool deco
                              .decoupled_weight_decay = decoupled,
                              .maximize = group.maximize.value_or(defaults.maximize)};
     std::string label = groupLabel(name(), g, groups.size());
-    if (!inUnit(update.beta1) || !inUnit(update.beta2))
-      throw Error(label + ": betas must be in [0, 1)");
+    requireBetas(label, betas);
     requireFiniteNonNegative(label, "lr", initial_lr(g));
     requireFiniteNonNegative(label, "eps", update.eps);
     requireFiniteNonNegative(label, "weight_decay", update.weight_decay);

@@ -2,14 +2,16 @@
 #define AMPJIT_FRONTEND_LIB_OPTIM_PARAMETERGROUPS_H
 
 // What every optimizer's constructor does with its parameter groups
-// (SGDGroup, AdamGroup, RMSpropGroup, AdagradGroup): each has `params` and an
-// optional `lr`.
+// (SGDGroup, AdamGroup, RMSpropGroup, AdagradGroup, RAdamGroup): each has
+// `params` and an optional `lr`.
 
 #include "jit/Tensor.h"
 
-#include <charconv>
+#include "ampjit/runtime/Plan.h"
+
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace jit::detail {
@@ -37,11 +39,15 @@ inline std::string groupLabel(const char* optimizer, size_t group, size_t count)
 /// refused too: either turns every parameter into NaN at the first step, after
 /// which the loss scaler skips every step and nothing says why.
 inline void requireFiniteNonNegative(const std::string& label, const char* name, double value) {
-  if (!(value >= 0.0 && value <= std::numeric_limits<double>::max())) {
-    char text[32];
-    char* end = std::to_chars(text, text + sizeof text, value).ptr; // shortest: -1, not -1.000000
-    throw Error(label + ": " + name + " must be finite and >= 0, got " + std::string(text, end));
-  }
+  if (!(value >= 0.0 && value <= std::numeric_limits<double>::max()))
+    throw Error(label + ": " + name + " must be finite and >= 0, got " + ampjit::runtime::formatDouble(value));
+}
+
+/// Adam-style betas: each a decay in [0, 1), as PyTorch requires.
+inline void requireBetas(const std::string& label, std::pair<double, double> betas) {
+  for (double beta : {betas.first, betas.second})
+    if (!(beta >= 0.0 && beta < 1.0))
+      throw Error(label + ": betas must be in [0, 1), got " + ampjit::runtime::formatDouble(beta));
 }
 
 } // namespace jit::detail

@@ -701,7 +701,7 @@ TEST(OptimTest, BadParameterGroupsAreErrors) {
   message = errorOf([&] { optim::SGD({{.params = net.weights()}, {.params = net.biases(), .nesterov = true}}, {.lr = 0.1}); });
   EXPECT_NE(message.find("SGD group 1: nesterov needs momentum > 0"), std::string::npos) << message;
   message = errorOf([&] { optim::AdamW({{.params = net.weights(), .betas = std::pair{1.5, 0.9}}}, {.lr = 0.1}); });
-  EXPECT_NE(message.find("AdamW: betas must be in [0, 1)"), std::string::npos) << message;
+  EXPECT_NE(message.find("AdamW: betas must be in [0, 1), got 1.5"), std::string::npos) << message;
 }
 
 TEST(OptimTest, BadOptionsAreErrors) {
