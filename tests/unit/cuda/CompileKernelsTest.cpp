@@ -33,7 +33,9 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -602,23 +604,30 @@ TEST(CompileKernels, OptionsAndCacheDirectory) {
 
 namespace {
 
+using OptimizerFactory = std::function<std::unique_ptr<jit::optim::Optimizer>(std::vector<jit::Tensor>)>;
+
+std::unique_ptr<jit::optim::Optimizer> sgdOf(std::vector<jit::Tensor> parameters) {
+  return std::make_unique<jit::optim::SGD>(std::move(parameters), jit::optim::SGDOptions{.lr = 0.01});
+}
+
 /// mlp9's step at test size, as jit::trace compiles it for the CUDA backend
 /// at O1-f16: `layers` Linear(64) layers (no activation) with an MSE loss,
-/// SGD and a dynamic loss scaler.
+/// SGD (or the factory's optimizer) and a dynamic loss scaler.
 rt::Plan cudaMlpStepPlan(int layers, const std::string& level = "O1",
-                         ampjit::codegen::PlanOptions options = {.fuseElementwise = true, .fuseGemmEpilogues = true}) {
+                         ampjit::codegen::PlanOptions options = {.fuseElementwise = true, .fuseGemmEpilogues = true},
+                         const OptimizerFactory& makeOptimizer = sgdOf) {
   jit::Generator generator(3);
   jit::nn::Sequential model;
   for (int i = 0; i < layers; ++i)
     model.push_back(jit::nn::Linear(64, 64, true, {.generator = &generator}));
-  jit::optim::SGD opt(model.parameters(), {.lr = 0.01});
+  std::unique_ptr<jit::optim::Optimizer> opt = makeOptimizer(model.parameters());
   jit::amp::GradScaler scaler;
   auto step = jit::trace(
       [&](const jit::Tensor& x, const jit::Tensor& y) {
-        opt.zero_grad();
+        opt->zero_grad();
         jit::Tensor loss = jit::mse_loss(model(x), y);
         scaler.scale(loss).backward();
-        scaler.step(opt);
+        scaler.step(*opt);
         scaler.update();
         return loss;
       },
@@ -632,6 +641,62 @@ rt::Plan cudaMlpStepPlan(int layers, const std::string& level = "O1",
 }
 
 } // namespace
+
+TEST(CompileKernels, EveryKernelOfTheElementwiseOptimizersStepsForTheGpu) {
+  // RMSprop, Adagrad and RAdam have no fused update op: their updates (and
+  // RAdam's f64 corrections of the step count, exp and log and its where)
+  // reach the device only as generated kernels, each compiled here.
+  std::vector<std::pair<std::string, OptimizerFactory>> optimizers = {
+      {"RMSprop",
+       [](std::vector<jit::Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
+         return std::make_unique<jit::optim::RMSprop>(
+             std::move(parameters), jit::optim::RMSpropOptions{.lr = 1e-3, .momentum = 0.9, .centered = true});
+       }},
+      {"Adagrad",
+       [](std::vector<jit::Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
+         return std::make_unique<jit::optim::Adagrad>(std::move(parameters),
+                                                      jit::optim::AdagradOptions{.lr = 1e-2, .lr_decay = 0.1});
+       }},
+      {"RAdam",
+       [](std::vector<jit::Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
+         return std::make_unique<jit::optim::RAdam>(
+             std::move(parameters),
+             jit::optim::RAdamOptions{.lr = 1e-3, .weight_decay = 1e-2, .decoupled_weight_decay = true});
+       }},
+  };
+  for (const auto& [name, makeOptimizer] : optimizers) {
+    SCOPED_TRACE(name);
+    rt::Plan plan = cudaMlpStepPlan(2, "O1", {.fuseElementwise = true, .fuseGemmEpilogues = true}, makeOptimizer);
+    ASSERT_TRUE(rt::verifyPlan(plan)) << rt::verifyPlan(plan).message();
+    std::vector<NamedKernel> kernels;
+    size_t fused = 0, updates = 0;
+    for (size_t index = 0; index < plan.steps.size(); ++index) {
+      const rt::Step& step = plan.steps[index];
+      updates += step.kind == rt::StepKind::OptimizerUpdate;
+      if (step.kind != rt::StepKind::Elementwise && step.kind != rt::StepKind::FusedElementwise)
+        continue;
+      fused += step.kind == rt::StepKind::FusedElementwise;
+      rt::Expected<cuda::ElementwiseKernel> kernel = cuda::emitElementwiseKernel(plan, step);
+      ASSERT_TRUE(kernel) << rt::printStep(plan, index) << ": " << kernel.message();
+      kernels.push_back({name + ", " + rt::printStep(plan, index), *kernel});
+    }
+    // The launch groups' kernels too: steps the CUDA backend runs as one.
+    std::vector<std::pair<size_t, size_t>> groups = cuda::launchGroups(plan);
+    rt::Expected<std::vector<std::optional<cuda::ElementwiseKernel>>> grouped = cuda::generatedKernels(plan, groups);
+    ASSERT_TRUE(grouped) << grouped.message();
+    for (auto [begin, end] : groups)
+      if ((*grouped)[begin])
+        kernels.push_back({name + ", the launch of steps " + std::to_string(begin) + " to " + std::to_string(end),
+                           *(*grouped)[begin]});
+    EXPECT_EQ(updates, 0u) << "an element-wise optimizer has no fused update step\n" << rt::printPlan(plan);
+    EXPECT_GT(fused, 0u) << rt::printPlan(plan);
+    size_t distinct = 0;
+    std::vector<std::string> failures = compileAll(kernels, &distinct);
+    EXPECT_TRUE(failures.empty()) << joinFailures(failures);
+    std::printf("[ compiled ] %-8s O1-f16 MLP step: %zu elementwise steps (%zu fused), %zu distinct kernels for %s\n",
+                name.c_str(), kernels.size(), fused, distinct, kArchitecture);
+  }
+}
 
 TEST(CompileKernels, EachHiddenBiasGradientOfAnMlpIsOneLaunch) {
   // Each hidden layer's f32 bias gradient is its f16 output gradient widened
