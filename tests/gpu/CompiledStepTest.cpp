@@ -993,10 +993,10 @@ TEST_F(CompiledStepOnGpu, AnAmsgradStepAtO2MatchesTheCpuAndSkipsOverflows) {
                       ampjit::testing::scaled(toleranceFor(ampjit::runtime::DType::F16), 4.0), cpuState[k].first);
 }
 
-TEST_F(CompiledStepOnGpu, RMSpropAdagradAndRAdamStepsMatchTheCpuAndSkipOverflows) {
+TEST_F(CompiledStepOnGpu, TheElementwiseOptimizersStepsMatchTheCpuAndSkipOverflows) {
   // Element-wise optimizers become generated kernels: their predicated
   // selects must keep every buffer on a skipped step, on the device too.
-  for (std::string which : {"RMSprop", "Adagrad", "RAdam"}) {
+  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam"}) {
     SCOPED_TRACE(which);
     struct Net {
       explicit Net(const std::string& which)
@@ -1007,6 +1007,8 @@ TEST_F(CompiledStepOnGpu, RMSpropAdagradAndRAdamStepsMatchTheCpuAndSkipOverflows
           opt = std::make_unique<optim::Adagrad>(model.parameters(), optim::AdagradOptions{.lr = 1e-2, .lr_decay = 0.1});
         else if (which == "RAdam")
           opt = std::make_unique<optim::RAdam>(model.parameters(), optim::RAdamOptions{.lr = 1e-2});
+        else if (which == "NAdam")
+          opt = std::make_unique<optim::NAdam>(model.parameters(), optim::NAdamOptions{.lr = 2e-3});
         else
           opt = std::make_unique<optim::RMSprop>(model.parameters(),
                                                  optim::RMSpropOptions{.lr = 1e-3, .momentum = 0.9, .centered = true});

@@ -54,7 +54,7 @@ struct Options {
   jit::DType dtype = jit::f16;
   jit::Backend backend = jit::Backend::automatic;
   int epochs = 10;
-  std::string optimizer = "sgd"; ///< sgd, adam, adamw or radam
+  std::string optimizer = "sgd"; ///< sgd, adam, adamw, radam or nadam
   double lr = 1e-2;
   double momentum = 0.9;
   double weightDecay = 0.0;
@@ -81,13 +81,13 @@ const char* kUsage = R"(usage: ampjit-train [options]
                            it, the CPU and sm_80 on, else f16)
   --backend cpu|cuda|auto  where the traced step runs (default auto: CUDA if present)
   --epochs N               passes over the training split (default 10)
-  --optimizer sgd|adam|adamw|radam
-                           the optimizer (default sgd), as torch.optim's: Adam, AdamW and RAdam
-                           with betas (0.9, 0.999) and eps 1e-8
+  --optimizer sgd|adam|adamw|radam|nadam
+                           the optimizer (default sgd), as torch.optim's: Adam, AdamW, RAdam and
+                           NAdam with betas (0.9, 0.999) and eps 1e-8
   --lr X                   learning rate (default: SGD 1e-2, mlp9's SGD 1e-4; Adam, AdamW and
-                           RAdam 1e-3)
+                           RAdam 1e-3; NAdam 2e-3)
   --momentum X             SGD's momentum (default 0.9; mlp9: 0); SGD only
-  --weight-decay X         L2 penalty (SGD, Adam, RAdam) or decoupled decay (AdamW) (default 0; AdamW: 1e-2)
+  --weight-decay X         L2 penalty (SGD, Adam, RAdam, NAdam) or decoupled decay (AdamW) (default 0; AdamW: 1e-2)
   --schedule constant|cosine|onecycle
                            the lr over the run's steps (--epochs x steps an epoch, whatever
                            --max-steps stops at): constant (default), cosine decay to 0 after
@@ -186,8 +186,8 @@ Options parseOptions(int argc, char** argv) {
     } else if (flag == "--optimizer") {
       options.optimizer = value();
       if (options.optimizer != "sgd" && options.optimizer != "adam" && options.optimizer != "adamw" &&
-          options.optimizer != "radam")
-        usageError("--optimizer must be sgd, adam, adamw or radam, not '" + options.optimizer + "'");
+          options.optimizer != "radam" && options.optimizer != "nadam")
+        usageError("--optimizer must be sgd, adam, adamw, radam or nadam, not '" + options.optimizer + "'");
     } else if (flag == "--weight-decay") {
       options.weightDecay = number(value());
       weightDecayGiven = true;
@@ -243,7 +243,7 @@ Options parseOptions(int argc, char** argv) {
       options.momentum = 0.0;
   }
   if (!sgd && !lrGiven)
-    options.lr = 1e-3; // torch.optim's Adam, AdamW and RAdam default
+    options.lr = options.optimizer == "nadam" ? 2e-3 : 1e-3; // torch.optim's defaults
   if (!weightDecayGiven)
     options.weightDecay = options.optimizer == "adamw" ? 1e-2 : 0.0; // torch.optim's defaults
   if (dtypeAuto) {
@@ -470,6 +470,9 @@ std::unique_ptr<jit::optim::Optimizer> makeOptimizer(const Options& options, std
   if (options.optimizer == "radam")
     return std::make_unique<jit::optim::RAdam>(
         std::move(parameters), jit::optim::RAdamOptions{.lr = options.lr, .weight_decay = options.weightDecay});
+  if (options.optimizer == "nadam")
+    return std::make_unique<jit::optim::NAdam>(
+        std::move(parameters), jit::optim::NAdamOptions{.lr = options.lr, .weight_decay = options.weightDecay});
   return std::make_unique<jit::optim::SGD>(
       std::move(parameters),
       jit::optim::SGDOptions{.lr = options.lr, .momentum = options.momentum, .weight_decay = options.weightDecay});

@@ -127,7 +127,7 @@ public:
   /// by optimizers whose update reads it (counts_steps()); otherwise 0.
   const Tensor& step_count(size_t i) const { return steps_.at(i); }
 
-  /// "SGD", "Adam", "AdamW", "RMSprop", "Adagrad" or "RAdam".
+  /// "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "RAdam" or "NAdam".
   virtual const char* name() const = 0;
   /// The state a checkpoint saves: "lr" (with more groups, "lr.1", ... for
   /// the others), then per parameter i (in parameters() order) "<i>.step" and
@@ -281,7 +281,7 @@ public:
   AdamW(std::vector<AdamGroup> groups, AdamWOptions defaults);
 };
 
-// RMSprop, Adagrad and RAdam are written with the public elementwise ops (no fused
+// RMSprop, Adagrad, RAdam and NAdam are written with the public elementwise ops (no fused
 // op of their own): a traced step compiles them into fused elementwise
 // kernels on every backend. Under a loss scaler the gradient is unscaled in
 // fp32 as it is read, and a false predicate selects every old value, bit for
@@ -422,6 +422,55 @@ protected:
 private:
   std::vector<RAdamOptions> groupOptions_;
   std::vector<Tensor> expAvg_, expAvgSq_;
+};
+
+struct NAdamOptions {
+  double lr = 2e-3;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  /// psi: the momentum of update t is beta1 * (1 - 0.5 * 0.96^(t * psi)).
+  double momentum_decay = 4e-3;
+  /// AdamW's decay (NAdamW), param *= 1 - lr * weight_decay, instead of the
+  /// L2 term added to the gradient.
+  bool decoupled_weight_decay = false;
+  bool maximize = false;
+};
+/// A parameter group of NAdam (see SGDGroup).
+struct NAdamGroup {
+  std::vector<Tensor> params;
+  std::optional<double> lr{};
+  std::optional<std::pair<double, double>> betas{};
+  std::optional<double> eps{};
+  std::optional<double> weight_decay{};
+  std::optional<double> momentum_decay{};
+  std::optional<bool> decoupled_weight_decay{};
+  std::optional<bool> maximize{};
+};
+
+/// torch.optim.NAdam (Dozat, "Incorporating Nesterov Momentum into Adam"):
+/// Adam with Nesterov momentum under a warming momentum schedule.
+/// state_dict() names its buffers as PyTorch does: "<i>.mu_product" (the
+/// product of the momenta so far, a scalar; f64 for an f64 parameter, else
+/// f32, as PyTorch's default scalar dtype), "<i>.exp_avg", "<i>.exp_avg_sq".
+class NAdam : public Optimizer {
+public:
+  NAdam(std::vector<Tensor> params, NAdamOptions options);
+  NAdam(std::vector<NAdamGroup> groups, NAdamOptions defaults);
+  const NAdamOptions& options(size_t group = 0) const { return groupOptions_.at(group); }
+  const Tensor& mu_product(size_t i) const { return muProduct_.at(i); }
+  const Tensor& exp_avg(size_t i) const { return expAvg_.at(i); }
+  const Tensor& exp_avg_sq(size_t i) const { return expAvgSq_.at(i); }
+  const char* name() const override { return "NAdam"; }
+
+protected:
+  void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) override;
+  std::vector<std::pair<std::string, double>> group_hyperparameters(size_t group) const override;
+  void collect_buffers(size_t i, std::vector<NamedTensor>& out) const override;
+
+private:
+  std::vector<NAdamOptions> groupOptions_;
+  std::vector<Tensor> muProduct_, expAvg_, expAvgSq_;
 };
 
 // --- learning-rate schedules ---------------------------------------------------

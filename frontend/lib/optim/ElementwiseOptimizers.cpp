@@ -1,4 +1,4 @@
-// RMSprop, Adagrad and RAdam, following PyTorch's single-tensor implementations op
+// RMSprop, Adagrad, RAdam and NAdam, following PyTorch's single-tensor implementations op
 // for op, written with the public elementwise ops. Eagerly each op runs on the
 // CPU backend; a traced step records them and codegen fuses them, so they need
 // no kernel of their own on any backend.
@@ -35,6 +35,29 @@ Tensor unscaledGradient(const Tensor& grad, const Tensor& param, const Tensor& i
   }
   g = inDtype(g, param.dtype());
   return maximize ? -g : g;
+}
+
+/// base^exponent for a host base and a tensor exponent (a function of the
+/// step count): exp(exponent * log(base)), in the exponent's dtype.
+Tensor powerOf(double base, const Tensor& exponent) { return exp(exponent * std::log(base)); }
+
+/// Weight decay as RAdam and NAdam take it, before the moments: AdamW's
+/// param *= 1 - lr * weight_decay (`param` is rebound), or the L2 term added
+/// to the gradient `g`.
+void applyWeightDecay(Tensor& param, Tensor& g, const Tensor& lr, double weight_decay, bool decoupled) {
+  if (weight_decay == 0.0)
+    return;
+  if (decoupled)
+    param = param * inDtype(1.0 - lr.to(f64) * weight_decay, param.dtype());
+  else
+    g = g + param * weight_decay;
+}
+
+/// Adam's running moments after gradient `g`: exp_avg.lerp_(g, 1 - beta1)
+/// and exp_avg_sq * beta2 + (1 - beta2) g^2.
+std::pair<Tensor, Tensor> adamMoments(const Tensor& expAvg, const Tensor& expAvgSq, const Tensor& g,
+                                      std::pair<double, double> betas) {
+  return {expAvg + (g - expAvg) * (1.0 - betas.first), expAvgSq * betas.second + g * g * (1.0 - betas.second)};
 }
 
 } // namespace
@@ -243,27 +266,20 @@ void RAdam::collect_buffers(size_t i, std::vector<NamedTensor>& out) const {
 void RAdam::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) {
   size_t group = groupOf_[i];
   const RAdamOptions& options = groupOptions_[group];
-  const auto [beta1, beta2] = options.betas;
+  const double beta2 = options.betas.second;
   const Tensor& param = params_[i];
   DType dtype = param.dtype();
   Tensor g = unscaledGradient(grad, param, inv_scale, options.maximize);
   Tensor lr = inDtype(this->lr(group), dtype);
   Tensor decayed = param;
-  if (options.weight_decay != 0.0) {
-    if (options.decoupled_weight_decay)
-      decayed = param * inDtype(1.0 - this->lr(group).to(f64) * options.weight_decay, dtype);
-    else
-      g = g + param * options.weight_decay;
-  }
-  Tensor expAvg = expAvg_[i] + (g - expAvg_[i]) * (1.0 - beta1); // lerp
-  Tensor expAvgSq = expAvgSq_[i] * beta2 + g * g * (1.0 - beta2);
+  applyWeightDecay(decayed, g, this->lr(group), options.weight_decay, options.decoupled_weight_decay);
+  auto [expAvg, expAvgSq] = adamMoments(expAvg_[i], expAvgSq_[i], g, options.betas);
 
   // The corrections are functions of the update's count (from 1), computed
-  // in f64 as PyTorch's Python floats; beta^t as exp(t log beta), since the
-  // count is a tensor.
+  // in f64 as PyTorch's Python floats.
   Tensor step = steps_[i].to(f64) + 1.0;
-  Tensor beta2Power = exp(step * std::log(beta2));
-  Tensor biasCorrection1 = 1.0 - exp(step * std::log(beta1));
+  Tensor beta2Power = powerOf(beta2, step);
+  Tensor biasCorrection1 = 1.0 - powerOf(options.betas.first, step);
   Tensor biasCorrection2 = 1.0 - beta2Power;
   Tensor correctedExpAvg = expAvg / inDtype(biasCorrection1, dtype);
   Tensor change = correctedExpAvg * lr;
@@ -284,6 +300,92 @@ void RAdam::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const 
   assign(expAvg_[i], predicated(predicate, expAvg, expAvg_[i]));
   assign(expAvgSq_[i], predicated(predicate, expAvgSq, expAvgSq_[i]));
   assign(params_[i], predicated(predicate, decayed - change, param));
+}
+
+//===----------------------------------------------------------------------===//
+// NAdam
+//===----------------------------------------------------------------------===//
+
+NAdam::NAdam(std::vector<Tensor> params, NAdamOptions options)
+    : NAdam(std::vector<NAdamGroup>{{.params = std::move(params)}}, options) {}
+
+NAdam::NAdam(std::vector<NAdamGroup> groups, NAdamOptions defaults)
+    : Optimizer(parametersOf(groups), lrsOf(groups, defaults.lr)) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const NAdamGroup& group = groups[g];
+    NAdamOptions options{.lr = group.lr.value_or(defaults.lr),
+                         .betas = group.betas.value_or(defaults.betas),
+                         .eps = group.eps.value_or(defaults.eps),
+                         .weight_decay = group.weight_decay.value_or(defaults.weight_decay),
+                         .momentum_decay = group.momentum_decay.value_or(defaults.momentum_decay),
+                         .decoupled_weight_decay = group.decoupled_weight_decay.value_or(defaults.decoupled_weight_decay),
+                         .maximize = group.maximize.value_or(defaults.maximize)};
+    std::string label = groupLabel("NAdam", g, groups.size());
+    requireFiniteNonNegative(label, "lr", options.lr);
+    requireFiniteNonNegative(label, "eps", options.eps);
+    requireFiniteNonNegative(label, "weight_decay", options.weight_decay);
+    requireFiniteNonNegative(label, "momentum_decay", options.momentum_decay);
+    requireBetas(label, options.betas);
+    groupOptions_.push_back(options);
+  }
+  for (const Tensor& param : params_) {
+    muProduct_.push_back(scalar_tensor(1.0, param.dtype() == f64 ? f64 : f32));
+    expAvg_.push_back(zeros_like(param));
+    expAvgSq_.push_back(zeros_like(param));
+    for (const Tensor* buffer : {&muProduct_.back(), &expAvg_.back(), &expAvgSq_.back()})
+      jit::detail::markState(*buffer, jit::detail::StateRole::OptState);
+  }
+  name_state_for_traces();
+}
+
+std::vector<std::pair<std::string, double>> NAdam::group_hyperparameters(size_t group) const {
+  const NAdamOptions& options = groupOptions_.at(group);
+  return {{"beta1", options.betas.first},
+          {"beta2", options.betas.second},
+          {"eps", options.eps},
+          {"weight_decay", options.weight_decay},
+          {"momentum_decay", options.momentum_decay},
+          {"decoupled_weight_decay", options.decoupled_weight_decay ? 1.0 : 0.0},
+          {"maximize", options.maximize ? 1.0 : 0.0}};
+}
+
+void NAdam::collect_buffers(size_t i, std::vector<NamedTensor>& out) const {
+  out.emplace_back(std::to_string(i) + ".mu_product", muProduct_[i]);
+  out.emplace_back(std::to_string(i) + ".exp_avg", expAvg_[i]);
+  out.emplace_back(std::to_string(i) + ".exp_avg_sq", expAvgSq_[i]);
+}
+
+void NAdam::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) {
+  size_t group = groupOf_[i];
+  const NAdamOptions& options = groupOptions_[group];
+  const double beta1 = options.betas.first;
+  const Tensor& param = params_[i];
+  DType dtype = param.dtype();
+  Tensor g = unscaledGradient(grad, param, inv_scale, options.maximize);
+  Tensor decayed = param;
+  applyWeightDecay(decayed, g, this->lr(group), options.weight_decay, options.decoupled_weight_decay);
+
+  // The momenta of this update and the next, mu_t = beta1 * (1 - 0.5 *
+  // 0.96^(t * psi)), in f64 as PyTorch's Python floats; the running product
+  // in its own dtype, as PyTorch's scalar tensor, read back as a double.
+  Tensor step = steps_[i].to(f64) + 1.0;
+  auto momentumAt = [&](const Tensor& t) { return (1.0 - powerOf(0.96, t * options.momentum_decay) * 0.5) * beta1; };
+  Tensor mu = momentumAt(step), muNext = momentumAt(step + 1.0);
+  Tensor muProduct = muProduct_[i] * inDtype(mu, muProduct_[i].dtype());
+  Tensor muProductNow = muProduct.to(f64);
+  Tensor lr = this->lr(group).to(f64);
+  Tensor gradientCoefficient = -lr * (1.0 - mu) / (1.0 - muProductNow);
+  Tensor momentumCoefficient = -lr * muNext / (1.0 - muProductNow * muNext);
+
+  auto [expAvg, expAvgSq] = adamMoments(expAvg_[i], expAvgSq_[i], g, options.betas);
+  Tensor biasCorrection2 = 1.0 - powerOf(options.betas.second, step);
+  Tensor denominator = sqrt(expAvgSq / inDtype(biasCorrection2, dtype)) + options.eps;
+  Tensor updated = decayed + g / denominator * inDtype(gradientCoefficient, dtype);
+  updated = updated + expAvg / denominator * inDtype(momentumCoefficient, dtype);
+  assign(muProduct_[i], predicated(predicate, muProduct, muProduct_[i]));
+  assign(expAvg_[i], predicated(predicate, expAvg, expAvg_[i]));
+  assign(expAvgSq_[i], predicated(predicate, expAvgSq, expAvgSq_[i]));
+  assign(params_[i], predicated(predicate, updated, param));
 }
 
 } // namespace jit::optim

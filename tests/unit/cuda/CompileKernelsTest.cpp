@@ -643,9 +643,10 @@ rt::Plan cudaMlpStepPlan(int layers, const std::string& level = "O1",
 } // namespace
 
 TEST(CompileKernels, EveryKernelOfTheElementwiseOptimizersStepsForTheGpu) {
-  // RMSprop, Adagrad and RAdam have no fused update op: their updates (and
-  // RAdam's f64 corrections of the step count, exp and log and its where)
-  // reach the device only as generated kernels, each compiled here.
+  // RMSprop, Adagrad, RAdam and NAdam have no fused update op: their
+  // updates (and RAdam's and NAdam's f64 functions of the step count, exp
+  // and log, RAdam's where, NAdam's f32 product of momenta) reach the device
+  // only as generated kernels, each compiled here.
   std::vector<std::pair<std::string, OptimizerFactory>> optimizers = {
       {"RMSprop",
        [](std::vector<jit::Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
@@ -662,6 +663,11 @@ TEST(CompileKernels, EveryKernelOfTheElementwiseOptimizersStepsForTheGpu) {
          return std::make_unique<jit::optim::RAdam>(
              std::move(parameters),
              jit::optim::RAdamOptions{.lr = 1e-3, .weight_decay = 1e-2, .decoupled_weight_decay = true});
+       }},
+      {"NAdam",
+       [](std::vector<jit::Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
+         return std::make_unique<jit::optim::NAdam>(std::move(parameters),
+                                                    jit::optim::NAdamOptions{.weight_decay = 1e-2});
        }},
   };
   for (const auto& [name, makeOptimizer] : optimizers) {

@@ -363,11 +363,91 @@ TEST(OptimTest, RAdamMatchesPyTorchFormulasInEveryVariant) {
   EXPECT_NE(message.find("RAdam: eps must be finite and >= 0"), std::string::npos) << message;
 }
 
-TEST(OptimTest, RMSpropAdagradAndRAdamUnscaleAndSkipAsTheFusedUpdatesDo) {
+/// PyTorch's _single_tensor_nadam on loss = sum(p^3) / 3, in f64 (its
+/// mu_product an f64 scalar, as PyTorch keeps it under an f64 default dtype).
+std::vector<double> nadamReference(const optim::NAdamOptions& o, int steps) {
+  std::vector<double> p = kInit, m(p.size(), 0.0), v(p.size(), 0.0);
+  auto [beta1, beta2] = o.betas;
+  double muProduct = 1.0;
+  for (int step = 1; step <= steps; ++step) {
+    double bc2 = 1 - std::pow(beta2, step);
+    double mu = beta1 * (1 - 0.5 * std::pow(0.96, step * o.momentum_decay));
+    double muNext = beta1 * (1 - 0.5 * std::pow(0.96, (step + 1) * o.momentum_decay));
+    muProduct *= mu;
+    double muProductNext = muProduct * muNext;
+    for (size_t i = 0; i < p.size(); ++i) {
+      double g = o.maximize ? -p[i] * p[i] : p[i] * p[i];
+      if (o.decoupled_weight_decay)
+        p[i] *= 1 - o.lr * o.weight_decay;
+      else
+        g += o.weight_decay * p[i];
+      m[i] += (g - m[i]) * (1 - beta1);
+      v[i] = v[i] * beta2 + (1 - beta2) * g * g;
+      double denom = std::sqrt(v[i] / bc2) + o.eps;
+      p[i] += (-o.lr * (1 - mu) / (1 - muProduct)) * (g / denom);
+      p[i] += (-o.lr * muNext / (1 - muProductNext)) * (m[i] / denom);
+    }
+  }
+  return p;
+}
+
+TEST(OptimTest, NAdamMatchesPyTorchFormulasInEveryVariant) {
+  const optim::NAdamOptions cases[] = {
+      {.lr = 0.125},
+      {.lr = 0.0625, .betas = {0.8, 0.99}, .eps = 1e-4, .weight_decay = 0.1},
+      {.lr = 0.0625, .weight_decay = 0.25, .momentum_decay = 0.5, .decoupled_weight_decay = true},
+      {.lr = 0.03125, .betas = {0.5, 0.9}, .momentum_decay = 0.0, .maximize = true},
+  };
+  std::vector<std::vector<double>> results;
+  for (const auto& options : cases) {
+    SCOPED_TRACE(::testing::Message() << "betas " << options.betas.first << ", " << options.betas.second
+                                      << " momentum_decay " << options.momentum_decay << " decoupled "
+                                      << options.decoupled_weight_decay << " maximize " << options.maximize);
+    Tensor p = param(f64).requires_grad_();
+    optim::NAdam opt({p}, options);
+    train(p, opt, 6);
+    expectNear(p.to_vector(), nadamReference(options, 6));
+    EXPECT_EQ(opt.step_count(0).item(), 6.0);
+    EXPECT_EQ(opt.mu_product(0).dtype(), f64);
+    std::vector<std::string> names;
+    for (const auto& [name, tensor] : opt.state_dict())
+      names.push_back(name);
+    EXPECT_EQ(names, (std::vector<std::string>{"lr", "0.step", "0.mu_product", "0.exp_avg", "0.exp_avg_sq"}));
+    results.push_back(p.to_vector());
+  }
+  for (size_t c = 1; c < results.size(); ++c)
+    EXPECT_NE(results[c], results[0]) << "case " << c << " must differ from the plain update";
+
+  // The product of the momenta is f32 for an f32 parameter, PyTorch's default.
+  Tensor narrow = param(f32).requires_grad_();
+  optim::NAdam f32Opt({narrow}, {.lr = 0.125});
+  train(narrow, f32Opt, 2);
+  EXPECT_EQ(f32Opt.mu_product(0).dtype(), f32);
+  double mu1 = 0.9 * (1 - 0.5 * std::pow(0.96, 0.004)), mu2 = 0.9 * (1 - 0.5 * std::pow(0.96, 0.008));
+  EXPECT_EQ(f32Opt.mu_product(0).item(), double(float(float(mu1) * float(mu2))));
+
+  // Groups take their own settings; bad settings name the group.
+  Tensor a = param(f64).requires_grad_(), b = param(f64).requires_grad_();
+  optim::NAdam groups({{.params = {a}}, {.params = {b}, .lr = 0.0625, .momentum_decay = 0.1}}, {.lr = 0.125});
+  for (int s = 0; s < 4; ++s) {
+    groups.zero_grad();
+    (sum(a * a * a) / 3.0 + sum(b * b * b) / 3.0).backward();
+    groups.step();
+  }
+  expectNear(a.to_vector(), nadamReference({.lr = 0.125}, 4));
+  expectNear(b.to_vector(), nadamReference({.lr = 0.0625, .momentum_decay = 0.1}, 4));
+  std::string message = errorOf([&] { optim::NAdam({{.params = {a}}, {.params = {b}, .momentum_decay = -1.0}}, {}); });
+  EXPECT_NE(message.find("NAdam group 1: momentum_decay must be finite and >= 0, got -1"), std::string::npos)
+      << message;
+  message = errorOf([&] { optim::NAdam({a}, {.betas = {-0.1, 0.9}}); });
+  EXPECT_NE(message.find("NAdam: betas must be in [0, 1), got -0.1"), std::string::npos) << message;
+}
+
+TEST(OptimTest, TheElementwiseOptimizersUnscaleAndSkipAsTheFusedUpdatesDo) {
   // Gradients 1024x too large with inv_scale 1/1024: the update of the true
   // gradient; a false predicate leaves every buffer bit-identical. Seven
   // steps take RAdam past its first rectified update.
-  for (std::string which : {"RMSprop", "Adagrad", "RAdam"}) {
+  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam"}) {
     SCOPED_TRACE(which);
     Tensor p = param(f32).requires_grad_(), reference = param(f32).requires_grad_();
     auto make = [&](Tensor& parameter) -> std::unique_ptr<optim::Optimizer> {
@@ -377,6 +457,9 @@ TEST(OptimTest, RMSpropAdagradAndRAdamUnscaleAndSkipAsTheFusedUpdatesDo) {
       if (which == "RAdam")
         return std::make_unique<optim::RAdam>(std::vector<Tensor>{parameter},
                                               optim::RAdamOptions{.lr = 0.0625, .weight_decay = 0.01});
+      if (which == "NAdam")
+        return std::make_unique<optim::NAdam>(std::vector<Tensor>{parameter},
+                                              optim::NAdamOptions{.lr = 0.0625, .weight_decay = 0.01});
       return std::make_unique<optim::RMSprop>(std::vector<Tensor>{parameter},
                                               optim::RMSpropOptions{.lr = 0.0625, .momentum = 0.9, .centered = true});
     };
@@ -506,6 +589,28 @@ TEST(OptimTest, RAdamResumesFromItsFileAcrossItsFirstRectifiedUpdate) {
   optim::RAdam coupled({param(f32).requires_grad_()}, {.lr = 0.0625, .weight_decay = 0.05});
   std::string message = errorOf([&] { coupled.load(path); });
   EXPECT_NE(message.find("decoupled_weight_decay"), std::string::npos) << message;
+}
+
+TEST(OptimTest, NAdamResumesFromItsFileWithItsProductOfMomenta) {
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = (scratch.path / "nadam.ampjit").string();
+  const optim::NAdamOptions options{.lr = 0.0625, .weight_decay = 0.05, .decoupled_weight_decay = true};
+  Tensor unbroken = param(f32).requires_grad_();
+  optim::NAdam unbrokenOpt({unbroken}, options);
+  train(unbroken, unbrokenOpt, 3);
+  unbrokenOpt.save(path);
+  Tensor resumed = tensor(unbroken.to_vector(), unbroken.shape(), f32).requires_grad_();
+  optim::NAdam resumedOpt({resumed}, options);
+  resumedOpt.load(path);
+  EXPECT_EQ(resumedOpt.mu_product(0).item(), unbrokenOpt.mu_product(0).item());
+  EXPECT_LT(resumedOpt.mu_product(0).item(), 1.0);
+  train(unbroken, unbrokenOpt, 3);
+  train(resumed, resumedOpt, 3);
+  EXPECT_EQ(resumed.to_vector(), unbroken.to_vector());
+  optim::NAdam other({param(f32).requires_grad_()}, {.lr = 0.0625, .weight_decay = 0.05, .momentum_decay = 0.01,
+                                                      .decoupled_weight_decay = true});
+  std::string message = errorOf([&] { other.load(path); });
+  EXPECT_NE(message.find("momentum_decay"), std::string::npos) << message;
 }
 
 TEST(OptimTest, ParametersWithoutGradientsAreLeftAlone) {

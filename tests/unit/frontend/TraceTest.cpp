@@ -1599,7 +1599,7 @@ TEST(Trace, EveryLevelTracksFp32OnALayerNormGeluAdamWStepWithClippingAndAnEma) {
   }
 }
 
-/// A model, an RMSprop, Adagrad or RAdam optimizer and a scaler (by default
+/// A model, an RMSprop, Adagrad, RAdam or NAdam optimizer and a scaler (by default
 /// one that starts by overflowing f16), for the element-wise optimizers'
 /// trace tests.
 struct ElementwiseOptimizerNet {
@@ -1613,6 +1613,9 @@ struct ElementwiseOptimizerNet {
     else if (which == "RAdam")
       opt = std::make_unique<optim::RAdam>(model.parameters(),
                                            optim::RAdamOptions{.lr = 1e-2, .weight_decay = 1e-3});
+    else if (which == "NAdam")
+      opt = std::make_unique<optim::NAdam>(model.parameters(),
+                                           optim::NAdamOptions{.lr = 2e-3, .weight_decay = 1e-3});
     else
       opt = std::make_unique<optim::RMSprop>(
           model.parameters(), optim::RMSpropOptions{.lr = 1e-3, .weight_decay = 1e-3, .momentum = 0.9, .centered = true});
@@ -1632,9 +1635,9 @@ struct ElementwiseOptimizerNet {
   amp::GradScaler scaler;
 };
 
-TEST(Trace, RMSpropAdagradAndRAdamStepsTraceAsTheyRunEagerly) {
+TEST(Trace, TheElementwiseOptimizersStepsTraceAsTheyRunEagerly) {
   // Bitwise at O0, and under autocast semantics at O1 with skipped steps.
-  for (std::string which : {"RMSprop", "Adagrad", "RAdam"}) {
+  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam"}) {
     for (amp::Level level : {amp::O0, amp::O1}) {
       SCOPED_TRACE(which + " O" + std::to_string(int(level)));
       ElementwiseOptimizerNet eager(which), traced(which);
@@ -1651,10 +1654,10 @@ TEST(Trace, RMSpropAdagradAndRAdamStepsTraceAsTheyRunEagerly) {
   }
 }
 
-TEST(Trace, RMSpropAdagradAndRAdamStepsAtO2AndO3TrackO0) {
+TEST(Trace, TheElementwiseOptimizersStepsAtO2AndO3TrackO0) {
   // The updates are not the model's computation, so O2 and O3 leave them in
   // fp32; the model's f16 forward and backward keep the losses near O0's.
-  for (std::string which : {"RMSprop", "Adagrad", "RAdam"}) {
+  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam"}) {
     std::vector<std::vector<double>> losses;
     for (amp::Level level : {amp::O0, amp::O2, amp::O3}) {
       SCOPED_TRACE(which + " O" + std::to_string(int(level)));
