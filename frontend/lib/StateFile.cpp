@@ -62,7 +62,6 @@ uint8_t dtypeCode(DType dtype) {
 
 std::string inQuotes(const std::string& text) { return "'" + text + "'"; }
 
-
 /// The raw row-major bytes of a tensor (its dtype's storage). Reading the
 /// data completes a pending deferred update and fetches a device copy.
 std::vector<uint8_t> bytesOf(const Tensor& t) {

@@ -12,6 +12,17 @@
 
 namespace jit::optim {
 
+namespace {
+
+/// PyTorch's cosine annealing from base_lr at t = 0 to eta_min at t = period,
+/// in its order of operations (CosineAnnealingLR, and each cycle of
+/// CosineAnnealingWarmRestarts).
+double cosineAnnealed(double base_lr, double eta_min, int64_t t, int64_t period) {
+  return eta_min + (base_lr - eta_min) * (1.0 + std::cos(std::numbers::pi * double(t) / double(period))) / 2.0;
+}
+
+} // namespace
+
 LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
   for (size_t group = 0; group < optimizer.group_count(); ++group)
     baseLrs_.push_back(optimizer.initial_lr(group));
@@ -94,7 +105,7 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double
 }
 
 double CosineAnnealingLR::lrAt(int64_t epoch, double base_lr) const {
-  return etaMin_ + (base_lr - etaMin_) * (1.0 + std::cos(std::numbers::pi * double(epoch) / double(tMax_))) / 2.0;
+  return cosineAnnealed(base_lr, etaMin_, epoch, tMax_);
 }
 
 std::vector<std::pair<std::string, double>> CosineAnnealingLR::schedule_settings() const {
@@ -124,7 +135,7 @@ double CosineAnnealingWarmRestarts::lrAt(int64_t epoch, double base_lr) const {
       intoCycle -= cycle;
       cycle *= tMult_;
     }
-  return etaMin_ + (base_lr - etaMin_) * (1.0 + std::cos(std::numbers::pi * double(intoCycle) / double(cycle))) / 2.0;
+  return cosineAnnealed(base_lr, etaMin_, intoCycle, cycle);
 }
 
 std::vector<std::pair<std::string, double>> CosineAnnealingWarmRestarts::schedule_settings() const {
