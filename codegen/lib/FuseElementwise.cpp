@@ -6,8 +6,14 @@
 // the values that something after the run reads (or the function returns) are
 // stored. A register holds one element of its dtype, rounded exactly where the
 // unfused plan stores to a buffer of that dtype, so fused and unfused plans
-// give the same bits. Only consecutive steps are grouped, so no step moves and
-// every dependence is kept.
+// give the same bits. Only consecutive steps are grouped, and the one move
+// made first keeps every dependence: in a stretch of Elementwise steps, a
+// scalar step (rank 0) goes up ahead of the tensor steps it does not depend
+// on (runtime mustFollow). An optimizer written with the elementwise ops
+// (RAdam's and NAdam's functions of the step count, the 1/scale of the
+// unscale) interleaves such scalars with each parameter's tensor update, and
+// each would otherwise cut that update into runs of its own: gathered, the
+// scalars become one run and each parameter's update another.
 //
 //
 // GEMM epilogues (for the CUDA backend; Plan.h's GemmEpilogue says what each
@@ -176,7 +182,39 @@ void sinkStep(std::vector<rt::Step> &steps, std::vector<bool> &sunk, size_t inde
 using detail::dropUnusedTemporaries;
 using detail::findReaders;
 
+namespace {
+
+bool isScalarElementwise(const rt::Plan &plan, const rt::Step &step) {
+  return step.kind == rt::StepKind::Elementwise && plan.buffers[step.outputs[0]].type.shape.empty();
+}
+
+/// Moves each scalar Elementwise step up past the tensor Elementwise steps
+/// before it that it need not follow; scalar steps keep their order among
+/// themselves, and nothing crosses a step of another kind.
+void gatherScalarSteps(rt::Plan &plan) {
+  std::vector<rt::Step> steps;
+  steps.reserve(plan.steps.size());
+  size_t stretchBegin = 0; // where the current stretch of Elementwise steps starts in `steps`
+  for (rt::Step &step : plan.steps) {
+    if (step.kind != rt::StepKind::Elementwise) {
+      steps.push_back(std::move(step));
+      stretchBegin = steps.size();
+      continue;
+    }
+    size_t position = steps.size();
+    if (isScalarElementwise(plan, step))
+      while (position > stretchBegin && !isScalarElementwise(plan, steps[position - 1]) &&
+             !rt::mustFollow(steps[position - 1], step))
+        --position;
+    steps.insert(steps.begin() + std::ptrdiff_t(position), std::move(step));
+  }
+  plan.steps = std::move(steps);
+}
+
+} // namespace
+
 void fuseElementwiseSteps(rt::Plan &plan) {
+  gatherScalarSteps(plan);
   Readers readers = findReaders(plan);
   std::vector<rt::Step> steps;
   size_t s = 0;

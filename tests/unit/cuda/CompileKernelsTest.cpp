@@ -640,14 +640,10 @@ rt::Plan cudaMlpStepPlan(int layers, const std::string& level = "O1",
       .plan;
 }
 
-} // namespace
-
-TEST(CompileKernels, EveryKernelOfTheElementwiseOptimizersStepsForTheGpu) {
-  // RMSprop, Adagrad, RAdam and NAdam have no fused update op: their
-  // updates (and RAdam's and NAdam's f64 functions of the step count, exp
-  // and log, RAdam's where, NAdam's f32 product of momenta) reach the device
-  // only as generated kernels, each compiled here.
-  std::vector<std::pair<std::string, OptimizerFactory>> optimizers = {
+/// The optimizers written with the elementwise ops, which have no fused
+/// update op: RMSprop, Adagrad, RAdam and NAdam.
+std::vector<std::pair<std::string, OptimizerFactory>> elementwiseOptimizers() {
+  return {
       {"RMSprop",
        [](std::vector<jit::Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
          return std::make_unique<jit::optim::RMSprop>(
@@ -670,7 +666,16 @@ TEST(CompileKernels, EveryKernelOfTheElementwiseOptimizersStepsForTheGpu) {
                                                     jit::optim::NAdamOptions{.weight_decay = 1e-2});
        }},
   };
-  for (const auto& [name, makeOptimizer] : optimizers) {
+}
+
+} // namespace
+
+TEST(CompileKernels, EveryKernelOfTheElementwiseOptimizersStepsForTheGpu) {
+  // RMSprop, Adagrad, RAdam and NAdam have no fused update op: their
+  // updates (and RAdam's and NAdam's f64 functions of the step count, exp
+  // and log, RAdam's where, NAdam's f32 product of momenta) reach the device
+  // only as generated kernels, each compiled here.
+  for (const auto& [name, makeOptimizer] : elementwiseOptimizers()) {
     SCOPED_TRACE(name);
     rt::Plan plan = cudaMlpStepPlan(2, "O1", {.fuseElementwise = true, .fuseGemmEpilogues = true}, makeOptimizer);
     ASSERT_TRUE(rt::verifyPlan(plan)) << rt::verifyPlan(plan).message();
@@ -701,6 +706,60 @@ TEST(CompileKernels, EveryKernelOfTheElementwiseOptimizersStepsForTheGpu) {
     EXPECT_TRUE(failures.empty()) << joinFailures(failures);
     std::printf("[ compiled ] %-8s O1-f16 MLP step: %zu elementwise steps (%zu fused), %zu distinct kernels for %s\n",
                 name.c_str(), kernels.size(), fused, distinct, kArchitecture);
+  }
+}
+
+TEST(CompileKernels, EachParameterOfAnElementwiseOptimizerIsUpdatedByOneKernel) {
+  // The functions of the step count, the 1/scale of the unscale and the step
+  // counts' own updates are scalar steps between each parameter's tensor
+  // ops. The fusion gathers them ahead of those ops (fuseElementwiseSteps), so
+  // all of them run as one scalar kernel, and each parameter with its state
+  // is written by one kernel, not cut into a launch per scalar in between.
+  for (const auto& [name, makeOptimizer] : elementwiseOptimizers()) {
+    SCOPED_TRACE(name);
+    rt::Plan plan = cudaMlpStepPlan(2, "O1", {.fuseElementwise = true, .fuseGemmEpilogues = true}, makeOptimizer);
+    auto finiteCheck = std::find_if(plan.steps.begin(), plan.steps.end(),
+                                    [](const rt::Step& step) { return step.kind == rt::StepKind::AllFinite; });
+    ASSERT_NE(finiteCheck, plan.steps.end()) << rt::printPlan(plan);
+    // After the finiteness check the optimizer's elementwise work is at most
+    // one scalar kernel and one tensor kernel per parameter.
+    size_t scalarKernels = 0, tensorKernels = 0;
+    for (auto step = finiteCheck; step != plan.steps.end(); ++step) {
+      if (step->kind != rt::StepKind::Elementwise && step->kind != rt::StepKind::FusedElementwise)
+        continue;
+      bool scalar = plan.buffers[step->outputs[0]].type.shape.empty();
+      scalarKernels += scalar;
+      tensorKernels += !scalar;
+    }
+    EXPECT_LE(scalarKernels, 1u) << rt::printPlan(plan);
+
+    size_t parameters = 0;
+    for (rt::BufferId param = 0; param < plan.buffers.size(); ++param) {
+      const rt::BufferDesc& desc = plan.buffers[param];
+      if (desc.role != rt::BufferRole::Param || desc.derivedFrom >= 0)
+        continue;
+      ++parameters;
+      std::vector<size_t> writers;
+      for (size_t index = 0; index < plan.steps.size(); ++index)
+        if (std::ranges::count(plan.steps[index].outputs, param) != 0)
+          writers.push_back(index);
+      ASSERT_EQ(writers.size(), 1u) << desc.name << "\n" << rt::printPlan(plan);
+      const rt::Step& update = plan.steps[writers[0]];
+      EXPECT_EQ(update.kind, rt::StepKind::FusedElementwise) << rt::printStep(plan, writers[0]);
+      // Its tensor state (RMSprop's square average, momentum and mean
+      // gradient, Adam's moments, Adagrad's sum) is written by the same step.
+      for (rt::BufferId state = 0; state < plan.buffers.size(); ++state) {
+        const rt::BufferDesc& stateDesc = plan.buffers[state];
+        if (stateDesc.role == rt::BufferRole::OptState && !stateDesc.type.shape.empty() &&
+            stateDesc.name.rfind(desc.name + ".", 0) == 0) {
+          EXPECT_EQ(std::ranges::count(update.outputs, state), 1) << stateDesc.name << " is not written with "
+                                                                   << desc.name << ": "
+                                                                   << rt::printStep(plan, writers[0]);
+        }
+      }
+    }
+    EXPECT_EQ(parameters, 4u);
+    EXPECT_EQ(tensorKernels, parameters) << rt::printPlan(plan);
   }
 }
 

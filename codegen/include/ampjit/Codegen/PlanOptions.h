@@ -15,7 +15,9 @@ namespace ampjit::codegen {
 struct PlanOptions {
   /// Turn each run of consecutive elementwise steps (casts included) with one
   /// output shape into one fused step that reads every input once and writes
-  /// only the values read after it (`--jit-fuse-elementwise`).
+  /// only the values read after it (`--jit-fuse-elementwise`). Scalar steps
+  /// first move up ahead of the tensor steps they need not follow, so that
+  /// they do not cut the tensor steps around them into separate runs.
   bool fuseElementwise = false;
   /// Fold bias adds, relu/gelu-tanh activations, gelu-tanh gradients and
   /// bias-gradient sums into the Gemm steps as their epilogues
