@@ -4,7 +4,8 @@
 # never stopped prints (loss, held-out accuracy, loss scale, skipped steps),
 # for the classifier (O2-f16) and mlp9 (O1-bf16) with SGD, and with AdamW
 # and Adam, whose running averages and step counts the checkpoint must carry,
-# RAdam under OneCycleLR, and NAdam, whose product of momenta it must carry.
+# RAdam under OneCycleLR, NAdam, whose product of momenta it must carry, and
+# RMSprop and Adagrad.
 # So does a run with a cosine schedule, warmup and gradient clipping, whose
 # schedule's place the checkpoint must carry: that run's first part stops by
 # --max-steps, since the schedule spans --epochs. A resume that leaves no
@@ -58,6 +59,11 @@ check classifier-radam-onecycle --stop-by-steps 50 --data synthetic --backend cp
   --optimizer radam --lr 3e-3 --schedule onecycle
 check mlp9-nadam --model mlp9 --width 64 --batch-size 32 --steps-per-epoch 5 --backend cpu --amp O1 --dtype f16 \
   --optimizer nadam
+# RMSprop's square average and Adagrad's sum of squares; Adagrad's lr_decay
+# term counts its steps.
+check mlp9-rmsprop --model mlp9 --width 64 --batch-size 32 --steps-per-epoch 5 --backend cpu --amp O2 --dtype bf16 \
+  --optimizer rmsprop --lr 1e-3
+check classifier-adagrad --data synthetic --backend cpu --amp O1 --dtype f16 --seed 3 --optimizer adagrad
 check mlp9-warmup --stop-by-steps 10 --model mlp9 --width 64 --batch-size 32 --steps-per-epoch 5 --backend cpu \
   --amp O1 --dtype f16 --warmup-steps 7 --clip-grad-norm 0.5
 

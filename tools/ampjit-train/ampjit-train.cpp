@@ -54,7 +54,7 @@ struct Options {
   jit::DType dtype = jit::f16;
   jit::Backend backend = jit::Backend::automatic;
   int epochs = 10;
-  std::string optimizer = "sgd"; ///< sgd, adam, adamw, radam or nadam
+  std::string optimizer = "sgd"; ///< one of optimizerChoices()
   double lr = 1e-2;
   double momentum = 0.9;
   double weightDecay = 0.0;
@@ -73,6 +73,74 @@ struct Options {
   std::string resume;     // loaded before the first
 };
 
+/// What --optimizer takes: each optimizer with torch.optim's defaults for
+/// the flags a run need not give. SGD's defaults depend on the model
+/// (parseOptions).
+struct OptimizerChoice {
+  std::string name;
+  double defaultLr;
+  double defaultWeightDecay;
+  std::function<std::unique_ptr<jit::optim::Optimizer>(const Options&, std::vector<Tensor>)> make;
+};
+
+const std::vector<OptimizerChoice>& optimizerChoices() {
+  static const std::vector<OptimizerChoice> choices = {
+      {"sgd", 1e-2, 0.0,
+       [](const Options& options, std::vector<Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
+         return std::make_unique<jit::optim::SGD>(
+             std::move(parameters),
+             jit::optim::SGDOptions{.lr = options.lr, .momentum = options.momentum, .weight_decay = options.weightDecay});
+       }},
+      {"adam", 1e-3, 0.0,
+       [](const Options& options, std::vector<Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
+         return std::make_unique<jit::optim::Adam>(
+             std::move(parameters), jit::optim::AdamOptions{.lr = options.lr, .weight_decay = options.weightDecay});
+       }},
+      {"adamw", 1e-3, 1e-2,
+       [](const Options& options, std::vector<Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
+         return std::make_unique<jit::optim::AdamW>(
+             std::move(parameters), jit::optim::AdamWOptions{.lr = options.lr, .weight_decay = options.weightDecay});
+       }},
+      {"radam", 1e-3, 0.0,
+       [](const Options& options, std::vector<Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
+         return std::make_unique<jit::optim::RAdam>(
+             std::move(parameters), jit::optim::RAdamOptions{.lr = options.lr, .weight_decay = options.weightDecay});
+       }},
+      {"nadam", 2e-3, 0.0,
+       [](const Options& options, std::vector<Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
+         return std::make_unique<jit::optim::NAdam>(
+             std::move(parameters), jit::optim::NAdamOptions{.lr = options.lr, .weight_decay = options.weightDecay});
+       }},
+      {"rmsprop", 1e-2, 0.0,
+       [](const Options& options, std::vector<Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
+         return std::make_unique<jit::optim::RMSprop>(
+             std::move(parameters), jit::optim::RMSpropOptions{.lr = options.lr, .weight_decay = options.weightDecay});
+       }},
+      {"adagrad", 1e-2, 0.0,
+       [](const Options& options, std::vector<Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
+         return std::make_unique<jit::optim::Adagrad>(
+             std::move(parameters), jit::optim::AdagradOptions{.lr = options.lr, .weight_decay = options.weightDecay});
+       }},
+  };
+  return choices;
+}
+
+const OptimizerChoice* findOptimizer(const std::string& name) {
+  for (const OptimizerChoice& choice : optimizerChoices())
+    if (choice.name == name)
+      return &choice;
+  return nullptr;
+}
+
+/// "sgd, adam, ... or adagrad", for messages.
+std::string optimizerNames() {
+  const std::vector<OptimizerChoice>& choices = optimizerChoices();
+  std::string names;
+  for (size_t i = 0; i < choices.size(); ++i)
+    names += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + choices[i].name;
+  return names;
+}
+
 const char* kUsage = R"(usage: ampjit-train [options]
 
   --model classifier|mlp9  the MNIST classifier (default) or Paddle's 9 x Linear MSE benchmark
@@ -81,13 +149,15 @@ const char* kUsage = R"(usage: ampjit-train [options]
                            it, the CPU and sm_80 on, else f16)
   --backend cpu|cuda|auto  where the traced step runs (default auto: CUDA if present)
   --epochs N               passes over the training split (default 10)
-  --optimizer sgd|adam|adamw|radam|nadam
-                           the optimizer (default sgd), as torch.optim's: Adam, AdamW, RAdam and
-                           NAdam with betas (0.9, 0.999) and eps 1e-8
-  --lr X                   learning rate (default: SGD 1e-2, mlp9's SGD 1e-4; Adam, AdamW and
-                           RAdam 1e-3; NAdam 2e-3)
+  --optimizer sgd|adam|adamw|radam|nadam|rmsprop|adagrad
+                           the optimizer (default sgd), as torch.optim's with its defaults: Adam,
+                           AdamW, RAdam and NAdam with betas (0.9, 0.999) and eps 1e-8, RMSprop
+                           with alpha 0.99, eps 1e-8 and no momentum, Adagrad with eps 1e-10
+  --lr X                   learning rate (default: SGD, RMSprop and Adagrad 1e-2, mlp9's SGD
+                           1e-4; Adam, AdamW and RAdam 1e-3; NAdam 2e-3)
   --momentum X             SGD's momentum (default 0.9; mlp9: 0); SGD only
-  --weight-decay X         L2 penalty (SGD, Adam, RAdam, NAdam) or decoupled decay (AdamW) (default 0; AdamW: 1e-2)
+  --weight-decay X         L2 penalty (all but AdamW) or decoupled decay (AdamW) (default 0;
+                           AdamW: 1e-2)
   --schedule constant|cosine|onecycle
                            the lr over the run's steps (--epochs x steps an epoch, whatever
                            --max-steps stops at): constant (default), cosine decay to 0 after
@@ -185,9 +255,8 @@ Options parseOptions(int argc, char** argv) {
       options.epochs = int(std::clamp<int64_t>(epochs, 0, std::numeric_limits<int>::max()));
     } else if (flag == "--optimizer") {
       options.optimizer = value();
-      if (options.optimizer != "sgd" && options.optimizer != "adam" && options.optimizer != "adamw" &&
-          options.optimizer != "radam" && options.optimizer != "nadam")
-        usageError("--optimizer must be sgd, adam, adamw, radam or nadam, not '" + options.optimizer + "'");
+      if (!findOptimizer(options.optimizer))
+        usageError("--optimizer must be " + optimizerNames() + ", not '" + options.optimizer + "'");
     } else if (flag == "--weight-decay") {
       options.weightDecay = number(value());
       weightDecayGiven = true;
@@ -235,17 +304,18 @@ Options parseOptions(int argc, char** argv) {
   // Momentum is SGD's alone: Adam's running averages take their betas. A
   // --momentum that would be ignored is a mistake to report.
   if (!sgd && momentumGiven)
-    usageError("--momentum is SGD's; " + options.optimizer + " keeps its betas at (0.9, 0.999)");
+    usageError("--momentum is SGD's; " + options.optimizer + " keeps torch.optim's defaults for all but the lr and weight decay");
   if (options.model == "mlp9" && sgd) {
     if (!lrGiven)
       options.lr = 1e-4; // the peer scripts' settings
     if (!momentumGiven)
       options.momentum = 0.0;
   }
+  const OptimizerChoice& optimizer = *findOptimizer(options.optimizer);
   if (!sgd && !lrGiven)
-    options.lr = options.optimizer == "nadam" ? 2e-3 : 1e-3; // torch.optim's defaults
+    options.lr = optimizer.defaultLr;
   if (!weightDecayGiven)
-    options.weightDecay = options.optimizer == "adamw" ? 1e-2 : 0.0; // torch.optim's defaults
+    options.weightDecay = optimizer.defaultWeightDecay;
   if (dtypeAuto) {
     // After the loop: the backend decides it, wherever --backend stands.
     try {
@@ -461,21 +531,7 @@ jit::TraceOptions traceOptions(const Options& options, const std::string& name) 
 //===----------------------------------------------------------------------===//
 
 std::unique_ptr<jit::optim::Optimizer> makeOptimizer(const Options& options, std::vector<Tensor> parameters) {
-  if (options.optimizer == "adam")
-    return std::make_unique<jit::optim::Adam>(std::move(parameters),
-                                              jit::optim::AdamOptions{.lr = options.lr, .weight_decay = options.weightDecay});
-  if (options.optimizer == "adamw")
-    return std::make_unique<jit::optim::AdamW>(
-        std::move(parameters), jit::optim::AdamWOptions{.lr = options.lr, .weight_decay = options.weightDecay});
-  if (options.optimizer == "radam")
-    return std::make_unique<jit::optim::RAdam>(
-        std::move(parameters), jit::optim::RAdamOptions{.lr = options.lr, .weight_decay = options.weightDecay});
-  if (options.optimizer == "nadam")
-    return std::make_unique<jit::optim::NAdam>(
-        std::move(parameters), jit::optim::NAdamOptions{.lr = options.lr, .weight_decay = options.weightDecay});
-  return std::make_unique<jit::optim::SGD>(
-      std::move(parameters),
-      jit::optim::SGDOptions{.lr = options.lr, .momentum = options.momentum, .weight_decay = options.weightDecay});
+  return findOptimizer(options.optimizer)->make(options, std::move(parameters));
 }
 
 /// "SGD lr 0.01 momentum 0.9", "AdamW lr 0.001 weight decay 0.01": the
