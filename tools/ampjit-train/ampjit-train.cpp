@@ -55,9 +55,9 @@ struct Options {
   jit::Backend backend = jit::Backend::automatic;
   int epochs = 10;
   std::string optimizer = "sgd"; ///< one of optimizerChoices()
-  double lr = 1e-2;
+  double lr = 0.0; ///< --lr, else the optimizer's default (optimizerChoices)
   double momentum = 0.9;
-  double weightDecay = 0.0;
+  double weightDecay = 0.0; ///< --weight-decay, else the optimizer's default
   std::string schedule = "constant"; ///< constant, cosine or onecycle
   int64_t warmupSteps = 0;
   double clipGradNorm = 0.0; ///< 0: no clipping
@@ -74,8 +74,8 @@ struct Options {
 };
 
 /// What --optimizer takes: each optimizer with torch.optim's defaults for
-/// the flags a run need not give. SGD's defaults depend on the model
-/// (parseOptions).
+/// the flags a run need not give (mlp9 trains SGD with the peer scripts' lr
+/// instead: parseOptions).
 struct OptimizerChoice {
   std::string name;
   double defaultLr;
@@ -305,15 +305,15 @@ Options parseOptions(int argc, char** argv) {
   // --momentum that would be ignored is a mistake to report.
   if (!sgd && momentumGiven)
     usageError("--momentum is SGD's; " + options.optimizer + " keeps torch.optim's defaults for all but the lr and weight decay");
+  const OptimizerChoice& optimizer = *findOptimizer(options.optimizer);
+  if (!lrGiven)
+    options.lr = optimizer.defaultLr;
   if (options.model == "mlp9" && sgd) {
     if (!lrGiven)
       options.lr = 1e-4; // the peer scripts' settings
     if (!momentumGiven)
       options.momentum = 0.0;
   }
-  const OptimizerChoice& optimizer = *findOptimizer(options.optimizer);
-  if (!sgd && !lrGiven)
-    options.lr = optimizer.defaultLr;
   if (!weightDecayGiven)
     options.weightDecay = optimizer.defaultWeightDecay;
   if (dtypeAuto) {
