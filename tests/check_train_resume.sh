@@ -64,6 +64,9 @@ check mlp9-nadam --model mlp9 --width 64 --batch-size 32 --steps-per-epoch 5 --b
 check mlp9-rmsprop --model mlp9 --width 64 --batch-size 32 --steps-per-epoch 5 --backend cpu --amp O2 --dtype bf16 \
   --optimizer rmsprop --lr 1e-3
 check classifier-adagrad --data synthetic --backend cpu --amp O1 --dtype f16 --seed 3 --optimizer adagrad
+# Adamax's infinity norm, a running max, and its bias correction's step count.
+check mlp9-adamax --model mlp9 --width 64 --batch-size 32 --steps-per-epoch 5 --backend cpu --amp O2 --dtype f16 \
+  --optimizer adamax
 check mlp9-warmup --stop-by-steps 10 --model mlp9 --width 64 --batch-size 32 --steps-per-epoch 5 --backend cpu \
   --amp O1 --dtype f16 --warmup-steps 7 --clip-grad-norm 0.5
 

@@ -121,6 +121,11 @@ const std::vector<OptimizerChoice>& optimizerChoices() {
          return std::make_unique<jit::optim::Adagrad>(
              std::move(parameters), jit::optim::AdagradOptions{.lr = options.lr, .weight_decay = options.weightDecay});
        }},
+      {"adamax", 2e-3, 0.0,
+       [](const Options& options, std::vector<Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
+         return std::make_unique<jit::optim::Adamax>(
+             std::move(parameters), jit::optim::AdamaxOptions{.lr = options.lr, .weight_decay = options.weightDecay});
+       }},
   };
   return choices;
 }
@@ -132,7 +137,7 @@ const OptimizerChoice* findOptimizer(const std::string& name) {
   return nullptr;
 }
 
-/// "sgd, adam, ... or adagrad", for messages.
+/// "sgd, adam, ... or adamax", for messages.
 std::string optimizerNames() {
   const std::vector<OptimizerChoice>& choices = optimizerChoices();
   std::string names;
@@ -149,12 +154,13 @@ const char* kUsage = R"(usage: ampjit-train [options]
                            it, the CPU and sm_80 on, else f16)
   --backend cpu|cuda|auto  where the traced step runs (default auto: CUDA if present)
   --epochs N               passes over the training split (default 10)
-  --optimizer sgd|adam|adamw|radam|nadam|rmsprop|adagrad
+  --optimizer sgd|adam|adamw|radam|nadam|rmsprop|adagrad|adamax
                            the optimizer (default sgd), as torch.optim's with its defaults: Adam,
-                           AdamW, RAdam and NAdam with betas (0.9, 0.999) and eps 1e-8, RMSprop
-                           with alpha 0.99, eps 1e-8 and no momentum, Adagrad with eps 1e-10
+                           AdamW, RAdam, NAdam and Adamax with betas (0.9, 0.999) and eps 1e-8,
+                           RMSprop with alpha 0.99, eps 1e-8 and no momentum, Adagrad with eps
+                           1e-10
   --lr X                   learning rate (default: SGD, RMSprop and Adagrad 1e-2, mlp9's SGD
-                           1e-4; Adam, AdamW and RAdam 1e-3; NAdam 2e-3)
+                           1e-4; Adam, AdamW and RAdam 1e-3; NAdam and Adamax 2e-3)
   --momentum X             SGD's momentum (default 0.9; mlp9: 0); SGD only
   --weight-decay X         L2 penalty (all but AdamW) or decoupled decay (AdamW) (default 0;
                            AdamW: 1e-2)

@@ -281,7 +281,7 @@ public:
   AdamW(std::vector<AdamGroup> groups, AdamWOptions defaults);
 };
 
-// RMSprop, Adagrad, RAdam and NAdam are written with the public elementwise ops (no fused
+// RMSprop, Adagrad, RAdam, NAdam and Adamax are written with the public elementwise ops (no fused
 // op of their own): a traced step compiles them into fused elementwise
 // kernels on every backend. Under a loss scaler the gradient is unscaled in
 // fp32 as it is read, and a false predicate selects every old value, bit for
@@ -471,6 +471,47 @@ protected:
 private:
   std::vector<NAdamOptions> groupOptions_;
   std::vector<Tensor> muProduct_, expAvg_, expAvgSq_;
+};
+
+struct AdamaxOptions {
+  double lr = 2e-3;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool maximize = false;
+};
+/// A parameter group of Adamax (see SGDGroup).
+struct AdamaxGroup {
+  std::vector<Tensor> params;
+  std::optional<double> lr{};
+  std::optional<std::pair<double, double>> betas{};
+  std::optional<double> eps{};
+  std::optional<double> weight_decay{};
+  std::optional<bool> maximize{};
+};
+
+/// torch.optim.Adamax (Kingma and Ba, section 7.1): Adam with the infinity
+/// norm in place of the second moment, exp_inf = max(beta2 * exp_inf,
+/// |grad| + eps), a NaN in either side propagating as torch.maximum's does.
+/// state_dict() names its buffers "<i>.exp_avg" and "<i>.exp_inf", as PyTorch
+/// does.
+class Adamax : public Optimizer {
+public:
+  Adamax(std::vector<Tensor> params, AdamaxOptions options);
+  Adamax(std::vector<AdamaxGroup> groups, AdamaxOptions defaults);
+  const AdamaxOptions& options(size_t group = 0) const { return groupOptions_.at(group); }
+  const Tensor& exp_avg(size_t i) const { return expAvg_.at(i); }
+  const Tensor& exp_inf(size_t i) const { return expInf_.at(i); }
+  const char* name() const override { return "Adamax"; }
+
+protected:
+  void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) override;
+  std::vector<std::pair<std::string, double>> group_hyperparameters(size_t group) const override;
+  void collect_buffers(size_t i, std::vector<NamedTensor>& out) const override;
+
+private:
+  std::vector<AdamaxOptions> groupOptions_;
+  std::vector<Tensor> expAvg_, expInf_;
 };
 
 // --- learning-rate schedules ---------------------------------------------------

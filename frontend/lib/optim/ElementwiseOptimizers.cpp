@@ -1,4 +1,4 @@
-// RMSprop, Adagrad, RAdam and NAdam, following PyTorch's single-tensor implementations op
+// RMSprop, Adagrad, RAdam, NAdam and Adamax, following PyTorch's single-tensor implementations op
 // for op, written with the public elementwise ops. Eagerly each op runs on the
 // CPU backend; a traced step records them and codegen fuses them, so they need
 // no kernel of their own on any backend.
@@ -386,6 +386,79 @@ void NAdam::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const 
   assign(expAvg_[i], predicated(predicate, expAvg, expAvg_[i]));
   assign(expAvgSq_[i], predicated(predicate, expAvgSq, expAvgSq_[i]));
   assign(params_[i], predicated(predicate, updated, param));
+}
+
+//===----------------------------------------------------------------------===//
+// Adamax
+//===----------------------------------------------------------------------===//
+
+Adamax::Adamax(std::vector<Tensor> params, AdamaxOptions options)
+    : Adamax(std::vector<AdamaxGroup>{{.params = std::move(params)}}, options) {}
+
+Adamax::Adamax(std::vector<AdamaxGroup> groups, AdamaxOptions defaults)
+    : Optimizer(parametersOf(groups), lrsOf(groups, defaults.lr)) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const AdamaxGroup& group = groups[g];
+    AdamaxOptions options{.lr = group.lr.value_or(defaults.lr),
+                          .betas = group.betas.value_or(defaults.betas),
+                          .eps = group.eps.value_or(defaults.eps),
+                          .weight_decay = group.weight_decay.value_or(defaults.weight_decay),
+                          .maximize = group.maximize.value_or(defaults.maximize)};
+    std::string label = groupLabel("Adamax", g, groups.size());
+    requireFiniteNonNegative(label, "lr", options.lr);
+    requireFiniteNonNegative(label, "eps", options.eps);
+    requireFiniteNonNegative(label, "weight_decay", options.weight_decay);
+    requireBetas(label, options.betas);
+    groupOptions_.push_back(options);
+  }
+  for (const Tensor& param : params_) {
+    expAvg_.push_back(zeros_like(param));
+    expInf_.push_back(zeros_like(param));
+    jit::detail::markState(expAvg_.back(), jit::detail::StateRole::OptState);
+    jit::detail::markState(expInf_.back(), jit::detail::StateRole::OptState);
+  }
+  name_state_for_traces();
+}
+
+std::vector<std::pair<std::string, double>> Adamax::group_hyperparameters(size_t group) const {
+  const AdamaxOptions& options = groupOptions_.at(group);
+  return {{"beta1", options.betas.first},
+          {"beta2", options.betas.second},
+          {"eps", options.eps},
+          {"weight_decay", options.weight_decay},
+          {"maximize", options.maximize ? 1.0 : 0.0}};
+}
+
+void Adamax::collect_buffers(size_t i, std::vector<NamedTensor>& out) const {
+  out.emplace_back(std::to_string(i) + ".exp_avg", expAvg_[i]);
+  out.emplace_back(std::to_string(i) + ".exp_inf", expInf_[i]);
+}
+
+void Adamax::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) {
+  size_t group = groupOf_[i];
+  const AdamaxOptions& options = groupOptions_[group];
+  const Tensor& param = params_[i];
+  DType dtype = param.dtype();
+  Tensor g = unscaledGradient(grad, param, inv_scale, options.maximize);
+  if (options.weight_decay != 0.0)
+    g = g + param * options.weight_decay;
+  Tensor expAvg = expAvg_[i] + (g - expAvg_[i]) * (1.0 - options.betas.first);
+  // |g| + eps, and then torch.maximum, from the elementwise ops: -0 < 0 is
+  // false, and -0 + eps is +0 even for eps 0, as |-0| + 0 is; a NaN on
+  // either side is the result, as torch.maximum gives it.
+  Tensor zero = scalar_tensor(0.0, dtype);
+  Tensor magnitude = where(lt(g, zero), -g, g) + options.eps;
+  Tensor decayedNorm = expInf_[i] * options.betas.second;
+  Tensor larger = where(lt(decayedNorm, magnitude), magnitude, decayedNorm);
+  Tensor expInf = where(ne(magnitude, magnitude), magnitude, larger);
+  // lr / (1 - beta1^t) for the update's count t (from 1), in f64 as
+  // PyTorch's Python float; multiplied before the division, as addcdiv_
+  // computes value * t1 / t2.
+  Tensor step = steps_[i].to(f64) + 1.0;
+  Tensor stepSize = this->lr(group).to(f64) / (1.0 - powerOf(options.betas.first, step));
+  assign(expAvg_[i], predicated(predicate, expAvg, expAvg_[i]));
+  assign(expInf_[i], predicated(predicate, expInf, expInf_[i]));
+  assign(params_[i], predicated(predicate, param - expAvg * inDtype(stepSize, dtype) / expInf, param));
 }
 
 } // namespace jit::optim

@@ -2,8 +2,8 @@
 #define AMPJIT_FRONTEND_LIB_OPTIM_PARAMETERGROUPS_H
 
 // What every optimizer's constructor does with its parameter groups
-// (SGDGroup, AdamGroup, RMSpropGroup, AdagradGroup, RAdamGroup, NAdamGroup):
-// each has `params` and an optional `lr`.
+// (SGDGroup, AdamGroup, RMSpropGroup, AdagradGroup, RAdamGroup, NAdamGroup,
+// AdamaxGroup): each has `params` and an optional `lr`.
 
 #include "jit/Tensor.h"
 

@@ -641,7 +641,7 @@ rt::Plan cudaMlpStepPlan(int layers, const std::string& level = "O1",
 }
 
 /// The optimizers written with the elementwise ops, which have no fused
-/// update op: RMSprop, Adagrad, RAdam and NAdam.
+/// update op: RMSprop, Adagrad, RAdam, NAdam and Adamax.
 std::vector<std::pair<std::string, OptimizerFactory>> elementwiseOptimizers() {
   return {
       {"RMSprop",
@@ -665,13 +665,18 @@ std::vector<std::pair<std::string, OptimizerFactory>> elementwiseOptimizers() {
          return std::make_unique<jit::optim::NAdam>(std::move(parameters),
                                                     jit::optim::NAdamOptions{.weight_decay = 1e-2});
        }},
+      {"Adamax",
+       [](std::vector<jit::Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
+         return std::make_unique<jit::optim::Adamax>(std::move(parameters),
+                                                     jit::optim::AdamaxOptions{.weight_decay = 1e-2});
+       }},
   };
 }
 
 } // namespace
 
 TEST(CompileKernels, EveryKernelOfTheElementwiseOptimizersStepsForTheGpu) {
-  // RMSprop, Adagrad, RAdam and NAdam have no fused update op: their
+  // RMSprop, Adagrad, RAdam, NAdam and Adamax have no fused update op: their
   // updates (and RAdam's and NAdam's f64 functions of the step count, exp
   // and log, RAdam's where, NAdam's f32 product of momenta) reach the device
   // only as generated kernels, each compiled here.

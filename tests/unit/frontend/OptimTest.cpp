@@ -443,11 +443,86 @@ TEST(OptimTest, NAdamMatchesPyTorchFormulasInEveryVariant) {
   EXPECT_NE(message.find("NAdam: betas must be in [0, 1), got -0.1"), std::string::npos) << message;
 }
 
+/// PyTorch's _single_tensor_adamax on loss = sum(p^3) / 3, in f64.
+std::vector<double> adamaxReference(const optim::AdamaxOptions& o, int steps) {
+  std::vector<double> p = kInit, m(p.size(), 0.0), u(p.size(), 0.0);
+  auto [beta1, beta2] = o.betas;
+  for (int step = 1; step <= steps; ++step) {
+    double clr = o.lr / (1 - std::pow(beta1, step));
+    for (size_t i = 0; i < p.size(); ++i) {
+      double g = o.maximize ? -p[i] * p[i] : p[i] * p[i];
+      g += o.weight_decay * p[i];
+      m[i] += (g - m[i]) * (1 - beta1);
+      u[i] = std::max(u[i] * beta2, std::abs(g) + o.eps);
+      p[i] += -clr * m[i] / u[i];
+    }
+  }
+  return p;
+}
+
+TEST(OptimTest, AdamaxMatchesPyTorchFormulasInEveryVariant) {
+  // Under maximize the gradients are negative, so |g| is taken of both signs;
+  // beta2 0.5 makes the decayed norm fall below |g| + eps, so both sides of
+  // the max are taken.
+  const optim::AdamaxOptions cases[] = {
+      {.lr = 0.125},
+      {.lr = 0.0625, .betas = {0.8, 0.5}, .eps = 1e-3, .weight_decay = 0.1},
+      {.lr = 0.03125, .maximize = true},
+  };
+  std::vector<std::vector<double>> results;
+  for (const auto& options : cases) {
+    SCOPED_TRACE(::testing::Message() << "betas " << options.betas.first << ", " << options.betas.second
+                                      << " maximize " << options.maximize);
+    Tensor p = param(f64).requires_grad_();
+    optim::Adamax opt({p}, options);
+    train(p, opt, 6);
+    expectNear(p.to_vector(), adamaxReference(options, 6));
+    EXPECT_EQ(opt.step_count(0).item(), 6.0);
+    std::vector<std::string> names;
+    for (const auto& [name, tensor] : opt.state_dict())
+      names.push_back(name);
+    EXPECT_EQ(names, (std::vector<std::string>{"lr", "0.step", "0.exp_avg", "0.exp_inf"}));
+    results.push_back(p.to_vector());
+  }
+  for (size_t c = 1; c < results.size(); ++c)
+    EXPECT_NE(results[c], results[0]) << "case " << c << " must differ from the plain update";
+
+  // torch.maximum's NaN: a NaN gradient makes exp_inf NaN, and a NaN
+  // exp_inf stays NaN on the next, finite gradient (the gradient of
+  // sum(w * c) * scale is c * scale, whatever w has become).
+  Tensor nan = tensor({1.0, 2.0}, {2}, f32).requires_grad_();
+  Tensor coefficients = tensor({0.5, -3.0}, {2}, f32);
+  optim::Adamax nanOpt({nan}, {.lr = 0.125});
+  for (double scale : {std::nan(""), 1.0}) {
+    nanOpt.zero_grad();
+    (sum(nan * coefficients) * scale).backward();
+    nanOpt.step();
+  }
+  for (double value : nanOpt.exp_inf(0).to_vector())
+    EXPECT_TRUE(std::isnan(value)) << value;
+
+  // Groups take their own settings; bad settings name the group.
+  Tensor a = param(f64).requires_grad_(), b = param(f64).requires_grad_();
+  optim::Adamax groups({{.params = {a}}, {.params = {b}, .lr = 0.0625, .maximize = true}},
+                       {.lr = 0.125, .weight_decay = 0.1});
+  for (int s = 0; s < 5; ++s) {
+    groups.zero_grad();
+    (sum(a * a * a) / 3.0 + sum(b * b * b) / 3.0).backward();
+    groups.step();
+  }
+  expectNear(a.to_vector(), adamaxReference({.lr = 0.125, .weight_decay = 0.1}, 5));
+  expectNear(b.to_vector(), adamaxReference({.lr = 0.0625, .weight_decay = 0.1, .maximize = true}, 5));
+  std::string message = errorOf([&] { optim::Adamax({{.params = {a}}, {.params = {b}, .betas = {{1.0, 0.9}}}}, {}); });
+  EXPECT_NE(message.find("Adamax group 1: betas must be in [0, 1), got 1"), std::string::npos) << message;
+  message = errorOf([&] { optim::Adamax({a}, {.weight_decay = -1.0}); });
+  EXPECT_NE(message.find("Adamax: weight_decay must be finite and >= 0"), std::string::npos) << message;
+}
+
 TEST(OptimTest, TheElementwiseOptimizersUnscaleAndSkipAsTheFusedUpdatesDo) {
   // Gradients 1024x too large with inv_scale 1/1024: the update of the true
   // gradient; a false predicate leaves every buffer bit-identical. Seven
   // steps take RAdam past its first rectified update.
-  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam"}) {
+  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax"}) {
     SCOPED_TRACE(which);
     Tensor p = param(f32).requires_grad_(), reference = param(f32).requires_grad_();
     auto make = [&](Tensor& parameter) -> std::unique_ptr<optim::Optimizer> {
@@ -460,6 +535,9 @@ TEST(OptimTest, TheElementwiseOptimizersUnscaleAndSkipAsTheFusedUpdatesDo) {
       if (which == "NAdam")
         return std::make_unique<optim::NAdam>(std::vector<Tensor>{parameter},
                                               optim::NAdamOptions{.lr = 0.0625, .weight_decay = 0.01});
+      if (which == "Adamax")
+        return std::make_unique<optim::Adamax>(std::vector<Tensor>{parameter},
+                                               optim::AdamaxOptions{.lr = 0.0625, .weight_decay = 0.01});
       return std::make_unique<optim::RMSprop>(std::vector<Tensor>{parameter},
                                               optim::RMSpropOptions{.lr = 0.0625, .momentum = 0.9, .centered = true});
     };
