@@ -13,6 +13,7 @@
 #include "ampjit/Dialect/Amp/Policy/Policy.h"
 #include "ampjit/runtime/Files.h"
 #include "ampjit/runtime/Fnv1a.h"
+#include "ampjit/runtime/Plan.h"
 
 #include <algorithm>
 #include <cmath>
@@ -373,7 +374,7 @@ Policy::Resolved Policy::resolve() const {
   }
   if (loss_scale) {
     if (const double* scale = std::get_if<double>(&*loss_scale); scale && !(std::isfinite(*scale) && *scale > 0))
-      throw Error("AMP policy: loss_scale must be positive and finite, got " + std::to_string(*scale));
+      throw Error("AMP policy: loss_scale must be positive and finite, got " + ampjit::runtime::formatDouble(*scale));
   }
   // Load the policy now, so a bad file or an unknown op in the lists is an
   // error here, with its file:line, and not later inside the compiler.

@@ -6,6 +6,7 @@
 
 #include "StateFile.h"
 #include "trace/TraceSession.h"
+#include "ampjit/runtime/Plan.h"
 
 #include "jit/Autograd.h"
 
@@ -32,7 +33,7 @@ void refuseInsideTrace(const char* what) {
 ExponentialMovingAverage::ExponentialMovingAverage(std::vector<Tensor> parameters, double decay)
     : parameters_(std::move(parameters)), decay_(decay) {
   if (!(decay >= 0.0 && decay <= 1.0))
-    throw Error("ExponentialMovingAverage: decay must be in [0, 1], got " + std::to_string(decay));
+    throw Error("ExponentialMovingAverage: decay must be in [0, 1], got " + ampjit::runtime::formatDouble(decay));
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (!parameters_[i].defined())
       throw Error("ExponentialMovingAverage: parameter " + std::to_string(i) + " is undefined");

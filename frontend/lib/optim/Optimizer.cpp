@@ -82,7 +82,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   NoGradGuard noGrad;
   bool infinity = std::isinf(norm_type) && norm_type > 0;
   if (!infinity && norm_type != 2.0)
-    throw Error("clip_grad_norm_: norm_type " + std::to_string(norm_type) + " is not supported (2 or infinity)");
+    throw Error("clip_grad_norm_: norm_type " + ampjit::runtime::formatDouble(norm_type) + " is not supported (2 or infinity)");
   std::vector<Tensor> grads;
   DType accumulate = f32;
   for (const Tensor& param : params)
@@ -114,7 +114,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value, std::source_location caller) {
   detail::UserFrame frame(caller);
   if (!(clip_value >= 0.0) || !std::isfinite(clip_value))
-    throw Error("clip_grad_value_: clip_value must be finite and >= 0, got " + std::to_string(clip_value));
+    throw Error("clip_grad_value_: clip_value must be finite and >= 0, got " + ampjit::runtime::formatDouble(clip_value));
   NoGradGuard noGrad;
   for (const Tensor& param : params) {
     Tensor grad = param.grad();

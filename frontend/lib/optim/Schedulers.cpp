@@ -3,6 +3,7 @@
 #include "jit/optim.h"
 
 #include "StateFile.h"
+#include "ampjit/runtime/Plan.h"
 #include "trace/TraceSession.h"
 
 #include <algorithm>
@@ -11,6 +12,8 @@
 #include <sstream>
 
 namespace jit::optim {
+
+using ampjit::runtime::formatDouble;
 
 namespace {
 
@@ -49,7 +52,7 @@ std::vector<double> LRScheduler::lrsAt(int64_t epoch) const {
     // epoch leaves every group's lr as it was.
     if (!std::isfinite(lr) || lr < 0.0)
       throw Error(std::string(name()) + ": the lr of group " + std::to_string(lrs.size()) + " at epoch " +
-                  std::to_string(epoch) + " would be " + std::to_string(lr) + "; an lr must be finite and >= 0");
+                  std::to_string(epoch) + " would be " + formatDouble(lr) + "; an lr must be finite and >= 0");
     lrs.push_back(lr);
   }
   return lrs;
@@ -120,7 +123,7 @@ CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(Optimizer& optimizer, i
   if (T_mult < 1)
     throw Error("CosineAnnealingWarmRestarts: T_mult must be an integer >= 1, got " + std::to_string(T_mult));
   if (!std::isfinite(eta_min))
-    throw Error("CosineAnnealingWarmRestarts: eta_min must be finite, got " + std::to_string(eta_min));
+    throw Error("CosineAnnealingWarmRestarts: eta_min must be finite, got " + formatDouble(eta_min));
   initialize();
 }
 
@@ -200,7 +203,7 @@ std::vector<std::pair<std::string, double>> MultiStepLR::schedule_settings() con
 
 ExponentialLR::ExponentialLR(Optimizer& optimizer, double gamma) : LRScheduler(optimizer), gamma_(gamma) {
   if (!(gamma > 0.0) || !std::isfinite(gamma))
-    throw Error("ExponentialLR: gamma must be finite and positive, got " + std::to_string(gamma));
+    throw Error("ExponentialLR: gamma must be finite and positive, got " + formatDouble(gamma));
   initialize();
 }
 
@@ -213,7 +216,7 @@ PolynomialLR::PolynomialLR(Optimizer& optimizer, int64_t total_iters, double pow
   if (total_iters <= 0)
     throw Error("PolynomialLR: total_iters must be positive");
   if (!(power >= 0.0) || !std::isfinite(power))
-    throw Error("PolynomialLR: power must be finite and >= 0, got " + std::to_string(power));
+    throw Error("PolynomialLR: power must be finite and >= 0, got " + formatDouble(power));
   initialize();
 }
 
@@ -231,10 +234,10 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, int64_t total_steps, OneCycleLROpti
   if (total_steps <= 0)
     throw Error("OneCycleLR: total_steps must be positive, got " + std::to_string(total_steps));
   if (!(options.pct_start >= 0.0 && options.pct_start <= 1.0))
-    throw Error("OneCycleLR: pct_start must be in [0, 1], got " + std::to_string(options.pct_start));
+    throw Error("OneCycleLR: pct_start must be in [0, 1], got " + formatDouble(options.pct_start));
   auto requirePositive = [](const char* setting, double value) {
     if (!(value > 0.0) || !std::isfinite(value))
-      throw Error(std::string("OneCycleLR: ") + setting + " must be finite and positive, got " + std::to_string(value));
+      throw Error(std::string("OneCycleLR: ") + setting + " must be finite and positive, got " + formatDouble(value));
   };
   if (options.max_lr)
     requirePositive("max_lr", *options.max_lr);
@@ -254,7 +257,7 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, int64_t total_steps, OneCycleLROpti
   for (size_t i = 0; i < phases_.size(); ++i) {
     if (phases_[i].endStep == start)
       throw Error("OneCycleLR: phase " + std::to_string(i + 1) + " of the cycle has no steps (pct_start " +
-                  std::to_string(options.pct_start) + " of total_steps " + std::to_string(total_steps) +
+                  formatDouble(options.pct_start) + " of total_steps " + std::to_string(total_steps) +
                   "); change pct_start or total_steps");
     start = phases_[i].endStep;
   }
@@ -352,7 +355,7 @@ LambdaLR::LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> factor)
 double LambdaLR::lrAt(int64_t epoch, double base_lr) const {
   double factor = factor_(epoch);
   if (!std::isfinite(factor) || factor < 0.0)
-    throw Error("LambdaLR: the factor at epoch " + std::to_string(epoch) + " is " + std::to_string(factor) +
+    throw Error("LambdaLR: the factor at epoch " + std::to_string(epoch) + " is " + formatDouble(factor) +
                 "; it must be finite and >= 0");
   return base_lr * factor;
 }
@@ -361,7 +364,7 @@ ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, ReduceLROnPlateauOpti
     : optimizer_(optimizer), options_(std::move(options)) {
   const char* who = "ReduceLROnPlateau";
   if (!(options_.factor < 1.0 && options_.factor >= 0.0))
-    throw Error(std::string(who) + ": factor must be in [0, 1), got " + std::to_string(options_.factor));
+    throw Error(std::string(who) + ": factor must be in [0, 1), got " + formatDouble(options_.factor));
   if (options_.patience < 0 || options_.cooldown < 0)
     throw Error(std::string(who) + ": patience and cooldown must be >= 0");
   if (!(options_.threshold >= 0.0) || !std::isfinite(options_.threshold))

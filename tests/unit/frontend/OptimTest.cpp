@@ -781,7 +781,7 @@ TEST(OptimTest, ClipGradValueClampsEachGradientElementInPlace) {
   EXPECT_TRUE(std::isnan(clipped[3])) << "a NaN stays NaN for the scaler to see";
   EXPECT_EQ(b.grad().to_vector(), (std::vector<double>{0.75}));
   EXPECT_FALSE(untouched.grad().defined());
-  EXPECT_NE(errorOf([&] { clip_grad_value_({a}, -1.0); }).find("clip_value must be finite and >= 0"),
+  EXPECT_NE(errorOf([&] { clip_grad_value_({a}, -2.5e-7); }).find("clip_value must be finite and >= 0, got -2.5e-07"),
             std::string::npos);
 }
 
@@ -916,6 +916,12 @@ TEST(OptimTest, MultiStepExponentialAndPolynomialLRFollowPyTorch) {
   EXPECT_NE(errorOf([&] { optim::MultiStepLR(opt, {3, 2}); }).find("increasing, got 3 then 2"), std::string::npos);
   EXPECT_NE(errorOf([&] { optim::ExponentialLR(opt, 0.0); }).find("gamma must be finite and positive"),
             std::string::npos);
+  // A setting prints as the user wrote it, not rounded to six decimals
+  // (which would print -1e-9 as -0.000000).
+  std::string message = errorOf([&] { optim::ExponentialLR(opt, -1e-9); });
+  EXPECT_NE(message.find("gamma must be finite and positive, got -1e-09"), std::string::npos) << message;
+  message = errorOf([&] { optim::PolynomialLR(opt, 4, -0.25); });
+  EXPECT_NE(message.find("power must be finite and >= 0, got -0.25"), std::string::npos) << message;
 }
 
 TEST(OptimTest, SequentialLRWarmsUpThenDecaysAsPyTorchDoes) {
@@ -1270,8 +1276,7 @@ TEST(OptimTest, ExponentialMovingAverageFollowsItsFormulaAndSwapsForEvaluation) 
   ema.restore();
   EXPECT_EQ(w.to_vector(), trained);
   EXPECT_NE(errorOf([&] { ema.restore(); }).find("nothing stored"), std::string::npos);
-  EXPECT_NE(errorOf([&] { optim::ExponentialMovingAverage({w}, 1.5); }).find("decay must be in [0, 1]"),
-            std::string::npos);
+  EXPECT_TRUE(errorOf([&] { optim::ExponentialMovingAverage({w}, 1.5); }).ends_with("decay must be in [0, 1], got 1.5"));
   EXPECT_NE(errorOf([&] { optim::ExponentialMovingAverage({tensor(std::vector<int64_t>{1}, {1})}, 0.9); })
                 .find("only floating-point tensors are averaged"),
             std::string::npos);
