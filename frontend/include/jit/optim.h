@@ -636,6 +636,23 @@ private:
 /// PyTorch's name for LinearWarmup.
 using LinearLR = LinearWarmup;
 
+/// PyTorch's ConstantLR: lr = base_lr * factor for the first total_iters
+/// epochs, base_lr from then on (PyTorch's closed form, base_lr * (factor +
+/// (1 - factor)) there).
+class ConstantLR : public LRScheduler {
+public:
+  ConstantLR(Optimizer& optimizer, double factor = 1.0 / 3.0, int64_t total_iters = 5);
+  const char* name() const override { return "ConstantLR"; }
+
+protected:
+  double lrAt(int64_t epoch, double base_lr) const override;
+  std::vector<std::pair<std::string, double>> schedule_settings() const override;
+
+private:
+  double factor_;
+  int64_t totalIters_;
+};
+
 /// lr = base_lr * gamma^(number of milestones <= epoch) (PyTorch's
 /// MultiStepLR; a milestone given twice counts twice).
 class MultiStepLR : public LRScheduler {

@@ -163,6 +163,23 @@ std::vector<std::pair<std::string, double>> LinearWarmup::schedule_settings() co
   return {{"total_iters", double(totalIters_)}, {"start_factor", startFactor_}, {"end_factor", endFactor_}};
 }
 
+ConstantLR::ConstantLR(Optimizer& optimizer, double factor, int64_t total_iters)
+    : LRScheduler(optimizer), factor_(factor), totalIters_(total_iters) {
+  if (!(factor >= 0.0 && factor <= 1.0))
+    throw Error("ConstantLR: factor must be in [0, 1], got " + formatDouble(factor));
+  if (total_iters < 0)
+    throw Error("ConstantLR: total_iters must be >= 0, got " + std::to_string(total_iters));
+  initialize();
+}
+
+double ConstantLR::lrAt(int64_t epoch, double base_lr) const {
+  return base_lr * (epoch < totalIters_ ? factor_ : factor_ + (1.0 - factor_));
+}
+
+std::vector<std::pair<std::string, double>> ConstantLR::schedule_settings() const {
+  return {{"factor", factor_}, {"total_iters", double(totalIters_)}};
+}
+
 namespace {
 /// How many of the sorted `milestones` are <= epoch (Python's bisect_right).
 size_t milestonesPassed(const std::vector<int64_t>& milestones, int64_t epoch) {

@@ -752,6 +752,61 @@ TEST(OptimTest, LinearWarmupFollowsPyTorchLinearLR) {
   EXPECT_EQ(lrs, (std::vector<double>{0.5, 0.625, 0.75, 0.875, 1.0, 1.0}));
 }
 
+TEST(OptimTest, ConstantLRFollowsPyTorch) {
+  // ConstantLR(opt, factor=0.25, total_iters=3) over two groups, then its
+  // PyTorch defaults (factor 1/3 for 5 epochs) and a factor of 0.
+  Tensor a = param(f64).requires_grad_(), b = param(f64).requires_grad_();
+  optim::SGD opt({{.params = {a}}, {.params = {b}, .lr = 0.5}}, {.lr = 1.0});
+  optim::ConstantLR schedule(opt, 0.25, 3);
+  std::vector<double> first, second;
+  for (int e = 0; e < 5; ++e, schedule.step()) {
+    first.push_back(schedule.get_last_lr(0));
+    second.push_back(schedule.get_last_lr(1));
+  }
+  EXPECT_EQ(first, (std::vector<double>{0.25, 0.25, 0.25, 1.0, 1.0}));
+  EXPECT_EQ(second, (std::vector<double>{0.125, 0.125, 0.125, 0.5, 0.5}));
+  EXPECT_EQ(opt.lr(1).item(), 0.5);
+
+  Tensor c = param(f64).requires_grad_();
+  optim::SGD defaults({c}, {.lr = 0.75});
+  optim::ConstantLR byDefault(defaults);
+  std::vector<double> lrs;
+  for (int e = 0; e < 7; ++e, byDefault.step())
+    lrs.push_back(byDefault.get_last_lr());
+  const double third = 0.75 * (1.0 / 3.0), restored = 0.75 * (1.0 / 3.0 + (1.0 - 1.0 / 3.0));
+  EXPECT_EQ(lrs, (std::vector<double>{third, third, third, third, third, restored, restored}));
+  // A factor of 0 holds the lr at 0 (frozen weights) until total_iters.
+  optim::ConstantLR frozen(defaults, 0.0, 1);
+  EXPECT_EQ(frozen.get_last_lr(), 0.0);
+  frozen.step();
+  EXPECT_EQ(frozen.get_last_lr(), 0.75);
+
+  std::string message = errorOf([&] { optim::ConstantLR(opt, 1.5); });
+  EXPECT_NE(message.find("ConstantLR: factor must be in [0, 1], got 1.5"), std::string::npos) << message;
+  message = errorOf([&] { optim::ConstantLR(opt, 0.5, -2); });
+  EXPECT_NE(message.find("ConstantLR: total_iters must be >= 0, got -2"), std::string::npos) << message;
+}
+
+TEST(OptimTest, AConstantLRResumesFromItsFileAndRefusesAnotherFactor) {
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = (scratch.path / "schedule.ampjit").string();
+  optim::SGD opt({param(f64).requires_grad_()}, {.lr = 1.0});
+  optim::ConstantLR schedule(opt, 0.5, 4);
+  for (int e = 0; e < 3; ++e)
+    schedule.step();
+  schedule.save(path);
+  optim::SGD resumedOpt({param(f64).requires_grad_()}, {.lr = 1.0});
+  optim::ConstantLR resumed(resumedOpt, 0.5, 4);
+  resumed.load(path);
+  EXPECT_EQ(resumed.last_epoch(), 3);
+  EXPECT_EQ(resumed.get_last_lr(), 0.5);
+  resumed.step();
+  EXPECT_EQ(resumed.get_last_lr(), 1.0) << "the fourth epoch ends the constant factor";
+  optim::ConstantLR other(resumedOpt, 0.25, 4);
+  std::string message = errorOf([&] { other.load(path); });
+  EXPECT_NE(message.find("setting 'factor' is 0.5 in the file but 0.25 here"), std::string::npos) << message;
+}
+
 TEST(OptimTest, LambdaLRScalesEachGroupsInitialLrByTheFactor) {
   // Linear warmup for 2 epochs, then cosine decay to 0 at epoch 6.
   auto factor = [](int64_t epoch) {
