@@ -41,6 +41,12 @@ Tensor unscaledGradient(const Tensor& grad, const Tensor& param, const Tensor& i
 /// step count): exp(exponent * log(base)), in the exponent's dtype.
 Tensor powerOf(double base, const Tensor& exponent) { return exp(exponent * std::log(base)); }
 
+/// The gradient with PyTorch's coupled (L2) weight decay:
+/// g + weight_decay * param, or `g` itself when weight_decay is 0.
+Tensor withL2(const Tensor& g, const Tensor& param, double weight_decay) {
+  return weight_decay == 0.0 ? g : g + param * weight_decay;
+}
+
 /// Weight decay as RAdam and NAdam take it, before the moments: AdamW's
 /// param *= 1 - lr * weight_decay (`param` is rebound), or the L2 term added
 /// to the gradient `g`.
@@ -50,14 +56,24 @@ void applyWeightDecay(Tensor& param, Tensor& g, const Tensor& lr, double weight_
   if (decoupled)
     param = param * inDtype(1.0 - lr.to(f64) * weight_decay, param.dtype());
   else
-    g = g + param * weight_decay;
+    g = withL2(g, param, weight_decay);
+}
+
+/// start.lerp_(end, weight) as these optimizers use it, with a host weight:
+/// start + (end - start) * weight (a running average's update).
+Tensor lerpToward(const Tensor& start, const Tensor& end, double weight) { return start + (end - start) * weight; }
+
+/// A running average of g^2 (Adam's exp_avg_sq, RMSprop's square_avg):
+/// average * decay + (1 - decay) g^2.
+Tensor squareAverage(const Tensor& average, const Tensor& g, double decay) {
+  return average * decay + g * g * (1.0 - decay);
 }
 
 /// Adam's running moments after gradient `g`: exp_avg.lerp_(g, 1 - beta1)
 /// and exp_avg_sq * beta2 + (1 - beta2) g^2.
 std::pair<Tensor, Tensor> adamMoments(const Tensor& expAvg, const Tensor& expAvgSq, const Tensor& g,
                                       std::pair<double, double> betas) {
-  return {expAvg + (g - expAvg) * (1.0 - betas.first), expAvgSq * betas.second + g * g * (1.0 - betas.second)};
+  return {lerpToward(expAvg, g, 1.0 - betas.first), squareAverage(expAvgSq, g, betas.second)};
 }
 
 } // namespace
@@ -121,13 +137,11 @@ void RMSprop::collect_buffers(size_t i, std::vector<NamedTensor>& out) const {
 void RMSprop::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) {
   const RMSpropOptions& options = groupOptions_[groupOf_[i]];
   const Tensor& param = params_[i];
-  Tensor g = unscaledGradient(grad, param, inv_scale, options.maximize);
-  if (options.weight_decay != 0.0)
-    g = g + param * options.weight_decay;
-  Tensor squareAvg = squareAvg_[i] * options.alpha + g * g * (1.0 - options.alpha);
+  Tensor g = withL2(unscaledGradient(grad, param, inv_scale, options.maximize), param, options.weight_decay);
+  Tensor squareAvg = squareAverage(squareAvg_[i], g, options.alpha);
   Tensor average;
   if (options.centered) {
-    Tensor gradAvg = gradAvg_[i] + (g - gradAvg_[i]) * (1.0 - options.alpha); // lerp
+    Tensor gradAvg = lerpToward(gradAvg_[i], g, 1.0 - options.alpha);
     average = sqrt(squareAvg - gradAvg * gradAvg);
     assign(gradAvg_[i], predicated(predicate, gradAvg, gradAvg_[i]));
   } else {
@@ -199,9 +213,7 @@ void Adagrad::collect_buffers(size_t i, std::vector<NamedTensor>& out) const {
 void Adagrad::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) {
   const AdagradOptions& options = groupOptions_[groupOf_[i]];
   const Tensor& param = params_[i];
-  Tensor g = unscaledGradient(grad, param, inv_scale, options.maximize);
-  if (options.weight_decay != 0.0)
-    g = g + param * options.weight_decay;
+  Tensor g = withL2(unscaledGradient(grad, param, inv_scale, options.maximize), param, options.weight_decay);
   Tensor lr = inDtype(this->lr(groupOf_[i]), param.dtype());
   if (options.lr_decay != 0.0) {
     // PyTorch's clr = lr / (1 + (step - 1) * lr_decay) with step counted
@@ -439,10 +451,8 @@ void Adamax::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const
   const AdamaxOptions& options = groupOptions_[group];
   const Tensor& param = params_[i];
   DType dtype = param.dtype();
-  Tensor g = unscaledGradient(grad, param, inv_scale, options.maximize);
-  if (options.weight_decay != 0.0)
-    g = g + param * options.weight_decay;
-  Tensor expAvg = expAvg_[i] + (g - expAvg_[i]) * (1.0 - options.betas.first);
+  Tensor g = withL2(unscaledGradient(grad, param, inv_scale, options.maximize), param, options.weight_decay);
+  Tensor expAvg = lerpToward(expAvg_[i], g, 1.0 - options.betas.first);
   // |g| + eps, and then torch.maximum, from the elementwise ops: -0 < 0 is
   // false, and -0 + eps is +0 even for eps 0, as |-0| + 0 is; a NaN on
   // either side is the result, as torch.maximum gives it.
