@@ -127,7 +127,7 @@ public:
   /// by optimizers whose update reads it (counts_steps()); otherwise 0.
   const Tensor& step_count(size_t i) const { return steps_.at(i); }
 
-  /// "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "RAdam" or "NAdam".
+  /// "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "RAdam", "NAdam", ...
   virtual const char* name() const = 0;
   /// The state a checkpoint saves: "lr" (with more groups, "lr.1", ... for
   /// the others), then per parameter i (in parameters() order) "<i>.step" and

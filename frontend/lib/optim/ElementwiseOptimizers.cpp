@@ -19,6 +19,8 @@ using detail::requireFiniteNonNegative;
 using detail::requireBetas;
 using detail::lrsOf;
 using detail::parametersOf;
+using detail::optimizerState;
+using detail::zeroedStateLike;
 
 namespace {
 
@@ -106,12 +108,9 @@ RMSprop::RMSprop(std::vector<RMSpropGroup> groups, RMSpropOptions defaults)
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     const RMSpropOptions& options = groupOptions_[groupOf_[i]];
-    squareAvg_.push_back(zeros_like(params_[i]));
-    momentumBuffer_.push_back(options.momentum > 0.0 ? zeros_like(params_[i]) : Tensor());
-    gradAvg_.push_back(options.centered ? zeros_like(params_[i]) : Tensor());
-    for (const Tensor* buffer : {&squareAvg_.back(), &momentumBuffer_.back(), &gradAvg_.back()})
-      if (buffer->defined())
-        jit::detail::markState(*buffer, jit::detail::StateRole::OptState);
+    squareAvg_.push_back(zeroedStateLike(params_[i]));
+    momentumBuffer_.push_back(options.momentum > 0.0 ? zeroedStateLike(params_[i]) : Tensor());
+    gradAvg_.push_back(options.centered ? zeroedStateLike(params_[i]) : Tensor());
   }
   name_state_for_traces();
 }
@@ -189,8 +188,8 @@ Adagrad::Adagrad(std::vector<AdagradGroup> groups, AdagradOptions defaults)
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& param = params_[i];
-    stateSum_.push_back(full(param.shape(), groupOptions_[groupOf_[i]].initial_accumulator_value, param.dtype()));
-    jit::detail::markState(stateSum_.back(), jit::detail::StateRole::OptState);
+    stateSum_.push_back(
+        optimizerState(full(param.shape(), groupOptions_[groupOf_[i]].initial_accumulator_value, param.dtype())));
   }
   name_state_for_traces();
 }
@@ -252,10 +251,8 @@ RAdam::RAdam(std::vector<RAdamGroup> groups, RAdamOptions defaults)
     groupOptions_.push_back(options);
   }
   for (const Tensor& param : params_) {
-    expAvg_.push_back(zeros_like(param));
-    expAvgSq_.push_back(zeros_like(param));
-    jit::detail::markState(expAvg_.back(), jit::detail::StateRole::OptState);
-    jit::detail::markState(expAvgSq_.back(), jit::detail::StateRole::OptState);
+    expAvg_.push_back(zeroedStateLike(param));
+    expAvgSq_.push_back(zeroedStateLike(param));
   }
   name_state_for_traces();
 }
@@ -341,11 +338,9 @@ NAdam::NAdam(std::vector<NAdamGroup> groups, NAdamOptions defaults)
     groupOptions_.push_back(options);
   }
   for (const Tensor& param : params_) {
-    muProduct_.push_back(scalar_tensor(1.0, param.dtype() == f64 ? f64 : f32));
-    expAvg_.push_back(zeros_like(param));
-    expAvgSq_.push_back(zeros_like(param));
-    for (const Tensor* buffer : {&muProduct_.back(), &expAvg_.back(), &expAvgSq_.back()})
-      jit::detail::markState(*buffer, jit::detail::StateRole::OptState);
+    muProduct_.push_back(optimizerState(scalar_tensor(1.0, param.dtype() == f64 ? f64 : f32)));
+    expAvg_.push_back(zeroedStateLike(param));
+    expAvgSq_.push_back(zeroedStateLike(param));
   }
   name_state_for_traces();
 }
@@ -424,10 +419,8 @@ Adamax::Adamax(std::vector<AdamaxGroup> groups, AdamaxOptions defaults)
     groupOptions_.push_back(options);
   }
   for (const Tensor& param : params_) {
-    expAvg_.push_back(zeros_like(param));
-    expInf_.push_back(zeros_like(param));
-    jit::detail::markState(expAvg_.back(), jit::detail::StateRole::OptState);
-    jit::detail::markState(expInf_.back(), jit::detail::StateRole::OptState);
+    expAvg_.push_back(zeroedStateLike(param));
+    expInf_.push_back(zeroedStateLike(param));
   }
   name_state_for_traces();
 }

@@ -145,8 +145,7 @@ Optimizer::Optimizer(std::vector<std::vector<Tensor>> groups, std::vector<double
                       " (each parameter belongs to one group)");
       params_.push_back(param);
       groupOf_.push_back(group);
-      steps_.push_back(scalar_tensor(0.0, i64));
-      detail::markState(steps_.back(), detail::StateRole::OptState);
+      steps_.push_back(detail::optimizerState(scalar_tensor(0.0, i64)));
     }
     lrs_.push_back(scalar_tensor(lrs.at(group), f32));
     detail::markState(lrs_.back(), detail::StateRole::Hyper);
@@ -259,10 +258,8 @@ SGD::SGD(std::vector<SGDGroup> groups, SGDOptions defaults)
     requireFiniteNonNegative(label, "weight_decay", options.weight_decay);
     groupOptions_.push_back(options);
   }
-  for (size_t i = 0; i < params_.size(); ++i) {
-    buffers_.push_back(options(groupOf_[i]).momentum != 0.0 ? zeros_like(params_[i]) : Tensor());
-    detail::markState(buffers_.back(), detail::StateRole::OptState);
-  }
+  for (size_t i = 0; i < params_.size(); ++i)
+    buffers_.push_back(options(groupOf_[i]).momentum != 0.0 ? detail::zeroedStateLike(params_[i]) : Tensor());
   name_state_for_traces();
 }
 
@@ -329,14 +326,10 @@ Adam::Adam(std::vector<AdamGroup> groups, const AdamOptions& defaults, bool deco
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& param = params_[i];
-    expAvg_.push_back(zeros_like(param));
-    expAvgSq_.push_back(zeros_like(param));
-    detail::markState(expAvg_.back(), detail::StateRole::OptState);
-    detail::markState(expAvgSq_.back(), detail::StateRole::OptState);
+    expAvg_.push_back(detail::zeroedStateLike(param));
+    expAvgSq_.push_back(detail::zeroedStateLike(param));
     // PyTorch keeps max_exp_avg_sq only in amsgrad groups.
-    maxExpAvgSq_.push_back(groupAmsgrad_[groupOf_[i]] ? zeros_like(param) : Tensor());
-    if (maxExpAvgSq_.back().defined())
-      detail::markState(maxExpAvgSq_.back(), detail::StateRole::OptState);
+    maxExpAvgSq_.push_back(groupAmsgrad_[groupOf_[i]] ? detail::zeroedStateLike(param) : Tensor());
   }
   name_state_for_traces();
 }

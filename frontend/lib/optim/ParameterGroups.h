@@ -3,7 +3,10 @@
 
 // What every optimizer's constructor does with its parameter groups
 // (SGDGroup, AdamGroup, RMSpropGroup, AdagradGroup, RAdamGroup, NAdamGroup,
-// AdamaxGroup): each has `params` and an optional `lr`.
+// AdamaxGroup): each has `params` and an optional `lr`; and how each makes
+// its state buffers.
+
+#include "Dispatch.h"
 
 #include "jit/Tensor.h"
 
@@ -49,6 +52,18 @@ inline void requireBetas(const std::string& label, std::pair<double, double> bet
     if (!(beta >= 0.0 && beta < 1.0))
       throw Error(label + ": betas must be in [0, 1), got " + ampjit::runtime::formatDouble(beta));
 }
+
+/// `buffer` marked as optimizer state, so a traced step carries it from step
+/// to step and a checkpoint holds it; an undefined buffer (state a group's
+/// settings leave out) stays undefined.
+inline Tensor optimizerState(Tensor buffer) {
+  markState(buffer, StateRole::OptState);
+  return buffer;
+}
+
+/// An optimizer buffer that starts at zero, of `param`'s shape and dtype
+/// (PyTorch's torch.zeros_like in an optimizer's state init).
+inline Tensor zeroedStateLike(const Tensor& param) { return optimizerState(zeros_like(param)); }
 
 } // namespace jit::detail
 
