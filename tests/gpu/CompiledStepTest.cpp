@@ -994,9 +994,10 @@ TEST_F(CompiledStepOnGpu, AnAmsgradStepAtO2MatchesTheCpuAndSkipsOverflows) {
 }
 
 TEST_F(CompiledStepOnGpu, TheElementwiseOptimizersStepsMatchTheCpuAndSkipOverflows) {
-  // Element-wise optimizers become generated kernels: their predicated
-  // selects must keep every buffer on a skipped step, on the device too.
-  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax"}) {
+  // Element-wise optimizers become generated kernels (LAMB's norms generated
+  // reductions): their predicated selects must keep every buffer on a
+  // skipped step, on the device too.
+  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax", "LAMB"}) {
     SCOPED_TRACE(which);
     struct Net {
       explicit Net(const std::string& which)
@@ -1011,6 +1012,8 @@ TEST_F(CompiledStepOnGpu, TheElementwiseOptimizersStepsMatchTheCpuAndSkipOverflo
           opt = std::make_unique<optim::NAdam>(model.parameters(), optim::NAdamOptions{.lr = 2e-3});
         else if (which == "Adamax")
           opt = std::make_unique<optim::Adamax>(model.parameters(), optim::AdamaxOptions{.lr = 2e-3});
+        else if (which == "LAMB")
+          opt = std::make_unique<optim::LAMB>(model.parameters(), optim::LAMBOptions{.lr = 1e-2});
         else
           opt = std::make_unique<optim::RMSprop>(model.parameters(),
                                                  optim::RMSpropOptions{.lr = 1e-3, .momentum = 0.9, .centered = true});

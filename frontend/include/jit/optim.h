@@ -149,6 +149,9 @@ public:
   void load(const std::string& path);
 
 protected:
+  /// Runs at the start of step(), before any update(), for what a step
+  /// computes over every gradient at once (LAMB's global gradient norm).
+  virtual void prepare_step(const Tensor& /*inv_scale*/) {}
   /// Updates parameter i in place with its gradient `grad`.
   virtual void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) = 0;
   /// Whether step() advances parameter i's step count (state a traced step carries).
@@ -512,6 +515,69 @@ protected:
 private:
   std::vector<AdamaxOptions> groupOptions_;
   std::vector<Tensor> expAvg_, expInf_;
+};
+
+struct LAMBOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-6;
+  double weight_decay = 0.01;
+  /// Divide the moments by 1 - beta^step.
+  bool bias_correction = true;
+  /// exp_avg takes (1 - beta1) * grad; without it, grad itself.
+  bool grad_averaging = true;
+  /// Weight decay added to the update (AdamW's); without it, L2 added to the
+  /// gradient. The same for every group, as in apex.
+  bool adam_w_mode = true;
+  /// Before the update, every gradient is divided by global_norm /
+  /// max_grad_norm where the L2 norm of all gradients together exceeds it;
+  /// 0 clips nothing. The same for every group, as in apex.
+  double max_grad_norm = 1.0;
+  /// The trust ratio scales every parameter's step (NVLAMB); without it,
+  /// only those of groups with weight decay. The same for every group.
+  bool use_nvlamb = false;
+};
+/// A parameter group of LAMB (see SGDGroup): the settings apex keeps per group.
+struct LAMBGroup {
+  std::vector<Tensor> params;
+  std::optional<double> lr{};
+  std::optional<std::pair<double, double>> betas{};
+  std::optional<double> eps{};
+  std::optional<double> weight_decay{};
+  std::optional<bool> bias_correction{};
+  std::optional<bool> grad_averaging{};
+};
+
+/// apex's FusedLAMB (You et al., "Large Batch Optimization for Deep Learning",
+/// BERT's optimizer): the gradients clipped by their global norm, Adam's
+/// moments, update = m_hat / (sqrt(v_hat) + eps) + weight_decay * param, and
+/// param -= lr * trust_ratio * update with trust_ratio = ||param|| / ||update||
+/// per parameter (1 where either norm is 0). The norms accumulate in f32 (f64
+/// for f64 parameters). Steps are counted per parameter, as every optimizer
+/// here counts them; apex counts per group, the same when every parameter has
+/// a gradient at every step. state_dict() names the buffers "<i>.exp_avg" and
+/// "<i>.exp_avg_sq".
+class LAMB : public Optimizer {
+public:
+  LAMB(std::vector<Tensor> params, LAMBOptions options);
+  LAMB(std::vector<LAMBGroup> groups, LAMBOptions defaults);
+  const LAMBOptions& options(size_t group = 0) const { return groupOptions_.at(group); }
+  const Tensor& exp_avg(size_t i) const { return expAvg_.at(i); }
+  const Tensor& exp_avg_sq(size_t i) const { return expAvgSq_.at(i); }
+  const char* name() const override { return "LAMB"; }
+
+protected:
+  void prepare_step(const Tensor& inv_scale) override;
+  void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) override;
+  std::vector<std::pair<std::string, double>> group_hyperparameters(size_t group) const override;
+  void collect_buffers(size_t i, std::vector<NamedTensor>& out) const override;
+
+private:
+  std::vector<LAMBOptions> groupOptions_;
+  std::vector<Tensor> expAvg_, expAvgSq_;
+  /// This step's divisor of every gradient: max(global_norm / max_grad_norm,
+  /// 1), in f32 (undefined without clipping); prepare_step() writes it.
+  Tensor gradientDivisor_;
 };
 
 // --- learning-rate schedules ---------------------------------------------------

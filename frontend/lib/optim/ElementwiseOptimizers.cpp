@@ -1,7 +1,8 @@
 // RMSprop, Adagrad, RAdam, NAdam and Adamax, following PyTorch's single-tensor implementations op
-// for op, written with the public elementwise ops. Eagerly each op runs on the
-// CPU backend; a traced step records them and codegen fuses them, so they need
-// no kernel of their own on any backend.
+// for op, and apex's LAMB, written with the public elementwise ops and
+// reductions. Eagerly each op runs on the CPU backend; a traced step records
+// them and codegen fuses them, so they need no kernel of their own on any
+// backend.
 
 #include "Dispatch.h"
 
@@ -462,6 +463,137 @@ void Adamax::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const
   assign(expAvg_[i], predicated(predicate, expAvg, expAvg_[i]));
   assign(expInf_[i], predicated(predicate, expInf, expInf_[i]));
   assign(params_[i], predicated(predicate, param - expAvg * inDtype(stepSize, dtype) / expInf, param));
+}
+
+//===----------------------------------------------------------------------===//
+// LAMB
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Where a parameter's norms and squares accumulate: f64 for f64, else f32
+/// (low-precision squares would overflow).
+DType accumulationOf(const Tensor& param) { return param.dtype() == f64 ? f64 : f32; }
+
+/// sqrt(sum(x^2)), in `accumulate`.
+Tensor l2Norm(const Tensor& x, DType accumulate) {
+  Tensor wide = inDtype(x, accumulate);
+  return sqrt(sum(wide * wide));
+}
+
+} // namespace
+
+LAMB::LAMB(std::vector<Tensor> params, LAMBOptions options)
+    : LAMB(std::vector<LAMBGroup>{{.params = std::move(params)}}, options) {}
+
+LAMB::LAMB(std::vector<LAMBGroup> groups, LAMBOptions defaults)
+    : Optimizer(parametersOf(groups), lrsOf(groups, defaults.lr)) {
+  requireFiniteNonNegative("LAMB", "max_grad_norm", defaults.max_grad_norm);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const LAMBGroup& group = groups[g];
+    LAMBOptions options = defaults;
+    options.lr = group.lr.value_or(defaults.lr);
+    options.betas = group.betas.value_or(defaults.betas);
+    options.eps = group.eps.value_or(defaults.eps);
+    options.weight_decay = group.weight_decay.value_or(defaults.weight_decay);
+    options.bias_correction = group.bias_correction.value_or(defaults.bias_correction);
+    options.grad_averaging = group.grad_averaging.value_or(defaults.grad_averaging);
+    std::string label = groupLabel("LAMB", g, groups.size());
+    requireFiniteNonNegative(label, "lr", options.lr);
+    requireFiniteNonNegative(label, "eps", options.eps);
+    requireFiniteNonNegative(label, "weight_decay", options.weight_decay);
+    requireBetas(label, options.betas);
+    groupOptions_.push_back(options);
+  }
+  for (const Tensor& param : params_) {
+    expAvg_.push_back(zeroedStateLike(param));
+    expAvgSq_.push_back(zeroedStateLike(param));
+  }
+  name_state_for_traces();
+}
+
+std::vector<std::pair<std::string, double>> LAMB::group_hyperparameters(size_t group) const {
+  const LAMBOptions& options = groupOptions_.at(group);
+  return {{"beta1", options.betas.first},
+          {"beta2", options.betas.second},
+          {"eps", options.eps},
+          {"weight_decay", options.weight_decay},
+          {"bias_correction", options.bias_correction ? 1.0 : 0.0},
+          {"grad_averaging", options.grad_averaging ? 1.0 : 0.0},
+          {"adam_w_mode", options.adam_w_mode ? 1.0 : 0.0},
+          {"max_grad_norm", options.max_grad_norm},
+          {"use_nvlamb", options.use_nvlamb ? 1.0 : 0.0}};
+}
+
+void LAMB::collect_buffers(size_t i, std::vector<NamedTensor>& out) const {
+  out.emplace_back(std::to_string(i) + ".exp_avg", expAvg_[i]);
+  out.emplace_back(std::to_string(i) + ".exp_avg_sq", expAvgSq_[i]);
+}
+
+void LAMB::prepare_step(const Tensor& inv_scale) {
+  gradientDivisor_ = Tensor();
+  double maxNorm = groupOptions_.front().max_grad_norm;
+  if (maxNorm == 0.0)
+    return;
+  // apex's global norm: of every unscaled gradient together, in f32 (f64
+  // where a parameter is f64), as sqrt of the summed squares.
+  DType accumulate = f32;
+  for (const Tensor& param : params_)
+    if (param.grad().defined() && param.dtype() == f64)
+      accumulate = f64;
+  Tensor squares;
+  for (const Tensor& param : params_) {
+    if (!param.grad().defined())
+      continue;
+    Tensor g = inDtype(unscaledGradient(param.grad(), param, inv_scale, false), accumulate);
+    Tensor part = sum(g * g);
+    squares = squares.defined() ? squares + part : part;
+  }
+  if (!squares.defined())
+    return;
+  Tensor globalNorm = sqrt(squares);
+  // A NaN norm compares false and divides by 1, as apex's kernel does; the
+  // scaler's predicate discards such a step.
+  Tensor one = scalar_tensor(1.0, accumulate);
+  gradientDivisor_ = where(gt(globalNorm, scalar_tensor(maxNorm, accumulate)), globalNorm / maxNorm, one);
+}
+
+void LAMB::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) {
+  size_t group = groupOf_[i];
+  const LAMBOptions& options = groupOptions_[group];
+  const Tensor& param = params_[i];
+  DType dtype = param.dtype(), accumulate = accumulationOf(param);
+  auto [beta1, beta2] = options.betas;
+  Tensor g = unscaledGradient(grad, param, inv_scale, false);
+  if (gradientDivisor_.defined())
+    g = g / inDtype(gradientDivisor_, dtype);
+  if (!options.adam_w_mode)
+    g = withL2(g, param, options.weight_decay);
+  // apex's moments: beta1 * m + beta3 * g (not a lerp), beta3 = 1 - beta1
+  // with grad_averaging, else 1.
+  Tensor expAvg = expAvg_[i] * beta1 + g * (options.grad_averaging ? 1.0 - beta1 : 1.0);
+  Tensor expAvgSq = squareAverage(expAvgSq_[i], g, beta2);
+  Tensor mHat = expAvg, vHat = expAvgSq;
+  if (options.bias_correction) {
+    Tensor step = steps_[i].to(f64) + 1.0;
+    mHat = expAvg / inDtype(1.0 - powerOf(beta1, step), dtype);
+    vHat = expAvgSq / inDtype(1.0 - powerOf(beta2, step), dtype);
+  }
+  Tensor change = mHat / (sqrt(vHat) + options.eps);
+  if (options.adam_w_mode && options.weight_decay != 0.0)
+    change = change + param * options.weight_decay;
+  // The trust ratio lr * ||param|| / ||update||, or lr alone where either norm
+  // is 0 (a NaN norm is not 0 and gives a NaN ratio, as in apex).
+  Tensor lr = inDtype(this->lr(group), accumulate);
+  Tensor ratio = lr;
+  if (options.use_nvlamb || options.weight_decay != 0.0) {
+    Tensor paramNorm = l2Norm(param, accumulate), changeNorm = l2Norm(change, accumulate);
+    Tensor zero = scalar_tensor(0.0, accumulate);
+    ratio = where(eq(paramNorm, zero), lr, where(eq(changeNorm, zero), lr, lr * (paramNorm / changeNorm)));
+  }
+  assign(expAvg_[i], predicated(predicate, expAvg, expAvg_[i]));
+  assign(expAvgSq_[i], predicated(predicate, expAvgSq, expAvgSq_[i]));
+  assign(params_[i], predicated(predicate, param - change * inDtype(ratio, dtype), param));
 }
 
 } // namespace jit::optim

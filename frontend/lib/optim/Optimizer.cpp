@@ -219,6 +219,7 @@ Tensor Optimizer::predicated(const Tensor& predicate, const Tensor& updated, con
 void Optimizer::step(const Tensor& inv_scale, const Tensor& predicate, std::source_location caller) {
   detail::UserFrame frame(caller);
   NoGradGuard noGrad;
+  prepare_step(inv_scale);
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor grad = params_[i].grad();
     if (!grad.defined())

@@ -673,14 +673,24 @@ std::vector<std::pair<std::string, OptimizerFactory>> elementwiseOptimizers() {
   };
 }
 
+/// LAMB: elementwise ops too, with reductions between them (the global
+/// gradient norm, each parameter's and each update's norm).
+std::pair<std::string, OptimizerFactory> lambOptimizer() {
+  return {"LAMB", [](std::vector<jit::Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
+            return std::make_unique<jit::optim::LAMB>(std::move(parameters), jit::optim::LAMBOptions{});
+          }};
+}
+
 } // namespace
 
 TEST(CompileKernels, EveryKernelOfTheElementwiseOptimizersStepsForTheGpu) {
-  // RMSprop, Adagrad, RAdam, NAdam and Adamax have no fused update op: their
-  // updates (and RAdam's and NAdam's f64 functions of the step count, exp
-  // and log, RAdam's where, NAdam's f32 product of momenta) reach the device
-  // only as generated kernels, each compiled here.
-  for (const auto& [name, makeOptimizer] : elementwiseOptimizers()) {
+  // RMSprop, Adagrad, RAdam, NAdam, Adamax and LAMB have no fused update op:
+  // their updates (and RAdam's and NAdam's f64 functions of the step count,
+  // exp and log, RAdam's where, NAdam's f32 product of momenta, LAMB's
+  // norms) reach the device only as generated kernels, each compiled here.
+  std::vector<std::pair<std::string, OptimizerFactory>> optimizers = elementwiseOptimizers();
+  optimizers.push_back(lambOptimizer());
+  for (const auto& [name, makeOptimizer] : optimizers) {
     SCOPED_TRACE(name);
     rt::Plan plan = cudaMlpStepPlan(2, "O1", {.fuseElementwise = true, .fuseGemmEpilogues = true}, makeOptimizer);
     ASSERT_TRUE(rt::verifyPlan(plan)) << rt::verifyPlan(plan).message();

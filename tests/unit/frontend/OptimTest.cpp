@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -518,11 +519,140 @@ TEST(OptimTest, AdamaxMatchesPyTorchFormulasInEveryVariant) {
   EXPECT_NE(message.find("Adamax: weight_decay must be finite and >= 0"), std::string::npos) << message;
 }
 
+/// apex's FusedLAMB (multi_tensor_lamb.cu) written out in f64: parameters
+/// `init[k]` with options `options[k]` (the global settings from
+/// options[0]), gradients gradient(k, i, p) for `steps` steps.
+std::vector<std::vector<double>> lambReference(std::vector<std::vector<double>> p,
+                                               const std::vector<optim::LAMBOptions>& options,
+                                               const std::function<double(size_t, size_t, double)>& gradient,
+                                               int steps) {
+  std::vector<std::vector<double>> m, v;
+  for (const auto& values : p) {
+    m.emplace_back(values.size(), 0.0);
+    v.emplace_back(values.size(), 0.0);
+  }
+  const optim::LAMBOptions& global = options[0];
+  for (int step = 1; step <= steps; ++step) {
+    std::vector<std::vector<double>> g = p;
+    double squares = 0;
+    for (size_t k = 0; k < p.size(); ++k)
+      for (size_t i = 0; i < p[k].size(); ++i) {
+        g[k][i] = gradient(k, i, p[k][i]);
+        squares += g[k][i] * g[k][i];
+      }
+    double norm = std::sqrt(squares);
+    double divisor = global.max_grad_norm > 0 && norm > global.max_grad_norm ? norm / global.max_grad_norm : 1.0;
+    for (size_t k = 0; k < p.size(); ++k) {
+      const optim::LAMBOptions& o = options[k];
+      auto [beta1, beta2] = o.betas;
+      double beta3 = o.grad_averaging ? 1 - beta1 : 1.0;
+      double c1 = o.bias_correction ? 1 - std::pow(beta1, step) : 1.0;
+      double c2 = o.bias_correction ? 1 - std::pow(beta2, step) : 1.0;
+      std::vector<double> update(p[k].size());
+      double paramSquares = 0, updateSquares = 0;
+      for (size_t i = 0; i < p[k].size(); ++i) {
+        double scaled = g[k][i] / divisor;
+        if (!global.adam_w_mode)
+          scaled += o.weight_decay * p[k][i];
+        m[k][i] = m[k][i] * beta1 + beta3 * scaled;
+        v[k][i] = v[k][i] * beta2 + (1 - beta2) * scaled * scaled;
+        update[i] = (m[k][i] / c1) / (std::sqrt(v[k][i] / c2) + o.eps);
+        if (global.adam_w_mode)
+          update[i] += o.weight_decay * p[k][i];
+        paramSquares += p[k][i] * p[k][i];
+        updateSquares += update[i] * update[i];
+      }
+      double ratio = o.lr;
+      if ((global.use_nvlamb || o.weight_decay != 0) && paramSquares != 0 && updateSquares != 0)
+        ratio = o.lr * std::sqrt(paramSquares) / std::sqrt(updateSquares);
+      for (size_t i = 0; i < p[k].size(); ++i)
+        p[k][i] -= ratio * update[i];
+    }
+  }
+  return p;
+}
+
+TEST(OptimTest, LAMBMatchesApexFormulasInEveryVariant) {
+  // Two parameters of different norms, so the global norm, the clipping and
+  // each trust ratio are taken over more than one tensor. The gradients
+  // (p^2) have a global norm near 10 at the start, growing as the negative
+  // entries do: max_grad_norm 1 clips them, 1000 does not.
+  const std::vector<double> second = {-0.25, 1.5, 0.125, -3.0};
+  auto cube = [](size_t, size_t, double p) { return p * p; };
+  const optim::LAMBOptions cases[] = {
+      {.lr = 0.125},
+      {.lr = 0.125, .max_grad_norm = 1000.0},
+      {.lr = 0.0625, .betas = {0.8, 0.5}, .eps = 1e-3, .weight_decay = 0.1, .bias_correction = false,
+       .grad_averaging = false, .adam_w_mode = false, .max_grad_norm = 0.0},
+      {.lr = 0.125, .weight_decay = 0.0},
+      {.lr = 0.125, .weight_decay = 0.0, .use_nvlamb = true},
+  };
+  std::vector<std::vector<double>> results;
+  for (const auto& options : cases) {
+    SCOPED_TRACE(::testing::Message() << "weight_decay " << options.weight_decay << " max_grad_norm "
+                                      << options.max_grad_norm << " adam_w_mode " << options.adam_w_mode
+                                      << " use_nvlamb " << options.use_nvlamb);
+    Tensor a = param(f64).requires_grad_(), b = tensor(second, {4}, f64).requires_grad_();
+    optim::LAMB opt({a, b}, options);
+    for (int s = 0; s < 6; ++s) {
+      opt.zero_grad();
+      (sum(a * a * a) / 3.0 + sum(b * b * b) / 3.0).backward();
+      opt.step();
+    }
+    std::vector<std::vector<double>> expected = lambReference({kInit, second}, {options, options}, cube, 6);
+    expectNear(a.to_vector(), expected[0]);
+    expectNear(b.to_vector(), expected[1]);
+    EXPECT_EQ(opt.step_count(1).item(), 6.0);
+    std::vector<std::string> names;
+    for (const auto& [name, tensor] : opt.state_dict())
+      names.push_back(name);
+    EXPECT_EQ(names, (std::vector<std::string>{"lr", "0.step", "0.exp_avg", "0.exp_avg_sq", "1.step", "1.exp_avg",
+                                               "1.exp_avg_sq"}));
+    std::vector<double> both = a.to_vector(), ofB = b.to_vector();
+    both.insert(both.end(), ofB.begin(), ofB.end());
+    results.push_back(both);
+  }
+  for (size_t c = 1; c < results.size(); ++c)
+    EXPECT_NE(results[c], results[0]) << "case " << c << " must differ from the default update";
+  EXPECT_NE(results[4], results[3]) << "use_nvlamb must apply the trust ratio without weight decay";
+
+  // A parameter of norm 0 steps by lr alone (its trust ratio would be 0).
+  Tensor zero = tensor({0.0, 0.0, 0.0}, {3}, f64).requires_grad_();
+  const std::vector<double> coefficients = {0.5, -2.0, 0.25};
+  optim::LAMB zeroOpt({zero}, {.lr = 0.125});
+  zeroOpt.zero_grad();
+  sum(zero * tensor(coefficients, {3}, f64)).backward();
+  zeroOpt.step();
+  auto linear = [&](size_t, size_t i, double) { return coefficients[i]; };
+  std::vector<double> expected = lambReference({{0.0, 0.0, 0.0}}, {{.lr = 0.125}}, linear, 1)[0];
+  expectNear(zero.to_vector(), expected);
+  EXPECT_NE(expected[0], 0.0);
+
+  // Groups take their own settings, under one global norm; bad settings name the group.
+  Tensor a = param(f64).requires_grad_(), b = tensor(second, {4}, f64).requires_grad_();
+  optim::LAMB groups({{.params = {a}}, {.params = {b}, .lr = 0.0625, .weight_decay = 0.0, .grad_averaging = false}},
+                     {.lr = 0.125, .weight_decay = 0.1});
+  for (int s = 0; s < 5; ++s) {
+    groups.zero_grad();
+    (sum(a * a * a) / 3.0 + sum(b * b * b) / 3.0).backward();
+    groups.step();
+  }
+  std::vector<std::vector<double>> grouped = lambReference(
+      {kInit, second},
+      {{.lr = 0.125, .weight_decay = 0.1}, {.lr = 0.0625, .weight_decay = 0.0, .grad_averaging = false}}, cube, 5);
+  expectNear(a.to_vector(), grouped[0]);
+  expectNear(b.to_vector(), grouped[1]);
+  std::string message = errorOf([&] { optim::LAMB({{.params = {a}}, {.params = {b}, .betas = {{0.9, 1.0}}}}, {}); });
+  EXPECT_NE(message.find("LAMB group 1: betas must be in [0, 1), got 1"), std::string::npos) << message;
+  message = errorOf([&] { optim::LAMB({a}, {.max_grad_norm = -1.0}); });
+  EXPECT_NE(message.find("LAMB: max_grad_norm must be finite and >= 0, got -1"), std::string::npos) << message;
+}
+
 TEST(OptimTest, TheElementwiseOptimizersUnscaleAndSkipAsTheFusedUpdatesDo) {
   // Gradients 1024x too large with inv_scale 1/1024: the update of the true
   // gradient; a false predicate leaves every buffer bit-identical. Seven
   // steps take RAdam past its first rectified update.
-  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax"}) {
+  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax", "LAMB"}) {
     SCOPED_TRACE(which);
     Tensor p = param(f32).requires_grad_(), reference = param(f32).requires_grad_();
     auto make = [&](Tensor& parameter) -> std::unique_ptr<optim::Optimizer> {
@@ -538,6 +668,8 @@ TEST(OptimTest, TheElementwiseOptimizersUnscaleAndSkipAsTheFusedUpdatesDo) {
       if (which == "Adamax")
         return std::make_unique<optim::Adamax>(std::vector<Tensor>{parameter},
                                                optim::AdamaxOptions{.lr = 0.0625, .weight_decay = 0.01});
+      if (which == "LAMB")
+        return std::make_unique<optim::LAMB>(std::vector<Tensor>{parameter}, optim::LAMBOptions{.lr = 0.0625});
       return std::make_unique<optim::RMSprop>(std::vector<Tensor>{parameter},
                                               optim::RMSpropOptions{.lr = 0.0625, .momentum = 0.9, .centered = true});
     };
