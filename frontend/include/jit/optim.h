@@ -813,6 +813,45 @@ private:
   std::vector<Phase> phases_;
 };
 
+/// CyclicLR's settings, PyTorch's defaults.
+struct CyclicLROptions {
+  /// The epochs of each cycle's rise from base_lr to max_lr (>= 1).
+  int64_t step_size_up = 2000;
+  /// The epochs of its fall back (>= 0); unset: step_size_up.
+  std::optional<int64_t> step_size_down{};
+  /// The amplitude's scale: triangular 1; triangular2 halved each cycle
+  /// (1 / 2^(cycle - 1)); exp_range gamma^epoch.
+  enum class Mode { triangular, triangular2, exp_range };
+  Mode mode = Mode::triangular;
+  double gamma = 1.0;
+  /// A scale of your own in place of mode's, of the cycle (from 1) or, with
+  /// ScaleMode::iterations, of the epoch. Not saved, as LambdaLR's function
+  /// is not: a resumed run passes the same one.
+  std::function<double(double)> scale_fn{};
+  enum class ScaleMode { cycle, iterations };
+  ScaleMode scale_mode = ScaleMode::cycle;
+};
+
+/// PyTorch's CyclicLR (Smith, "Cyclical Learning Rates for Training Neural
+/// Networks") with cycle_momentum=False, stepped after every optimizer step:
+/// the lr rises linearly from base_lr to max_lr over step_size_up epochs and
+/// falls back over step_size_down, the amplitude max_lr - base_lr scaled by
+/// the mode. One base_lr and max_lr for every group (PyTorch also takes one
+/// per group). Momentum is not cycled, as in OneCycleLR.
+class CyclicLR : public LRScheduler {
+public:
+  CyclicLR(Optimizer& optimizer, double base_lr, double max_lr, CyclicLROptions options = {});
+  const char* name() const override { return "CyclicLR"; }
+
+protected:
+  double lrAt(int64_t epoch, double base_lr) const override;
+  std::vector<std::pair<std::string, double>> schedule_settings() const override;
+
+private:
+  double baseLr_, maxLr_;
+  CyclicLROptions options_;
+};
+
 /// PyTorch's SequentialLR: schedules[0] until milestones[0], then
 /// schedules[1] counting its epochs from that milestone, and so on (warmup,
 /// then cosine decay). The schedules must drive the same optimizer; this one

@@ -326,6 +326,52 @@ std::vector<std::pair<std::string, double>> OneCycleLR::schedule_settings() cons
           {"three_phase", options_.three_phase ? 1.0 : 0.0}};
 }
 
+CyclicLR::CyclicLR(Optimizer& optimizer, double base_lr, double max_lr, CyclicLROptions options)
+    : LRScheduler(optimizer), baseLr_(base_lr), maxLr_(max_lr), options_(std::move(options)) {
+  for (auto [setting, value] : {std::pair{"base_lr", base_lr}, std::pair{"max_lr", max_lr}})
+    if (!(value >= 0.0) || !std::isfinite(value))
+      throw Error(std::string("CyclicLR: ") + setting + " must be finite and >= 0, got " + formatDouble(value));
+  if (options_.step_size_up < 1)
+    throw Error("CyclicLR: step_size_up must be >= 1, got " + std::to_string(options_.step_size_up));
+  if (options_.step_size_down && *options_.step_size_down < 0)
+    throw Error("CyclicLR: step_size_down must be >= 0, got " + std::to_string(*options_.step_size_down));
+  if (!(options_.gamma > 0.0) || !std::isfinite(options_.gamma))
+    throw Error("CyclicLR: gamma must be finite and positive, got " + formatDouble(options_.gamma));
+  initialize();
+}
+
+double CyclicLR::lrAt(int64_t epoch, double /*base_lr: CyclicLR's own*/) const {
+  // PyTorch's get_lr, in its order of operations and in its doubles.
+  double up = double(options_.step_size_up);
+  double totalSize = up + double(options_.step_size_down.value_or(options_.step_size_up));
+  double stepRatio = up / totalSize;
+  double cycle = std::floor(1.0 + double(epoch) / totalSize);
+  double x = 1.0 + double(epoch) / totalSize - cycle;
+  double scaleFactor = x <= stepRatio ? x / stepRatio : (x - 1.0) / (stepRatio - 1.0);
+  double baseHeight = (maxLr_ - baseLr_) * scaleFactor;
+  if (options_.scale_fn) {
+    bool ofCycle = options_.scale_mode == CyclicLROptions::ScaleMode::cycle;
+    return baseLr_ + baseHeight * options_.scale_fn(ofCycle ? cycle : double(epoch));
+  }
+  switch (options_.mode) {
+  case CyclicLROptions::Mode::triangular: return baseLr_ + baseHeight * 1.0;
+  case CyclicLROptions::Mode::triangular2: return baseLr_ + baseHeight * (1.0 / std::pow(2.0, cycle - 1.0));
+  case CyclicLROptions::Mode::exp_range: return baseLr_ + baseHeight * std::pow(options_.gamma, double(epoch));
+  }
+  return baseLr_;
+}
+
+std::vector<std::pair<std::string, double>> CyclicLR::schedule_settings() const {
+  // mode -1: a scale_fn of its own (scale_of_epoch says of what).
+  return {{"cyclic_base_lr", baseLr_},
+          {"max_lr", maxLr_},
+          {"step_size_up", double(options_.step_size_up)},
+          {"step_size_down", double(options_.step_size_down.value_or(options_.step_size_up))},
+          {"mode", options_.scale_fn ? -1.0 : double(int(options_.mode))},
+          {"gamma", options_.gamma},
+          {"scale_of_epoch", options_.scale_mode == CyclicLROptions::ScaleMode::iterations ? 1.0 : 0.0}};
+}
+
 SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedules,
                            std::vector<int64_t> milestones)
     : LRScheduler(optimizer), schedules_(std::move(schedules)), milestones_(std::move(milestones)) {

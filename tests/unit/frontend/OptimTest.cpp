@@ -939,6 +939,92 @@ TEST(OptimTest, AConstantLRResumesFromItsFileAndRefusesAnotherFactor) {
   EXPECT_NE(message.find("setting 'factor' is 0.5 in the file but 0.25 here"), std::string::npos) << message;
 }
 
+TEST(OptimTest, CyclicLRFollowsPyTorch) {
+  // Amplitude 0.5 - 0.1 = 0.4, every value worked by hand. Both groups take
+  // CyclicLR's own base_lr, whatever their initial lrs.
+  Tensor a = param(f64).requires_grad_(), b = param(f64).requires_grad_();
+  optim::SGD opt({{.params = {a}}, {.params = {b}, .lr = 0.25}}, {.lr = 1.0});
+  auto lrsOver = [](optim::LRScheduler& schedule, int epochs, size_t group = 0) {
+    std::vector<double> lrs;
+    for (int e = 0; e < epochs; ++e, schedule.step())
+      lrs.push_back(schedule.get_last_lr(group));
+    return lrs;
+  };
+  auto expectLrs = [](const std::vector<double>& actual, const std::vector<double>& expected) {
+    ASSERT_EQ(actual.size(), expected.size());
+    for (size_t e = 0; e < actual.size(); ++e)
+      EXPECT_NEAR(actual[e], expected[e], 1e-15) << "epoch " << e;
+  };
+  // Triangular, up 2 and down 2: 0.1 0.3 0.5 0.3 | 0.1 ...
+  optim::CyclicLR triangular(opt, 0.1, 0.5, {.step_size_up = 2});
+  EXPECT_EQ(triangular.get_last_lr(1), 0.1);
+  expectLrs(lrsOver(triangular, 9), {0.1, 0.3, 0.5, 0.3, 0.1, 0.3, 0.5, 0.3, 0.1});
+  EXPECT_NEAR(opt.lr(1).item(), 0.3, 1e-7) << "the group's lr tensor follows the schedule";
+  // Up 3, down 1: a saw with a one-epoch fall.
+  optim::CyclicLR saw(opt, 0.1, 0.5, {.step_size_up = 3, .step_size_down = 1});
+  expectLrs(lrsOver(saw, 6, 1), {0.1, 0.1 + 0.4 / 3, 0.1 + 0.8 / 3, 0.5, 0.1, 0.1 + 0.4 / 3});
+  // triangular2 halves the amplitude each cycle.
+  optim::CyclicLR halving(opt, 0.1, 0.5, {.step_size_up = 2, .mode = optim::CyclicLROptions::Mode::triangular2});
+  expectLrs(lrsOver(halving, 10), {0.1, 0.3, 0.5, 0.3, 0.1, 0.2, 0.3, 0.2, 0.1, 0.15});
+  // exp_range scales by gamma^epoch.
+  optim::CyclicLR decaying(opt, 0.1, 0.5,
+                           {.step_size_up = 2, .mode = optim::CyclicLROptions::Mode::exp_range, .gamma = 0.5});
+  expectLrs(lrsOver(decaying, 5), {0.1, 0.1 + 0.2 * 0.5, 0.1 + 0.4 * 0.25, 0.1 + 0.2 * 0.125, 0.1});
+  // A scale of one's own, of the cycle or of the epoch.
+  std::vector<double> seen;
+  optim::CyclicLR ofCycle(opt, 0.1, 0.5, {.step_size_up = 1, .scale_fn = [&](double c) {
+                                            seen.push_back(c);
+                                            return 1.0 / c;
+                                          }});
+  expectLrs(lrsOver(ofCycle, 4), {0.1, 0.5, 0.1, 0.1 + 0.4 / 2});
+  // Called for each of the two groups at epochs 0 to 4.
+  EXPECT_EQ(seen, (std::vector<double>{1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 3.0, 3.0}));
+  optim::CyclicLR ofEpoch(opt, 0.1, 0.5,
+                          {.step_size_up = 1,
+                           .scale_fn = [](double epoch) { return epoch == 3.0 ? 0.5 : 1.0; },
+                           .scale_mode = optim::CyclicLROptions::ScaleMode::iterations});
+  expectLrs(lrsOver(ofEpoch, 4), {0.1, 0.5, 0.1, 0.3});
+
+  std::string message = errorOf([&] { optim::CyclicLR(opt, 0.1, -0.5); });
+  EXPECT_NE(message.find("CyclicLR: max_lr must be finite and >= 0, got -0.5"), std::string::npos) << message;
+  message = errorOf([&] { optim::CyclicLR(opt, 0.1, 0.5, {.step_size_up = 0}); });
+  EXPECT_NE(message.find("CyclicLR: step_size_up must be >= 1, got 0"), std::string::npos) << message;
+  message = errorOf([&] { optim::CyclicLR(opt, 0.1, 0.5, {.step_size_down = -1}); });
+  EXPECT_NE(message.find("CyclicLR: step_size_down must be >= 0, got -1"), std::string::npos) << message;
+  message = errorOf([&] { optim::CyclicLR(opt, 0.1, 0.5, {.gamma = 0.0}); });
+  EXPECT_NE(message.find("CyclicLR: gamma must be finite and positive, got 0"), std::string::npos) << message;
+  // A scale that makes the lr negative is refused at the epoch it would.
+  optim::CyclicLR negative(opt, 0.1, 0.5, {.step_size_up = 1, .scale_fn = [](double c) { return c > 1 ? -1.0 : 1.0; }});
+  negative.step();
+  negative.step();
+  message = errorOf([&] { negative.step(); });
+  EXPECT_NE(message.find("CyclicLR: the lr of group 0 at epoch 3 would be -0.3"), std::string::npos) << message;
+  EXPECT_EQ(negative.last_epoch(), 2);
+}
+
+TEST(OptimTest, ACyclicLRResumesMidCycleAndRefusesAnotherMode) {
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = (scratch.path / "schedule.ampjit").string();
+  optim::SGD opt({param(f64).requires_grad_()}, {.lr = 1.0});
+  const optim::CyclicLROptions options{.step_size_up = 2, .mode = optim::CyclicLROptions::Mode::triangular2};
+  optim::CyclicLR schedule(opt, 0.1, 0.5, options);
+  for (int e = 0; e < 5; ++e)
+    schedule.step();
+  schedule.save(path);
+  optim::SGD resumedOpt({param(f64).requires_grad_()}, {.lr = 1.0});
+  optim::CyclicLR resumed(resumedOpt, 0.1, 0.5, options);
+  resumed.load(path);
+  EXPECT_EQ(resumed.last_epoch(), 5);
+  EXPECT_EQ(resumed.get_last_lr(), schedule.get_last_lr());
+  resumed.step();
+  schedule.step();
+  EXPECT_EQ(resumed.get_last_lr(), schedule.get_last_lr());
+  EXPECT_NEAR(resumed.get_last_lr(), 0.3, 1e-15) << "the second cycle's peak, at half the amplitude";
+  optim::CyclicLR other(resumedOpt, 0.1, 0.5, {.step_size_up = 2});
+  std::string message = errorOf([&] { other.load(path); });
+  EXPECT_NE(message.find("setting 'mode' is 1 in the file but 0 here"), std::string::npos) << message;
+}
+
 TEST(OptimTest, LambdaLRScalesEachGroupsInitialLrByTheFactor) {
   // Linear warmup for 2 epochs, then cosine decay to 0 at epoch 6.
   auto factor = [](int64_t epoch) {
