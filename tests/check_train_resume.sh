@@ -67,6 +67,9 @@ check classifier-adagrad --data synthetic --backend cpu --amp O1 --dtype f16 --s
 # Adamax's infinity norm, a running max, and its bias correction's step count.
 check mlp9-adamax --model mlp9 --width 64 --batch-size 32 --steps-per-epoch 5 --backend cpu --amp O2 --dtype f16 \
   --optimizer adamax
+# Adadelta's two running averages, of g^2 and of the steps' squares.
+check mlp9-adadelta --model mlp9 --width 64 --batch-size 32 --steps-per-epoch 5 --backend cpu --amp O1 --dtype bf16 \
+  --optimizer adadelta
 # LAMB's moments and step count, and its global gradient norm and trust
 # ratios, which a resumed run recomputes from the loaded state.
 check classifier-lamb --data synthetic --backend cpu --amp O1 --dtype bf16 --seed 3 --optimizer lamb --lr 1e-2

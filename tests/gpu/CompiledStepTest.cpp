@@ -997,7 +997,7 @@ TEST_F(CompiledStepOnGpu, TheElementwiseOptimizersStepsMatchTheCpuAndSkipOverflo
   // Element-wise optimizers become generated kernels (LAMB's norms generated
   // reductions): their predicated selects must keep every buffer on a
   // skipped step, on the device too.
-  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax", "LAMB"}) {
+  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax", "Adadelta", "LAMB"}) {
     SCOPED_TRACE(which);
     struct Net {
       explicit Net(const std::string& which)
@@ -1012,6 +1012,8 @@ TEST_F(CompiledStepOnGpu, TheElementwiseOptimizersStepsMatchTheCpuAndSkipOverflo
           opt = std::make_unique<optim::NAdam>(model.parameters(), optim::NAdamOptions{.lr = 2e-3});
         else if (which == "Adamax")
           opt = std::make_unique<optim::Adamax>(model.parameters(), optim::AdamaxOptions{.lr = 2e-3});
+        else if (which == "Adadelta")
+          opt = std::make_unique<optim::Adadelta>(model.parameters(), optim::AdadeltaOptions{});
         else if (which == "LAMB")
           opt = std::make_unique<optim::LAMB>(model.parameters(), optim::LAMBOptions{.lr = 1e-2});
         else

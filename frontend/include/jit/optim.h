@@ -517,6 +517,48 @@ private:
   std::vector<Tensor> expAvg_, expInf_;
 };
 
+struct AdadeltaOptions {
+  double lr = 1.0;
+  double rho = 0.9;
+  double eps = 1e-6;
+  double weight_decay = 0.0;
+  bool maximize = false;
+};
+/// A parameter group of Adadelta (see SGDGroup).
+struct AdadeltaGroup {
+  std::vector<Tensor> params;
+  std::optional<double> lr{};
+  std::optional<double> rho{};
+  std::optional<double> eps{};
+  std::optional<double> weight_decay{};
+  std::optional<bool> maximize{};
+};
+
+/// torch.optim.Adadelta (Zeiler, "ADADELTA: An Adaptive Learning Rate
+/// Method"): square_avg = rho * square_avg + (1 - rho) g^2, delta =
+/// sqrt(acc_delta + eps) / sqrt(square_avg + eps) * g, acc_delta = rho *
+/// acc_delta + (1 - rho) delta^2, param -= lr * delta. state_dict() names
+/// its buffers "<i>.square_avg" and "<i>.acc_delta", as PyTorch does.
+class Adadelta : public Optimizer {
+public:
+  Adadelta(std::vector<Tensor> params, AdadeltaOptions options);
+  Adadelta(std::vector<AdadeltaGroup> groups, AdadeltaOptions defaults);
+  const AdadeltaOptions& options(size_t group = 0) const { return groupOptions_.at(group); }
+  const Tensor& square_avg(size_t i) const { return squareAvg_.at(i); }
+  const Tensor& acc_delta(size_t i) const { return accDelta_.at(i); }
+  const char* name() const override { return "Adadelta"; }
+
+protected:
+  void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) override;
+  bool counts_steps(size_t) const override { return false; }
+  std::vector<std::pair<std::string, double>> group_hyperparameters(size_t group) const override;
+  void collect_buffers(size_t i, std::vector<NamedTensor>& out) const override;
+
+private:
+  std::vector<AdadeltaOptions> groupOptions_;
+  std::vector<Tensor> squareAvg_, accDelta_;
+};
+
 struct LAMBOptions {
   double lr = 1e-3;
   std::pair<double, double> betas = {0.9, 0.999};

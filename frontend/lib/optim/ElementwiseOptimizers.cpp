@@ -1,4 +1,4 @@
-// RMSprop, Adagrad, RAdam, NAdam and Adamax, following PyTorch's single-tensor implementations op
+// RMSprop, Adagrad, RAdam, NAdam, Adamax and Adadelta, following PyTorch's single-tensor implementations op
 // for op, and apex's LAMB, written with the public elementwise ops and
 // reductions. Eagerly each op runs on the CPU backend; a traced step records
 // them and codegen fuses them, so they need no kernel of their own on any
@@ -463,6 +463,65 @@ void Adamax::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const
   assign(expAvg_[i], predicated(predicate, expAvg, expAvg_[i]));
   assign(expInf_[i], predicated(predicate, expInf, expInf_[i]));
   assign(params_[i], predicated(predicate, param - expAvg * inDtype(stepSize, dtype) / expInf, param));
+}
+
+//===----------------------------------------------------------------------===//
+// Adadelta
+//===----------------------------------------------------------------------===//
+
+Adadelta::Adadelta(std::vector<Tensor> params, AdadeltaOptions options)
+    : Adadelta(std::vector<AdadeltaGroup>{{.params = std::move(params)}}, options) {}
+
+Adadelta::Adadelta(std::vector<AdadeltaGroup> groups, AdadeltaOptions defaults)
+    : Optimizer(parametersOf(groups), lrsOf(groups, defaults.lr)) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const AdadeltaGroup& group = groups[g];
+    AdadeltaOptions options{.lr = group.lr.value_or(defaults.lr),
+                            .rho = group.rho.value_or(defaults.rho),
+                            .eps = group.eps.value_or(defaults.eps),
+                            .weight_decay = group.weight_decay.value_or(defaults.weight_decay),
+                            .maximize = group.maximize.value_or(defaults.maximize)};
+    std::string label = groupLabel("Adadelta", g, groups.size());
+    requireFiniteNonNegative(label, "lr", options.lr);
+    requireFiniteNonNegative(label, "eps", options.eps);
+    requireFiniteNonNegative(label, "weight_decay", options.weight_decay);
+    if (!(options.rho >= 0.0 && options.rho <= 1.0))
+      throw Error(label + ": rho must be in [0, 1], got " + ampjit::runtime::formatDouble(options.rho));
+    groupOptions_.push_back(options);
+  }
+  for (const Tensor& param : params_) {
+    squareAvg_.push_back(zeroedStateLike(param));
+    accDelta_.push_back(zeroedStateLike(param));
+  }
+  name_state_for_traces();
+}
+
+std::vector<std::pair<std::string, double>> Adadelta::group_hyperparameters(size_t group) const {
+  const AdadeltaOptions& options = groupOptions_.at(group);
+  return {{"rho", options.rho},
+          {"eps", options.eps},
+          {"weight_decay", options.weight_decay},
+          {"maximize", options.maximize ? 1.0 : 0.0}};
+}
+
+void Adadelta::collect_buffers(size_t i, std::vector<NamedTensor>& out) const {
+  out.emplace_back(std::to_string(i) + ".square_avg", squareAvg_[i]);
+  out.emplace_back(std::to_string(i) + ".acc_delta", accDelta_[i]);
+}
+
+void Adadelta::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) {
+  size_t group = groupOf_[i];
+  const AdadeltaOptions& options = groupOptions_[group];
+  const Tensor& param = params_[i];
+  Tensor g = withL2(unscaledGradient(grad, param, inv_scale, options.maximize), param, options.weight_decay);
+  Tensor squareAvg = squareAverage(squareAvg_[i], g, options.rho);
+  // PyTorch's order: sqrt(acc_delta + eps) / sqrt(square_avg + eps) * g.
+  Tensor delta = sqrt(accDelta_[i] + options.eps) / sqrt(squareAvg + options.eps) * g;
+  Tensor accDelta = squareAverage(accDelta_[i], delta, options.rho);
+  Tensor lr = inDtype(this->lr(group), param.dtype());
+  assign(squareAvg_[i], predicated(predicate, squareAvg, squareAvg_[i]));
+  assign(accDelta_[i], predicated(predicate, accDelta, accDelta_[i]));
+  assign(params_[i], predicated(predicate, param - delta * lr, param));
 }
 
 //===----------------------------------------------------------------------===//

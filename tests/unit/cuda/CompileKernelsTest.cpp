@@ -641,7 +641,7 @@ rt::Plan cudaMlpStepPlan(int layers, const std::string& level = "O1",
 }
 
 /// The optimizers written with the elementwise ops, which have no fused
-/// update op: RMSprop, Adagrad, RAdam, NAdam and Adamax.
+/// update op: RMSprop, Adagrad, RAdam, NAdam, Adamax and Adadelta.
 std::vector<std::pair<std::string, OptimizerFactory>> elementwiseOptimizers() {
   return {
       {"RMSprop",
@@ -670,6 +670,11 @@ std::vector<std::pair<std::string, OptimizerFactory>> elementwiseOptimizers() {
          return std::make_unique<jit::optim::Adamax>(std::move(parameters),
                                                      jit::optim::AdamaxOptions{.weight_decay = 1e-2});
        }},
+      {"Adadelta",
+       [](std::vector<jit::Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
+         return std::make_unique<jit::optim::Adadelta>(std::move(parameters),
+                                                       jit::optim::AdadeltaOptions{.weight_decay = 1e-2});
+       }},
   };
 }
 
@@ -684,7 +689,7 @@ std::pair<std::string, OptimizerFactory> lambOptimizer() {
 } // namespace
 
 TEST(CompileKernels, EveryKernelOfTheElementwiseOptimizersStepsForTheGpu) {
-  // RMSprop, Adagrad, RAdam, NAdam, Adamax and LAMB have no fused update op:
+  // RMSprop, Adagrad, RAdam, NAdam, Adamax, Adadelta and LAMB have no fused update op:
   // their updates (and RAdam's and NAdam's f64 functions of the step count,
   // exp and log, RAdam's where, NAdam's f32 product of momenta, LAMB's
   // norms) reach the device only as generated kernels, each compiled here.

@@ -519,6 +519,57 @@ TEST(OptimTest, AdamaxMatchesPyTorchFormulasInEveryVariant) {
   EXPECT_NE(message.find("Adamax: weight_decay must be finite and >= 0"), std::string::npos) << message;
 }
 
+/// PyTorch's _single_tensor_adadelta on loss = sum(p^3) / 3, in f64.
+std::vector<double> adadeltaReference(const optim::AdadeltaOptions& o, int steps) {
+  std::vector<double> p = kInit, squareAvg(p.size(), 0.0), accDelta(p.size(), 0.0);
+  for (int step = 1; step <= steps; ++step)
+    for (size_t i = 0; i < p.size(); ++i) {
+      double g = referenceGradient(o, p[i]);
+      squareAvg[i] = squareAvg[i] * o.rho + (1 - o.rho) * g * g;
+      double delta = std::sqrt(accDelta[i] + o.eps) / std::sqrt(squareAvg[i] + o.eps) * g;
+      accDelta[i] = accDelta[i] * o.rho + (1 - o.rho) * delta * delta;
+      p[i] -= o.lr * delta;
+    }
+  return p;
+}
+
+TEST(OptimTest, AdadeltaMatchesPyTorchFormulasInEveryVariant) {
+  const optim::AdadeltaOptions cases[] = {
+      {},
+      {.lr = 0.5, .rho = 0.5, .eps = 1e-3, .weight_decay = 0.1},
+      {.lr = 0.25, .maximize = true},
+  };
+  std::vector<std::vector<double>> results;
+  for (const auto& options : cases) {
+    SCOPED_TRACE(::testing::Message() << "rho " << options.rho << " maximize " << options.maximize);
+    Tensor p = param(f64).requires_grad_();
+    optim::Adadelta opt({p}, options);
+    train(p, opt, 6);
+    expectNear(p.to_vector(), adadeltaReference(options, 6));
+    std::vector<std::string> names;
+    for (const auto& [name, tensor] : opt.state_dict())
+      names.push_back(name);
+    EXPECT_EQ(names, (std::vector<std::string>{"lr", "0.step", "0.square_avg", "0.acc_delta"}));
+    results.push_back(p.to_vector());
+  }
+  for (size_t c = 1; c < results.size(); ++c)
+    EXPECT_NE(results[c], results[0]) << "case " << c << " must differ from the plain update";
+
+  Tensor a = param(f64).requires_grad_(), b = param(f64).requires_grad_();
+  optim::Adadelta groups({{.params = {a}}, {.params = {b}, .lr = 0.5, .rho = 0.75}}, {.weight_decay = 0.1});
+  for (int s = 0; s < 5; ++s) {
+    groups.zero_grad();
+    (sum(a * a * a) / 3.0 + sum(b * b * b) / 3.0).backward();
+    groups.step();
+  }
+  expectNear(a.to_vector(), adadeltaReference({.weight_decay = 0.1}, 5));
+  expectNear(b.to_vector(), adadeltaReference({.lr = 0.5, .rho = 0.75, .weight_decay = 0.1}, 5));
+  std::string message = errorOf([&] { optim::Adadelta({{.params = {a}}, {.params = {b}, .rho = 1.5}}, {}); });
+  EXPECT_NE(message.find("Adadelta group 1: rho must be in [0, 1], got 1.5"), std::string::npos) << message;
+  message = errorOf([&] { optim::Adadelta({a}, {.eps = -1e-6}); });
+  EXPECT_NE(message.find("Adadelta: eps must be finite and >= 0, got -1e-06"), std::string::npos) << message;
+}
+
 /// apex's FusedLAMB (multi_tensor_lamb.cu) written out in f64: parameters
 /// `init[k]` with options `options[k]` (the global settings from
 /// options[0]), gradients gradient(k, i, p) for `steps` steps.
@@ -652,7 +703,7 @@ TEST(OptimTest, TheElementwiseOptimizersUnscaleAndSkipAsTheFusedUpdatesDo) {
   // Gradients 1024x too large with inv_scale 1/1024: the update of the true
   // gradient; a false predicate leaves every buffer bit-identical. Seven
   // steps take RAdam past its first rectified update.
-  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax", "LAMB"}) {
+  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax", "Adadelta", "LAMB"}) {
     SCOPED_TRACE(which);
     Tensor p = param(f32).requires_grad_(), reference = param(f32).requires_grad_();
     auto make = [&](Tensor& parameter) -> std::unique_ptr<optim::Optimizer> {
@@ -668,6 +719,9 @@ TEST(OptimTest, TheElementwiseOptimizersUnscaleAndSkipAsTheFusedUpdatesDo) {
       if (which == "Adamax")
         return std::make_unique<optim::Adamax>(std::vector<Tensor>{parameter},
                                                optim::AdamaxOptions{.lr = 0.0625, .weight_decay = 0.01});
+      if (which == "Adadelta")
+        return std::make_unique<optim::Adadelta>(std::vector<Tensor>{parameter},
+                                                 optim::AdadeltaOptions{.lr = 0.5, .weight_decay = 0.01});
       if (which == "LAMB")
         return std::make_unique<optim::LAMB>(std::vector<Tensor>{parameter}, optim::LAMBOptions{.lr = 0.0625});
       return std::make_unique<optim::RMSprop>(std::vector<Tensor>{parameter},
