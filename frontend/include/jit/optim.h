@@ -661,7 +661,7 @@ protected:
 
 private:
   friend detail::SavedState detail::savedStateOf(LRScheduler& scheduler);
-  friend class SequentialLR;
+  friend class ComposedLR;
   /// Writes every group's lr for epoch_.
   void apply();
   /// Every group's lr at `epoch`; throws where the schedule refuses it.
@@ -894,11 +894,26 @@ private:
   CyclicLROptions options_;
 };
 
+/// What SequentialLR and ChainedScheduler share: schedules of the same
+/// optimizer, owned by the composite, which writes the lr (their own step()
+/// is not called).
+class ComposedLR : public LRScheduler {
+protected:
+  /// `who` names the composite in messages (name() is not callable yet).
+  ComposedLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedules, const char* who);
+  /// Schedule i's lr at `epoch` for a group whose initial lr is `base_lr`.
+  double scheduleLrAt(size_t i, int64_t epoch, double base_lr) const { return schedules_[i]->lrAt(epoch, base_lr); }
+  /// Every schedule's settings, named "<i>.<schedule>.<setting>", so a
+  /// checkpoint of another composition does not load.
+  std::vector<std::pair<std::string, double>> nestedSettings() const;
+
+  std::vector<std::shared_ptr<LRScheduler>> schedules_;
+};
+
 /// PyTorch's SequentialLR: schedules[0] until milestones[0], then
 /// schedules[1] counting its epochs from that milestone, and so on (warmup,
-/// then cosine decay). The schedules must drive the same optimizer; this one
-/// owns them and writes the lr (their own step() is not called).
-class SequentialLR : public LRScheduler {
+/// then cosine decay).
+class SequentialLR : public ComposedLR {
 public:
   SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedules,
                std::vector<int64_t> milestones);
@@ -906,13 +921,31 @@ public:
 
 protected:
   double lrAt(int64_t epoch, double base_lr) const override;
-  /// The milestones and every schedule's settings, named "<i>.<schedule>.<setting>",
-  /// so a checkpoint of another sequence does not load.
+  /// The milestones, then every schedule's settings.
   std::vector<std::pair<std::string, double>> schedule_settings() const override;
 
 private:
-  std::vector<std::shared_ptr<LRScheduler>> schedules_;
   std::vector<int64_t> milestones_;
+};
+
+/// PyTorch's ChainedScheduler: every schedule at every epoch, each taking the
+/// lr the one before it gives as its base_lr, so their factors multiply
+/// (ConstantLR's warmup factor times ExponentialLR's decay). That is PyTorch's
+/// chain for the schedules that scale the lr by a factor of the epoch
+/// (StepLR, MultiStepLR, ExponentialLR, ConstantLR, LinearLR, PolynomialLR).
+/// PyTorch chains the others through their recursive forms, whose result
+/// depends on the order of the steps, and a LambdaLR there discards the
+/// schedules before it; here each applies its closed form to the lr before it
+/// (CyclicLR, and OneCycleLR with a max_lr, take no base_lr, so they too
+/// discard the schedules before them).
+class ChainedScheduler : public ComposedLR {
+public:
+  ChainedScheduler(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedules);
+  const char* name() const override { return "ChainedScheduler"; }
+
+protected:
+  double lrAt(int64_t epoch, double base_lr) const override;
+  std::vector<std::pair<std::string, double>> schedule_settings() const override { return nestedSettings(); }
 };
 
 /// PyTorch's LambdaLR: lr = base_lr * factor(epoch), for any schedule a

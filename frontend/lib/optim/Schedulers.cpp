@@ -372,33 +372,21 @@ std::vector<std::pair<std::string, double>> CyclicLR::schedule_settings() const 
           {"scale_of_epoch", options_.scale_mode == CyclicLROptions::ScaleMode::iterations ? 1.0 : 0.0}};
 }
 
-SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedules,
-                           std::vector<int64_t> milestones)
-    : LRScheduler(optimizer), schedules_(std::move(schedules)), milestones_(std::move(milestones)) {
+ComposedLR::ComposedLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedules, const char* who)
+    : LRScheduler(optimizer), schedules_(std::move(schedules)) {
   if (schedules_.empty())
-    throw Error("SequentialLR: no schedules given");
-  if (milestones_.size() + 1 != schedules_.size())
-    throw Error("SequentialLR: " + std::to_string(schedules_.size()) + " schedules need " +
-                std::to_string(schedules_.size() - 1) + " milestones, got " + std::to_string(milestones_.size()));
+    throw Error(std::string(who) + ": no schedules given");
   for (size_t i = 0; i < schedules_.size(); ++i) {
     if (!schedules_[i])
-      throw Error("SequentialLR: schedule " + std::to_string(i) + " is null");
+      throw Error(std::string(who) + ": schedule " + std::to_string(i) + " is null");
     if (&schedules_[i]->optimizer_ != &optimizer)
-      throw Error("SequentialLR: schedule " + std::to_string(i) + " (" + schedules_[i]->name() +
+      throw Error(std::string(who) + ": schedule " + std::to_string(i) + " (" + schedules_[i]->name() +
                   ") drives another optimizer");
   }
-  checkMilestones(milestones_, "SequentialLR", /*strictly=*/true);
-  initialize();
 }
 
-double SequentialLR::lrAt(int64_t epoch, double base_lr) const {
-  size_t index = milestonesPassed(milestones_, epoch);
-  int64_t start = index == 0 ? 0 : milestones_[index - 1];
-  return schedules_[index]->lrAt(epoch - start, base_lr);
-}
-
-std::vector<std::pair<std::string, double>> SequentialLR::schedule_settings() const {
-  std::vector<std::pair<std::string, double>> settings = milestoneSettings(milestones_);
+std::vector<std::pair<std::string, double>> ComposedLR::nestedSettings() const {
+  std::vector<std::pair<std::string, double>> settings;
   for (size_t i = 0; i < schedules_.size(); ++i) {
     std::string prefix = std::to_string(i) + "." + schedules_[i]->name();
     settings.emplace_back(prefix, 1.0); // a LambdaLR has no settings of its own
@@ -406,6 +394,41 @@ std::vector<std::pair<std::string, double>> SequentialLR::schedule_settings() co
       settings.emplace_back(prefix + "." + setting, value);
   }
   return settings;
+}
+
+SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedules,
+                           std::vector<int64_t> milestones)
+    : ComposedLR(optimizer, std::move(schedules), "SequentialLR"), milestones_(std::move(milestones)) {
+  if (milestones_.size() + 1 != schedules_.size())
+    throw Error("SequentialLR: " + std::to_string(schedules_.size()) + " schedules need " +
+                std::to_string(schedules_.size() - 1) + " milestones, got " + std::to_string(milestones_.size()));
+  checkMilestones(milestones_, "SequentialLR", /*strictly=*/true);
+  initialize();
+}
+
+double SequentialLR::lrAt(int64_t epoch, double base_lr) const {
+  size_t index = milestonesPassed(milestones_, epoch);
+  int64_t start = index == 0 ? 0 : milestones_[index - 1];
+  return scheduleLrAt(index, epoch - start, base_lr);
+}
+
+std::vector<std::pair<std::string, double>> SequentialLR::schedule_settings() const {
+  std::vector<std::pair<std::string, double>> settings = milestoneSettings(milestones_);
+  for (auto& setting : nestedSettings())
+    settings.push_back(std::move(setting));
+  return settings;
+}
+
+ChainedScheduler::ChainedScheduler(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedules)
+    : ComposedLR(optimizer, std::move(schedules), "ChainedScheduler") {
+  initialize();
+}
+
+double ChainedScheduler::lrAt(int64_t epoch, double base_lr) const {
+  double lr = base_lr;
+  for (size_t i = 0; i < schedules_.size(); ++i)
+    lr = scheduleLrAt(i, epoch, lr);
+  return lr;
 }
 
 LambdaLR::LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> factor)

@@ -1275,6 +1275,69 @@ TEST(OptimTest, SequentialLRWarmsUpThenDecaysAsPyTorchDoes) {
   EXPECT_NE(message.find("schedule 1 (ExponentialLR) drives another optimizer"), std::string::npos) << message;
 }
 
+TEST(OptimTest, ChainedSchedulerMultipliesTheFactorsAsPyTorchsChain) {
+  // ChainedScheduler([ConstantLR(factor=0.1, total_iters=2), ExponentialLR(gamma=0.9)])
+  // as PyTorch's recursive steps give it: 0.1, 0.09, then the factor ends
+  // (x 10) and the decay goes on: 0.81, 0.729, 0.6561.
+  Tensor a = param(f64).requires_grad_(), b = param(f64).requires_grad_();
+  optim::SGD opt({{.params = {a}}, {.params = {b}, .lr = 0.5}}, {.lr = 1.0});
+  auto constant = std::make_shared<optim::ConstantLR>(opt, 0.1, 2);
+  auto decay = std::make_shared<optim::ExponentialLR>(opt, 0.9);
+  optim::ChainedScheduler chain(opt, {constant, decay});
+  const std::vector<double> factors = {0.1, 0.09, 0.81, 0.729, 0.6561};
+  for (size_t e = 0; e < factors.size(); ++e, chain.step())
+    for (size_t group = 0; group < 2; ++group) {
+      double base = group == 0 ? 1.0 : 0.5;
+      EXPECT_NEAR(chain.get_last_lr(group), base * factors[e], 1e-15) << "epoch " << e << " group " << group;
+      EXPECT_EQ(opt.lr(group).item(), double(float(chain.get_last_lr(group)))) << "epoch " << e;
+    }
+  // Three at once: a warmup, a step decay and an exponential decay.
+  auto warmup = std::make_shared<optim::LinearLR>(opt, 2, 0.5);
+  auto steps = std::make_shared<optim::MultiStepLR>(opt, std::vector<int64_t>{1, 3}, 0.5);
+  optim::ChainedScheduler three(opt, {warmup, steps, decay});
+  std::vector<double> lrs;
+  for (int e = 0; e < 4; ++e, three.step())
+    lrs.push_back(three.get_last_lr(0));
+  const std::vector<double> expected = {0.5, 0.75 * 0.5 * 0.9, 0.5 * 0.81, 0.25 * 0.729};
+  for (size_t e = 0; e < lrs.size(); ++e)
+    EXPECT_NEAR(lrs[e], expected[e], 1e-15) << "epoch " << e;
+
+  std::string message = errorOf([&] { optim::ChainedScheduler(opt, {}); });
+  EXPECT_NE(message.find("ChainedScheduler: no schedules given"), std::string::npos) << message;
+  message = errorOf([&] { optim::ChainedScheduler(opt, {constant, nullptr}); });
+  EXPECT_NE(message.find("ChainedScheduler: schedule 1 is null"), std::string::npos) << message;
+  optim::SGD other({param(f64).requires_grad_()}, {.lr = 1.0});
+  auto elsewhere = std::make_shared<optim::ExponentialLR>(other, 0.9);
+  message = errorOf([&] { optim::ChainedScheduler(opt, {constant, elsewhere}); });
+  EXPECT_NE(message.find("ChainedScheduler: schedule 1 (ExponentialLR) drives another optimizer"), std::string::npos)
+      << message;
+}
+
+TEST(OptimTest, AChainedSchedulerResumesFromItsFileAndRefusesAnotherChain) {
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = (scratch.path / "schedule.ampjit").string();
+  auto makeChain = [](optim::Optimizer& opt, double gamma) {
+    return optim::ChainedScheduler(
+        opt, {std::make_shared<optim::ConstantLR>(opt, 0.1, 2), std::make_shared<optim::ExponentialLR>(opt, gamma)});
+  };
+  optim::SGD opt({param(f64).requires_grad_()}, {.lr = 1.0});
+  optim::ChainedScheduler chain = makeChain(opt, 0.9);
+  chain.step();
+  chain.save(path);
+  optim::SGD resumedOpt({param(f64).requires_grad_()}, {.lr = 1.0});
+  optim::ChainedScheduler resumed = makeChain(resumedOpt, 0.9);
+  resumed.load(path);
+  EXPECT_EQ(resumed.last_epoch(), 1);
+  resumed.step();
+  chain.step();
+  EXPECT_EQ(resumed.get_last_lr(), chain.get_last_lr());
+  EXPECT_NEAR(resumed.get_last_lr(), 0.81, 1e-15) << "the constant factor ends at epoch 2";
+  optim::ChainedScheduler otherChain = makeChain(resumedOpt, 0.8);
+  std::string message = errorOf([&] { otherChain.load(path); });
+  EXPECT_NE(message.find("setting '1.ExponentialLR.gamma' is 0.9 in the file but 0.8 here"), std::string::npos)
+      << message;
+}
+
 TEST(OptimTest, ASequentialLRResumesFromItsFileAndRefusesAnotherSequence) {
   ::ampjit::testing::TemporaryDirectory scratch;
   const fs::path& dir = scratch.path;
