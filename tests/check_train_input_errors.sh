@@ -77,7 +77,7 @@ expect_flag_error "--seed must be >= 0" --seed -3
 expect_flag_error "--max-steps must be >= 0" --max-steps -2
 expect_flag_error "--batch-size 5000 is larger than the training split (1600 digits)" --batch-size 5000
 expect_flag_error "--amp must be O0, O1, O2, O3 or auto" --amp O5
-expect_flag_error "--optimizer must be sgd, adam, adamw, radam, nadam, rmsprop, adagrad, adamax, adadelta or lamb, not 'lbfgs'" --optimizer lbfgs
+expect_flag_error "--optimizer must be sgd, adam, adamw, radam, nadam, rmsprop, adagrad, adamax, adadelta, adafactor or lamb, not 'lbfgs'" --optimizer lbfgs
 expect_flag_error "--momentum is SGD's; adamw keeps torch.optim's defaults for all but the lr and weight decay" --optimizer adamw --momentum 0.9
 expect_flag_error "--momentum is SGD's; rmsprop keeps torch.optim's defaults for all but the lr and weight decay" --optimizer rmsprop --momentum 0.9
 expect_flag_error "--weight-decay: 'nan' is not a finite number" --weight-decay nan

@@ -70,6 +70,10 @@ check mlp9-adamax --model mlp9 --width 64 --batch-size 32 --steps-per-epoch 5 --
 # Adadelta's two running averages, of g^2 and of the steps' squares.
 check mlp9-adadelta --model mlp9 --width 64 --batch-size 32 --steps-per-epoch 5 --backend cpu --amp O1 --dtype bf16 \
   --optimizer adadelta
+# Adafactor's factored row and column averages, its vectors' full averages
+# and the step count its beta2 and rho follow.
+check mlp9-adafactor --model mlp9 --width 64 --batch-size 32 --steps-per-epoch 5 --backend cpu --amp O2 --dtype f16 \
+  --optimizer adafactor
 # LAMB's moments and step count, and its global gradient norm and trust
 # ratios, which a resumed run recomputes from the loaded state.
 check classifier-lamb --data synthetic --backend cpu --amp O1 --dtype bf16 --seed 3 --optimizer lamb --lr 1e-2

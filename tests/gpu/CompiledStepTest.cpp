@@ -994,10 +994,10 @@ TEST_F(CompiledStepOnGpu, AnAmsgradStepAtO2MatchesTheCpuAndSkipsOverflows) {
 }
 
 TEST_F(CompiledStepOnGpu, TheElementwiseOptimizersStepsMatchTheCpuAndSkipOverflows) {
-  // Element-wise optimizers become generated kernels (LAMB's norms generated
-  // reductions): their predicated selects must keep every buffer on a
+  // Element-wise optimizers become generated kernels (LAMB's norms and
+  // Adafactor's row and column averages generated reductions): their predicated selects must keep every buffer on a
   // skipped step, on the device too.
-  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax", "Adadelta", "LAMB"}) {
+  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax", "Adadelta", "Adafactor", "LAMB"}) {
     SCOPED_TRACE(which);
     struct Net {
       explicit Net(const std::string& which)
@@ -1014,6 +1014,8 @@ TEST_F(CompiledStepOnGpu, TheElementwiseOptimizersStepsMatchTheCpuAndSkipOverflo
           opt = std::make_unique<optim::Adamax>(model.parameters(), optim::AdamaxOptions{.lr = 2e-3});
         else if (which == "Adadelta")
           opt = std::make_unique<optim::Adadelta>(model.parameters(), optim::AdadeltaOptions{});
+        else if (which == "Adafactor")
+          opt = std::make_unique<optim::Adafactor>(model.parameters(), optim::AdafactorOptions{});
         else if (which == "LAMB")
           opt = std::make_unique<optim::LAMB>(model.parameters(), optim::LAMBOptions{.lr = 1e-2});
         else

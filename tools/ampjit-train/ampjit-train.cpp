@@ -131,6 +131,11 @@ const std::vector<OptimizerChoice>& optimizerChoices() {
          return std::make_unique<jit::optim::Adadelta>(
              std::move(parameters), jit::optim::AdadeltaOptions{.lr = options.lr, .weight_decay = options.weightDecay});
        }},
+      {"adafactor", 1e-2, 0.0,
+       [](const Options& options, std::vector<Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
+         return std::make_unique<jit::optim::Adafactor>(
+             std::move(parameters), jit::optim::AdafactorOptions{.lr = options.lr, .weight_decay = options.weightDecay});
+       }},
       {"lamb", 1e-3, 1e-2,
        [](const Options& options, std::vector<Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
          return std::make_unique<jit::optim::LAMB>(
@@ -164,18 +169,19 @@ const char* kUsage = R"(usage: ampjit-train [options]
                            it, the CPU and sm_80 on, else f16)
   --backend cpu|cuda|auto  where the traced step runs (default auto: CUDA if present)
   --epochs N               passes over the training split (default 10)
-  --optimizer sgd|adam|adamw|radam|nadam|rmsprop|adagrad|adamax|adadelta|lamb
+  --optimizer sgd|adam|adamw|radam|nadam|rmsprop|adagrad|adamax|adadelta|adafactor|lamb
                            the optimizer (default sgd), as torch.optim's with its defaults: Adam,
                            AdamW, RAdam, NAdam and Adamax with betas (0.9, 0.999) and eps 1e-8,
                            RMSprop with alpha 0.99, eps 1e-8 and no momentum, Adagrad with eps
-                           1e-10, Adadelta with rho 0.9 and eps 1e-6; LAMB as apex's FusedLAMB:
-                           eps 1e-6, the gradients clipped to a global norm of 1
-  --lr X                   learning rate (default: SGD, RMSprop and Adagrad 1e-2, mlp9's SGD
-                           1e-4; Adam, AdamW, RAdam and LAMB 1e-3; NAdam and Adamax 2e-3;
-                           Adadelta 1)
+                           1e-10, Adadelta with rho 0.9 and eps 1e-6, Adafactor with
+                           beta2_decay -0.8 and d 1; LAMB as apex's FusedLAMB: eps 1e-6, the
+                           gradients clipped to a global norm of 1
+  --lr X                   learning rate (default: SGD, RMSprop, Adagrad and Adafactor 1e-2,
+                           mlp9's SGD 1e-4; Adam, AdamW, RAdam and LAMB 1e-3; NAdam and Adamax
+                           2e-3; Adadelta 1)
   --momentum X             SGD's momentum (default 0.9; mlp9: 0); SGD only
-  --weight-decay X         L2 penalty (all but AdamW and LAMB) or decoupled decay (AdamW,
-                           LAMB) (default 0; AdamW and LAMB: 1e-2)
+  --weight-decay X         L2 penalty (all but AdamW, Adafactor and LAMB) or decoupled decay
+                           (AdamW, Adafactor, LAMB) (default 0; AdamW and LAMB: 1e-2)
   --schedule constant|cosine|onecycle
                            the lr over the run's steps (--epochs x steps an epoch, whatever
                            --max-steps stops at): constant (default), cosine decay to 0 after

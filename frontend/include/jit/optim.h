@@ -559,6 +559,63 @@ private:
   std::vector<Tensor> squareAvg_, accDelta_;
 };
 
+struct AdafactorOptions {
+  double lr = 1e-2;
+  /// 1 - beta2 at step t is t^beta2_decay (<= 0).
+  double beta2_decay = -0.8;
+  /// eps1 keeps the variance estimate and its row mean from 0 (unset: the
+  /// parameter dtype's machine epsilon); eps2 is the least RMS a parameter's
+  /// step is scaled by.
+  std::pair<std::optional<double>, double> eps = {std::nullopt, 1e-3};
+  /// The clipping threshold of the update's RMS (>= 1).
+  double d = 1.0;
+  /// Decoupled: param *= 1 - lr * weight_decay.
+  double weight_decay = 0.0;
+  bool maximize = false;
+};
+/// A parameter group of Adafactor (see SGDGroup).
+struct AdafactorGroup {
+  std::vector<Tensor> params;
+  std::optional<double> lr{};
+  std::optional<double> beta2_decay{};
+  std::optional<std::pair<std::optional<double>, double>> eps{};
+  std::optional<double> d{};
+  std::optional<double> weight_decay{};
+  std::optional<bool> maximize{};
+};
+
+/// torch.optim.Adafactor (Shazeer and Stern, "Adafactor: Adaptive Learning
+/// Rates with Sublinear Memory Cost"): for a parameter of rank >= 2 the
+/// second moment is kept factored over its last two dimensions, a row
+/// average (shape [..., rows, 1]) and a column average ([..., 1, cols]) of
+/// g^2, so a [n, m] weight keeps n + m numbers, not n * m; the estimate is
+/// row_var * col_var / max(mean(row_var), eps1). A vector keeps the full
+/// average. The step is the update g / sqrt(max(estimate, eps1^2)), clipped
+/// to an RMS of d, times max(eps2, RMS(param)) * min(lr, 1/sqrt(t)).
+/// state_dict() names the buffers "<i>.row_var" and "<i>.col_var", or
+/// "<i>.variance", as PyTorch does.
+class Adafactor : public Optimizer {
+public:
+  Adafactor(std::vector<Tensor> params, AdafactorOptions options);
+  Adafactor(std::vector<AdafactorGroup> groups, AdafactorOptions defaults);
+  const AdafactorOptions& options(size_t group = 0) const { return groupOptions_.at(group); }
+  /// Parameter i's factored averages (undefined for a vector) and full
+  /// average (undefined for rank >= 2).
+  const Tensor& row_var(size_t i) const { return rowVar_.at(i); }
+  const Tensor& col_var(size_t i) const { return colVar_.at(i); }
+  const Tensor& variance(size_t i) const { return variance_.at(i); }
+  const char* name() const override { return "Adafactor"; }
+
+protected:
+  void update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) override;
+  std::vector<std::pair<std::string, double>> group_hyperparameters(size_t group) const override;
+  void collect_buffers(size_t i, std::vector<NamedTensor>& out) const override;
+
+private:
+  std::vector<AdafactorOptions> groupOptions_;
+  std::vector<Tensor> rowVar_, colVar_, variance_;
+};
+
 struct LAMBOptions {
   double lr = 1e-3;
   std::pair<double, double> betas = {0.9, 0.999};

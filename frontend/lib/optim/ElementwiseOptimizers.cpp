@@ -1,4 +1,4 @@
-// RMSprop, Adagrad, RAdam, NAdam, Adamax and Adadelta, following PyTorch's single-tensor implementations op
+// RMSprop, Adagrad, RAdam, NAdam, Adamax, Adadelta and Adafactor, following PyTorch's single-tensor implementations op
 // for op, and apex's LAMB, written with the public elementwise ops and
 // reductions. Eagerly each op runs on the CPU backend; a traced step records
 // them and codegen fuses them, so they need no kernel of their own on any
@@ -65,11 +65,22 @@ void applyWeightDecay(Tensor& param, Tensor& g, const Tensor& lr, double weight_
 /// start.lerp_(end, weight) as these optimizers use it, with a host weight:
 /// start + (end - start) * weight (a running average's update).
 Tensor lerpToward(const Tensor& start, const Tensor& end, double weight) { return start + (end - start) * weight; }
+Tensor lerpToward(const Tensor& start, const Tensor& end, const Tensor& weight) { return start + (end - start) * weight; }
 
 /// A running average of g^2 (Adam's exp_avg_sq, RMSprop's square_avg):
 /// average * decay + (1 - decay) g^2.
 Tensor squareAverage(const Tensor& average, const Tensor& g, double decay) {
   return average * decay + g * g * (1.0 - decay);
+}
+
+/// Where a parameter's norms and squares accumulate: f64 for f64, else f32
+/// (low-precision squares would overflow).
+DType accumulationOf(const Tensor& param) { return param.dtype() == f64 ? f64 : f32; }
+
+/// sqrt(sum(x^2)), in `accumulate`.
+Tensor l2Norm(const Tensor& x, DType accumulate) {
+  Tensor wide = inDtype(x, accumulate);
+  return sqrt(sum(wide * wide));
 }
 
 /// Adam's running moments after gradient `g`: exp_avg.lerp_(g, 1 - beta1)
@@ -525,22 +536,144 @@ void Adadelta::update(size_t i, const Tensor& grad, const Tensor& inv_scale, con
 }
 
 //===----------------------------------------------------------------------===//
-// LAMB
+// Adafactor
 //===----------------------------------------------------------------------===//
 
 namespace {
 
-/// Where a parameter's norms and squares accumulate: f64 for f64, else f32
-/// (low-precision squares would overflow).
-DType accumulationOf(const Tensor& param) { return param.dtype() == f64 ? f64 : f32; }
-
-/// sqrt(sum(x^2)), in `accumulate`.
-Tensor l2Norm(const Tensor& x, DType accumulate) {
-  Tensor wide = inDtype(x, accumulate);
-  return sqrt(sum(wide * wide));
+/// torch.finfo(dtype).eps: Adafactor's eps1 when none is given.
+double machineEpsilon(DType dtype) {
+  switch (dtype) {
+  case f64: return 0x1p-52;
+  case f16: return 0x1p-10;
+  case bf16: return 0x1p-7;
+  default: return 0x1p-23;
+  }
 }
 
+/// max(value, floor) as clamp_(min=floor): a NaN stays NaN.
+Tensor atLeast(const Tensor& value, const Tensor& floor) { return where(lt(value, floor), floor, value); }
+
 } // namespace
+
+Adafactor::Adafactor(std::vector<Tensor> params, AdafactorOptions options)
+    : Adafactor(std::vector<AdafactorGroup>{{.params = std::move(params)}}, options) {}
+
+Adafactor::Adafactor(std::vector<AdafactorGroup> groups, AdafactorOptions defaults)
+    : Optimizer(parametersOf(groups), lrsOf(groups, defaults.lr)) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const AdafactorGroup& group = groups[g];
+    AdafactorOptions options{.lr = group.lr.value_or(defaults.lr),
+                             .beta2_decay = group.beta2_decay.value_or(defaults.beta2_decay),
+                             .eps = group.eps.value_or(defaults.eps),
+                             .d = group.d.value_or(defaults.d),
+                             .weight_decay = group.weight_decay.value_or(defaults.weight_decay),
+                             .maximize = group.maximize.value_or(defaults.maximize)};
+    std::string label = groupLabel("Adafactor", g, groups.size());
+    requireFiniteNonNegative(label, "lr", options.lr);
+    requireFiniteNonNegative(label, "weight_decay", options.weight_decay);
+    if (options.eps.first)
+      requireFiniteNonNegative(label, "eps1", *options.eps.first);
+    requireFiniteNonNegative(label, "eps2", options.eps.second);
+    if (!(options.beta2_decay <= 0.0) || !std::isfinite(options.beta2_decay))
+      throw Error(label + ": beta2_decay must be finite and <= 0, got " +
+                  ampjit::runtime::formatDouble(options.beta2_decay));
+    if (!(options.d >= 1.0) || !std::isfinite(options.d))
+      throw Error(label + ": the clipping threshold d must be finite and >= 1, got " +
+                  ampjit::runtime::formatDouble(options.d));
+    groupOptions_.push_back(options);
+  }
+  for (const Tensor& param : params_) {
+    const Shape& shape = param.shape();
+    if (shape.size() >= 2) {
+      Shape rows = shape, cols = shape;
+      rows.back() = 1;
+      cols[cols.size() - 2] = 1;
+      rowVar_.push_back(optimizerState(zeros(rows, param.dtype())));
+      colVar_.push_back(optimizerState(zeros(cols, param.dtype())));
+      variance_.emplace_back();
+    } else {
+      rowVar_.emplace_back();
+      colVar_.emplace_back();
+      variance_.push_back(zeroedStateLike(param));
+    }
+  }
+  name_state_for_traces();
+}
+
+std::vector<std::pair<std::string, double>> Adafactor::group_hyperparameters(size_t group) const {
+  const AdafactorOptions& options = groupOptions_.at(group);
+  // eps1 -1: the parameter dtype's epsilon (a given eps1 is >= 0).
+  return {{"beta2_decay", options.beta2_decay},
+          {"eps1", options.eps.first.value_or(-1.0)},
+          {"eps2", options.eps.second},
+          {"d", options.d},
+          {"weight_decay", options.weight_decay},
+          {"maximize", options.maximize ? 1.0 : 0.0}};
+}
+
+void Adafactor::collect_buffers(size_t i, std::vector<NamedTensor>& out) const {
+  if (variance_[i].defined()) {
+    out.emplace_back(std::to_string(i) + ".variance", variance_[i]);
+    return;
+  }
+  out.emplace_back(std::to_string(i) + ".row_var", rowVar_[i]);
+  out.emplace_back(std::to_string(i) + ".col_var", colVar_[i]);
+}
+
+void Adafactor::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const Tensor& predicate) {
+  size_t group = groupOf_[i];
+  const AdafactorOptions& options = groupOptions_[group];
+  const Tensor& param = params_[i];
+  DType dtype = param.dtype();
+  double eps1 = options.eps.first.value_or(machineEpsilon(dtype));
+  Tensor g = unscaledGradient(grad, param, inv_scale, options.maximize);
+  // PyTorch's host floats, here f64 scalars of the step count t (from 1):
+  // 1 - beta2_t = t^beta2_decay, rho_t = min(lr, 1/sqrt(t)), and
+  // alpha = max(eps2, RMS(param)) * rho_t with the parameter before decay.
+  Tensor step = steps_[i].to(f64) + 1.0;
+  Tensor lr = this->lr(group).to(f64);
+  Tensor newWeight = inDtype(pow(step, options.beta2_decay), dtype);
+  Tensor inverseRoot = 1.0 / sqrt(step);
+  Tensor rho = where(lt(inverseRoot, lr), inverseRoot, lr);
+  double rootCount = std::sqrt(double(param.numel()));
+  Tensor rms = l2Norm(param, accumulationOf(param)).to(f64) / rootCount;
+  Tensor alpha = atLeast(rms, scalar_tensor(options.eps.second, f64)) * rho;
+  Tensor decayed = param;
+  if (options.weight_decay != 0.0)
+    decayed = param * inDtype(1.0 - lr * options.weight_decay, dtype);
+
+  Tensor squared = g * g, estimate, rowVar, colVar, variance;
+  if (param.dim() >= 2) {
+    // Row and column means of g^2 over the last two dimensions.
+    int64_t rowAxis = param.dim() - 1, colAxis = param.dim() - 2;
+    Tensor rowMean = sum(squared, {rowAxis}, true) / double(param.shape()[rowAxis]);
+    Tensor colMean = sum(squared, {colAxis}, true) / double(param.shape()[colAxis]);
+    rowVar = lerpToward(rowVar_[i], rowMean, newWeight);
+    colVar = lerpToward(colVar_[i], colMean, newWeight);
+    Tensor rowVarMean = sum(rowVar, {colAxis}, true) / double(param.shape()[colAxis]);
+    estimate = rowVar * colVar / atLeast(rowVarMean, scalar_tensor(eps1, dtype));
+  } else {
+    variance = lerpToward(variance_[i], squared, newWeight);
+    estimate = variance;
+  }
+  // eps1 squared under the root, so it keeps eps1's magnitude.
+  Tensor change = rsqrt(atLeast(estimate, scalar_tensor(eps1 * eps1, dtype))) * g;
+  Tensor changeRms = l2Norm(change, accumulationOf(param)).to(f64) / (rootCount * options.d);
+  Tensor denominator = atLeast(changeRms, scalar_tensor(1.0, f64));
+  Tensor stepSize = inDtype(-alpha / denominator, dtype);
+  if (variance.defined()) {
+    assign(variance_[i], predicated(predicate, variance, variance_[i]));
+  } else {
+    assign(rowVar_[i], predicated(predicate, rowVar, rowVar_[i]));
+    assign(colVar_[i], predicated(predicate, colVar, colVar_[i]));
+  }
+  assign(params_[i], predicated(predicate, decayed + change * stepSize, param));
+}
+
+//===----------------------------------------------------------------------===//
+// LAMB
+//===----------------------------------------------------------------------===//
 
 LAMB::LAMB(std::vector<Tensor> params, LAMBOptions options)
     : LAMB(std::vector<LAMBGroup>{{.params = std::move(params)}}, options) {}

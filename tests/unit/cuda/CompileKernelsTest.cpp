@@ -678,23 +678,33 @@ std::vector<std::pair<std::string, OptimizerFactory>> elementwiseOptimizers() {
   };
 }
 
-/// LAMB: elementwise ops too, with reductions between them (the global
-/// gradient norm, each parameter's and each update's norm).
-std::pair<std::string, OptimizerFactory> lambOptimizer() {
-  return {"LAMB", [](std::vector<jit::Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
-            return std::make_unique<jit::optim::LAMB>(std::move(parameters), jit::optim::LAMBOptions{});
-          }};
+/// LAMB and Adafactor: elementwise ops too, with reductions between them
+/// (LAMB's global gradient norm and each parameter's and update's norm;
+/// Adafactor's row and column averages of g^2 and its RMS norms).
+std::vector<std::pair<std::string, OptimizerFactory>> optimizersWithReductions() {
+  return {
+      {"LAMB",
+       [](std::vector<jit::Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
+         return std::make_unique<jit::optim::LAMB>(std::move(parameters), jit::optim::LAMBOptions{});
+       }},
+      {"Adafactor",
+       [](std::vector<jit::Tensor> parameters) -> std::unique_ptr<jit::optim::Optimizer> {
+         return std::make_unique<jit::optim::Adafactor>(std::move(parameters),
+                                                        jit::optim::AdafactorOptions{.weight_decay = 1e-2});
+       }},
+  };
 }
 
 } // namespace
 
 TEST(CompileKernels, EveryKernelOfTheElementwiseOptimizersStepsForTheGpu) {
-  // RMSprop, Adagrad, RAdam, NAdam, Adamax, Adadelta and LAMB have no fused update op:
+  // RMSprop, Adagrad, RAdam, NAdam, Adamax, Adadelta, Adafactor and LAMB have no fused update op:
   // their updates (and RAdam's and NAdam's f64 functions of the step count,
   // exp and log, RAdam's where, NAdam's f32 product of momenta, LAMB's
-  // norms) reach the device only as generated kernels, each compiled here.
+  // and Adafactor's norms) reach the device only as generated kernels, each compiled here.
   std::vector<std::pair<std::string, OptimizerFactory>> optimizers = elementwiseOptimizers();
-  optimizers.push_back(lambOptimizer());
+  for (auto& withReductions : optimizersWithReductions())
+    optimizers.push_back(std::move(withReductions));
   for (const auto& [name, makeOptimizer] : optimizers) {
     SCOPED_TRACE(name);
     rt::Plan plan = cudaMlpStepPlan(2, "O1", {.fuseElementwise = true, .fuseGemmEpilogues = true}, makeOptimizer);

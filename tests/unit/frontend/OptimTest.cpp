@@ -570,6 +570,127 @@ TEST(OptimTest, AdadeltaMatchesPyTorchFormulasInEveryVariant) {
   EXPECT_NE(message.find("Adadelta: eps must be finite and >= 0, got -1e-06"), std::string::npos) << message;
 }
 
+/// PyTorch's _single_tensor_adafactor on loss = sum(p^3) / 3, in f64: `p` a
+/// `rows` x (size / rows) matrix, factored, or with rows 0 a vector.
+std::vector<double> adafactorReference(const optim::AdafactorOptions& o, std::vector<double> p, size_t rows,
+                                       int steps) {
+  const size_t n = p.size(), cols = rows ? n / rows : n;
+  const double eps1 = o.eps.first.value_or(0x1p-52), eps2 = o.eps.second;
+  const double lr = double(float(o.lr)); // the lr is an f32 state tensor (the default 1e-2 is not exact)
+  std::vector<double> rowVar(rows, 0.0), colVar(cols, 0.0), variance(n, 0.0), g(n), estimate(n), change(n);
+  for (int step = 1; step <= steps; ++step) {
+    double squares = 0;
+    for (size_t k = 0; k < n; ++k) {
+      g[k] = o.maximize ? -p[k] * p[k] : p[k] * p[k];
+      squares += p[k] * p[k];
+    }
+    double newWeight = std::pow(double(step), o.beta2_decay);
+    double rho = std::min(lr, 1.0 / std::sqrt(double(step)));
+    double alpha = std::max(eps2, std::sqrt(squares) / std::sqrt(double(n))) * rho;
+    for (double& value : p)
+      value *= 1 - lr * o.weight_decay;
+    if (rows) {
+      for (size_t r = 0; r < rows; ++r) {
+        double mean = 0;
+        for (size_t c = 0; c < cols; ++c)
+          mean += g[r * cols + c] * g[r * cols + c] / double(cols);
+        rowVar[r] += (mean - rowVar[r]) * newWeight;
+      }
+      for (size_t c = 0; c < cols; ++c) {
+        double mean = 0;
+        for (size_t r = 0; r < rows; ++r)
+          mean += g[r * cols + c] * g[r * cols + c] / double(rows);
+        colVar[c] += (mean - colVar[c]) * newWeight;
+      }
+      double rowVarMean = 0;
+      for (double value : rowVar)
+        rowVarMean += value / double(rows);
+      for (size_t k = 0; k < n; ++k)
+        estimate[k] = rowVar[k / cols] * colVar[k % cols] / std::max(rowVarMean, eps1);
+    } else {
+      for (size_t k = 0; k < n; ++k) {
+        variance[k] += (g[k] * g[k] - variance[k]) * newWeight;
+        estimate[k] = variance[k];
+      }
+    }
+    double changeSquares = 0;
+    for (size_t k = 0; k < n; ++k) {
+      change[k] = g[k] / std::sqrt(std::max(estimate[k], eps1 * eps1));
+      changeSquares += change[k] * change[k];
+    }
+    double denominator = std::max(1.0, std::sqrt(changeSquares) / (std::sqrt(double(n)) * o.d));
+    for (size_t k = 0; k < n; ++k)
+      p[k] += -alpha / denominator * change[k];
+  }
+  return p;
+}
+
+TEST(OptimTest, AdafactorMatchesPyTorchFormulasForMatricesAndVectors) {
+  // A 2 x 3 matrix keeps a row and a column average of g^2 (2 + 3 numbers)
+  // where a vector keeps one per element. lr 0.5 makes rho_t = 1/sqrt(t)
+  // from t = 4 on; eps1 1e-3 and eps2 0.25 put both floors to work.
+  const std::vector<double> matrix = {0.5, -1.25, 2.0, 0.75, -0.4, 1.1};
+  const optim::AdafactorOptions cases[] = {
+      {},
+      {.lr = 0.5, .beta2_decay = -0.5, .eps = {1e-3, 0.25}, .d = 1.5, .weight_decay = 0.1},
+      {.lr = 0.25, .maximize = true},
+  };
+  std::vector<std::vector<double>> results;
+  for (const auto& options : cases) {
+    SCOPED_TRACE(::testing::Message() << "lr " << options.lr << " maximize " << options.maximize);
+    Tensor w = tensor(matrix, {2, 3}, f64).requires_grad_(), v = param(f64).requires_grad_();
+    optim::Adafactor opt({w, v}, options);
+    EXPECT_EQ(opt.row_var(0).shape(), (Shape{2, 1}));
+    EXPECT_EQ(opt.col_var(0).shape(), (Shape{1, 3}));
+    EXPECT_FALSE(opt.variance(0).defined());
+    EXPECT_FALSE(opt.row_var(1).defined());
+    for (int s = 0; s < 6; ++s) {
+      opt.zero_grad();
+      (sum(w * w * w) / 3.0 + sum(v * v * v) / 3.0).backward();
+      opt.step();
+    }
+    expectNear(w.to_vector(), adafactorReference(options, matrix, 2, 6));
+    expectNear(v.to_vector(), adafactorReference(options, kInit, 0, 6));
+    std::vector<std::string> names;
+    for (const auto& [name, tensor] : opt.state_dict())
+      names.push_back(name);
+    EXPECT_EQ(names, (std::vector<std::string>{"lr", "0.step", "0.row_var", "0.col_var", "1.step", "1.variance"}));
+    results.push_back(w.to_vector());
+  }
+  for (size_t c = 1; c < results.size(); ++c)
+    EXPECT_NE(results[c], results[0]) << "case " << c << " must differ from the default update";
+  // eps1 unset is the parameter dtype's epsilon. For f32 (2^-23) a gradient
+  // of 1e-8 has g^2 below eps1^2, so its update is g / eps1, not the g / |g|
+  // = 1 that f64's epsilon would give: each element moves by alpha * 1e-8 *
+  // 2^23 with alpha = RMS(p) * lr = 0.01.
+  Tensor small = tensor({1.0, -1.0}, {2}, f32).requires_grad_();
+  optim::Adafactor f32Opt({small}, {});
+  f32Opt.zero_grad();
+  sum(small * tensor({1e-8, 1e-8}, {2}, f32)).backward();
+  f32Opt.step();
+  std::vector<double> moved = small.to_vector();
+  EXPECT_NEAR(moved[0], 1.0 - 0.01 * 1e-8 * 0x1p23, 1e-6);
+  EXPECT_NEAR(moved[1], -1.0 - 0.01 * 1e-8 * 0x1p23, 1e-6);
+
+  Tensor a = param(f64).requires_grad_(), b = param(f64).requires_grad_();
+  optim::Adafactor groups({{.params = {a}}, {.params = {b}, .lr = 0.5, .d = 2.0}}, {.weight_decay = 0.1});
+  for (int s = 0; s < 5; ++s) {
+    groups.zero_grad();
+    (sum(a * a * a) / 3.0 + sum(b * b * b) / 3.0).backward();
+    groups.step();
+  }
+  expectNear(a.to_vector(), adafactorReference({.weight_decay = 0.1}, kInit, 0, 5));
+  expectNear(b.to_vector(), adafactorReference({.lr = 0.5, .d = 2.0, .weight_decay = 0.1}, kInit, 0, 5));
+  std::string message = errorOf([&] { optim::Adafactor({{.params = {a}}, {.params = {b}, .beta2_decay = 0.5}}, {}); });
+  EXPECT_NE(message.find("Adafactor group 1: beta2_decay must be finite and <= 0, got 0.5"), std::string::npos)
+      << message;
+  message = errorOf([&] { optim::Adafactor({a}, {.d = 0.5}); });
+  EXPECT_NE(message.find("Adafactor: the clipping threshold d must be finite and >= 1, got 0.5"), std::string::npos)
+      << message;
+  message = errorOf([&] { optim::Adafactor({a}, {.eps = {-1.0, 1e-3}}); });
+  EXPECT_NE(message.find("Adafactor: eps1 must be finite and >= 0, got -1"), std::string::npos) << message;
+}
+
 /// apex's FusedLAMB (multi_tensor_lamb.cu) written out in f64: parameters
 /// `init[k]` with options `options[k]` (the global settings from
 /// options[0]), gradients gradient(k, i, p) for `steps` steps.
@@ -703,7 +824,7 @@ TEST(OptimTest, TheElementwiseOptimizersUnscaleAndSkipAsTheFusedUpdatesDo) {
   // Gradients 1024x too large with inv_scale 1/1024: the update of the true
   // gradient; a false predicate leaves every buffer bit-identical. Seven
   // steps take RAdam past its first rectified update.
-  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax", "Adadelta", "LAMB"}) {
+  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax", "Adadelta", "Adafactor", "LAMB"}) {
     SCOPED_TRACE(which);
     Tensor p = param(f32).requires_grad_(), reference = param(f32).requires_grad_();
     auto make = [&](Tensor& parameter) -> std::unique_ptr<optim::Optimizer> {
@@ -722,6 +843,9 @@ TEST(OptimTest, TheElementwiseOptimizersUnscaleAndSkipAsTheFusedUpdatesDo) {
       if (which == "Adadelta")
         return std::make_unique<optim::Adadelta>(std::vector<Tensor>{parameter},
                                                  optim::AdadeltaOptions{.lr = 0.5, .weight_decay = 0.01});
+      if (which == "Adafactor")
+        return std::make_unique<optim::Adafactor>(std::vector<Tensor>{parameter},
+                                                  optim::AdafactorOptions{.lr = 0.25, .weight_decay = 0.01});
       if (which == "LAMB")
         return std::make_unique<optim::LAMB>(std::vector<Tensor>{parameter}, optim::LAMBOptions{.lr = 0.0625});
       return std::make_unique<optim::RMSprop>(std::vector<Tensor>{parameter},

@@ -1599,7 +1599,7 @@ TEST(Trace, EveryLevelTracksFp32OnALayerNormGeluAdamWStepWithClippingAndAnEma) {
   }
 }
 
-/// A model, an RMSprop, Adagrad, RAdam, NAdam, Adamax, Adadelta or LAMB optimizer and a scaler (by default
+/// A model, an RMSprop, Adagrad, RAdam, NAdam, Adamax, Adadelta, Adafactor or LAMB optimizer and a scaler (by default
 /// one that starts by overflowing f16), for the element-wise optimizers'
 /// trace tests.
 struct ElementwiseOptimizerNet {
@@ -1621,6 +1621,8 @@ struct ElementwiseOptimizerNet {
                                             optim::AdamaxOptions{.lr = 2e-3, .weight_decay = 1e-3});
     else if (which == "Adadelta")
       opt = std::make_unique<optim::Adadelta>(model.parameters(), optim::AdadeltaOptions{.weight_decay = 1e-3});
+    else if (which == "Adafactor")
+      opt = std::make_unique<optim::Adafactor>(model.parameters(), optim::AdafactorOptions{.weight_decay = 1e-3});
     else if (which == "LAMB")
       opt = std::make_unique<optim::LAMB>(model.parameters(), optim::LAMBOptions{.lr = 1e-2});
     else
@@ -1644,7 +1646,7 @@ struct ElementwiseOptimizerNet {
 
 TEST(Trace, TheElementwiseOptimizersStepsTraceAsTheyRunEagerly) {
   // Bitwise at O0, and under autocast semantics at O1 with skipped steps.
-  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax", "Adadelta", "LAMB"}) {
+  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax", "Adadelta", "Adafactor", "LAMB"}) {
     for (amp::Level level : {amp::O0, amp::O1}) {
       SCOPED_TRACE(which + " O" + std::to_string(int(level)));
       ElementwiseOptimizerNet eager(which), traced(which);
@@ -1664,7 +1666,7 @@ TEST(Trace, TheElementwiseOptimizersStepsTraceAsTheyRunEagerly) {
 TEST(Trace, TheElementwiseOptimizersStepsAtO2AndO3TrackO0) {
   // The updates are not the model's computation, so O2 and O3 leave them in
   // fp32; the model's f16 forward and backward keep the losses near O0's.
-  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax", "Adadelta", "LAMB"}) {
+  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax", "Adadelta", "Adafactor", "LAMB"}) {
     std::vector<std::vector<double>> losses;
     for (amp::Level level : {amp::O0, amp::O2, amp::O3}) {
       SCOPED_TRACE(which + " O" + std::to_string(int(level)));
