@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ClassifierNet.h"
+#include "ElementwiseOptimizerChoices.h"
 #include "FrontendTestUtil.h"
 #include "ResNetTrainer.h"
 #include "ScopedEnvironment.h"
@@ -995,33 +996,16 @@ TEST_F(CompiledStepOnGpu, AnAmsgradStepAtO2MatchesTheCpuAndSkipsOverflows) {
 
 TEST_F(CompiledStepOnGpu, TheElementwiseOptimizersStepsMatchTheCpuAndSkipOverflows) {
   // Element-wise optimizers become generated kernels (LAMB's norms and
-  // Adafactor's row and column averages generated reductions): their predicated selects must keep every buffer on a
-  // skipped step, on the device too.
-  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax", "Adadelta", "Adafactor", "LAMB"}) {
+  // Adafactor's row and column averages generated reductions): their
+  // predicated selects must keep every buffer on a skipped step, on the
+  // device too. The same optimizers and settings as the trace tests'.
+  for (const std::string& which : elementwiseOptimizerNames()) {
     SCOPED_TRACE(which);
     struct Net {
       explicit Net(const std::string& which)
           : generator(5), model(nn::Linear(kIn, kHidden, true, {.generator = &generator}), nn::ReLU(),
                                 nn::Linear(kHidden, kClasses, true, {.generator = &generator})),
-            scaler({.init_scale = 1e6, .growth_interval = 2}) {
-        if (which == "Adagrad")
-          opt = std::make_unique<optim::Adagrad>(model.parameters(), optim::AdagradOptions{.lr = 1e-2, .lr_decay = 0.1});
-        else if (which == "RAdam")
-          opt = std::make_unique<optim::RAdam>(model.parameters(), optim::RAdamOptions{.lr = 1e-2});
-        else if (which == "NAdam")
-          opt = std::make_unique<optim::NAdam>(model.parameters(), optim::NAdamOptions{.lr = 2e-3});
-        else if (which == "Adamax")
-          opt = std::make_unique<optim::Adamax>(model.parameters(), optim::AdamaxOptions{.lr = 2e-3});
-        else if (which == "Adadelta")
-          opt = std::make_unique<optim::Adadelta>(model.parameters(), optim::AdadeltaOptions{});
-        else if (which == "Adafactor")
-          opt = std::make_unique<optim::Adafactor>(model.parameters(), optim::AdafactorOptions{});
-        else if (which == "LAMB")
-          opt = std::make_unique<optim::LAMB>(model.parameters(), optim::LAMBOptions{.lr = 1e-2});
-        else
-          opt = std::make_unique<optim::RMSprop>(model.parameters(),
-                                                 optim::RMSpropOptions{.lr = 1e-3, .momentum = 0.9, .centered = true});
-      }
+            opt(makeElementwiseOptimizer(which, model.parameters())), scaler({.init_scale = 1e6, .growth_interval = 2}) {}
       Tensor step(const Tensor& x, const Tensor& y) { return scaledTrainStep(model, *opt, scaler, x, y); }
       Generator generator;
       nn::Sequential model;

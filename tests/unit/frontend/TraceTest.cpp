@@ -1,6 +1,7 @@
 // jit::trace: capture, guards, eager-vs-traced agreement and trace-time errors.
 
 #include "ClassifierNet.h"
+#include "ElementwiseOptimizerChoices.h"
 #include "FrontendTestUtil.h"
 #include "ScopedEnvironment.h"
 #include "TemporaryDirectory.h"
@@ -1599,36 +1600,15 @@ TEST(Trace, EveryLevelTracksFp32OnALayerNormGeluAdamWStepWithClippingAndAnEma) {
   }
 }
 
-/// A model, an RMSprop, Adagrad, RAdam, NAdam, Adamax, Adadelta, Adafactor or LAMB optimizer and a scaler (by default
-/// one that starts by overflowing f16), for the element-wise optimizers'
-/// trace tests.
+/// A model, one of the element-wise optimizers and a scaler (by default one
+/// that starts by overflowing f16), for the element-wise optimizers' trace
+/// tests.
 struct ElementwiseOptimizerNet {
   explicit ElementwiseOptimizerNet(const std::string& which, double initialScale = 1e6)
       : generator(6), model(nn::Linear(kIn, kHidden, true, {.generator = &generator}), nn::ReLU(),
                             nn::Linear(kHidden, kClasses, true, {.generator = &generator})),
-        scaler({.init_scale = initialScale, .growth_interval = 2}) {
-    if (which == "Adagrad")
-      opt = std::make_unique<optim::Adagrad>(model.parameters(),
-                                             optim::AdagradOptions{.lr = 1e-2, .lr_decay = 0.1, .weight_decay = 1e-3});
-    else if (which == "RAdam")
-      opt = std::make_unique<optim::RAdam>(model.parameters(),
-                                           optim::RAdamOptions{.lr = 1e-2, .weight_decay = 1e-3});
-    else if (which == "NAdam")
-      opt = std::make_unique<optim::NAdam>(model.parameters(),
-                                           optim::NAdamOptions{.lr = 2e-3, .weight_decay = 1e-3});
-    else if (which == "Adamax")
-      opt = std::make_unique<optim::Adamax>(model.parameters(),
-                                            optim::AdamaxOptions{.lr = 2e-3, .weight_decay = 1e-3});
-    else if (which == "Adadelta")
-      opt = std::make_unique<optim::Adadelta>(model.parameters(), optim::AdadeltaOptions{.weight_decay = 1e-3});
-    else if (which == "Adafactor")
-      opt = std::make_unique<optim::Adafactor>(model.parameters(), optim::AdafactorOptions{.weight_decay = 1e-3});
-    else if (which == "LAMB")
-      opt = std::make_unique<optim::LAMB>(model.parameters(), optim::LAMBOptions{.lr = 1e-2});
-    else
-      opt = std::make_unique<optim::RMSprop>(
-          model.parameters(), optim::RMSpropOptions{.lr = 1e-3, .weight_decay = 1e-3, .momentum = 0.9, .centered = true});
-  }
+        opt(makeElementwiseOptimizer(which, model.parameters())),
+        scaler({.init_scale = initialScale, .growth_interval = 2}) {}
   Tensor step(const Tensor& x, const Tensor& y) { return scaledTrainStep(model, *opt, scaler, x, y); }
   std::vector<std::vector<double>> state() const {
     std::vector<std::vector<double>> out;
@@ -1646,7 +1626,7 @@ struct ElementwiseOptimizerNet {
 
 TEST(Trace, TheElementwiseOptimizersStepsTraceAsTheyRunEagerly) {
   // Bitwise at O0, and under autocast semantics at O1 with skipped steps.
-  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax", "Adadelta", "Adafactor", "LAMB"}) {
+  for (const std::string& which : elementwiseOptimizerNames()) {
     for (amp::Level level : {amp::O0, amp::O1}) {
       SCOPED_TRACE(which + " O" + std::to_string(int(level)));
       ElementwiseOptimizerNet eager(which), traced(which);
@@ -1666,7 +1646,7 @@ TEST(Trace, TheElementwiseOptimizersStepsTraceAsTheyRunEagerly) {
 TEST(Trace, TheElementwiseOptimizersStepsAtO2AndO3TrackO0) {
   // The updates are not the model's computation, so O2 and O3 leave them in
   // fp32; the model's f16 forward and backward keep the losses near O0's.
-  for (std::string which : {"RMSprop", "Adagrad", "RAdam", "NAdam", "Adamax", "Adadelta", "Adafactor", "LAMB"}) {
+  for (const std::string& which : elementwiseOptimizerNames()) {
     std::vector<std::vector<double>> losses;
     for (amp::Level level : {amp::O0, amp::O2, amp::O3}) {
       SCOPED_TRACE(which + " O" + std::to_string(int(level)));
