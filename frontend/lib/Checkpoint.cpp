@@ -74,7 +74,7 @@ Checkpoint& Checkpoint::add(std::string name, optim::LRScheduler& scheduler) {
 Checkpoint& Checkpoint::add(std::string name, optim::ReduceLROnPlateau& scheduler) {
   return append(std::move(name), [&scheduler] { return detail::savedStateOf(scheduler); });
 }
-Checkpoint& Checkpoint::add(std::string name, optim::ExponentialMovingAverage& average) {
+Checkpoint& Checkpoint::add(std::string name, optim::ParameterAverage& average) {
   return append(std::move(name), [&average] { return detail::savedStateOf(average); });
 }
 Checkpoint& Checkpoint::add(std::string name, Generator& generator) {

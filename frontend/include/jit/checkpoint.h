@@ -36,7 +36,7 @@ namespace optim {
 class Optimizer;
 class LRScheduler;
 class ReduceLROnPlateau;
-class ExponentialMovingAverage;
+class ParameterAverage;
 } // namespace optim
 namespace amp {
 class GradScaler;
@@ -60,7 +60,8 @@ public:
   Checkpoint& add(std::string name, amp::GradScaler& scaler);
   Checkpoint& add(std::string name, optim::LRScheduler& scheduler);
   Checkpoint& add(std::string name, optim::ReduceLROnPlateau& scheduler);
-  Checkpoint& add(std::string name, optim::ExponentialMovingAverage& average);
+  /// An ExponentialMovingAverage or a StochasticWeightAverage.
+  Checkpoint& add(std::string name, optim::ParameterAverage& average);
   /// A random generator: dropout's [seed, offset] and the host engine that
   /// rand/randn draw from, so a resumed run draws what the unbroken one would.
   Checkpoint& add(std::string name, Generator& generator);

@@ -26,13 +26,13 @@ namespace jit {
 namespace optim {
 class LRScheduler;
 class ReduceLROnPlateau;
-class ExponentialMovingAverage;
+class ParameterAverage;
 }
 namespace detail {
 struct SavedState;
 SavedState savedStateOf(optim::LRScheduler& scheduler);
 SavedState savedStateOf(optim::ReduceLROnPlateau& scheduler);
-SavedState savedStateOf(optim::ExponentialMovingAverage& average);
+SavedState savedStateOf(optim::ParameterAverage& average);
 } // namespace detail
 
 // --- the fused update ops (JitOps.td describes them exactly) ------------------
@@ -1077,38 +1077,91 @@ private:
   int64_t epoch_ = 0;
 };
 
-/// An exponential moving average of parameters for evaluation (torch_ema's
-/// ExponentialMovingAverage; PyTorch's swa_utils.AveragedModel with
-/// get_ema_multi_avg_fn): after each update(), shadow = decay * shadow +
-/// (1 - decay) * parameter. update() may run inside a traced step (at O2 it
-/// stays fp32); to evaluate with the averages, store() the parameters,
-/// copy_to() the averages, evaluate, restore(). A traced eval step sees each
-/// swap without retracing.
-class ExponentialMovingAverage {
+/// Averages of parameters kept beside them for evaluation (what
+/// ExponentialMovingAverage and StochasticWeightAverage share). update() may
+/// run inside a traced step (at O2 it stays fp32); to evaluate with the
+/// averages, store() the parameters, copy_to() the averages, evaluate,
+/// restore(). A traced eval step sees each swap without retracing.
+class ParameterAverage {
 public:
-  /// The shadows start as copies of `parameters`; decay in [0, 1].
-  ExponentialMovingAverage(std::vector<Tensor> parameters, double decay);
+  virtual ~ParameterAverage() = default;
+  ParameterAverage(const ParameterAverage&) = delete;
+  ParameterAverage& operator=(const ParameterAverage&) = delete;
   /// One averaging step, in place and outside autograd.
-  void update(std::source_location where = std::source_location::current());
+  virtual void update(std::source_location where = std::source_location::current()) = 0;
   /// Writes the averages into the parameters (between calls of a step).
   void copy_to();
   /// Keeps a copy of the parameters' current values for restore().
   void store();
   /// Writes the values store() kept back into the parameters.
   void restore();
-  double decay() const { return decay_; }
   /// The averages, in the parameters' order (written in place by load and update).
   const std::vector<Tensor>& shadow_params() const { return shadows_; }
-  const char* name() const { return "ExponentialMovingAverage"; }
+  /// "ExponentialMovingAverage" or "StochasticWeightAverage".
+  virtual const char* name() const = 0;
   void save(const std::string& path) const;
   void load(const std::string& path);
 
-private:
-  friend detail::SavedState detail::savedStateOf(ExponentialMovingAverage& average);
+protected:
+  /// The shadows start as copies of `parameters` (floating-point tensors),
+  /// each named "<parameter>.<shadowName>" for traced steps' plans.
+  ParameterAverage(std::vector<Tensor> parameters, const char* who, const char* shadowName);
+  /// Settings a checkpoint must match (EMA's decay).
+  virtual std::vector<std::pair<std::string, double>> settings() const { return {}; }
+  /// State beside the shadows that a checkpoint carries (SWA's count).
+  virtual std::vector<NamedTensor> extra_state() const { return {}; }
+
   std::vector<Tensor> parameters_;
   std::vector<Tensor> shadows_;
+
+private:
+  friend detail::SavedState detail::savedStateOf(ParameterAverage& average);
+  void refuseInsideTrace(const char* what) const;
   std::vector<Tensor> stored_;
+};
+
+/// An exponential moving average of parameters for evaluation (torch_ema's
+/// ExponentialMovingAverage; PyTorch's swa_utils.AveragedModel with
+/// get_ema_multi_avg_fn): after each update(), shadow = decay * shadow +
+/// (1 - decay) * parameter.
+class ExponentialMovingAverage : public ParameterAverage {
+public:
+  /// The shadows start as copies of `parameters`; decay in [0, 1].
+  ExponentialMovingAverage(std::vector<Tensor> parameters, double decay);
+  void update(std::source_location where = std::source_location::current()) override;
+  double decay() const { return decay_; }
+  const char* name() const override { return "ExponentialMovingAverage"; }
+
+protected:
+  std::vector<std::pair<std::string, double>> settings() const override { return {{"decay", decay_}}; }
+
+private:
   double decay_;
+};
+
+/// Stochastic weight averaging (Izmailov et al.; PyTorch's
+/// swa_utils.AveragedModel with its default averaging): the equal average
+/// of the parameters at every update(), shadow += (parameter - shadow) /
+/// (n + 1), the first update copying the parameters as PyTorch's does. The
+/// count n is a state tensor (i64[], "n_averaged" in checkpoints), so
+/// update() may run inside a traced step. Batch-norm running statistics are
+/// buffers, not parameters, and are not averaged: as after PyTorch's
+/// AveragedModel, recompute them (update_bn's pass over the data in train
+/// mode) after copy_to(). The lr schedule around it (PyTorch's SWALR) is the
+/// user's: a ConstantLR or LambdaLR from the epoch SWA starts.
+class StochasticWeightAverage : public ParameterAverage {
+public:
+  explicit StochasticWeightAverage(std::vector<Tensor> parameters);
+  void update(std::source_location where = std::source_location::current()) override;
+  /// How many updates the averages hold (reads the count: outside a trace).
+  int64_t n_averaged() const;
+  const char* name() const override { return "StochasticWeightAverage"; }
+
+protected:
+  std::vector<NamedTensor> extra_state() const override { return {{"n_averaged", count_}}; }
+
+private:
+  Tensor count_;
 };
 
 } // namespace optim

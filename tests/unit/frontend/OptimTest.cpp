@@ -1808,5 +1808,79 @@ TEST(OptimTest, ExponentialMovingAverageFollowsItsFormulaAndSwapsForEvaluation) 
   EXPECT_NE(errorOf([&] { otherDecay.load(path); }).find("decay"), std::string::npos);
 }
 
+TEST(OptimTest, StochasticWeightAverageIsTheEqualAverageOfTheUpdates) {
+  // Parameters 10, 20, 60 and 30 at the updates: the averages 10, 15, 30,
+  // 30 (exact in f32); the construction-time copy (1) is not in them, as
+  // PyTorch's first update copies.
+  Tensor w = tensor({1.0, -1.0}, f32).requires_grad_(), b = tensor({1.0}, f64).requires_grad_();
+  optim::StochasticWeightAverage swa({w, b});
+  EXPECT_EQ(swa.n_averaged(), 0);
+  const std::vector<double> values = {10.0, 20.0, 60.0, 30.0}, averages = {10.0, 15.0, 30.0, 30.0};
+  for (size_t k = 0; k < values.size(); ++k) {
+    {
+      NoGradGuard noGrad;
+      w.copy_(tensor({values[k], -values[k]}, f32));
+      b.copy_(tensor({values[k] / 4}, f64));
+    }
+    swa.update();
+    EXPECT_EQ(swa.n_averaged(), int64_t(k + 1));
+    EXPECT_EQ(swa.shadow_params()[0].to_vector(), (std::vector<double>{averages[k], -averages[k]})) << "update " << k;
+    EXPECT_EQ(swa.shadow_params()[1].to_vector(), (std::vector<double>{averages[k] / 4})) << "update " << k;
+  }
+  // A first update copies bit for bit, where shadow + (p - shadow) / 1
+  // rounds: 5 + (0.1 - 5) is 0.0999999 in f32.
+  Tensor odd = tensor({5.0}, f32).requires_grad_();
+  optim::StochasticWeightAverage copying({odd});
+  {
+    NoGradGuard noGrad;
+    odd.copy_(tensor({0.1}, f32));
+  }
+  copying.update();
+  EXPECT_EQ(copying.shadow_params()[0].to_vector(), odd.to_vector());
+
+  std::vector<double> trained = w.to_vector();
+  swa.store();
+  swa.copy_to();
+  EXPECT_EQ(w.to_vector(), (std::vector<double>{30.0, -30.0}));
+  swa.restore();
+  EXPECT_EQ(w.to_vector(), trained);
+  EXPECT_NE(errorOf([&] { swa.restore(); }).find("StochasticWeightAverage::restore(): nothing stored"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { optim::StochasticWeightAverage({tensor(std::vector<int64_t>{1}, {1})}); })
+                .find("StochasticWeightAverage: parameter 0 is i64; only floating-point tensors are averaged"),
+            std::string::npos);
+
+  // Saved with its count: a resumed average goes on as the unbroken one.
+  ::ampjit::testing::TemporaryDirectory scratch;
+  std::string path = (scratch.path / "swa.ampjit").string();
+  swa.save(path);
+  Tensor w2 = tensor({0.0, 0.0}, f32).requires_grad_(), b2 = tensor({0.0}, f64).requires_grad_();
+  optim::StochasticWeightAverage resumed({w2, b2});
+  resumed.load(path);
+  EXPECT_EQ(resumed.n_averaged(), 4);
+  EXPECT_EQ(resumed.shadow_params()[0].to_vector(), swa.shadow_params()[0].to_vector());
+  {
+    NoGradGuard noGrad;
+    w2.copy_(tensor({80.0, -80.0}, f32));
+  }
+  resumed.update();
+  EXPECT_EQ(resumed.shadow_params()[0].to_vector(), (std::vector<double>{40.0, -40.0})) << "(4 * 30 + 80) / 5";
+  // An EMA's file is not an SWA's, nor the other way round.
+  optim::ExponentialMovingAverage ema({w2, b2}, 0.5);
+  EXPECT_NE(errorOf([&] { ema.load(path); }).find("StochasticWeightAverage"), std::string::npos);
+
+  // In a jit::Checkpoint beside the model's parameters.
+  std::string checkpointPath = (scratch.path / "run.ampjit").string();
+  Checkpoint checkpoint;
+  checkpoint.add("swa", swa);
+  checkpoint.save(checkpointPath);
+  optim::StochasticWeightAverage fromCheckpoint({w2, b2});
+  Checkpoint reader;
+  reader.add("swa", fromCheckpoint);
+  reader.load(checkpointPath);
+  EXPECT_EQ(fromCheckpoint.n_averaged(), 4);
+  EXPECT_EQ(fromCheckpoint.shadow_params()[1].to_vector(), swa.shadow_params()[1].to_vector());
+}
+
 } // namespace
 } // namespace jit

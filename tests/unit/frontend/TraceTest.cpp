@@ -1554,6 +1554,32 @@ TEST(Trace, AnEmaUpdatedInAnO2StepEvaluatesThroughATracedEvalStep) {
   EXPECT_EQ(train.stats().traces, 1u);
 }
 
+TEST(Trace, AStochasticWeightAverageUpdatedInATracedStepEqualsTheEagerOne) {
+  // The count is state the traced step carries: the first update copies,
+  // the later ones divide by the count + 1, bit for bit as eagerly.
+  Classifier eager SMALL_NET(), traced SMALL_NET();
+  optim::StochasticWeightAverage eagerSwa(eager.model.parameters()), tracedSwa(traced.model.parameters());
+  auto step = trace(
+      [&](const Tensor& x, const Tensor& y) {
+        Tensor loss = traced.step(x, y);
+        tracedSwa.update();
+        return loss;
+      },
+      {.backend = Backend::cpu});
+  for (uint64_t i = 0; i < 4; ++i) {
+    auto [x, y] = batch(kBatch, kIn, kClasses, 60 + i);
+    EXPECT_EQ(step(x, y).item(), eager.step(x, y).item()) << "call " << i;
+    eagerSwa.update();
+  }
+  EXPECT_EQ(tracedSwa.n_averaged(), 4);
+  for (size_t k = 0; k < eagerSwa.shadow_params().size(); ++k) {
+    EXPECT_EQ(tracedSwa.shadow_params()[k].to_vector(), eagerSwa.shadow_params()[k].to_vector()) << "parameter " << k;
+    EXPECT_NE(tracedSwa.shadow_params()[k].to_vector(), traced.model.parameters()[k].to_vector())
+        << "an average of four steps is not the last step's weights";
+  }
+  EXPECT_EQ(step.stats().traces, 1u);
+}
+
 TEST(Trace, EveryLevelTracksFp32OnALayerNormGeluAdamWStepWithClippingAndAnEma) {
   // LayerNorm, GELU, AdamW, unscale_ + clip_grad_norm_ and an EMA through
   // one scaler: every level compiles (O3 did not: it cast the fp32 statistics
