@@ -18,7 +18,7 @@ namespace jit::optim {
 
 using detail::groupLabel;
 using detail::requireFiniteNonNegative;
-using detail::requireBetas;
+using detail::requireAdamSettings;
 using detail::lrsOf;
 using detail::parametersOf;
 using detail::optimizerState;
@@ -189,10 +189,7 @@ RAdam::RAdam(std::vector<RAdamGroup> groups, RAdamOptions defaults)
                          .decoupled_weight_decay = group.decoupled_weight_decay.value_or(defaults.decoupled_weight_decay),
                          .maximize = group.maximize.value_or(defaults.maximize)};
     std::string label = groupLabel("RAdam", g, groups.size());
-    requireFiniteNonNegative(label, "lr", options.lr);
-    requireFiniteNonNegative(label, "eps", options.eps);
-    requireFiniteNonNegative(label, "weight_decay", options.weight_decay);
-    requireBetas(label, options.betas);
+    requireAdamSettings(label, options.lr, options.eps, options.weight_decay, options.betas);
     groupOptions_.push_back(options);
   }
   for (const Tensor& param : params_) {
@@ -275,11 +272,8 @@ NAdam::NAdam(std::vector<NAdamGroup> groups, NAdamOptions defaults)
                          .decoupled_weight_decay = group.decoupled_weight_decay.value_or(defaults.decoupled_weight_decay),
                          .maximize = group.maximize.value_or(defaults.maximize)};
     std::string label = groupLabel("NAdam", g, groups.size());
-    requireFiniteNonNegative(label, "lr", options.lr);
-    requireFiniteNonNegative(label, "eps", options.eps);
-    requireFiniteNonNegative(label, "weight_decay", options.weight_decay);
+    requireAdamSettings(label, options.lr, options.eps, options.weight_decay, options.betas);
     requireFiniteNonNegative(label, "momentum_decay", options.momentum_decay);
-    requireBetas(label, options.betas);
     groupOptions_.push_back(options);
   }
   for (const Tensor& param : params_) {
@@ -357,10 +351,7 @@ Adamax::Adamax(std::vector<AdamaxGroup> groups, AdamaxOptions defaults)
                           .weight_decay = group.weight_decay.value_or(defaults.weight_decay),
                           .maximize = group.maximize.value_or(defaults.maximize)};
     std::string label = groupLabel("Adamax", g, groups.size());
-    requireFiniteNonNegative(label, "lr", options.lr);
-    requireFiniteNonNegative(label, "eps", options.eps);
-    requireFiniteNonNegative(label, "weight_decay", options.weight_decay);
-    requireBetas(label, options.betas);
+    requireAdamSettings(label, options.lr, options.eps, options.weight_decay, options.betas);
     groupOptions_.push_back(options);
   }
   for (const Tensor& param : params_) {

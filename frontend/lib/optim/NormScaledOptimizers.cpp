@@ -18,7 +18,7 @@ namespace jit::optim {
 
 using detail::groupLabel;
 using detail::requireFiniteNonNegative;
-using detail::requireBetas;
+using detail::requireAdamSettings;
 using detail::lrsOf;
 using detail::parametersOf;
 using detail::optimizerState;
@@ -180,10 +180,7 @@ LAMB::LAMB(std::vector<LAMBGroup> groups, LAMBOptions defaults)
     options.bias_correction = group.bias_correction.value_or(defaults.bias_correction);
     options.grad_averaging = group.grad_averaging.value_or(defaults.grad_averaging);
     std::string label = groupLabel("LAMB", g, groups.size());
-    requireFiniteNonNegative(label, "lr", options.lr);
-    requireFiniteNonNegative(label, "eps", options.eps);
-    requireFiniteNonNegative(label, "weight_decay", options.weight_decay);
-    requireBetas(label, options.betas);
+    requireAdamSettings(label, options.lr, options.eps, options.weight_decay, options.betas);
     groupOptions_.push_back(options);
   }
   for (const Tensor& param : params_) {

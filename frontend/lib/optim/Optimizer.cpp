@@ -235,7 +235,6 @@ void Optimizer::step(const Tensor& inv_scale, const Tensor& predicate, std::sour
 
 using detail::groupLabel;
 using detail::requireFiniteNonNegative;
-using detail::requireBetas;
 using detail::lrsOf;
 using detail::parametersOf;
 
@@ -318,10 +317,7 @@ Adam::Adam(std::vector<AdamGroup> groups, const AdamOptions& defaults, bool deco
                              .decoupled_weight_decay = decoupled,
                              .maximize = group.maximize.value_or(defaults.maximize)};
     std::string label = groupLabel(name(), g, groups.size());
-    requireBetas(label, betas);
-    requireFiniteNonNegative(label, "lr", initial_lr(g));
-    requireFiniteNonNegative(label, "eps", update.eps);
-    requireFiniteNonNegative(label, "weight_decay", update.weight_decay);
+    detail::requireAdamSettings(label, initial_lr(g), update.eps, update.weight_decay, betas);
     groupUpdates_.push_back(update);
     groupAmsgrad_.push_back(group.amsgrad.value_or(defaults.amsgrad));
   }

@@ -53,6 +53,16 @@ inline void requireBetas(const std::string& label, std::pair<double, double> bet
       throw Error(label + ": betas must be in [0, 1), got " + ampjit::runtime::formatDouble(beta));
 }
 
+/// The settings Adam's family shares: lr, eps and weight_decay finite and
+/// >= 0, betas in [0, 1).
+inline void requireAdamSettings(const std::string& label, double lr, double eps, double weight_decay,
+                                std::pair<double, double> betas) {
+  requireFiniteNonNegative(label, "lr", lr);
+  requireFiniteNonNegative(label, "eps", eps);
+  requireFiniteNonNegative(label, "weight_decay", weight_decay);
+  requireBetas(label, betas);
+}
+
 /// `buffer` marked as optimizer state, so a traced step carries it from step
 /// to step and a checkpoint holds it; an undefined buffer (state a group's
 /// settings leave out) stays undefined.
