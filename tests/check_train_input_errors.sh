@@ -67,6 +67,8 @@ expect_flag_error() {
 }
 
 expect_flag_error "--lr: 'nan' is not a finite number" --lr nan
+expect_flag_error "--swa-start must be an epoch from 1 to --epochs (2), not 3" --epochs 2 --swa-start 3
+expect_flag_error "--swa-start is the classifier's: mlp9 has no held-out set" --model mlp9 --swa-start 1
 expect_flag_error "--lr: 'inf' is not a finite number" --lr inf
 expect_flag_error "--momentum: '1e400' is not a finite number" --momentum 1e400
 expect_flag_error "SGD: lr must be finite and >= 0, got -1" --lr -1

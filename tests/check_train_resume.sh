@@ -77,6 +77,10 @@ check mlp9-adafactor --model mlp9 --width 64 --batch-size 32 --steps-per-epoch 5
 # LAMB's moments and step count, and its global gradient norm and trust
 # ratios, which a resumed run recomputes from the loaded state.
 check classifier-lamb --data synthetic --backend cpu --amp O1 --dtype bf16 --seed 3 --optimizer lamb --lr 1e-2
+# The weight average and its count: SWA from epoch 2, so the file holds one
+# epoch's average and the resumed epoch 3 averages two.
+check classifier-swa --data synthetic --backend cpu --amp O1 --dtype f16 --seed 3 --swa-start 2
+grep -q '"swa_held_out_accuracy"' "$dir/classifier-swa.rest" || { echo "FAIL: classifier-swa: no SWA accuracy in epoch 3"; exit 1; }
 check mlp9-warmup --stop-by-steps 10 --model mlp9 --width 64 --batch-size 32 --steps-per-epoch 5 --backend cpu \
   --amp O1 --dtype f16 --warmup-steps 7 --clip-grad-norm 0.5
 

