@@ -3,8 +3,9 @@
 
 // What every optimizer's constructor does with its parameter groups
 // (SGDGroup, AdamGroup, RMSpropGroup, AdagradGroup, RAdamGroup, NAdamGroup,
-// AdamaxGroup): each has `params` and an optional `lr`; and how each makes
-// its state buffers.
+// AdamaxGroup): each has `params` and an optional `lr`; how each makes its
+// state buffers; and the setting checks (requireFiniteNonNegative, which the
+// schedules use too).
 
 #include "Dispatch.h"
 

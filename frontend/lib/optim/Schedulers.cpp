@@ -2,6 +2,7 @@
 
 #include "jit/optim.h"
 
+#include "ParameterGroups.h"
 #include "StateFile.h"
 #include "ampjit/runtime/Plan.h"
 #include "trace/TraceSession.h"
@@ -328,9 +329,8 @@ std::vector<std::pair<std::string, double>> OneCycleLR::schedule_settings() cons
 
 CyclicLR::CyclicLR(Optimizer& optimizer, double base_lr, double max_lr, CyclicLROptions options)
     : LRScheduler(optimizer), baseLr_(base_lr), maxLr_(max_lr), options_(std::move(options)) {
-  for (auto [setting, value] : {std::pair{"base_lr", base_lr}, std::pair{"max_lr", max_lr}})
-    if (!(value >= 0.0) || !std::isfinite(value))
-      throw Error(std::string("CyclicLR: ") + setting + " must be finite and >= 0, got " + formatDouble(value));
+  detail::requireFiniteNonNegative("CyclicLR", "base_lr", base_lr);
+  detail::requireFiniteNonNegative("CyclicLR", "max_lr", max_lr);
   if (options_.step_size_up < 1)
     throw Error("CyclicLR: step_size_up must be >= 1, got " + std::to_string(options_.step_size_up));
   if (options_.step_size_down && *options_.step_size_down < 0)
