@@ -223,8 +223,7 @@ void LAMB::prepare_step(const Tensor& inv_scale) {
   for (const Tensor& param : params_) {
     if (!param.grad().defined())
       continue;
-    Tensor g = inDtype(unscaledGradient(param.grad(), param, inv_scale, false), accumulate);
-    Tensor part = sum(g * g);
+    Tensor part = sumOfSquares(unscaledGradient(param.grad(), param, inv_scale, false), accumulate);
     squares = squares.defined() ? squares + part : part;
   }
   if (!squares.defined())

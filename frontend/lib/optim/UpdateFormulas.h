@@ -66,11 +66,14 @@ inline Tensor squareAverage(const Tensor& average, const Tensor& g, double decay
 /// (low-precision squares would overflow).
 inline DType accumulationOf(const Tensor& param) { return param.dtype() == f64 ? f64 : f32; }
 
-/// sqrt(sum(x^2)), in `accumulate`.
-inline Tensor l2Norm(const Tensor& x, DType accumulate) {
+/// sum(x^2), in `accumulate`.
+inline Tensor sumOfSquares(const Tensor& x, DType accumulate) {
   Tensor wide = inDtype(x, accumulate);
-  return sqrt(sum(wide * wide));
+  return sum(wide * wide);
 }
+
+/// sqrt(sum(x^2)), in `accumulate`.
+inline Tensor l2Norm(const Tensor& x, DType accumulate) { return sqrt(sumOfSquares(x, accumulate)); }
 
 /// Adam's running moments after gradient `g`: exp_avg.lerp_(g, 1 - beta1)
 /// and exp_avg_sq * beta2 + (1 - beta2) g^2.
