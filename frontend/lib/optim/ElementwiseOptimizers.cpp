@@ -385,8 +385,7 @@ void Adamax::update(size_t i, const Tensor& grad, const Tensor& inv_scale, const
   // |g| + eps, and then torch.maximum, from the elementwise ops: -0 < 0 is
   // false, and -0 + eps is +0 even for eps 0, as |-0| + 0 is; a NaN on
   // either side is the result, as torch.maximum gives it.
-  Tensor zero = scalar_tensor(0.0, dtype);
-  Tensor magnitude = where(lt(g, zero), -g, g) + options.eps;
+  Tensor magnitude = magnitudeOf(g) + options.eps;
   Tensor decayedNorm = expInf_[i] * options.betas.second;
   Tensor larger = where(lt(decayedNorm, magnitude), magnitude, decayedNorm);
   Tensor expInf = where(ne(magnitude, magnitude), magnitude, larger);

@@ -8,6 +8,7 @@
 #include "jit/optim.h"
 
 #include "ParameterGroups.h"
+#include "UpdateFormulas.h"
 
 #include <cmath>
 #include <limits>
@@ -98,7 +99,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   Tensor total;
   for (const Tensor& grad : grads) {
     Tensor g = grad.to(accumulate);
-    Tensor part = infinity ? max(where(lt(g, scalar_tensor(0.0, accumulate)), -g, g)) : sum(g * g);
+    Tensor part = infinity ? max(detail::update_formulas::magnitudeOf(g)) : sum(g * g);
     total = !total.defined() ? part : infinity ? where(gt(part, total), part, total) : total + part;
   }
   if (!infinity)

@@ -66,6 +66,10 @@ inline Tensor squareAverage(const Tensor& average, const Tensor& g, double decay
 /// (low-precision squares would overflow).
 inline DType accumulationOf(const Tensor& param) { return param.dtype() == f64 ? f64 : f32; }
 
+/// |x| from a comparison and a select (the dialect has no abs): -0 < 0 is
+/// false, so -0 stays -0, and a NaN stays NaN.
+inline Tensor magnitudeOf(const Tensor& x) { return where(lt(x, scalar_tensor(0.0, x.dtype())), -x, x); }
+
 /// sum(x^2), in `accumulate`.
 inline Tensor sumOfSquares(const Tensor& x, DType accumulate) {
   Tensor wide = inDtype(x, accumulate);
